@@ -1,0 +1,39 @@
+"""Implementations of nbx.core's ops, registered per op and per backend.
+
+nbx.core registers the CPU implementations (the numpy references); nbx.kernels and the vendor
+plugins register theirs for their device types. The front-end looks one up for the device its
+operands live on, and a missing one is refused by name.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .device import Device
+from .errors import NotSupportedError
+
+_IMPLEMENTATIONS: dict[tuple[str, str], Callable] = {}
+
+
+def register(op: str, backend: str):
+    """Decorator: fn implements op for devices of type backend."""
+    def decorate(fn: Callable) -> Callable:
+        _IMPLEMENTATIONS[op, backend] = fn
+        return fn
+    return decorate
+
+
+def implementation(op: str, device: Device) -> Callable:
+    try:
+        return _IMPLEMENTATIONS[op, device.type]
+    except KeyError:
+        raise NotSupportedError(
+            f"{op} is not implemented on {device.type} yet "
+            f"(backends implementing it: {sorted(b for o, b in _IMPLEMENTATIONS if o == op)})") from None
+
+
+def has_implementation(op: str, backend: str) -> bool:
+    return (op, backend) in _IMPLEMENTATIONS
+
+
+def registered_ops(backend: str) -> list[str]:
+    return sorted(o for o, b in _IMPLEMENTATIONS if b == backend)

@@ -1,0 +1,157 @@
+"""The dtype table (dtypes.yml) as long-lived DType objects, one per dtype.
+
+Triton accepts any pointer argument whose dtype's str() ends in the dtype's name, and caches by
+the object, so each dtype exists exactly once: compare with `is` or `==`, both hold.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import yaml
+
+from .errors import UnknownDTypeError
+
+_KINDS = ("bool", "int", "uint", "float", "complex")
+
+
+@dataclass(frozen=True, eq=False)
+class DType:
+    name: str
+    bits: int
+    itemsize: int
+    kind: str
+    safetensors: str | None
+    dlpack: tuple[int, int, int]
+    host: np.dtype
+    triton: str | None
+    key: str
+
+    def __str__(self) -> str:
+        return f"nbx.{self.name}"
+
+    __repr__ = __str__
+
+    def __reduce__(self):  # pickles as a lookup, so the one object per dtype survives
+        return (as_dtype, (self.name,))
+
+    @property
+    def is_floating(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "complex"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in ("int", "uint")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind in ("int", "float", "complex")
+
+
+def _host_dtype(name: str) -> np.dtype:
+    if hasattr(ml_dtypes, name) and not hasattr(np, name):
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def _load_table() -> dict[str, DType]:
+    text = resources.files(__package__).joinpath("dtypes.yml").read_text()
+    table = {}
+    for name, row in yaml.safe_load(text).items():
+        if row["kind"] not in _KINDS:
+            raise UnknownDTypeError(f"dtypes.yml: {name} has unknown kind {row['kind']!r}")
+        table[name] = DType(
+            name=name, bits=row["bits"], itemsize=row["itemsize"], kind=row["kind"],
+            safetensors=row.get("safetensors"), dlpack=tuple(row["dlpack"]),
+            host=_host_dtype(row["host"]), triton=row.get("triton"), key=row["key"],
+        )
+    return table
+
+
+TABLE: dict[str, DType] = _load_table()
+_BY_HOST = {dt.host: dt for dt in TABLE.values()}
+_BY_SAFETENSORS = {dt.safetensors: dt for dt in TABLE.values() if dt.safetensors}
+_BY_DLPACK = {dt.dlpack: dt for dt in TABLE.values()}
+_BY_KEY = {dt.key: dt for dt in TABLE.values()}
+
+globals().update(TABLE)  # nbx.core.dtypes.float16 and friends
+bool_ = TABLE["bool"]
+
+DEFAULT_FLOAT = TABLE["float32"]
+DEFAULT_INT = TABLE["int64"]
+DEFAULT_COMPLEX = TABLE["complex64"]
+INDEX = TABLE["int64"]
+
+
+def as_dtype(value: Any) -> DType:
+    """The table's DType for a DType, a name, a numpy dtype or scalar type; else a named error."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        name = value.removeprefix("nbx.")
+        if name in TABLE:
+            return TABLE[name]
+        raise UnknownDTypeError(f"unknown dtype {value!r}: the dtype table holds {sorted(TABLE)}")
+    if value is bool:
+        return TABLE["bool"]
+    if value is int:
+        return DEFAULT_INT
+    if value is float:
+        return DEFAULT_FLOAT
+    if value is complex:
+        return TABLE["complex128"]
+    try:
+        host = np.dtype(value)
+    except TypeError:
+        host = None
+    if host is not None and host in _BY_HOST:
+        return _BY_HOST[host]
+    name = getattr(value, "name", None) or str(value).rsplit(".", 1)[-1]
+    if name in TABLE:  # a foreign dtype object (torch.float16, jnp.bfloat16) spelled like ours
+        return TABLE[name]
+    raise UnknownDTypeError(f"unknown dtype {value!r}: the dtype table holds {sorted(TABLE)}")
+
+
+def from_safetensors(code: str) -> DType:
+    try:
+        return _BY_SAFETENSORS[code]
+    except KeyError:
+        raise UnknownDTypeError(
+            f"safetensors dtype code {code!r} is not in nbx's dtype table "
+            f"(known: {sorted(_BY_SAFETENSORS)})") from None
+
+
+def from_dlpack(code: int, bits: int, lanes: int) -> DType:
+    try:
+        return _BY_DLPACK[(code, bits, lanes)]
+    except KeyError:
+        raise UnknownDTypeError(
+            f"DLPack dtype (code={code}, bits={bits}, lanes={lanes}) is not in nbx's dtype table") from None
+
+
+def from_key(key: str) -> DType:
+    try:
+        return _BY_KEY[key]
+    except KeyError:
+        raise UnknownDTypeError(f"autotune key dtype spelling {key!r} is not in nbx's dtype table") from None
+
+
+def iinfo(dtype: Any) -> np.iinfo:
+    dt = as_dtype(dtype)
+    if not dt.is_integer:
+        raise UnknownDTypeError(f"iinfo needs an integer dtype, got {dt}")
+    return np.iinfo(dt.host)
+
+
+def finfo(dtype: Any):
+    dt = as_dtype(dtype)
+    if dt.kind not in ("float", "complex"):
+        raise UnknownDTypeError(f"finfo needs a floating dtype, got {dt}")
+    return ml_dtypes.finfo(dt.host)

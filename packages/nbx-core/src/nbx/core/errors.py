@@ -1,0 +1,65 @@
+"""Every error nbx raises is a subclass of NbxError and names what is missing or wrong.
+
+A missing fact is never replaced by a default: the error says which fact, where it was looked
+for, and carries the figures that explain the refusal.
+"""
+from __future__ import annotations
+
+
+class NbxError(Exception):
+    """Base class of every error nbx raises on purpose."""
+
+
+class UnknownDTypeError(NbxError, TypeError):
+    """A dtype name, code or object that the dtype table does not hold."""
+
+
+class PromotionError(NbxError, TypeError):
+    """Two dtypes (or a dtype and a Python scalar) whose promotion nbx refuses."""
+
+
+class ScalarOutOfRangeError(PromotionError, OverflowError):
+    """A Python int that the integer tensor's dtype cannot represent."""
+
+
+class ShapeError(NbxError, ValueError):
+    """Shapes that do not broadcast, a size that does not match, a dim out of range."""
+
+
+class ViewError(NbxError, RuntimeError):
+    """A view that would need a copy (use reshape, which copies only then)."""
+
+
+class IndexingError(NbxError, IndexError):
+    """An index that is out of bounds or of a kind the operation does not take."""
+
+
+class DeviceError(NbxError, RuntimeError):
+    """An unknown device, a backend that is not installed, or tensors on different devices."""
+
+
+class CrossDeviceError(DeviceError):
+    """An op whose operands live on different devices; copy explicitly with .to(device)."""
+
+
+class NotSupportedError(NbxError, NotImplementedError):
+    """A feature nbx does not implement (yet) for this backend, dtype or argument."""
+
+
+class FileFormatError(NbxError, ValueError):
+    """A malformed or truncated file (safetensors header, device file, certificate)."""
+
+
+class DLPackError(NbxError, BufferError):
+    """A DLPack exchange that cannot be made (device, dtype, stream or copy request)."""
+
+
+class MissingFactError(NbxError, KeyError):
+    """A device fact that the device file in force does not state."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence.
+        return str(self.args[0]) if self.args else ""
+
+
+class DTypeError(NbxError, TypeError):
+    """A dtype the operation does not accept (integer mean, bool arithmetic, float bitwise and)."""

@@ -1,0 +1,64 @@
+"""Python operators and method forms on Tensor, each mapped to one op front-end.
+
+In-place operators follow the Array API standard: `x op= y` is allowed only when the result of
+`x op y` has x's dtype and x's shape; anything else is refused by name rather than cast silently.
+"""
+from __future__ import annotations
+
+from . import ops
+from .errors import DTypeError, ShapeError
+from .ops import elementwise
+from .tensor import Tensor
+
+_BINARY = {
+    "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
+    "floordiv": "floor_divide", "mod": "remainder", "pow": "pow", "and": "bitwise_and",
+    "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "bitwise_left_shift",
+    "rshift": "bitwise_right_shift",
+}
+_COMPARISONS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+                "gt": "greater", "ge": "greater_equal"}
+_UNARY = {"neg": "negative", "pos": "positive", "abs": "abs", "invert": "bitwise_invert"}
+
+
+def _forward(fn):
+    return lambda self, other: fn(self, other)
+
+
+def _reflected(fn):
+    return lambda self, other: fn(other, self)
+
+
+def _in_place(fn, name):
+    def update(self, other):
+        result = fn(self, other)
+        if result.dtype is not self.dtype:
+            raise DTypeError(f"in-place {name} would change {self.dtype.name} into {result.dtype.name}")
+        if result.shape != self.shape:
+            raise ShapeError(f"in-place {name} would change shape {self.shape} into {result.shape}")
+        self._copy_from(result)
+        return self
+    return update
+
+
+def _install() -> None:
+    for dunder, name in _BINARY.items():
+        fn = getattr(elementwise, name)
+        setattr(Tensor, f"__{dunder}__", _forward(fn))
+        setattr(Tensor, f"__r{dunder}__", _reflected(fn))
+        setattr(Tensor, f"__i{dunder}__", _in_place(fn, name))
+    for dunder, name in _COMPARISONS.items():
+        setattr(Tensor, f"__{dunder}__", _forward(getattr(elementwise, name)))
+    for dunder, name in _UNARY.items():
+        setattr(Tensor, f"__{dunder}__", getattr(elementwise, name))
+    Tensor.__matmul__ = _forward(ops.matmul)
+    Tensor.__rmatmul__ = _reflected(ops.matmul)
+    Tensor.__imatmul__ = _in_place(ops.matmul, "matmul")
+    # method forms: x.exp(), x.sum(dim), x.softmax(-1), x.astype(dtype), ...
+    for name in list(elementwise.OPS) + ["clamp", "astype"]:
+        setattr(Tensor, name, getattr(elementwise, name))
+    for name in ops.reductions.__all__ + ["softmax", "log_softmax", "matmul"]:
+        setattr(Tensor, name, getattr(ops, name))
+
+
+_install()

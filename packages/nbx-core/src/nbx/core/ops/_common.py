@@ -1,0 +1,77 @@
+"""What every op front-end does first: operands to tensors, one device, dtype checks."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..layout import as_c_contiguous
+from ..device import CPU, Device
+from ..dtypes import DType
+from ..errors import CrossDeviceError, DTypeError
+from ..tensor import Tensor
+
+SCALARS = (bool, int, float, complex)
+
+# dtype categories of the Array API standard, plus "any"
+CATEGORIES = {
+    "any": ("bool", "int", "uint", "float", "complex"),
+    "numeric": ("int", "uint", "float", "complex"),
+    "real": ("int", "uint", "float"),
+    "integer": ("int", "uint"),
+    "integer_or_bool": ("bool", "int", "uint"),
+    "floating": ("float", "complex"),
+    "real_floating": ("float",),
+    "bool": ("bool",),
+    "complex": ("complex",),
+}
+
+
+def common_device(*operands) -> Device:
+    devices = {o.device for o in operands if isinstance(o, Tensor)}
+    if len(devices) > 1:
+        raise CrossDeviceError(
+            f"operands live on different devices ({', '.join(sorted(map(str, devices)))}); "
+            f"copy explicitly with .to(device)")
+    return devices.pop() if devices else CPU
+
+
+def check_category(op: str, dtype: DType, category: str) -> None:
+    if dtype.kind not in CATEGORIES[category]:
+        raise DTypeError(f"{op} does not accept {dtype.name} (it takes {category} dtypes)")
+
+
+def compute_dtype(dtype: DType) -> np.dtype:
+    """The host dtype a CPU reference computes in: fp32 for the half and float8 types."""
+    if dtype.kind == "float" and dtype.itemsize < 4:
+        return np.dtype(np.float32)
+    return dtype.host
+
+
+def host_operand(value, compute: np.dtype) -> np.ndarray:
+    """A tensor (viewed in place) or a weak Python scalar, in the compute dtype."""
+    if isinstance(value, Tensor):
+        return value.numpy().astype(compute, copy=False)
+    return np.asarray(value, dtype=compute)
+
+
+def oracle_dtype(dtype: DType) -> np.dtype:
+    """float64 (complex128) for floating dtypes: the precision of the oracle."""
+    if dtype.kind == "float":
+        return np.dtype(np.float64)
+    if dtype.kind == "complex":
+        return np.dtype(np.complex128)
+    return dtype.host
+
+
+def wrap(arr: np.ndarray, dtype: DType, device: Device = CPU) -> Tensor:
+    """A numpy result as a tensor of dtype (rounded once from the compute dtype)."""
+    from ..tensor import from_numpy
+    arr = np.asarray(arr)
+    if arr.dtype != dtype.host:
+        arr = arr.astype(dtype.host)
+    return from_numpy(as_c_contiguous(arr), device)
+
+
+def default_float_for(dtype: DType) -> DType:
+    """Integer and bool inputs of floating functions compute in the default float dtype."""
+    return dtype if dtype.kind in ("float", "complex") else dtypes.DEFAULT_FLOAT

@@ -1,0 +1,51 @@
+"""matmul with the Array API's rules (1-D operands, broadcast batch dims)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import reference
+from ..dispatch import implementation, register
+from ..errors import ShapeError
+from ..promotion import result_type
+from ..tensor import Tensor
+from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
+
+
+def _matmul_shape(a: tuple, b: tuple) -> tuple:
+    if not a or not b:
+        raise ShapeError("matmul does not take 0-d operands")
+    ka = a[-1]
+    kb = b[0] if len(b) == 1 else b[-2]
+    if ka != kb:
+        raise ShapeError(f"matmul of shapes {a} and {b}: inner sizes {ka} and {kb} differ")
+    from ..layout import broadcast_shapes
+    batch = broadcast_shapes(a[:-2], b[:-2])
+    rows = a[-2:-1] if len(a) > 1 else ()
+    cols = b[-1:] if len(b) > 1 else ()
+    return batch + rows + cols
+
+
+def matmul(x1: Tensor, x2: Tensor) -> Tensor:
+    if not isinstance(x1, Tensor) or not isinstance(x2, Tensor):
+        raise ShapeError("matmul takes two tensors")
+    device = common_device(x1, x2)
+    dtype = result_type(x1, x2)
+    check_category("matmul", dtype, "numeric")
+    _matmul_shape(x1.shape, x2.shape)
+    return implementation("matmul", device)(x1, x2, dtype)
+
+
+def _matmul_reference(x1, x2, precision=reference.NATIVE):
+    dtype = result_type(x1, x2)
+    compute = oracle_dtype(dtype) if precision == reference.FLOAT64 else compute_dtype(dtype)
+    return np.matmul(x1.numpy().astype(compute, copy=False), x2.numpy().astype(compute, copy=False))
+
+
+@register("matmul", "cpu")
+def _matmul_cpu(x1, x2, dtype) -> Tensor:
+    return wrap(_matmul_reference(x1, x2), dtype)
+
+
+reference.register("matmul", _matmul_reference)
+
+__all__ = ["matmul"]

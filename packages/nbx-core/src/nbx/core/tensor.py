@@ -1,0 +1,444 @@
+"""The Tensor: storage + dtype + shape + strides (in elements) + offset, on one device.
+
+Views share storage and change only the layout. Arithmetic operators and the method forms of the
+ops are installed from nbx.core.operators, so that each op has one front-end.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from . import dtypes, layout
+from .layout import as_c_contiguous
+from .device import CPU, Device, as_device, get_backend
+from .dtypes import DType
+from .errors import IndexingError, NotSupportedError, ShapeError, ViewError
+from .storage import Storage, host_bytes
+
+
+class Tensor:
+    __slots__ = ("_storage", "dtype", "shape", "_strides", "_offset", "__weakref__")
+
+    def __init__(self, storage: Storage, dtype: DType, shape, strides=None, offset: int = 0):
+        self._storage = storage
+        self.dtype = dtypes.as_dtype(dtype)
+        self.shape = layout.as_shape(shape)
+        self._strides = layout.contiguous_strides(self.shape) if strides is None else tuple(strides)
+        self._offset = int(offset)
+
+    # ---- facts -----------------------------------------------------------------------------
+    @property
+    def device(self) -> Device:
+        return self._storage.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements (the Array API's attribute); numel() says the same."""
+        return prod(self.shape)
+
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in elements, not bytes."""
+        return self._strides
+
+    def stride(self, dim: int | None = None):
+        return self._strides if dim is None else self._strides[layout.normalize_dim(dim, self.ndim)]
+
+    @property
+    def storage_offset(self) -> int:
+        return self._offset
+
+    @property
+    def storage(self) -> Storage:
+        return self._storage
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def data_ptr(self) -> int:
+        return self._storage.data_ptr() + self._offset * self.dtype.itemsize
+
+    def is_contiguous(self) -> bool:
+        return layout.is_contiguous(self.shape, self._strides)
+
+    def _view(self, shape, strides, offset=None) -> "Tensor":
+        return Tensor(self._storage, self.dtype, shape, strides, self._offset if offset is None else offset)
+
+    # ---- views -----------------------------------------------------------------------------
+    def view(self, *shape) -> "Tensor":
+        if len(shape) == 1 and isinstance(shape[0], (DType, str)):
+            raise NotSupportedError("view(dtype) reinterpretation is not supported; use to(dtype=)")
+        new_shape = layout.infer_shape(layout.shape_args(shape), self.size)
+        strides = layout.view_strides(self.shape, self._strides, new_shape)
+        if strides is None:
+            raise ViewError(
+                f"view{new_shape} of a tensor of shape {self.shape} and strides {self._strides} "
+                f"would need a copy; use reshape(), which copies only then")
+        return self._view(new_shape, strides)
+
+    def reshape(self, *shape) -> "Tensor":
+        new_shape = layout.infer_shape(layout.shape_args(shape), self.size)
+        strides = layout.view_strides(self.shape, self._strides, new_shape)
+        if strides is None:
+            return self.contiguous().view(new_shape)
+        return self._view(new_shape, strides)
+
+    def permute(self, *dims) -> "Tensor":
+        dims = layout.shape_args(dims)
+        order = [layout.normalize_dim(d, self.ndim) for d in dims]
+        if sorted(order) != list(range(self.ndim)):
+            raise ShapeError(f"permute{tuple(dims)} is not a permutation of {self.ndim} dims")
+        return self._view([self.shape[d] for d in order], [self._strides[d] for d in order])
+
+    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        order = list(range(self.ndim))
+        a, b = layout.normalize_dim(dim0, self.ndim), layout.normalize_dim(dim1, self.ndim)
+        if self.ndim == 0:
+            return self._view((), ())
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    swapaxes = transpose
+
+    @property
+    def T(self) -> "Tensor":
+        if self.ndim != 2:
+            raise ShapeError(f".T needs a 2-D tensor (the Array API rule), got {self.ndim}-D; use .mT or permute")
+        return self.transpose(0, 1)
+
+    @property
+    def mT(self) -> "Tensor":
+        if self.ndim < 2:
+            raise ShapeError(f".mT needs at least 2 dims, got {self.ndim}")
+        return self.transpose(-2, -1)
+
+    def expand(self, *shape) -> "Tensor":
+        shape = layout.shape_args(shape)
+        lead = len(shape) - self.ndim
+        if lead < 0:
+            raise ShapeError(f"expand{tuple(shape)} has fewer dims than the tensor's {self.shape}")
+        target = tuple(
+            (self.shape[i - lead] if i >= lead else None) if s == -1 else s for i, s in enumerate(shape))
+        if None in target:
+            raise ShapeError(f"expand{tuple(shape)}: -1 is not allowed for a new leading dim")
+        return self._view(target, layout.broadcast_strides(self.shape, self._strides, target))
+
+    def broadcast_to(self, shape) -> "Tensor":
+        return self.expand(*layout.as_shape(shape))
+
+    def squeeze(self, dim=None) -> "Tensor":
+        if dim is None:
+            dims = [d for d, s in enumerate(self.shape) if s == 1]
+        else:
+            dims = layout.normalize_dims(dim, self.ndim)
+            if any(self.shape[d] != 1 for d in dims):
+                raise ShapeError(f"squeeze({dim}): dims of shape {self.shape} that are not of size 1")
+        keep = [d for d in range(self.ndim) if d not in dims]
+        return self._view([self.shape[d] for d in keep], [self._strides[d] for d in keep])
+
+    def unsqueeze(self, dim: int) -> "Tensor":
+        dim = layout.normalize_dim(dim, self.ndim + 1)
+        shape, strides = list(self.shape), list(self._strides)
+        inner = self._strides[dim] * self.shape[dim] if dim < self.ndim else 1
+        shape.insert(dim, 1)
+        strides.insert(dim, inner)
+        return self._view(shape, strides)
+
+    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+        dim = layout.normalize_dim(dim, self.ndim)
+        size = self.shape[dim]
+        start = start + size if start < 0 else start
+        if not (0 <= start <= size and 0 <= length <= size - start):
+            raise IndexingError(f"narrow(dim={dim}, start={start}, length={length}) is outside size {size}")
+        shape = list(self.shape)
+        shape[dim] = length
+        return self._view(shape, self._strides, self._offset + start * self._strides[dim])
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+        if self.ndim == 0:
+            return self.reshape(1)
+        a, b = layout.normalize_dim(start_dim, self.ndim), layout.normalize_dim(end_dim, self.ndim)
+        if a > b:
+            raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        return self.reshape(*self.shape[:a], prod(self.shape[a:b + 1]), *self.shape[b + 1:])
+
+    def unflatten(self, dim: int, sizes) -> "Tensor":
+        dim = layout.normalize_dim(dim, self.ndim)
+        sizes = layout.infer_shape(sizes, self.shape[dim])
+        return self.view(*self.shape[:dim], *sizes, *self.shape[dim + 1:])
+
+    def split(self, split_size_or_sections, dim: int = 0) -> tuple["Tensor", ...]:
+        dim = layout.normalize_dim(dim, self.ndim)
+        size = self.shape[dim]
+        if isinstance(split_size_or_sections, int):
+            step = split_size_or_sections
+            if step <= 0:
+                raise ShapeError(f"split size must be positive, got {step}")
+            sizes = [min(step, size - s) for s in range(0, size, step)] or [0]
+        else:
+            sizes = list(split_size_or_sections)
+            if sum(sizes) != size:
+                raise ShapeError(f"split sizes {sizes} do not add up to dim {dim}'s size {size}")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.narrow(dim, start, s))
+            start += s
+        return tuple(out)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple["Tensor", ...]:
+        if chunks <= 0:
+            raise ShapeError(f"chunk count must be positive, got {chunks}")
+        size = self.shape[layout.normalize_dim(dim, self.ndim)]
+        return self.split(max(-(-size // chunks), 1), dim)
+
+    def unbind(self, dim: int = 0) -> tuple["Tensor", ...]:
+        dim = layout.normalize_dim(dim, self.ndim)
+        return tuple(self.select(dim, i) for i in range(self.shape[dim]))
+
+    def select(self, dim: int, index: int) -> "Tensor":
+        dim = layout.normalize_dim(dim, self.ndim)
+        size = self.shape[dim]
+        if not -size <= index < size:
+            raise IndexingError(f"index {index} is out of bounds for dim {dim} of size {size}")
+        index %= size
+        keep = [d for d in range(self.ndim) if d != dim]
+        return self._view([self.shape[d] for d in keep], [self._strides[d] for d in keep],
+                          self._offset + index * self._strides[dim])
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> "Tensor":
+        a, b = layout.normalize_dim(dim1, self.ndim), layout.normalize_dim(dim2, self.ndim)
+        if a == b:
+            raise ShapeError("diagonal needs two different dims")
+        start = self._offset
+        if offset >= 0:
+            length = max(min(self.shape[a], self.shape[b] - offset), 0)
+            start += offset * self._strides[b] if length else 0
+        else:
+            length = max(min(self.shape[a] + offset, self.shape[b]), 0)
+            start += -offset * self._strides[a] if length else 0
+        keep = [d for d in range(self.ndim) if d not in (a, b)]
+        return self._view([self.shape[d] for d in keep] + [length],
+                          [self._strides[d] for d in keep] + [self._strides[a] + self._strides[b]], start)
+
+    def __getitem__(self, key) -> "Tensor":
+        from .indexing import getitem
+        return getitem(self, key)
+
+    def __setitem__(self, key, value) -> None:
+        from .indexing import setitem
+        setitem(self, key, value)
+
+    # ---- copies and host exchange ------------------------------------------------------------
+    def _host_view(self) -> np.ndarray:
+        """numpy's view of host-accessible storage, zero-copy, writable unless the storage is not."""
+        host = self._storage.host
+        if host is None:
+            raise NotSupportedError(f"{self.device} memory is not host memory; use .numpy() to copy")
+        item = self.dtype.itemsize
+        if self.size == 0:
+            return np.empty(self.shape, self.dtype.host)
+        arr = np.ndarray(self.shape, self.dtype.host, buffer=host, offset=self._offset * item,
+                         strides=[s * item for s in self._strides])
+        if self._storage.readonly:
+            arr.flags.writeable = False
+        return arr
+
+    def numpy(self) -> np.ndarray:
+        """A numpy array: a view of host memory (cpu), else a copy brought to the host."""
+        if self._storage.host is not None:
+            return self._host_view()
+        lo, hi = layout.element_span(self.shape, self._strides, self._offset)
+        item = self.dtype.itemsize
+        raw = get_backend(self.device.type).download(self._storage, lo * item, (hi - lo) * item)
+        flat = raw.view(self.dtype.host)
+        if self.size == 0:
+            return np.empty(self.shape, self.dtype.host)
+        return np.ndarray(self.shape, self.dtype.host, buffer=flat, offset=(self._offset - lo) * item,
+                          strides=[s * item for s in self._strides])
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        if copy:
+            arr = arr.copy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def contiguous(self) -> "Tensor":
+        return self if self.is_contiguous() else self.clone()
+
+    def clone(self) -> "Tensor":
+        out = empty(self.shape, self.dtype, self.device)
+        out._copy_from(self)
+        return out
+
+    def _copy_from(self, src: "Tensor") -> None:
+        """Write src (same shape, any layout, any device of the same type) into self's layout."""
+        from .dispatch import implementation
+        if src.shape != self.shape:
+            raise ShapeError(f"copy of shape {src.shape} into shape {self.shape}")
+        implementation("copy_", self.device)(self, src)
+
+    def to(self, *args, device=None, dtype=None, copy: bool = False) -> "Tensor":
+        for arg in args:
+            if isinstance(arg, (DType, type)) or (isinstance(arg, str) and arg.removeprefix("nbx.") in dtypes.TABLE):
+                dtype = arg
+            else:
+                device = arg
+        target = self.device if device is None else as_device(device)
+        dtype = self.dtype if dtype is None else dtypes.as_dtype(dtype)
+        out = self
+        if target != self.device:
+            out = transfer(self, target)
+        if dtype is not out.dtype:
+            from .ops.elementwise import astype
+            out = astype(out, dtype)
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def cpu(self) -> "Tensor":
+        return self.to(CPU)
+
+    def item(self):
+        if self.size != 1:
+            raise ShapeError(f"item() needs exactly one element, the tensor has {self.size}")
+        value = self.numpy().reshape(()).item()
+        if self.dtype.kind == "float" and not isinstance(value, float):
+            value = float(value)  # ml_dtypes scalars (bfloat16, float8) come back as Python floats
+        return value
+
+    def tolist(self):
+        arr = self.numpy()
+        if self.dtype.kind == "float" and self.dtype.host.itemsize < 4:
+            arr = arr.astype(np.float32)
+        return arr.tolist()
+
+    # ---- Python protocol ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self.select(0, i) for i in range(self.shape[0]))
+
+    def _scalar(self, what: str):
+        if self.size != 1:
+            raise ShapeError(f"{what} of a tensor needs exactly one element, it has {self.size} (shape {self.shape})")
+        return self.item()
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar("bool()"))
+
+    def __int__(self) -> int:
+        if self.dtype.is_complex:
+            raise TypeError("int() of a complex tensor")
+        return int(self._scalar("int()"))
+
+    def __float__(self) -> float:
+        if self.dtype.is_complex:
+            raise TypeError("float() of a complex tensor")
+        return float(self._scalar("float()"))
+
+    def __complex__(self) -> complex:
+        return complex(self._scalar("complex()"))
+
+    def __index__(self) -> int:
+        if self.ndim != 0 or not self.dtype.is_integer:
+            raise TypeError(f"only a 0-d integer tensor is an index, not a {self.ndim}-d {self.dtype.name} tensor")
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        prefix = "Tensor("
+        body = np.array2string(self.numpy(), separator=", ", prefix=prefix, threshold=1000)
+        extras = []
+        if self.dtype not in (dtypes.DEFAULT_FLOAT, dtypes.DEFAULT_INT, dtypes.bool_) or self.size == 0:
+            extras.append(f"dtype={self.dtype.name}")
+        if self.device != CPU:
+            extras.append(f"device='{self.device}'")
+        return prefix + body + "".join(", " + e for e in extras) + ")"
+
+    __hash__ = None  # tensors compare elementwise, so they are not hashable
+
+    def __array_namespace__(self, *, api_version: str | None = None):
+        from .namespace import namespace
+        return namespace(api_version)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        from .dlpack import to_dlpack
+        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        from .dlpack import dlpack_device
+        return dlpack_device(self.device)
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.device.type != "cuda":
+            raise AttributeError("__cuda_array_interface__ exists for cuda tensors only")
+        item = self.dtype.itemsize
+        return {"shape": self.shape, "typestr": self.dtype.host.str, "data": (self.data_ptr(), False),
+                "strides": tuple(s * item for s in self._strides), "version": 3}
+
+
+def empty(shape, dtype=None, device=None) -> Tensor:
+    dt = dtypes.DEFAULT_FLOAT if dtype is None else dtypes.as_dtype(dtype)
+    dev = as_device(device)
+    shape = layout.as_shape(shape)
+    storage = get_backend(dev.type).allocate(prod(shape) * dt.itemsize, dev)
+    return Tensor(storage, dt, shape)
+
+
+def from_numpy(arr: np.ndarray, device=None, copy: bool | None = None) -> Tensor:
+    """A tensor over a numpy array: zero-copy on cpu when copy is not True, else a copy on device."""
+    arr = np.asarray(arr)
+    dt = dtypes.as_dtype(arr.dtype)
+    dev = as_device(device)
+    backend = get_backend(dev.type)
+    zero_copy = (dev == CPU and copy is not True and arr.dtype == dt.host
+                 and all(s % arr.itemsize == 0 for s in arr.strides))
+    if zero_copy:
+        return _wrap_host_array(arr, dt)
+    if copy is False:
+        raise ViewError(f"a numpy array cannot be viewed on {dev} without a copy (copy=False)")
+    out = empty(arr.shape, dt, dev)
+    backend.upload(out._storage, 0, as_c_contiguous(arr.astype(dt.host, copy=False)))
+    return out
+
+
+def _wrap_host_array(arr: np.ndarray, dt: DType) -> Tensor:
+    item = arr.itemsize
+    strides = tuple(s // item for s in arr.strides)
+    if arr.size == 0:
+        return Tensor(_empty_host_storage(), dt, arr.shape)
+    lo, hi = layout.element_span(arr.shape, strides, 0)
+    base = host_bytes(arr.ctypes.data + lo * item, (hi - lo) * item, arr)
+    storage = Storage(CPU, base.nbytes, base.ctypes.data, host=base, owner=arr,
+                      readonly=not arr.flags.writeable)
+    return Tensor(storage, dt, arr.shape, strides, -lo)
+
+
+def _empty_host_storage() -> Storage:
+    return Storage.from_host(CPU, np.empty(0, np.uint8))
+
+
+def transfer(src: Tensor, target: Device) -> Tensor:
+    """Copy a tensor to another device, keeping its values (the result is contiguous)."""
+    if get_backend(src.device.type).host_accessible:
+        return from_numpy(as_c_contiguous(src._host_view()), target, copy=True)
+    host = from_numpy(as_c_contiguous(src.numpy()), CPU)
+    return host if target == CPU else from_numpy(host._host_view(), target, copy=True)
