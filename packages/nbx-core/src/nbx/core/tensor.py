@@ -365,7 +365,7 @@ class Tensor:
     def __repr__(self) -> str:
         prefix = "Tensor("
         body = np.array2string(self.numpy(), separator=", ", prefix=prefix, threshold=1000)
-        extras = []
+        extras = [f"shape={self.shape}"] if self.size == 0 and self.ndim != 1 else []
         if self.dtype not in (dtypes.DEFAULT_FLOAT, dtypes.DEFAULT_INT, dtypes.bool_) or self.size == 0:
             extras.append(f"dtype={self.dtype.name}")
         if self.device != CPU:
