@@ -8,6 +8,7 @@ of the `nbx.devices` namespace package.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 from dataclasses import dataclass
 from importlib import metadata
@@ -18,6 +19,7 @@ import numpy as np
 from .errors import DeviceError
 
 ENTRY_POINT_GROUP = "nbx.devices"
+KERNELS_GROUP = "nbx.kernels"  # op implementations for GPU backends (the nbx-kernels distribution)
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,11 @@ def discover_plugins() -> None:
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         _load_plugin(ep.name, ep.load)
         loaded.add(ep.value.split(":")[0])
+    for ep in metadata.entry_points(group=KERNELS_GROUP):
+        _load_plugin(ep.name, ep.load)
+        loaded.add(ep.value.split(":")[0])
+    if "nbx.kernels" not in loaded and importlib.util.find_spec("nbx.kernels") is not None:
+        _load_plugin("kernels", lambda: importlib.import_module("nbx.kernels"))
     try:
         namespace = importlib.import_module("nbx.devices")
     except ImportError:

@@ -23,12 +23,16 @@ def register(op: str, backend: str):
 
 
 def implementation(op: str, device: Device) -> Callable:
-    try:
-        return _IMPLEMENTATIONS[op, device.type]
-    except KeyError:
+    fn = _IMPLEMENTATIONS.get((op, device.type))
+    if fn is None:
+        from .device import discover_plugins
+        discover_plugins()  # the kernels distribution registers GPU implementations when loaded
+        fn = _IMPLEMENTATIONS.get((op, device.type))
+    if fn is None:
         raise NotSupportedError(
             f"{op} is not implemented on {device.type} yet "
-            f"(backends implementing it: {sorted(b for o, b in _IMPLEMENTATIONS if o == op)})") from None
+            f"(backends implementing it: {sorted(b for o, b in _IMPLEMENTATIONS if o == op)})")
+    return fn
 
 
 def has_implementation(op: str, backend: str) -> bool:
