@@ -1,4 +1,6 @@
 """The CPU op front-ends compute what numpy computes, with the standard's dtypes and refusals."""
+import zlib
+
 import numpy as np
 import pytest
 
@@ -7,7 +9,6 @@ from nbx.core import dtypes
 from nbx.core.errors import CrossDeviceError, DTypeError, ShapeError
 from nbx.core.ops.elementwise import BINARY, UNARY
 
-rng = np.random.default_rng(0)
 
 DOMAIN = {"acosh": (1.1, 3.0), "acos": (-0.9, 0.9), "asin": (-0.9, 0.9), "atanh": (-0.9, 0.9),
           "log": (0.1, 3.0), "log2": (0.1, 3.0), "log10": (0.1, 3.0), "log1p": (-0.5, 3.0),
@@ -15,6 +16,8 @@ DOMAIN = {"acosh": (1.1, 3.0), "acos": (-0.9, 0.9), "asin": (-0.9, 0.9), "atanh"
 
 
 def sample(dtype, shape=(3, 5), lo=-3.0, hi=3.0):
+    """Inputs that depend only on the arguments, so a test sees the same data in any order."""
+    rng = np.random.default_rng(zlib.crc32(repr((dtype, shape, lo, hi)).encode()))
     dt = dtypes.as_dtype(dtype)
     if dt.kind == "bool":
         return rng.random(shape) > 0.5
@@ -166,7 +169,7 @@ def test_softmax_and_log_softmax_rows_match_the_oracle(dtype):
         eps = float(nbx.finfo(x.dtype).eps)
         np.testing.assert_allclose(out.numpy().astype(np.float64), nbx.oracle(name, x, dim=-1),
                                    rtol=2 * eps, atol=2 * eps * 8)
-    np.testing.assert_allclose(nbx.softmax(x, dim=0).numpy().astype(np.float64).sum(0), 1, rtol=4 * eps)
+    np.testing.assert_allclose(nbx.softmax(x, dim=0).numpy().astype(np.float64).sum(0), 1, rtol=8 * eps)
 
 
 def test_softmax_of_a_row_of_minus_infinity_with_one_finite_value_is_one_hot():

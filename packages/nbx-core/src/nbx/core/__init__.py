@@ -14,8 +14,12 @@ from .dtypes import bool_ as bool  # noqa: A001  (the Array API spells it nbx.bo
 from .errors import *  # noqa: F401,F403
 from .ops import *  # noqa: F401,F403
 from .promotion import promote_types, result_type
+from .quant import QuantizedTensor
+from .random import Generator, manual_seed, rand, randint, randn
 from .reference import oracle
+from .safetensors import load_safetensors, save_safetensors
 from .tensor import Tensor, from_numpy
+from .dlpack import from_dlpack
 from . import operators as _operators  # installs Python operators on Tensor  # noqa: F401
 from .version import __version__
 

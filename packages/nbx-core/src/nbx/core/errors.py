@@ -63,3 +63,43 @@ class MissingFactError(NbxError, KeyError):
 
 class DTypeError(NbxError, TypeError):
     """A dtype the operation does not accept (integer mean, bool arithmetic, float bitwise and)."""
+
+
+class ArgumentError(NbxError, ValueError):
+    """An argument outside what the operation accepts (a seed, a probability, a range, a scheme)."""
+
+
+class OutOfMemoryError(DeviceError, MemoryError):
+    """An allocation the device cannot serve; carries requested, live, cached, free and total bytes."""
+
+    def __init__(self, message: str, *, requested: int, live: int | None = None, cached: int | None = None,
+                 free: int | None = None, total: int | None = None, device=None):
+        super().__init__(message)
+        self.requested = requested
+        self.live = live
+        self.cached = cached
+        self.free = free
+        self.total = total
+        self.device = device
+
+
+class DeviceOOMError(OutOfMemoryError):
+    """A caching pool's refusal after it synchronized, released its free segments and retried the driver."""
+
+    def __init__(self, message: str, *, requested: int, live: int | None = None, cached: int | None = None,
+                 free: int | None = None, total: int | None = None, device=None, segment: int | None = None):
+        super().__init__(message, requested=requested, live=live, cached=cached, free=free, total=total,
+                         device=device)
+        self.segment = segment  # the bytes last asked of the driver (a segment's size, not the request's)
+
+
+class UnknownTargetError(MissingFactError):
+    """A target string that no device file claims (no file's prefix matches it)."""
+
+
+class NoDeviceFileError(MissingFactError):
+    """A device with no device file: the CPU, or no GPU backend with a device to ask."""
+
+
+class FactConflictError(NbxError, ValueError):
+    """A device fact stated by an application file and by a vendor file (or another application file)."""

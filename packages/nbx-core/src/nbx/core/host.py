@@ -72,7 +72,7 @@ def parallel_convert(src: np.ndarray, dtype, out: np.ndarray | None = None) -> n
     flat_src, flat_out = src.reshape(-1), out.reshape(-1)
 
     def convert(part: slice) -> None:
-        flat_out[part] = flat_src[part].astype(dtype)
+        np.copyto(flat_out[part], flat_src[part], casting="unsafe")  # no temporary array
 
     parallel_map(convert, row_chunks(flat_src.size, src.itemsize))
     return out
