@@ -86,3 +86,12 @@ def test_read_only_storage_refuses_writes_by_name():
     t = nbx.from_numpy(a)
     with pytest.raises(NotSupportedError, match="read-only"):
         t[0] = 1.0
+
+
+def test_a_numpy_view_keeps_the_memory_alive_after_the_tensor_is_gone():
+    import gc
+    view = (nbx.asarray(np.arange(100_000.0)) * 2).numpy()  # the product tensor dies here
+    gc.collect()
+    churn = [np.full(100_000, 7.0) for _ in range(8)]  # would reuse freed memory
+    assert view[1] == 2.0 and view[-1] == 199_998.0
+    del churn

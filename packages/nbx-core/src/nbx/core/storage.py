@@ -1,8 +1,6 @@
 """Storage: a run of bytes on one device, shared by every tensor viewing it."""
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
 from .device import Device
@@ -42,10 +40,16 @@ class Storage:
                    owner=owner if owner is not None else buffer, readonly=not buffer.flags.writeable)
 
 
-def host_bytes(ptr: int, nbytes: int, owner) -> np.ndarray:
-    """A uint8 array over nbytes of host memory at ptr; owner must outlive it (we keep it on the array)."""
+class _HostMemory:
+    """Exposes raw host memory to numpy and keeps its owner alive as the array's base."""
+
+    def __init__(self, ptr: int, nbytes: int, owner, readonly: bool):
+        self.owner = owner
+        self.__array_interface__ = {"data": (ptr, readonly), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+
+
+def host_bytes(ptr: int, nbytes: int, owner, readonly: bool = False) -> np.ndarray:
+    """A uint8 array over nbytes of host memory at ptr; every view of it keeps owner alive."""
     if nbytes == 0:
         return np.empty(0, np.uint8)
-    raw = (ctypes.c_uint8 * nbytes).from_address(ptr)
-    arr = np.frombuffer(raw, dtype=np.uint8)
-    return arr
+    return np.asarray(_HostMemory(ptr, nbytes, owner, readonly))

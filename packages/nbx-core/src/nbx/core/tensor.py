@@ -426,7 +426,7 @@ def _wrap_host_array(arr: np.ndarray, dt: DType) -> Tensor:
     if arr.size == 0:
         return Tensor(_empty_host_storage(), dt, arr.shape)
     lo, hi = layout.element_span(arr.shape, strides, 0)
-    base = host_bytes(arr.ctypes.data + lo * item, (hi - lo) * item, arr)
+    base = host_bytes(arr.ctypes.data + lo * item, (hi - lo) * item, arr, readonly=not arr.flags.writeable)
     storage = Storage(CPU, base.nbytes, base.ctypes.data, host=base, owner=arr,
                       readonly=not arr.flags.writeable)
     return Tensor(storage, dt, arr.shape, strides, -lo)
@@ -440,5 +440,9 @@ def transfer(src: Tensor, target: Device) -> Tensor:
     """Copy a tensor to another device, keeping its values (the result is contiguous)."""
     if get_backend(src.device.type).host_accessible:
         return from_numpy(as_c_contiguous(src._host_view()), target, copy=True)
+    if src.device.type == target.type:  # cuda:0 -> cuda:1: the backend's copy_ (a peer copy), no host trip
+        out = empty(src.shape, src.dtype, target)
+        out._copy_from(src)
+        return out
     host = from_numpy(as_c_contiguous(src.numpy()), CPU)
     return host if target == CPU else from_numpy(host._host_view(), target, copy=True)
