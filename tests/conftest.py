@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 
+# Kernel tests run on the `interp` device, Triton's interpreter, unless the runner chose already:
+# tools/gpu_run.sh sets TRITON_INTERPRET=0 to run the same kernels on the GPU. Triton reads it at
+# import, so it is set here, before any test module imports triton.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIRS = sorted(str(p) for p in ROOT.glob("packages/*/src"))
 

@@ -1,6 +1,8 @@
 """The CPU backend: host memory, numpy references as the op implementations."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 
 from .device import CPU, Device, register_backend
@@ -45,6 +47,9 @@ class HostMemoryBackend:
 
     def synchronize(self, device: Device) -> None:
         return None
+
+    def device_guard(self, device: Device):
+        return nullcontext()
 
 
 CPU_BACKEND = HostMemoryBackend(CPU.type)

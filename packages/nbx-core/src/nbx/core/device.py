@@ -80,6 +80,7 @@ class Backend(Protocol):
     def download(self, storage, byte_offset: int, nbytes: int) -> np.ndarray: ...
     def copy(self, dst, dst_offset: int, src, src_offset: int, nbytes: int) -> None: ...
     def synchronize(self, device: Device) -> None: ...
+    def device_guard(self, device: Device): ...   # context manager: device is current inside
 
 
 _BACKENDS: dict[str, Backend] = {}
@@ -108,6 +109,11 @@ def get_backend(kind: str) -> Backend:
 def backends() -> dict[str, Backend]:
     discover_plugins()
     return dict(_BACKENDS)
+
+
+def record_unavailable(name: str, reason: str) -> None:
+    """A plugin part that cannot serve on this machine says why (shown by `nbx info`)."""
+    _PLUGIN_ERRORS[name] = reason
 
 
 def plugin_errors() -> dict[str, str]:

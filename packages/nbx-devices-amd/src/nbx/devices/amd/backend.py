@@ -7,6 +7,7 @@ storage before HIP is called. hipMemcpy between host and device returns once the
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 from nbx.core.device import Device
@@ -56,6 +57,18 @@ class HipBackend:
 
     def synchronize(self, device: Device) -> None:
         runtime().synchronize(self._index(device))
+
+    @contextmanager
+    def device_guard(self, device: Device):
+        """device is HIP's current device inside the block; the previous one comes back after."""
+        index, previous = self._index(device), runtime().get_device()
+        if index != previous:
+            runtime().set_device(index)
+        try:
+            yield
+        finally:
+            if index != previous:
+                runtime().set_device(previous)
 
     def _index(self, device: Device) -> int:
         if device.type != self.name:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from contextlib import nullcontext
 
 import numpy as np
 from nbx.core import device_files
@@ -46,6 +47,10 @@ class MetalBackend:
     def device_name(self, index: int) -> str:
         self._index(Device(self.name, index))
         return load().name()
+
+    def device_guard(self, device: Device):
+        """A Mac has one GPU: it is always the current one."""
+        return nullcontext()
 
     def target(self, device: Device) -> str:
         self._index(device)

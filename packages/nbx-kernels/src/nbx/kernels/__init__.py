@@ -1,0 +1,30 @@
+"""nbx.kernels: Triton kernels implementing nbx.core's ops on GPU backends and on `interp`.
+
+nbx.core finds this distribution through the entry-point group `nbx.kernels` (or, in a source tree,
+by importing it) and calls `register()`: every op family registers its implementations for the
+device types that run Triton kernels (registry.KERNEL_DEVICE_TYPES), and the `interp` device is
+registered when Triton's interpreter is on.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .version import __version__
+
+FAMILIES = ("elementwise",)
+
+
+def register() -> None:
+    from nbx.core.device import record_unavailable
+    from nbx.core.errors import DeviceError
+
+    from . import interp
+    for family in FAMILIES:
+        importlib.import_module(f".{family}", __name__)
+    try:
+        interp.register()
+    except DeviceError as exc:
+        record_unavailable("interp", str(exc))
+
+
+__all__ = ["register", "__version__"]

@@ -1,0 +1,35 @@
+"""Launching a kernel: its device's facts and settings, the device made current, the output.
+
+Settings (tiles, warps) come from the device file in force for the launch's device; nbx.autotune's
+certified settings will take their place per launch key.
+"""
+from __future__ import annotations
+
+from nbx.core import device_files
+from nbx.core.device import Device, get_backend
+from nbx.core.dtypes import DType
+from nbx.core.tensor import Tensor, empty
+
+
+def facts(device: Device) -> device_files.DeviceFacts:
+    return device_files.in_force(device)
+
+
+def tiles(family: str, device: Device) -> dict:
+    """The default launch of a kernel family on this device (tiles.<family> of its device file)."""
+    return facts(device).value(f"tiles.{family}")
+
+
+def screen_tolerance(dtype: DType, device: Device) -> float:
+    """The deviation from the float64 oracle a kernel's output of dtype may show on this device."""
+    return facts(device).value("autotune.screen_tolerance")[dtype.name]
+
+
+def output(shape, dtype: DType, device: Device) -> Tensor:
+    return empty(shape, dtype, device)
+
+
+def run(kernel, grid, device: Device, *args, **meta) -> None:
+    """kernel[grid](*args, **meta) with device current (Triton reads device and stream from nbx)."""
+    with get_backend(device.type).device_guard(device):
+        kernel[grid](*args, **meta)

@@ -1,0 +1,50 @@
+"""Kernel tests run on every device that runs nbx's Triton kernels here: `interp` (Triton's
+interpreter, in CI) and `cuda` (marked gpu: the GPU machine). Both compare with the float64 oracle
+at the tolerance the device file states for the output dtype."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.reference import deviation
+
+
+def _interp_reason():
+    from nbx.core.device import backends, plugin_errors
+    if "interp" in backends():
+        return None
+    return plugin_errors().get("interp", "the interp device is not registered")
+
+
+@pytest.fixture(params=["interp", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    if request.param == "interp":
+        reason = _interp_reason()
+        if reason:
+            pytest.skip(f"interp unavailable: {reason}")
+    return nbx.as_device(request.param)
+
+
+def tolerance(dtype, device) -> float:
+    from nbx.kernels import launch
+    return launch.screen_tolerance(nbx.as_dtype(dtype), device)
+
+
+def assert_matches_oracle(out, expected, device):
+    """out (an nbx tensor) against the float64 expected values, at the device file's tolerance."""
+    got = out.numpy()
+    expected = np.asarray(expected)
+    assert got.shape == expected.shape, (got.shape, expected.shape)
+    tol = tolerance(out.dtype, device)
+    if out.dtype.kind in ("bool", "int", "uint"):
+        np.testing.assert_array_equal(got, expected.astype(got.dtype))
+        return
+    dev = deviation(got, expected)
+    assert dev <= tol, f"deviation {dev:.3g} from the float64 oracle exceeds {out.dtype.name}'s tolerance {tol:.3g}"
+
+
+@pytest.fixture
+def check():
+    """check(out, expected, device): out agrees with the float64 oracle at the device's tolerance."""
+    return assert_matches_oracle

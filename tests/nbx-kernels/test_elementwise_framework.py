@@ -1,0 +1,78 @@
+"""The elementwise kernel reads any strides and broadcasts in place and writes any layout."""
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.kernels.cost import price
+
+rng = np.random.default_rng(5)
+
+
+def on(device, array, dtype=None):
+    return nbx.asarray(array, dtype=dtype).to(device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "maximum", "minimum"])
+def test_binary_ops_over_transposed_broadcast_and_reversed_operands_match_the_oracle(device, op, dtype, check):
+    a = on(device, rng.uniform(0.5, 2, (5, 7, 3)), dtype).permute(2, 0, 1)  # (3, 5, 7), not contiguous
+    b = on(device, rng.uniform(0.5, 2, (7,)), dtype)[::-1]                  # broadcast, negative stride
+    out = getattr(nbx, op)(a, b)
+    assert out.device == device and out.dtype is nbx.as_dtype(dtype) and out.shape == (3, 5, 7)
+    check(out, nbx.oracle(op, a, b), device)
+
+
+@pytest.mark.parametrize("shape", [(0,), (1,), (1023,), (1025,), (3, 0, 2), (2, 3, 4, 5, 6)])
+def test_zero_size_single_element_odd_lengths_and_high_rank_shapes(device, shape, check):
+    a = on(device, rng.standard_normal(shape), "float32")
+    out = nbx.exp(a) + 1.0
+    assert out.shape == shape
+    check(out, np.exp(a.numpy().astype(np.float64)) + 1.0, device)
+
+
+def test_a_layout_that_does_not_collapse_to_four_dims_is_read_through_a_dense_copy(device, check):
+    base = on(device, rng.standard_normal((2, 3, 4, 5, 6, 2)), "float32")
+    strided = base[:, :, ::2, :, ::3, 1]  # five dims that do not merge
+    check(nbx.negative(strided), -strided.numpy().astype(np.float64), device)
+
+
+def test_python_scalars_are_weak_and_float64_keeps_their_precision(device, check):
+    x = on(device, [1.0, 2.0], "float64")
+    assert (x * 0.1).numpy().tolist() == [0.1, 0.2]
+    h = on(device, [1.0, 2.0], "float16")
+    assert (h + 1).dtype is nbx.float16
+
+
+@pytest.mark.parametrize("src,dst", [("float32", "bfloat16"), ("float64", "float16"), ("float32", "int32"),
+                                     ("int64", "float32"), ("float32", "float8_e4m3fn"), ("bool", "float32")])
+def test_casts_round_like_the_reference(device, src, dst, check):
+    values = rng.uniform(-40, 40, 257) if src != "bool" else rng.random(257) > 0.5
+    x = on(device, values, src)
+    out = x.to(dtype=dst)
+    expected = x.numpy().astype(nbx.as_dtype(dst).host)
+    np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_where_comparisons_and_setitem_into_strided_views(device, check):
+    x = on(device, np.arange(12.0).reshape(3, 4), "float32")
+    mask = x > 5
+    assert mask.dtype is nbx.bool
+    np.testing.assert_array_equal(nbx.where(mask, x, -x).numpy(), np.where(np.arange(12.0).reshape(3, 4) > 5,
+                                                                          np.arange(12.0).reshape(3, 4),
+                                                                          -np.arange(12.0).reshape(3, 4)))
+    x[:, ::2] = 0.5
+    x[1] = on(device, [9.0, 8.0, 7.0, 6.0], "float32")
+    expected = np.arange(12.0).reshape(3, 4)
+    expected[:, ::2] = 0.5
+    expected[1] = [9, 8, 7, 6]
+    np.testing.assert_array_equal(x.numpy(), expected)
+    assert nbx.zeros((2, 2), dtype=nbx.int8, device=device).numpy().tolist() == [[0, 0], [0, 0]]
+
+
+def test_the_declared_cost_counts_the_output_and_the_bytes_moved(device, check):
+    a = on(device, np.ones((4, 8)), "float16")
+    b = on(device, np.ones(8), "float32")
+    cost = price("add", a, b)
+    assert cost.allocated == 4 * 8 * 4  # the float32 output
+    assert cost.bytes_moved == a.nbytes + b.nbytes + 4 * 8 * 4
+    assert cost.flops == 32
