@@ -1,0 +1,476 @@
+"""The caching pool: blocks carved from driver segments (or an expandable range), kept for reuse.
+
+Rules (nbx.memory.rules holds them as data; docs/memory.md gives the measurements):
+- A request is rounded up to the granularity (512 B). Up to small_limit (1 MiB) it is of the small
+  class and is carved from small segments (2 MiB); above, from large segments (the request rounded
+  to 2 MiB) or from the expandable range. The classes never share a block: a scalar cannot carve a
+  freed multi-gigabyte block and pin its remainder.
+- Best fit within the class, and the half rule for large blocks: a free large block serves a
+  request only when what is left after the split is at most the request (block <= 2 x request).
+  A block twice the request or more is left whole; the pool grows instead. Only at a refusal, as
+  the last thing before an out-of-memory error, may a large request break the half rule.
+- Free neighbours merge within their segment; wholly free segments stay parked across growths and
+  go back to the driver at a refusal, at empty_cache(), or when the parked bytes exceed the
+  parked fraction of the device (a device-file fact the caller passes; it is required).
+- Stream order: a block freed on stream S is reusable on S at once; on another stream only after
+  an event recorded on S at the free has completed. A block used on extra streams
+  (record_stream) is reusable at all only after an event on each of them has completed.
+- At a refusal: synchronize, then look again, release wholly free segments, retry the driver at
+  the segment's size (not the request's), and raise DeviceOOMError with requested, live,
+  cached, driver-free and total bytes (None where the driver cannot say).
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from nbx.core.errors import ArgumentError, DeviceOOMError, MissingFactError
+
+from .allocator import Block as HandedBlock
+from .carving import RangeCarving
+from .blocks import ANY, FREE, LIVE, PENDING, Block, Segment, SizeIndex, compatible
+from .rules import NBX, RULE_SETS, PoolRules  # noqa: F401  (nbx.memory.pool.NBX, .RULE_SETS re-exported)
+from .stats import PoolStats, human
+from .stats import memory_summary as _summary
+
+
+class _AddressSet(dict):
+    """The expandable range's free blocks (placement there weighs mapping, not size alone)."""
+
+    def add(self, blk: Block) -> None:
+        self[blk.ptr] = blk
+
+    def remove(self, blk: Block) -> None:
+        del self[blk.ptr]
+
+
+class Pool(RangeCarving):
+    """One device's caching pool over a segment source (see nbx.memory.sources)."""
+
+    def __init__(self, source, rules: PoolRules, *, parked_fraction: float, events=None, synchronize=None,
+                 expandable=None, device=None):
+        if not isinstance(parked_fraction, (int, float)) or not 0 < parked_fraction <= 1:
+            raise ArgumentError(f"the parked fraction must lie in (0, 1] (the device file's value); "
+                                f"got {parked_fraction!r}")
+        self.rules, self.device = rules, device
+        self._source, self._events, self._synchronize, self._range = source, events, synchronize, expandable
+        self._parked_limit = None
+        if parked_fraction < 1:
+            total = source.memory_info()[1]
+            if total is None:
+                raise MissingFactError("the pool's parked fraction needs the device's total memory, "
+                                       "which its segment source cannot give")
+            self._parked_limit = int(parked_fraction * total)
+        self._small, self._large, self._range_free = SizeIndex(), SizeIndex(), _AddressSet()
+        self._segments: dict[int, Segment] = {}
+        self._live: dict[int, Block] = {}
+        self._pending: list[Block] = []
+        self._streams: set = set()
+        self._multi = False
+        self._lock = threading.Lock()
+        self._deferred: deque = deque()
+        self.recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
+        self._serial = 0
+        self._seg_bytes = self._allocated = self._requested = self._pending_bytes = 0
+        self._allocated_peak = self._requested_peak = self._reserved_peak = 0
+        self._n_alloc = self._n_free = self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
+        if expandable is not None:
+            seg = Segment(expandable.base, expandable.size, small=False, is_range=True)
+            seg.head = Block(seg.address, seg.size, seg)
+            self._range_seg = seg
+            self._range_free.add(seg.head)
+
+    # -- public interface (nbx.memory.allocator's Block) -----------------------------------------
+    def allocate(self, nbytes: int, stream=None) -> HandedBlock:
+        """A block of at least nbytes on stream; freed when the returned Block is released or collected."""
+        if not isinstance(nbytes, int) or nbytes < 0:
+            raise ArgumentError(f"cannot allocate {nbytes!r} bytes: a byte count is a non-negative int")
+        if nbytes == 0:  # no memory and nothing to free: a null pointer, as CUDA gives for size 0
+            return HandedBlock(0, 0, self.device, stream, _nothing)
+        with self._lock:
+            self._drain()
+            blk = self._malloc(nbytes, stream)
+        return HandedBlock(blk.ptr, nbytes, self.device, stream, _Release(self, blk))
+
+    def record_stream(self, block: HandedBlock, stream) -> None:
+        """Declare that stream uses block: its memory is reused only after that stream passes the free."""
+        with self._lock:
+            self._drain()
+            blk = self._live.get(block.ptr)
+            if blk is None or not block.alive:
+                raise ArgumentError(f"record_stream: {block!r} is not a live block of this pool")
+            self._record_stream(blk, stream)
+
+    def stats(self) -> PoolStats:
+        with self._lock:
+            self._drain()
+            return PoolStats(
+                self._allocated, self._requested, self._pending_bytes, self.reserved, self._allocated_peak,
+                self._requested_peak, self._reserved_peak,
+                sum(s.small for s in self._segments.values()), sum(not s.small for s in self._segments.values()),
+                self._range.mapped_chunks * self._range.chunk if self._range else 0, self._largest_free(),
+                self._n_alloc, self._n_free, self._n_seg_alloc + (self._range.creates if self._range else 0),
+                self._n_seg_free + (self._range.releases if self._range else 0), self._refusals, self._ooms)
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self._allocated_peak, self._requested_peak = self._allocated, self._requested
+            self._reserved_peak = self.reserved
+
+    def memory_summary(self) -> str:
+        return _summary(self.stats(), f"{self.device or 'device'}, rules {self.rules.name!r}")
+
+    def empty_cache(self) -> int:
+        """Synchronize, then give every wholly free segment and free chunk back; returns the bytes released."""
+        with self._lock:
+            self._drain()
+            self._settle()
+            return self._release_cached()
+
+    def snapshot(self) -> list[SegmentView]:
+        """Every segment (and the range) with its blocks in address order: for tests and for reading."""
+        with self._lock:
+            self._drain()
+            return [SegmentView(seg.address, seg.size, "range" if seg.is_range else "small" if seg.small else "large",
+                                tuple(_walk(seg))) for seg in self._all_segments()]
+
+    @property
+    def reserved(self) -> int:
+        return self._seg_bytes + (self._range.held_bytes if self._range else 0)
+
+    # -- allocation ------------------------------------------------------------------------------
+    def _malloc(self, nbytes: int, stream) -> Block:
+        self._process_pending()
+        if stream not in self._streams:
+            self._new_stream(stream)
+        rules = self.rules
+        size = rules.round(nbytes)
+        small = rules.is_small(size)
+        if not small and self._range is not None:
+            blk, at_end = self._from_range(size, stream, nbytes)
+        else:
+            index = self._small if small else self._large
+            half = rules.half_rule and not small
+            at_end = False
+            blk = self._find(size, index, stream, half)
+            if blk is None:
+                seg_size = rules.segment_size(size, small)
+                blk = self._grow(seg_size, small) or self._recover(size, index, stream, half, seg_size, nbytes)
+        return self._take(blk, size, stream, nbytes, at_end)
+
+    def _find(self, size: int, index: SizeIndex, stream, half: bool) -> Block | None:
+        limit = 2 * size if half else None
+        for blk in index.from_size(size):
+            if limit is not None and blk.size > limit:
+                return None
+            if self._eligible(blk, stream):
+                return blk
+        return None
+
+    def _eligible(self, blk: Block, stream) -> bool:
+        if blk.free_on is ANY or blk.free_on == stream:
+            return True
+        if blk.events and all(self._events.query(e) for e in blk.events):
+            self._drop_events(blk.events)
+            blk.events, blk.free_on = [], ANY
+            return True
+        return False
+
+    def _grow(self, seg_size: int, small: bool) -> Block | None:
+        address = self._source.allocate(seg_size)
+        if address is None:
+            return None
+        seg = Segment(address, seg_size, small)
+        seg.head = Block(address, seg_size, seg)
+        self._segments[address] = seg
+        self._seg_bytes += seg_size
+        self._n_seg_alloc += 1
+        self._reserved_peak = max(self._reserved_peak, self.reserved)
+        self._index_of(seg.head).add(seg.head)
+        return seg.head
+
+    def _recover(self, size, index, stream, half, seg_size, nbytes) -> Block:
+        """The device refused a segment: synchronize, look again, release, retry at the segment's size."""
+        self._refusals += 1
+        self._settle()
+        blk = self._find(size, index, stream, half)
+        if blk is None:
+            self._release_cached()
+            blk = self._grow(seg_size, index is self._small)
+        if blk is None and half:  # the last resort: a block of more than twice the request beats an OOM
+            blk = self._find(size, index, stream, half=False)
+        if blk is None:
+            raise self._oom(nbytes, size, seg_size, f"the driver refused a segment of {human(seg_size)}")
+        return blk
+
+    def _take(self, blk: Block, size: int, stream, nbytes: int, at_end: bool) -> Block:
+        self._index_of(blk).remove(blk)
+        if blk.size > size:
+            if at_end:  # the remainder stays in front, as blk (which keeps its events)
+                taken = Block(blk.end - size, size, blk.seg)
+                blk.size -= size
+                self._link_after(blk, taken)
+                self._index_of(blk).add(blk)
+                blk = taken
+            else:
+                rest = Block(blk.ptr + size, blk.size - size, blk.seg)
+                rest.free_on, rest.events, blk.events = blk.free_on, blk.events, []
+                blk.size = size
+                self._link_after(blk, rest)
+                self._index_of(rest).add(rest)
+        if blk.events:
+            self._drop_events(blk.events)
+            blk.events = []
+        self._serial += 1
+        blk.state, blk.requested, blk.stream, blk.serial = LIVE, nbytes, stream, self._serial
+        self._live[blk.ptr] = blk
+        self._allocated += size
+        self._requested += nbytes
+        self._n_alloc += 1
+        self._allocated_peak = max(self._allocated_peak, self._allocated)
+        self._requested_peak = max(self._requested_peak, self._requested)
+        if self.recorder is not None:
+            self.recorder.alloc(blk.serial, nbytes, stream)
+        return blk
+
+    # -- freeing ---------------------------------------------------------------------------------
+    def _release(self, blk: Block) -> None:
+        """A handed-out Block was released or collected. The collector may run inside the pool's own
+        work (or on another thread): then the free waits in a queue the pool drains before its next step."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._free(blk)
+                self._drain()
+            finally:
+                self._lock.release()
+        else:
+            self._deferred.append(blk)
+
+    def _drain(self) -> None:
+        while self._deferred:
+            self._free(self._deferred.popleft())
+
+    def _free(self, blk: Block) -> None:
+        if blk.state != LIVE:
+            raise ArgumentError(f"{blk!r} freed twice")
+        del self._live[blk.ptr]
+        self._allocated -= blk.size
+        self._requested -= blk.requested
+        self._n_free += 1
+        if self.recorder is not None:
+            self.recorder.free(blk.serial, blk.requested, blk.stream)
+        extra = [s for s in blk.used_on if s != blk.stream] if blk.used_on else ()
+        blk.used_on = None
+        if extra:
+            blk.waiting = [self._events.record(s) for s in extra]
+            blk.events = [self._events.record(blk.stream)]
+            blk.state = PENDING
+            self._pending.append(blk)
+            self._pending_bytes += blk.size
+        else:
+            cross = self._multi and self._events is not None  # another stream may want it: stamp the free
+            self._make_free(blk, blk.stream, [self._events.record(blk.stream)] if cross else [])
+            self._trim()
+
+    def _make_free(self, blk: Block, free_on, events: list) -> None:
+        blk.state, blk.free_on, blk.events = FREE, free_on, events
+        nxt = blk.next
+        if nxt is not None and nxt.state == FREE and compatible(blk, nxt):
+            self._index_of(nxt).remove(nxt)
+            self._absorb(blk, nxt)
+        prv = blk.prev
+        if prv is not None and prv.state == FREE and compatible(prv, blk):
+            self._index_of(prv).remove(prv)
+            self._absorb(prv, blk)
+            blk = prv
+        self._index_of(blk).add(blk)
+
+    def _process_pending(self) -> None:
+        if not self._pending:
+            return
+        waiting = []
+        for blk in self._pending:
+            if all(self._events.query(e) for e in blk.waiting):
+                self._drop_events(blk.waiting)
+                blk.waiting = []
+                self._pending_bytes -= blk.size
+                self._make_free(blk, blk.stream, blk.events)
+            else:
+                waiting.append(blk)
+        self._pending = waiting
+
+    def _record_stream(self, blk: Block, stream) -> None:
+        if stream == blk.stream:
+            return
+        if self._events is None:
+            raise ArgumentError("record_stream needs stream events: this pool was built without them")
+        if blk.used_on is None:
+            blk.used_on = set()
+        blk.used_on.add(stream)
+        if stream not in self._streams:
+            self._new_stream(stream)
+        if self.recorder is not None:
+            self.recorder.record_stream(blk.serial, stream)
+
+    def _new_stream(self, stream) -> None:
+        """A second stream appears: blocks freed so far on the first get the event their free did not record."""
+        self._streams.add(stream)
+        if len(self._streams) == 2:
+            self._multi = True
+            if self._events is not None:
+                for blk in self._free_blocks():
+                    if blk.free_on is not ANY and not blk.events:
+                        blk.events = [self._events.record(blk.free_on)]
+
+    # -- giving memory back ----------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Synchronize (when the pool can): every event has completed, every free block serves any stream."""
+        if self._synchronize is None:
+            self._process_pending()
+            return
+        self._synchronize()
+        for blk in self._pending:
+            self._drop_events(blk.waiting)
+            blk.waiting = []
+            self._pending_bytes -= blk.size
+            self._make_free(blk, blk.stream, blk.events)
+        self._pending = []
+        for blk in self._free_blocks():
+            self._drop_events(blk.events)
+            blk.events, blk.free_on = [], ANY
+        for seg in self._all_segments():  # neighbours kept apart by their streams merge now
+            blk = seg.head
+            while blk is not None:
+                nxt = blk.next
+                if blk.state == FREE and nxt is not None and nxt.state == FREE:
+                    index = self._index_of(blk)
+                    index.remove(blk)
+                    index.remove(nxt)
+                    self._absorb(blk, nxt)
+                    index.add(blk)
+                else:
+                    blk = nxt
+
+    def _release_segments(self, limit: int | None = None) -> int:
+        """Return wholly free segments to the driver, largest first, until the cache is down to limit."""
+        released = 0
+        for seg in sorted(self._segments.values(), key=lambda s: -s.size):
+            if limit is not None and self.reserved - self._allocated - self._pending_bytes <= limit:
+                break
+            if seg.head.wholly_free():
+                self._index_of(seg.head).remove(seg.head)
+                self._drop_events(seg.head.events)
+                del self._segments[seg.address]
+                self._source.free(seg.address)
+                self._seg_bytes -= seg.size
+                self._n_seg_free += 1
+                released += seg.size
+        return released
+
+    def _release_cached(self) -> int:
+        released = self._release_segments()
+        if self._range is not None:
+            released += self._range.unmap_inside(self._free_spans(settled_only=True), keep=False)
+        return released
+
+    def _trim(self) -> None:
+        limit = self._parked_limit
+        if limit is None or self.reserved - self._allocated - self._pending_bytes <= limit:
+            return
+        self._release_segments(limit)
+        if self._range is not None and self.reserved - self._allocated - self._pending_bytes > limit:
+            self._range.unmap_inside(self._free_spans(settled_only=True), keep=False)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _index_of(self, blk: Block):
+        if blk.seg.is_range:
+            return self._range_free
+        return self._small if blk.seg.small else self._large
+
+    def _all_segments(self):
+        yield from self._segments.values()
+        if self._range is not None:
+            yield self._range_seg
+
+    def _free_blocks(self):
+        yield from self._small.blocks.values()
+        yield from self._large.blocks.values()
+        yield from self._range_free.values()
+
+    @staticmethod
+    def _link_after(blk: Block, new: Block) -> None:
+        new.prev, new.next = blk, blk.next
+        if blk.next is not None:
+            blk.next.prev = new
+        blk.next = new
+
+    @staticmethod
+    def _absorb(a: Block, b: Block) -> None:
+        """a takes b, its free right neighbour (the lower block survives, so a segment's head never moves)."""
+        a.size += b.size
+        a.next = b.next
+        if b.next is not None:
+            b.next.prev = a
+        if a.free_on is ANY:
+            a.free_on = b.free_on
+        a.events = a.events + b.events
+
+    def _drop_events(self, events: list) -> None:
+        for e in events:
+            self._events.release(e)
+
+    def _largest_free(self) -> int:
+        largest = max(self._small.largest(), self._large.largest())
+        if self._range is not None:
+            for blk in self._range_free.values():
+                largest = max(largest, self._range.mapped_inside(blk.ptr, blk.end))
+        return largest
+
+    def _oom(self, nbytes: int, size: int, segment: int | None, why: str) -> DeviceOOMError:
+        self._ooms += 1
+        source = self._range.physical if self._range is not None else self._source
+        free, total = source.memory_info()
+        live, cached = self._allocated, self.reserved - self._allocated
+        return DeviceOOMError(
+            f"{self.device or 'the device'} is out of memory: requested {human(nbytes)} ({nbytes} bytes, "
+            f"{size} rounded) and {why}; after synchronizing and releasing its free segments the pool holds "
+            f"{human(live)} live and {human(cached)} cached; the device has {human(free)} free of {human(total)}",
+            requested=nbytes, live=live, cached=cached, free=free, total=total, device=self.device, segment=segment)
+
+
+@dataclass(frozen=True)
+class SegmentView:
+    address: int
+    size: int
+    kind: str      # small | large | range
+    blocks: tuple  # (ptr, size, state) with state free | live | pending, in address order
+
+
+def _walk(seg: Segment):
+    blk = seg.head
+    while blk is not None:
+        yield blk.ptr, blk.size, ("free", "live", "pending")[blk.state]
+        blk = blk.next
+
+
+class _Release:
+    """The finalizer's callable: holds the pool and the block, never the handed-out Block."""
+
+    __slots__ = ("pool", "blk")
+
+    def __init__(self, pool: Pool, blk: Block):
+        self.pool, self.blk = pool, blk
+
+    def __call__(self) -> None:
+        self.pool._release(self.blk)
+
+
+def _nothing() -> None:
+    return None
+
+
+def simulate(trace, rules: PoolRules, **options):
+    """Replay an allocation trace through the pool's own rules on a fake device (see nbx.memory.replay)."""
+    from .replay import simulate as _simulate
+    return _simulate(trace, rules, **options)
