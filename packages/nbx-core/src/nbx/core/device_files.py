@@ -335,10 +335,9 @@ def in_force(device=None) -> DeviceFacts:
                                     f"kernels and reports no target")
         return for_arch(backend.target(dev))
     seen = []
-    ordered = sorted(backends().items(), key=lambda item: item[1].host_accessible)  # GPUs before host devices
-    for name, backend in ordered:
-        if not isinstance(backend, HasTarget):
-            continue
+    for name, backend in sorted(backends().items()):
+        if not isinstance(backend, HasTarget) or backend.host_accessible:
+            continue  # host-memory devices (cpu, Triton's interpreter) are asked for by name only
         try:
             count = backend.device_count()
         except Exception as exc:
