@@ -1,0 +1,280 @@
+"""Random kernels: nbx.core.random's draws on the device, on the same Philox stream as the host.
+
+nbx.core.random's front-ends validate, take the counters from the generator and call
+"random.<op>"(out, seed, offset, *args) with a fresh contiguous `out`; these wrappers fill it with
+one launch of kernel.random_kernel.
+
+What is promised (same seed and offset -> same bits on cpu, interp and a GPU):
+- rand, randint, uniform, bernoulli, dropout_mask and dropout: bit for bit everywhere. Launches
+  keep multiplies and adds apart (enable_fp_fusion=False), as the host rounds them.
+- randn and normal: bit for bit on interp (numpy's log/cos, as the host). On a GPU, log and cos are
+  libdevice's: the words and the uniforms are exact, the normals differ in their last bits. Measured
+  on the H200 (Triton 3.6, 16M draws): randn float32 82.6% bit-equal, at most 5 ulp apart (7.2e-7);
+  normal(2, 3) at most 1.9e-6 apart (randn's error times std; near zero that is many ulps of the
+  result). The tests hold randn to 8 ulp (NORMAL_ULPS in test_random_kernels_draws.py).
+- float8 outputs of rand, randn, uniform, normal and dropout are drawn on the host and uploaded:
+  the GPU's float8 conversion saturates where the host's gives NaN/inf, so only the host keeps the
+  bits. bernoulli and dropout_mask (values 0 and 1) take every real dtype in the kernel.
+
+Each element costs one Philox4x32-10 (lanes 0 and 1 for randn, normal and randint): nbx.core's
+stream gives every element its own counter, so these kernels do four times the Philox work of a
+generator that spends all four lanes of a counter, as torch's does. The kernels are bound by those
+32-bit multiplies, not by memory: on the H200, rand float32 of 256 MiB takes 0.267 ms (1.0 TB/s),
+0.44x torch.rand; the launch setting hardly matters (block 4096 x 8 warps: 0.255 ms). See
+tools/bench/bench_random.py.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+import triton
+import triton.language as tl
+
+from nbx.core import dtypes, layout as core_layout
+from nbx.core.device import CPU, get_backend
+from nbx.core.dispatch import implementation
+from nbx.core.dtypes import DType
+from nbx.core.tensor import Tensor, empty
+
+from .. import launch
+from ..cost import Buffer, Cost, declares
+from ..elementwise import layout
+from ..registry import implements
+from . import kernel as k
+
+TILES = "elementwise"  # a random launch is one element per lane like an elementwise one
+INT32_LIMIT = 2**31 - 1
+_FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+# ---- arguments ---------------------------------------------------------------------------------
+def _words(value: int) -> tuple[int, int]:
+    """A 64-bit value as (low, high) 32-bit words, each passed as int32 (see kernel.py)."""
+    def signed(word: int) -> int:
+        return word - (1 << 32) if word >= 1 << 31 else word
+    value %= 1 << 64
+    return signed(value & 0xFFFFFFFF), signed(value >> 32)
+
+
+def _float_words(value: float, compute) -> tuple[int, int]:
+    """A float parameter rounded once to the compute dtype, as the words of its bits."""
+    if compute == tl.float64:
+        return _words(int(np.float64(value).view(np.uint64)))
+    return _words(int(np.float32(value).view(np.uint32)))
+
+
+def _compute(dtype: DType):
+    """float64 outputs do their arithmetic in float64, every other dtype in float32 (as the host)."""
+    return tl.float64 if dtype is dtypes.float64 else tl.float32
+
+
+def _below_one(dtype: DType) -> float:
+    """The largest value below 1.0 of a dtype narrower than float32 (0.0: no hold needed)."""
+    if dtype.itemsize >= 4:
+        return 0.0
+    return float(np.nextafter(np.ones((), dtype.host), np.zeros((), dtype.host)))
+
+
+def _operand_layout(x: Tensor, shape):
+    """x read as `shape` (broadcast), its dims merged where both x and the output walk them as one:
+    (sizes, x's strides), fewest dims first-to-last."""
+    strides = core_layout.broadcast_strides(x.shape, x.strides, shape)
+    sizes, (_, x_strides) = layout.collapse(shape, [core_layout.contiguous_strides(shape), strides])
+    return sizes, x_strides
+
+
+def _split_launches(x: Tensor, shape) -> int:
+    """How many launches read x as `shape`: one, or one per index of the dims beyond the kernel's four."""
+    sizes, _ = _operand_layout(x, shape)
+    return prod(sizes[:-layout.MAX_RANK]) if len(sizes) > layout.MAX_RANK else 1
+
+
+def _needs_wide_index(n: int, block: int, sizes, strides) -> bool:
+    """Whether an index or an operand offset of the launch can pass 2**31 - 1."""
+    extent = sum((size - 1) * abs(stride) for size, stride in zip(sizes, strides)) + 1
+    return max(n, extent) + block > INT32_LIMIT
+
+
+# ---- the launch --------------------------------------------------------------------------------
+def _launch(out: Tensor, seed: int, offset: int, draw: int, *, compute=tl.float32, a=(0, 0), b=(0, 0),
+            x: Tensor | None = None, full_range: bool = False) -> None:
+    """Fill the contiguous out with one launch; an operand whose layout keeps more than four dims
+    after merging is read in place by one launch per index of its leading dims (no dense copy)."""
+    n = out.size
+    if n == 0:
+        return
+    if x is None:
+        sizes, x_strides, x = (1, 1, 1, 1), (0, 0, 0, 0), out
+    else:
+        sizes, x_strides = _operand_layout(x, out.shape)
+        if len(sizes) > layout.MAX_RANK:
+            return _launch_split(out, seed, offset, draw, sizes, x_strides, x, compute=compute, a=a, b=b)
+        lead = layout.MAX_RANK - len(sizes)
+        sizes, x_strides = (1,) * lead + sizes, (0,) * lead + x_strides
+    settings = launch.tiles(TILES, out.device)
+    block = settings["block"]
+    launch.run(k.random_kernel, (triton.cdiv(n, block),), out.device,
+               out, n, *_words(seed), *_words(offset), *a, *b, x, *sizes[1:], *x_strides,
+               DRAW=draw, COMPUTE=compute, BELOW_ONE=_below_one(out.dtype) if draw == k.RAND else 0.0,
+               FULL_RANGE=full_range, X_DENSE=layout.is_dense(sizes, x_strides),
+               WIDE=_needs_wide_index(n, block, sizes, x_strides), BLOCK=block,
+               num_warps=settings["num_warps"], enable_fp_fusion=False)
+
+
+def _launch_split(out, seed, offset, draw, sizes, x_strides, x, **kw) -> None:
+    """One launch per index of the dims beyond four: element j * inner of out is counter offset + j * inner."""
+    lead, inner = sizes[:-layout.MAX_RANK], sizes[-layout.MAX_RANK:]
+    inner_n = prod(inner)
+    for j, index in enumerate(np.ndindex(*lead)):
+        at = x.storage_offset + sum(i * st for i, st in zip(index, x_strides))
+        part_x = Tensor(x.storage, x.dtype, inner, x_strides[len(lead):], at)
+        part_out = Tensor(out.storage, out.dtype, inner, core_layout.contiguous_strides(inner),
+                          out.storage_offset + j * inner_n)
+        _launch(part_out, seed, (offset + j * inner_n) % (1 << 64), draw, x=part_x, **kw)
+
+
+def _on_host(op: str, out: Tensor, seed: int, offset: int, *args) -> None:
+    """Draw with the host's implementation and upload into out (float8 outputs, see above)."""
+    host = empty(out.shape, out.dtype, CPU)
+    implementation(f"random.{op}", CPU)(host, seed, offset, *(a.to(CPU) if isinstance(a, Tensor) else a
+                                                              for a in args))
+    get_backend(out.device.type).upload(out.storage, out.storage_offset * out.dtype.itemsize, host._host_view())
+
+
+# ---- implementations -----------------------------------------------------------------------------
+@implements("random.rand")
+def _rand(out: Tensor, seed: int, offset: int) -> None:
+    if out.dtype.name in _FLOAT8:
+        return _on_host("rand", out, seed, offset)
+    _launch(out, seed, offset, k.RAND)
+
+
+@implements("random.randn")
+def _randn(out: Tensor, seed: int, offset: int) -> None:
+    if out.dtype.name in _FLOAT8:
+        return _on_host("randn", out, seed, offset)
+    _launch(out, seed, offset, k.RANDN)
+
+
+@implements("random.randint")
+def _randint(out: Tensor, seed: int, offset: int, low: int, high: int) -> None:
+    span = high - low
+    _launch(out, seed, offset, k.RANDINT, a=_words(span), b=_words(low), full_range=span == 1 << 64)
+
+
+@implements("random.uniform")
+def _uniform(out: Tensor, seed: int, offset: int, low: float, high: float) -> None:
+    if out.dtype.name in _FLOAT8:
+        return _on_host("uniform", out, seed, offset, low, high)
+    ct = _compute(out.dtype)
+    _launch(out, seed, offset, k.UNIFORM, compute=ct, a=_float_words(high - low, ct), b=_float_words(low, ct))
+
+
+@implements("random.normal")
+def _normal(out: Tensor, seed: int, offset: int, mean: float, std: float) -> None:
+    if out.dtype.name in _FLOAT8:
+        return _on_host("normal", out, seed, offset, mean, std)
+    ct = _compute(out.dtype)
+    _launch(out, seed, offset, k.NORMAL, compute=ct, a=_float_words(std, ct), b=_float_words(mean, ct))
+
+
+@implements("random.bernoulli")
+def _bernoulli(out: Tensor, seed: int, offset: int, p) -> None:
+    if isinstance(p, Tensor):  # compared in float64 when p is float64, else in float32
+        _launch(out, seed, offset, k.BERNOULLI_TENSOR, compute=_compute(p.dtype), x=p)
+    else:
+        _launch(out, seed, offset, k.BERNOULLI, a=_float_words(p, tl.float32))
+
+
+@implements("random.dropout_mask")
+def _dropout_mask(out: Tensor, seed: int, offset: int, p: float) -> None:
+    _launch(out, seed, offset, k.DROPOUT_MASK, a=_float_words(p, tl.float32))
+
+
+@implements("random.dropout")
+def _dropout(out: Tensor, seed: int, offset: int, x: Tensor, p: float) -> None:
+    if out.dtype.name in _FLOAT8:
+        return _on_host("dropout", out, seed, offset, x, p)
+    ct = _compute(out.dtype)
+    scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
+    _launch(out, seed, offset, k.DROPOUT, compute=ct, a=_float_words(p, tl.float32), b=_float_words(scale, ct), x=x)
+
+
+# ---- declared costs: priced with the front-end's arguments (nbx.core.random.<op>) ----------------
+# flops counts the floating-point work per element; each element also runs Philox4x32-10 (ten rounds
+# of two 32x32-bit multiplies), noted rather than counted.
+_PHILOX_NOTE = "integer work: one Philox4x32-10 (20 32-bit multiplies) per element"
+_HOST_FLOAT8 = ("rand", "randn", "uniform", "normal", "dropout")
+_FLOPS = {"rand": 1, "randn": 7, "randint": 0, "uniform": 3, "normal": 9, "bernoulli": 2,
+          "dropout_mask": 2, "dropout": 3}
+
+
+def _draw_cost(op: str, shape, dtype: DType, operand: Tensor | None = None) -> Cost:
+    n = prod(shape)
+    written = n * dtype.itemsize
+    read, launches, notes = 0, 1, [_PHILOX_NOTE]
+    if operand is not None:
+        read = operand.nbytes
+        launches = _split_launches(operand, shape) if n else 1
+        if launches > 1:
+            notes.append(f"the operand's layout keeps more than {layout.MAX_RANK} dims: {launches} launches")
+    if dtype.name in _FLOAT8 and op in _HOST_FLOAT8:
+        notes.append(f"{dtype.name} output drawn on the host and uploaded")
+    return Cost(buffers=(Buffer("out", written),), bytes_moved=read + written, flops=n * _FLOPS[op],
+                launches=launches, notes=tuple(notes))
+
+
+def _shape(args) -> tuple[int, ...]:
+    """The shape as the front-end reads it: f(2, 3), f((2, 3)) or f(shape=...)."""
+    return core_layout.as_shape(core_layout.shape_args(args))
+
+
+def _dtype(dtype, default: DType) -> DType:
+    return default if dtype is None else dtypes.as_dtype(dtype)
+
+
+@declares("random.rand")
+def _rand_cost(*shape, dtype=None, **_) -> Cost:
+    return _draw_cost("rand", _shape(shape), _dtype(dtype, dtypes.DEFAULT_FLOAT))
+
+
+@declares("random.randn")
+def _randn_cost(*shape, dtype=None, **_) -> Cost:
+    return _draw_cost("randn", _shape(shape), _dtype(dtype, dtypes.DEFAULT_FLOAT))
+
+
+@declares("random.randint")
+def _randint_cost(low, high, shape, *, dtype=None, **_) -> Cost:
+    return _draw_cost("randint", _shape((shape,)), _dtype(dtype, dtypes.DEFAULT_INT))
+
+
+@declares("random.uniform")
+def _uniform_cost(low, high, shape, *, dtype=None, **_) -> Cost:
+    return _draw_cost("uniform", _shape((shape,)), _dtype(dtype, dtypes.DEFAULT_FLOAT))
+
+
+@declares("random.normal")
+def _normal_cost(mean, std, shape, *, dtype=None, **_) -> Cost:
+    return _draw_cost("normal", _shape((shape,)), _dtype(dtype, dtypes.DEFAULT_FLOAT))
+
+
+@declares("random.dropout_mask")
+def _dropout_mask_cost(shape, p, *, dtype=None, **_) -> Cost:
+    return _draw_cost("dropout_mask", _shape((shape,)), _dtype(dtype, dtypes.bool_))
+
+
+@declares("random.bernoulli")
+def _bernoulli_cost(p, shape=None, *, dtype=None, **_) -> Cost:
+    dt = _dtype(dtype, dtypes.DEFAULT_FLOAT)
+    if not isinstance(p, Tensor):
+        return _draw_cost("bernoulli", _shape((shape,)), dt)
+    return _draw_cost("bernoulli", p.shape if shape is None else _shape((shape,)), dt, operand=p)
+
+
+@declares("random.dropout")
+def _dropout_cost(x: Tensor, p: float, **_) -> Cost:
+    return _draw_cost("dropout", x.shape, x.dtype, operand=x)
+
+
+__all__ = ["TILES"]

@@ -1,0 +1,148 @@
+"""One Triton kernel for every draw of nbx.core.random, on nbx.core's Philox stream.
+
+Element i of the output (row-major) is drawn from counter offset + i under the key (seed_lo,
+seed_hi), with Triton's own Philox4x32-10 (tl.philox_impl) and uint -> [0, 1) map
+(tl.uint_to_uniform_float): the words nbx.core.random.philox computes on the host, bit for bit.
+
+Every 64-bit quantity (seed, offset, randint's span and low) and every float parameter (as its bit
+pattern) arrives as two 32-bit words passed as int32: one argument type whatever the value, so the
+kernel compiles once per draw and dtype instead of once per range of the seed or offset (Triton
+types a Python int by its range and makes a value of 1 a constant). The counter's low word
+carries into the high word, as a 64-bit counter does.
+
+DRAW picks what is made of the words; X is the tensor operand of bernoulli (probabilities,
+broadcast) and dropout (the input), read through four sizes and strides, or densely.
+"""
+import triton
+import triton.language as tl
+
+# what DRAW selects: ints for the wrappers, the same values as constexprs for the kernel
+RAND, RANDN, RANDINT, UNIFORM, NORMAL, BERNOULLI, BERNOULLI_TENSOR, DROPOUT_MASK, DROPOUT = range(9)
+_RAND, _RANDN, _RANDINT, _UNIFORM, _NORMAL = (tl.constexpr(v) for v in (RAND, RANDN, RANDINT, UNIFORM, NORMAL))
+_BERNOULLI, _BERNOULLI_TENSOR, _DROPOUT_MASK = (tl.constexpr(v) for v in (BERNOULLI, BERNOULLI_TENSOR, DROPOUT_MASK))
+
+# integer arguments never specialised on their values (Triton would compile again for a value of 1
+# or a multiple of 16, which tells it nothing here); n stays specialised: a multiple of 16 lets the
+# masked stores be vectorised
+_UNSPECIALISED = ["seed_lo", "seed_hi", "off_lo", "off_hi", "a_lo", "a_hi", "b_lo", "b_hi",
+                  "s1", "s2", "s3", "x0", "x1", "x2", "x3"]
+
+
+@triton.jit
+def _u32(word):
+    return word.to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _u64(lo, hi):
+    return (_u32(hi).to(tl.uint64) << 32) | _u32(lo).to(tl.uint64)
+
+
+@triton.jit
+def _scalar(lo, hi, COMPUTE: tl.constexpr):
+    """A float parameter from its bits: float32 in lo, or float64 across (lo, hi)."""
+    if COMPUTE == tl.float64:
+        value = _u64(lo, hi).to(tl.float64, bitcast=True)
+    else:
+        value = _u32(lo).to(tl.float32, bitcast=True)
+    return value
+
+
+@triton.jit
+def _to(value, out_ty: tl.constexpr):
+    """value in out's dtype, rounded to nearest even. float32 -> bfloat16 rounds through the bits
+    (Triton's interpreter truncates that cast; the GPU's cvt.rn gives these same bits)."""
+    if value.dtype == tl.int1 and out_ty.is_floating():  # via float32: the interpreter cannot cast
+        value = value.to(tl.float32)                        # int1 to bfloat16 or float8 directly
+    if out_ty == tl.bfloat16 and value.dtype == tl.float32:
+        bits = value.to(tl.uint32, bitcast=True)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        bits = tl.where(value != value, bits >> 16, rounded)  # a NaN keeps its high bits
+        result = bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        result = value.to(out_ty)
+    return result
+
+
+@triton.jit
+def _index(lin, s1, s2, s3, st0, st1, st2, st3, DENSE: tl.constexpr):
+    """Where element lin (row-major over four sizes) of an operand lies, through its strides."""
+    if DENSE:
+        at = lin
+    else:
+        i3 = lin % s3
+        rest = lin // s3
+        i2 = rest % s2
+        rest = rest // s2
+        i1 = rest % s1
+        i0 = rest // s1
+        at = i0 * st0 + i1 * st1 + i2 * st2 + i3 * st3
+    return at
+
+
+@triton.jit
+def _box_muller(u1, u2):
+    """The cosine branch of Box-Muller in float32, as nbx.core.random.philox.box_muller.
+    sqrt_rn: the correctly rounded root numpy takes (tl.sqrt may be approximate on a GPU)."""
+    u1 = tl.maximum(1.0e-7, u1)
+    theta = 6.283185307179586 * u2
+    radius = tl.sqrt_rn(-2.0 * tl.log(u1))
+    return radius * tl.cos(theta)
+
+
+@triton.jit(do_not_specialize=_UNSPECIALISED)
+def random_kernel(
+    out_ptr, n,
+    seed_lo, seed_hi, off_lo, off_hi,
+    a_lo, a_hi, b_lo, b_hi,
+    x_ptr, s1, s2, s3, x0, x1, x2, x3,
+    DRAW: tl.constexpr, COMPUTE: tl.constexpr, BELOW_ONE: tl.constexpr, FULL_RANGE: tl.constexpr,
+    X_DENSE: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr,
+):
+    if WIDE:  # indices and counters past 2**31 - 1
+        lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        lin = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = lin < n
+
+    # counter offset + lin, as (low word, high word) with the carry
+    base_lo = _u32(off_lo)
+    c0 = base_lo + lin.to(tl.uint32)
+    c1 = _u32(off_hi) + (c0 < base_lo).to(tl.uint32)
+    if WIDE:
+        c1 = c1 + (lin >> 32).to(tl.uint32)
+    zero = tl.zeros_like(c0)
+    w0, w1, _, _ = tl.philox_impl(c0, c1, zero, zero, _u32(seed_lo), _u32(seed_hi))
+
+    out_ty = out_ptr.dtype.element_ty
+    if DRAW == _RANDINT:
+        bits = w0.to(tl.uint64) | (w1.to(tl.uint64) << 32)
+        if not FULL_RANGE:
+            bits = bits % _u64(a_lo, a_hi)
+        value = (bits + _u64(b_lo, b_hi)).to(out_ty)  # wraps mod 2**64, then keeps the low bits
+    elif DRAW == _RANDN or DRAW == _NORMAL:
+        normal = _box_muller(tl.uint_to_uniform_float(w0), tl.uint_to_uniform_float(w1))
+        if DRAW == _NORMAL:
+            normal = normal.to(COMPUTE) * _scalar(a_lo, a_hi, COMPUTE) + _scalar(b_lo, b_hi, COMPUTE)
+        value = _to(normal, out_ty)
+    else:
+        u = tl.uint_to_uniform_float(w0)
+        if DRAW == _RAND:
+            if BELOW_ONE != 0.0:  # a narrow dtype: values that would round to 1.0 take the largest below
+                u = tl.minimum(u, BELOW_ONE)
+            value = _to(u, out_ty)
+        elif DRAW == _UNIFORM:
+            value = _to(u.to(COMPUTE) * _scalar(a_lo, a_hi, COMPUTE) + _scalar(b_lo, b_hi, COMPUTE), out_ty)
+        elif DRAW == _BERNOULLI:
+            value = _to(u < _scalar(a_lo, a_hi, tl.float32), out_ty)
+        elif DRAW == _DROPOUT_MASK:
+            value = _to(u >= _scalar(a_lo, a_hi, tl.float32), out_ty)
+        else:
+            operand = tl.load(x_ptr + _index(lin, s1, s2, s3, x0, x1, x2, x3, X_DENSE), mask=mask).to(COMPUTE)
+            if DRAW == _BERNOULLI_TENSOR:
+                value = _to(u.to(COMPUTE) < operand, out_ty)
+            else:  # DROPOUT
+                keep = u >= _scalar(a_lo, a_hi, tl.float32)
+                scaled = operand * _scalar(b_lo, b_hi, COMPUTE)
+                value = _to(tl.where(keep, scaled, tl.zeros_like(scaled)), out_ty)
+    tl.store(out_ptr + lin, value, mask=mask)
