@@ -1,0 +1,170 @@
+"""The 'cuda' backend of nbx.core: memory through nbx.memory's allocator, copies through cudaMemcpy.
+
+Every call makes the storage's own device current (device_guard) and runs on that device's
+current stream; calls that hand bytes to or from the host wait for that stream. Byte ranges are
+checked against the storage before the driver is called (CopyOutOfBoundsError).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from nbx.core.device import Device
+from nbx.core.errors import DeviceError, DLPackError
+from nbx.core.storage import Storage
+
+from . import runtime
+from .errors import CopyOutOfBoundsError
+from .streams import LEGACY_DEFAULT, Event, Stream, current_stream
+
+
+def check_range(storage: Storage, byte_offset: int, nbytes: int, what: str) -> None:
+    """Refuse, before any driver call, a byte range that is not inside the storage."""
+    if byte_offset < 0 or nbytes < 0 or byte_offset + nbytes > storage.nbytes:
+        raise CopyOutOfBoundsError(
+            f"{what} of {nbytes} bytes at byte offset {byte_offset} is outside the {storage.nbytes}-byte "
+            f"storage on {storage.device} (refused before calling the driver)")
+
+
+class CudaBackend:
+    name = "cuda"
+    indexed = True
+    host_accessible = False
+    dlpack_device_type = 2  # kDLCUDA
+
+    def __init__(self):
+        self._started = False
+        self._start_lock = threading.Lock()
+
+    # ---- devices ---------------------------------------------------------------------------
+    def device_count(self) -> int:
+        return runtime.device_count()
+
+    def current_device(self) -> int:
+        return runtime.get_device()
+
+    def synchronize(self, device: Device) -> None:
+        runtime.synchronize(device.index)
+
+    def device_guard(self, device: Device):
+        """Context manager: device is the current CUDA device inside, the previous one after."""
+        return runtime.device_guard(device.index)
+
+    def target(self, device: Device) -> str:
+        """The string device files are matched by: f"sm_{major}{minor}" ('sm_90' on Hopper)."""
+        from .properties import compute_capability
+        major, minor = compute_capability(runtime.check_ordinal(device.index))
+        return f"sm_{major}{minor}"
+
+    def device_name(self, index: int) -> str:
+        from .properties import properties
+        return properties(index).name
+
+    def device_summary(self, index: int) -> str:
+        """One line for `nbx info`: name, capability, memory, and the runtime library opened."""
+        from .properties import properties
+        p = properties(index)
+        version = runtime.runtime_version()
+        return (f"{p.name}, compute capability {p.compute_capability[0]}.{p.compute_capability[1]}, "
+                f"{p.total_memory / 2**30:.1f} GiB, {p.sm_count} SMs; runtime {runtime.rt().path} "
+                f"(CUDA {version // 1000}.{version % 1000 // 10}), driver CUDA {runtime.driver_version() // 1000}")
+
+    def start(self) -> None:
+        """Once per process, at first allocation: the allocator, and Triton's torch-free driver."""
+        if self._started:
+            return
+        with self._start_lock:
+            if self._started:
+                return
+            from nbx.memory import allocator
+
+            from .triton_driver import install_if_triton
+            try:
+                allocator.get_allocator(self.name)
+            except DeviceError:  # none registered yet: the plain one until the caching pool takes over
+                allocator.register_allocator(
+                    self.name, allocator.PlainDeviceAllocator("cuda-plain", runtime.malloc, runtime.free))
+            install_if_triton()
+            self._started = True
+
+    # ---- memory ----------------------------------------------------------------------------
+    def allocate(self, nbytes: int, device: Device) -> Storage:
+        self.start()
+        from nbx.memory.allocator import get_allocator
+        runtime.check_ordinal(device.index)
+        block = get_allocator(self.name).allocate(nbytes, device, current_stream(device.index))
+        return Storage(device, nbytes, block.ptr, owner=block)
+
+    def upload(self, storage: Storage, byte_offset: int, data: np.ndarray) -> None:
+        flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        check_range(storage, byte_offset, flat.nbytes, "upload")
+        if not flat.nbytes:
+            return
+        index = storage.device.index
+        with runtime.device_guard(index):
+            stream = current_stream(index)
+            runtime.memcpy_async(storage.data_ptr() + byte_offset, flat.ctypes.data, flat.nbytes,
+                                 runtime.HOST_TO_DEVICE, stream.handle)
+            stream.synchronize()
+
+    def download(self, storage: Storage, byte_offset: int, nbytes: int) -> np.ndarray:
+        check_range(storage, byte_offset, nbytes, "download")
+        out = np.empty(nbytes, np.uint8)
+        if nbytes:
+            index = storage.device.index
+            with runtime.device_guard(index):
+                stream = current_stream(index)
+                runtime.memcpy_async(out.ctypes.data, storage.data_ptr() + byte_offset, nbytes,
+                                     runtime.DEVICE_TO_HOST, stream.handle)
+                stream.synchronize()
+        return out
+
+    def copy(self, dst: Storage, dst_offset: int, src: Storage, src_offset: int, nbytes: int) -> None:
+        """Device to device, stream-ordered: on the destination's current stream (peer across devices)."""
+        check_range(dst, dst_offset, nbytes, "copy destination")
+        check_range(src, src_offset, nbytes, "copy source")
+        copy_bytes(dst.data_ptr() + dst_offset, dst.device.index, src.data_ptr() + src_offset,
+                   src.device.index, nbytes)
+
+
+    # ---- DLPack's stream handshake (nbx.core.dlpack calls these) ---------------------------------
+    def dlpack_export_sync(self, index: int, stream) -> None:
+        """Make the consumer's stream wait for nbx's current stream (an event), unless they are one.
+
+        DLPack's numbering: None or 1 the legacy default stream, 2 the per-thread default stream,
+        -1 no synchronisation, any other integer a cudaStream_t; 0 is ambiguous and refused.
+        """
+        if stream == -1:
+            return
+        if stream == 0:
+            raise DLPackError("stream 0 is ambiguous in DLPack (legacy or per-thread default?); pass 1 or 2")
+        handle = LEGACY_DEFAULT if stream in (None, 1) else int(stream)
+        ours = current_stream(index)
+        consumer = Stream.wrap(handle, index)
+        if consumer != ours:
+            consumer.wait_event(Event(index, timing=False).record(ours))
+
+    def dlpack_consumer_stream(self, index: int) -> int:
+        """The stream number nbx passes to a producer: its current stream of that device."""
+        ours = current_stream(index)
+        return 1 if ours.is_default else ours.handle
+
+
+def copy_bytes(dst_ptr: int, dst_device: int, src_ptr: int, src_device: int, nbytes: int) -> None:
+    """nbytes from src to dst on the destination's current stream; across devices the source's
+    current stream is waited for first (an event), then a peer copy runs."""
+    if not nbytes:
+        return
+    with runtime.device_guard(dst_device):
+        stream = current_stream(dst_device)
+        if dst_device == src_device:
+            runtime.memcpy_async(dst_ptr, src_ptr, nbytes, runtime.DEVICE_TO_DEVICE, stream.handle)
+            return
+        source_stream = current_stream(src_device)
+        stream.wait_event(Event(src_device, timing=False).record(source_stream))
+        runtime.memcpy_peer_async(dst_ptr, dst_device, src_ptr, src_device, nbytes, stream.handle)
+        # later writes to the source, queued on its own stream, must wait for this read
+        source_stream.wait_event(Event(dst_device, timing=False).record(stream))
+
+
+BACKEND = CudaBackend()

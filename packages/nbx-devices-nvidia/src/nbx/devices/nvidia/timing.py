@@ -1,0 +1,66 @@
+"""Timing device work with CUDA events, torch-free (triton.testing.do_bench imports torch).
+
+`bench` keeps do_bench's call shape (warmup and rep in milliseconds, quantiles, return_mode) so
+that it can serve as Triton's benchmarker: the autotuner calls driver.get_benchmarker()(fn, ...).
+"""
+from __future__ import annotations
+
+import numpy as np
+from nbx.core.errors import NotSupportedError
+
+from . import runtime
+from .streams import Event, current_stream
+
+L2_FLUSH_BYTES = 256 << 20  # written between timed runs so that no run finds its inputs in L2
+
+
+class _FlushBuffer:
+    """A device buffer zeroed before each timed run (evicts the previous run's data from L2)."""
+
+    def __init__(self, index: int):
+        from nbx.core import tensor
+        self.tensor = tensor.empty((L2_FLUSH_BYTES,), "uint8", f"cuda:{index}")
+
+    def flush(self, stream) -> None:
+        runtime.memset_async(self.tensor.data_ptr(), 0, L2_FLUSH_BYTES, stream.handle)
+
+
+def bench(fn, warmup: float = 25, rep: float = 100, grad_to_none=None, quantiles=None,
+          return_mode: str = "mean", flush_l2: bool = True):
+    """Milliseconds per call of fn on the current device and stream, timed by events around each call."""
+    if grad_to_none is not None:
+        raise NotSupportedError("bench(grad_to_none=...) is for autograd frameworks; nbx has no gradients")
+    if return_mode not in ("min", "max", "mean", "median", "all"):
+        raise NotSupportedError(f"bench return_mode {return_mode!r}: use min, max, mean, median or all")
+    index = runtime.get_device()
+    stream = current_stream(index)
+    flusher = _FlushBuffer(index) if flush_l2 else None
+    fn()
+    stream.synchronize()
+    start, end = Event(index), Event(index)
+    start.record(stream)
+    for _ in range(5):
+        if flusher:
+            flusher.flush(stream)
+        fn()
+    end.record(stream)
+    end.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-4)
+    for _ in range(max(1, int(warmup / estimate))):
+        fn()
+    n = max(1, int(rep / estimate))
+    pairs = [(Event(index), Event(index)) for _ in range(n)]
+    for begin, finish in pairs:
+        if flusher:
+            flusher.flush(stream)
+        begin.record(stream)
+        fn()
+        finish.record(stream)
+    stream.synchronize()
+    times = np.array([b.elapsed_time(f) for b, f in pairs], dtype=np.float64)
+    if quantiles is not None:
+        values = [float(v) for v in np.quantile(times, list(quantiles))]
+        return values[0] if len(values) == 1 else values
+    if return_mode == "all":
+        return times.tolist()
+    return float(getattr(np, return_mode)(times))

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Everything nbx checks on the GPU machine, in one call (see DEVELOPERS.md / DESIGN.md):
+#   1. the device's facts (tools/measure_nvidia_facts.py)            -> $OUT/nvidia_facts_h200.txt
+#   2. tests/gpu and the CPU suites of the backend, in a process where `import torch` raises
+#   3. the DLPack-with-torch tests, in a separate process where torch is allowed
+# Logs and results go to $OUT (at most 8 files come back from the GPU machine). Changes no GPU setting.
+# Usage: tools/gpu_run.sh [--quick] [extra pytest args for step 2]
+#   --quick: tests/gpu only (no facts, no gpu-marked tests elsewhere, no CPU suites, no torch step)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/nbx-gpu-run}
+mkdir -p "$OUT"
+export PYTHONPATH="$(ls -d "$PWD"/packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
+export PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/nbx-triton-cache}
+# tests/conftest.py defaults TRITON_INTERPRET to 1 (kernels on the interp device); here the kernels
+# run compiled on the GPU. Triton reads it at import, so it is set before anything starts.
+export TRITON_INTERPRET=0
+PY=${PYTHON:-python3}
+QUICK=0
+if [ "${1:-}" = --quick ]; then QUICK=1; shift; fi
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+
+# A module that makes `import torch` raise, installed before pytest starts (not a sitecustomize:
+# the machine's own site customisation stays in place).
+BLOCKER_DIR=$(mktemp -d)
+cat > "$BLOCKER_DIR/nbx_block_torch.py" <<'EOF'
+import sys
+
+class BlockTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"import of {name!r} blocked: the nbx GPU suite runs without torch", name=name)
+        return None
+
+for _name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
+    del sys.modules[_name]
+sys.meta_path.insert(0, BlockTorch())
+EOF
+
+blocked_pytest() {  # pytest in a process where torch cannot be imported; fails if torch got in anyway
+  "$PY" -c "
+import sys; sys.path.insert(0, '$BLOCKER_DIR'); import nbx_block_torch
+import pytest
+code = pytest.main(sys.argv[1:])
+leaked = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]
+print('torch modules loaded:', leaked or 'none')
+sys.exit(code or (3 if leaked else 0))" "$@"
+}
+
+{
+  echo "== $(date -u +%FT%TZ) $(hostname)"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.reserved,clocks.max.sm,clocks.max.mem,compute_cap,pci.bus_id --format=csv
+  "$PY" -c "import sys, numpy, triton; print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'triton', triton.__version__)"
+} 2>&1 | tee -a "$SUMMARY"
+
+if [ "$QUICK" = 0 ]; then
+  echo "== 1. device facts" | tee -a "$SUMMARY"
+  "$PY" tools/measure_nvidia_facts.py > "$OUT/nvidia_facts_h200.txt" 2> "$OUT/measure_stderr.txt"
+  echo "measure_nvidia_facts exit $?" | tee -a "$SUMMARY"
+  cat "$OUT/nvidia_facts_h200.txt"
+fi
+
+echo "== 2. torch-blocked: every test marked gpu (one process per tests/gpu file: a crash loses one file)" | tee -a "$SUMMARY"
+: > "$OUT/gpu_blocked.log"
+targets=(tests/gpu/test_*.py)
+[ "$QUICK" = 0 ] && targets+=(tests)
+for target in "${targets[@]}"; do
+  case "$target" in */test_cuda_dlpack_torch.py) continue;; esac
+  extra=()
+  [ "$target" = tests ] && extra=(--ignore=tests/gpu --continue-on-collection-errors)
+  echo "-- $target" >> "$OUT/gpu_blocked.log"
+  blocked_pytest -q -rfEsP --tb=short -p no:cacheprovider --import-mode=importlib --durations=5 -m gpu \
+    "${extra[@]}" "$target" "$@" >> "$OUT/gpu_blocked.log" 2>&1
+  code=$?
+  echo "$target: exit $code ($(tail -n 2 "$OUT/gpu_blocked.log" | head -n 1))" | tee -a "$SUMMARY"
+done
+grep -E "^(FAILED|ERROR) " "$OUT/gpu_blocked.log" >> "$SUMMARY"
+
+if [ "$QUICK" = 1 ]; then rm -rf "$BLOCKER_DIR"; echo "== summary (quick)"; cat "$SUMMARY"; exit 0; fi
+
+# the simulated-CUDA tests swap the runtime library: a process of their own, apart from real tensors
+echo "== 2b. torch-blocked: the backend's CPU-side suites" | tee -a "$SUMMARY"
+TRITON_INTERPRET=1 blocked_pytest -q -rs -p no:cacheprovider --import-mode=importlib \
+  tests/nbx-devices tests/nbx-core/test_dlpack_cpu.py 2>&1 | tee "$OUT/cpu_blocked.log"
+echo "torch-blocked CPU suites exit ${PIPESTATUS[0]}" | tee -a "$SUMMARY"
+tail -n 3 "$OUT/cpu_blocked.log" >> "$SUMMARY"
+grep -E "^(FAILED|ERROR) " "$OUT/cpu_blocked.log" >> "$SUMMARY"
+
+echo "== 3. torch allowed: DLPack with torch" | tee -a "$SUMMARY"
+"$PY" -m pytest -q -rfEs --tb=short -p no:cacheprovider --import-mode=importlib tests/gpu/test_cuda_dlpack_torch.py \
+  2>&1 | tee "$OUT/gpu_torch.log"
+echo "torch suite exit ${PIPESTATUS[0]}" | tee -a "$SUMMARY"
+tail -n 3 "$OUT/gpu_torch.log" >> "$SUMMARY"
+grep -E "^(FAILED|ERROR) " "$OUT/gpu_torch.log" >> "$SUMMARY"
+
+rm -rf "$BLOCKER_DIR"
+echo "== summary"
+cat "$SUMMARY"
