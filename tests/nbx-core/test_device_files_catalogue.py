@@ -110,10 +110,11 @@ def test_warp_sizes_are_the_vendors():
         assert device_files.for_arch(prefix).value("compute.warp_size") == expected[vendor_file.vendor]
 
 
-def test_hopper_leaves_its_vmm_facts_absent_until_measured():
+def test_hopper_states_its_measured_vmm_granularity_and_leaves_the_unmeasured_chunk_absent():
     hopper = device_files.for_arch("sm_90")
     assert "memory.vmm.chunk_bytes" not in hopper
-    assert "memory.vmm.granularity_bytes" not in hopper
+    assert hopper.value("memory.vmm.granularity_bytes") == 2 << 20
+    assert hopper.provenance("memory.vmm.granularity_bytes").startswith("measured: NVIDIA H200, 2026-11-29")
 
 
 def test_metal_dispatch_limits_are_stated_for_every_apple_chip_and_no_other_vendor():

@@ -95,7 +95,8 @@ def test_a_fact_comes_with_its_value_its_provenance_and_its_file():
     hopper = device_files.for_arch("sm_90")
     got = hopper.get("memory.max_shared_memory_per_block")
     assert got.value == hopper.value("memory.max_shared_memory_per_block") == 232448
-    assert hopper.provenance("memory.max_shared_memory_per_block").startswith("source: CUDA C++ Programming Guide")
+    assert hopper.provenance("memory.max_shared_memory_per_block").startswith(
+        "measured: NVIDIA H200, 2026-11-29, tools/measure_nvidia_facts.py")
     assert got.file.name == "hopper.yml"
 
 

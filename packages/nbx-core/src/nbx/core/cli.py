@@ -4,11 +4,13 @@
                     plugin load errors, the device file in force, certificate coverage
     nbx demo-cpu    a short computation on the CPU, checked against the float64 oracle
 
-Vendor plugins add subcommands: a module registered under the entry-point group `nbx.devices`
-(or found in the `nbx.devices` namespace) may define `add_cli_commands(subparsers)`, which receives
-the argparse sub-parsers object. Each parser it adds sets its handler with
-`parser.set_defaults(func=handler)`; the handler takes the parsed arguments and returns an exit
-status (None means 0). A plugin whose hook fails is reported on stderr; the other commands still work.
+Vendor plugins and distributions add subcommands: a module registered under the entry-point group
+`nbx.devices` (or found in the `nbx.devices` namespace), or the `nbx.<name>.cli` module of a
+distribution that has one (nbx.autotune.cli: `nbx autotune`), may define
+`add_cli_commands(subparsers)`, which receives the argparse sub-parsers object. Each parser it
+adds sets its handler with `parser.set_defaults(func=handler)`; the handler takes the parsed
+arguments and returns an exit status (None means 0). A plugin whose hook fails is reported on
+stderr; the other commands still work.
 """
 from __future__ import annotations
 
@@ -44,6 +46,23 @@ def _demo_cpu(args: argparse.Namespace) -> int:
     return 0
 
 
+def _distribution_cli_modules() -> list[tuple[str, object]]:
+    """(name, module) of nbx.<name>.cli for each nbx distribution beside core with a cli.py (nbx.autotune)."""
+    import importlib
+    from pathlib import Path
+
+    import nbx
+    names = sorted({p.name for base in nbx.__path__ for p in Path(base).iterdir()
+                    if p.name not in ("core", "devices") and (p / "cli.py").is_file()})
+    found = []
+    for name in names:
+        try:
+            found.append((name, importlib.import_module(f"nbx.{name}.cli")))
+        except Exception as exc:  # reported like a plugin's failing hook; the other commands still work
+            print(f"nbx: nbx.{name}.cli failed to import: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nbx", description="nbx: a torch-free tensor library for inference.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -54,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dim", type=int, default=32)
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo_cpu)
-    for name, module in plugin_modules():
+    for name, module in plugin_modules() + _distribution_cli_modules():
         hook = getattr(module, "add_cli_commands", None)
         if callable(hook):
             try:

@@ -107,7 +107,8 @@ def backend_lines() -> list[str]:
         if not backend.indexed:
             devices = [name] if count else []
         else:
-            describe = getattr(backend, "device_name", None)
+            # a one-line summary (name, capability, memory, runtime library) where the backend has one
+            describe = getattr(backend, "device_summary", None) or getattr(backend, "device_name", None)
             devices = [f"{name}:{i}" + (f" ({_safe(describe, i)})" if callable(describe) else "") for i in range(count)]
         lines.append(f"{name:<8} {count} device(s)" + (": " + ", ".join(devices) if devices else ""))
     return lines

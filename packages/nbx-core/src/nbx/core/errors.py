@@ -103,3 +103,44 @@ class NoDeviceFileError(MissingFactError):
 
 class FactConflictError(NbxError, ValueError):
     """A device fact stated by an application file and by a vendor file (or another application file)."""
+
+
+class LaunchKeyError(NbxError, ValueError):
+    """A launch key that cannot be formed (a missing or malformed input, a ladder the device file lacks)."""
+
+
+class KeyNotCertified(NbxError, LookupError):
+    """A launch with no certified setting (or no formable key) while certified-only mode is on."""
+
+    def __init__(self, message: str, *, kernel: str, key: str | None, census_knew: bool | None):
+        super().__init__(message)
+        self.kernel = kernel
+        self.key = key
+        self.census_knew = census_knew
+
+
+class CertificateError(FileFormatError):
+    """A certificate refused: its schema, its compiler or device class, or parameters its kernel lacks."""
+
+
+class ScreenRefusal(NbxError, RuntimeError):
+    """A correctness screen that cannot decide (no tolerance stated) or that no candidate passes."""
+
+
+class WitnessDriftError(NbxError, RuntimeError):
+    """A sweep whose witness kernel timed differently before and after it, beyond the stated tolerance."""
+
+    def __init__(self, message: str, *, before_ms: float, after_ms: float, drift: float, tolerance: float):
+        super().__init__(message)
+        self.before_ms = before_ms
+        self.after_ms = after_ms
+        self.drift = drift
+        self.tolerance = tolerance
+
+
+class TimingRefusal(NbxError, RuntimeError):
+    """A timing that cannot be made as stated (no timer for the device, no L2 size to flush)."""
+
+
+class DeviceClassError(DeviceError):
+    """A device whose class (name and memory) or compiler cannot be named for its certificates."""

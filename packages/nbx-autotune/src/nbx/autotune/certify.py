@@ -1,0 +1,89 @@
+"""The certifier's loop and the coverage of a keys file: what `nbx autotune certify|coverage` run.
+
+certify() proves each recorded key (sweep.prove: prune, screen, time under the witness) and merges
+each entry into <out>/<vendor>/<device class>/<compiler>/<kernel>.json as soon as it is proven, so
+an interrupted certification keeps what it finished. A key that cannot be proven is listed with
+its reason, never written.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbx.core.errors import NbxError
+
+from . import keys, records, store, sweep, timing
+
+
+@dataclass
+class Outcome:
+    certified: list = field(default_factory=list)   # (kernel, key, setting, best_ms)
+    refused: list = field(default_factory=list)     # (kernel, key, reason)
+    skipped: list = field(default_factory=list)     # (kernel, key, reason): another device class
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = width * done // max(total, 1)
+    return "#" * filled + "-" * (width - filled)
+
+
+def certify(key_records, *, tunables: dict, facts, identity, device, timer, out, warmup: int = timing.WARMUP,
+            repeats: int = timing.REPEATS, retries: int = 1, progress=sys.stderr) -> Outcome:
+    """Prove every key recorded for this device class; write each proven entry into out."""
+    result = Outcome()
+    todo = []
+    for rec in records.merge(key_records):
+        if rec.device_class not in (None, identity.device_class):
+            result.skipped.append((rec.kernel, rec.key, f"recorded on {rec.device_class}"))
+        elif rec.device_file != facts.name:
+            result.refused.append((rec.kernel, rec.key, f"classed by the ladders of {rec.device_file}, this "
+                                                        f"device's file is {facts.name}: record the keys again"))
+        else:
+            todo.append(rec)
+    started = time.monotonic()
+    for done, rec in enumerate(todo, 1):
+        began = time.monotonic()
+        try:
+            tunable = tunables.get(rec.kernel)
+            if tunable is None:
+                raise NbxError(f"no installed kernel declares {rec.kernel!r} (declared: {sorted(tunables)})")
+            key = keys.parse(rec.kernel, tunable.key, rec.key, facts, rec.observed)
+            entry = sweep.prove(tunable, key, facts, device, timer, warmup=warmup, repeats=repeats, retries=retries)
+            path = store.path_in(Path(out) / identity.vendor, identity, rec.kernel)
+            store.write(path, store.header(tunable, identity), {rec.key: entry}, tunable)
+            result.certified.append((rec.kernel, rec.key, entry.setting, entry.proof["best_ms"]))
+            verdict = f"{entry.setting} {entry.proof['best_ms']:.4g} ms"
+        except NbxError as exc:
+            result.refused.append((rec.kernel, rec.key, f"{type(exc).__name__}: {exc}"))
+            verdict = f"refused ({type(exc).__name__})"
+        if progress is not None:
+            rate = (time.monotonic() - started) / done
+            left = rate * (len(todo) - done)
+            print(f"[{_bar(done, len(todo))}] {done}/{len(todo)} {rec.kernel} {rec.key}: {verdict} "
+                  f"({time.monotonic() - began:.1f} s; about {left:.0f} s left)", file=progress, flush=True)
+    return result
+
+
+@dataclass
+class Coverage:
+    certified: list = field(default_factory=list)   # (kernel, key, device class, compiler)
+    missing: list = field(default_factory=list)     # (kernel, key, device class, compiler, why)
+
+
+def coverage(key_records, *, tunables: dict, certificates: store.CertificateStore, identity_of) -> Coverage:
+    """Which recorded keys have a certified setting; identity_of(record) names its class and compiler."""
+    result = Coverage()
+    for rec in records.merge(key_records):
+        ident = identity_of(rec)
+        tunable = tunables.get(rec.kernel)
+        if tunable is None:
+            result.missing.append((rec.kernel, rec.key, ident.device_class, ident.compiler,
+                                   "no installed kernel declares it"))
+            continue
+        if rec.key in certificates.entries(ident, tunable):
+            result.certified.append((rec.kernel, rec.key, ident.device_class, ident.compiler))
+        else:
+            result.missing.append((rec.kernel, rec.key, ident.device_class, ident.compiler, "not certified"))
+    return result

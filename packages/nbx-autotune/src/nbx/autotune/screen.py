@@ -1,0 +1,185 @@
+"""The correctness screen: every candidate against the float64 oracle before anything is timed.
+
+Each candidate runs on the key's representative launch with its output pre-filled with NaN, so a
+position the kernel never writes shows up as a disagreement on finiteness (deviation infinite). An
+integer or bool output has no NaN: it is filled twice, with two different values, and each run must
+match the oracle exactly, so a position left unwritten cannot match both times. The deviation is
+nbx.core.reference.deviation, max|out - ref| / max|ref|; the tolerance is the device file's
+`autotune.screen_tolerance` for the output's dtype, and a missing one refuses the screen by name.
+An output larger than `autotune.screen_max_bytes` is compared on three windows of rows (first,
+middle, last). A candidate that fails, or whose launch raises, is excluded: it is never served.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from math import prod
+from typing import Protocol
+
+import numpy as np
+from nbx.core import dtypes
+from nbx.core.dtypes import DType
+from nbx.core.errors import MissingFactError, ScreenRefusal
+from nbx.core.reference import deviation as oracle_deviation
+
+EXACT_KINDS = ("bool", "int", "uint")
+
+
+class Workload(Protocol):
+    """One representative launch of a kernel: its output, its launch per setting, its oracle."""
+
+    out_dtype: DType
+    out_shape: tuple[int, ...]
+
+    def fill_output(self, value) -> None: ...
+    def launch(self, setting: Mapping) -> None: ...
+    def output_rows(self, rows: slice) -> np.ndarray: ...      # a host copy of out[rows]
+    def reference_rows(self, rows: slice) -> np.ndarray: ...   # the float64 oracle of out[rows]
+
+
+@dataclass
+class TensorWorkload:
+    """A Workload over an nbx Tensor output: `run(setting)` launches into `out`, `reference(rows)` is the oracle."""
+
+    out: object
+    run: Callable[[Mapping], None]
+    reference: Callable[[slice], np.ndarray]
+
+    @property
+    def out_dtype(self) -> DType:
+        return self.out.dtype
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(self.out.shape)
+
+    def fill_output(self, value) -> None:
+        from nbx.core.dispatch import implementation
+        implementation("fill_", self.out.device)(self.out, value)
+
+    def launch(self, setting: Mapping) -> None:
+        self.run(setting)
+
+    def output_rows(self, rows: slice) -> np.ndarray:
+        return (self.out[rows] if self.out.ndim else self.out).numpy()
+
+    def reference_rows(self, rows: slice) -> np.ndarray:
+        return self.reference(rows)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    setting: dict
+    deviation: float | None   # None: the launch raised
+    passed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    dtype: str
+    tolerance: float
+    windows: tuple[tuple[int, int], ...]
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def passed(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.passed]
+
+    @property
+    def excluded(self) -> list[Verdict]:
+        return [v for v in self.verdicts if not v.passed]
+
+
+def tolerance(facts, dtype: DType) -> float:
+    """The screen's bound for an output dtype; refused by name when the device file states none."""
+    where = getattr(facts, "name", "the device file")
+    try:
+        table = facts.value("autotune.screen_tolerance")
+    except MissingFactError as exc:
+        raise ScreenRefusal(f"the screen of a {dtype.name} output needs autotune.screen_tolerance, which "
+                            f"{where} does not state; nbx invents no tolerance: {exc}") from exc
+    if dtype.name not in table:
+        raise ScreenRefusal(f"autotune.screen_tolerance of {where} states no tolerance for {dtype.name}; "
+                            f"nbx invents no tolerance")
+    value = table[dtype.name]
+    if dtype.kind in EXACT_KINDS and value != 0:
+        raise ScreenRefusal(f"autotune.screen_tolerance.{dtype.name} of {where} is {value!r}; a {dtype.kind} "
+                            f"output is compared exactly, so its tolerance is 0")
+    return float(value)
+
+
+def windows(shape: tuple[int, ...], itemsize: int, max_bytes: int) -> list[slice]:
+    """Rows to compare: all of them, or first, middle and last windows of at most max_bytes in all."""
+    if not shape:
+        return [slice(None)]
+    rows = shape[0]
+    row_bytes = prod(shape[1:]) * itemsize
+    if rows * row_bytes <= max_bytes:
+        return [slice(0, rows)]
+    width = max(1, max_bytes // (3 * max(row_bytes, 1)))
+    starts = sorted({0, max(0, rows // 2 - width // 2), rows - width})
+    spans: list[list[int]] = []
+    for start in starts:
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], start + width)
+        else:
+            spans.append([start, start + width])
+    return [slice(a, b) for a, b in spans]
+
+
+def fills(dtype: DType) -> tuple:
+    """What the output is filled with before a candidate runs: NaN, or two distinct integers."""
+    if dtype.kind == "bool":
+        return (True, False)
+    if dtype.kind in ("int", "uint"):
+        info = np.iinfo(dtype.host)
+        return (int(info.max), int(info.min))
+    return (complex("nan+nanj"),) if dtype.kind == "complex" else (float("nan"),)
+
+
+def run(workload: Workload, settings: list[dict], facts) -> ScreenResult:
+    """Screen each setting on the workload; the verdicts in the order given."""
+    dtype = dtypes.as_dtype(workload.out_dtype)
+    bound = tolerance(facts, dtype)
+    exact = dtype.kind in EXACT_KINDS
+    spans = windows(tuple(workload.out_shape), dtype.itemsize, facts.value("autotune.screen_max_bytes"))
+    references = [np.asarray(workload.reference_rows(rows)) for rows in spans]
+    verdicts = []
+    for setting in settings:
+        verdicts.append(_judge(workload, setting, spans, references, fills(dtype), exact, bound))
+    span_pairs = tuple((0, 1) if s.start is None else (s.start, s.stop) for s in spans)
+    return ScreenResult(dtype.name, bound, span_pairs, tuple(verdicts))
+
+
+def _judge(workload, setting, spans, references, fill_values, exact, bound) -> Verdict:
+    worst = 0.0
+    for fill in fill_values:
+        workload.fill_output(fill)
+        try:
+            workload.launch(setting)
+        except Exception as exc:  # a candidate that does not compile or launch is excluded, with why
+            return Verdict(dict(setting), None, False, f"launch failed: {type(exc).__name__}: {exc}")
+        for rows, ref in zip(spans, references, strict=True):
+            out = np.asarray(workload.output_rows(rows))
+            if out.shape != ref.shape:
+                return Verdict(dict(setting), float("inf"), False,
+                               f"output rows of shape {out.shape}, the oracle's {ref.shape}")
+            dev = oracle_deviation(out, ref)
+            worst = max(worst, dev)
+            if exact and not np.array_equal(out, ref):
+                return Verdict(dict(setting), worst if worst > 0 else float("inf"), False,
+                               f"an exact ({out.dtype}) output differs from the oracle (filled with {fill!r})")
+    if worst > bound:
+        return Verdict(dict(setting), worst, False, f"deviation {worst:.3g} above the tolerance {bound:.3g}")
+    return Verdict(dict(setting), worst, True, "passed")
+
+
+def require_pass(result: ScreenResult, kernel: str, key: str) -> list[Verdict]:
+    """The passing verdicts; none passing refuses the key by name with every candidate's deviation."""
+    passed = result.passed
+    if passed:
+        return passed
+    lines = "; ".join(f"{v.setting}: {v.reason}" for v in result.verdicts) or "no candidate survived pruning"
+    raise ScreenRefusal(f"kernel {kernel!r} key {key!r}: no candidate passed the screen ({result.dtype}, "
+                        f"tolerance {result.tolerance:.3g}): {lines}")

@@ -1,0 +1,183 @@
+"""Timing candidates: warm-up, L2 flushed before each run, the median of repeats, under a witness.
+
+A Timer is what a backend offers: events recorded on its current stream, the milliseconds between
+two of them, a synchronize, an L2 flush (a write of a buffer twice the L2 the device reports), and
+a witness - a fixed reference kernel. The witness is timed before and after a key's candidates; if
+its time moved by more than `autotune.witness_drift_tolerance` of the device file, the GPU's regime
+changed during the comparison (clocks, heat, another process) and the sweep is measured again, then
+refused by name (WitnessDriftError). Only the CUDA timer below touches a GPU, and only when made.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from nbx.core.errors import MissingFactError, TimingRefusal, WitnessDriftError
+
+WARMUP = 3      # runs before timing: the first run compiles; caches and clocks settle on the next
+REPEATS = 21    # timed runs per candidate; the median is kept (robust to a stray slow run)
+WITNESS_BYTES = 256 << 20  # the CUDA witness copies this many bytes: HBM-bound, far above any L2
+
+
+@dataclass(frozen=True)
+class Witness:
+    name: str
+    run: Callable[[], None]
+
+
+class Timer(Protocol):
+    description: str
+    flush_bytes: int
+
+    def event(self): ...
+    def record(self, event) -> None: ...
+    def elapsed_ms(self, start, end) -> float: ...
+    def synchronize(self) -> None: ...
+    def flush_l2(self) -> None: ...
+    def witness(self) -> Witness: ...
+    def clocks(self) -> dict | None: ...
+
+
+@dataclass(frozen=True)
+class Measurement:
+    median_ms: float
+    samples: tuple[float, ...]
+
+
+def measure(fn: Callable[[], None], timer: Timer, warmup: int = WARMUP, repeats: int = REPEATS) -> Measurement:
+    """fn's time: `warmup` untimed runs, then `repeats` runs each after an L2 flush; the median."""
+    if repeats < 1 or warmup < 0:
+        raise TimingRefusal(f"a measurement needs repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    for _ in range(warmup):
+        fn()
+    pairs = []
+    for _ in range(repeats):
+        timer.flush_l2()
+        start, end = timer.event(), timer.event()
+        timer.record(start)
+        fn()
+        timer.record(end)
+        pairs.append((start, end))
+    timer.synchronize()
+    samples = tuple(float(timer.elapsed_ms(a, b)) for a, b in pairs)
+    return Measurement(statistics.median(samples), samples)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Each candidate's median under a witness that held; `ranked` fastest first."""
+
+    times: tuple[tuple[dict, Measurement], ...]
+    witness_name: str
+    before_ms: float
+    after_ms: float
+    drift: float
+    tolerance: float
+    attempts: int
+    warmup: int
+    repeats: int
+    flush_bytes: int
+    refused_attempts: tuple[tuple[float, float], ...] = field(default=())
+
+    @property
+    def ranked(self) -> list[tuple[dict, Measurement]]:
+        order = sorted(range(len(self.times)), key=lambda i: (self.times[i][1].median_ms, i))
+        return [self.times[i] for i in order]
+
+
+def drift_tolerance(facts) -> float:
+    try:
+        return float(facts.value("autotune.witness_drift_tolerance"))
+    except MissingFactError as exc:
+        raise TimingRefusal(f"a sweep needs autotune.witness_drift_tolerance to judge its witness, which "
+                            f"{getattr(facts, 'name', 'the device file')} does not state: {exc}") from exc
+
+
+def compare(settings: list[Mapping], launch: Callable[[Mapping], None], timer: Timer, tolerance: float,
+            warmup: int = WARMUP, repeats: int = REPEATS, retries: int = 1) -> Comparison:
+    """Time each setting between two witness measurements; a drift above tolerance retries, then refuses."""
+    witness = timer.witness()
+    refused = []
+    for attempt in range(1, retries + 2):
+        before = measure(witness.run, timer, warmup, repeats).median_ms
+        times = tuple((dict(s), measure(lambda s=s: launch(s), timer, warmup, repeats)) for s in settings)
+        after = measure(witness.run, timer, warmup, repeats).median_ms
+        if before <= 0:
+            raise TimingRefusal(f"the witness {witness.name!r} measured {before} ms; a timer that cannot time "
+                                f"it cannot time candidates")
+        drift = abs(after - before) / before
+        comparison = Comparison(times, witness.name, before, after, drift, tolerance, attempt, warmup, repeats,
+                                timer.flush_bytes, tuple(refused))
+        if drift <= tolerance:
+            return comparison
+        refused.append((before, after))
+    attempts = ", ".join(f"{b:.4g} -> {a:.4g} ms" for b, a in refused)
+    error = WitnessDriftError(
+        f"the witness {witness.name!r} drifted above autotune.witness_drift_tolerance {tolerance:.3g} in each of "
+        f"{len(refused)} attempt(s) ({attempts}): the device's regime changed while candidates were compared "
+        f"(clocks, temperature, another process); the sweep is refused",
+        before_ms=before, after_ms=after, drift=drift, tolerance=tolerance)
+    error.last = comparison  # the last attempt's times: a run may use them for itself, never keep them
+    raise error
+
+
+def timer_for(device) -> Timer:
+    """The timer of a device: CUDA events on 'cuda'; other backends have none yet (refused by name)."""
+    if device is not None and getattr(device, "type", None) == "cuda":
+        return CudaTimer(device)
+    raise TimingRefusal(f"no timer for device {device}: sweeping a key needs one (CUDA events on 'cuda'); "
+                        f"serve certified settings, or certify on a device nbx can time")
+
+
+class CudaTimer:
+    """CUDA events from nbx.devices.nvidia on the device's current stream; imported only when made."""
+
+    def __init__(self, device):
+        from nbx.core import tensor
+        from nbx.devices.nvidia import properties, runtime, streams
+
+        self._runtime, self._streams = runtime, streams
+        self.index = device.index if device.index is not None else runtime.get_device()
+        props = properties.properties(self.index)
+        if not props.l2_cache_bytes:
+            raise TimingRefusal(f"cuda:{self.index} ({props.name}) reports no L2 size; the flush between runs "
+                                f"writes twice the L2 and cannot be sized")
+        self._props = props
+        self.flush_bytes = 2 * props.l2_cache_bytes
+        where = f"cuda:{self.index}"
+        self._flush = tensor.empty((self.flush_bytes,), "uint8", where)
+        self._src = tensor.empty((WITNESS_BYTES,), "uint8", where)
+        self._dst = tensor.empty((WITNESS_BYTES,), "uint8", where)
+        self.description = f"CUDA events on {where} ({props.name}), L2 flush {self.flush_bytes} bytes"
+
+    def _stream(self):
+        return self._streams.current_stream(self.index)
+
+    def event(self):
+        return self._streams.Event(self.index)
+
+    def record(self, event) -> None:
+        event.record(self._stream())
+
+    def elapsed_ms(self, start, end) -> float:
+        return start.elapsed_time(end)
+
+    def synchronize(self) -> None:
+        self._stream().synchronize()
+
+    def flush_l2(self) -> None:
+        with self._runtime.device_guard(self.index):
+            self._runtime.memset_async(self._flush.data_ptr(), 0, self.flush_bytes, self._stream().handle)
+
+    def witness(self) -> Witness:
+        def copy():
+            with self._runtime.device_guard(self.index):
+                self._runtime.memcpy_async(self._dst.data_ptr(), self._src.data_ptr(), WITNESS_BYTES,
+                                           self._runtime.DEVICE_TO_DEVICE, self._stream().handle)
+        return Witness(f"device-to-device copy of {WITNESS_BYTES >> 20} MiB", copy)
+
+    def clocks(self) -> dict | None:
+        p = self._props
+        return {"sm_clock_max_khz": p.clock_khz, "memory_clock_max_khz": p.memory_clock_khz}

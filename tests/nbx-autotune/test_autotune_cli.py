@@ -1,0 +1,130 @@
+"""The certifier's loop and `nbx autotune certify|check|coverage`, on the CPU with the fake kernel."""
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+from nbx.autotune import candidates, certify, records, store
+from nbx.autotune import cli as autotune_cli
+from nbx.autotune.records import KeyRecord
+from nbx.core import cli
+
+H200, COMPILER = "nvidia-h200-141gb", "triton-3.6.0-cuda"
+LADDER = ({"up_to": 65536, "step": 65536}, {"up_to": None, "step": 1 << 20})  # a short top row keeps the test fast
+
+
+@pytest.fixture
+def kernel(fakes, monkeypatch):
+    clock = fakes.Clock()
+    tunable = fakes.make_tunable(clock)
+    monkeypatch.setattr(candidates, "_registry", {tunable.name: tunable})
+    monkeypatch.setattr(autotune_cli, "_load_kernels", candidates.declared)
+    return tunable, clock
+
+
+def recorded():
+    return [
+        KeyRecord("fake_scale", "n=65536,dtype=f32", "nvidia/hopper", H200, COMPILER, {"n": 900}),
+        KeyRecord("fake_scale", "n=1048576,dtype=f32", "nvidia/hopper", H200, COMPILER, {"n": 70_000}),
+        KeyRecord("fake_scale", "n=65536,dtype=f16", "nvidia/ampere", H200, COMPILER, {}),
+        KeyRecord("gone", "n=65536", "nvidia/hopper", H200, COMPILER, {}),
+        KeyRecord("fake_scale", "n=65536,dtype=f64", "nvidia/hopper", "nvidia-h100-hbm3-80gb", COMPILER, {}),
+    ]
+
+
+def run_certify(fakes, hopper, kernel, tmp_path):
+    tunable, clock = kernel
+    progress = io.StringIO()
+    facts = fakes.Overlay(hopper, autotune__buckets__elements=LADDER)
+    done = certify.certify(recorded(), tunables={tunable.name: tunable}, facts=facts, identity=fakes.IDENTITY,
+                           device=None, timer=fakes.FakeTimer(clock), out=tmp_path / "out", warmup=0, repeats=1,
+                           progress=progress)
+    return done, progress.getvalue()
+
+
+def test_certify_proves_each_key_writes_it_and_lists_what_it_refused_or_skipped(fakes, hopper, kernel, tmp_path):
+    done, progress = run_certify(fakes, hopper, kernel, tmp_path)
+    assert [(k, key) for k, key, _, _ in done.certified] == [("fake_scale", "n=65536,dtype=f32"),
+                                                             ("fake_scale", "n=1048576,dtype=f32")]
+    assert done.refused == [
+        ("fake_scale", "n=65536,dtype=f16", "classed by the ladders of nvidia/ampere, this device's file is "
+                                            "nvidia/hopper: record the keys again"),
+        ("gone", "n=65536", "NbxError: no installed kernel declares 'gone' (declared: ['fake_scale'])")]
+    assert done.skipped == [("fake_scale", "n=65536,dtype=f64", "recorded on nvidia-h100-hbm3-80gb")]
+    path = tmp_path / "out" / "nvidia" / H200 / COMPILER / "fake_scale.json"
+    cert = store.read(path, kernel[0])
+    assert cert.entries["n=1048576,dtype=f32"].proof["representative"] == {"n": 70_000, "dtype": "float32"}
+    lines = progress.splitlines()
+    assert len(lines) == 3
+    assert re.fullmatch(r"\[#{6}-{14}\] 1/3 fake_scale n=65536,dtype=f32: \{'block': 128, 'num_warps': 1\} "
+                        r"0\.31 ms \(\d+\.\d s; about \d+ s left\)", lines[0]), lines[0]
+    assert lines[2].startswith("[####################] 3/3 gone n=65536: refused (NbxError)")
+
+
+def test_check_validates_every_file_and_names_the_refused_ones(fakes, hopper, kernel, tmp_path, capsys):
+    run_certify(fakes, hopper, kernel, tmp_path)
+    tree = tmp_path / "out"
+    assert cli.main(["autotune", "check", str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert "ok       " in out and "fake_scale.json (2 key(s))" in out
+    assert "nbx autotune check: 1 certificate file(s), 0 refused" in out
+    path = tree / "nvidia" / H200 / COMPILER / "fake_scale.json"
+    doc = json.loads(path.read_text())
+    doc["compiler"] = "triton-3.5.0-cuda"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["autotune", "check", str(tree)]) == 1
+    out = capsys.readouterr().out
+    assert (f"REFUSED  {path}: compiler says 'triton-3.5.0-cuda' but the file lies where 'triton-3.6.0-cuda' is "
+            f"expected") in out
+    assert "nbx autotune check: 1 certificate file(s), 1 refused" in out
+
+
+def test_coverage_lists_the_keys_without_a_certificate_and_fails_until_all_are(fakes, hopper, kernel, tmp_path,
+                                                                             capsys):
+    run_certify(fakes, hopper, kernel, tmp_path)
+    keys_file = tmp_path / "keys.json"
+    records.save(keys_file, recorded()[:2] + [KeyRecord("fake_scale", "n=65536,dtype=f16", "nvidia/hopper", H200,
+                                                        COMPILER, {})])
+    args = ["autotune", "coverage", "--keys", str(keys_file), "--certificates", str(tmp_path / "out")]
+    assert cli.main(args) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"missing  fake_scale n=65536,dtype=f16 ({H200}, {COMPILER}): not certified",
+                   "nbx autotune coverage: 2 of 3 key(s) certified"]
+    records.save(keys_file, [])  # merging nothing keeps the file as it is
+    assert len(records.load(keys_file)) == 3
+
+
+def test_coverage_of_a_census_without_a_device_class_is_refused_by_name(kernel, tmp_path, capsys):
+    keys_file = tmp_path / "census.json"
+    records.save(keys_file, [KeyRecord("fake_scale", "n=65536,dtype=f32", "nvidia/hopper")])
+    assert cli.main(["autotune", "coverage", "--keys", str(keys_file)]) == 2
+    assert ("records no device class or compiler for fake_scale n=65536,dtype=f32 (a census made without a "
+            "device); give --device-class and --compiler") in capsys.readouterr().err
+    assert cli.main(["autotune", "coverage", "--keys", str(keys_file), "--device-class", H200, "--compiler",
+                     COMPILER, "--certificates", str(tmp_path)]) == 1
+
+
+def test_certify_on_a_device_without_a_class_is_refused_in_one_line(kernel, tmp_path, capsys):
+    keys_file = tmp_path / "keys.json"
+    records.save(keys_file, recorded()[:1])
+    status = cli.main(["autotune", "certify", "--device-class", H200, "--keys", str(keys_file), "--out",
+                       str(tmp_path / "out"), "--device", "cpu"])
+    assert status == 2
+    assert capsys.readouterr().err.strip() == (
+        "nbx autotune certify: DeviceClassError: device cpu has no vendor known to nbx.autotune (known device "
+        "types: ['cuda', 'hip', 'interp', 'metal'])")
+
+
+def test_a_malformed_keys_file_is_refused_by_name(kernel, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": 1, "kind": "nbx-autotune-keys", "keys": [{"kernel": "k"}]}))
+    assert cli.main(["autotune", "coverage", "--keys", str(bad), "--device-class", H200, "--compiler",
+                     COMPILER]) == 2
+    assert f"keys file {bad}: keys[0] must have exactly the fields" in capsys.readouterr().err
+
+
+def test_record_without_a_command_says_how_to_give_one(capsys):
+    assert cli.main(["autotune", "record", "--out", "k.json"]) == 2
+    assert "give the command to run after --" in capsys.readouterr().err

@@ -1,0 +1,27 @@
+"""On a CUDA device: its class and compiler, and the CUDA timer's witness (run by the GPU run, skipped here)."""
+from __future__ import annotations
+
+import pytest
+from nbx.autotune import device_class, timing
+
+pytestmark = pytest.mark.gpu
+
+
+def test_the_cuda_device_is_classed_by_name_and_memory_and_the_compiler_names_triton():
+    from nbx.core.device import as_device
+    identity = device_class.identify(as_device("cuda:0"))
+    assert identity.vendor == "nvidia" and identity.device_class.startswith("nvidia-")
+    assert identity.device_class.endswith("gb") and identity.compiler.startswith("triton-")
+    assert identity.compiler.endswith("-cuda")
+
+
+def test_the_cuda_timer_times_its_witness_with_events_after_a_flush_of_twice_the_l2():
+    from nbx.core.device import as_device
+    timer = timing.timer_for(as_device("cuda:0"))
+    assert timer.flush_bytes >= 2 * (1 << 20)
+    witness = timer.witness()
+    first = timing.measure(witness.run, timer, warmup=2, repeats=11)
+    second = timing.measure(witness.run, timer, warmup=2, repeats=11)
+    assert 0 < first.median_ms < 50 and len(first.samples) == 11
+    assert abs(second.median_ms - first.median_ms) / first.median_ms < 0.05, (first, second)
+    assert set(timer.clocks()) == {"sm_clock_max_khz", "memory_clock_max_khz"}
