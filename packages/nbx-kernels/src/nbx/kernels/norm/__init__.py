@@ -1,0 +1,225 @@
+"""layer_norm, rms_norm, group_norm, batch_norm (inference) and the fused add_rms_norm.
+
+Each reads its input as rows (softmax/rows.py) in place: layer and RMS norm's trailing dims, a
+group's channels and positions, batch norm's positions of one (sample, channel). A layout whose
+normalized dims do not merge into one stride, or whose row dims keep more than three dims, is read
+through a dense copy; so are non-contiguous weights, biases and running statistics. The copies
+are declared in each call's cost, computed from the same plan the launch follows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from math import prod
+
+from nbx.core.dtypes import DType
+from nbx.core.tensor import Tensor
+
+from .. import launch
+from ..cost import LAUNCH, Buffer, Cost, declares
+from ..registry import implements
+from ..softmax import float_bits, work_dtype
+from ..softmax.rows import (LOOPED, SPLIT, Blocks, Rows, as_rows, blocks, contiguous_strides, is_strided,
+                            merged_stride, pow2_at_least, row_path, wide_columns)
+from ..types import compute_type
+from .kernel import channel_affine_kernel, norm_chunk_stats_kernel, norm_chunk_write_kernel, norm_rows_kernel
+
+FLOPS_PER_ELEMENT = 6   # sum, centre, square, sum, scale, affine: about six
+
+
+def _merged_view(shape, strides, keep: int, groups: int | None):
+    """(shape, strides) with dims keep.. merged into one (split into groups rows first when
+    groups is given), or None when those dims do not merge."""
+    tail_stride = merged_stride(shape[keep:], strides[keep:])
+    if tail_stride is None:
+        return None
+    size = prod(shape[keep:])
+    lead, lead_strides = tuple(shape[:keep]), tuple(strides[:keep])
+    if groups is None:
+        return lead + (size,), lead_strides + (tail_stride,)
+    return lead + (groups, size // groups), lead_strides + (size // groups * tail_stride, tail_stride)
+
+
+@dataclass(frozen=True)
+class Plan:
+    layout: Rows                  # strides of the row inputs then of the outputs, after any copy
+    tile: Blocks
+    path: str                     # rows.ONE_PASS, LOOPED or SPLIT
+    copies: tuple[str, ...]       # inputs read through a dense copy
+    part_dtype: DType             # the partials of split rows
+
+
+@lru_cache(maxsize=4096)
+def _plan(shape, inputs, params, dtype: DType, keep: int, groups, device, family: str) -> Plan:
+    merged_shape, dense = _merged_view(shape, contiguous_strides(shape), keep, groups)
+    copies, strides = [], []
+    for name, t_shape, t_strides in inputs:
+        view = _merged_view(t_shape, t_strides, keep, groups)
+        if view is None:
+            copies.append(name)
+        strides.append(dense if view is None else view[1])
+    layout = as_rows(merged_shape, strides + [dense], len(merged_shape) - 1)
+    if layout is None:  # row dims that do not collapse: every row input through a dense copy
+        copies = [name for name, _, _ in inputs]
+        layout = as_rows(merged_shape, [dense] * (len(strides) + 1), len(merged_shape) - 1)
+    copies += [name for name, contiguous in params if not contiguous]
+    tile = blocks(layout.rows, layout.n, is_strided(layout), launch.tiles("norm", device))
+    path = LOOPED if family == "batch_norm" else row_path(tile, device)
+    return Plan(layout, tile, path, tuple(copies), work_dtype(dtype))
+
+
+def plan(inputs: dict, params: dict, keep: int, groups: int | None = None, batch_norm: bool = False) -> Plan:
+    """inputs: the row tensors by name (x first); params: per-column or per-channel tensors. Kept per
+    layout: a call site that repeats its shapes pays for the planning once."""
+    x = next(iter(inputs.values()))
+    return _plan(tuple(x.shape), tuple((k, tuple(t.shape), tuple(t.strides)) for k, t in inputs.items()),
+                 tuple((k, t.is_contiguous()) for k, t in params.items() if t is not None), x.dtype, keep, groups,
+                 x.device, "batch_norm" if batch_norm else "norm")
+
+
+def _dense_inputs(p: Plan, tensors: dict) -> dict:
+    return {name: (t.contiguous() if t is not None and name in p.copies else t) for name, t in tensors.items()}
+
+
+def launch_rows_norm(x: Tensor, keep: int, weight=None, bias=None, eps: float = 0.0, rms: bool = False,
+                     residual: Tensor | None = None, groups: int | None = None):
+    """The normalized rows of x (and, with a residual, the new residual x + residual)."""
+    device = x.device
+    out = launch.output(x.shape, x.dtype, device)
+    new_residual = launch.output(x.shape, x.dtype, device) if residual is not None else None
+    if x.size == 0:
+        return out if residual is None else (out, new_residual)
+    inputs = {"x": x} if residual is None else {"x": x, "residual": residual}
+    params = {"weight": weight, "bias": bias}
+    p = plan(inputs, params, keep, groups)
+    t = _dense_inputs(p, {**inputs, **params})
+    lay, tile = p.layout, p.tile
+    x_strides, out_strides = lay.strides[0], lay.strides[-1]
+    res_strides = lay.strides[1] if residual is not None else (0, 0, 0, 0)
+    group_args = (1, 1, 1) if groups is None else (groups, x.shape[1] // groups, prod(x.shape[2:]))
+    fallback = t["x"]  # the pointer of an absent operand (never read)
+    res = t["residual"] if residual is not None else fallback
+    new_res = new_residual if new_residual is not None else out
+    w = t["weight"] if weight is not None else fallback
+    b = t["bias"] if bias is not None else fallback
+    flags = dict(RMS=rms, ADD=residual is not None, COMPUTE=compute_type(x.dtype), BLOCK_ROWS=tile.block_rows,
+                 BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps)
+    affine = dict(HAS_W=weight is not None, HAS_B=bias is not None, GROUPED=groups is not None)
+    shape_args = (lay.rows, lay.n)
+    batch_args = (lay.batch[1], lay.batch[2])
+    if p.path != SPLIT:
+        launch.run(norm_rows_kernel, (tile.row_tiles,), device, t["x"], res, out, new_res, w, b, *shape_args,
+                   *batch_args, *x_strides, *res_strides, *out_strides, *group_args, float_bits(eps),
+                   ONE_PASS=tile.chunks == 1, **affine, **flags)
+    else:
+        part = launch.output((2, lay.rows, tile.chunks), p.part_dtype, device)
+        grid = (tile.row_tiles * tile.chunks,)
+        launch.run(norm_chunk_stats_kernel, grid, device, t["x"], res, new_res, part, *shape_args, tile.chunks,
+                   *batch_args, *x_strides, *res_strides, *out_strides, **flags)
+        part_block = min(pow2_at_least(tile.chunks), tile.block_rows * tile.block_n)
+        launch.run(norm_chunk_write_kernel, grid, device, t["x"], new_res, out, w, b, part, *shape_args,
+                   tile.chunks, *batch_args, *x_strides, *out_strides, *group_args, float_bits(eps),
+                   PART_BLOCK=part_block, **affine, **flags)
+    return out if residual is None else (out, new_residual)
+
+
+def launch_batch_norm(x: Tensor, mean: Tensor, var: Tensor, weight=None, bias=None, eps: float = 0.0) -> Tensor:
+    device = x.device
+    out = launch.output(x.shape, x.dtype, device)
+    if x.size == 0:
+        return out
+    params = {"running_mean": mean, "running_var": var, "weight": weight, "bias": bias}
+    p = plan({"x": x}, params, keep=2, batch_norm=True)
+    t = _dense_inputs(p, {"x": x, **params})
+    lay, tile = p.layout, p.tile
+    fallback = t["x"]
+    launch.run(channel_affine_kernel, (tile.row_tiles,), device,
+               t["x"], out, t["running_mean"], t["running_var"],
+               t["weight"] if weight is not None else fallback, t["bias"] if bias is not None else fallback,
+               lay.rows, lay.n, x.shape[1], lay.batch[1], lay.batch[2], *lay.strides[0], *lay.strides[-1],
+               float_bits(eps), HAS_W=weight is not None, HAS_B=bias is not None, COMPUTE=compute_type(x.dtype),
+               BLOCK_ROWS=tile.block_rows, BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps)
+    return out
+
+
+# ---- the ops ---------------------------------------------------------------------------------
+
+@implements("layer_norm")
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    return launch_rows_norm(x, x.ndim - len(normalized_shape), weight, bias, eps)
+
+
+@implements("rms_norm")
+def _rms_norm(x, normalized_shape, weight, eps):
+    return launch_rows_norm(x, x.ndim - len(normalized_shape), weight, None, eps, rms=True)
+
+
+@implements("group_norm")
+def _group_norm(x, num_groups, weight, bias, eps):
+    return launch_rows_norm(x, 1, weight, bias, eps, groups=num_groups)
+
+
+@implements("batch_norm")
+def _batch_norm(x, running_mean, running_var, weight, bias, eps):
+    return launch_batch_norm(x, running_mean, running_var, weight, bias, eps)
+
+
+@implements("add_rms_norm")
+def _add_rms_norm(x, residual, weight, eps):
+    return launch_rows_norm(x, x.ndim - 1, weight, None, eps, rms=True, residual=residual)
+
+
+# ---- declared costs ----------------------------------------------------------------------------
+
+def norm_cost(inputs: dict, params: dict, keep: int, groups: int | None = None, outputs: int = 1,
+              batch_norm: bool = False) -> Cost:
+    """Outputs of x's shape and dtype; the row inputs read once, or for rows longer than the tile
+    twice (split rows with a residual: x and residual once, the new residual written and read
+    back); parameters read once; the partials of split rows; every dense copy."""
+    x = next(iter(inputs.values()))
+    out_bytes = x.size * x.dtype.itemsize
+    buffers = [Buffer("out" if k == 0 else "new_residual", out_bytes) for k in range(outputs)]
+    if x.size == 0:
+        return Cost(tuple(buffers), 0, 0)
+    p = plan(inputs, params, keep, groups, batch_norm)
+    tensors = {**inputs, **{k: v for k, v in params.items() if v is not None}}
+    moved = 0
+    for name in p.copies:
+        nbytes = tensors[name].size * tensors[name].dtype.itemsize
+        buffers.append(Buffer(f"{name}_contiguous", nbytes, LAUNCH))
+        moved += 2 * nbytes
+    read = sum(t.size * t.dtype.itemsize for t in inputs.values())
+    launches = 1 + len(p.copies)
+    if p.tile.chunks == 1 or batch_norm:
+        moved += read
+    elif p.path == LOOPED:
+        moved += 2 * read
+    else:
+        moved += read + (out_bytes if "residual" in inputs else read)  # the second read
+        part_bytes = 2 * p.layout.rows * p.tile.chunks * p.part_dtype.itemsize
+        buffers.append(Buffer("partials", part_bytes, LAUNCH))
+        moved += part_bytes + part_bytes * p.tile.chunks  # written once, read by each piece of its row
+        launches += 1
+    moved += sum(t.size * t.dtype.itemsize for t in params.values() if t is not None)
+    moved += outputs * out_bytes
+    return Cost(tuple(buffers), moved, FLOPS_PER_ELEMENT * x.size, launches)
+
+
+def _trailing(x, normalized_shape) -> int:
+    k = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
+    return x.ndim - k
+
+
+declares("layer_norm")(lambda x, normalized_shape, weight=None, bias=None, eps=1e-5: norm_cost(
+    {"x": x}, {"weight": weight, "bias": bias}, _trailing(x, normalized_shape)))
+declares("rms_norm")(lambda x, normalized_shape, weight=None, eps=None: norm_cost(
+    {"x": x}, {"weight": weight}, _trailing(x, normalized_shape)))
+declares("group_norm")(lambda x, num_groups, weight=None, bias=None, eps=1e-5: norm_cost(
+    {"x": x}, {"weight": weight, "bias": bias}, 1, int(num_groups)))
+declares("batch_norm")(lambda x, running_mean, running_var, weight=None, bias=None, eps=1e-5: norm_cost(
+    {"x": x}, {"running_mean": running_mean, "running_var": running_var, "weight": weight, "bias": bias}, 2,
+    batch_norm=True))
+declares("add_rms_norm")(lambda x, residual, weight=None, eps=None: norm_cost(
+    {"x": x, "residual": residual}, {"weight": weight}, x.ndim - 1, outputs=2))
+
+__all__ = ["launch_rows_norm", "launch_batch_norm", "norm_cost", "plan"]
