@@ -55,7 +55,7 @@ def _out_dtype(name: str, dtype: DType, requested) -> DType:
 
 
 def _logsumexp(a, axis, keepdims):
-    m = np.max(a, axis=axis, keepdims=True)
+    m = np.max(a, axis=axis, keepdims=True, initial=-np.inf)  # an empty reduction: log(0) = -inf
     m = np.where(np.isfinite(m), m, 0)
     out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
     return out if keepdims else np.squeeze(out, axis=axis)

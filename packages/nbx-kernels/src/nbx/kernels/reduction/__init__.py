@@ -1,0 +1,198 @@
+"""Reductions over any set of dims and scans along one, as Triton kernels.
+
+Implements nbx.core's sum, prod, mean, max, min, argmax, argmin, var, std, any, all, logsumexp,
+max_with_indices, min_with_indices, count_nonzero, vector_norm, cumsum, cumprod, cummax and
+cummin. Half types accumulate in float32, integer sums in int64; the order of accumulation is a
+function of the shapes and the device file's settings only (no atomics), so the same input gives
+the same bits on every run. Each op declares its cost (outputs, the partials of split rows and a
+contiguous copy, when one is needed, as workspace of the launch).
+"""
+from __future__ import annotations
+
+import math
+
+from nbx.core import dtypes
+from nbx.core import layout as core_layout
+from nbx.core.dtypes import DType
+from nbx.core.ops.reductions import _out_dtype
+from nbx.core.ops.reductions_more import real_dtype
+from nbx.core.tensor import Tensor
+
+from ..cost import Cost, declares
+from ..registry import implements
+from . import launches as L
+from . import scans as S
+from .combine import Code as C
+
+
+def _float_accumulator(*dts: DType) -> DType:
+    return dtypes.float64 if any(d is dtypes.float64 for d in dts) else dtypes.float32
+
+
+# -- one accumulator -----------------------------------------------------------------------------
+
+def _norm_launch(ord: float):
+    """(combine, contribution, finish, identity) of a vector norm of order ord."""
+    if ord == math.inf:
+        return C.MAX, C.ABS, C.KEEP, 0.0
+    if ord == -math.inf:
+        return C.MIN, C.ABS, C.KEEP, math.inf
+    if ord == 0:
+        return C.ADD, C.NONZERO, C.KEEP, 0.0
+    if ord == 1:
+        return C.ADD, C.ABS, C.KEEP, 0.0
+    if ord == 2:
+        return C.ADD, C.SQUARE, C.SQRT, 0.0
+    return C.ADD, C.POWER, C.ROOT, 0.0
+
+
+def _accumulation(name: str, x_dtype: DType, out_dtype: DType, ord: float = 2.0):
+    """(combine, contribution, finish, accumulator dtype, identity) of a one-accumulator op."""
+    if name in ("sum", "prod"):
+        return (C.ADD, C.VALUE, C.KEEP, L.accumulator(out_dtype), 0) if name == "sum" else \
+            (C.MUL, C.VALUE, C.KEEP, L.accumulator(out_dtype), 1)
+    if name == "mean":
+        return C.ADD, C.VALUE, C.MEAN, _float_accumulator(x_dtype, out_dtype), 0
+    if name in ("max", "min"):
+        op, acc = (C.MAX if name == "max" else C.MIN), L.comparison_dtype(x_dtype)
+        return op, C.VALUE, C.KEEP, acc, L.extreme_identity(acc, op)
+    if name in ("any", "all"):
+        return (C.MAX, C.NONZERO, C.KEEP, dtypes.int32, 0) if name == "any" else \
+            (C.MIN, C.NONZERO, C.KEEP, dtypes.int32, 1)
+    if name == "count_nonzero":
+        return C.ADD, C.NONZERO, C.KEEP, dtypes.int64, 0
+    op, contribution, finish, identity = _norm_launch(ord)
+    return op, contribution, finish, _float_accumulator(out_dtype), identity
+
+
+def _accumulating(name: str):
+    def run(x: Tensor, dims, keepdim: bool, out_dtype: DType, dtype=None, ord: float = 2.0) -> Tensor:
+        op, contribution, finish, acc, identity = _accumulation(name, x.dtype, out_dtype, ord)
+        return L.accumulate(x, dims, keepdim, out_dtype, op, contribution, finish, acc, identity,
+                            power=float(ord) if contribution == C.POWER or finish == C.ROOT else 0.0)
+    run.__name__ = f"{name}_kernel"
+    return run
+
+
+for _name in ("sum", "prod", "mean", "max", "min", "any", "all", "count_nonzero", "vector_norm"):
+    implements(_name)(_accumulating(_name))
+
+
+# -- the extreme and its index, moments, logsumexp --------------------------------------------
+
+@implements("argmax")
+def _argmax(x: Tensor, dims, keepdim: bool, out_dtype: DType) -> Tensor:
+    return L.extreme_index(x, dims, keepdim, None, C.MAX)[1]
+
+
+@implements("argmin")
+def _argmin(x: Tensor, dims, keepdim: bool, out_dtype: DType) -> Tensor:
+    return L.extreme_index(x, dims, keepdim, None, C.MIN)[1]
+
+
+@implements("max_with_indices")
+def _max_with_indices(x: Tensor, dims, keepdim: bool, out_dtype: DType):
+    return L.extreme_index(x, dims, keepdim, out_dtype, C.MAX)
+
+
+@implements("min_with_indices")
+def _min_with_indices(x: Tensor, dims, keepdim: bool, out_dtype: DType):
+    return L.extreme_index(x, dims, keepdim, out_dtype, C.MIN)
+
+
+@implements("var")
+def _var(x: Tensor, dims, keepdim: bool, out_dtype: DType, correction=0, dtype=None) -> Tensor:
+    return L.moments(x, dims, keepdim, out_dtype, C.VAR, correction)
+
+
+@implements("std")
+def _std(x: Tensor, dims, keepdim: bool, out_dtype: DType, correction=0, dtype=None) -> Tensor:
+    return L.moments(x, dims, keepdim, out_dtype, C.STD, correction)
+
+
+@implements("logsumexp")
+def _logsumexp(x: Tensor, dims, keepdim: bool, out_dtype: DType, dtype=None) -> Tensor:
+    return L.logsumexp(x, dims, keepdim, out_dtype)
+
+
+# -- scans ---------------------------------------------------------------------------------------
+
+@implements("cumsum")
+def _cumsum(x: Tensor, dim: int, out_dtype: DType) -> Tensor:
+    return S.accumulating_scan(x, dim, out_dtype, C.ADD)
+
+
+@implements("cumprod")
+def _cumprod(x: Tensor, dim: int, out_dtype: DType) -> Tensor:
+    return S.accumulating_scan(x, dim, out_dtype, C.MUL)
+
+
+@implements("cummax")
+def _cummax(x: Tensor, dim: int):
+    return S.running_extreme(x, dim, C.MAX)
+
+
+@implements("cummin")
+def _cummin(x: Tensor, dim: int):
+    return S.running_extreme(x, dim, C.MIN)
+
+
+# -- costs (the front-ends' arguments: price("sum", x, dim=1, keepdim=True)) ---------------------
+
+def _dims(x: Tensor, dim):
+    return core_layout.normalize_dims(dim, x.ndim)
+
+
+def _reduction_cost(name: str):
+    def cost(x: Tensor, dim=None, keepdim: bool = False, dtype=None, ord=2, correction=0) -> Cost:
+        if name in ("count_nonzero", "vector_norm"):
+            out = dtypes.INDEX if name == "count_nonzero" else real_dtype(x.dtype)
+        else:
+            out = _out_dtype(name, x.dtype, dtype)
+        if name in ("var", "std", "logsumexp"):
+            state = [L.accumulator(x.dtype)] * (3 if name != "logsumexp" else 2)
+        else:
+            state = [_accumulation(name, x.dtype, out, float(ord))[3]]
+        return L.plan(x, _dims(x, dim), keepdim, ordered=False).cost(x, [("out", out)], state)
+    return cost
+
+
+def _extreme_index_cost(with_values: bool):
+    def cost(x: Tensor, dim=None, keepdim: bool = False) -> Cost:
+        dims = None if dim is None else _dims(x, dim)
+        outputs = ([("values", x.dtype)] if with_values else []) + [("indices", dtypes.INDEX)]
+        state = [L.comparison_dtype(x.dtype), dtypes.INDEX]
+        return L.plan(x, dims, keepdim, ordered=True).cost(x, outputs, state)
+    return cost
+
+
+def _scan_dim(x: Tensor, dim) -> int:
+    return core_layout.normalize_dim(0 if dim is None else dim, max(x.ndim, 1))
+
+
+def _accumulating_scan_cost(x: Tensor, dim=None, dtype=None) -> Cost:
+    out = dtypes.as_dtype(dtype) if dtype is not None else _out_dtype("sum", x.dtype, None)
+    return S.scan_cost(x, _scan_dim(x, dim), [("out", out)])
+
+
+def _running_extreme_cost(x: Tensor, dim=None) -> Cost:
+    return S.scan_cost(x, _scan_dim(x, dim), [("values", x.dtype), ("indices", dtypes.INDEX)])
+
+
+for _name in ("sum", "prod", "mean", "max", "min", "any", "all", "count_nonzero", "var", "std", "logsumexp"):
+    declares(_name)(_reduction_cost(_name))
+
+
+@declares("vector_norm")
+def _vector_norm_cost(x: Tensor, ord=2, dim=None, keepdim: bool = False) -> Cost:
+    return _reduction_cost("vector_norm")(x, dim, keepdim, ord=ord)
+
+
+for _name in ("argmax", "argmin"):
+    declares(_name)(_extreme_index_cost(False))
+for _name in ("max_with_indices", "min_with_indices"):
+    declares(_name)(_extreme_index_cost(True))
+for _name in ("cumsum", "cumprod"):
+    declares(_name)(_accumulating_scan_cost)
+for _name in ("cummax", "cummin"):
+    declares(_name)(_running_extreme_cost)

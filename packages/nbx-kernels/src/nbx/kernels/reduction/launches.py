@@ -1,0 +1,211 @@
+"""Launching the reduction kernels: the plan of one call (shared with its cost), then one launch,
+or two when long rows are split (partials, then a merge in range order).
+
+A plan is computed from shapes, strides, dtypes and the device file's settings alone, so
+nbx.kernels.price reports exactly the buffers a call allocates without touching memory.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from math import prod
+
+from nbx.core import dtypes
+from nbx.core.dtypes import DType
+from nbx.core.tensor import Tensor
+
+from .. import launch
+from ..cost import LAUNCH, Buffer, Cost
+from ..types import tl_type
+from . import layout
+from .combine import Code as C
+from .kernels import accumulate_kernel, extreme_index_kernel, logsumexp_kernel, moments_kernel
+
+
+def accumulator(dtype: DType) -> DType:
+    """What a sum into dtype accumulates in: int64 / uint64 for integers and bool, float64 for
+    float64, float32 for every other float."""
+    if dtype.kind in ("bool", "int"):
+        return dtypes.int64
+    if dtype.kind == "uint":
+        return dtypes.uint64
+    return dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
+
+
+def comparison_dtype(dtype: DType) -> DType:
+    """max / min compare in the input's own dtype, the half and float8 types widened to float32 (exact)."""
+    return dtypes.float32 if dtype.kind == "float" and dtype.itemsize < 4 else dtype
+
+
+def extreme_identity(dtype: DType, op: int):
+    """The value every element beats in a max (op MAX) or a min: -inf / +inf, or the integer bounds."""
+    if dtype.kind == "float":
+        return float("-inf") if op == C.MAX else float("inf")
+    info = dtypes.iinfo(dtype)
+    return int(info.min) if op == C.MAX else int(info.max)
+
+
+def reduced_shape(shape, dims, keepdim: bool) -> tuple[int, ...]:
+    dims = range(len(shape)) if dims is None else dims
+    if keepdim:
+        return tuple(1 if d in dims else s for d, s in enumerate(shape))
+    return tuple(s for d, s in enumerate(shape) if d not in dims)
+
+
+@dataclass(frozen=True)
+class Plan:
+    view: layout.Rows
+    tile: layout.Tile
+    merge: layout.Tile | None   # the second launch's tile, when rows are split
+    out_shape: tuple[int, ...]
+    settings: dict
+
+    @property
+    def merge_view(self) -> layout.Rows:
+        """The partials as rows x splits, contiguous."""
+        s = self.tile.splits
+        return layout.Rows(self.view.rows, s, 1, s, 0, 1)
+
+    def cost(self, x: Tensor, outputs: list[tuple[str, DType]], state: list[DType]) -> Cost:
+        """outputs: (name, dtype) of each result; state: the dtypes of one partial state."""
+        n_out, n_in = prod(self.out_shape), self.view.rows * self.view.cols
+        buffers = [Buffer(name, n_out * dt.itemsize) for name, dt in outputs]
+        moved, launches = n_in * x.itemsize + sum(b.nbytes for b in buffers), 1
+        if self.view.copy is not None and n_out:
+            buffers.append(Buffer("contiguous copy", n_in * x.itemsize, LAUNCH))
+            moved, launches = moved + 2 * n_in * x.itemsize, launches + 1
+        if self.merge is not None and n_out:
+            partials = self.view.rows * self.tile.splits * sum(dt.itemsize for dt in state)
+            buffers.append(Buffer("partials", partials, LAUNCH))
+            moved, launches = moved + 2 * partials, launches + 1
+        return Cost(tuple(buffers), moved, n_in, launches if n_out else 0)
+
+
+_SETTINGS: dict = {}
+
+
+def settings(device) -> dict:
+    """tiles.reduction of the device file in force for device, read once per device (per call
+    site cost: a reduction's host time is part of every decode step)."""
+    found = _SETTINGS.get(device)
+    if found is None:
+        found = _SETTINGS[device] = dict(launch.tiles("reduction", device))
+    return found
+
+
+def plan(x: Tensor, dims, keepdim: bool, ordered: bool) -> Plan:
+    """ordered: the result depends on the order of the reduced dims (an index), so keep it."""
+    s = settings(x.device)
+    return _plan(x.shape, x.strides, None if dims is None else tuple(dims), keepdim, ordered,
+                 tuple(sorted(s.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(shape, strides, dims, keepdim: bool, ordered: bool, settings_items) -> Plan:
+    s = dict(settings_items)
+    view = layout.plan(shape, strides, dims, ordered)
+    tile = layout.tile(view, s)
+    merge = None
+    if tile.splits > 1:
+        merge = layout.tile(layout.Rows(view.rows, tile.splits, 1, tile.splits, 0, 1), s, split=False)
+    return Plan(view, tile, merge, reduced_shape(shape, dims, keepdim), s)
+
+
+def _source(x: Tensor, view: layout.Rows) -> Tensor:
+    """x itself, or its contiguous copy with the kept dims first (workspace of this call)."""
+    return x if view.copy is None else x.permute(*view.copy).contiguous()
+
+
+def _view_args(view: layout.Rows) -> tuple[int, ...]:
+    return (view.rows, view.cols, *view.row_args, view.col_stride)
+
+
+def _run(kernel, p: Plan, tile: layout.Tile, view: layout.Rows, device, pointers, n_splits, *tail, **meta):
+    launch.run(kernel, tile.grid(view.rows), device, *pointers, *_view_args(view), tile.split_len, n_splits,
+               *tail, BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, num_warps=p.settings["num_warps"], **meta)
+
+
+def accumulate(x: Tensor, dims, keepdim: bool, out_dtype: DType, op: int, contribution: int, final: int,
+               acc: DType, identity, power: float = 0.0) -> Tensor:
+    tl_type(x.dtype)  # a dtype no kernel takes is refused by name
+    p = plan(x, dims, keepdim, ordered=False)
+    out = launch.output(p.out_shape, out_dtype, x.device)
+    if out.size == 0:
+        return out
+    src, n_total = _source(x, p.view), p.view.cols
+    meta = dict(OP=op, IDENTITY=identity, ACC=tl_type(acc))
+    if p.merge is None:
+        _run(accumulate_kernel, p, p.tile, p.view, x.device, (src, out), 1, n_total, power,
+             MAP=contribution, FINAL=final, **meta)
+        return out
+    partials = launch.output((p.view.rows, p.tile.splits), acc, x.device)
+    _run(accumulate_kernel, p, p.tile, p.view, x.device, (src, partials), p.tile.splits, n_total, power,
+         MAP=contribution, FINAL=C.KEEP, **meta)
+    _run(accumulate_kernel, p, p.merge, p.merge_view, x.device, (partials, out), 1, n_total, power,
+         MAP=C.VALUE, FINAL=final, **meta)
+    return out
+
+
+def extreme_index(x: Tensor, dims, keepdim: bool, values_dtype: DType | None, op: int):
+    """(values, indices) of the first extreme; values None when values_dtype is None (argmax)."""
+    tl_type(x.dtype)
+    p = plan(x, dims, keepdim, ordered=True)
+    values = launch.output(p.out_shape, values_dtype, x.device) if values_dtype is not None else None
+    index = launch.output(p.out_shape, dtypes.INDEX, x.device)
+    if index.size == 0:
+        return values, index
+    src, acc = _source(x, p.view), comparison_dtype(x.dtype)
+    meta = dict(OP=op, IDENTITY=extreme_identity(acc, op), ACC=tl_type(acc))
+    final_values = values if values is not None else index
+    if p.merge is None:
+        _run(extreme_index_kernel, p, p.tile, p.view, x.device, (src, index, final_values, index), 1,
+             FROM_PARTIALS=False, WRITE_VALUES=values is not None, **meta)
+        return values, index
+    best = launch.output((p.view.rows, p.tile.splits), acc, x.device)
+    where = launch.output((p.view.rows, p.tile.splits), dtypes.INDEX, x.device)
+    _run(extreme_index_kernel, p, p.tile, p.view, x.device, (src, where, best, where), p.tile.splits,
+         FROM_PARTIALS=False, WRITE_VALUES=True, **meta)
+    _run(extreme_index_kernel, p, p.merge, p.merge_view, x.device, (best, where, final_values, index), 1,
+         FROM_PARTIALS=True, WRITE_VALUES=values is not None, **meta)
+    return values, index
+
+
+def moments(x: Tensor, dims, keepdim: bool, out_dtype: DType, final: int, correction: float) -> Tensor:
+    tl_type(x.dtype)
+    p = plan(x, dims, keepdim, ordered=False)
+    out = launch.output(p.out_shape, out_dtype, x.device)
+    if out.size == 0:
+        return out
+    src, acc = _source(x, p.view), accumulator(x.dtype)
+    tail = (p.view.cols, float(correction))
+    if p.merge is None:
+        _run(moments_kernel, p, p.tile, p.view, x.device, (src, out, out, out), 1, *tail,
+             FROM_PARTIALS=False, FINAL=final, ACC=tl_type(acc))
+        return out
+    state = launch.output((3, p.view.rows, p.tile.splits), acc, x.device)
+    count, mean, m2 = state[0], state[1], state[2]
+    _run(moments_kernel, p, p.tile, p.view, x.device, (src, count, mean, m2), p.tile.splits, *tail,
+         FROM_PARTIALS=False, FINAL=C.PARTIAL, ACC=tl_type(acc))
+    _run(moments_kernel, p, p.merge, p.merge_view, x.device, (count, out, mean, m2), 1, *tail,
+         FROM_PARTIALS=True, FINAL=final, ACC=tl_type(acc))
+    return out
+
+
+def logsumexp(x: Tensor, dims, keepdim: bool, out_dtype: DType) -> Tensor:
+    tl_type(x.dtype)
+    p = plan(x, dims, keepdim, ordered=False)
+    out = launch.output(p.out_shape, out_dtype, x.device)
+    if out.size == 0:
+        return out
+    src, acc = _source(x, p.view), accumulator(x.dtype)
+    if p.merge is None:
+        _run(logsumexp_kernel, p, p.tile, p.view, x.device, (src, src, out, out), 1,
+             FROM_PARTIALS=False, FINAL=C.RESULT, ACC=tl_type(acc))
+        return out
+    state = launch.output((2, p.view.rows, p.tile.splits), acc, x.device)
+    running_max, total = state[0], state[1]
+    _run(logsumexp_kernel, p, p.tile, p.view, x.device, (src, src, running_max, total), p.tile.splits,
+         FROM_PARTIALS=False, FINAL=C.PARTIAL, ACC=tl_type(acc))
+    _run(logsumexp_kernel, p, p.merge, p.merge_view, x.device, (running_max, total, out, out), 1,
+         FROM_PARTIALS=True, FINAL=C.RESULT, ACC=tl_type(acc))
+    return out
