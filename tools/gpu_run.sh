@@ -3,7 +3,9 @@
 #   1. the device's facts (tools/measure_nvidia_facts.py)            -> $OUT/nvidia_facts_h200.txt
 #   2. tests/gpu and the CPU suites of the backend, in a process where `import torch` raises
 #   3. the DLPack-with-torch tests, in a separate process where torch is allowed
-# Logs and results go to $OUT (at most 8 files come back from the GPU machine). Changes no GPU setting.
+#   4. nbx.memory's tools (VMM chunk, H200 allocation trace, pool against torch's allocator), torch allowed
+# Logs and results go to $OUT (at most 8 files come back from the GPU machine: this script writes exactly 8).
+# Changes no GPU setting.
 # Usage: tools/gpu_run.sh [--quick] [extra pytest args for step 2]
 #   --quick: tests/gpu only (no facts, no gpu-marked tests elsewhere, no CPU suites, no torch step)
 set -uo pipefail
@@ -94,6 +96,26 @@ echo "== 3. torch allowed: DLPack with torch" | tee -a "$SUMMARY"
 echo "torch suite exit ${PIPESTATUS[0]}" | tee -a "$SUMMARY"
 tail -n 3 "$OUT/gpu_torch.log" >> "$SUMMARY"
 grep -E "^(FAILED|ERROR) " "$OUT/gpu_torch.log" >> "$SUMMARY"
+
+echo "== 4. torch allowed: nbx.memory's tools, each in a process of its own" | tee -a "$SUMMARY"
+# -> $OUT/memory_tools.log (all three) and $OUT/h200_decode_trace.tsv (to ship in nbx/memory/traces/)
+MEMLOG="$OUT/memory_tools.log"
+: > "$MEMLOG"
+run_tool() {  # name, time limit in seconds, command...
+  local name=$1 limit=$2 t0
+  shift 2
+  t0=$(date +%s)
+  echo "-- $name: $*" >> "$MEMLOG"
+  timeout "$limit" "$@" >> "$MEMLOG" 2>&1
+  echo "$name: exit $? ($(( $(date +%s) - t0 )) s)" | tee -a "$SUMMARY"
+}
+run_tool measure_vmm_chunk 60 "$PY" tools/measure_vmm_chunk.py
+run_tool record_trace 120 "$PY" tools/record_trace.py --out "$OUT/h200_decode_trace.tsv" --budget-s 45
+run_tool memory_vs_torch 150 "$PY" tools/bench/memory_vs_torch.py --trace "$OUT/h200_decode_trace.tsv"
+# the summary keeps the tables and the YAML fact; the pool's memory summary and the JSON stay in the log
+grep -vE "^results \(JSON\)" "$MEMLOG" | grep -vE "^(memory summary|allocated  |requested  |reserved  |cached  |\
+segments  |fragmentation  |allocations / frees|driver calls  |refusals / OOM|  (waiting on|largest free|range mapped)| +now +)" \
+  >> "$SUMMARY"
 
 rm -rf "$BLOCKER_DIR"
 echo "== summary"

@@ -87,22 +87,25 @@ def test_device_guard_restores_the_previous_device_even_after_an_error():
 
 def test_out_of_memory_is_a_named_error_carrying_the_requested_bytes_and_the_device_recovers():
     huge = 1 << 50  # a pebibyte: no GPU has it
-    expected = r"cuda:0 is out of memory: requested 1024.00 TiB \(1125899906842624 bytes\)"
+    expected = r"cuda:0 is out of memory: requested 1024.00 TiB \(1125899906842624 bytes"
     with pytest.raises(OutOfMemoryError, match=expected) as info:
         nbx.empty((huge,), dtype="uint8", device="cuda")
     err = info.value
     assert err.requested == huge and err.total == nvidia.device_properties(0).total_memory
-    assert err.free is not None and err.live is not None and err.cached == 0
+    assert err.free is not None and err.live is not None and err.cached is not None  # the pool's own figures
     assert nbx.ones(4, device="cuda").numpy().tolist() == [1, 1, 1, 1]
 
 
-def test_freed_tensors_give_their_memory_back_to_the_device():
+def test_freed_tensors_give_their_memory_back_to_the_pool_and_to_the_device_at_empty_cache():
     import gc
+
+    from nbx.memory.allocator import get_allocator
     free_before, _ = runtime.memory_info(0)
     t = nbx.empty((1 << 30,), dtype="uint8", device="cuda")
     free_during, _ = runtime.memory_info(0)
     del t
     gc.collect()
+    get_allocator("cuda").empty_cache(nbx.device("cuda:0"))  # the caching pool keeps freed blocks parked
     free_after, _ = runtime.memory_info(0)
     assert free_before - free_during >= 1 << 30
     assert free_after >= free_before - (64 << 20)

@@ -144,3 +144,11 @@ class TimingRefusal(NbxError, RuntimeError):
 
 class DeviceClassError(DeviceError):
     """A device whose class (name and memory) or compiler cannot be named for its certificates."""
+
+
+class GraphCaptureError(DeviceError):
+    """A launch sequence that cannot be captured as a graph (a host sync, a driver allocation), or a failed capture."""
+
+    def __init__(self, message: str, *, operation: str | None = None):
+        super().__init__(message)
+        self.operation = operation  # the call that broke the capture, where the driver names one

@@ -1,4 +1,4 @@
-"""The 'cuda' backend of nbx.core: memory through nbx.memory's allocator, copies through cudaMemcpy.
+"""The 'cuda' backend of nbx.core: memory through nbx.memory's caching pool, copies through cudaMemcpy.
 
 Every call makes the storage's own device current (device_guard) and runs on that device's
 current stream; calls that hand bytes to or from the host wait for that stream. Byte ranges are
@@ -70,7 +70,7 @@ class CudaBackend:
                 f"(CUDA {version // 1000}.{version % 1000 // 10}), driver CUDA {runtime.driver_version() // 1000}")
 
     def start(self) -> None:
-        """Once per process, at first allocation: the allocator, and Triton's torch-free driver."""
+        """Once per process, at first allocation: the allocator, graph capture, and Triton's torch-free driver."""
         if self._started:
             return
         with self._start_lock:
@@ -78,12 +78,13 @@ class CudaBackend:
                 return
             from nbx.memory import allocator
 
+            from . import graphs, memory
             from .triton_driver import install_if_triton
             try:
                 allocator.get_allocator(self.name)
-            except DeviceError:  # none registered yet: the plain one until the caching pool takes over
-                allocator.register_allocator(
-                    self.name, allocator.PlainDeviceAllocator("cuda-plain", runtime.malloc, runtime.free))
+            except DeviceError:  # none registered yet: the caching pool, one per device (nvidia.memory)
+                allocator.register_allocator(self.name, memory.make_allocator())
+            graphs.register()  # launch-sequence capture for nbx.memory.graphs
             install_if_triton()
             self._started = True
 

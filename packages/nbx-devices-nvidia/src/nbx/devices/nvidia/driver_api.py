@@ -1,5 +1,6 @@
 """The CUDA driver API (libcuda) for what the runtime lacks: device names without the versioned
-cudaDeviceProp struct, virtual-memory granularity, and memset of 2- and 4-byte patterns.
+cudaDeviceProp struct, virtual memory management (granularity, reserve, create, map, unmap), and
+memset of 2- and 4-byte patterns.
 
 The runtime makes a device's primary context current (cudaSetDevice), and the driver calls here
 run in that context, so callers hold a runtime device_guard for the device.
@@ -31,6 +32,8 @@ CUDA_SUCCESS = 0
 GRANULARITY_MINIMUM, GRANULARITY_RECOMMENDED = 0, 1
 _ALLOCATION_TYPE_PINNED = 1
 _LOCATION_TYPE_DEVICE = 1
+_ACCESS_READ_WRITE = 3           # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+CUDA_ERROR_OUT_OF_MEMORY = 2
 
 
 class _MemLocation(Structure):
@@ -48,6 +51,11 @@ class MemAllocationProp(Structure):
                 ("win32HandleMetaData", c_void_p), ("allocFlags", _AllocFlags)]
 
 
+class MemAccessDesc(Structure):
+    """CUmemAccessDesc: which device may access a mapped range, and how."""
+    _fields_ = [("location", _MemLocation), ("flags", c_int)]
+
+
 PROTOTYPES: dict[str, list] = {
     "cuInit": [c_uint],
     "cuDriverGetVersion": [POINTER(c_int)],
@@ -58,6 +66,18 @@ PROTOTYPES: dict[str, list] = {
     "cuMemsetD8Async": [c_uint64, c_ubyte, c_size_t, c_void_p],
     "cuMemsetD16Async": [c_uint64, c_ushort, c_size_t, c_void_p],
     "cuMemsetD32Async": [c_uint64, c_uint, c_size_t, c_void_p],
+}
+
+
+# Virtual memory management, declared at first use (a driver or a fake without it keeps working).
+VMM_PROTOTYPES: dict[str, list] = {
+    "cuMemAddressReserve": [POINTER(c_uint64), c_size_t, c_size_t, c_uint64, c_uint64],
+    "cuMemAddressFree": [c_uint64, c_size_t],
+    "cuMemCreate": [POINTER(c_uint64), c_size_t, POINTER(MemAllocationProp), c_uint64],
+    "cuMemRelease": [c_uint64],
+    "cuMemMap": [c_uint64, c_size_t, c_size_t, c_uint64, c_uint64],
+    "cuMemSetAccess": [c_uint64, c_size_t, POINTER(MemAccessDesc), c_size_t],
+    "cuMemUnmap": [c_uint64, c_size_t],
 }
 
 
@@ -128,16 +148,79 @@ def driver_version() -> int:
     return value.value
 
 
-def allocation_granularity(index: int, recommended: bool = False) -> int:
-    """Bytes a virtual-memory mapping (cuMemCreate/cuMemMap) on device index is a multiple of."""
+def _device_memory(index: int) -> MemAllocationProp:
+    """What cuMemCreate allocates: pinned memory of device index, no shareable handle."""
     prop = MemAllocationProp()
     prop.type = _ALLOCATION_TYPE_PINNED
     prop.location.type = _LOCATION_TYPE_DEVICE
     prop.location.id = index
+    return prop
+
+
+def allocation_granularity(index: int, recommended: bool = False) -> int:
+    """Bytes a virtual-memory mapping (cuMemCreate/cuMemMap) on device index is a multiple of."""
+    prop = _device_memory(index)
     value = c_size_t()
     flag = GRANULARITY_RECOMMENDED if recommended else GRANULARITY_MINIMUM
     drv().call("cuMemGetAllocationGranularity", byref(value), byref(prop), flag)
     return value.value
+
+
+def _vmm() -> CudaDriverApi:
+    d = drv()
+    if not getattr(d, "vmm_declared", False):
+        for name, argtypes in VMM_PROTOTYPES.items():
+            fn = getattr(d.lib, name)
+            fn.argtypes = argtypes
+            fn.restype = c_int
+        d.vmm_declared = True
+    return d
+
+
+def address_reserve(nbytes: int, alignment: int) -> int:
+    """Reserve nbytes of device address space (no memory behind it)."""
+    address = c_uint64()
+    _vmm().call("cuMemAddressReserve", byref(address), nbytes, alignment, 0, 0, context=f"{nbytes} bytes")
+    return address.value
+
+
+def address_free(address: int, nbytes: int) -> None:
+    _vmm().call("cuMemAddressFree", address, nbytes)
+
+
+def mem_create(nbytes: int, index: int) -> int | None:
+    """A physical allocation of nbytes on device index; None when the device has no room for it."""
+    handle = c_uint64()
+    d = _vmm()
+    code = d.lib.cuMemCreate(byref(handle), nbytes, byref(_device_memory(index)), 0)
+    if code == CUDA_ERROR_OUT_OF_MEMORY:
+        return None
+    if code != CUDA_SUCCESS:
+        raise CudaError("cuMemCreate", code, d.error_name(code), context=f"{nbytes} bytes on cuda:{index}")
+    return handle.value
+
+
+def mem_release(handle: int) -> None:
+    _vmm().call("cuMemRelease", handle)
+
+
+def mem_map(address: int, nbytes: int, handle: int, index: int) -> None:
+    """Map a physical allocation at address and let device index read and write it."""
+    d = _vmm()
+    d.call("cuMemMap", address, nbytes, 0, handle, 0, context=f"{nbytes} bytes at 0x{address:x}")
+    access = MemAccessDesc()
+    access.location.type = _LOCATION_TYPE_DEVICE
+    access.location.id = index
+    access.flags = _ACCESS_READ_WRITE
+    try:
+        d.call("cuMemSetAccess", address, nbytes, byref(access), 1, context=f"cuda:{index}")
+    except CudaError:
+        d.call("cuMemUnmap", address, nbytes)
+        raise
+
+
+def mem_unmap(address: int, nbytes: int) -> None:
+    _vmm().call("cuMemUnmap", address, nbytes, context=f"{nbytes} bytes at 0x{address:x}")
 
 
 def memset_d8_async(ptr: int, value: int, count: int, stream: int = 0) -> None:
