@@ -3,6 +3,7 @@ naming its error codes through a fake library object, the unique id's round trip
 an environment variable, and the dtype / reduction mapping with its refusals."""
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -30,7 +31,7 @@ def no_nccl(monkeypatch):
     monkeypatch.delenv(nccl_library.ENV_LIBRARY, raising=False)
     monkeypatch.setattr(nccl_library.ctypes, "CDLL", refuse)
     monkeypatch.setattr(nccl_library.ctypes.util, "find_library", lambda name: None)
-    monkeypatch.setattr(nccl_library.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])
     monkeypatch.setattr(nccl_library, "_package_dirs", lambda package: [])
     monkeypatch.setattr(nccl_library, "_library", None)
     return tried
@@ -84,7 +85,7 @@ def test_an_nccl_too_old_for_nbx_is_passed_over_for_the_next_place(no_nccl, monk
         path.parent.mkdir()
         path.write_bytes(b"")
     monkeypatch.setenv(nccl_library.ENV_LIBRARY, str(old))
-    monkeypatch.setattr(nccl_library.glob, "glob", lambda pattern: [str(new)] if "x86_64" in pattern else [])
+    monkeypatch.setattr(glob, "glob", lambda pattern: [str(new)] if "x86_64" in pattern else [])
     too_old = _FakeNcclLib()
     del too_old.ncclSend, too_old.ncclRecv
     libraries = {str(old): too_old, str(new): _FakeNcclLib()}
@@ -98,7 +99,7 @@ def test_an_nccl_too_old_for_nbx_is_passed_over_for_the_next_place(no_nccl, monk
     lib = nccl_library.nccl()
     assert lib.path == str(new) and lib.version == (2, 27, 3)
     monkeypatch.setattr(nccl_library, "_library", None)
-    monkeypatch.setattr(nccl_library.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])
     with pytest.raises(NcclLibraryNotFound, match=r"libnccl.so.2 \(lacks ncclSend, ncclRecv: nbx needs NCCL 2.7 "
                                                   r"or newer\)"):
         nccl_library.nccl()

@@ -2,6 +2,7 @@
 place tried when none opens. ctypes is replaced so that these hold on machines with or without CUDA."""
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def no_cuda(monkeypatch):
 
     monkeypatch.setattr(library.ctypes, "CDLL", refuse)
     monkeypatch.setattr(library.ctypes.util, "find_library", lambda name: None)
-    monkeypatch.setattr(library.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])
     monkeypatch.setattr(library, "_package_dirs", lambda package: [])
     monkeypatch.setattr(library, "_opened", {})
     return tried

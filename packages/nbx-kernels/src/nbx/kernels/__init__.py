@@ -11,7 +11,7 @@ import importlib
 
 from .version import __version__
 
-FAMILIES = ("elementwise",)
+FAMILIES = ("elementwise", "random", "softmax", "reduction", "norm")
 
 
 def register() -> None:

@@ -29,7 +29,8 @@ def output(shape, dtype: DType, device: Device) -> Tensor:
     return empty(shape, dtype, device)
 
 
-def run(kernel, grid, device: Device, *args, **meta) -> None:
-    """kernel[grid](*args, **meta) with device current (Triton reads device and stream from nbx)."""
+def run(kernel, grid, device: Device, *args, **meta):
+    """kernel[grid](*args, **meta) with device current (Triton reads device and stream from nbx);
+    returns what Triton returns (on a GPU the compiled kernel, which callers may launch again)."""
     with get_backend(device.type).device_guard(device):
-        kernel[grid](*args, **meta)
+        return kernel[grid](*args, **meta)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
 import os
 import sys
 import threading
+
+from nbx.core import native
 
 from .errors import HipLibraryNotFound
 
@@ -37,25 +38,11 @@ def candidates() -> list[tuple[str, str | None]]:
     out += [(name, name) for name in SONAMES]
     found = ctypes.util.find_library("amdhip64")
     out.append((found, found) if found else ("ctypes.util.find_library('amdhip64') (found nothing)", None))
-    for pattern in INSTALL_GLOBS:
-        matches = sorted(glob.glob(pattern))
-        out += [(m, m) for m in matches] if matches else [(f"{pattern} (no match)", None)]
-    return out
+    return out + native.glob_places(INSTALL_GLOBS)
 
 
-def open_first(places: list[tuple[str, str | None]], loader=ctypes.CDLL) -> tuple[object, str]:
-    tried = []
-    for shown, path in places:
-        if path is None:
-            tried.append(shown)
-        elif os.sep in path and not os.path.exists(path):
-            tried.append(f"{path} (no such file)")
-        else:
-            try:
-                return loader(path), path
-            except OSError as exc:
-                tried.append(f"{path} ({exc})")
-    raise HipLibraryNotFound(tried)
+def open_first(places: list[tuple[str, str | None]], loader=None) -> tuple[object, str]:
+    return native.open_first(places, HipLibraryNotFound, loader)
 
 
 def open_library() -> tuple[object, str]:

@@ -9,12 +9,12 @@ loader (LD_LIBRARY_PATH, the ldconfig cache), ctypes.util.find_library, the CUDA
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import glob
 import importlib.util
 import os
 import sys
 import threading
+
+from nbx.core.native import find_library_place, glob_places, open_first
 
 from .errors import CudaLibraryNotFound
 
@@ -53,35 +53,16 @@ def runtime_candidates() -> list[tuple[str, str | None]]:
             out.append((f"{package.replace('.', '/')}/{sub}/{name} (package {package} is not installed)", None))
         out += [(os.path.join(d, sub, name),) * 2 for d in dirs]
     out += [(name, name) for name in _RUNTIME_SONAMES]
-    out.append(_find_library("cudart"))
-    for pattern in _TOOLKIT_GLOBS:
-        matches = sorted(glob.glob(pattern))
-        out += [(m, m) for m in matches] if matches else [(f"{pattern} (no match)", None)]
-    return out
+    out.append(find_library_place("cudart"))
+    return out + glob_places(_TOOLKIT_GLOBS)
 
 
 def driver_candidates() -> list[tuple[str, str | None]]:
-    return [(name, name) for name in _DRIVER_SONAMES] + [_find_library("cuda")]
-
-
-def _find_library(name: str) -> tuple[str, str | None]:
-    found = ctypes.util.find_library(name)
-    return (found, found) if found else (f"ctypes.util.find_library({name!r}) (found nothing)", None)
+    return [(name, name) for name in _DRIVER_SONAMES] + [find_library_place("cuda")]
 
 
 def _open_first(kind: str, candidates: list[tuple[str, str | None]]) -> tuple[ctypes.CDLL, str]:
-    tried = []
-    for shown, path in candidates:
-        if path is None:
-            tried.append(shown)
-        elif os.sep in path and not os.path.exists(path):
-            tried.append(f"{path} (no such file)")
-        else:
-            try:
-                return ctypes.CDLL(path), path
-            except OSError as exc:
-                tried.append(f"{path} ({exc})")
-    raise CudaLibraryNotFound(kind, tried)
+    return open_first(candidates, lambda tried: CudaLibraryNotFound(kind, tried))
 
 
 def open_library(kind: str) -> tuple[ctypes.CDLL, str]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
 import os
 import sys
 import threading
 from ctypes import POINTER, Structure, c_char_p, c_int, c_size_t, c_ubyte, c_void_p
+
+from nbx.core import native
 
 from .library import _package_dirs
 from .nccl_errors import NcclError, NcclLibraryNotFound
@@ -79,7 +80,7 @@ class NcclLibrary:
     def __init__(self, lib, path: str):
         missing = [name for name in (*PROTOTYPES, "ncclGetErrorString") if not hasattr(lib, name)]
         if missing:
-            raise NcclLibraryNotFound([f"{path} (lacks {', '.join(missing)}: nbx needs NCCL 2.7 or newer)"])
+            raise native.UnusableLibrary(f"lacks {', '.join(missing)}: nbx needs NCCL 2.7 or newer")
         self.lib = lib
         self.path = path
         for name, argtypes in PROTOTYPES.items():
@@ -132,27 +133,11 @@ def candidates() -> list[tuple[str, str | None]]:
     out += [(name, name) for name in _SONAMES]
     found = ctypes.util.find_library("nccl")
     out.append((found, found) if found else ("ctypes.util.find_library('nccl') (found nothing)", None))
-    for pattern in _SYSTEM_GLOBS:
-        matches = sorted(glob.glob(pattern))
-        out += [(m, m) for m in matches] if matches else [(f"{pattern} (no match)", None)]
-    return out
+    return out + native.glob_places(_SYSTEM_GLOBS)
 
 
 def _open_first(places: list[tuple[str, str | None]]) -> NcclLibrary:
-    tried = []
-    for shown, path in places:
-        if path is None:
-            tried.append(shown)
-        elif os.sep in path and not os.path.exists(path):
-            tried.append(f"{path} (no such file)")
-        else:
-            try:
-                return NcclLibrary(ctypes.CDLL(path), path)
-            except OSError as exc:
-                tried.append(f"{path} ({exc})")
-            except NcclLibraryNotFound as exc:   # opened, but too old: the next place may hold a newer one
-                tried += exc.tried
-    raise NcclLibraryNotFound(tried)
+    return native.open_first(places, NcclLibraryNotFound, lambda path: NcclLibrary(ctypes.CDLL(path), path))[0]
 
 
 _lock = threading.Lock()

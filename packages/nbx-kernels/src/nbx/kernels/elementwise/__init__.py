@@ -1,112 +1,90 @@
-"""Elementwise kernels: nbx.core's elementwise ops, where and casts, over any strides.
+"""Elementwise kernels: nbx.core's elementwise ops, activations, where, clamp and casts, over any strides.
 
 Operands are read in place through their strides (broadcast dims have stride 0): no contiguous
 copy is made unless an operand keeps more than layout.MAX_RANK dims after collapsing, and then
-the copy is declared in the launch's cost.
+the copy is declared in the launch's cost. Complex dtypes have no Triton type and are refused by
+name (DTypeError) before anything is allocated.
 """
 from __future__ import annotations
 
 from math import prod
 
-import triton
-
 from nbx.core import dtypes, layout as core_layout
 from nbx.core.dtypes import DType
 from nbx.core.errors import NotSupportedError
 from nbx.core.ops.elementwise import OPS
-from nbx.core.ops._common import SCALARS
 from nbx.core.promotion import result_type
 from nbx.core.tensor import Tensor
 
 from .. import launch
 from ..cost import Buffer, Cost, declares
 from ..registry import implements
-from ..types import compute_type
-from . import functions, layout
-from .kernel import elementwise_kernel
+from ..types import compute_type, tl_type
+from . import activations, callsite, functions, layout
 
-_NO_STRIDES = (0, 0, 0, 0)
+_PLANS_OF_OPS: dict = {}
 
 
-def _prepared(out: Tensor, operands, shape):
-    """The output's strides, and each operand as (pointer-or-scalar, strides, scalar?, dense?)."""
-    strides = [core_layout.broadcast_strides(o.shape, o.strides, shape) if isinstance(o, Tensor) else None
-               for o in operands]
-    tensor_strides = [out.strides] + [s for s in strides if s is not None]
-    collapsed = layout.padded(shape, tensor_strides)
-    if collapsed is None:  # too many dims even after collapsing: read dense copies instead
+def _dense_if_needed(operands, shape):
+    """Operands whose layout with the output's does not collapse to MAX_RANK dims, as dense copies."""
+    strides = [core_layout.contiguous_strides(shape)] + [
+        core_layout.broadcast_strides(o.shape, o.strides, shape) for o in operands if isinstance(o, Tensor)]
+    if layout.padded(shape, strides) is not None:
+        return operands
+    return [o.broadcast_to(shape).contiguous() if isinstance(o, Tensor) else o for o in operands]
+
+
+def launch_elementwise(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None = None,
+                       compute=None) -> Tensor:
+    """fn over the broadcast operands into out (a new contiguous tensor, or any given layout).
+
+    compute overrides the kernel's compute type (a same-dtype copy moves the dtype's own bits)."""
+    plan = callsite.plan_for(fn, operands, out_dtype, work_dtype, out, compute)
+    if out is None:
+        out = launch.output(plan.shape, out_dtype, plan.device)
+    if plan.n == 0:
+        return out
+    if plan.grid is None:  # rank too high to index: dense copies, then a plan of their own
         if not out.is_contiguous():
             raise NotSupportedError(f"an elementwise write into a layout of {out.ndim} dims that do not "
                                     f"collapse to {layout.MAX_RANK} (strides {out.strides})")
-        operands = [o.broadcast_to(shape).contiguous() if isinstance(o, Tensor) else o for o in operands]
-        return _prepared(out, operands, shape)
-    sizes, tensor_strides = collapsed
-    out_strides = tensor_strides[0]
-    it = iter(tensor_strides[1:])
-    prepared = [(out, out_strides, False, layout.is_dense(sizes, out_strides))]
-    for operand in operands:
-        if isinstance(operand, Tensor):
-            st = next(it)
-            prepared.append((operand, st, False, layout.is_dense(sizes, st)))
-        else:
-            prepared.append((operand, _NO_STRIDES, True, False))
-    return sizes, prepared
-
-
-def launch_elementwise(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None = None) -> Tensor:
-    """fn over the broadcast operands into out (a new contiguous tensor, or any given layout)."""
-    tensors = [o for o in operands if isinstance(o, Tensor)] + ([out] if out is not None else [])
-    device = tensors[0].device
-    shape = out.shape if out is not None else core_layout.broadcast_shapes(*(t.shape for t in tensors))
-    out = launch.output(shape, out_dtype, device) if out is None else out
-    n = prod(shape)
-    if n == 0:
-        return out
-    sizes, prepared = _prepared(out, list(operands), shape)
-    (_, out_strides, _, out_dense), operand_slots = prepared[0], prepared[1:]
-    while len(operand_slots) < 3:  # unused operand slots point at the output and are never read
-        operand_slots.append((out, _NO_STRIDES, False, True))
-    args = []
-    flags = {"OUT_DENSE": out_dense}
-    for name, (value, st, scalar, dense) in zip("ABC", operand_slots):
-        args += [value, *st]
-        flags[f"{name}_SCALAR"], flags[f"{name}_DENSE"] = scalar, dense
-    settings = launch.tiles("elementwise", device)
-    block = settings["block"]
-    launch.run(elementwise_kernel, (triton.cdiv(n, block),), device, out, *out_strides, n, sizes[1], sizes[2],
-               sizes[3], *args, OP=fn, ARITY=len(operands), COMPUTE=compute_type(work_dtype), BLOCK=block,
-               num_warps=settings["num_warps"], **flags)
+        return launch_elementwise(fn, _dense_if_needed(list(operands), plan.shape), out_dtype, work_dtype,
+                                  out, compute)
+    callsite.run(plan, out, operands)
     return out
-
-
-def _function(name: str):
-    try:
-        return functions.FUNCTIONS[name]
-    except KeyError:
-        raise NotSupportedError(f"{name} has no Triton kernel yet") from None
-
-
-def _work_dtype(op, operands) -> DType:
-    return op.work_dtype(result_type(*operands))
 
 
 def _scalars_as_work_dtype(operands, work: DType):
     """float64 kernels take float scalars as 0-d tensors (Triton passes Python floats as fp32)."""
-    if work is not dtypes.float64 and work is not dtypes.complex128:
+    if work is not dtypes.float64:
         return operands
     from nbx.core.ops.creation import asarray
     device = next(o.device for o in operands if isinstance(o, Tensor))
-    return [asarray(o, dtype=work, device=device) if isinstance(o, SCALARS) else o for o in operands]
+    return [asarray(o, dtype=work, device=device) if isinstance(o, float) else o for o in operands]
+
+
+def _kind(o):
+    return o.dtype if isinstance(o, Tensor) else type(o)
 
 
 def _elementwise(op, operands, out_dtype: DType) -> Tensor:
-    work = _work_dtype(op, operands)
-    return launch_elementwise(_function(op.name), _scalars_as_work_dtype(operands, work), out_dtype, work)
+    key = (op.name, out_dtype, tuple(_kind(o) for o in operands))
+    found = _PLANS_OF_OPS.get(key)
+    if found is None:
+        work = op.work_dtype(result_type(*operands))
+        compute_type(work)  # complex: refused by name before any allocation
+        fn = functions.pick(op.name, work.name)
+        if fn is None:
+            raise NotSupportedError(f"{op.name} has no Triton kernel yet")
+        found = _PLANS_OF_OPS[key] = (fn, work)
+    fn, work = found
+    return launch_elementwise(fn, _scalars_as_work_dtype(operands, work), out_dtype, work)
 
 
-def elementwise_cost(operands, out_dtype: DType) -> Cost:
+def elementwise_cost(operands, out_dtype: DType, shape=None) -> Cost:
     """One output of the broadcast shape; every tensor operand read once, the output written once."""
-    shape = core_layout.broadcast_shapes(*(o.shape for o in operands if isinstance(o, Tensor)))
+    if shape is None:
+        shape = core_layout.broadcast_shapes(*(o.shape for o in operands if isinstance(o, Tensor)))
     n = prod(shape)
     read = sum(o.nbytes for o in operands if isinstance(o, Tensor))
     return Cost(buffers=(Buffer("out", n * out_dtype.itemsize),), bytes_moved=read + n * out_dtype.itemsize, flops=n)
@@ -118,24 +96,36 @@ def _declare(op):
     declares(op.name)(cost)
 
 
-for _name in functions.FUNCTIONS:
-    if _name in OPS:
-        implements(_name)(_elementwise)
-        _declare(OPS[_name])
+for _name in OPS:
+    implements(_name)(_elementwise)
+    _declare(OPS[_name])
 
 
+# ---- where, clamp, casts, copies -----------------------------------------------------------------
 @implements("where")
 def _where(condition: Tensor, x1, x2, dtype: DType) -> Tensor:
     operands = _scalars_as_work_dtype([condition, x1, x2], dtype)
     return launch_elementwise(functions.where, operands, dtype, dtype)
 
 
+@implements("clamp")
+def _clamp(x: Tensor, min=None, max=None) -> Tensor:
+    bounds = [b for b in (min, max) if b is not None]
+    fn = {2: activations.clamp, 0: functions.identity}.get(len(bounds)) or (
+        activations.clamp_min if max is None else activations.clamp_max)
+    operands = _scalars_as_work_dtype([x, *bounds], x.dtype)
+    return launch_elementwise(fn, operands, x.dtype, x.dtype)
+
+
 declares("where")(lambda condition, x1, x2: elementwise_cost([condition, x1, x2], result_type(x1, x2)))
+declares("clamp")(lambda x, min=None, max=None: elementwise_cost([x, min, max], x.dtype))
 declares("astype")(lambda x, dtype: elementwise_cost([x], dtypes.as_dtype(dtype)))
 
 
 @implements("astype")
 def _astype(x: Tensor, dtype: DType) -> Tensor:
+    if dtype is x.dtype:  # a copy of the dtype's own bits
+        return launch_elementwise(functions.identity, [x], dtype, dtype, compute=tl_type(dtype))
     return launch_elementwise(functions.identity, [x], dtype, x.dtype)
 
 
@@ -148,7 +138,8 @@ def _copy(dst: Tensor, src: Tensor) -> None:
         get_backend(dst.device.type).copy(dst.storage, dst.storage_offset * item, src.storage,
                                           src.storage_offset * item, dst.nbytes)
         return
-    launch_elementwise(functions.identity, [src], dst.dtype, src.dtype, out=dst)
+    raw = tl_type(src.dtype) if src.dtype is dst.dtype else None
+    launch_elementwise(functions.identity, [src], dst.dtype, src.dtype, out=dst, compute=raw)
 
 
 @implements("fill_")
@@ -156,5 +147,7 @@ def _fill(out: Tensor, value) -> None:
     operands = _scalars_as_work_dtype([value, out], out.dtype)[:1]
     launch_elementwise(functions.identity, operands, out.dtype, out.dtype, out=out)
 
+
+from . import extras  # noqa: E402,F401  (registers the activations and fused pointwise ops)
 
 __all__ = ["launch_elementwise", "elementwise_cost"]

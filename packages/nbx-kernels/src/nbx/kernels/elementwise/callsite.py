@@ -1,0 +1,174 @@
+"""What an elementwise launch needs, worked out once per call site and replayed.
+
+A call site is keyed by the function, the dtypes, and each operand's shape, strides and dtype (a
+Python scalar by its type and Triton's specialisation class). From the key follow the collapsed
+layout, the kinds of the operands, every integer argument, the grid and the settings: `Plan`
+holds them, so a repeated call only allocates its output and gathers its pointers.
+
+On a GPU the first launch of a plan goes through Triton's JIT, which compiles and returns the
+kernel; later launches with pointers of the same 16-byte alignment call that compiled kernel's
+launcher directly, skipping the JIT's argument binding, specialisation and cache lookup (Triton
+specialises pointers on 16-byte alignment only; the plan's key fixes every other argument's
+specialisation). With Triton's launch hooks set, every launch goes through the JIT.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+import triton
+
+from nbx.core import layout as core_layout
+from nbx.core.device import get_backend
+from nbx.core.dtypes import DType
+from nbx.core.tensor import Tensor
+
+from .. import launch
+from ..types import compute_type, tl_type
+from . import layout
+from .kernel import DENSE, SPLAT, STRIDED, VALUE, elementwise_kernel
+
+MAX_PLANS = 4096
+_PLANS: dict = {}
+_INT32 = 2 ** 31
+
+
+def _scalar_class(value) -> tuple:
+    """The part of a scalar argument Triton specialises on (ints: == 1, % 16, width)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return (type(value),)
+    width = "i32" if -_INT32 <= value < _INT32 else "i64" if -2 ** 63 <= value < 2 ** 63 else "u64"
+    return (int, width, value == 1, value % 16 == 0)
+
+
+def _operand_key(o) -> tuple:
+    if isinstance(o, Tensor):
+        return (o.shape, o.strides, o.dtype)
+    return _scalar_class(o)
+
+
+class Plan:
+    """One call site: the kernel arguments that follow from its key, and the compiled kernels."""
+
+    __slots__ = ("device", "shape", "n", "template", "slots", "meta", "constexprs", "grid", "compiled",
+                 "backend")
+
+    def __init__(self, fn, operands, out_dtype: DType, compute, out: Tensor | None, device):
+        tensors = [o for o in operands if isinstance(o, Tensor)]
+        self.device = device
+        self.backend = get_backend(device.type)
+        shape = out.shape if out is not None else core_layout.broadcast_shapes(*(t.shape for t in tensors))
+        self.shape, self.n = shape, prod(shape)
+        self.compiled = {}
+        self.grid = None
+        tl_type(out_dtype)  # refuses, by name, a dtype Triton has no type for (complex)
+        if self.n == 0:
+            return
+        out_strides = out.strides if out is not None else core_layout.contiguous_strides(shape)
+        strides = [core_layout.broadcast_strides(o.shape, o.strides, shape) if isinstance(o, Tensor) else None
+                   for o in operands]
+        collapsed = layout.padded(shape, [out_strides] + [s for s in strides if s is not None])
+        if collapsed is None:  # more dims than the kernel indexes: the caller reads dense copies
+            return
+        sizes, (out_st, *tensor_st) = collapsed
+        it = iter(tensor_st)
+        kinds, operand_strides = [], []
+        extent = self.n
+        for operand in operands:
+            st = next(it) if isinstance(operand, Tensor) else None
+            if st is None:
+                kinds.append(VALUE)
+            else:
+                extent = max(extent, _extent(sizes, st))
+                kinds.append(DENSE if layout.is_dense(sizes, st) else STRIDED if any(st) else SPLAT)
+            operand_strides.append(st)
+        out_kind = DENSE if layout.is_dense(sizes, out_st) else STRIDED
+        extent = max(extent, _extent(sizes, out_st))
+        indexed = out_kind == STRIDED or STRIDED in kinds
+        # the kernel's arguments: out, its strides, n, the inner sizes, then four operand slots
+        # (pointer or value, strides); what the kernel does not read is None (a constant to Triton)
+        args = [None, *(out_st if out_kind == STRIDED else (None,) * 4), self.n,
+                *(sizes[1:] if indexed else (None,) * 3)]
+        slots = [(0, -1)]
+        for index in range(4):
+            if index < len(operands):
+                slots.append((len(args), index))
+            kind, st = (kinds[index], operand_strides[index]) if index < len(operands) else (DENSE, None)
+            args += [None, *(st if kind == STRIDED else (None,) * 4)]
+        settings = launch.tiles("elementwise", device)
+        block = settings["block"]
+        self.template, self.slots = args, slots
+        kinds += [DENSE] * (4 - len(kinds))
+        self.meta = dict(OP=fn, ARITY=len(operands), COMPUTE=compute, A=kinds[0], B=kinds[1], C=kinds[2],
+                         D=kinds[3], OUT=out_kind, INDEX64=extent + block >= _INT32, BLOCK=block)
+        self.constexprs = tuple(self.meta.values())
+        self.meta["num_warps"] = settings["num_warps"]
+        self.grid = (triton.cdiv(self.n, block),)
+
+    def arguments(self, out: Tensor, operands) -> list:
+        args = list(self.template)
+        for pos, index in self.slots:
+            args[pos] = out if index < 0 else operands[index]
+        return args
+
+
+def _extent(sizes, strides) -> int:
+    """One past the largest |offset| a layout reaches: decides int32 or int64 indexing."""
+    return 1 + sum((size - 1) * abs(st) for size, st in zip(sizes, strides))
+
+
+def plan_for(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None, compute=None) -> Plan:
+    device = next(o.device for o in ([out] if out is not None else []) + list(operands) if isinstance(o, Tensor))
+    key = (fn, out_dtype, work_dtype, compute, device, None if out is None else (out.shape, out.strides),
+           tuple(_operand_key(o) for o in operands))
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[key] = Plan(fn, operands, out_dtype, compute_type(work_dtype) if compute is None else compute,
+                                  out, device)
+    return plan
+
+
+def _hooks_set() -> bool:
+    """Whether Triton's launch hooks want to see launches (3.6 keeps them in HookChains, empty
+    unless someone registered a hook)."""
+    runtime = triton.knobs.runtime
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
+
+
+def run(plan: Plan, out: Tensor, operands) -> None:
+    """Launch plan's kernel writing out: the compiled kernel directly when one matches."""
+    args = plan.arguments(out, operands)
+    if plan.device.type == "interp":  # numpy warns of NaNs in masked-off lanes; a GPU says nothing
+        with np.errstate(all="ignore"):
+            launch.run(elementwise_kernel, plan.grid, plan.device, *args, **plan.meta)
+        return
+    direct, alignment = list(args), []
+    for pos, _ in plan.slots:
+        if isinstance(args[pos], Tensor):
+            pointer = direct[pos] = args[pos].data_ptr()  # Triton's launcher takes ints for pointers
+            alignment.append(pointer % 16 == 0)
+    alignment = tuple(alignment)
+    fast = plan.compiled.get(alignment)
+    if fast is None or _hooks_set():
+        kernel = launch.run(elementwise_kernel, plan.grid, plan.device, *args, **plan.meta)
+        if hasattr(kernel, "packed_metadata"):  # a compiled GPU kernel (an interpreter returns none)
+            plan.compiled[alignment] = (kernel.run, kernel.function, kernel.packed_metadata,
+                                        triton.runtime.driver.active.get_current_stream)
+        return
+    runner, function, packed, stream_of = fast
+    index = plan.device.index
+    if plan.backend.current_device() == index:
+        runner(plan.grid[0], 1, 1, stream_of(index), function, packed, None, None, None, *direct, *plan.constexprs)
+        return
+    with plan.backend.device_guard(plan.device):
+        runner(plan.grid[0], 1, 1, stream_of(index), function, packed, None, None, None, *direct, *plan.constexprs)
+
+
+def clear() -> None:
+    """Forget every plan (benchmarks measure the first-call path with it)."""
+    _PLANS.clear()
