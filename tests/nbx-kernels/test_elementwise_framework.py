@@ -85,3 +85,26 @@ def test_the_declared_cost_counts_the_output_and_the_bytes_moved(device, check):
     assert cost.allocated == 4 * 8 * 4  # the float32 output
     assert cost.bytes_moved == a.nbytes + b.nbytes + 4 * 8 * 4
     assert cost.flops == 32
+
+
+def test_a_layout_of_five_dims_that_do_not_merge_is_copied_and_computed_without_recursion(device, check):
+    base = on(device, rng.standard_normal((2, 4, 3, 4, 5)), "float32")
+    view = base[:, ::2, :, ::2, :][..., ::2].permute(0, 2, 1, 3, 4)
+    dense = view.contiguous()
+    assert dense.is_contiguous()
+    np.testing.assert_array_equal(dense.numpy(), view.numpy())
+    target = nbx.zeros((2, 4, 3, 4, 5), device=device)
+    target[:, ::2, :, ::2, :][..., ::2] = 1.0  # a strided five-dim write
+    np.testing.assert_array_equal(target.numpy()[:, ::2, :, ::2, ::2], 1.0)
+    assert target.numpy().sum() == 2 * 2 * 3 * 2 * 3
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_tensors_fill_copy_and_transpose_through_their_parts(device, dtype):
+    z = nbx.zeros((3, 2), dtype=dtype, device=device)
+    z[1] = nbx.asarray([1 + 2j, 3 - 1j], dtype=dtype).to(device)
+    expected = np.zeros((3, 2), nbx.as_dtype(dtype).host)
+    expected[1] = [1 + 2j, 3 - 1j]
+    np.testing.assert_array_equal(z.numpy(), expected)
+    np.testing.assert_array_equal(z.T.contiguous().numpy(), expected.T)
+    np.testing.assert_array_equal(nbx.full((2,), 1 - 1j, dtype=dtype, device=device).numpy(), [1 - 1j, 1 - 1j])

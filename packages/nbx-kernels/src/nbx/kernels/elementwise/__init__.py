@@ -20,18 +20,9 @@ from .. import launch
 from ..cost import Buffer, Cost, declares
 from ..registry import implements
 from ..types import compute_type, tl_type
-from . import activations, callsite, functions, layout
+from . import activations, callsite, functions
 
 _PLANS_OF_OPS: dict = {}
-
-
-def _dense_if_needed(operands, shape):
-    """Operands whose layout with the output's does not collapse to MAX_RANK dims, as dense copies."""
-    strides = [core_layout.contiguous_strides(shape)] + [
-        core_layout.broadcast_strides(o.shape, o.strides, shape) for o in operands if isinstance(o, Tensor)]
-    if layout.padded(shape, strides) is not None:
-        return operands
-    return [o.broadcast_to(shape).contiguous() if isinstance(o, Tensor) else o for o in operands]
 
 
 def launch_elementwise(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None = None,
@@ -44,12 +35,12 @@ def launch_elementwise(fn, operands, out_dtype: DType, work_dtype: DType, out: T
         out = launch.output(plan.shape, out_dtype, plan.device)
     if plan.n == 0:
         return out
-    if plan.grid is None:  # rank too high to index: dense copies, then a plan of their own
-        if not out.is_contiguous():
-            raise NotSupportedError(f"an elementwise write into a layout of {out.ndim} dims that do not "
-                                    f"collapse to {layout.MAX_RANK} (strides {out.strides})")
-        return launch_elementwise(fn, _dense_if_needed(list(operands), plan.shape), out_dtype, work_dtype,
-                                  out, compute)
+    if plan.grid is None:  # more dims than the kernel indexes, even collapsed: one launch per outer index
+        wide = [o.broadcast_to(plan.shape) if isinstance(o, Tensor) else o for o in operands]
+        for i in range(plan.shape[0]):
+            launch_elementwise(fn, [o[i] if isinstance(o, Tensor) else o for o in wide], out_dtype, work_dtype,
+                               out[i], compute)
+        return out
     callsite.run(plan, out, operands)
     return out
 
@@ -138,12 +129,31 @@ def _copy(dst: Tensor, src: Tensor) -> None:
         get_backend(dst.device.type).copy(dst.storage, dst.storage_offset * item, src.storage,
                                           src.storage_offset * item, dst.nbytes)
         return
+    if dst.dtype.is_complex and src.dtype is dst.dtype:  # Triton has no complex type: copy the parts
+        launch_elementwise(functions.identity, [_parts(src)], _part_dtype(dst), _part_dtype(dst), out=_parts(dst),
+                           compute=tl_type(_part_dtype(dst)))
+        return
     raw = tl_type(src.dtype) if src.dtype is dst.dtype else None
     launch_elementwise(functions.identity, [src], dst.dtype, src.dtype, out=dst, compute=raw)
 
 
+def _part_dtype(x: Tensor) -> DType:
+    return dtypes.float32 if x.dtype is dtypes.complex64 else dtypes.float64
+
+
+def _parts(x: Tensor) -> Tensor:
+    """A complex tensor viewed as its real and imaginary parts: a trailing dim of 2 reals."""
+    return Tensor(x.storage, _part_dtype(x), x.shape + (2,), tuple(2 * s for s in x.strides) + (1,),
+                  2 * x.storage_offset)
+
+
 @implements("fill_")
 def _fill(out: Tensor, value) -> None:
+    if out.dtype.is_complex:  # the real and the imaginary parts filled as reals
+        parts = _parts(out)
+        for index, part in enumerate((complex(value).real, complex(value).imag)):
+            _fill(parts[..., index], part)
+        return
     operands = _scalars_as_work_dtype([value, out], out.dtype)[:1]
     launch_elementwise(functions.identity, operands, out.dtype, out.dtype, out=out)
 
