@@ -6,8 +6,9 @@
 #   4. nbx.memory's tools (VMM chunk, H200 allocation trace, pool against torch's allocator), torch allowed
 # Logs and results go to $OUT (at most 8 files come back from the GPU machine: this script writes exactly 8).
 # Changes no GPU setting.
-# Usage: tools/gpu_run.sh [--quick] [extra pytest args for step 2]
-#   --quick: tests/gpu only (no facts, no gpu-marked tests elsewhere, no CPU suites, no torch step)
+# Usage: tools/gpu_run.sh [--quick | --backend] [extra pytest args for step 2]
+#   --quick:   tests/gpu only (no facts, no gpu-marked tests elsewhere, no CPU suites, no torch step)
+#   --backend: every step but the facts and the gpu-marked kernel tests outside tests/gpu
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/nbx-gpu-run}
@@ -20,7 +21,9 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/nbx-triton-cache}
 export TRITON_INTERPRET=0
 PY=${PYTHON:-python3}
 QUICK=0
+BACKEND_ONLY=0
 if [ "${1:-}" = --quick ]; then QUICK=1; shift; fi
+if [ "${1:-}" = --backend ]; then BACKEND_ONLY=1; shift; fi
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 
@@ -57,7 +60,7 @@ sys.exit(code or (3 if leaked else 0))" "$@"
   "$PY" -c "import sys, numpy, triton; print('python', sys.version.split()[0], 'numpy', numpy.__version__, 'triton', triton.__version__)"
 } 2>&1 | tee -a "$SUMMARY"
 
-if [ "$QUICK" = 0 ]; then
+if [ "$QUICK" = 0 ] && [ "$BACKEND_ONLY" = 0 ]; then
   echo "== 1. device facts" | tee -a "$SUMMARY"
   "$PY" tools/measure_nvidia_facts.py > "$OUT/nvidia_facts_h200.txt" 2> "$OUT/measure_stderr.txt"
   echo "measure_nvidia_facts exit $?" | tee -a "$SUMMARY"
@@ -67,7 +70,7 @@ fi
 echo "== 2. torch-blocked: every test marked gpu (one process per tests/gpu file: a crash loses one file)" | tee -a "$SUMMARY"
 : > "$OUT/gpu_blocked.log"
 targets=(tests/gpu/test_*.py)
-[ "$QUICK" = 0 ] && targets+=(tests)
+[ "$QUICK" = 0 ] && [ "$BACKEND_ONLY" = 0 ] && targets+=(tests)
 for target in "${targets[@]}"; do
   case "$target" in */test_cuda_dlpack_torch.py) continue;; esac
   extra=()
