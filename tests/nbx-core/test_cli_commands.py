@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -96,29 +95,21 @@ def test_a_plugin_whose_hook_fails_is_reported_and_the_other_commands_still_work
     assert "nbx: plugin zz_bad_hook: add_cli_commands failed: RuntimeError: boom" in capsys.readouterr().err
 
 
-@pytest.fixture
-def fake_device_files(monkeypatch):
-    import nbx.core
-    module = types.ModuleType("nbx.core.device_files")
-    monkeypatch.setitem(sys.modules, "nbx.core.device_files", module)
-    monkeypatch.setattr(nbx.core, "device_files", module, raising=False)
-    return module
+def test_info_names_the_device_file_in_force_and_whether_the_hardware_is_proven(monkeypatch):
+    from nbx.core import device_files
+    monkeypatch.setattr(cli_info, "_gpu_devices", lambda: ["cuda:0"])
+    monkeypatch.setattr(device_files, "in_force", lambda device=None: device_files.for_arch("sm_90"))
+    [line] = cli_info.device_file_lines()
+    assert line.startswith("cuda:0: nvidia/hopper (") and "hopper.yml); proven (measured: NVIDIA H200, 2026-11-29" in line
+    monkeypatch.setattr(device_files, "in_force", lambda device=None: device_files.for_arch("sm_70"))
+    assert "); not proven (chosen: no device of this architecture has run" in cli_info.device_file_lines()[0]
 
 
-def test_info_names_the_device_file_in_force(fake_device_files):
-    fake_device_files.in_force = lambda device=None: types.SimpleNamespace(name="nvidia/h200", path="/d/h200.yml")
-    assert cli_info.device_file_lines() == ["nvidia/h200 (/d/h200.yml)"]
+def test_info_shows_the_refusal_when_no_device_file_applies(monkeypatch):
+    from nbx.core import device_files
 
-
-def test_info_shows_the_refusal_when_no_device_file_applies(fake_device_files):
     def in_force(device=None):
         raise MissingFactError("no device file matches 'NVIDIA Z100'")
-    fake_device_files.in_force = in_force
+    monkeypatch.setattr(device_files, "in_force", in_force)
+    monkeypatch.setattr(cli_info, "_gpu_devices", lambda: [])
     assert cli_info.device_file_lines() == ["MissingFactError: no device file matches 'NVIDIA Z100'"]
-
-
-def test_info_without_a_device_file_loader_says_so(monkeypatch):
-    import nbx.core
-    monkeypatch.setitem(sys.modules, "nbx.core.device_files", None)  # makes the import fail
-    monkeypatch.delattr(nbx.core, "device_files", raising=False)
-    assert cli_info.device_file_lines() == ["no device file loader"]

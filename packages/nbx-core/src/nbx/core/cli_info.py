@@ -134,23 +134,25 @@ def _gpu_devices() -> list[str]:
 
 def device_file_lines() -> list[str]:
     """The device file in force for each GPU device; with none, the loader's own account of why."""
-    try:
-        from . import device_files
-        in_force = device_files.in_force
-    except (ImportError, AttributeError):
-        return ["no device file loader"]
+    from . import device_files
     lines = []
     for device in _gpu_devices() or [None]:
         label = f"{device}: " if device else ""
         try:
-            facts = in_force(device) if device else in_force()
+            facts = device_files.in_force(device)
         except Exception as exc:
             lines.append(f"{label}{type(exc).__name__}: {exc}")
             continue
-        name = getattr(facts, "name", facts)
-        path = getattr(facts, "path", None)
-        lines.append(f"{label}{name}" + (f" ({path})" if path else ""))
+        lines.append(f"{label}{facts.name} ({facts.path}); {_proven(facts)}")
     return lines
+
+
+def _proven(facts) -> str:
+    """Whether this architecture passed nbx's GPU suite, with the file's account of it."""
+    if "validation.proven" not in facts:
+        return "proven: not stated"
+    state = "proven" if facts.value("validation.proven") else "not proven"
+    return f"{state} ({facts.provenance('validation.proven')})"
 
 
 def certificate_lines() -> list[str]:
