@@ -40,7 +40,7 @@ def random_bytes(name: str, shape) -> np.ndarray:
 def test_host_to_device_to_host_is_byte_exact_for_every_dtype(name):
     host = random_bytes(name, (37, 129))
     gpu = nbx.from_numpy(host, "cuda")
-    assert gpu.device == nbx.device("cuda:0")
+    assert gpu.device == nbx.as_device("cuda:0")
     assert gpu.numpy().tobytes() == host.tobytes()
     assert gpu.clone().to("cpu").numpy().tobytes() == host.tobytes()
 

@@ -105,7 +105,7 @@ def test_freed_tensors_give_their_memory_back_to_the_pool_and_to_the_device_at_e
     free_during, _ = runtime.memory_info(0)
     del t
     gc.collect()
-    get_allocator("cuda").empty_cache(nbx.device("cuda:0"))  # the caching pool keeps freed blocks parked
+    get_allocator("cuda").empty_cache(nbx.as_device("cuda:0"))  # the caching pool keeps freed blocks parked
     free_after, _ = runtime.memory_info(0)
     assert free_before - free_during >= 1 << 30
     assert free_after >= free_before - (64 << 20)

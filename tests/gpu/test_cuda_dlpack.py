@@ -88,7 +88,7 @@ def test_cupy_sees_nbx_memory_without_a_copy(cupy):
 def test_nbx_sees_cupy_memory_without_a_copy(cupy):
     c = cupy.arange(20, dtype=cupy.int64).reshape(4, 5)[:, 1:]
     t = nbx.from_dlpack(c)
-    assert t.device == nbx.device("cuda:0") and t.data_ptr() == c.data.ptr
+    assert t.device == nbx.as_device("cuda:0") and t.data_ptr() == c.data.ptr
     assert t.numpy().tolist() == cupy.asnumpy(c).tolist()
     t[0, 0] = 100
     assert int(c[0, 0]) == 100

@@ -39,7 +39,7 @@ def test_torch_sees_strided_nbx_views_without_a_copy():
 def test_nbx_sees_torch_memory_without_a_copy():
     tt = torch.arange(30, device="cuda", dtype=torch.float16).reshape(5, 6).t()
     t = nbx.from_dlpack(tt)
-    assert t.data_ptr() == tt.data_ptr() and t.device == nbx.device("cuda:0")
+    assert t.data_ptr() == tt.data_ptr() and t.device == nbx.as_device("cuda:0")
     assert t.strides == tt.stride() and t.dtype is nbx.float16
     assert t.numpy().tolist() == tt.cpu().tolist()
 

@@ -43,7 +43,7 @@ def test_memory_for_a_tensor_on_cuda_1_comes_from_gpu_1():
     free0, free1 = runtime.memory_info(0)[0], runtime.memory_info(1)[0]
     t = nbx.empty((1 << 30,), "uint8", "cuda:1")
     after0, after1 = runtime.memory_info(0)[0], runtime.memory_info(1)[0]
-    assert t.device == nbx.device("cuda:1")
+    assert t.device == nbx.as_device("cuda:1")
     assert free1 - after1 >= 1 << 30
     assert abs(free0 - after0) < 64 << 20
     assert runtime.get_device() == 0
@@ -54,7 +54,7 @@ def test_copies_between_the_two_gpus_are_byte_exact_for_every_dtype_both_ways(na
     host = random_bytes(name, (33, 65))
     on0 = nbx.from_numpy(host, "cuda:0")
     on1 = on0.to("cuda:1")
-    assert on1.device == nbx.device("cuda:1") and on1.numpy().tobytes() == host.tobytes()
+    assert on1.device == nbx.as_device("cuda:1") and on1.numpy().tobytes() == host.tobytes()
     back = on1.to("cuda:0")
     assert back.numpy().tobytes() == host.tobytes()
     strided = on0[1::3, ::-2].to("cuda:1")
@@ -89,7 +89,7 @@ def test_streams_and_events_of_cuda_1_order_work_on_gpu_1():
         y = x.clone()
         done = nvidia.Event(1).record()
     nvidia.current_stream(1).wait_event(done)
-    assert y.device == nbx.device("cuda:1") and np.array_equal(y.numpy(), np.arange(1 << 20, dtype=np.float32))
+    assert y.device == nbx.as_device("cuda:1") and np.array_equal(y.numpy(), np.arange(1 << 20, dtype=np.float32))
     with pytest.raises(nvidia.StreamMismatchError, match="an event of cuda:0 cannot be recorded on"):
         nvidia.Event(0).record(s)
 
@@ -99,9 +99,9 @@ def test_a_triton_kernel_launched_for_cuda_1_tensors_computes_on_gpu_1():
     a = np.random.default_rng(1).standard_normal(1 << 20).astype(np.float32)
     x = nbx.from_numpy(a, "cuda:1")
     out = selftest.add(x, x)
-    assert out.device == nbx.device("cuda:1") and np.array_equal(out.numpy(), a + a)
+    assert out.device == nbx.as_device("cuda:1") and np.array_equal(out.numpy(), a + a)
     total = nbx.add(x, x)   # the registered cuda implementation (nbx.kernels), launched for cuda:1
-    assert total.device == nbx.device("cuda:1") and np.array_equal(total.numpy(), a + a)
+    assert total.device == nbx.as_device("cuda:1") and np.array_equal(total.numpy(), a + a)
     assert runtime.get_device() == 0
 
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-# the module, not nbx.core's `device` function of the same name
-DEVICE = importlib.import_module("nbx.core.device")
+from nbx.core import device as DEVICE
+
 ROOT = Path(__file__).resolve().parents[2]
 
 GPU_TEST = '''

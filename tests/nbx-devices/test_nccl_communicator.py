@@ -246,7 +246,7 @@ def test_each_rank_is_made_with_its_device_current_and_the_previous_device_comes
     assert [args[3] for args in fake.calls_of("ncclCommInitRank")] == [0, 1]   # rank
     assert len({c["uid"] for c in fake.comms.values()}) == 1
     assert runtime.get_device() == 0
-    assert [c.device for c in comms] == [nbx.device("cuda:0"), nbx.device("cuda:1")]
+    assert [c.device for c in comms] == [nbx.as_device("cuda:0"), nbx.as_device("cuda:1")]
     assert repr(comms[1]) == "Communicator(rank 1 of 2, cuda:1, open)"
 
 
@@ -473,7 +473,7 @@ def test_from_env_rank_0_writes_the_id_file_and_rank_1_reads_it(fake, tmp_path):
     env = {"NBX_NCCL_WORLD_SIZE": "2", "NBX_NCCL_ID_FILE": str(tmp_path / "id.hex")}
     c0 = nccl.Communicator.from_env(environ=dict(env, NBX_NCCL_RANK="0", NBX_NCCL_DEVICE="cuda:0"))
     c1 = nccl.Communicator.from_env(environ=dict(env, NBX_NCCL_RANK="1", NBX_NCCL_DEVICE="cuda:1"), timeout=1)
-    assert (c0.rank, c1.rank, c1.device) == (0, 1, nbx.device("cuda:1"))
+    assert (c0.rank, c1.rank, c1.device) == (0, 1, nbx.as_device("cuda:1"))
     assert runtime.get_device() == 1   # the rank's device is the process's current one from now on
     assert len({c["uid"] for c in fake.comms.values()}) == 1
     with pytest.raises(NcclBootstrapError, match="exists already"):
@@ -484,6 +484,6 @@ def test_from_env_takes_the_hex_id_and_refuses_a_missing_device(fake):
     uid = nccl.unique_id()
     env = {"NBX_NCCL_WORLD_SIZE": "2", "NBX_NCCL_RANK": "1", "NBX_NCCL_UNIQUE_ID": uid.hex()}
     comm = nccl.Communicator.from_env(device=1, environ=env)
-    assert comm.device == nbx.device("cuda:1") and fake.comms[comm.handle]["uid"] == uid.raw
+    assert comm.device == nbx.as_device("cuda:1") and fake.comms[comm.handle]["uid"] == uid.raw
     with pytest.raises(NcclBootstrapError, match=r"no device for rank 1: pass device= or set \$NBX_NCCL_DEVICE"):
         nccl.Communicator.from_env(environ=env)

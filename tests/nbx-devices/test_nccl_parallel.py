@@ -41,7 +41,7 @@ class FakeCommunicator:
 
     def __init__(self, world: World, rank: int):
         self.world, self.rank, self.world_size = world, rank, world.n
-        self.device = nbx.device("cpu")
+        self.device = nbx.as_device("cpu")
 
     def _reduced(self, x: nbx.Tensor, op: str) -> np.ndarray:
         assert op == "sum", op

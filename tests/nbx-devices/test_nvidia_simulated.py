@@ -380,11 +380,11 @@ def test_device_memory_goes_back_to_the_pool_with_the_last_tensor_viewing_it_and
     pool = allocator.get_allocator("cuda")
     del t
     gc.collect()
-    assert ptr in sim.blocks and pool.stats(nbx.device("cuda:0")).live_bytes == 4000
+    assert ptr in sim.blocks and pool.stats(nbx.as_device("cuda:0")).live_bytes == 4000
     del view
     gc.collect()
-    assert pool.stats(nbx.device("cuda:0")).live_bytes == 0
-    pool.empty_cache(nbx.device("cuda:0"))
+    assert pool.stats(nbx.as_device("cuda:0")).live_bytes == 0
+    pool.empty_cache(nbx.as_device("cuda:0"))
     assert ptr not in sim.blocks
 
 
@@ -446,7 +446,7 @@ def test_to_another_cuda_device_is_a_peer_copy_without_a_host_round_trip(sim2):
     sim2.calls.clear()
     dst = src.to("cuda:1")
     names = [n for n, _ in sim2.calls]
-    assert dst.device == nbx.device("cuda:1")
+    assert dst.device == nbx.as_device("cuda:1")
     assert sim2.called("cudaMemcpyPeerAsync") == [1]
     assert "cudaMemcpyAsync" not in names
     assert dst.numpy().tolist() == list(range(12))
@@ -490,7 +490,7 @@ def test_properties_come_from_the_attributes_and_the_driver(sim):
     p = nvidia.device_properties(0)
     assert p.name == "Simulated GPU" and p.compute_capability == (9, 0) and p.arch == "sm_90"
     assert p.sm_count == 132 and p.warp_size == 32 and p.stream_priorities == (0, -5)
-    assert backend.BACKEND.target(nbx.device("cuda:0")) == "sm_90"
+    assert backend.BACKEND.target(nbx.as_device("cuda:0")) == "sm_90"
     assert driver_api.allocation_granularity(0) == 2 << 20
 
 
@@ -499,7 +499,7 @@ def test_a_cuda_capsule_names_kdlcuda_and_the_device_id(sim2):
     t = nbx.zeros(4, device="cuda:1")
     assert t.__dlpack_device__() == (dlpack.DLDeviceType.kDLCUDA, 1)
     back = dlpack.from_capsule(t.__dlpack__(max_version=(1, 0), stream=-1))
-    assert back.device == nbx.device("cuda:1") and back.data_ptr() == t.data_ptr()
+    assert back.device == nbx.as_device("cuda:1") and back.data_ptr() == t.data_ptr()
 
 
 def test_the_consumer_stream_waits_for_nbx_stream_only_when_they_differ(sim):
@@ -523,7 +523,7 @@ def test_a_cuda_tensor_is_copied_to_the_cpu_only_when_a_copy_is_allowed(sim):
     t = nbx.from_numpy(np.arange(5, dtype=np.int16)).to("cuda")
     cpu = (dlpack.DLDeviceType.kDLCPU, 0)
     host = dlpack.from_capsule(t.__dlpack__(max_version=(1, 0), dl_device=cpu))
-    assert host.device == nbx.device("cpu") and host.numpy().tolist() == [0, 1, 2, 3, 4]
+    assert host.device == nbx.as_device("cpu") and host.numpy().tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(DLPackError, match="needs a copy, and copy=False"):
         t.__dlpack__(max_version=(1, 0), dl_device=cpu, copy=False)
 
@@ -542,7 +542,7 @@ def test_from_dlpack_of_a_foreign_cuda_producer_wraps_its_memory_without_a_copy(
     producer = Producer()
     t = nbx.from_dlpack(producer)
     assert producer.stream == 1  # nbx's current stream is the legacy default
-    assert t.device == nbx.device("cuda:0") and t.data_ptr() == source.data_ptr()
+    assert t.device == nbx.as_device("cuda:0") and t.data_ptr() == source.data_ptr()
     assert t.numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
 
 

@@ -7,7 +7,6 @@
 from . import cpu as _cpu  # registers the CPU backend  # noqa: F401
 from . import dtypes
 from .device import Device, as_device
-from .device import as_device as device  # nbx.device("cuda:0"); TODO: rename the module so it is not shadowed
 from .dtypes import (DType, as_dtype, bfloat16, complex64, complex128, finfo, float8_e4m3fn,
                      float8_e5m2, float16, float32, float64, iinfo, int8, int16, int32, int64,
                      uint8, uint16, uint32, uint64)

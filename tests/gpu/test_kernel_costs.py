@@ -1,0 +1,74 @@
+"""Each kernel's declared cost (nbx.kernels.price) allocates exactly what the caching pool measures.
+
+The pool counts the bytes every allocation asked for (before its rounding); the peak of that count
+over one call, less what was live before it, is the call's allocation: outputs, workspace and
+scratch together. price() must declare the same number without launching anything.
+"""
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core import random as nbx_random
+from nbx.kernels.cost import price
+from nbx.memory.allocator import get_allocator
+
+pytestmark = pytest.mark.gpu
+
+rng = np.random.default_rng(11)
+
+
+def cuda(shape, dtype="float32"):
+    return nbx.asarray(rng.standard_normal(shape).astype(np.float32), dtype=dtype).to("cuda")
+
+
+def measured(call):
+    """Bytes requested from the pool at the peak of call(), beyond what was live before it."""
+    from nbx.devices import nvidia
+    device = nbx.as_device("cuda:0")
+    pool = get_allocator("cuda")
+    nvidia.synchronize(0)
+    before = pool.pool_stats(device).requested
+    pool.reset_peak(device)
+    result = call()
+    nvidia.synchronize(0)
+    return pool.pool_stats(device).requested_peak - before, result
+
+
+def cases():
+    x, row, w, b = cuda((512, 4096)), cuda((4096,)), cuda((4096,)), cuda((4096,))
+    half = cuda((512, 4096), "bfloat16")
+    long_rows = cuda((4, 262144))  # few long rows: the split (partials) paths
+    transposed = cuda((4096, 512)).T
+    return [
+        ("add, broadcast", "add", (x, row), {}),
+        ("exp of bf16", "exp", (half,), {}),
+        ("cast to bf16", "astype", (x, nbx.bfloat16), {}),
+        ("sum of rows", "sum", (x,), {"dim": 1}),
+        ("sum of few long rows", "sum", (long_rows,), {"dim": 1}),
+        ("sum of a transposed view", "sum", (transposed,), {"dim": 0}),
+        ("full sum", "sum", (x,), {}),
+        ("argmax of long rows", "argmax", (long_rows,), {"dim": 1}),
+        ("softmax", "softmax", (x,), {"dim": -1}),
+        ("softmax of few long rows", "softmax", (long_rows,), {"dim": -1}),
+        ("layer norm", "layer_norm", (x, (4096,), w, b), {}),
+        ("fused add + RMS norm", "add_rms_norm", (x, x, w), {}),
+    ]
+
+
+FRONT_ENDS = {"astype": lambda x, dtype: nbx.astype(x, dtype)}
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_the_declared_allocation_equals_the_pools_measured_peak(index):
+    label, op, args, kwargs = cases()[index]
+    front_end = FRONT_ENDS.get(op) or getattr(nbx, op)
+    declared = price(op, *args, **kwargs)
+    peak, _ = measured(lambda: front_end(*args, **kwargs))
+    assert declared.allocated == peak, f"{label}: declared {declared.allocated} bytes, the pool saw {peak}"
+
+
+@pytest.mark.parametrize("op", ["rand", "randn"])
+def test_random_draws_declare_what_they_allocate(op):
+    declared = price(f"random.{op}", 1024, 4096)
+    peak, _ = measured(lambda: getattr(nbx_random, op)(1024, 4096, device="cuda"))
+    assert declared.allocated == peak
