@@ -17,99 +17,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
+from peer_timing import allocator_name, deviation, measure, spin_cycles_per_ms
 
 L2_FLUSH_BYTES = 256 << 20
 ROWS = [(4096, 4096), (32, 151936), (2048, 8192)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ReuseAllocator:
-    """Freed blocks kept by size for the next request of that size (one stream, as torch's caching
-    allocator does): the plain allocator's cudaFree synchronizes the device and would time the host."""
-
-    def __init__(self):
-        from nbx.devices.nvidia import runtime
-        self.runtime, self.free, self.live, self.peak, self.count = runtime, {}, 0, 0, 0
-
-    def allocate(self, nbytes, device, stream=None):
-        from nbx.memory.allocator import Block
-        cached = self.free.get(nbytes)
-        ptr = cached.pop() if cached else (self.runtime.malloc(nbytes, device.index) if nbytes else 0)
-        self.live += nbytes
-        self.peak, self.count = max(self.peak, self.live), self.count + 1
-        return Block(ptr, nbytes, device, stream, lambda: self._give_back(ptr, nbytes))
-
-    def _give_back(self, ptr, nbytes):
-        self.live -= nbytes
-        if nbytes:
-            self.free.setdefault(nbytes, []).append(ptr)
-
-    def stats(self, device):
-        from nbx.memory.allocator import AllocatorStats
-        return AllocatorStats(self.live, sum(k * len(v) for k, v in self.free.items()), self.peak, self.count)
-
-
-def install_allocator() -> str:
-    from nbx.core.errors import DeviceError
-    from nbx.memory import allocator
-    try:
-        current = allocator.get_allocator("cuda")
-    except DeviceError:
-        current = None
-    if current is None or isinstance(current, allocator.PlainDeviceAllocator):
-        allocator.register_allocator("cuda", ReuseAllocator())
-        return "ReuseAllocator (bench)"
-    return type(current).__name__
-
-
-def spin_cycles_per_ms() -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(1000)
-    start.record()
-    torch.cuda._sleep(20_000_000)
-    end.record()
-    torch.cuda.synchronize()
-    return 20_000_000 / start.elapsed_time(end)
-
-
-def measure(fn, copies: int, cycles_per_ms: float, repeats: int = 3) -> tuple[float, bool]:
-    """(GPU microseconds a call, host-bound?) for back-to-back calls queued behind a GPU spin."""
-    for i in range(2):
-        fn(i % copies)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(3):
-        fn(i % copies)
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) / 3
-    iters = int(min(100, max(10, 0.01 / wall)))
-    best, bound = float("inf"), False
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        spin_ms = 1.5 * wall * iters * 1e3 + 2
-        torch.cuda._sleep(int(spin_ms * cycles_per_ms))
-        start.record()
-        t0 = time.perf_counter()
-        for i in range(iters):
-            fn(i % copies)
-        bound |= (time.perf_counter() - t0) * 1e3 > spin_ms
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end) * 1e3 / iters)
-    return best, bound
-
-
-def deviation(nbx_out, torch_out) -> float:
-    a = np.asarray(nbx_out.numpy(), dtype=np.float64)
-    b = torch_out.float().cpu().numpy().astype(np.float64)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
 def _inputs(shape, tdt, count, copies, scale=1.0):
@@ -173,7 +91,7 @@ def sweep(cycles: float) -> None:
             for warps in (4, 8):
                 meta = dict(plan.meta, BLOCK=block, num_warps=warps)
                 grid = ((n + block - 1) // block,)
-                t, _ = measure(lambda i: elementwise_kernel[grid](*args, **meta), 1, cycles)
+                t, _, _ = measure(lambda i: elementwise_kernel[grid](*args, **meta), 1, cycles)
                 print(f"{dtype:<9} block {block:<5} warps {warps}: {t:8.1f} us  {3 * n * out.dtype.itemsize / t / 1e6:5.2f} TB/s",
                       flush=True)
 
@@ -183,7 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time the add kernel's settings")
     parser.add_argument("--no-large", action="store_true", help="skip the 256 MiB tensors")
     args = parser.parse_args(argv)
-    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | nbx allocator: {install_allocator()}")
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | nbx allocator: {allocator_name()}")
     cycles = spin_cycles_per_ms()
     print(f"{'op':<15} {'dtype':<9} {'shape':<14} {'nbx us':>9} {'torch us':>9} {'nbx TB/s':>8} "
           f"{'torch TB/s':>10} {'ratio':>6} {'deviation':>10}")
@@ -197,8 +115,8 @@ def main(argv=None) -> int:
     for label, dtype, shape, nbytes, copies, f_nbx, f_torch in list(plan) + list(strided_cases()):
         try:
             dev = deviation(f_nbx(0), f_torch(0)) if np.prod(shape) <= 2 ** 24 else float("nan")
-            t_nbx, bound_nbx = measure(f_nbx, copies, cycles)
-            t_torch, bound_torch = measure(f_torch, copies, cycles)
+            t_nbx, _, bound_nbx = measure(f_nbx, copies, cycles)
+            t_torch, _, bound_torch = measure(f_torch, copies, cycles)
         except Exception as exc:  # one failing case must not hide the others
             print(f"{label:<15} {dtype:<9} {str(shape):<14} FAILED: {type(exc).__name__}: {exc}", flush=True)
             continue

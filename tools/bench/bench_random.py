@@ -18,33 +18,17 @@ imported here only as the peer: nbx itself never imports it.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import numpy as np
 import torch
 
 import nbx.core as nbx
+from peer_timing import call_ms
 from nbx.core.dispatch import implementation
 from nbx.core.random import Generator
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def time_ms(fn, reps: int) -> float:
-    """Median milliseconds of one call of fn, each call between two CUDA events."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    return statistics.median(times)
 
 
 def cases(nbytes: int, device):
@@ -74,7 +58,7 @@ def bench_ops(mib: int, reps: int) -> None:
     print(f"{'op':8} {'dtype':9} {'elements':>11} {'nbx kernel ms':>14} {'nbx op ms':>10} {'torch ms':>9} "
           f"{'nbx TB/s':>9} {'torch TB/s':>10} {'ratio':>6}")
     for op, dtype, moved, kernel, front, peer in cases(mib << 20, device):
-        t_kernel, t_front, t_torch = time_ms(kernel, reps), time_ms(front, reps), time_ms(peer, reps)
+        t_kernel, t_front, t_torch = call_ms(kernel, reps), call_ms(front, reps), call_ms(peer, reps)
         n = (mib << 20) // nbx.as_dtype(dtype).itemsize
         print(f"{op:8} {dtype:9} {n:>11} {t_kernel:>14.4f} {t_front:>10.4f} {t_torch:>9.4f} "
               f"{moved / t_kernel / 1e9:>9.3f} {moved / t_torch / 1e9:>10.3f} {t_torch / t_kernel:>6.3f}")
@@ -142,7 +126,7 @@ def sweep_settings(mib: int, reps: int) -> None:
     try:
         for block, warps in [(1024, 4), (2048, 4), (2048, 8), (4096, 8), (512, 4), (1024, 8)]:
             random_kernels.launch.tiles = lambda family, dev, s={"block": block, "num_warps": warps}: s
-            ms = time_ms(lambda: kernel(out, 7, 0), reps)
+            ms = call_ms(lambda: kernel(out, 7, 0), reps)
             mark = "  (device file)" if (block, warps) == (default["block"], default["num_warps"]) else ""
             print(f"rand float32 block {block:5} warps {warps}: {ms:.4f} ms {4 * n / ms / 1e9:.3f} TB/s{mark}")
     finally:

@@ -25,10 +25,10 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import statistics
 import time
 
 import nbx.core as nbx
+from peer_timing import call_ms
 import numpy as np
 import torch
 from nbx.kernels import launch
@@ -39,22 +39,6 @@ ROWS = [(4096, 4096), (32, 151936), (2048, 8192)]
 FULL_MIB = 256
 PEERS = {"sum": lambda t: torch.sum(t, dim=1), "max": lambda t: torch.amax(t, dim=1),
          "argmax": lambda t: torch.argmax(t, dim=1), "logsumexp": lambda t: torch.logsumexp(t, dim=1)}
-
-
-def call_ms(fn, reps: int) -> float:
-    """Median milliseconds of one call of fn between two CUDA events (host overhead included)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    return statistics.median(times)
 
 
 class ReusedOutputs:

@@ -12,117 +12,21 @@ ratio = torch time / nbx time (above 1: nbx faster).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
+from peer_timing import allocator_name, deviation, measure, spin_cycles_per_ms
 
 SHAPES = [(4096, 4096), (32, 151936), (2048, 8192)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 L2_FLUSH_BYTES = 256 << 20   # input copies per case add up to at least this (the H200's L2 is 50 MB)
 
 
-class ReuseAllocator:
-    """Keeps freed blocks by size for the next request of that size (stream-ordered reuse on one
-    stream, as torch's caching allocator): without it every nbx output is a cudaMalloc and every
-    release a cudaFree, which synchronizes the device and would time the host instead."""
-
-    def __init__(self):
-        from nbx.devices.nvidia import runtime
-        self._runtime = runtime
-        self._free: dict[int, list[int]] = {}
-        self.live = self.peak = self.count = 0
-
-    def allocate(self, nbytes, device, stream=None):
-        from nbx.memory.allocator import Block
-        cached = self._free.get(nbytes)
-        ptr = cached.pop() if cached else (self._runtime.malloc(nbytes, device.index) if nbytes else 0)
-        self.live += nbytes
-        self.peak = max(self.peak, self.live)
-        self.count += 1
-        return Block(ptr, nbytes, device, stream, lambda: self._give_back(ptr, nbytes))
-
-    def _give_back(self, ptr, nbytes):
-        self.live -= nbytes
-        if nbytes:
-            self._free.setdefault(nbytes, []).append(ptr)
-
-    def stats(self, device):
-        from nbx.memory.allocator import AllocatorStats
-        return AllocatorStats(self.live, sum(k * len(v) for k, v in self._free.items()), self.peak, self.count)
-
-
-def install_allocator() -> str:
-    from nbx.core.errors import DeviceError
-    from nbx.memory import allocator
-    try:
-        current = allocator.get_allocator("cuda")
-    except DeviceError:
-        current = None
-    if current is None or isinstance(current, allocator.PlainDeviceAllocator):
-        allocator.register_allocator("cuda", ReuseAllocator())
-        return "bench ReuseAllocator (the plain allocator frees with cudaFree, which synchronizes)"
-    return type(current).__name__
-
-
-def spin(cycles: int) -> None:
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is not None:
-        sleep(cycles)
-
-
-def sleep_cycles_per_ms() -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    spin(1000)
-    start.record()
-    spin(20_000_000)
-    end.record()
-    torch.cuda.synchronize()
-    return 20_000_000 / start.elapsed_time(end)
-
-
-def measure(fn, copies: int, cycles_per_ms: float, repeats: int = 3):
-    """(GPU us a call, host us a call, host-bound?) over back-to-back calls behind a GPU spin."""
-    for i in range(2):
-        fn(i % copies)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(5):
-        fn(i % copies)
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) / 5
-    iters = int(min(200, max(20, 0.02 / wall)))
-    results, host, bound = [], [], False
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        spin_ms = 1.5 * wall * iters * 1e3 + 2
-        spin(int(spin_ms * cycles_per_ms))
-        start.record()
-        t0 = time.perf_counter()
-        for i in range(iters):
-            fn(i % copies)
-        queued = time.perf_counter() - t0
-        end.record()
-        torch.cuda.synchronize()
-        bound |= queued * 1e3 > spin_ms  # the GPU ran dry while the host was still queuing
-        results.append(start.elapsed_time(end) * 1e3 / iters)
-        host.append(queued * 1e6 / iters)
-    return min(results), statistics.median(host), bound
-
-
 def nbx_view(t: torch.Tensor):
     return nbx.from_dlpack(t)
-
-
-def max_deviation(nbx_out, torch_out) -> float:
-    a = np.asarray(nbx_out.numpy(), dtype=np.float64)
-    b = torch_out.float().cpu().numpy().astype(np.float64)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
 def cases(shape, dtype):
@@ -190,8 +94,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep", action="store_true", help="then time settings around the device file's")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {install_allocator()}")
-    cycles = sleep_cycles_per_ms()
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
+    cycles = spin_cycles_per_ms()
     print(f"# GPU spin: {cycles / 1e3:.0f} MHz effective")
     header = (f"{'op':<13} {'dtype':<9} {'shape':<13} {'nbx us':>8} {'torch us':>9} {'nbx TB/s':>9} "
               f"{'torch TB/s':>10} {'ratio':>6} {'host us nbx/torch':>18} {'deviation':>10}")
@@ -203,7 +107,7 @@ def main(argv=None) -> int:
                 if args.ops and op not in args.ops:
                     continue
                 try:
-                    dev = max_deviation(first(nbx_fn(0)), torch_fn(0))
+                    dev = deviation(first(nbx_fn(0)), torch_fn(0))
                     t_nbx, h_nbx, bound_nbx = measure(nbx_fn, copies, cycles)
                     t_torch, h_torch, bound_torch = measure(torch_fn, copies, cycles)
                 except Exception as exc:  # report and go on: one failing case must not hide the rest

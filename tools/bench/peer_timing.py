@@ -1,0 +1,86 @@
+"""Timing nbx and its peer (torch) on the same GPU, shared by the tools/bench scripts.
+
+torch is imported here because it is the peer; nbx itself never imports it. Two ways to time:
+- `measure`: back-to-back calls queued behind a GPU spin (torch.cuda._sleep), bracketed by CUDA
+  events, so the events see GPU time alone; it also reports the host time a call took to queue and
+  whether the GPU ran dry before the host had queued them all (host-bound).
+- `call_ms`: the median of single calls between two events, host overhead included.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import torch
+
+
+def spin_cycles_per_ms() -> float:
+    """GPU clock cycles torch.cuda._sleep spins per millisecond on this device."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1000)
+    start.record()
+    torch.cuda._sleep(20_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    return 20_000_000 / start.elapsed_time(end)
+
+
+def measure(fn, copies: int, cycles_per_ms: float, repeats: int = 3) -> tuple[float, float, bool]:
+    """(GPU us a call, host us a call, host-bound?) for fn(i) over back-to-back calls behind a spin.
+
+    fn takes the index of the input copy to read (i % copies), so that reads come from HBM.
+    """
+    for i in range(2):
+        fn(i % copies)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(5):
+        fn(i % copies)
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / 5
+    iters = int(min(200, max(20, 0.02 / wall)))
+    gpu, host, bound = [], [], False
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        spin_ms = 1.5 * wall * iters * 1e3 + 2
+        torch.cuda._sleep(int(spin_ms * cycles_per_ms))
+        start.record()
+        t0 = time.perf_counter()
+        for i in range(iters):
+            fn(i % copies)
+        queued = time.perf_counter() - t0
+        end.record()
+        torch.cuda.synchronize()
+        bound |= queued * 1e3 > spin_ms
+        gpu.append(start.elapsed_time(end) * 1e3 / iters)
+        host.append(queued * 1e6 / iters)
+    return min(gpu), statistics.median(host), bound
+
+
+def call_ms(fn, reps: int) -> float:
+    """Median milliseconds of one call of fn between two CUDA events (host overhead included)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    return statistics.median(times)
+
+
+def deviation(nbx_out, torch_out) -> float:
+    """max|nbx - torch| / max|torch|, in float64."""
+    a = np.asarray(nbx_out.numpy(), dtype=np.float64)
+    b = torch_out.float().cpu().numpy().astype(np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+def allocator_name() -> str:
+    from nbx.memory.allocator import get_allocator
+    return type(get_allocator("cuda")).__name__
