@@ -64,13 +64,18 @@ SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.
                     1e30, -1e30, 100.0, 0.1])
 
 
-def _same_as_numpy(got: np.ndarray, expected: np.ndarray, rtol: float):
+def _same_as_numpy(got: np.ndarray, expected: np.ndarray, rtol: float, op: str = ""):
     """Equal, or both NaN, or (for floats) within rtol of each other with the same sign of zero."""
     g, e = got.astype(np.float64), expected.astype(np.float64)
     with np.errstate(all="ignore"):
         ok = (g == e) | (np.isnan(g) & np.isnan(e)) | np.isclose(g, e, rtol=rtol, atol=0)
     ok &= ~((g == 0) & (e == 0) & (np.signbit(g) != np.signbit(e)))
-    assert ok.all(), [(i, got[i], expected[i]) for i in np.flatnonzero(~ok)][:5]
+    if got.dtype == np.float32:
+        # Triton's float32 math on the GPU flushes subnormal results to zero (FTZ): a subnormal
+        # expected value may come back as a zero of its own sign, and nothing else may
+        tiny = np.abs(e) < np.finfo(np.float32).tiny
+        ok |= tiny & (g == 0) & (np.signbit(g) == np.signbit(e))
+    assert ok.all(), (op, [(i, got[i], expected[i]) for i in np.flatnonzero(~ok)][:5])
 
 
 @pytest.mark.parametrize("dtype,rtol", [("float32", 1e-5), ("float64", 1e-13)])
@@ -80,13 +85,13 @@ def test_special_values_give_numpys_results(device, dtype, rtol):
     for op in UNARY:
         if op.accepts in ("integer_or_bool", "complex"):
             continue
-        _same_as_numpy(getattr(nbx, op.name)(on_device).numpy(), getattr(nbx, op.name)(x).numpy(), rtol)
+        _same_as_numpy(getattr(nbx, op.name)(on_device).numpy(), getattr(nbx, op.name)(x).numpy(), rtol, op.name)
     grid_a, grid_b = (g.ravel() for g in np.meshgrid(SPECIAL, SPECIAL))
     a, b = nbx.asarray(grid_a, dtype=dtype), nbx.asarray(grid_b, dtype=dtype)
     for op in BINARY:
         if op.accepts not in ("integer_or_bool", "integer"):
             _same_as_numpy(getattr(nbx, op.name)(a.to(device), b.to(device)).numpy(),
-                           getattr(nbx, op.name)(a, b).numpy(), rtol)
+                           getattr(nbx, op.name)(a, b).numpy(), rtol, op.name)
 
 
 def _bits_equal(got: np.ndarray, expected: np.ndarray):

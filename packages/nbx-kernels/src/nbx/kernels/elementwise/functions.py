@@ -128,8 +128,16 @@ def sign(a):
 
 
 @triton.jit
+def _is_subnormal32(a):
+    bits = a.to(tl.int32, bitcast=True)
+    return ((bits & 0x7F800000) == 0) & ((bits & 0x007FFFFF) != 0)
+
+
+@triton.jit
 def floor(a):
-    if a.dtype.is_floating():
+    if a.dtype == tl.float32:  # GPU code flushes float32 subnormals: floor(-1e-40) must stay -1
+        r = tl.where(_is_subnormal32(a) & (a.to(tl.int32, bitcast=True) < 0), -1.0, tl.floor(a))
+    elif a.dtype.is_floating():
         r = tl.floor(a)
     else:
         r = a
@@ -138,7 +146,9 @@ def floor(a):
 
 @triton.jit
 def ceil(a):
-    if a.dtype.is_floating():
+    if a.dtype == tl.float32:  # GPU code flushes float32 subnormals: ceil(1e-40) must stay 1
+        r = tl.where(_is_subnormal32(a) & (a.to(tl.int32, bitcast=True) > 0), 1.0, tl.ceil(a))
+    elif a.dtype.is_floating():
         r = tl.ceil(a)
     else:
         r = a
