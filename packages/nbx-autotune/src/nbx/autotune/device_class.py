@@ -75,11 +75,6 @@ def describe(device) -> tuple[str, str, int]:
     if vendor is None:
         raise DeviceClassError(f"device {device} has no vendor known to nbx.autotune "
                                f"(known device types: {sorted(VENDOR_OF_DEVICE_TYPE)})")
-    if device.type == "cuda":
-        from nbx.devices.nvidia import properties, runtime
-        index = device.index if device.index is not None else runtime.get_device()
-        props = properties.properties(index)
-        return vendor, props.name, props.total_memory
     from nbx.core.device import get_backend
     backend = get_backend(device.type)
     name_of = getattr(backend, "device_name", None)
@@ -87,7 +82,8 @@ def describe(device) -> tuple[str, str, int]:
     if not callable(name_of) or not callable(memory_of):
         raise DeviceClassError(f"the {device.type!r} backend reports no device_name and total_memory, so "
                                f"{device} cannot be classed for its certificates")
-    return vendor, name_of(device.index or 0), memory_of(device.index or 0)
+    index = device.index if device.index is not None else backend.current_device()
+    return vendor, name_of(index), memory_of(index)
 
 
 def identify(device) -> Identity:

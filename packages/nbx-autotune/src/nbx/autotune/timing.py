@@ -5,7 +5,7 @@ two of them, a synchronize, an L2 flush (a write of a buffer twice the L2 the de
 a witness - a fixed reference kernel. The witness is timed before and after a key's candidates; if
 its time moved by more than `autotune.witness_drift_tolerance` of the device file, the GPU's regime
 changed during the comparison (clocks, heat, another process) and the sweep is measured again, then
-refused by name (WitnessDriftError). Only the CUDA timer below touches a GPU, and only when made.
+refused by name (WitnessDriftError). Timers come from the backends (nbx.devices.nvidia's EventTimer).
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from nbx.core.errors import MissingFactError, TimingRefusal, WitnessDriftError
 
 WARMUP = 3      # runs before timing: the first run compiles; caches and clocks settle on the next
 REPEATS = 21    # timed runs per candidate; the median is kept (robust to a stray slow run)
-WITNESS_BYTES = 256 << 20  # the CUDA witness copies this many bytes: HBM-bound, far above any L2
 
 
 @dataclass(frozen=True)
 class Witness:
+    """A fixed reference kernel: what a timer's witness() returns (any object with these two)."""
     name: str
     run: Callable[[], None]
 
@@ -124,60 +124,11 @@ def compare(settings: list[Mapping], launch: Callable[[Mapping], None], timer: T
 
 
 def timer_for(device) -> Timer:
-    """The timer of a device: CUDA events on 'cuda'; other backends have none yet (refused by name)."""
-    if device is not None and getattr(device, "type", None) == "cuda":
-        return CudaTimer(device)
-    raise TimingRefusal(f"no timer for device {device}: sweeping a key needs one (CUDA events on 'cuda'); "
-                        f"serve certified settings, or certify on a device nbx can time")
-
-
-class CudaTimer:
-    """CUDA events from nbx.devices.nvidia on the device's current stream; imported only when made."""
-
-    def __init__(self, device):
-        from nbx.core import tensor
-        from nbx.devices.nvidia import properties, runtime, streams
-
-        self._runtime, self._streams = runtime, streams
-        self.index = device.index if device.index is not None else runtime.get_device()
-        props = properties.properties(self.index)
-        if not props.l2_cache_bytes:
-            raise TimingRefusal(f"cuda:{self.index} ({props.name}) reports no L2 size; the flush between runs "
-                                f"writes twice the L2 and cannot be sized")
-        self._props = props
-        self.flush_bytes = 2 * props.l2_cache_bytes
-        where = f"cuda:{self.index}"
-        self._flush = tensor.empty((self.flush_bytes,), "uint8", where)
-        self._src = tensor.empty((WITNESS_BYTES,), "uint8", where)
-        self._dst = tensor.empty((WITNESS_BYTES,), "uint8", where)
-        self.description = f"CUDA events on {where} ({props.name}), L2 flush {self.flush_bytes} bytes"
-
-    def _stream(self):
-        return self._streams.current_stream(self.index)
-
-    def event(self):
-        return self._streams.Event(self.index)
-
-    def record(self, event) -> None:
-        event.record(self._stream())
-
-    def elapsed_ms(self, start, end) -> float:
-        return start.elapsed_time(end)
-
-    def synchronize(self) -> None:
-        self._stream().synchronize()
-
-    def flush_l2(self) -> None:
-        with self._runtime.device_guard(self.index):
-            self._runtime.memset_async(self._flush.data_ptr(), 0, self.flush_bytes, self._stream().handle)
-
-    def witness(self) -> Witness:
-        def copy():
-            with self._runtime.device_guard(self.index):
-                self._runtime.memcpy_async(self._dst.data_ptr(), self._src.data_ptr(), WITNESS_BYTES,
-                                           self._runtime.DEVICE_TO_DEVICE, self._stream().handle)
-        return Witness(f"device-to-device copy of {WITNESS_BYTES >> 20} MiB", copy)
-
-    def clocks(self) -> dict | None:
-        p = self._props
-        return {"sm_clock_max_khz": p.clock_khz, "memory_clock_max_khz": p.memory_clock_khz}
+    """The timer a device's backend offers (`backend.timer(device)`: CUDA events on 'cuda');
+    a backend without one is refused by name."""
+    from nbx.core.device import get_backend
+    make = getattr(get_backend(device.type), "timer", None) if device is not None else None
+    if make is None:
+        raise TimingRefusal(f"no timer for device {device}: sweeping a key needs one (CUDA events on 'cuda'); "
+                            f"serve certified settings, or certify on a device nbx can time")
+    return make(device)

@@ -60,6 +60,15 @@ class CudaBackend:
         from .properties import properties
         return properties(index).name
 
+    def total_memory(self, index: int) -> int:
+        from .properties import properties
+        return properties(index).total_memory
+
+    def timer(self, device: Device):
+        """CUDA events for nbx.autotune's sweeps (its Timer protocol)."""
+        from .timing import EventTimer
+        return EventTimer(device)
+
     def device_summary(self, index: int) -> str:
         """One line for `nbx info`: name, capability, memory, and the runtime library opened."""
         from .properties import properties

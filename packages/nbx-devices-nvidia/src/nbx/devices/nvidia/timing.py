@@ -5,8 +5,10 @@ that it can serve as Triton's benchmarker: the autotuner calls driver.get_benchm
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
-from nbx.core.errors import NotSupportedError
+from nbx.core.errors import NotSupportedError, TimingRefusal
 
 from . import runtime
 from .streams import Event, current_stream
@@ -64,3 +66,60 @@ def bench(fn, warmup: float = 25, rep: float = 100, grad_to_none=None, quantiles
     if return_mode == "all":
         return times.tolist()
     return float(getattr(np, return_mode)(times))
+
+
+WITNESS_BYTES = 256 << 20  # the witness copies this many bytes: HBM-bound, far above any L2
+
+
+class EventTimer:
+    """The timer nbx.autotune sweeps with (its Timer protocol): CUDA events on the device's current
+    stream, an L2 flush that writes twice the L2 the device reports, and a witness (a fixed copy)."""
+
+    def __init__(self, device):
+        from nbx.core import tensor
+
+        from . import properties, streams
+
+        self._runtime, self._streams = runtime, streams
+        self.index = device.index if device.index is not None else runtime.get_device()
+        props = properties.properties(self.index)
+        if not props.l2_cache_bytes:
+            raise TimingRefusal(f"cuda:{self.index} ({props.name}) reports no L2 size; the flush between runs "
+                                f"writes twice the L2 and cannot be sized")
+        self._props = props
+        self.flush_bytes = 2 * props.l2_cache_bytes
+        where = f"cuda:{self.index}"
+        self._flush = tensor.empty((self.flush_bytes,), "uint8", where)
+        self._src = tensor.empty((WITNESS_BYTES,), "uint8", where)
+        self._dst = tensor.empty((WITNESS_BYTES,), "uint8", where)
+        self.description = f"CUDA events on {where} ({props.name}), L2 flush {self.flush_bytes} bytes"
+
+    def _stream(self):
+        return self._streams.current_stream(self.index)
+
+    def event(self):
+        return self._streams.Event(self.index)
+
+    def record(self, event) -> None:
+        event.record(self._stream())
+
+    def elapsed_ms(self, start, end) -> float:
+        return start.elapsed_time(end)
+
+    def synchronize(self) -> None:
+        self._stream().synchronize()
+
+    def flush_l2(self) -> None:
+        with self._runtime.device_guard(self.index):
+            self._runtime.memset_async(self._flush.data_ptr(), 0, self.flush_bytes, self._stream().handle)
+
+    def witness(self) -> SimpleNamespace:  # .name and .run(), as nbx.autotune.timing.Witness
+        def copy():
+            with self._runtime.device_guard(self.index):
+                self._runtime.memcpy_async(self._dst.data_ptr(), self._src.data_ptr(), WITNESS_BYTES,
+                                           self._runtime.DEVICE_TO_DEVICE, self._stream().handle)
+        return SimpleNamespace(name=f"device-to-device copy of {WITNESS_BYTES >> 20} MiB", run=copy)
+
+    def clocks(self) -> dict | None:
+        p = self._props
+        return {"sm_clock_max_khz": p.clock_khz, "memory_clock_max_khz": p.memory_clock_khz}
