@@ -131,8 +131,7 @@ def candidates() -> list[tuple[str, str | None]]:
                         f"nvidia-nccl-cu12 or nvidia-nccl-cu13)", None))
         out += [(os.path.join(d, sub, name),) * 2 for d in dirs]
     out += [(name, name) for name in _SONAMES]
-    found = ctypes.util.find_library("nccl")
-    out.append((found, found) if found else ("ctypes.util.find_library('nccl') (found nothing)", None))
+    out.append(native.find_library_place("nccl"))
     return out + native.glob_places(_SYSTEM_GLOBS)
 
 
