@@ -133,6 +133,7 @@ def _fields(value) -> str:
 _lock = threading.RLock()
 _catalogue: list[VendorFile] | None = None
 _merged: dict[str, DeviceFacts] = {}
+_in_force: dict[tuple, DeviceFacts] = {}  # (device, its backend): every launch asks, and a target never changes
 _application_paths: list[Path] = []
 _applications: list[ApplicationFile] | None = None
 
@@ -260,6 +261,7 @@ def _application_list() -> list[ApplicationFile]:
 def _forget_merged() -> None:
     global _applications
     _merged.clear()
+    _in_force.clear()
     _applications = None
 
 
@@ -328,12 +330,17 @@ def _refuse_conflict(key: str, fact: Fact, facts: dict[str, Fact]) -> None:
 def in_force(device=None) -> DeviceFacts:
     """The facts of a device ('cuda:0', a Device), or of the first GPU backend's current device."""
     if device is not None:
-        dev = as_device(device)
+        dev = device if isinstance(device, Device) else as_device(device)
         backend = get_backend(dev.type)
+        found = _in_force.get((dev, backend))
+        if found is not None:
+            return found
+        dev = as_device(dev)  # the first lookup checks the ordinal
         if not isinstance(backend, HasTarget):
             raise NoDeviceFileError(f"device {str(dev)!r} has no device file: the {dev.type!r} backend runs no GPU "
                                     f"kernels and reports no target")
-        return for_arch(backend.target(dev))
+        found = _in_force[dev, backend] = for_arch(backend.target(dev))
+        return found
     seen = []
     for name, backend in sorted(backends().items()):
         if not isinstance(backend, HasTarget) or backend.host_accessible:

@@ -15,9 +15,18 @@ def facts(device: Device) -> device_files.DeviceFacts:
     return device_files.in_force(device)
 
 
+_TILES: dict = {}
+
+
 def tiles(family: str, device: Device) -> dict:
-    """The default launch of a kernel family on this device (tiles.<family> of its device file)."""
-    return facts(device).value(f"tiles.{family}")
+    """The default launch of a kernel family on this device (tiles.<family> of its device file).
+
+    Kept per facts object: device_files.forget() makes new ones, so a reread file is seen."""
+    in_force = facts(device)
+    found = _TILES.get((family, in_force))
+    if found is None:
+        found = _TILES[family, in_force] = in_force.value(f"tiles.{family}")
+    return found
 
 
 def screen_tolerance(dtype: DType, device: Device) -> float:
