@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .device import Device
+from .errors import IndexingError
 
 
 class Storage:
@@ -28,6 +29,13 @@ class Storage:
 
     def data_ptr(self) -> int:
         return self._ptr
+
+    def check_range(self, byte_offset: int, nbytes: int, what: str, runtime: str, error=None) -> None:
+        """Refuse, before any call into the device's runtime, a byte range not inside this storage."""
+        if byte_offset < 0 or nbytes < 0 or byte_offset + nbytes > self.nbytes:
+            raise (error or IndexingError)(
+                f"{what} of {nbytes} bytes at byte offset {byte_offset} is outside the {self.nbytes}-byte "
+                f"storage on {self.device} (refused before calling {runtime})")
 
     def __repr__(self) -> str:
         return f"Storage({self.device}, {self.nbytes} bytes at 0x{self._ptr:x})"

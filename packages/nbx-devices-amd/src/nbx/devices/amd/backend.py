@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import numpy as np
 from nbx.core.device import Device
-from nbx.core.errors import DeviceError, IndexingError
+from nbx.core.errors import DeviceError
 from nbx.core.storage import Storage
 
 from .hip import runtime
@@ -19,10 +19,8 @@ from .props import MEMCPY_DEVICE_TO_DEVICE, MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_T
 
 
 def check_range(storage: Storage, byte_offset: int, nbytes: int, what: str) -> None:
-    """Refuse, before any HIP call, a byte range that is not inside the storage."""
-    if byte_offset < 0 or nbytes < 0 or byte_offset + nbytes > storage.nbytes:
-        raise IndexingError(f"{what} of {nbytes} bytes at byte offset {byte_offset} is outside the "
-                            f"{storage.nbytes}-byte storage on {storage.device} (refused before calling HIP)")
+    """A byte range outside the storage is refused before HIP is called."""
+    storage.check_range(byte_offset, nbytes, what, "HIP")
 
 
 class HipBackend:

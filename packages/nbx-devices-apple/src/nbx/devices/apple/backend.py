@@ -13,7 +13,7 @@ from contextlib import nullcontext
 import numpy as np
 from nbx.core import device_files
 from nbx.core.device import Device
-from nbx.core.errors import DeviceError, IndexingError
+from nbx.core.errors import DeviceError
 from nbx.core.storage import Storage
 
 from .runtime import load
@@ -21,9 +21,8 @@ from .stream import CommandStream, DispatchLimits
 
 
 def check_range(storage: Storage, byte_offset: int, nbytes: int, what: str) -> None:
-    if byte_offset < 0 or nbytes < 0 or byte_offset + nbytes > storage.nbytes:
-        raise IndexingError(f"{what} of {nbytes} bytes at byte offset {byte_offset} is outside the "
-                            f"{storage.nbytes}-byte storage on {storage.device}")
+    """A byte range outside the storage is refused before Metal is called."""
+    storage.check_range(byte_offset, nbytes, what, "Metal")
 
 
 class MetalBackend:

@@ -19,11 +19,8 @@ from .streams import LEGACY_DEFAULT, Event, Stream, current_stream
 
 
 def check_range(storage: Storage, byte_offset: int, nbytes: int, what: str) -> None:
-    """Refuse, before any driver call, a byte range that is not inside the storage."""
-    if byte_offset < 0 or nbytes < 0 or byte_offset + nbytes > storage.nbytes:
-        raise CopyOutOfBoundsError(
-            f"{what} of {nbytes} bytes at byte offset {byte_offset} is outside the {storage.nbytes}-byte "
-            f"storage on {storage.device} (refused before calling the driver)")
+    """A byte range outside the storage is refused before the driver is called."""
+    storage.check_range(byte_offset, nbytes, what, "the driver", CopyOutOfBoundsError)
 
 
 class CudaBackend:
