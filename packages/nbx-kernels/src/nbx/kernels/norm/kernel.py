@@ -13,7 +13,8 @@ the half types are fp32.
 import triton
 import triton.language as tl
 
-from ..softmax.rows import columns, float_argument, narrow, row_offsets
+from ..elementwise.casts import narrow
+from ..softmax.rows import columns, float_argument, row_offsets
 
 
 @triton.jit

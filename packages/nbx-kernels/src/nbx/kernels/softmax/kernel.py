@@ -18,7 +18,8 @@ as the reference says).
 import triton
 import triton.language as tl
 
-from .rows import columns, float_argument, narrow, row_offsets
+from ..elementwise.casts import narrow
+from .rows import columns, float_argument, row_offsets
 
 NO_MASK, KEEP_MASK, ADDITIVE_MASK = 0, 1, 2
 

@@ -14,10 +14,7 @@ from math import isqrt, prod
 import triton
 import triton.language as tl
 
-from ..interp import interpreter_active
 
-# Triton's interpreter rounds float32 -> bfloat16 by truncation; GPUs round to nearest even.
-ROUND_BF16_IN_SOFTWARE = tl.constexpr(interpreter_active())
 
 MAX_BATCH_DIMS = 3
 
@@ -166,18 +163,6 @@ def columns(piece, BLOCK_N: tl.constexpr, WIDE: tl.constexpr):
 
 
 @triton.jit
-def narrow(x, OUT: tl.constexpr):
-    """x rounded to the element type OUT, to nearest even on every device (the interpreter too)."""
-    if ROUND_BF16_IN_SOFTWARE and OUT == tl.bfloat16:
-        bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
-        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        y = tl.where(x != x, 0x7FC0, rounded).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        y = x.to(OUT)
-    return y
-
-
-@triton.jit
 def float_argument(bits):
     """A float64 passed as its int64 bits: Triton passes Python floats as fp32, which would round a
     float64 kernel's scale or eps."""
@@ -185,5 +170,5 @@ def float_argument(bits):
 
 
 __all__ = ["ONE_PASS", "LOOPED", "SPLIT", "row_path", "Rows", "Blocks", "as_rows", "merged_stride", "blocks",
-           "is_strided", "contiguous_strides", "row_offsets", "columns", "wide_columns", "narrow", "float_argument",
+           "is_strided", "contiguous_strides", "row_offsets", "columns", "wide_columns", "float_argument",
            "pow2_at_least", "pow2_at_most"]
