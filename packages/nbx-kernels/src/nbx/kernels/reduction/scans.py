@@ -10,6 +10,7 @@ import functools
 from dataclasses import dataclass
 
 from nbx.core import dtypes
+from nbx.core.layout import contiguous_strides
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor
 
@@ -32,14 +33,6 @@ class ScanPlan:
     settings: dict
 
 
-def _contiguous_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
 def plan(x: Tensor, dim: int) -> ScanPlan:
     s = settings(x.device)
     return _plan(x.shape if x.ndim else (1,), x.strides if x.ndim else (1,), dim, tuple(sorted(s.items())))
@@ -47,7 +40,7 @@ def plan(x: Tensor, dim: int) -> ScanPlan:
 
 @functools.lru_cache(maxsize=1024)
 def _plan(shape, x_strides, dim: int, settings_items) -> ScanPlan:
-    out_strides = _contiguous_strides(shape)
+    out_strides = contiguous_strides(shape)
     x_view, out_view = layout.scan_plan(shape, x_strides, out_strides, dim)
     copy = x_view is None
     if copy:  # read a contiguous copy: it shares the output's strides, which always collapse

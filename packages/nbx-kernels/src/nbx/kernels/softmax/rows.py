@@ -14,17 +14,11 @@ from math import isqrt, prod
 import triton
 import triton.language as tl
 
+from nbx.core.layout import contiguous_strides
+
 
 
 MAX_BATCH_DIMS = 3
-
-
-def contiguous_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _collapse(sizes, strides_list):
