@@ -3,6 +3,8 @@ interpreter, in CI) and `cuda` (marked gpu: the GPU machine). Both compare with 
 at the tolerance the device file states for the output dtype."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -21,8 +23,11 @@ def _interp_reason():
 def device(request):
     if request.param == "interp":
         reason = _interp_reason()
+        if reason and os.environ.get("TRITON_INTERPRET") == "1":
+            # the interpreter is on, so a missing interp device is a broken plugin, never a skip
+            pytest.fail(f"the interp device failed to register: {reason}")
         if reason:
-            pytest.skip(f"interp unavailable: {reason}")
+            pytest.skip(f"interp unavailable (a GPU run: TRITON_INTERPRET is not 1): {reason}")
     return nbx.as_device(request.param)
 
 

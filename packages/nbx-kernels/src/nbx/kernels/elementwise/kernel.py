@@ -23,7 +23,8 @@ DENSE, STRIDED, VALUE, SPLAT = 0, 1, 2, 3
 
 
 @triton.jit
-def _offset(lin, s1, s2, s3, st0, st1, st2, st3):
+def strided_offset(lin, s1, s2, s3, st0, st1, st2, st3):
+    """Where element lin (row-major over four sizes) lies, through four strides."""
     i3 = lin % s3
     rest = lin // s3
     i2 = rest % s2
@@ -42,7 +43,7 @@ def _operand(ptr, lin, mask, s1, s2, s3, st0, st1, st2, st3, KIND: tl.constexpr,
     elif KIND == 0:
         value = widen(tl.load(ptr + lin, mask=mask), COMPUTE)
     else:
-        value = widen(tl.load(ptr + _offset(lin, s1, s2, s3, st0, st1, st2, st3), mask=mask), COMPUTE)
+        value = widen(tl.load(ptr + strided_offset(lin, s1, s2, s3, st0, st1, st2, st3), mask=mask), COMPUTE)
     return value
 
 
@@ -80,5 +81,5 @@ def elementwise_kernel(
     if OUT == 0:
         out_offset = lin
     else:
-        out_offset = _offset(lin, s1, s2, s3, o0, o1, o2, o3)
+        out_offset = strided_offset(lin, s1, s2, s3, o0, o1, o2, o3)
     tl.store(out_ptr + out_offset, narrow(result, out_ptr.dtype.element_ty), mask=mask)

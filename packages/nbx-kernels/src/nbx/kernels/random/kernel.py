@@ -16,6 +16,8 @@ broadcast) and dropout (the input), read through four sizes and strides, or dens
 import triton
 import triton.language as tl
 
+from ..elementwise.kernel import strided_offset
+
 # what DRAW selects: ints for the wrappers, the same values as constexprs for the kernel
 RAND, RANDN, RANDINT, UNIFORM, NORMAL, BERNOULLI, BERNOULLI_TENSOR, DROPOUT_MASK, DROPOUT = range(9)
 _RAND, _RANDN, _RANDINT, _UNIFORM, _NORMAL = (tl.constexpr(v) for v in (RAND, RANDN, RANDINT, UNIFORM, NORMAL))
@@ -70,13 +72,7 @@ def _index(lin, s1, s2, s3, st0, st1, st2, st3, DENSE: tl.constexpr):
     if DENSE:
         at = lin
     else:
-        i3 = lin % s3
-        rest = lin // s3
-        i2 = rest % s2
-        rest = rest // s2
-        i1 = rest % s1
-        i0 = rest // s1
-        at = i0 * st0 + i1 * st1 + i2 * st2 + i3 * st3
+        at = strided_offset(lin, s1, s2, s3, st0, st1, st2, st3)
     return at
 
 
