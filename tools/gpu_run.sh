@@ -6,8 +6,9 @@
 #   4. nbx.memory's tools (VMM chunk, H200 allocation trace, pool against torch's allocator), torch allowed
 # Logs and results go to $OUT (at most 8 files come back from the GPU machine: this script writes exactly 8).
 # Changes no GPU setting.
-# Usage: tools/gpu_run.sh [--quick | --backend] [extra pytest args for step 2]
+# Usage: tools/gpu_run.sh [--quick | --tests | --backend] [extra pytest args for step 2]
 #   --quick:   tests/gpu only (no facts, no gpu-marked tests elsewhere, no CPU suites, no torch step)
+#   --tests:   every gpu-marked test, torch blocked, and nothing else (GPU_XDIST=N spreads the kernel tests)
 #   --backend: every step but the facts and the gpu-marked kernel tests outside tests/gpu
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,9 @@ export TRITON_INTERPRET=0
 PY=${PYTHON:-python3}
 QUICK=0
 BACKEND_ONLY=0
+TESTS_ONLY=0
 if [ "${1:-}" = --quick ]; then QUICK=1; shift; fi
+if [ "${1:-}" = --tests ]; then QUICK=1; TESTS_ONLY=1; shift; fi
 if [ "${1:-}" = --backend ]; then BACKEND_ONLY=1; shift; fi
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
@@ -45,13 +48,14 @@ sys.meta_path.insert(0, BlockTorch())
 EOF
 
 blocked_pytest() {  # pytest in a process where torch cannot be imported; fails if torch got in anyway
-  "$PY" -c "
+  # (-p nbx_block_torch installs the blocker in xdist's workers too)
+  PYTHONPATH="$BLOCKER_DIR:$PYTHONPATH" "$PY" -c "
 import sys; sys.path.insert(0, '$BLOCKER_DIR'); import nbx_block_torch
 import pytest
 code = pytest.main(sys.argv[1:])
 leaked = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]
 print('torch modules loaded:', leaked or 'none')
-sys.exit(code or (3 if leaked else 0))" "$@"
+sys.exit(code or (3 if leaked else 0))" -p nbx_block_torch "$@"
 }
 
 {
@@ -70,11 +74,13 @@ fi
 echo "== 2. torch-blocked: every test marked gpu (one process per tests/gpu file: a crash loses one file)" | tee -a "$SUMMARY"
 : > "$OUT/gpu_blocked.log"
 targets=(tests/gpu/test_*.py)
-[ "$QUICK" = 0 ] && [ "$BACKEND_ONLY" = 0 ] && targets+=(tests)
+{ [ "$TESTS_ONLY" = 1 ] || { [ "$QUICK" = 0 ] && [ "$BACKEND_ONLY" = 0 ]; }; } && targets+=(tests/nbx-kernels tests)
 for target in "${targets[@]}"; do
   case "$target" in */test_cuda_dlpack_torch.py) continue;; esac
   extra=()
-  [ "$target" = tests ] && extra=(--ignore=tests/gpu --continue-on-collection-errors)
+  [ "$target" = tests ] && extra=(--ignore=tests/gpu --ignore=tests/nbx-kernels --continue-on-collection-errors)
+  # kernel tests share the GPU well; timing and memory-limit tests do not: only they spread (GPU_XDIST=N)
+  [ "$target" = tests/nbx-kernels ] && [ -n "${GPU_XDIST:-}" ] && extra=(-p xdist.plugin -n "$GPU_XDIST")
   echo "-- $target" >> "$OUT/gpu_blocked.log"
   blocked_pytest -q -rfEsP --tb=short -p no:cacheprovider --import-mode=importlib --durations=5 -m gpu \
     "${extra[@]}" "$target" "$@" >> "$OUT/gpu_blocked.log" 2>&1
