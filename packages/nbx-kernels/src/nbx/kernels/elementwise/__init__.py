@@ -26,11 +26,12 @@ _PLANS_OF_OPS: dict = {}
 
 
 def launch_elementwise(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None = None,
-                       compute=None) -> Tensor:
+                       compute=None, setting=None) -> Tensor:
     """fn over the broadcast operands into out (a new contiguous tensor, or any given layout).
 
-    compute overrides the kernel's compute type (a same-dtype copy moves the dtype's own bits)."""
-    plan = callsite.plan_for(fn, operands, out_dtype, work_dtype, out, compute)
+    compute overrides the kernel's compute type (a same-dtype copy moves the dtype's own bits);
+    setting overrides the served (certified) one: the certifier launches this very path with it."""
+    plan = callsite.plan_for(fn, operands, out_dtype, work_dtype, out, compute, setting)
     if out is None:
         out = launch.output(plan.shape, out_dtype, plan.device)
     if plan.n == 0:
@@ -39,7 +40,7 @@ def launch_elementwise(fn, operands, out_dtype: DType, work_dtype: DType, out: T
         wide = [o.broadcast_to(plan.shape) if isinstance(o, Tensor) else o for o in operands]
         for i in range(plan.shape[0]):
             launch_elementwise(fn, [o[i] if isinstance(o, Tensor) else o for o in wide], out_dtype, work_dtype,
-                               out[i], compute)
+                               out[i], compute, setting)
         return out
     callsite.run(plan, out, operands)
     return out

@@ -25,7 +25,7 @@ from nbx.core.tensor import Tensor
 
 from .. import launch
 from ..types import compute_type, tl_type
-from . import layout
+from . import layout, tuning
 from .kernel import DENSE, SPLAT, STRIDED, VALUE, elementwise_kernel
 
 MAX_PLANS = 4096
@@ -53,7 +53,7 @@ class Plan:
     __slots__ = ("device", "shape", "n", "template", "slots", "meta", "constexprs", "grid", "compiled",
                  "backend")
 
-    def __init__(self, fn, operands, out_dtype: DType, compute, out: Tensor | None, device):
+    def __init__(self, fn, operands, out_dtype: DType, compute, out: Tensor | None, device, setting=None):
         tensors = [o for o in operands if isinstance(o, Tensor)]
         self.device = device
         self.backend = get_backend(device.type)
@@ -95,14 +95,15 @@ class Plan:
                 slots.append((len(args), index))
             kind, st = (kinds[index], operand_strides[index]) if index < len(operands) else (DENSE, None)
             args += [None, *(st if kind == STRIDED else (None,) * 4)]
-        settings = launch.tiles("elementwise", device)
-        block = settings["block"]
+        if setting is None:  # certified for the launch key (the device file's tile on interp)
+            setting = tuning.setting(device, self.n, out_dtype, indexed)
+        block = setting["block"]
         self.template, self.slots = args, slots
         kinds += [DENSE] * (4 - len(kinds))
         self.meta = dict(OP=fn, ARITY=len(operands), COMPUTE=compute, A=kinds[0], B=kinds[1], C=kinds[2],
                          D=kinds[3], OUT=out_kind, INDEX64=extent + block >= _INT32, BLOCK=block)
         self.constexprs = tuple(self.meta.values())
-        self.meta["num_warps"] = settings["num_warps"]
+        self.meta["num_warps"] = setting["num_warps"]
         self.grid = (triton.cdiv(self.n, block),)
 
     def arguments(self, out: Tensor, operands) -> list:
@@ -117,16 +118,18 @@ def _extent(sizes, strides) -> int:
     return 1 + sum((size - 1) * abs(st) for size, st in zip(sizes, strides))
 
 
-def plan_for(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None, compute=None) -> Plan:
+def plan_for(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None, compute=None,
+             setting=None) -> Plan:
+    """The call site's plan; setting (block, num_warps) overrides the served one (the certifier's launches)."""
     device = next(o.device for o in ([out] if out is not None else []) + list(operands) if isinstance(o, Tensor))
     key = (fn, out_dtype, work_dtype, compute, device, None if out is None else (out.shape, out.strides),
-           tuple(_operand_key(o) for o in operands))
+           tuple(_operand_key(o) for o in operands), None if setting is None else tuple(sorted(setting.items())))
     plan = _PLANS.get(key)
     if plan is None:
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
         plan = _PLANS[key] = Plan(fn, operands, out_dtype, compute_type(work_dtype) if compute is None else compute,
-                                  out, device)
+                                  out, device, setting)
     return plan
 
 

@@ -13,6 +13,7 @@ from functools import lru_cache
 from math import prod
 
 from nbx.core.dtypes import DType
+from nbx.core.errors import ArgumentError
 from nbx.core.tensor import Tensor
 
 from .. import launch
@@ -21,8 +22,10 @@ from ..registry import implements
 from ..softmax import float_bits, work_dtype
 from ..softmax.rows import (LOOPED, SPLIT, Blocks, Rows, as_rows, blocks, contiguous_strides, is_strided,
                             merged_stride, pow2_at_least, row_path, wide_columns)
+from ..softmax.tuning import row_setting
 from ..types import compute_type
 from .kernel import channel_affine_kernel, norm_chunk_stats_kernel, norm_chunk_write_kernel, norm_rows_kernel
+from .tuning import NORM
 
 FLOPS_PER_ELEMENT = 6   # sum, centre, square, sum, scale, affine: about six
 
@@ -50,7 +53,7 @@ class Plan:
 
 
 @lru_cache(maxsize=4096)
-def _plan(shape, inputs, params, dtype: DType, keep: int, groups, device, family: str) -> Plan:
+def _plan(shape, inputs, params, dtype: DType, keep: int, groups, device, family: str, setting) -> Plan:
     merged_shape, dense = _merged_view(shape, contiguous_strides(shape), keep, groups)
     copies, strides = [], []
     for name, t_shape, t_strides in inputs:
@@ -63,18 +66,24 @@ def _plan(shape, inputs, params, dtype: DType, keep: int, groups, device, family
         copies = [name for name, _, _ in inputs]
         layout = as_rows(merged_shape, [dense] * (len(strides) + 1), len(merged_shape) - 1)
     copies += [name for name, contiguous in params if not contiguous]
-    tile = blocks(layout.rows, layout.n, is_strided(layout), launch.tiles("norm", device))
+    strided = is_strided(layout)
+    if setting is None:  # certified for the launch key (the device file's tile on interp)
+        setting = row_setting(NORM, device, layout.rows, layout.n, dtype, strided)
+    tile = blocks(layout.rows, layout.n, strided, {**launch.tiles("norm", device), **dict(setting)})
     path = LOOPED if family == "batch_norm" else row_path(tile, device)
     return Plan(layout, tile, path, tuple(copies), work_dtype(dtype))
 
 
-def plan(inputs: dict, params: dict, keep: int, groups: int | None = None, batch_norm: bool = False) -> Plan:
+def plan(inputs: dict, params: dict, keep: int, groups: int | None = None, batch_norm: bool = False,
+         setting=None) -> Plan:
     """inputs: the row tensors by name (x first); params: per-column or per-channel tensors. Kept per
-    layout: a call site that repeats its shapes pays for the planning once."""
+    layout: a call site that repeats its shapes pays for the planning once. setting overrides the
+    served one (the certifier's launches)."""
     x = next(iter(inputs.values()))
     return _plan(tuple(x.shape), tuple((k, tuple(t.shape), tuple(t.strides)) for k, t in inputs.items()),
                  tuple((k, t.is_contiguous()) for k, t in params.items() if t is not None), x.dtype, keep, groups,
-                 x.device, "batch_norm" if batch_norm else "norm")
+                 x.device, "batch_norm" if batch_norm else "norm",
+                 None if setting is None else tuple(sorted(setting.items())))
 
 
 def _dense_inputs(p: Plan, tensors: dict) -> dict:
@@ -82,16 +91,22 @@ def _dense_inputs(p: Plan, tensors: dict) -> dict:
 
 
 def launch_rows_norm(x: Tensor, keep: int, weight=None, bias=None, eps: float = 0.0, rms: bool = False,
-                     residual: Tensor | None = None, groups: int | None = None):
-    """The normalized rows of x (and, with a residual, the new residual x + residual)."""
+                     residual: Tensor | None = None, groups: int | None = None, out: Tensor | None = None,
+                     setting=None):
+    """The normalized rows of x (and, with a residual, the new residual x + residual), into out when
+    given (contiguous, x's shape and dtype); setting overrides the served (certified) one."""
     device = x.device
-    out = launch.output(x.shape, x.dtype, device)
+    if out is None:
+        out = launch.output(x.shape, x.dtype, device)
+    elif out.shape != x.shape or out.dtype is not x.dtype or not out.is_contiguous():
+        raise ArgumentError(f"a norm writes a contiguous {x.dtype.name} output of shape {x.shape}; got a "
+                            f"{out.dtype.name} output of shape {out.shape}, contiguous: {out.is_contiguous()}")
     new_residual = launch.output(x.shape, x.dtype, device) if residual is not None else None
     if x.size == 0:
         return out if residual is None else (out, new_residual)
     inputs = {"x": x} if residual is None else {"x": x, "residual": residual}
     params = {"weight": weight, "bias": bias}
-    p = plan(inputs, params, keep, groups)
+    p = plan(inputs, params, keep, groups, setting=setting)
     t = _dense_inputs(p, {**inputs, **params})
     lay, tile = p.layout, p.tile
     x_strides, out_strides = lay.strides[0], lay.strides[-1]

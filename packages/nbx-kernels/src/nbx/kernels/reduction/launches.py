@@ -12,12 +12,13 @@ from math import prod
 
 from nbx.core import dtypes
 from nbx.core.dtypes import DType
+from nbx.core.errors import ArgumentError
 from nbx.core.tensor import Tensor
 
 from .. import launch
 from ..cost import LAUNCH, Buffer, Cost
 from ..types import tl_type
-from . import layout
+from . import layout, tuning
 from .combine import Code as C
 from .kernels import accumulate_kernel, extreme_index_kernel, logsumexp_kernel, moments_kernel
 
@@ -93,17 +94,19 @@ def settings(device) -> dict:
     return found
 
 
-def plan(x: Tensor, dims, keepdim: bool, ordered: bool) -> Plan:
-    """ordered: the result depends on the order of the reduced dims (an index), so keep it."""
-    s = settings(x.device)
-    return _plan(x.shape, x.strides, None if dims is None else tuple(dims), keepdim, ordered,
-                 tuple(sorted(s.items())))
+def plan(x: Tensor, dims, keepdim: bool, ordered: bool, setting=None) -> Plan:
+    """ordered: the result depends on the order of the reduced dims (an index), so keep it.
+    setting overrides the served (certified) one: the certifier launches this very path with it."""
+    return _plan(x.shape, x.strides, None if dims is None else tuple(dims), keepdim, ordered, x.dtype, x.device,
+                 None if setting is None else tuple(sorted(setting.items())))
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(shape, strides, dims, keepdim: bool, ordered: bool, settings_items) -> Plan:
-    s = dict(settings_items)
+def _plan(shape, strides, dims, keepdim: bool, ordered: bool, dtype: DType, device, setting) -> Plan:
     view = layout.plan(shape, strides, dims, ordered)
+    if setting is None:  # certified for the launch key (the device file's tile on interp)
+        setting = tuning.setting(device, view, dtype)
+    s = {**settings(device), **dict(setting)}
     tile = layout.tile(view, s)
     merge = None
     if tile.splits > 1:
@@ -126,10 +129,15 @@ def _run(kernel, p: Plan, tile: layout.Tile, view: layout.Rows, device, pointers
 
 
 def accumulate(x: Tensor, dims, keepdim: bool, out_dtype: DType, op: int, contribution: int, final: int,
-               acc: DType, identity, power: float = 0.0) -> Tensor:
+               acc: DType, identity, power: float = 0.0, out: Tensor | None = None, setting=None) -> Tensor:
+    """One accumulator over dims, into out when given (contiguous, of the result's shape and out_dtype)."""
     tl_type(x.dtype)  # a dtype no kernel takes is refused by name
-    p = plan(x, dims, keepdim, ordered=False)
-    out = launch.output(p.out_shape, out_dtype, x.device)
+    p = plan(x, dims, keepdim, ordered=False, setting=setting)
+    if out is None:
+        out = launch.output(p.out_shape, out_dtype, x.device)
+    elif out.shape != p.out_shape or out.dtype is not out_dtype or not out.is_contiguous():
+        raise ArgumentError(f"this reduction writes a contiguous {out_dtype.name} output of shape {p.out_shape}; "
+                            f"got a {out.dtype.name} output of shape {out.shape}")
     if out.size == 0:
         return out
     src, n_total = _source(x, p.view), p.view.cols

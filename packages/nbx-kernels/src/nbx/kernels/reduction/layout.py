@@ -44,6 +44,11 @@ class Rows:
         """Neighbouring rows are neighbouring elements (a column reduction of a row-major tensor)."""
         return (self.stride1 if self.inner > 1 else self.stride0) == 1
 
+    @property
+    def across(self) -> bool:
+        """The reduced dim is strided while the rows are adjacent: a tile then runs along the rows."""
+        return self.rows_contiguous and self.col_stride != 1 and self.rows > 1
+
 
 def collapse(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """(size, stride) dims, size-1 dims dropped, adjacent dims merged when one stride walks both."""
@@ -125,7 +130,7 @@ def tile(view: Rows, settings: dict, split: bool = True) -> Tile:
     programs (how many programs a launch aims for before it splits rows into column ranges).
     """
     block, cols = settings["block"], max(view.cols, 1)
-    if view.rows_contiguous and view.col_stride != 1 and view.rows > 1:
+    if view.across:
         block_r = min(next_power_of_2(view.rows), 128, block)  # coalesced along the rows
         block_c = min(max(1, block // block_r), next_power_of_2(cols))
     else:

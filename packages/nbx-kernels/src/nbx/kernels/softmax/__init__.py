@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from nbx.core import dtypes, layout as core_layout
 from nbx.core.dtypes import DType
+from nbx.core.errors import ArgumentError
 from nbx.core.tensor import Tensor
 
 from .. import launch
@@ -22,6 +23,7 @@ from ..registry import implements
 from ..types import compute_type
 from .kernel import (ADDITIVE_MASK, KEEP_MASK, NO_MASK, chunk_stats_kernel, chunk_write_kernel,
                      softmax_rows_kernel)
+from . import tuning
 from .rows import (SPLIT, Blocks, Rows, as_rows, blocks, contiguous_strides, is_strided, pow2_at_least, row_path,
                    wide_columns)
 
@@ -48,7 +50,7 @@ class Plan:
 
 
 @lru_cache(maxsize=4096)
-def _plan(shape, x_strides, dtype: DType, dim: int, mask_strides, device) -> Plan:
+def _plan(shape, x_strides, dtype: DType, dim: int, mask_strides, device, setting) -> Plan:
     out_strides = contiguous_strides(shape)
     strides = [x_strides, out_strides] + ([mask_strides] if mask_strides is not None else [])
     layout = as_rows(shape, strides, dim)
@@ -56,23 +58,33 @@ def _plan(shape, x_strides, dtype: DType, dim: int, mask_strides, device) -> Pla
     if layout is None:  # row dims that do not collapse: every input is read through a dense copy
         copies = ("x",) + (("mask",) if mask_strides is not None else ())
         layout = as_rows(shape, [out_strides] * len(strides), dim)
-    tile = blocks(layout.rows, layout.n, is_strided(layout), launch.tiles("softmax", device))
+    strided = is_strided(layout)
+    if setting is None:  # certified for the launch key (the device file's tile on interp)
+        setting = tuning.row_setting(tuning.SOFTMAX, device, layout.rows, layout.n, dtype, strided)
+    tile = blocks(layout.rows, layout.n, strided, {**launch.tiles("softmax", device), **dict(setting)})
     return Plan(layout, tile, row_path(tile, device), copies, work_dtype(dtype))
 
 
-def plan(x: Tensor, dim: int, mask: Tensor | None = None) -> Plan:
+def plan(x: Tensor, dim: int, mask: Tensor | None = None, setting=None) -> Plan:
     """The launch of softmax over dim of x (mask broadcast to x), kept per layout: a call site that
-    repeats its shapes pays for the planning once."""
+    repeats its shapes pays for the planning once. setting overrides the served one (the certifier's)."""
     return _plan(tuple(x.shape), tuple(x.strides), x.dtype, dim, None if mask is None else tuple(mask.strides),
-                 x.device)
+                 x.device, None if setting is None else tuple(sorted(setting.items())))
 
 
-def launch_softmax(x: Tensor, dim: int, log: bool = False, scale: float = 1.0, mask: Tensor | None = None) -> Tensor:
+def launch_softmax(x: Tensor, dim: int, log: bool = False, scale: float = 1.0, mask: Tensor | None = None,
+                   out: Tensor | None = None, setting=None) -> Tensor:
+    """Softmax of x over dim into out (a new tensor, or a given contiguous one of x's shape and dtype);
+    setting overrides the served (certified) one: the certifier launches this very path with it."""
     device = x.device
-    out = launch.output(x.shape, x.dtype, device)
+    if out is None:
+        out = launch.output(x.shape, x.dtype, device)
+    elif out.shape != x.shape or out.dtype is not x.dtype or not out.is_contiguous():
+        raise ArgumentError(f"softmax writes a contiguous {x.dtype.name} output of shape {x.shape}; got a "
+                            f"{out.dtype.name} output of shape {out.shape}, contiguous: {out.is_contiguous()}")
     if x.size == 0:
         return out
-    p = plan(x, core_layout.normalize_dim(dim, x.ndim), mask)
+    p = plan(x, core_layout.normalize_dim(dim, x.ndim), mask, setting)
     if "x" in p.copies:
         x = x.contiguous()
     if mask is not None and "mask" in p.copies:

@@ -1,0 +1,47 @@
+"""Certified settings of the reduction kernels (sum, mean, max, argmax, var, logsumexp, ...).
+
+Tuned: the elements a program holds per step (`block`), its warps, and `programs`, the count a
+launch aims for before it splits long rows into column ranges. The launch key, as for the row
+kernels (softmax/tuning.py): the reduced length rounded up to a power of two, the element count's
+class, the input dtype, and whether the reduced dim is read across its stride while the kept rows
+are adjacent. The representative launch is a sum over the key's rows.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nbx import autotune
+from nbx.core.reference import oracle
+
+from ..softmax.tuning import ROW_KEY, representative_rows
+from ..softmax.rows import pow2_at_least
+from .layout import Rows
+
+
+def setting(device, view: Rows, dtype):
+    """The served setting of a reduction of view (rows x cols) of dtype."""
+    return autotune.setting(REDUCTION, device, width=pow2_at_least(view.cols), elements=view.rows * view.cols,
+                            dtype=dtype, strided=view.across)
+
+
+def sum_workload(rep, device):
+    from . import launches
+    from .. import launch
+    from .combine import Code as C
+    x, rows, _ = representative_rows(rep, device)
+    out_dtype = x.dtype if x.dtype.kind == "float" else launches.accumulator(x.dtype)
+    out = launch.output((rows,), out_dtype, device)
+    reference = oracle("sum", x, dim=1)
+
+    def run(s):
+        launches.accumulate(x, (1,), False, out_dtype, C.ADD, C.VALUE, C.KEEP, launches.accumulator(out_dtype),
+                            0, out=out, setting=s)
+    return autotune.TensorWorkload(out, run, lambda rows: np.asarray(reference)[rows])
+
+
+REDUCTION = autotune.declare(autotune.Tunable(
+    "reduction",
+    params={"block": (1024, 2048, 4096), "num_warps": (4, 8), "programs": (1056, 2112)},
+    key=ROW_KEY, default_from="tiles.reduction", workload=sum_workload))
+
+__all__ = ["REDUCTION", "setting"]
