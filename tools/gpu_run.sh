@@ -20,6 +20,10 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/nbx-triton-cache}
 # tests/conftest.py defaults TRITON_INTERPRET to 1 (kernels on the interp device); here the kernels
 # run compiled on the GPU. Triton reads it at import, so it is set before anything starts.
 export TRITON_INTERPRET=0
+# A launch key without a certificate takes the device file's tile instead of a sweep at first use:
+# the suites check results, and a sweep per new key would multiply their time (tests/nbx-autotune
+# test the sweep itself).
+export NBX_AUTOTUNE_NO_SWEEP=1
 PY=${PYTHON:-python3}
 QUICK=0
 BACKEND_ONLY=0
@@ -30,22 +34,9 @@ if [ "${1:-}" = --backend ]; then BACKEND_ONLY=1; shift; fi
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 
-# A module that makes `import torch` raise, installed before pytest starts (not a sitecustomize:
-# the machine's own site customisation stays in place).
-BLOCKER_DIR=$(mktemp -d)
-cat > "$BLOCKER_DIR/nbx_block_torch.py" <<'EOF'
-import sys
-
-class BlockTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"import of {name!r} blocked: the nbx GPU suite runs without torch", name=name)
-        return None
-
-for _name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
-    del sys.modules[_name]
-sys.meta_path.insert(0, BlockTorch())
-EOF
+# tools/torch_blocker/nbx_block_torch.py makes `import torch` raise (the machine's own site
+# customisation stays in place); loaded as a pytest plugin so xdist's workers have it too.
+BLOCKER_DIR="$PWD/tools/torch_blocker"
 
 blocked_pytest() {  # pytest in a process where torch cannot be imported; fails if torch got in anyway
   # (-p nbx_block_torch installs the blocker in xdist's workers too)
@@ -89,7 +80,7 @@ for target in "${targets[@]}"; do
 done
 grep -E "^(FAILED|ERROR) " "$OUT/gpu_blocked.log" >> "$SUMMARY"
 
-if [ "$QUICK" = 1 ]; then rm -rf "$BLOCKER_DIR"; echo "== summary (quick)"; cat "$SUMMARY"; exit 0; fi
+if [ "$QUICK" = 1 ]; then echo "== summary (quick)"; cat "$SUMMARY"; exit 0; fi
 
 # the simulated-CUDA tests swap the runtime library: a process of their own, apart from real tensors
 echo "== 2b. torch-blocked: the backend's CPU-side suites" | tee -a "$SUMMARY"
@@ -126,6 +117,5 @@ grep -vE "^results \(JSON\)" "$MEMLOG" | grep -vE "^(memory summary|allocated  |
 segments  |fragmentation  |allocations / frees|driver calls  |refusals / OOM|  (waiting on|largest free|range mapped)| +now +)" \
   >> "$SUMMARY"
 
-rm -rf "$BLOCKER_DIR"
 echo "== summary"
 cat "$SUMMARY"

@@ -34,14 +34,24 @@ def recorded():
     ]
 
 
-def run_certify(fakes, hopper, kernel, tmp_path):
+def run_certify(fakes, hopper, kernel, tmp_path, missing_only=False):
     tunable, clock = kernel
     progress = io.StringIO()
     facts = fakes.Overlay(hopper, autotune__buckets__elements=LADDER)
     done = certify.certify(recorded(), tunables={tunable.name: tunable}, facts=facts, identity=fakes.IDENTITY,
                            device=None, timer=fakes.FakeTimer(clock), out=tmp_path / "out", warmup=0, repeats=1,
-                           progress=progress)
+                           progress=progress, missing_only=missing_only)
     return done, progress.getvalue()
+
+
+def test_certify_of_missing_keys_only_proves_none_that_the_tree_already_certifies(fakes, hopper, kernel, tmp_path):
+    first, _ = run_certify(fakes, hopper, kernel, tmp_path, missing_only=True)
+    assert len(first.certified) == 2
+    again, progress = run_certify(fakes, hopper, kernel, tmp_path, missing_only=True)
+    assert again.certified == []
+    assert [(k, key) for k, key, why in again.skipped if why.startswith("certified already")] == [
+        ("fake_scale", "n=65536,dtype=f32"), ("fake_scale", "n=1048576,dtype=f32")]
+    assert len(progress.splitlines()) == 1  # only the refused key of a kernel nobody declares is tried
 
 
 def test_certify_proves_each_key_writes_it_and_lists_what_it_refused_or_skipped(fakes, hopper, kernel, tmp_path):

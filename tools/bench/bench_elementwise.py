@@ -11,7 +11,7 @@ Timing: CUDA events around back-to-back calls queued behind a GPU spin (torch.cu
 events see GPU time alone. Each call reads another copy of its inputs and the copies add up to at
 least 256 MiB (the H200's L2 is 50 MB), so reads come from HBM. TB/s counts the bytes an op must
 move: inputs read once, output written once. ratio = torch time / nbx time (above 1: nbx faster).
-`--sweep` also times the add kernel at other (block, num_warps) settings.
+Settings are nbx.autotune's for each launch key (NBX_AUTOTUNE_REPORT=1 prints where they came from).
 """
 from __future__ import annotations
 
@@ -76,29 +76,8 @@ def strided_cases():
         yield from _strided(dtype)
 
 
-def sweep(cycles: float) -> None:
-    """The add kernel at other settings, on the large shape (what the device file's value rests on)."""
-    from nbx.kernels.elementwise import callsite, functions
-    from nbx.kernels.elementwise.kernel import elementwise_kernel
-    print("\n# add at other (block, num_warps): GPU us a call, large tensors")
-    for dtype in ("float32", "bfloat16"):
-        n = L2_FLUSH_BYTES // (torch.finfo(DTYPES[dtype]).bits // 8)
-        (ta, tb), (na, nb) = _inputs((n,), DTYPES[dtype], 2, 1)
-        out = nbx.empty((n,), dtype=dtype, device="cuda")
-        plan = callsite.plan_for(functions.add, [na[0], nb[0]], out.dtype, out.dtype, None)
-        args = plan.arguments(out, [na[0], nb[0]])
-        for block in (1024, 2048, 4096, 8192):
-            for warps in (4, 8):
-                meta = dict(plan.meta, BLOCK=block, num_warps=warps)
-                grid = ((n + block - 1) // block,)
-                t, _, _ = measure(lambda i: elementwise_kernel[grid](*args, **meta), 1, cycles)
-                print(f"{dtype:<9} block {block:<5} warps {warps}: {t:8.1f} us  {3 * n * out.dtype.itemsize / t / 1e6:5.2f} TB/s",
-                      flush=True)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", action="store_true", help="also time the add kernel's settings")
     parser.add_argument("--no-large", action="store_true", help="skip the 256 MiB tensors")
     args = parser.parse_args(argv)
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | nbx allocator: {allocator_name()}")
@@ -127,8 +106,6 @@ def main(argv=None) -> int:
     if ratios:
         print(f"# ratio over {len(ratios)} cases: min {min(ratios):.2f}, geometric mean "
               f"{float(np.exp(np.mean(np.log(ratios)))):.2f}")
-    if args.sweep:
-        sweep(cycles)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Reductions of nbx (Triton kernels) against torch on one GPU.
 
-    python tools/bench/bench_reduction.py [--reps 20] [--sweep]
+    python tools/bench/bench_reduction.py [--reps 20]
 
 sum, max, argmax and logsumexp over the rows of 4096 x 4096, 32 x 151936 and 2048 x 8192, and a
 sum of every element of a 256 MiB tensor, in float32 and bfloat16. For each case:
@@ -14,8 +14,8 @@ sum of every element of a 256 MiB tensor, in float32 and bfloat16. For each case
 - ratio: torch's time over nbx's (above 1: nbx is faster), for kernels and for calls.
 
 torch's peers: torch.sum, torch.amax, torch.argmax, torch.logsumexp. Then the host time of one
-small call of each (and where nbx's goes, by cProfile), and with --sweep the kernel TB/s of
-nbx.sum under other reduction settings (block, warps, programs) than the device file's.
+small call of each (and where nbx's goes, by cProfile). Settings are nbx.autotune's for each launch
+key (NBX_AUTOTUNE_REPORT=1 prints where they came from).
 
 nbx and torch both launch on the legacy default stream. torch is imported here only as the peer:
 nbx itself never imports it.
@@ -28,11 +28,10 @@ import pstats
 import time
 
 import nbx.core as nbx
-from peer_timing import call_ms
+from peer_timing import ONCE, call_ms
 import numpy as np
 import torch
 from nbx.kernels import launch
-from nbx.kernels.reduction import launches
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ROWS = [(4096, 4096), (32, 151936), (2048, 8192)]
@@ -62,6 +61,9 @@ class ReusedOutputs:
 
 def kernel_ms(fn, reps: int) -> float:
     """GPU milliseconds per call: reps calls queued behind a sleep kernel, bracketed by events."""
+    if ONCE:
+        fn()
+        return float("nan")
     with ReusedOutputs():
         fn()
         torch.cuda.synchronize()
@@ -108,8 +110,8 @@ def check_agrees(op: str, ours, theirs) -> None:
 
 def bench(reps: int) -> None:
     device = nbx.as_device("cuda")
-    print(f"== reductions; {torch.cuda.get_device_name()}, torch {torch.__version__}; settings "
-          f"{launches.settings(device)}; kernel: {reps} queued calls, call: median of {reps}")
+    print(f"== reductions; {torch.cuda.get_device_name()}, torch {torch.__version__}; settings per launch key "
+          f"(nbx.autotune); kernel: {reps} queued calls, call: median of {reps}")
     print(f"{'op':10} {'dtype':9} {'shape':22} {'nbx kern ms':>11} {'torch kern':>10} {'nbx TB/s':>9} "
           f"{'torch TB/s':>10} {'ratio':>6} {'nbx call':>9} {'torch call':>10} {'ratio':>6}")
     for op, dtype, shape, moved, ours, theirs in cases(device):
@@ -142,39 +144,12 @@ def host_overhead() -> None:
     pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
 
 
-def sweep(reps: int) -> None:
-    """Kernel TB/s of nbx.sum under other reduction settings than the device file's."""
-    device = nbx.as_device("cuda")
-    original = launches.settings
-    settings = [{"block": b, "num_warps": w, "programs": 1056} for b, w in ((1024, 4), (2048, 8), (4096, 8))]
-    settings.append({"block": 1024, "num_warps": 4, "programs": 2112})
-    shapes = ROWS + [((FULL_MIB << 20) // 4,)]
-    tensors = {(s, d): pair(s, d, device)[0] for d in TORCH_DTYPES for s in shapes}
-    print(f"== sweep of tiles.reduction: nbx.sum kernel TB/s, {reps} queued calls")
-    print(f"{'setting':50} " + " ".join(f"{'x'.join(map(str, s)) + ' ' + d:>20}" for d in TORCH_DTYPES for s in shapes))
-    try:
-        for setting in settings:
-            launches.settings = lambda dev, s=setting: s
-            row = []
-            for d in TORCH_DTYPES:
-                for s in shapes:
-                    x, dim = tensors[s, d], (1 if len(s) == 2 else None)
-                    t = kernel_ms(lambda x=x, dim=dim: nbx.sum(x, dim=dim), reps)
-                    row.append(f"{x.nbytes / t / 1e9:>20.3f}")
-            print(f"{str(setting):50} " + " ".join(row), flush=True)
-    finally:
-        launches.settings = original
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--sweep", action="store_true")
     args = parser.parse_args()
     bench(args.reps)
     host_overhead()
-    if args.sweep:
-        sweep(args.reps)
 
 
 if __name__ == "__main__":

@@ -53,37 +53,6 @@ def cases(shape, dtype):
            lambda i: F.rms_norm(xs[i] + rs[i], (n,), w, 1e-6))
 
 
-def sweep(cycles: float) -> None:
-    """softmax and rms_norm on 4096 x 4096 over launch settings around the device file's (an
-    experiment for the file's `chosen` values; the table above runs the file's own)."""
-    from nbx.kernels import launch
-    from nbx.kernels import norm as norm_family, softmax as softmax_family
-    file_tiles = launch.tiles
-    print("# sweep: family num_warps (for a max_block_n tile) x rows_per_program, 4096 x 4096")
-    for dtype in DTYPES:
-        shape = (4096, 4096)
-        for op, nbytes, copies, nbx_fn, _ in cases(shape, dtype):
-            if op not in ("softmax", "rms_norm"):
-                continue
-            family = "softmax" if op == "softmax" else "norm"
-            for warps in (8, 16, 32):
-                for rows in (1, 2):
-                    def tiles(name, device, warps=warps, rows=rows):
-                        value = dict(file_tiles(name, device))
-                        if name == family:
-                            value.update(num_warps=warps, rows_per_program=rows)
-                        return value
-                    launch.tiles = tiles
-                    softmax_family._plan.cache_clear()
-                    norm_family._plan.cache_clear()
-                    t, _, _ = measure(nbx_fn, copies, cycles, repeats=2)
-                    print(f"{op:<13} {dtype:<9} num_warps {warps:>2} rows {rows}: {t:7.1f} us "
-                          f"{nbytes / t / 1e6:6.2f} TB/s", flush=True)
-            launch.tiles = file_tiles
-            softmax_family._plan.cache_clear()
-            norm_family._plan.cache_clear()
-
-
 def first(result):
     return result[0] if isinstance(result, tuple) else result
 
@@ -91,7 +60,6 @@ def first(result):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", nargs="*", help="only these ops")
-    parser.add_argument("--sweep", action="store_true", help="then time settings around the device file's")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
@@ -119,8 +87,6 @@ def main(argv=None) -> int:
                         f"{h_nbx:8.1f}/{h_torch:<8.1f} {dev:10.2e}{flag}")
                 print(line, flush=True)
                 rows.append(line)
-    if args.sweep:
-        sweep(cycles)
     return 0
 
 

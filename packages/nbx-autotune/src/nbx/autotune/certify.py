@@ -21,7 +21,7 @@ from . import keys, records, store, sweep, timing
 class Outcome:
     certified: list = field(default_factory=list)   # (kernel, key, setting, best_ms)
     refused: list = field(default_factory=list)     # (kernel, key, reason)
-    skipped: list = field(default_factory=list)     # (kernel, key, reason): another device class
+    skipped: list = field(default_factory=list)     # (kernel, key, reason): another class, or done already
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:
@@ -30,12 +30,19 @@ def _bar(done: int, total: int, width: int = 20) -> str:
 
 
 def certify(key_records, *, tunables: dict, facts, identity, device, timer, out, warmup: int = timing.WARMUP,
-            repeats: int = timing.REPEATS, retries: int = 1, progress=sys.stderr) -> Outcome:
-    """Prove every key recorded for this device class; write each proven entry into out."""
+            repeats: int = timing.REPEATS, retries: int = 1, progress=sys.stderr, missing_only: bool = False) -> Outcome:
+    """Prove every key recorded for this device class; write each proven entry into out.
+
+    missing_only: keys that out already certifies for this class and compiler are skipped (a
+    certification resumed after an interruption, or a second keys file over the same tree)."""
     result = Outcome()
     todo = []
+    done_tree = store.CertificateStore(trees=[Path(out)], packaged=False) if missing_only else None
     for rec in records.merge(key_records):
-        if rec.device_class not in (None, identity.device_class):
+        tunable = tunables.get(rec.kernel)
+        if done_tree is not None and tunable is not None and rec.key in done_tree.entries(identity, tunable, facts):
+            result.skipped.append((rec.kernel, rec.key, f"certified already in {out}"))
+        elif rec.device_class not in (None, identity.device_class):
             result.skipped.append((rec.kernel, rec.key, f"recorded on {rec.device_class}"))
         elif rec.device_file != facts.name:
             result.refused.append((rec.kernel, rec.key, f"classed by the ladders of {rec.device_file}, this "

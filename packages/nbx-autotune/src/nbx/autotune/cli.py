@@ -68,13 +68,14 @@ def _certify(args) -> int:
     print(f"nbx autotune certify: {len(wanted)} recorded key(s) for {identity.device_class} under "
           f"{identity.compiler} ({facts.name}; {timer.description})", file=sys.stderr)
     done = certify.certify(wanted, tunables=tunables, facts=facts, identity=identity, device=device, timer=timer,
-                           out=args.out, warmup=args.warmup, repeats=args.repeats, retries=args.retries)
+                           out=args.out, warmup=args.warmup, repeats=args.repeats, retries=args.retries,
+                           missing_only=args.missing)
     for kernel, key, reason in done.skipped:
         print(f"skipped {kernel} {key}: {reason}")
     for kernel, key, reason in done.refused:
         print(f"REFUSED {kernel} {key}: {reason}")
     print(f"nbx autotune certify: {len(done.certified)} key(s) certified into {args.out}, {len(done.refused)} "
-          f"refused, {len(done.skipped)} skipped (another device class)")
+          f"refused, {len(done.skipped)} skipped (another device class, or certified already)")
     return 1 if done.refused else 0
 
 
@@ -167,6 +168,8 @@ def add_cli_commands(subparsers) -> None:
     cert.add_argument("--warmup", type=int, default=timing.WARMUP)
     cert.add_argument("--repeats", type=int, default=timing.REPEATS)
     cert.add_argument("--retries", type=int, default=1, help="measurements again after a witness drift")
+    cert.add_argument("--missing", action="store_true", help="only keys the --out tree does not certify yet "
+                                                             "(resume an interrupted certification)")
     cert.set_defaults(func=_guarded(_certify))
 
     check = actions.add_parser("check", help="validate every certificate file (exit 1 if one is refused)")

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Certify nbx's autotuned kernels on this machine's GPU, as docs/autotune.md ("Certifying the
+# H200") describes, and prove the result with a certified-only benchmark run:
+#   record   the launch keys of the benchmarks (each case once, NBX_BENCH_ONCE=1) and of the
+#            gpu-marked kernel tests (torch blocked)                -> keys_bench.json, keys_tests.json
+#   certify  both keys files (the benchmarks' first; CERTIFY_LIMIT_S seconds in all, and what was
+#            proven stays: --missing resumes), then check and coverage -> certify.log, certificates.tgz
+#   bench    the benchmarks in certified-only mode over those certificates, with the report line
+#                                                                      -> bench_*.txt
+# Usage: tools/gpu_certify.sh [record] [certify] [bench]   (no argument: all three)
+# At most 8 files come back from the GPU machine and none deeper than two folders: the certificate
+# tree travels as certificates.tgz (unpack it into certificates/ of the repository). Changes no GPU setting.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/nbx-certify}
+mkdir -p "$OUT"
+export PYTHONPATH="$(ls -d "$PWD"/packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
+export PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 TRITON_INTERPRET=0
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/nbx-triton-cache}
+PY=${PYTHON:-python3}
+CLASS=${DEVICE_CLASS:-nvidia-h200-141gb}
+CERTS=${CERTS:-/tmp/nbx-certificates}   # unpacked tree; a previous certificates.tgz may seed it
+LOG="$OUT/certify.log"
+BENCHES=(tools/bench/bench_elementwise.py tools/bench/bench_softmax_norm.py tools/bench/bench_reduction.py)
+STEPS=("$@")
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(record certify bench)
+nbx() { "$PY" -m nbx.core.cli "$@"; }
+mkdir -p "$CERTS"
+[ -f certificates_run.tgz ] && tar xzf certificates_run.tgz -C "$CERTS"   # carried from an earlier call
+
+for step in "${STEPS[@]}"; do
+  case "$step" in
+  record)
+    echo "== record $(date -u +%T)" | tee -a "$LOG"
+    for bench in "${BENCHES[@]}"; do
+      NBX_BENCH_ONCE=1 nbx autotune record --out "$OUT/keys_bench.json" -- "$PY" "$bench" >> "$LOG" 2>&1
+      echo "record $bench: exit $?" | tee -a "$LOG"
+    done
+    PYTHONPATH="$PWD/tools/torch_blocker:$PYTHONPATH" nbx autotune record --out "$OUT/keys_tests.json" -- \
+      "$PY" -m pytest -q -m gpu -p nbx_block_torch -p xdist.plugin -n "${GPU_XDIST:-8}" -p no:cacheprovider \
+      --import-mode=importlib tests/nbx-kernels >> "$LOG" 2>&1
+    echo "record tests/nbx-kernels: exit $? ($(tail -n 1 "$LOG"))" | tee -a "$LOG"
+    ;;
+  certify)
+    echo "== certify $(date -u +%T)" | tee -a "$LOG"
+    deadline=$(( $(date +%s) + ${CERTIFY_LIMIT_S:-300} ))
+    for keys in "$OUT/keys_bench.json" "$OUT/keys_tests.json"; do
+      left=$(( deadline - $(date +%s) ))
+      [ "$left" -le 5 ] && { echo "certify $keys: no time left" | tee -a "$LOG"; continue; }
+      timeout "$left" "$PY" -m nbx.core.cli autotune certify --device-class "$CLASS" --keys "$keys" --out "$CERTS" \
+        --missing >> "$LOG" 2>&1
+      echo "certify $keys: exit $? ($(grep -c '^\[' "$LOG") progress lines so far)" | tee -a "$LOG"
+    done
+    nbx autotune check "$CERTS" 2>&1 | tail -n 3 | tee -a "$LOG"
+    for keys in "$OUT/keys_bench.json" "$OUT/keys_tests.json"; do
+      nbx autotune coverage --keys "$keys" --certificates "$CERTS" > "$OUT/coverage.tmp" 2>&1
+      echo "coverage $keys: exit $?; $(grep -c '^missing' "$OUT/coverage.tmp") missing; $(tail -n 1 "$OUT/coverage.tmp")" \
+        | tee -a "$LOG"
+    done
+    rm -f "$OUT/coverage.tmp"
+    tar czf "$OUT/certificates.tgz" -C "$CERTS" .
+    ;;
+  bench)
+    echo "== certified-only benchmarks $(date -u +%T)" | tee -a "$LOG"
+    for bench in "${BENCHES[@]}"; do
+      name=$(basename "$bench" .py)
+      NBX_AUTOTUNE_CERTIFICATES="$CERTS" NBX_AUTOTUNE_CERTIFIED_ONLY=1 NBX_AUTOTUNE_REPORT=1 \
+        "$PY" "$bench" > "$OUT/$name.txt" 2>&1
+      echo "$bench: exit $?; $(grep '^\[autotune\] certified' "$OUT/$name.txt")" | tee -a "$LOG"
+    done
+    ;;
+  *) echo "unknown step $step (record, certify, bench)"; exit 2;;
+  esac
+done
