@@ -18,7 +18,7 @@ export PYTHONPATH="$(ls -d "$PWD"/packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
 export PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 TRITON_INTERPRET=0
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/nbx-triton-cache}
 PY=${PYTHON:-python3}
-CLASS=${DEVICE_CLASS:-nvidia-h200-141gb}
+CLASS=${DEVICE_CLASS:-nvidia-h200-140gb}
 CERTS=${CERTS:-/tmp/nbx-certificates}   # unpacked tree; a previous certificates.tgz may seed it
 LOG="$OUT/certify.log"
 BENCHES=(tools/bench/bench_elementwise.py tools/bench/bench_softmax_norm.py tools/bench/bench_reduction.py)

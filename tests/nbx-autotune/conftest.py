@@ -20,7 +20,7 @@ from nbx.core.errors import MissingFactError
 
 WRONG_BLOCK = 100
 BLOCK_MS = {64: 0.50, 128: 0.30, WRONG_BLOCK: 0.05}
-IDENTITY = Identity("nvidia", "nvidia-h200-141gb", "triton-3.6.0-cuda")
+IDENTITY = Identity("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda")
 ABSENT = object()
 
 

@@ -11,7 +11,7 @@ from nbx.autotune import cli as autotune_cli
 from nbx.autotune.records import KeyRecord
 from nbx.core import cli
 
-H200, COMPILER = "nvidia-h200-141gb", "triton-3.6.0-cuda"
+H200, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"
 LADDER = ({"up_to": 65536, "step": 65536}, {"up_to": None, "step": 1 << 20})  # a short top row keeps the test fast
 
 

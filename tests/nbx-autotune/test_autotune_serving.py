@@ -66,7 +66,7 @@ def test_a_key_without_a_certificate_is_swept_once_kept_locally_and_read_back_by
     assert launches > 0 and setup.timers == 1
     assert tuner.setting(setup.tunable, n=6000, dtype="float32") is first and setup.clock.launches == launches
     assert autotune.report_line() == LINE.format(0, 1, 0)
-    kept = setup.tmp / "cache" / "nvidia" / "nvidia-h200-141gb" / "triton-3.6.0-cuda" / "fake_scale.json"
+    kept = setup.tmp / "cache" / "nvidia" / "nvidia-h200-140gb" / "triton-3.6.0-cuda" / "fake_scale.json"
     assert list(store.read(kept, setup.tunable).entries) == ["n=65536,dtype=f32"]
 
     serving.reset()  # a new run
@@ -91,9 +91,9 @@ def test_certified_only_mode_refuses_a_missing_key_naming_kernel_key_and_the_cen
     tuner = setup.tuner()
     assert dict(tuner.setting(setup.tunable, n=1000, dtype="float32")) == {"block": 128, "num_warps": 1}
     with pytest.raises(KeyNotCertified, match=r"kernel 'fake_scale' has no certified setting for key "
-                                              r"'n=1048576,dtype=f32' on nvidia-h200-141gb under triton-3.6.0-cuda "
+                                              r"'n=1048576,dtype=f32' on nvidia-h200-140gb under triton-3.6.0-cuda "
                                               r"\(certified-only mode; no census loaded\); certify it: nbx autotune "
-                                              r"certify --device-class nvidia-h200-141gb") as caught:
+                                              r"certify --device-class nvidia-h200-140gb") as caught:
         tuner.setting(setup.tunable, n=100_000, dtype="float32")
     assert (caught.value.kernel, caught.value.key, caught.value.census_knew) == (
         "fake_scale", "n=1048576,dtype=f32", None)
@@ -190,7 +190,7 @@ def test_the_module_level_setting_serves_through_the_devices_tuner_and_records_k
     serving._flush_recorder()
     (rec,) = records.load(setup.tmp / "keys.json")
     assert rec.as_json() == {"kernel": "fake_scale", "key": "n=65536,dtype=f32", "device_file": "nvidia/hopper",
-                             "device_class": "nvidia-h200-141gb", "compiler": "triton-3.6.0-cuda",
+                             "device_class": "nvidia-h200-140gb", "compiler": "triton-3.6.0-cuda",
                              "observed": {"n": 50_000}}
 
 
@@ -201,7 +201,7 @@ kernel = Tunable("fake_scale", params={"block": (64, 128, 100), "num_warps": (1,
                  key={"n": "elements", "dtype": "dtype"})
 def no_timer():
     raise SystemExit("a sweep was attempted")
-install("gpu:0", Tuner(device_files.for_arch("sm_90"), Identity("nvidia", "nvidia-h200-141gb", "triton-3.6.0-cuda"),
+install("gpu:0", Tuner(device_files.for_arch("sm_90"), Identity("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda"),
                        timer_factory=no_timer))
 print(dict(setting(kernel, "gpu:0", n=1000, dtype="float32")))
 """

@@ -33,7 +33,7 @@ def written(tmp_path, fakes, tunable, entries, identity=None):
 def test_a_certificate_lies_at_vendor_class_compiler_kernel_and_reads_back(tmp_path, fakes, proven):
     tunable, entries = proven
     path = written(tmp_path, fakes, tunable, entries)
-    assert path.relative_to(tmp_path / "tree").parts == ("nvidia", "nvidia-h200-141gb", "triton-3.6.0-cuda",
+    assert path.relative_to(tmp_path / "tree").parts == ("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda",
                                                          "fake_scale.json")
     cert = store.read(path, tunable)
     assert cert.parameters == ("block", "num_warps") and cert.key_fields == ("n", "dtype")
@@ -94,7 +94,7 @@ def test_a_file_from_another_compiler_is_refused_whether_in_its_folder_or_beside
     assert refusal_of(path, tunable, lambda d: d.update(compiler="triton-3.5.0-cuda")) == (
         "compiler says 'triton-3.5.0-cuda' but the file lies where 'triton-3.6.0-cuda' is expected "
         "(<device class>/<compiler>/<kernel>.json)")
-    older = device_class.Identity("nvidia", "nvidia-h200-141gb", "triton-3.5.0-cuda")
+    older = device_class.Identity("nvidia", "nvidia-h200-140gb", "triton-3.5.0-cuda")
     path.unlink()
     old_path = written(tmp_path, fakes, tunable, entries, identity=older)
     certificates = CertificateStore(trees=[tmp_path / "tree"], packaged=False)
@@ -163,7 +163,7 @@ def test_a_write_that_fails_before_the_rename_leaves_the_old_file_and_no_tempora
 
 def _write_many(args):
     tree, worker, entry_json = args
-    identity = device_class.Identity("nvidia", "nvidia-h200-141gb", "triton-3.6.0-cuda")
+    identity = device_class.Identity("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda")
     head = {"schema": 1, "kind": store.KIND, "kernel": "fake_scale", "vendor": "nvidia",
             "device_class": identity.device_class, "compiler": identity.compiler,
             "parameters": ["block", "num_warps"], "key_fields": ["n", "dtype"]}
@@ -179,7 +179,7 @@ def test_concurrent_writers_in_two_processes_lose_no_entry(tmp_path, proven):
     blob = json.dumps({"setting": entry.setting, "proof": entry.proof})
     with multiprocessing.get_context("fork").Pool(2) as pool:
         pool.map(_write_many, [(str(tmp_path), w, blob) for w in (1, 2)])
-    path = tmp_path / "nvidia" / "nvidia-h200-141gb" / "triton-3.6.0-cuda" / "fake_scale.json"
+    path = tmp_path / "nvidia" / "nvidia-h200-140gb" / "triton-3.6.0-cuda" / "fake_scale.json"
     assert len(store.read(path).entries) == 24
     assert sorted(p.name for p in path.parent.iterdir()) == ["fake_scale.json"]  # no lock file or temporary left
 
@@ -198,7 +198,7 @@ def test_check_folder_reports_each_file_with_its_refusal(tmp_path, fakes, proven
     from nbx.autotune import candidates
     monkeypatch.setattr(candidates, "_registry", {tunable.name: tunable})
     written(tmp_path, fakes, tunable, entries)
-    stray = tmp_path / "tree" / "nvidia" / "nvidia-h200-141gb" / "triton-3.6.0-cuda" / "gone.json"
+    stray = tmp_path / "tree" / "nvidia" / "nvidia-h200-140gb" / "triton-3.6.0-cuda" / "gone.json"
     stray.write_text("{}")
     results = store.check_folder(tmp_path / "tree" / "nvidia", "nvidia")
     assert [(p.name, r, n) for p, r, n in results] == [
@@ -208,7 +208,8 @@ def test_check_folder_reports_each_file_with_its_refusal(tmp_path, fakes, proven
 
 
 @pytest.mark.parametrize("vendor, name, memory, expected", [
-    ("nvidia", "NVIDIA H200", 143771 << 20, "nvidia-h200-141gb"),
+    ("nvidia", "NVIDIA H200", 143771 << 20, "nvidia-h200-140gb"),       # bare metal
+    ("nvidia", "NVIDIA H200", 150109880320, "nvidia-h200-140gb"),      # the GPU machine's VM (measured)
     ("nvidia", "NVIDIA H100 80GB HBM3", 81559 << 20, "nvidia-h100-hbm3-80gb"),
     ("nvidia", "NVIDIA H100 PCIe", 81559 << 20, "nvidia-h100-pcie-80gb"),
     ("nvidia", "Tesla V100-SXM2-32GB", 32510 << 20, "nvidia-tesla-v100-sxm2-32gb"),
@@ -216,7 +217,7 @@ def test_check_folder_reports_each_file_with_its_refusal(tmp_path, fakes, proven
     ("amd", "AMD Instinct MI300X", 196592 << 20, "amd-instinct-mi300x-192gb"),
     ("apple", "Apple M4 Pro", 48 << 30, "apple-m4-pro-48gb"),
 ])
-def test_the_device_class_is_the_normalized_name_and_the_whole_gib_that_holds_the_memory(vendor, name, memory,
+def test_the_device_class_is_the_normalized_name_and_the_nearest_whole_gib_of_the_memory(vendor, name, memory,
                                                                                          expected):
     assert device_class.normalize(vendor, name, memory) == expected
     assert device_class.vendor_of_class(expected) == vendor

@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args(argv)
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    from bench_elementwise import install_allocator
+    from peer_timing import allocator_name
 
     from nbx.kernels import launch
     from nbx.kernels.elementwise import callsite, functions, launch_elementwise
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | float32 add of {args.n} elements")
     row("torch a + b", lambda: ta + tb)
     row("torch.add(a, b, out=c)", lambda: torch.add(ta, tb, out=tc))
-    allocator = install_allocator()  # nbx's caching pool when the backend registered it
+    allocator = allocator_name()  # nbx's caching pool, which the backend registers
     row(f"nbx a + b ({allocator})", lambda: a + b)
     row("nbx launch_elementwise(add, out=) (cached plan)", lambda: launch_elementwise(functions.add, [a, b], f32, f32, out))
     row(f"nbx.empty((n,)) alone ({allocator})", lambda: nbx.empty((args.n,), dtype=f32, device=a.device))

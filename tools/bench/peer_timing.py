@@ -96,5 +96,8 @@ def deviation(nbx_out, torch_out) -> float:
 
 
 def allocator_name() -> str:
+    """The class of the allocator nbx's cuda backend registered (the backend is started first)."""
+    from nbx.core.device import get_backend
     from nbx.memory.allocator import get_allocator
+    get_backend("cuda").start()  # the allocator is registered when the backend starts
     return type(get_allocator("cuda")).__name__

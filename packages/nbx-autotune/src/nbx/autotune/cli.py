@@ -1,7 +1,7 @@
 """`nbx autotune`: record the keys a run launches, certify them, check certificate files, coverage.
 
     nbx autotune record --out keys.json -- python3 my_run.py     # the run's keys, merged into keys.json
-    nbx autotune certify --device-class nvidia-h200-141gb --keys keys.json --out certificates
+    nbx autotune certify --device-class nvidia-h200-140gb --keys keys.json --out certificates
     nbx autotune check [TREE ...]          # every certificate file validates (exit 1 if one is refused)
     nbx autotune coverage --keys keys.json # which keys are certified (exit 1 if one is not)
 
@@ -160,7 +160,7 @@ def add_cli_commands(subparsers) -> None:
     record.set_defaults(func=_guarded(_record))
 
     cert = actions.add_parser("certify", help="screen and time every recorded key; write certificates")
-    cert.add_argument("--device-class", required=True, help="e.g. nvidia-h200-141gb (the device's own class)")
+    cert.add_argument("--device-class", required=True, help="e.g. nvidia-h200-140gb (the device's own class)")
     cert.add_argument("--keys", required=True, help="a keys file (record, or a census)")
     cert.add_argument("--out", required=True, help="a tree: <out>/<vendor>/<class>/<compiler>/<kernel>.json")
     cert.add_argument("--device", default="cuda", help="the device to certify on (default: cuda)")

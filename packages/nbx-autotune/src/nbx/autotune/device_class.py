@@ -1,15 +1,15 @@
 """Which certificates a device may be served: its vendor, its device class, and the compiler.
 
-The device class is the device's name and memory, normalized: 'NVIDIA H200' with 140.4 GiB is
-'nvidia-h200-141gb', an 'NVIDIA H100 80GB HBM3' is 'nvidia-h100-hbm3-80gb'. Memory is the smallest
-whole GiB that holds what the device reports (cards report a little less than their nominal size:
-an H200 reports 143 771 MiB, an H100 80 GB 81 559 MiB), and a size written in the name is dropped
-for it. The class always starts with the vendor. The compiler names Triton's version and backend
+The device class is the device's name and memory, normalized: 'NVIDIA H200' is 'nvidia-h200-140gb',
+an 'NVIDIA H100 80GB HBM3' is 'nvidia-h100-hbm3-80gb'. Memory is the nearest whole GiB to what the
+device reports, and a size written in the name is dropped for it. Nearest, not the GiB that holds
+it: what a card reports leaves out what the driver reserves, which varies with the driver and the
+virtualisation (an H200 reported 143 771 MiB, 140.4 GiB, bare, and 143 155 MiB, 139.8 GiB, in the
+GPU machine's VM on 2026-11-29), and one card must be one class. The class always starts with the vendor. The compiler names Triton's version and backend
 ('triton-3.6.0-cuda'): a setting proven under one Triton build is not served by another.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -37,14 +37,14 @@ def normalize(vendor: str, name: str, total_memory: int) -> str:
     words = _MEMORY_IN_NAME.sub(" ", name.lower())
     words = re.sub(r"[^a-z0-9]+", "-", words).strip("-")
     words = re.sub(rf"^{re.escape(vendor)}(-|$)", "", words)
-    gib = math.ceil(total_memory / 2**30 - 1e-9)
+    gib = max(1, round(total_memory / 2**30))
     return "-".join(p for p in (vendor, words, f"{gib}gb") if p)
 
 
 def check_class(text: str) -> str:
     if not isinstance(text, str) or not _CLASS.fullmatch(text) or "-" not in text:
         raise DeviceClassError(f"{text!r} is not a device class ('<vendor>-<name>-<memory>gb', lowercase, "
-                               f"e.g. 'nvidia-h200-141gb')")
+                               f"e.g. 'nvidia-h200-140gb')")
     return text
 
 

@@ -2,7 +2,7 @@
 
     {"schema": 1, "kind": "nbx-autotune-keys",
      "keys": [{"kernel": "elementwise", "key": "n=65536,dtype=f32,dense=1", "device_file": "nvidia/hopper",
-               "device_class": "nvidia-h200-141gb", "compiler": "triton-3.6.0-cuda", "observed": {"n": 50000}}]}
+               "device_class": "nvidia-h200-140gb", "compiler": "triton-3.6.0-cuda", "observed": {"n": 50000}}]}
 
 `device_file` names the file whose ladders classed the key; `device_class` and `compiler` are those
 of the device that launched it (null in a census made without one). `observed` keeps the largest

@@ -3,7 +3,7 @@
 A certificate is `<vendor>/<device class>/<compiler>/<kernel>.json`:
 
     {"schema": 1, "kind": "nbx-autotune-certificate", "kernel": "elementwise", "vendor": "nvidia",
-     "device_class": "nvidia-h200-141gb", "compiler": "triton-3.6.0-cuda",
+     "device_class": "nvidia-h200-140gb", "compiler": "triton-3.6.0-cuda",
      "parameters": ["block", "num_warps"], "key_fields": ["n", "dtype", "dense"],
      "entries": {"n=65536,dtype=f32,dense=1": {"setting": {...}, "proof": {...}}}}
 
