@@ -41,7 +41,7 @@ def sum_workload(rep, device):
 
 REDUCTION = autotune.declare(autotune.Tunable(
     "reduction",
-    params={"block": (1024, 2048, 4096), "num_warps": (4, 8), "programs": (1056, 2112)},
+    params={"block": (1024, 4096), "num_warps": (4, 8), "programs": (1056, 2112)},
     key=ROW_KEY, default_from="tiles.reduction", workload=sum_workload))
 
 __all__ = ["REDUCTION", "setting"]

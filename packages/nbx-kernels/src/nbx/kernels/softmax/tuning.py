@@ -18,7 +18,8 @@ from nbx.core.reference import oracle
 
 from .rows import pow2_at_least
 
-ROW_PARAMS = {"num_warps": (4, 8, 16, 32), "max_block_n": (4096, 8192, 16384)}
+# 16 warps at 8192 is the device file's tile; fewer than 8 warps over a full tile spill registers
+ROW_PARAMS = {"num_warps": (8, 16, 32), "max_block_n": (8192, 16384)}
 ROW_KEY = {"width": "exact", "elements": "elements", "dtype": "dtype", "strided": "flag"}
 
 
