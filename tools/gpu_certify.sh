@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Certify nbx's autotuned kernels on this machine's GPU, as docs/autotune.md ("Certifying the
 # H200") describes, and prove the result with a certified-only benchmark run:
-#   record   the launch keys of the benchmarks (each case once, NBX_BENCH_ONCE=1) and of the
-#            gpu-marked kernel tests (torch blocked)                -> keys_bench.json, keys_tests.json
-#   certify  both keys files (the benchmarks' first; CERTIFY_LIMIT_S seconds in all, and what was
-#            proven stays: --missing resumes), then check and coverage -> certify.log, certificates.tgz
+#   record-bench  the launch keys of the benchmarks (each case once, NBX_BENCH_ONCE=1) -> keys_bench.json
+#   record-tests  the launch keys of the gpu-marked kernel tests (torch blocked)       -> keys_tests.json
+#   certify  the keys files there are (the benchmarks' first) until CERTIFY_DEADLINE (epoch seconds)
+#            or for CERTIFY_LIMIT_S; what was proven stays (--missing resumes); then check and
+#            coverage                                                 -> certify.log, certificates.tgz
 #   bench    the benchmarks in certified-only mode over those certificates, with the report line
 #                                                                      -> bench_*.txt
-# Usage: tools/gpu_certify.sh [record] [certify] [bench]   (no argument: all three)
+# Usage: tools/gpu_certify.sh [record-bench] [record-tests] [certify] [bench]  (no argument: all, in order)
 # At most 8 files come back from the GPU machine and none deeper than two folders: the certificate
 # tree travels as certificates.tgz (unpack it into certificates/ of the repository). Changes no GPU setting.
 set -uo pipefail
@@ -23,19 +24,22 @@ CERTS=${CERTS:-/tmp/nbx-certificates}   # unpacked tree; a previous certificates
 LOG="$OUT/certify.log"
 BENCHES=(tools/bench/bench_elementwise.py tools/bench/bench_softmax_norm.py tools/bench/bench_reduction.py)
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(record certify bench)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(record-bench record-tests certify bench)
 nbx() { "$PY" -m nbx.core.cli "$@"; }
 mkdir -p "$CERTS"
 [ -f certificates_run.tgz ] && tar xzf certificates_run.tgz -C "$CERTS"   # carried from an earlier call
 
 for step in "${STEPS[@]}"; do
   case "$step" in
-  record)
-    echo "== record $(date -u +%T)" | tee -a "$LOG"
+  record-bench)
+    echo "== record the benchmarks' keys $(date -u +%T)" | tee -a "$LOG"
     for bench in "${BENCHES[@]}"; do
       NBX_BENCH_ONCE=1 nbx autotune record --out "$OUT/keys_bench.json" -- "$PY" "$bench" >> "$LOG" 2>&1
-      echo "record $bench: exit $?" | tee -a "$LOG"
+      echo "record $bench: exit $? ($(tail -n 1 "$LOG"))" | tee -a "$LOG"
     done
+    ;;
+  record-tests)
+    echo "== record the kernel tests' keys $(date -u +%T)" | tee -a "$LOG"
     PYTHONPATH="$PWD/tools/torch_blocker:$PYTHONPATH" nbx autotune record --out "$OUT/keys_tests.json" -- \
       "$PY" -m pytest -q -m gpu -p nbx_block_torch -p xdist.plugin -n "${GPU_XDIST:-8}" -p no:cacheprovider \
       --import-mode=importlib tests/nbx-kernels >> "$LOG" 2>&1
@@ -45,6 +49,7 @@ for step in "${STEPS[@]}"; do
     echo "== certify $(date -u +%T)" | tee -a "$LOG"
     deadline=${CERTIFY_DEADLINE:-$(( $(date +%s) + ${CERTIFY_LIMIT_S:-300} ))}  # epoch seconds, or a limit
     for keys in "$OUT/keys_bench.json" "$OUT/keys_tests.json"; do
+      [ -f "$keys" ] || continue
       left=$(( deadline - $(date +%s) ))
       [ "$left" -le 5 ] && { echo "certify $keys: no time left" | tee -a "$LOG"; continue; }
       timeout "$left" "$PY" -m nbx.core.cli autotune certify --device-class "$CLASS" --keys "$keys" --out "$CERTS" \
@@ -53,6 +58,7 @@ for step in "${STEPS[@]}"; do
     done
     nbx autotune check "$CERTS" 2>&1 | tail -n 3 | tee -a "$LOG"
     for keys in "$OUT/keys_bench.json" "$OUT/keys_tests.json"; do
+      [ -f "$keys" ] || continue
       nbx autotune coverage --keys "$keys" --certificates "$CERTS" > "$OUT/coverage.tmp" 2>&1
       echo "coverage $keys: exit $?; $(grep -c '^missing' "$OUT/coverage.tmp") missing; $(tail -n 1 "$OUT/coverage.tmp")" \
         | tee -a "$LOG"
@@ -69,6 +75,6 @@ for step in "${STEPS[@]}"; do
       echo "$bench: exit $?; $(grep '^\[autotune\] certified' "$OUT/$name.txt")" | tee -a "$LOG"
     done
     ;;
-  *) echo "unknown step $step (record, certify, bench)"; exit 2;;
+  *) echo "unknown step $step (record-bench, record-tests, certify, bench)"; exit 2;;
   esac
 done
