@@ -227,7 +227,8 @@ def test_blocks_freed_in_the_capture_are_reused_by_it_and_the_warm_up_fills_the_
     graph = graphs.capture(step_over(fake, x), DEV)
     source = fake.sources[-1]
     assert source.during_capture == 0  # the warm-up grew the pool; the capture found every block in it
-    assert graph.pool.stats().reserved == 2 * MiB + 4 * MiB  # one small segment and one large, reused by both runs
+    # one small segment and one large (nbx's rules: 20 MiB for a request under 10 MiB), reused by both runs
+    assert graph.pool.stats().reserved == 2 * MiB + 20 * MiB
     graph.close()
 
 
@@ -243,7 +244,7 @@ def test_the_private_pool_frees_nothing_while_the_graph_lives_and_everything_onc
     graph = graphs.capture(step_over(fake, x), DEV)
     source = fake.sources[-1]
     graph.pool.empty_cache()  # what a refusal would do: the segments are retired, not freed
-    assert source.host.used == 6 * MiB and graph.replay() is graph.outputs
+    assert source.host.used == 22 * MiB and graph.replay() is graph.outputs
     out = graph.outputs
     graph.close()
     assert graph.closed and fake.destroyed == 1

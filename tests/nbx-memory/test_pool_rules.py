@@ -6,12 +6,14 @@ import pytest
 from nbx.core.errors import ArgumentError, DeviceOOMError, MissingFactError, NbxError, OutOfMemoryError
 from nbx.memory.fakes import FakeDevice, FakeStreams
 from nbx.memory.pool import NBX, Pool
-from nbx.memory.rules import ONE_CLASS, PoolRules
+from nbx.memory.rules import ONE_CLASS, STRICT_HALF, PoolRules
 
 KiB, MiB = 1 << 10, 1 << 20
 
 
-def make_pool(capacity=None, rules=NBX, parked_fraction=1.0, sync=True):
+# The mechanisms are shown under the strict half rule with 2 MiB-rounded large segments (nbx's rules
+# until 2026-11-29), whose figures are simplest; NBX's 20 MiB segments and slack have tests of their own.
+def make_pool(capacity=None, rules=STRICT_HALF, parked_fraction=1.0, sync=True):
     device = FakeDevice(capacity)
     streams = FakeStreams()
     pool = Pool(device.segments, rules, parked_fraction=parked_fraction, events=streams,
@@ -268,3 +270,40 @@ def test_rules_that_contradict_themselves_are_refused_by_name():
         PoolRules("bad", 100, MiB, 2 * MiB, 2 * MiB, 0, 0, True, True)
     with pytest.raises(ArgumentError, match="small class limit"):
         PoolRules("bad", 512, 4 * MiB, 2 * MiB, 2 * MiB, 0, 0, True, True)
+
+
+def test_nbx_gives_a_large_request_under_ten_mebibytes_a_twenty_mebibyte_segment_that_others_share():
+    pool, device, _ = make_pool(rules=NBX)
+    a = pool.allocate(3 * MiB)
+    b = pool.allocate(6 * MiB)  # leaves 11 MiB: more than the request, within the 56 MiB slack
+    assert device.segments.requests == [20 * MiB] and b.ptr == a.ptr + 3 * MiB
+    c = pool.allocate(12 * MiB)  # 10 MiB or more: its own segment, rounded to 2 MiB
+    assert device.segments.requests == [20 * MiB, 12 * MiB]
+    del a, b, c
+
+
+def test_nbx_half_rule_slack_still_leaves_a_block_far_larger_than_the_request_whole():
+    pool, device, _ = make_pool(rules=NBX)
+    big = pool.allocate(100 * MiB)
+    big.release()
+    mid = pool.allocate(40 * MiB)  # would leave 60 MiB: more than the request and than the slack
+    assert device.segments.requests == [100 * MiB, 40 * MiB]
+    del mid
+    fits = pool.allocate(46 * MiB)  # leaves 54 MiB: within the slack
+    assert device.segments.requests == [100 * MiB, 40 * MiB] and fits.ptr == big.ptr
+
+
+def test_a_refused_twenty_mebibyte_segment_is_retried_at_the_requests_own_size():
+    pool, device, _ = make_pool(capacity=8 * MiB, rules=NBX)
+    blk = pool.allocate(3 * MiB)
+    assert device.segments.requests == [20 * MiB, 20 * MiB, 4 * MiB] and pool.stats().reserved == 4 * MiB
+    with pytest.raises(DeviceOOMError, match="refused a segment of 6.00 MiB") as info:
+        pool.allocate(5 * MiB + 1)
+    assert info.value.segment == 6 * MiB
+    del blk
+
+
+def test_half_rule_slack_must_be_a_non_negative_multiple_of_512():
+    from dataclasses import replace
+    with pytest.raises(ArgumentError, match="half_rule_slack must be a non-negative multiple of 512"):
+        replace(NBX, half_rule_slack=100)

@@ -7,7 +7,7 @@ nbx.memory.pool.simulate on a fake device and prints:
   - driver calls (segment allocations or chunk creations).
 Then the slab planner's figures (live peak, first fit, greedy-by-size extent).
 
-    python tools/bench/memory_rules.py [trace.tsv]     # default: the shipped synthetic trace
+    python tools/bench/memory_rules.py [trace.tsv]     # default: every shipped trace
     python tools/bench/memory_rules.py --latency       # also time the pool's cached allocate/free
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ sys.path[:0] = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
 from nbx.memory import slab  # noqa: E402
 from nbx.memory.fakes import FakeDevice  # noqa: E402
 from nbx.memory.pool import Pool, simulate  # noqa: E402
-from nbx.memory.rules import NBX, NO_HALF_RULE, RULE_SETS  # noqa: E402
+from nbx.memory.rules import NBX, NO_HALF_RULE, RULE_SETS, STRICT_HALF  # noqa: E402
 from nbx.memory.trace import read_trace, shipped_trace, shipped_traces  # noqa: E402
 
 MiB = 1 << 20
@@ -50,9 +50,12 @@ def rules_table(trace) -> None:
     print(f"live at peak: {live / MiB:.1f} MiB over {len(trace)} rows\n")
     print(f"{'rules':30} {'unlimited: reserved/live':>25} {'calls':>6}   {'smallest card':>14} {'x live':>7} "
           f"{'refusals':>8}")
-    rounding = [replace(NBX, name=f"nbx, large round {m} MiB", large_round=m * MiB) for m in (1, 4, 8)]
-    configs = ([(r, None) for r in RULE_SETS] + [(r, None) for r in rounding] + [(NBX, c) for c in CHUNKS]
-               + [(NO_HALF_RULE, 32 * MiB)])
+    slack = [replace(NBX, name=f"nbx, slack {m} MiB", half_rule_slack=m * MiB) for m in (0, 24, 40, 48, 64, 128)]
+    buffer = [replace(NBX, name=f"nbx, {b} MiB segs under {b // 2}", large_buffer=b * MiB,
+                      large_buffer_below=b // 2 * MiB) for b in (8, 32)]
+    rounding = [replace(STRICT_HALF, name=f"strict half, round {m} MiB", large_round=m * MiB) for m in (1, 4, 8)]
+    configs = ([(r, None) for r in RULE_SETS] + [(r, None) for r in slack + buffer + rounding]
+               + [(NBX, c) for c in CHUNKS] + [(STRICT_HALF, 32 * MiB), (NO_HALF_RULE, 32 * MiB)])
     for rules, chunk in configs:
         name = rules.name + (f" + range/{chunk // MiB} MiB" if chunk else "")
         free = simulate(trace, rules, vmm_chunk=chunk)
@@ -88,10 +91,11 @@ def main() -> int:
     parser.add_argument("trace", nargs="?", help="a trace file (default: the shipped one)")
     parser.add_argument("--latency", action="store_true")
     args = parser.parse_args()
-    trace = read_trace(args.trace) if args.trace else shipped_trace(shipped_traces()[0])
-    print(f"trace: {args.trace or shipped_traces()[0]} ({trace.meta.get('source', 'no source line')})")
-    rules_table(trace)
-    slab_table(trace)
+    for name in [args.trace] if args.trace else shipped_traces():
+        trace = read_trace(name) if args.trace else shipped_trace(name)
+        print(f"\ntrace: {name} ({trace.meta.get('source', 'no source line')})")
+        rules_table(trace)
+        slab_table(trace)
     if args.latency:
         latency()
     return 0

@@ -1,7 +1,11 @@
 """The pool's bookkeeping: segments, the blocks carved from them, and the free blocks by size.
 
 A segment is one driver allocation (small or large class) or the expandable range. Its blocks
-tile it exactly, linked by address (prev/next). A free block remembers the stream it was freed on
+tile it exactly, linked by address (prev/next). Free blocks of equal size are ordered by their
+segment's rank (the pool's count of segments at its allocation) and their offset in it, never by
+the driver's addresses: the pool then makes the same choices on any device, and a replay on the
+fake device (nbx.memory.pool.simulate) reproduces the device's pool exactly (ordering by address
+made them differ wherever the driver handed a later segment a lower address). A free block remembers the stream it was freed on
 (`free_on`) and the events that must complete before another stream may reuse it; `ANY` marks a
 block every stream may take (fresh memory, or its events have completed).
 """
@@ -20,12 +24,17 @@ class _AnyStream:
 ANY = _AnyStream()
 
 
-class Segment:
-    __slots__ = ("address", "size", "small", "head", "is_range")
+_OFFSET_BITS = 48          # a block's offset in its segment (256 TiB)
+_SIZE_SHIFT = 96           # a free block's sort key: size << 96 | rank << 48 | offset
 
-    def __init__(self, address: int, size: int, small: bool, is_range: bool = False):
+
+class Segment:
+    __slots__ = ("address", "size", "small", "head", "is_range", "order")
+
+    def __init__(self, address: int, size: int, small: bool, is_range: bool = False, rank: int = 0):
         self.address, self.size, self.small, self.is_range = address, size, small, is_range
         self.head: Block | None = None
+        self.order = (rank << _OFFSET_BITS) - address  # + a block's ptr: its place among equal sizes
 
 
 class Block:
@@ -63,34 +72,60 @@ def compatible(a: Block, b: Block) -> bool:
 
 
 class SizeIndex:
-    """Free blocks ordered by (size, address): best fit is the first eligible from bisect."""
+    """Free blocks ordered by (size, segment rank, offset): best fit is the first eligible from bisect.
+
+    A key is one int (size << 96 | rank << 48 | offset): bisect compares ints, no tuples are built.
+    """
 
     __slots__ = ("keys", "blocks")
 
     def __init__(self):
-        self.keys: list[tuple[int, int]] = []
+        self.keys: list[int] = []
         self.blocks: dict[int, Block] = {}
 
     def add(self, blk: Block) -> None:
-        insort(self.keys, (blk.size, blk.ptr))
-        self.blocks[blk.ptr] = blk
+        key = (blk.size << _SIZE_SHIFT) + blk.seg.order + blk.ptr
+        insort(self.keys, key)
+        self.blocks[key] = blk
 
     def remove(self, blk: Block) -> None:
         keys = self.keys
-        i = bisect_left(keys, (blk.size, blk.ptr))
-        if i == len(keys) or keys[i] != (blk.size, blk.ptr):
+        key = (blk.size << _SIZE_SHIFT) + blk.seg.order + blk.ptr
+        i = bisect_left(keys, key)
+        if i == len(keys) or keys[i] != key:
             raise AssertionError(f"pool bookkeeping: {blk!r} is not in its free index")
         del keys[i]
-        del self.blocks[blk.ptr]
+        del self.blocks[key]
+
+    def take_exact(self, size: int, stream) -> Block | None:
+        """The first free block (by rank and offset) of exactly size bytes, taken out of the index when
+        stream may use it at once (freed on it, or on any stream, with no events to drop); else None.
+
+        Best fit would choose that very block (no smaller one holds the request, and the half rule
+        allows an exact one): this is the pool's fast path, a bisect and two deletions.
+        """
+        keys = self.keys
+        i = bisect_left(keys, size << _SIZE_SHIFT)
+        if i == len(keys):
+            return None
+        key = keys[i]
+        if key >> _SIZE_SHIFT != size:
+            return None
+        blk = self.blocks[key]
+        if blk.events or not (blk.free_on is ANY or blk.free_on is stream):
+            return None
+        del keys[i]
+        del self.blocks[key]
+        return blk
 
     def from_size(self, size: int):
         """Free blocks of at least size bytes, smallest first."""
         keys, blocks = self.keys, self.blocks
-        for i in range(bisect_left(keys, (size, -1)), len(keys)):
-            yield blocks[keys[i][1]]
+        for i in range(bisect_left(keys, size << _SIZE_SHIFT), len(keys)):
+            yield blocks[keys[i]]
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def largest(self) -> int:
-        return self.keys[-1][0] if self.keys else 0
+        return self.keys[-1] >> _SIZE_SHIFT if self.keys else 0

@@ -24,16 +24,17 @@ class CachingAllocator:
     def __init__(self, name: str, make_pool: Callable[[Device], Pool]):
         self.name = name
         self._make_pool = make_pool
-        self._pools: dict[Device, Pool] = {}
+        self._pools: dict[tuple, Pool] = {}  # by (type, index): a tuple hashes in C, a Device in Python
         self._lock = threading.Lock()
 
     def pool(self, device: Device) -> Pool:
-        pool = self._pools.get(device)
+        key = (device.type, device.index)
+        pool = self._pools.get(key)
         if pool is None:
             with self._lock:
-                pool = self._pools.get(device)
+                pool = self._pools.get(key)
                 if pool is None:
-                    pool = self._pools[device] = self._make_pool(device)
+                    pool = self._pools[key] = self._make_pool(device)
         return pool
 
     def allocate(self, nbytes: int, device: Device, stream=None) -> Block:

@@ -35,14 +35,15 @@ class RangeCarving:
 
     def _place(self, size: int, stream):
         """The free block and end to carve from: fewest chunks to map, then the half rule, then best fit."""
-        rng, half = self._range, self.rules.half_rule
+        rng, rules = self._range, self.rules
+        half = rules.half_rule
         best = best_key = None
         for blk in self._range_free.values():
             if blk.size < size or not self._eligible(blk, stream):
                 continue
             for at_end in ((False, True) if blk.size > size else (False,)):
                 start = blk.end - size if at_end else blk.ptr
-                key = (rng.unmapped_in(start, start + size), half and blk.size > 2 * size, blk.size, start)
+                key = (rng.unmapped_in(start, start + size), half and blk.size > rules.half_limit(size), blk.size, start)
                 if best_key is None or key < best_key:
                     best, best_key = (blk, at_end), key
         return best

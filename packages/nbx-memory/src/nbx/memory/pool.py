@@ -6,7 +6,8 @@ Rules (nbx.memory.rules holds them as data; docs/memory.md gives the measurement
   to 2 MiB) or from the expandable range. The classes never share a block: a scalar cannot carve a
   freed multi-gigabyte block and pin its remainder.
 - Best fit within the class, and the half rule for large blocks: a free large block serves a
-  request only when what is left after the split is at most the request (block <= 2 x request).
+  request only when what is left after the split is at most the request (block <= 2 x request)
+  or at most the rules' slack (56 MiB for nbx's).
   A block twice the request or more is left whole; the pool grows instead. Only at a refusal, as
   the last thing before an out-of-memory error, may a large request break the half rule.
 - Free neighbours merge within their segment; wholly free segments stay parked across growths and
@@ -18,12 +19,19 @@ Rules (nbx.memory.rules holds them as data; docs/memory.md gives the measurement
 - At a refusal: synchronize, then look again, release wholly free segments, retry the driver at
   the segment's size (not the request's), and raise DeviceOOMError with requested, live,
   cached, driver-free and total bytes (None where the driver cannot say).
+
+The fast path (the steady state of an inference loop): a request whose rounded size has a cached
+free block of exactly that size, usable on its stream at once, takes it with a bisect and two
+deletions; a freed block with no free neighbour goes back with one insertion. Both are the blocks
+and figures the general best-fit/split/merge path gives (tests/nbx-memory/test_pool_fast_path.py
+runs both side by side); `_fast = False` turns them off for that comparison.
 """
 from __future__ import annotations
 
 import threading
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 
 from nbx.core.errors import ArgumentError, DeviceOOMError, MissingFactError
 
@@ -67,7 +75,10 @@ class Pool(RangeCarving):
         self._live: dict[int, Block] = {}
         self._pending: list[Block] = []
         self._streams: set = set()
+        self._last_stream = _NO_STREAM  # the stream of the last request: known without hashing it again
         self._multi = False
+        self._fast = True  # the exact-fit fast paths (off: the general path alone, for comparison)
+        self._ranks = 0
         self._lock = threading.Lock()
         self._deferred: deque = deque()
         self.recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
@@ -89,9 +100,10 @@ class Pool(RangeCarving):
         if nbytes == 0:  # no memory and nothing to free: a null pointer, as CUDA gives for size 0
             return HandedBlock(0, 0, self.device, stream, _nothing)
         with self._lock:
-            self._drain()
+            if self._deferred:
+                self._drain()
             blk = self._malloc(nbytes, stream)
-        return HandedBlock(blk.ptr, nbytes, self.device, stream, _Release(self, blk))
+        return HandedBlock(blk.ptr, nbytes, self.device, stream, partial(self._release, blk))
 
     def record_stream(self, block: HandedBlock, stream) -> None:
         """Declare that stream uses block: its memory is reused only after that stream passes the free."""
@@ -141,26 +153,32 @@ class Pool(RangeCarving):
 
     # -- allocation ------------------------------------------------------------------------------
     def _malloc(self, nbytes: int, stream) -> Block:
-        self._process_pending()
-        if stream not in self._streams:
-            self._new_stream(stream)
+        if self._pending:
+            self._process_pending()
+        if stream is not self._last_stream:
+            if stream not in self._streams:
+                self._new_stream(stream)
+            self._last_stream = stream
         rules = self.rules
         size = rules.round(nbytes)
         small = rules.is_small(size)
         if not small and self._range is not None:
             blk, at_end = self._from_range(size, stream, nbytes)
-        else:
-            index = self._small if small else self._large
-            half = rules.half_rule and not small
-            at_end = False
-            blk = self._find(size, index, stream, half)
-            if blk is None:
-                seg_size = rules.segment_size(size, small)
-                blk = self._grow(seg_size, small) or self._recover(size, index, stream, half, seg_size, nbytes)
-        return self._take(blk, size, stream, nbytes, at_end)
+            return self._take(blk, size, stream, nbytes, at_end)
+        index = self._small if small else self._large
+        if self._fast:
+            blk = index.take_exact(size, stream)
+            if blk is not None:
+                return self._hand_out(blk, size, stream, nbytes)
+        half = rules.half_rule and not small
+        blk = self._find(size, index, stream, half)
+        if blk is None:
+            seg_size = rules.segment_size(size, small)
+            blk = self._grow(seg_size, small) or self._recover(size, index, stream, half, seg_size, nbytes)
+        return self._take(blk, size, stream, nbytes, False)
 
     def _find(self, size: int, index: SizeIndex, stream, half: bool) -> Block | None:
-        limit = 2 * size if half else None
+        limit = self.rules.half_limit(size) if half else None
         for blk in index.from_size(size):
             if limit is not None and blk.size > limit:
                 return None
@@ -181,7 +199,8 @@ class Pool(RangeCarving):
         address = self._source.allocate(seg_size)
         if address is None:
             return None
-        seg = Segment(address, seg_size, small)
+        self._ranks += 1
+        seg = Segment(address, seg_size, small, rank=self._ranks)
         seg.head = Block(address, seg_size, seg)
         self._segments[address] = seg
         self._seg_bytes += seg_size
@@ -198,6 +217,11 @@ class Pool(RangeCarving):
         if blk is None:
             self._release_cached()
             blk = self._grow(seg_size, index is self._small)
+        if blk is None and index is self._large:  # a 20 MiB segment refused: the request's own may still fit
+            own = self.rules.segment_size(size, False, buffered=False)
+            if own < seg_size:
+                seg_size = own
+                blk = self._grow(own, False)
         if blk is None and half:  # the last resort: a block of more than twice the request beats an OOM
             blk = self._find(size, index, stream, half=False)
         if blk is None:
@@ -205,31 +229,38 @@ class Pool(RangeCarving):
         return blk
 
     def _take(self, blk: Block, size: int, stream, nbytes: int, at_end: bool) -> Block:
-        self._index_of(blk).remove(blk)
+        index = self._index_of(blk)  # a segment's blocks all live in one index
+        index.remove(blk)
         if blk.size > size:
             if at_end:  # the remainder stays in front, as blk (which keeps its events)
                 taken = Block(blk.end - size, size, blk.seg)
                 blk.size -= size
                 self._link_after(blk, taken)
-                self._index_of(blk).add(blk)
+                index.add(blk)
                 blk = taken
             else:
                 rest = Block(blk.ptr + size, blk.size - size, blk.seg)
                 rest.free_on, rest.events, blk.events = blk.free_on, blk.events, []
                 blk.size = size
                 self._link_after(blk, rest)
-                self._index_of(rest).add(rest)
+                index.add(rest)
         if blk.events:
             self._drop_events(blk.events)
             blk.events = []
+        return self._hand_out(blk, size, stream, nbytes)
+
+    def _hand_out(self, blk: Block, size: int, stream, nbytes: int) -> Block:
+        """blk (out of its free index, of exactly size bytes, no events) becomes live: the figures follow."""
         self._serial += 1
         blk.state, blk.requested, blk.stream, blk.serial = LIVE, nbytes, stream, self._serial
         self._live[blk.ptr] = blk
-        self._allocated += size
-        self._requested += nbytes
+        allocated = self._allocated = self._allocated + size
+        requested = self._requested = self._requested + nbytes
         self._n_alloc += 1
-        self._allocated_peak = max(self._allocated_peak, self._allocated)
-        self._requested_peak = max(self._requested_peak, self._requested)
+        if allocated > self._allocated_peak:
+            self._allocated_peak = allocated
+        if requested > self._requested_peak:
+            self._requested_peak = requested
         if self.recorder is not None:
             self.recorder.alloc(blk.serial, nbytes, stream)
         return blk
@@ -241,7 +272,8 @@ class Pool(RangeCarving):
         if self._lock.acquire(blocking=False):
             try:
                 self._free(blk)
-                self._drain()
+                if self._deferred:
+                    self._drain()
             finally:
                 self._lock.release()
         else:
@@ -260,7 +292,15 @@ class Pool(RangeCarving):
         self._n_free += 1
         if self.recorder is not None:
             self.recorder.free(blk.serial, blk.requested, blk.stream)
-        extra = [s for s in blk.used_on if s != blk.stream] if blk.used_on else ()
+        if blk.used_on is None:  # no record_stream: free at once (the common case)
+            if self._multi and self._events is not None:  # another stream may want it: stamp the free
+                self._make_free(blk, blk.stream, [self._events.record(blk.stream)])
+            else:
+                self._make_free(blk, blk.stream, [])
+            if self._parked_limit is not None:
+                self._trim()
+            return
+        extra = [s for s in blk.used_on if s != blk.stream]
         blk.used_on = None
         if extra:
             blk.waiting = [self._events.record(s) for s in extra]
@@ -275,16 +315,19 @@ class Pool(RangeCarving):
 
     def _make_free(self, blk: Block, free_on, events: list) -> None:
         blk.state, blk.free_on, blk.events = FREE, free_on, events
-        nxt = blk.next
+        nxt, prv = blk.next, blk.prev
+        index = self._index_of(blk)  # a segment's blocks all live in one index
+        if self._fast and (nxt is None or nxt.state != FREE) and (prv is None or prv.state != FREE):
+            index.add(blk)  # the fast path: no free neighbour to merge with (blk sits between live blocks)
+            return
         if nxt is not None and nxt.state == FREE and compatible(blk, nxt):
-            self._index_of(nxt).remove(nxt)
+            index.remove(nxt)
             self._absorb(blk, nxt)
-        prv = blk.prev
         if prv is not None and prv.state == FREE and compatible(prv, blk):
-            self._index_of(prv).remove(prv)
+            index.remove(prv)
             self._absorb(prv, blk)
             blk = prv
-        self._index_of(blk).add(blk)
+        index.add(blk)
 
     def _process_pending(self) -> None:
         if not self._pending:
@@ -384,9 +427,10 @@ class Pool(RangeCarving):
 
     # -- helpers ---------------------------------------------------------------------------------
     def _index_of(self, blk: Block):
-        if blk.seg.is_range:
+        seg = blk.seg
+        if seg.is_range:
             return self._range_free
-        return self._small if blk.seg.small else self._large
+        return self._small if seg.small else self._large
 
     def _all_segments(self):
         yield from self._segments.values()
@@ -454,20 +498,11 @@ def _walk(seg: Segment):
         blk = blk.next
 
 
-class _Release:
-    """The finalizer's callable: holds the pool and the block, never the handed-out Block."""
-
-    __slots__ = ("pool", "blk")
-
-    def __init__(self, pool: Pool, blk: Block):
-        self.pool, self.blk = pool, blk
-
-    def __call__(self) -> None:
-        self.pool._release(self.blk)
-
-
 def _nothing() -> None:
     return None
+
+
+_NO_STREAM = object()  # no request seen yet (None is a stream: the default one)
 
 
 def simulate(trace, rules: PoolRules, **options):

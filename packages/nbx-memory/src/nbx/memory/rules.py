@@ -22,10 +22,14 @@ class PoolRules:
     large_round: int         # a large segment is the request rounded up to a multiple of this
     large_buffer: int        # a large request below large_buffer_below gets a segment of this size (0: off)
     large_buffer_below: int
-    half_rule: bool          # a free large block serves a request only if what is left is at most the request
+    half_rule: bool          # a free large block serves a request only if what is left is at most the request...
     size_classes: bool       # False: one class, every request may carve every free block
+    half_rule_slack: int = 0  # ...or at most this many bytes (0: the strict rule)
 
     def __post_init__(self):
+        if not isinstance(self.half_rule_slack, int) or self.half_rule_slack < 0 or self.half_rule_slack % 512:
+            raise ArgumentError(f"pool rules {self.name!r}: half_rule_slack must be a non-negative multiple of 512, "
+                                f"not {self.half_rule_slack!r}")
         for field in ("granularity", "small_segment", "large_round"):
             value = getattr(self, field)
             if not isinstance(value, int) or value <= 0 or value % 512:
@@ -45,33 +49,48 @@ class PoolRules:
     def is_small(self, size: int) -> bool:
         return self.size_classes and size <= self.small_limit
 
-    def segment_size(self, size: int, small: bool) -> int:
-        """Bytes asked of the driver when a request of (rounded) size finds no free block."""
+    def half_limit(self, size: int) -> int:
+        """The largest free block the half rule lets a (rounded, large) request of size split."""
+        return max(2 * size, size + self.half_rule_slack)
+
+    def segment_size(self, size: int, small: bool, buffered: bool = True) -> int:
+        """Bytes asked of the driver when a request of (rounded) size finds no free block
+        (buffered=False: without the large buffer, as the pool asks once the buffer is refused)."""
         if small:
             return self.small_segment
-        if self.large_buffer and size < self.large_buffer_below:
+        if buffered and self.large_buffer and size < self.large_buffer_below:
             return self.large_buffer
         return -(-size // self.large_round) * self.large_round
 
 
-# nbx's rules: two classes (torch's kSmallSize / kSmallBuffer), 512-byte blocks, large segments of
-# the request rounded to 2 MiB, and the half rule.
+# nbx's rules (measured on both shipped traces, docs/memory.md "Choosing the rules"): two classes
+# (torch's kSmallSize / kSmallBuffer), 512-byte blocks, large segments of the request rounded to
+# 2 MiB, except that a request under 10 MiB gets a 20 MiB segment (torch's kLargeBuffer), and the
+# half rule with a 56 MiB slack: a free large block serves a request when what is left is at most
+# the request or at most 56 MiB. The slack lets requests under 10 MiB share a 20 MiB segment (under
+# the strict rule nothing reuses its remainder); the rule still keeps a small request from carving a
+# freed block of hundreds of MiB and pinning it.
 NBX = PoolRules("nbx", granularity=512, small_limit=1 * MiB, small_segment=2 * MiB, large_round=2 * MiB,
-                large_buffer=0, large_buffer_below=0, half_rule=True, size_classes=True)
+                large_buffer=20 * MiB, large_buffer_below=10 * MiB, half_rule=True, size_classes=True,
+                half_rule_slack=56 * MiB)
+
+# nbx's rules until 2026-11-29: no 20 MiB segments, the strict half rule (block <= 2 x request).
+STRICT_HALF = replace(NBX, name="strict-half-rule", large_buffer=0, large_buffer_below=0, half_rule_slack=0)
 
 # The same without the half rule: a large request takes the smallest free large block that holds it.
-NO_HALF_RULE = replace(NBX, name="no-half-rule", half_rule=False)
+NO_HALF_RULE = replace(STRICT_HALF, name="no-half-rule", half_rule=False)
 
 # torch's caching allocator's large-class growth: requests under 10 MiB get a 20 MiB segment.
-TORCH_LIKE = replace(NBX, name="torch-like", half_rule=False, large_buffer=20 * MiB, large_buffer_below=10 * MiB)
+TORCH_LIKE = replace(STRICT_HALF, name="torch-like", half_rule=False, large_buffer=20 * MiB,
+                     large_buffer_below=10 * MiB)
 
-# The same 20 MiB growth under the half rule.
+# The same 20 MiB growth under the strict half rule.
 BUFFERED_HALF = replace(TORCH_LIKE, name="buffered-half-rule", half_rule=True)
 
-# Large segments of exactly the rounded request (no 2 MiB rounding).
-EXACT_LARGE = replace(NBX, name="exact-large", large_round=512)
+# Large segments of exactly the rounded request (no 2 MiB rounding), the strict half rule.
+EXACT_LARGE = replace(STRICT_HALF, name="exact-large", large_round=512)
 
 # One class, smallest block that holds it: the rules that let a scalar pin a multi-gigabyte block.
-ONE_CLASS = replace(NBX, name="one-class", size_classes=False, half_rule=False)
+ONE_CLASS = replace(STRICT_HALF, name="one-class", size_classes=False, half_rule=False)
 
-RULE_SETS = (NBX, NO_HALF_RULE, TORCH_LIKE, BUFFERED_HALF, EXACT_LARGE, ONE_CLASS)
+RULE_SETS = (NBX, STRICT_HALF, NO_HALF_RULE, TORCH_LIKE, BUFFERED_HALF, EXACT_LARGE, ONE_CLASS)

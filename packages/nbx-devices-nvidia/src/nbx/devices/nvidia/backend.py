@@ -12,6 +12,7 @@ import numpy as np
 from nbx.core.device import Device
 from nbx.core.errors import DeviceError, DLPackError
 from nbx.core.storage import Storage
+from nbx.memory.allocator import get_allocator  # imported once: an import per allocation costs host time
 
 from . import runtime
 from .errors import CopyOutOfBoundsError
@@ -96,9 +97,10 @@ class CudaBackend:
 
     # ---- memory ----------------------------------------------------------------------------
     def allocate(self, nbytes: int, device: Device) -> Storage:
-        self.start()
-        from nbx.memory.allocator import get_allocator
+        if not self._started:
+            self.start()
         runtime.check_ordinal(device.index)
+        # looked up per call: a graph capture registers its private routing for a while
         block = get_allocator(self.name).allocate(nbytes, device, current_stream(device.index))
         return Storage(device, nbytes, block.ptr, owner=block)
 
