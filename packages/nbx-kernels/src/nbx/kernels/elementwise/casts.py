@@ -16,6 +16,12 @@ through integer bit operations, with the rules of the reference (ml_dtypes and n
 import triton
 import triton.language as tl
 
+# Whether this module's kernels are compiled for a GPU: Triton makes the same decision when it
+# decorates them (knobs.runtime.interpret, from TRITON_INTERPRET at import). A GPU rounds
+# float32 -> bfloat16 to nearest even in one instruction (cvt.rn.bf16.f32), which the bit-operation
+# path costs about nine for; the interpreter truncates, so it keeps the bit operations.
+COMPILED = tl.constexpr(not triton.knobs.runtime.interpret)
+
 
 @triton.jit
 def _rtne_shift(v, shift):
@@ -68,7 +74,11 @@ def _bfloat16_bits(f):
 def _from_float32(f, OUT: tl.constexpr):
     """float32 f rounded to bfloat16 or a float8 type."""
     if OUT == tl.bfloat16:
-        y = _bfloat16_bits(f).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        if COMPILED:  # the hardware's rounding; a NaN as the reference writes it
+            nan = (((f.to(tl.uint32, bitcast=True) >> 16) & 0x8000) | 0x7FC0).to(tl.uint16)
+            y = tl.where(f != f, nan.to(tl.bfloat16, bitcast=True), f.to(tl.bfloat16, fp_downcast_rounding="rtne"))
+        else:
+            y = _bfloat16_bits(f).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     elif OUT == tl.float8e5:
         y = _encode(f, 32, 23, 127, 5, 2, 15, False).to(tl.uint8).to(tl.float8e5, bitcast=True)
     else:

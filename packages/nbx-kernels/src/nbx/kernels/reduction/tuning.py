@@ -28,7 +28,7 @@ def sum_workload(rep, device):
     from . import launches
     from .. import launch
     from .combine import Code as C
-    x, rows, _ = representative_rows(rep, device)
+    x, rows, _ = representative_rows(rep, device, positive=True)
     out_dtype = x.dtype if x.dtype.kind == "float" else launches.accumulator(x.dtype)
     out = launch.output((rows,), out_dtype, device)
     reference = oracle("sum", x, dim=1)

@@ -29,12 +29,15 @@ def row_setting(tunable, device, rows: int, n: int, dtype, strided: bool):
                             strided=strided)
 
 
-def representative_rows(rep, device):
-    """(x, rows, n): the key's rows x n input of its dtype, laid out as the key says."""
+def representative_rows(rep, device, positive: bool = False):
+    """(x, rows, n): the key's rows x n input of its dtype, laid out as the key says. positive:
+    values in [0.5, 2.5], so that a sum's result is not a cancellation (its relative error is then
+    the order of summation's, which the screen's tolerance is derived for)."""
     n = rep["width"]
     rows = max(1, rep["elements"] // n)
     dtype = rep["dtype"]
-    values = 4.0 * np.sin(0.37 * np.arange(rows * n)).reshape(rows, n)
+    wave = np.sin(0.37 * np.arange(rows * n)).reshape(rows, n)
+    values = 1.5 + wave if positive else 4.0 * wave
     if rep["strided"]:  # rows adjacent, a row's elements a stride apart: the transpose of (n, rows)
         x = asarray(np.ascontiguousarray(values.T).astype(dtype.host), device=device).permute(1, 0)
     else:
