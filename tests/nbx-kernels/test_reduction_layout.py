@@ -10,6 +10,9 @@ from nbx.kernels import launch
 from nbx.kernels.cost import LAUNCH, RESULT, price
 from nbx.kernels.reduction import layout
 
+# shapes here are chosen from the device file's tiles to take each path: serve those tiles
+pytestmark = pytest.mark.usefixtures("device_file_settings")
+
 SETTINGS = {"block": 1024, "num_warps": 4, "programs": 4}
 
 

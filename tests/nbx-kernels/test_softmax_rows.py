@@ -12,6 +12,9 @@ from nbx.kernels.cost import price
 from nbx.kernels.softmax import plan
 from nbx.kernels.softmax.rows import LOOPED, ONE_PASS, SPLIT
 
+# shapes here are chosen from the device file's tiles to take each path: serve those tiles
+pytestmark = pytest.mark.usefixtures("device_file_settings")
+
 rng = np.random.default_rng(7)
 DTYPES = ["float32", "float16", "bfloat16", "float64"]
 
