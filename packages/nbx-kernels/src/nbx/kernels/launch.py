@@ -8,6 +8,7 @@ from __future__ import annotations
 from nbx.core import device_files
 from nbx.core.device import Device, get_backend
 from nbx.core.dtypes import DType
+from nbx.core.errors import ArgumentError
 from nbx.core.tensor import Tensor, empty
 
 
@@ -34,8 +35,14 @@ def screen_tolerance(dtype: DType, device: Device) -> float:
     return facts(device).value("autotune.screen_tolerance")[dtype.name]
 
 
-def output(shape, dtype: DType, device: Device) -> Tensor:
-    return empty(shape, dtype, device)
+def output(shape, dtype: DType, device: Device, out: Tensor | None = None) -> Tensor:
+    """A new contiguous output, or out (a caller's, the certifier's) checked to be one like it."""
+    if out is None:
+        return empty(shape, dtype, device)
+    if tuple(out.shape) != tuple(shape) or out.dtype is not dtype or not out.is_contiguous():
+        raise ArgumentError(f"this launch writes a contiguous {dtype.name} output of shape {tuple(shape)}; got a "
+                            f"{out.dtype.name} output of shape {out.shape}, contiguous: {out.is_contiguous()}")
+    return out
 
 
 def run(kernel, grid, device: Device, *args, **meta):

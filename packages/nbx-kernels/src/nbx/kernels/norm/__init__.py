@@ -13,7 +13,6 @@ from functools import lru_cache
 from math import prod
 
 from nbx.core.dtypes import DType
-from nbx.core.errors import ArgumentError
 from nbx.core.tensor import Tensor
 
 from .. import launch
@@ -96,11 +95,7 @@ def launch_rows_norm(x: Tensor, keep: int, weight=None, bias=None, eps: float = 
     """The normalized rows of x (and, with a residual, the new residual x + residual), into out when
     given (contiguous, x's shape and dtype); setting overrides the served (certified) one."""
     device = x.device
-    if out is None:
-        out = launch.output(x.shape, x.dtype, device)
-    elif out.shape != x.shape or out.dtype is not x.dtype or not out.is_contiguous():
-        raise ArgumentError(f"a norm writes a contiguous {x.dtype.name} output of shape {x.shape}; got a "
-                            f"{out.dtype.name} output of shape {out.shape}, contiguous: {out.is_contiguous()}")
+    out = launch.output(x.shape, x.dtype, device, out)
     new_residual = launch.output(x.shape, x.dtype, device) if residual is not None else None
     if x.size == 0:
         return out if residual is None else (out, new_residual)

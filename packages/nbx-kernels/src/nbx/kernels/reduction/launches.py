@@ -12,7 +12,6 @@ from math import prod
 
 from nbx.core import dtypes
 from nbx.core.dtypes import DType
-from nbx.core.errors import ArgumentError
 from nbx.core.tensor import Tensor
 
 from .. import launch
@@ -133,11 +132,7 @@ def accumulate(x: Tensor, dims, keepdim: bool, out_dtype: DType, op: int, contri
     """One accumulator over dims, into out when given (contiguous, of the result's shape and out_dtype)."""
     tl_type(x.dtype)  # a dtype no kernel takes is refused by name
     p = plan(x, dims, keepdim, ordered=False, setting=setting)
-    if out is None:
-        out = launch.output(p.out_shape, out_dtype, x.device)
-    elif out.shape != p.out_shape or out.dtype is not out_dtype or not out.is_contiguous():
-        raise ArgumentError(f"this reduction writes a contiguous {out_dtype.name} output of shape {p.out_shape}; "
-                            f"got a {out.dtype.name} output of shape {out.shape}")
+    out = launch.output(p.out_shape, out_dtype, x.device, out)
     if out.size == 0:
         return out
     src, n_total = _source(x, p.view), p.view.cols

@@ -14,7 +14,6 @@ from functools import lru_cache
 
 from nbx.core import dtypes, layout as core_layout
 from nbx.core.dtypes import DType
-from nbx.core.errors import ArgumentError
 from nbx.core.tensor import Tensor
 
 from .. import launch
@@ -77,11 +76,7 @@ def launch_softmax(x: Tensor, dim: int, log: bool = False, scale: float = 1.0, m
     """Softmax of x over dim into out (a new tensor, or a given contiguous one of x's shape and dtype);
     setting overrides the served (certified) one: the certifier launches this very path with it."""
     device = x.device
-    if out is None:
-        out = launch.output(x.shape, x.dtype, device)
-    elif out.shape != x.shape or out.dtype is not x.dtype or not out.is_contiguous():
-        raise ArgumentError(f"softmax writes a contiguous {x.dtype.name} output of shape {x.shape}; got a "
-                            f"{out.dtype.name} output of shape {out.shape}, contiguous: {out.is_contiguous()}")
+    out = launch.output(x.shape, x.dtype, device, out)
     if x.size == 0:
         return out
     p = plan(x, core_layout.normalize_dim(dim, x.ndim), mask, setting)
