@@ -43,6 +43,7 @@ class FakeTimer:
         self.clock = clock
         self.witness_ms = witness_ms
         self.flushes = 0
+        self.holds = []
 
     def event(self):
         return [None]
@@ -58,6 +59,9 @@ class FakeTimer:
 
     def flush_l2(self) -> None:
         self.flushes += 1
+
+    def hold(self, ms: float) -> None:
+        self.holds.append(ms)
 
     def witness(self) -> Witness:
         return Witness("fake witness", lambda: self.clock.advance(self.witness_ms(self.clock.launches)))

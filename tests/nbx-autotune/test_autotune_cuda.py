@@ -25,3 +25,25 @@ def test_the_cuda_timer_times_its_witness_with_events_after_a_flush_of_twice_the
     assert 0 < first.median_ms < 50 and len(first.samples) == 11
     assert abs(second.median_ms - first.median_ms) / first.median_ms < 0.05, (first, second)
     assert set(timer.clocks()) == {"sm_clock_max_khz", "memory_clock_max_khz"}
+
+
+def test_the_cuda_hold_keeps_the_stream_busy_so_queued_runs_are_timed_without_the_hosts_time():
+    import time
+
+    from nbx.core.device import as_device
+    timer = timing.timer_for(as_device("cuda:0"))
+    start, end = timer.event(), timer.event()
+    timer.hold(0.1)  # compiles the spin kernel
+    timer.record(start)
+    timer.hold(5.0)
+    timer.record(end)
+    timer.synchronize()
+    assert 4.9 <= timer.elapsed_ms(start, end) < 6.0
+
+    def slow_host_small_kernel():  # 2 ms of host time before a tiny launch: events must not see it
+        time.sleep(0.002)
+        timer.flush_l2()
+
+    m = timing.measure(slow_host_small_kernel, timer, warmup=1, repeats=5)
+    assert not m.host_bound and m.held_ms > 5 * 2.0
+    assert m.median_ms < 1.0, m  # a flush of twice the L2 takes well under a millisecond on the GPU

@@ -1,8 +1,13 @@
 """Timing candidates: warm-up, L2 flushed before each run, the median of repeats, under a witness.
 
 A Timer is what a backend offers: events recorded on its current stream, the milliseconds between
-two of them, a synchronize, an L2 flush (a write of a buffer twice the L2 the device reports), and
-a witness - a fixed reference kernel. The witness is timed before and after a key's candidates; if
+two of them, a synchronize, an L2 flush (a write of a buffer twice the L2 the device reports), a
+hold (a kernel that keeps the stream busy for a given time) and a witness - a fixed reference kernel.
+
+The timed runs are queued behind a hold long enough for the host to queue all of them, so the
+events around a run see the GPU's time alone: a launch's host path (tens of microseconds) is longer
+than many kernels, and events around a run queued on an idle GPU would time the host and rank
+candidates partly on it. The witness is timed before and after a key's candidates; if
 its time moved by more than `autotune.witness_drift_tolerance` of the device file, the GPU's regime
 changed during the comparison (clocks, heat, another process) and the sweep is measured again, then
 refused by name (WitnessDriftError). Timers come from the backends (nbx.devices.nvidia's EventTimer).
@@ -10,6 +15,7 @@ refused by name (WitnessDriftError). Timers come from the backends (nbx.devices.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -18,6 +24,9 @@ from nbx.core.errors import MissingFactError, TimingRefusal, WitnessDriftError
 
 WARMUP = 3      # runs before timing: the first run compiles; caches and clocks settle on the next
 REPEATS = 21    # timed runs per candidate; the median is kept (robust to a stray slow run)
+HOLD_MARGIN = 2.0   # the hold lasts this many times the host's queueing time, measured just before
+HOLD_EXTRA_MS = 1.0
+HOLD_MAX_MS = 2000.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,7 @@ class Timer(Protocol):
     def elapsed_ms(self, start, end) -> float: ...
     def synchronize(self) -> None: ...
     def flush_l2(self) -> None: ...
+    def hold(self, ms: float) -> None: ...
     def witness(self) -> Witness: ...
     def clocks(self) -> dict | None: ...
 
@@ -44,25 +54,52 @@ class Timer(Protocol):
 class Measurement:
     median_ms: float
     samples: tuple[float, ...]
+    held_ms: float = 0.0        # how long the runs were queued behind a hold
+    host_bound: bool = False    # queueing outlasted the hold: samples may include host time
 
 
-def measure(fn: Callable[[], None], timer: Timer, warmup: int = WARMUP, repeats: int = REPEATS) -> Measurement:
-    """fn's time: `warmup` untimed runs, then `repeats` runs each after an L2 flush; the median."""
-    if repeats < 1 or warmup < 0:
-        raise TimingRefusal(f"a measurement needs repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
-    for _ in range(warmup):
-        fn()
-    pairs = []
-    for _ in range(repeats):
+def _queue_ms(fn: Callable[[], None], timer: Timer) -> float:
+    """Host milliseconds to queue one flushed run (the GPU idle, so nothing waits on it)."""
+    timer.synchronize()
+    worst = 0.0
+    for _ in range(2):
+        t0 = time.perf_counter()
         timer.flush_l2()
         start, end = timer.event(), timer.event()
         timer.record(start)
         fn()
         timer.record(end)
-        pairs.append((start, end))
+        worst = max(worst, (time.perf_counter() - t0) * 1e3)
     timer.synchronize()
+    return worst
+
+
+def measure(fn: Callable[[], None], timer: Timer, warmup: int = WARMUP, repeats: int = REPEATS) -> Measurement:
+    """fn's time: `warmup` untimed runs, then `repeats` runs each after an L2 flush, all queued
+    behind a hold; the median. A queue that outlasted its hold is measured again behind a longer one."""
+    if repeats < 1 or warmup < 0:
+        raise TimingRefusal(f"a measurement needs repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    for _ in range(warmup):
+        fn()
+    queue_ms = _queue_ms(fn, timer)
+    for _ in range(2):
+        hold_ms = min(HOLD_MAX_MS, HOLD_MARGIN * repeats * queue_ms + HOLD_EXTRA_MS)
+        pairs = [(timer.event(), timer.event()) for _ in range(repeats)]
+        timer.hold(hold_ms)
+        t0 = time.perf_counter()
+        for start, end in pairs:
+            timer.flush_l2()
+            timer.record(start)
+            fn()
+            timer.record(end)
+        queued_ms = (time.perf_counter() - t0) * 1e3
+        timer.synchronize()
+        host_bound = queued_ms > hold_ms
+        if not host_bound or hold_ms >= HOLD_MAX_MS:
+            break
+        queue_ms = queued_ms / repeats
     samples = tuple(float(timer.elapsed_ms(a, b)) for a, b in pairs)
-    return Measurement(statistics.median(samples), samples)
+    return Measurement(statistics.median(samples), samples, hold_ms, host_bound)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 from nbx.core.errors import NotSupportedError, TimingRefusal
 
-from . import runtime
+from . import runtime, spin
 from .streams import Event, current_stream
 
 L2_FLUSH_BYTES = 256 << 20  # written between timed runs so that no run finds its inputs in L2
@@ -73,7 +73,8 @@ WITNESS_BYTES = 256 << 20  # the witness copies this many bytes: HBM-bound, far 
 
 class EventTimer:
     """The timer nbx.autotune sweeps with (its Timer protocol): CUDA events on the device's current
-    stream, an L2 flush that writes twice the L2 the device reports, and a witness (a fixed copy)."""
+    stream, an L2 flush that writes twice the L2 the device reports, a hold (a spin kernel that timed runs
+    queue behind, so events see GPU time alone) and a witness (a fixed copy)."""
 
     def __init__(self, device):
         from nbx.core import tensor
@@ -112,6 +113,9 @@ class EventTimer:
     def flush_l2(self) -> None:
         with self._runtime.device_guard(self.index):
             self._runtime.memset_async(self._flush.data_ptr(), 0, self.flush_bytes, self._stream().handle)
+
+    def hold(self, ms: float) -> None:
+        spin.hold(ms, self.index)
 
     def witness(self) -> SimpleNamespace:  # .name and .run(), as nbx.autotune.timing.Witness
         def copy():

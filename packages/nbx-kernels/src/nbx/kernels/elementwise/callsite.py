@@ -4,22 +4,14 @@ A call site is keyed by the function, the dtypes, and each operand's shape, stri
 Python scalar by its type and Triton's specialisation class). From the key follow the collapsed
 layout, the kinds of the operands, every integer argument, the grid and the settings: `Plan`
 holds them, so a repeated call only allocates its output and gathers its pointers.
-
-On a GPU the first launch of a plan goes through Triton's JIT, which compiles and returns the
-kernel; later launches with pointers of the same 16-byte alignment call that compiled kernel's
-launcher directly, skipping the JIT's argument binding, specialisation and cache lookup (Triton
-specialises pointers on 16-byte alignment only; the plan's key fixes every other argument's
-specialisation). With Triton's launch hooks set, every launch goes through the JIT.
 """
 from __future__ import annotations
 
 from math import prod
 
-import numpy as np
 import triton
 
 from nbx.core import layout as core_layout
-from nbx.core.device import get_backend
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor
 
@@ -37,8 +29,7 @@ def _scalar_class(value) -> tuple:
     """The part of a scalar argument Triton specialises on (ints: == 1, % 16, width)."""
     if isinstance(value, bool) or not isinstance(value, int):
         return (type(value),)
-    width = "i32" if -_INT32 <= value < _INT32 else "i64" if -2 ** 63 <= value < 2 ** 63 else "u64"
-    return (int, width, value == 1, value % 16 == 0)
+    return (int, *launch.int_class(value))
 
 
 def _operand_key(o) -> tuple:
@@ -48,18 +39,15 @@ def _operand_key(o) -> tuple:
 
 
 class Plan:
-    """One call site: the kernel arguments that follow from its key, and the compiled kernels."""
+    """One call site: the kernel arguments that follow from its key."""
 
-    __slots__ = ("device", "shape", "n", "template", "slots", "meta", "constexprs", "grid", "compiled",
-                 "backend")
+    __slots__ = ("device", "shape", "n", "template", "slots", "meta", "grid")
 
     def __init__(self, fn, operands, out_dtype: DType, compute, out: Tensor | None, device, setting=None):
         tensors = [o for o in operands if isinstance(o, Tensor)]
         self.device = device
-        self.backend = get_backend(device.type)
         shape = out.shape if out is not None else core_layout.broadcast_shapes(*(t.shape for t in tensors))
         self.shape, self.n = shape, prod(shape)
-        self.compiled = {}
         self.grid = None
         tl_type(out_dtype)  # refuses, by name, a dtype Triton has no type for (complex)
         if self.n == 0:
@@ -102,7 +90,6 @@ class Plan:
         kinds += [DENSE] * (4 - len(kinds))
         self.meta = dict(OP=fn, ARITY=len(operands), COMPUTE=compute, A=kinds[0], B=kinds[1], C=kinds[2],
                          D=kinds[3], OUT=out_kind, INDEX64=extent + block >= _INT32, BLOCK=block)
-        self.constexprs = tuple(self.meta.values())
         self.meta["num_warps"] = setting["num_warps"]
         self.grid = (triton.cdiv(self.n, block),)
 
@@ -133,43 +120,9 @@ def plan_for(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | No
     return plan
 
 
-def _hooks_set() -> bool:
-    """Whether Triton's launch hooks want to see launches (3.6 keeps them in HookChains, empty
-    unless someone registered a hook)."""
-    runtime = triton.knobs.runtime
-    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
-        if hook is not None and getattr(hook, "calls", True):
-            return True
-    return False
-
-
 def run(plan: Plan, out: Tensor, operands) -> None:
-    """Launch plan's kernel writing out: the compiled kernel directly when one matches."""
-    args = plan.arguments(out, operands)
-    if plan.device.type == "interp":  # numpy warns of NaNs in masked-off lanes; a GPU says nothing
-        with np.errstate(all="ignore"):
-            launch.run(elementwise_kernel, plan.grid, plan.device, *args, **plan.meta)
-        return
-    direct, alignment = list(args), []
-    for pos, _ in plan.slots:
-        if isinstance(args[pos], Tensor):
-            pointer = direct[pos] = args[pos].data_ptr()  # Triton's launcher takes ints for pointers
-            alignment.append(pointer % 16 == 0)
-    alignment = tuple(alignment)
-    fast = plan.compiled.get(alignment)
-    if fast is None or _hooks_set():
-        kernel = launch.run(elementwise_kernel, plan.grid, plan.device, *args, **plan.meta)
-        if hasattr(kernel, "packed_metadata"):  # a compiled GPU kernel (an interpreter returns none)
-            plan.compiled[alignment] = (kernel.run, kernel.function, kernel.packed_metadata,
-                                        triton.runtime.driver.active.get_current_stream)
-        return
-    runner, function, packed, stream_of = fast
-    index = plan.device.index
-    if plan.backend.current_device() == index:
-        runner(plan.grid[0], 1, 1, stream_of(index), function, packed, None, None, None, *direct, *plan.constexprs)
-        return
-    with plan.backend.device_guard(plan.device):
-        runner(plan.grid[0], 1, 1, stream_of(index), function, packed, None, None, None, *direct, *plan.constexprs)
+    """Launch plan's kernel writing out (launch.run calls the compiled kernel directly on repeats)."""
+    launch.run(elementwise_kernel, plan.grid, plan.device, *plan.arguments(out, operands), **plan.meta)
 
 
 def clear() -> None:

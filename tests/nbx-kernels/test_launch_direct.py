@@ -1,0 +1,60 @@
+"""launch.run's direct path: the key it reuses a compiled kernel by is what Triton specialises on,
+so a launch that Triton would compile apart never runs another launch's kernel."""
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.kernels import launch
+
+rng = np.random.default_rng(11)
+
+
+def test_ints_are_keyed_by_width_and_by_being_one_or_a_multiple_of_sixteen():
+    keys = {n: launch._direct([n])[1] for n in (1, 2, 3, 16, 32, 2 ** 31, -5)}
+    assert keys[2] == keys[3] and keys[16] == keys[32]
+    assert len({keys[1], keys[2], keys[16], keys[2 ** 31]}) == 4
+    assert launch._direct([np.int64(1)])[1] == keys[1]  # numpy ints specialise as Python's do
+    assert launch._direct([np.int64(7)]) == ([7], keys[3])
+
+
+def test_scalars_of_other_kinds_are_keyed_by_type_and_unknown_kinds_are_left_to_the_jit():
+    assert launch._direct([None, True, 1.5])[1] == (type(None), bool, float)
+    assert launch._direct([object()]) is None
+
+
+def test_a_tensor_is_keyed_by_dtype_and_sixteen_byte_alignment_and_passed_as_its_address(device):
+    base = nbx.asarray(np.zeros(8, np.float32)).to(device)
+    direct, key = launch._direct([base, base[1:], base[4:]])
+    assert direct == [base.data_ptr(), base.data_ptr() + 4, base.data_ptr() + 16]
+    assert key[0] == key[2] != key[1]
+    _, half = launch._direct([nbx.asarray(np.zeros(8, np.float16)).to(device)])
+    assert half != key[:1]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_each_family_reuses_its_compiled_kernels_and_stays_correct():
+    device = nbx.as_device("cuda")
+    host = rng.standard_normal((64, 1000)).astype(np.float32)
+    x = nbx.asarray(host).to(device)
+    reference = np.exp(host - host.max(1, keepdims=True))
+    reference /= reference.sum(1, keepdims=True)
+    first = nbx.softmax(x, dim=-1).numpy()
+    count = launch.compiled_count()
+    for _ in range(3):
+        again = nbx.softmax(x, dim=-1).numpy()
+        np.testing.assert_array_equal(again, first)
+    assert launch.compiled_count() == count
+    np.testing.assert_allclose(first, reference, rtol=1e-5, atol=1e-7)
+    shifted = nbx.asarray(host.ravel()).to(device)[1:1 + 63 * 1000].reshape(63, 1000)  # 4 bytes off
+    np.testing.assert_allclose(nbx.softmax(shifted, dim=-1).numpy(), reference_of(host.ravel()[1:63001]),
+                               rtol=1e-5, atol=1e-7)
+    assert launch.compiled_count() >= count + 1
+    total = nbx.sum(x, dim=1).numpy()
+    np.testing.assert_allclose(nbx.sum(x, dim=1).numpy(), total, rtol=0, atol=0)
+    np.testing.assert_allclose(total, host.astype(np.float64).sum(1), rtol=1e-5, atol=1e-4)
+
+
+def reference_of(flat):
+    rows = flat.reshape(63, 1000).astype(np.float64)
+    e = np.exp(rows - rows.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
