@@ -16,7 +16,7 @@ R = nbx.random
 FLOATS = ["float16", "bfloat16", "float32", "float64"]
 SHAPES = [(0,), (1,), (1023,), (3, 0, 2), (7, 3, 5), (2, 3, 4, 5, 6)]
 SEED = (0xA4093822 << 32) | 0x299F31D0  # both key words set
-OFFSET = 2**32 - 700                     # the counters of a draw cross into the high word
+OFFSET = 2**32 - 70                      # the counters of a draw (four elements each) cross into the high word
 NORMAL_ULPS = 8  # randn on a GPU, float32 ulps from the host's value: worst 5 measured over 16M draws
                  # (H200, Triton 3.6; 82.6% bit-equal), under the 8 allowed here
 
@@ -201,12 +201,13 @@ def test_consecutive_draws_advance_the_generator_exactly_as_on_the_host(device):
             assert_normals_agree(there.numpy(), host.numpy(), device)
         else:
             assert_same_bits(there.numpy(), host.numpy())
-    assert dev_gen.offset == OFFSET + 35 + 33 + 100 + 0 + 132 + 1025 + 3
+    # counters: ceil(n / 4) a draw, ceil(n / 2) for randint's two words an element
+    assert dev_gen.offset == OFFSET + 9 + 9 + 50 + 0 + 33 + 257 + 1
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**31, 2**32 - 1, 2**63 + 12345, 2**64 - 1, -1])
 def test_every_seed_keys_the_same_stream_as_on_the_host(device, seed):
-    got, expected = both(lambda **kw: nbx.rand(2, 600, **kw), device, seed=seed, offset=2**64 - 1200 - 7)
+    got, expected = both(lambda **kw: nbx.rand(2, 600, **kw), device, seed=seed, offset=2**64 - 300 - 7)  # 300 counters
     assert_same_bits(got, expected)
 
 
@@ -264,7 +265,7 @@ def test_draws_the_kernels_cannot_serve_are_refused_by_name_on_kernel_devices(de
 
 # ---- on a GPU at realistic sizes (marked gpu): millions of draws, a transposed matrix, int64 indices ----
 BIG = 1 << 22
-BIG_OFFSET = 2**32 - BIG // 2  # the counters cross into the high word halfway
+BIG_OFFSET = 2**32 - BIG // 8  # BIG // 4 counters a draw: they cross into the high word halfway
 
 
 def big_gen(offset=BIG_OFFSET):
@@ -321,9 +322,9 @@ def test_randn_and_normal_on_the_gpu_stay_within_the_bound_measured_on_the_h200(
 def test_a_draw_past_two_to_the_31_elements_takes_int64_indices_and_keeps_the_stream():
     n = 2**31 + 3000
     mask = R.dropout_mask((n,), 0.5, device="cuda", generator=big_gen(offset=5))
-    for start in (0, 2**31 - 1500, n - 2000):
+    for start in (0, 2**31 - 1500, n - 2000):  # multiples of four: element start is lane 0 of counter start // 4
         part = mask[start:start + 2000].numpy()
-        assert_same_bits(part, R.dropout_mask((2000,), 0.5, generator=big_gen(offset=5 + start)).numpy())
+        assert_same_bits(part, R.dropout_mask((2000,), 0.5, generator=big_gen(offset=5 + start // 4)).numpy())
 
 
 @pytest.mark.gpu
@@ -332,5 +333,5 @@ def test_an_operand_spanning_past_int32_offsets_is_read_in_place():
     spread = big[::2**20]  # 2049 elements, the last past element 2**31
     host = R.dropout(spread.to("cpu"), 0.25, generator=big_gen())
     assert_same_bits(R.dropout(spread, 0.25, generator=big_gen()).numpy(), host.numpy())
-    tail = nbx.rand(7, dtype="float16", generator=nbx.Generator(11, 2**31 + 2**20 - 7))
-    assert_same_bits(big[-7:].numpy(), tail.numpy())
+    tail = nbx.rand(8, dtype="float16", generator=nbx.Generator(11, (2**31 + 2**20 - 8) // 4))  # the last two counters
+    assert_same_bits(big[-8:].numpy(), tail.numpy())
