@@ -4,7 +4,9 @@ Element i of a draw is lane i % 4 of counter offset + i // 4 (randint: lanes 2h,
 offset + i // 2); a program takes tiles.elementwise.block // 4 counters. These tests hold the kernel
 to the host at the places the layout can slip: odd sizes that leave a counter part-used, offsets
 that are not multiples of four and cross 2**32, program boundaries (tiny tiles), operands read
-through strides, launches split inside a counter, and consecutive draws.
+through strides, launches split inside a counter, and consecutive draws. randn on a GPU is held
+within random_checks.NORMAL_ULPS instead: its log, cos and sin are not numpy's (the H200 failures
+of the first run of these tests were this, 47 and 187 bytes of randn, not the layout).
 """
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ import nbx.core as nbx
 from nbx.core.errors import NotSupportedError
 from nbx.core.random import philox
 from nbx.kernels.cost import price
+from random_checks import assert_normals_agree, assert_same_bits
 
 R = nbx.random
 SEED = (0x1BD11BDA << 32) | 0xA9FC1A22
@@ -20,13 +23,6 @@ ODD_SIZES = [1, 3, 5, 4097]
 OFFSETS = [7, 2**32 - 3]  # not multiples of four; the second carries into the counter's high word
 
 rng = np.random.default_rng(11)
-
-
-def same_bits(got, expected):
-    got, expected = np.asarray(got), np.asarray(expected)
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    differ = got.reshape(-1).view(np.uint8) != expected.reshape(-1).view(np.uint8)
-    assert not differ.any(), f"{int(differ.sum())} bytes differ, first at byte {int(np.argmax(differ))}"
 
 
 def on_both(draw, device, offset):
@@ -39,7 +35,7 @@ def on_both(draw, device, offset):
 
 DRAWS = {
     "rand": (lambda n, **kw: nbx.rand(n, **kw), 4),
-    "randn": (lambda n, **kw: nbx.randn(n, dtype="bfloat16", **kw), 4),  # interp: numpy's log/sin/cos
+    "randn": (lambda n, **kw: nbx.randn(n, dtype="bfloat16", **kw), 4),
     "randint": (lambda n, **kw: R.randint(-7, 2**40, (n,), **kw), 2),
     "dropout_mask": (lambda n, **kw: R.dropout_mask((n,), 0.3, **kw), 4),
 }
@@ -51,7 +47,7 @@ DRAWS = {
 def test_odd_sizes_at_unaligned_offsets_give_the_hosts_bits_and_use_whole_counters(device, op, n, offset):
     draw, per_counter = DRAWS[op]
     got, expected, used = on_both(lambda **kw: draw(n, **kw), device, offset)
-    same_bits(got, expected)
+    (assert_normals_agree(got, expected, device) if op == "randn" else assert_same_bits(got, expected))
     assert used == -(-n // per_counter)
 
 
@@ -61,7 +57,7 @@ def test_odd_sizes_at_unaligned_offsets_give_the_hosts_bits_and_use_whole_counte
 def test_dropout_of_odd_sizes_gives_the_hosts_bits(device, n, offset):
     x = nbx.asarray(rng.standard_normal(n), dtype="float16")
     got, expected, used = on_both(lambda device, **kw: R.dropout(x.to(device), 0.4, **kw), device, offset)
-    same_bits(got, expected)
+    assert_same_bits(got, expected)
     assert used == -(-n // 4)
 
 
@@ -76,7 +72,7 @@ def test_dropout_and_bernoulli_read_non_contiguous_operands_on_the_stream(device
     for make, source in ((lambda t, **kw: R.dropout(t, 0.5, **kw), base), (lambda t, **kw: R.bernoulli(t, **kw), probs)):
         host = make(view(source), generator=nbx.Generator(SEED, 2**32 - 1))
         there = make(view(source.to(device)), generator=nbx.Generator(SEED, 2**32 - 1))
-        same_bits(there.numpy(), host.numpy())
+        assert_same_bits(there.numpy(), host.numpy())
 
 
 @pytest.mark.parametrize("shape", [(3, 3, 3, 3, 3), (2, 5, 1, 3, 7, 3)])
@@ -88,7 +84,7 @@ def test_a_draw_split_into_launches_that_start_inside_a_counter_gives_the_hosts_
     assert price("random.dropout", x.to(device).permute(*dims), 0.3).launches > 1
     for offset in OFFSETS:
         got = R.dropout(x.to(device).permute(*dims), 0.3, generator=nbx.Generator(SEED, offset)).numpy()
-        same_bits(got, R.dropout(x.permute(*dims), 0.3, generator=nbx.Generator(SEED, offset)).numpy())
+        assert_same_bits(got, R.dropout(x.permute(*dims), 0.3, generator=nbx.Generator(SEED, offset)).numpy())
 
 
 def test_consecutive_draws_never_share_a_word_on_the_device(device):
@@ -98,8 +94,8 @@ def test_consecutive_draws_never_share_a_word_on_the_device(device):
     third = R.randint(0, 2**32, (3,), dtype="int64", device=device, generator=g).numpy()  # +3, +4
     assert g.offset == 2**32 - 2 + 5
     stream = philox.words(SEED, 2**32 - 2, 20)
-    same_bits(first, philox.uint32_to_unit_float(stream[:5]))
-    same_bits(second, philox.uint32_to_unit_float(stream[8:11]))
+    assert_same_bits(first, philox.uint32_to_unit_float(stream[:5]))
+    assert_same_bits(second, philox.uint32_to_unit_float(stream[8:11]))
     assert third.tolist() == stream[12:18:2].astype(np.int64).tolist()  # the low words: the range is 2**32
 
 
@@ -109,12 +105,13 @@ def test_every_power_of_two_tile_gives_the_same_bits_across_program_boundaries(d
     tiles = {"block": block, "num_warps": 1}
     monkeypatch.setattr(random_kernels.launch, "tiles", lambda family, dev: tiles)
     x = nbx.asarray(rng.standard_normal((9, 11)), dtype="bfloat16")
-    for draw in (lambda **kw: nbx.rand(203, **kw), lambda **kw: nbx.randn(203, **kw),
-                 lambda **kw: R.randint(0, 1000, (101,), dtype="int16", **kw)):
+    for draw in (lambda **kw: nbx.rand(203, **kw), lambda **kw: R.randint(0, 1000, (101,), dtype="int16", **kw)):
         got, expected, _ = on_both(draw, device, 2**32 - 5)
-        same_bits(got, expected)
+        assert_same_bits(got, expected)
+    got, expected, _ = on_both(lambda **kw: nbx.randn(203, **kw), device, 2**32 - 5)
+    assert_normals_agree(got, expected, device)
     got = R.dropout(x.to(device).T, 0.2, generator=nbx.Generator(SEED, 3)).numpy()
-    same_bits(got, R.dropout(x.T, 0.2, generator=nbx.Generator(SEED, 3)).numpy())
+    assert_same_bits(got, R.dropout(x.T, 0.2, generator=nbx.Generator(SEED, 3)).numpy())
 
 
 @pytest.mark.parametrize("block", [2, 24])
@@ -129,8 +126,9 @@ def test_the_wide_index_path_keeps_the_layout(device, monkeypatch):
     import nbx.kernels.random as random_kernels
     monkeypatch.setattr(random_kernels, "INT32_LIMIT", 0)  # every launch takes the int64 index path
     x = nbx.asarray(rng.standard_normal((3, 3, 3, 3, 3)), dtype="float32")
-    for draw in (lambda **kw: nbx.randn(1027, **kw), lambda **kw: R.randint(-3, 3, (513,), **kw)):
-        got, expected, _ = on_both(draw, device, 2**32 - 3)
-        same_bits(got, expected)
+    got, expected, _ = on_both(lambda **kw: nbx.randn(1027, **kw), device, 2**32 - 3)
+    assert_normals_agree(got, expected, device)
+    got, expected, _ = on_both(lambda **kw: R.randint(-3, 3, (513,), **kw), device, 2**32 - 3)
+    assert_same_bits(got, expected)
     got = R.dropout(x.to(device).permute(4, 3, 2, 1, 0), 0.3, generator=nbx.Generator(SEED, 5)).numpy()
-    same_bits(got, R.dropout(x.permute(4, 3, 2, 1, 0), 0.3, generator=nbx.Generator(SEED, 5)).numpy())
+    assert_same_bits(got, R.dropout(x.permute(4, 3, 2, 1, 0), 0.3, generator=nbx.Generator(SEED, 5)).numpy())
