@@ -1,4 +1,9 @@
-"""Philox4x32-10 against Random123's known answers and against Triton's own tl.rand family."""
+"""Philox4x32-10 against Random123's known answers and against Triton's own tl.rand4x family.
+
+The stream spends all four words of a counter: element i of a draw is lane i % 4 of counter
+offset + i // 4, i.e. Triton's tl.rand4x / tl.randn4x of that counter (randint: lanes 2h, 2h + 1
+of counter offset + i // 2 for element i, h = i % 2).
+"""
 import json
 import os
 import subprocess
@@ -57,11 +62,11 @@ def test_words_map_to_floats_in_zero_one_as_triton_does_with_the_edges_exact():
     assert top < 1.0
 
 
-def test_a_draw_splits_over_chunks_without_changing_a_bit():
-    count = philox.CHUNK_COUNTERS * 2 + 123
+def test_a_draw_splits_over_chunks_and_counters_without_changing_a_bit():
+    count = philox.CHUNK_COUNTERS * 4 * 2 + 123  # words: two whole chunks of counters and a part
     whole = philox.uniform_stream(5, 77, count)
-    pieces = np.concatenate([philox.uniform_stream(5, 77, 1000),
-                             philox.uniform_stream(5, 77 + 1000, count - 1000)])
+    pieces = np.concatenate([philox.uniform_stream(5, 77, 1000),  # 1000 words: counters 77 .. 326
+                             philox.uniform_stream(5, 77 + 250, count - 1000)])
     assert whole.tobytes() == pieces.tobytes()
 
 
@@ -86,29 +91,31 @@ KERNEL = textwrap.dedent('''
     @triton.jit
     def draws(lanes_ptr, rand_ptr, randn_ptr, randint_ptr, uniform_ptr, dropout_ptr, x_ptr,
               seed, offset, n, span, low_bits, u_span, u_low, p, keep_scale, BLOCK: tl.constexpr):
+        # n counters; four elements each (randint two), stored at 4 * i + lane by plain strided stores
         i = tl.arange(0, BLOCK)
         mask = i < n
         c = offset + i.to(tl.int64)
         w0, w1, w2, w3 = tl.randint4x(seed, c)
-        tl.store(lanes_ptr + 4 * i + 0, w0, mask=mask)
-        tl.store(lanes_ptr + 4 * i + 1, w1, mask=mask)
-        tl.store(lanes_ptr + 4 * i + 2, w2, mask=mask)
-        tl.store(lanes_ptr + 4 * i + 3, w3, mask=mask)
-        u = tl.rand(seed, c)
-        tl.store(rand_ptr + i, u, mask=mask)
-        tl.store(randn_ptr + i, tl.randn(seed, c), mask=mask)
-        bits = w0.to(tl.uint64) | (w1.to(tl.uint64) << 32)
-        value = bits % span.to(tl.uint64) + low_bits.to(tl.uint64)
-        tl.store(randint_ptr + i, value.to(tl.int64, bitcast=True), mask=mask)
-        tl.store(uniform_ptr + i, u * u_span + u_low, mask=mask)
-        x = tl.load(x_ptr + i, mask=mask)
-        tl.store(dropout_ptr + i, tl.where(u >= p, x * keep_scale, 0.0), mask=mask)
+        u0, u1, u2, u3 = tl.rand4x(seed, c)
+        n0, n1, n2, n3 = tl.randn4x(seed, c)
+        for lane, w, u, z in ((0, w0, u0, n0), (1, w1, u1, n1), (2, w2, u2, n2), (3, w3, u3, n3)):
+            at = 4 * i + lane
+            tl.store(lanes_ptr + at, w, mask=mask)
+            tl.store(rand_ptr + at, u, mask=mask)
+            tl.store(randn_ptr + at, z, mask=mask)
+            tl.store(uniform_ptr + at, u * u_span + u_low, mask=mask)
+            x = tl.load(x_ptr + at, mask=mask)
+            tl.store(dropout_ptr + at, tl.where(u >= p, x * keep_scale, 0.0), mask=mask)
+        for half, lo, hi in ((0, w0, w1), (1, w2, w3)):
+            bits = lo.to(tl.uint64) | (hi.to(tl.uint64) << 32)
+            value = bits % span.to(tl.uint64) + low_bits.to(tl.uint64)
+            tl.store(randint_ptr + 2 * i + half, value.to(tl.int64, bitcast=True), mask=mask)
 
     a = json.loads(sys.argv[1])
     n = a["n"]
-    out = {"lanes": np.zeros((n, 4), np.uint32), "rand": np.zeros(n, np.float32),
-           "randn": np.zeros(n, np.float32), "randint": np.zeros(n, np.int64),
-           "uniform": np.zeros(n, np.float32), "dropout": np.zeros(n, np.float32)}
+    out = {"lanes": np.zeros(4 * n, np.uint32), "rand": np.zeros(4 * n, np.float32),
+           "randn": np.zeros(4 * n, np.float32), "randint": np.zeros(2 * n, np.int64),
+           "uniform": np.zeros(4 * n, np.float32), "dropout": np.zeros(4 * n, np.float32)}
     x = np.load(a["x"])
     ptrs = [HostPointer(out[k]) for k in ("lanes", "rand", "randn", "randint", "uniform", "dropout")]
     draws[(1,)](*ptrs, HostPointer(x), a["seed"], a["offset"], n, a["span"], a["low_bits"],
@@ -121,8 +128,8 @@ KERNEL = textwrap.dedent('''
 def triton_draws(tmp_path_factory):
     pytest.importorskip("triton", reason="Triton is not installed: its interpreter cannot run here")
     folder = tmp_path_factory.mktemp("triton_random")
-    n, p = 300, 0.25
-    x = np.linspace(-3, 3, n).astype(np.float32)
+    n, p = 300, 0.25  # counters
+    x = np.linspace(-3, 3, 4 * n).astype(np.float32)
     np.save(folder / "x.npy", x)
     (folder / "kernel.py").write_text(KERNEL)
     # a seed with both key halves set and counters that cross 2**32 (the high counter word)
@@ -144,27 +151,33 @@ def test_philox_words_equal_tritons_randint4x_bit_for_bit(triton_draws):
     args, _, got = triton_draws
     ours = np.stack(philox.lanes(args["seed"], args["offset"], args["n"], 4), axis=1)
     assert ours.tobytes() == got["lanes"].tobytes()
+    assert philox.words(args["seed"], args["offset"], 4 * args["n"]).tobytes() == got["lanes"].tobytes()
 
 
-def test_rand_equals_tritons_tl_rand_bit_for_bit(triton_draws):
+def test_rand_equals_tritons_tl_rand4x_lanes_in_order_bit_for_bit(triton_draws):
     args, _, got = triton_draws
-    assert nbx.rand(args["n"], generator=_generator(args)).numpy().tobytes() == got["rand"].tobytes()
+    assert nbx.rand(4 * args["n"], generator=_generator(args)).numpy().tobytes() == got["rand"].tobytes()
+    g = _generator(args)  # an odd size: the first elements of the same lanes, the last counter part-used
+    assert nbx.rand(4 * args["n"] - 3, generator=g).numpy().tobytes() == got["rand"][:-3].tobytes()
+    assert g.offset == args["offset"] + args["n"]
 
 
-def test_randn_equals_tritons_tl_randn_bit_for_bit_under_the_interpreter(triton_draws):
+def test_randn_equals_tritons_tl_randn4x_lanes_in_order_bit_for_bit_under_the_interpreter(triton_draws):
     args, _, got = triton_draws
-    assert nbx.randn(args["n"], generator=_generator(args)).numpy().tobytes() == got["randn"].tobytes()
+    assert nbx.randn(4 * args["n"], generator=_generator(args)).numpy().tobytes() == got["randn"].tobytes()
+    assert nbx.randn(4 * args["n"] - 1, generator=_generator(args)).numpy().tobytes() == got["randn"][:-1].tobytes()
 
 
 def test_randint_follows_the_documented_uint64_recipe_a_kernel_computes(triton_draws):
     args, _, got = triton_draws
-    ours = nbx.randint(-500, 500, (args["n"],), generator=_generator(args)).numpy()
-    assert ours.tobytes() == got["randint"].tobytes()
+    g = _generator(args)
+    ours = nbx.randint(-500, 500, (2 * args["n"],), generator=g).numpy()
+    assert ours.tobytes() == got["randint"].tobytes() and g.offset == args["offset"] + args["n"]
 
 
 def test_uniform_and_dropout_follow_the_documented_float32_recipes_a_kernel_computes(triton_draws):
     args, x, got = triton_draws
-    ours = nbx.random.uniform(-1.25, 1.25, (args["n"],), generator=_generator(args)).numpy()
+    ours = nbx.random.uniform(-1.25, 1.25, (4 * args["n"],), generator=_generator(args)).numpy()
     assert ours.tobytes() == got["uniform"].tobytes()
     dropped = nbx.random.dropout(nbx.asarray(x), args["p"], generator=_generator(args)).numpy()
     assert dropped.tobytes() == got["dropout"].tobytes()

@@ -9,8 +9,10 @@ torch.rand / torch.randn / torch.nn.functional.dropout, the TB/s each achieves o
 op must move (written, plus read for dropout) and nbx's kernel time over torch's.
 
 Then the bits: randn's and normal's distance from the host (float32 ulps; rand, uniform and the
-masks are compared bit for bit by the tests), and a sweep of the launch setting (block, warps)
-for rand float32, to show whether the random family wants settings of its own.
+masks are compared bit for bit by the tests), a sweep of the launch setting (block = words of the
+stream a program writes, block // 4 Philox counters; warps) for rand float32, to show whether the
+random family wants settings of its own, and the global loads and stores of each random kernel
+this run compiled (from its PTX: st.global.v4 is a thread writing 16 bytes at once).
 
 Timed with CUDA events on the legacy default stream, which nbx and torch both use. torch is
 imported here only as the peer: nbx itself never imports it.
@@ -124,13 +126,33 @@ def sweep_settings(mib: int, reps: int) -> None:
     default = launch.tiles(random_kernels.TILES, device)
     original = random_kernels.launch.tiles
     try:
-        for block, warps in [(1024, 4), (2048, 4), (2048, 8), (4096, 8), (512, 4), (1024, 8)]:
+        for block, warps in [(1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8), (512, 4), (1024, 8)]:
             random_kernels.launch.tiles = lambda family, dev, s={"block": block, "num_warps": warps}: s
             ms = call_ms(lambda: kernel(out, 7, 0), reps)
             mark = "  (device file)" if (block, warps) == (default["block"], default["num_warps"]) else ""
             print(f"rand float32 block {block:5} warps {warps}: {ms:.4f} ms {4 * n / ms / 1e9:.3f} TB/s{mark}")
     finally:
         random_kernels.launch.tiles = original
+
+
+def store_instructions() -> None:
+    """The global memory instructions in the PTX of every random kernel compiled in this run."""
+    import re
+    from nbx.kernels.random import kernel as k
+    draws = {getattr(k, name): name for name in ("RAND", "RANDN", "RANDINT", "UNIFORM", "NORMAL", "BERNOULLI",
+                                                 "BERNOULLI_TENSOR", "DROPOUT_MASK", "DROPOUT")}
+    draw_at = (k.random_kernel.arg_names.index("DRAW"),)
+    try:
+        compiled = [kernel for entry in k.random_kernel.device_caches.values() for kernel in entry[0].values()]
+    except (AttributeError, IndexError, TypeError) as error:  # Triton's cache layout differs: say so
+        print(f"PTX of the random kernels: not found in this Triton's JIT cache ({error})")
+        return
+    for kernel in compiled:
+        ops = re.findall(r"(?:ld|st)\.global[\w.]*", kernel.asm["ptx"])
+        draw = draws.get(getattr(kernel.src, "constants", {}).get(draw_at), "?")
+        out = getattr(kernel.src, "signature", {}).get("out_ptr", "?")
+        counts = ", ".join(f"{op} x{ops.count(op)}" for op in sorted(set(ops)))
+        print(f"PTX {draw:16} out {out:6} {counts}")
 
 
 def main() -> None:
@@ -145,6 +167,7 @@ def main() -> None:
     bench_launch_overhead(args.profile)
     normal_bits()
     sweep_settings(args.mib, args.reps)
+    store_instructions()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Generator: a Philox key (the seed) and the next unused counter (the offset).
 
-A draw of n elements takes the counters offset .. offset+n-1 and moves the offset past them,
-so consecutive draws never share a counter. The state is two integers and means the same on
+A draw takes the counters offset .. offset+k-1 (k = ceil(n / 4) for n elements, each Philox
+call giving four 32-bit words; ceil(n / 2) for randint) and moves the offset past them, so
+consecutive draws never share a counter. The state is two integers and means the same on
 every device: the numbers come from (seed, counter) alone.
 """
 from __future__ import annotations

@@ -1,13 +1,19 @@
 """Random draws: rand, randn, randint, uniform, normal, bernoulli, dropout_mask, dropout.
 
-Element i of a draw (in row-major order of the output) uses counter offset + i, and a draw of
-n elements advances the generator by n counters. Per element, in a Triton kernel with
-`c = offset + i` (int64 once it can pass 2**31 - 1) and `seed` the generator's seed:
+The stream (philox.py): word j at counter `offset` is lane j % 4 of Philox4x32-10(seed, offset + j // 4),
+so one Philox call serves four words. Element i of a draw (row-major order of the output) takes
+word i, except randint, whose element i takes words 2i and 2i + 1. A draw of n elements uses
+ceil(n / 4) counters (randint: ceil(n / 2)) and moves the generator's offset past them: every draw
+starts on a fresh counter, so consecutive draws never share a word, and a kernel's first element is
+lane 0 (its stores aligned). In a Triton kernel, with `c = offset + i // 4` for counter i // 4 of
+the draw (int64 once it can pass 2**31 - 1) and `seed` the generator's seed:
 
-    rand          tl.rand(seed, c)                                       lane 0
-    randn         tl.randn(seed, c)                                      lanes 0, 1
-    randint       u = lane0 | lane1 << 32 (uint64);  low + u % (high - low)   (uint64 arithmetic;
-                  u itself when high - low == 2**64); total bias at most (high - low) / 2**64
+    rand          tl.rand4x(seed, c)[i % 4]
+    randn         tl.randn4x(seed, c)[i % 4]: lanes (0, 1) give normals 4k, 4k+1 (cos, sin),
+                  lanes (2, 3) normals 4k+2, 4k+3
+    randint       u = lane(2h) | lane(2h+1) << 32 of counter offset + i // 2, h = i % 2 (uint64);
+                  low + u % (high - low)  (uint64 arithmetic; u itself when high - low == 2**64);
+                  total bias at most (high - low) / 2**64
     uniform       rand * float32(high - low) + float32(low)
     normal        randn * float32(std) + float32(mean)
     bernoulli     rand < float32(p)        (a float64 tensor p compares in float64)
@@ -20,11 +26,9 @@ when the output is float64): a kernel keeps them unfused, with enable_fp_fusion=
 59% of uniform draws matched (H200, Triton 3.6, 4M draws). Outputs other than float32 are the
 float32 value cast (round to nearest); rand in a narrower float dtype is then held below 1.0.
 
-Measured on the H200 with Triton 3.6 over 4M counters (a seed with both key words set, counters
-crossing 2**32): randint4x words and tl.rand equal ours bit for bit, and so do uniform with fusion
-off and everything built on the uniforms (bernoulli, dropout masks). randn goes through the device's
-log/sqrt/cos: 72% of draws were bit-equal, all within 5 ulp (4.8e-7). Under TRITON_INTERPRET=1
-(numpy's math) randn is bit-equal too.
+The words and everything built on the uniforms (rand, uniform, bernoulli, dropout masks, randint)
+are bit-equal on every device. randn goes through the device's log/sqrt/cos/sin: on a GPU its last
+bits may differ (see nbx.kernels.random); under TRITON_INTERPRET=1 (numpy's math) it is bit-equal.
 
 Kernels take over a device type by registering "random.<op>" with nbx.core.dispatch.register:
 fn(out, seed, offset, *args) fills the fresh contiguous `out`. Without one, the numbers are drawn
@@ -49,12 +53,12 @@ __all__ = ["rand", "randn", "randint", "uniform", "normal", "bernoulli", "dropou
 
 # ---- front-ends --------------------------------------------------------------------------------
 def rand(*shape, dtype=None, device=None, generator=None) -> Tensor:
-    """Uniform floats in [0, 1): tl.rand(seed, offset + i)."""
+    """Uniform floats in [0, 1): word i of the stream, tl.rand4x(seed, offset + i // 4)[i % 4]."""
     return _draw("rand", shape, _float_dtype("rand", dtype), device, generator)
 
 
 def randn(*shape, dtype=None, device=None, generator=None) -> Tensor:
-    """Standard normal floats: tl.randn(seed, offset + i)."""
+    """Standard normal floats: tl.randn4x(seed, offset + i // 4)[i % 4]."""
     return _draw("randn", shape, _float_dtype("randn", dtype), device, generator)
 
 
@@ -173,13 +177,21 @@ def _check_probability_tensor(p: Tensor) -> None:
 
 
 # ---- dispatch --------------------------------------------------------------------------------------
+WORDS_PER_ELEMENT = {"randint": 2}  # 64 random bits an element; every other draw takes one word
+
+
+def counters_of(op: str, n: int) -> int:
+    """The counters a draw of n elements of `op` uses, and so moves the generator's offset by."""
+    return philox.counters_for(n * WORDS_PER_ELEMENT.get(op, 1))
+
+
 def _draw(op: str, shape_args, dt, device, generator, *args) -> Tensor:
     """Validate, take the counters, fill a fresh tensor on the device (or on the host, then copy)."""
     shape = layout.as_shape(layout.shape_args(shape_args))
     gen = resolve(generator)
     dev = as_device(device)
     name = f"random.{op}"
-    seed, offset = gen.reserve(prod(shape))
+    seed, offset = gen.reserve(counters_of(op, prod(shape)))
     if has_implementation(name, dev.type):
         out = empty(shape, dt, dev)
         implementation(name, dev)(out, seed, offset, *args)

@@ -7,21 +7,22 @@ one launch of kernel.random_kernel.
 What is promised (same seed and offset -> same bits on cpu, interp and a GPU):
 - rand, randint, uniform, bernoulli, dropout_mask and dropout: bit for bit everywhere. Launches
   keep multiplies and adds apart (enable_fp_fusion=False), as the host rounds them.
-- randn and normal: bit for bit on interp (numpy's log/cos, as the host). On a GPU, log and cos are
-  libdevice's: the words and the uniforms are exact, the normals differ in their last bits. Measured
-  on the H200 (Triton 3.6, 16M draws): randn float32 82.6% bit-equal, at most 5 ulp apart (7.2e-7);
-  normal(2, 3) at most 1.9e-6 apart (randn's error times std; near zero that is many ulps of the
-  result). The tests hold randn to 8 ulp (NORMAL_ULPS in test_random_kernels_draws.py).
+- randn and normal: bit for bit on interp (numpy's log/cos/sin, as the host). On a GPU, log, cos and
+  sin are libdevice's: the words and the uniforms are exact, the normals differ in their last bits.
+  Measured on the H200 with the cosine branch alone (the stream before normals took both branches;
+  Triton 3.6, 16M draws): randn float32 82.6% bit-equal, at most 5 ulp apart (7.2e-7); normal(2, 3)
+  at most 1.9e-6 apart. The tests hold randn to 8 ulp (NORMAL_ULPS in test_random_kernels_draws.py);
+  tools/bench/bench_random.py prints the figures of the sine branch too.
 - float8 outputs of rand, randn, uniform, normal and dropout are drawn on the host and uploaded:
   the GPU's float8 conversion saturates where the host's gives NaN/inf, so only the host keeps the
   bits. bernoulli and dropout_mask (values 0 and 1) take every real dtype in the kernel.
 
-Each element costs one Philox4x32-10 (lanes 0 and 1 for randn, normal and randint): nbx.core's
-stream gives every element its own counter, so these kernels do four times the Philox work of a
-generator that spends all four lanes of a counter, as torch's does. The kernels are bound by those
-32-bit multiplies, not by memory: on the H200, rand float32 of 256 MiB takes 0.267 ms (1.0 TB/s),
-0.44x torch.rand; the launch setting hardly matters (block 4096 x 8 warps: 0.255 ms). See
-tools/bench/bench_random.py.
+Speed: one Philox4x32-10 (ten rounds of two 32x32-bit multiplies) serves four elements (randint:
+two), as torch's generator spends a counter. With one counter per element, as the stream was
+first defined, the kernels were bound by those multiplies: on the H200, rand float32 of 256 MiB took
+0.267 ms (1.0 TB/s), 0.44x torch.rand, and rand/randn/dropout ran at 0.40-0.67x torch. A program
+takes tiles.elementwise.block words (block // 4 counters) and writes them with vector stores
+(kernel.py). Figures of this layout: tools/bench/bench_random.py.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ from nbx.core import dtypes, layout as core_layout
 from nbx.core.device import CPU, get_backend
 from nbx.core.dispatch import implementation
 from nbx.core.dtypes import DType
+from nbx.core.errors import NotSupportedError
+from nbx.core.random.philox import WORDS_PER_COUNTER
 from nbx.core.tensor import Tensor, empty
 
 from .. import launch
@@ -97,10 +100,21 @@ def _needs_wide_index(n: int, block: int, sizes, strides) -> bool:
 
 
 # ---- the launch --------------------------------------------------------------------------------
+def _counters_per_program(device) -> tuple[int, dict]:
+    """A program spends tiles.elementwise.block words of the stream: block // 4 Philox counters."""
+    settings = launch.tiles(TILES, device)
+    block = settings["block"]
+    if block < WORDS_PER_COUNTER or block & (block - 1):
+        raise NotSupportedError(f"the random kernel needs tiles.{TILES}.block to be a power of two >= "
+                                f"{WORDS_PER_COUNTER} (four words a counter), the device file gives {block}")
+    return block // WORDS_PER_COUNTER, settings
+
+
 def _launch(out: Tensor, seed: int, offset: int, draw: int, *, compute=tl.float32, a=(0, 0), b=(0, 0),
-            x: Tensor | None = None, full_range: bool = False) -> None:
+            x: Tensor | None = None, full_range: bool = False, phase: int = 0) -> None:
     """Fill the contiguous out with one launch; an operand whose layout keeps more than four dims
-    after merging is read in place by one launch per index of its leading dims (no dense copy)."""
+    after merging is read in place by one launch per index of its leading dims (no dense copy).
+    phase: how many words of counter `offset` the draw has already spent (split launches only)."""
     n = out.size
     if n == 0:
         return
@@ -112,18 +126,20 @@ def _launch(out: Tensor, seed: int, offset: int, draw: int, *, compute=tl.float3
             return _launch_split(out, seed, offset, draw, sizes, x_strides, x, compute=compute, a=a, b=b)
         lead = layout.MAX_RANK - len(sizes)
         sizes, x_strides = (1,) * lead + sizes, (0,) * lead + x_strides
-    settings = launch.tiles(TILES, out.device)
-    block = settings["block"]
-    launch.run(k.random_kernel, (triton.cdiv(n, block),), out.device,
+    counters, settings = _counters_per_program(out.device)
+    words = phase + n * (2 if draw == k.RANDINT else 1)  # randint: 64 bits an element (nbx.core.random.ops)
+    grid = (triton.cdiv(triton.cdiv(words, WORDS_PER_COUNTER), counters),)
+    launch.run(k.random_kernel, grid, out.device,
                out, n, *_words(seed), *_words(offset), *a, *b, x, *sizes[1:], *x_strides,
                DRAW=draw, COMPUTE=compute, BELOW_ONE=_below_one(out.dtype) if draw == k.RAND else 0.0,
                FULL_RANGE=full_range, X_DENSE=layout.is_dense(sizes, x_strides),
-               WIDE=_needs_wide_index(n, block, sizes, x_strides), BLOCK=block,
+               WIDE=_needs_wide_index(n + phase, settings["block"], sizes, x_strides), PHASE=phase, BLOCK=counters,
                num_warps=settings["num_warps"], enable_fp_fusion=False)
 
 
 def _launch_split(out, seed, offset, draw, sizes, x_strides, x, **kw) -> None:
-    """One launch per index of the dims beyond four: element j * inner of out is counter offset + j * inner."""
+    """One launch per index of the dims beyond four. Element e = j * inner of out is word e of the
+    draw (only one-word draws take an operand): lane e % 4 of counter offset + e // 4."""
     lead, inner = sizes[:-layout.MAX_RANK], sizes[-layout.MAX_RANK:]
     inner_n = prod(inner)
     for j, index in enumerate(np.ndindex(*lead)):
@@ -131,7 +147,8 @@ def _launch_split(out, seed, offset, draw, sizes, x_strides, x, **kw) -> None:
         part_x = Tensor(x.storage, x.dtype, inner, x_strides[len(lead):], at)
         part_out = Tensor(out.storage, out.dtype, inner, core_layout.contiguous_strides(inner),
                           out.storage_offset + j * inner_n)
-        _launch(part_out, seed, (offset + j * inner_n) % (1 << 64), draw, x=part_x, **kw)
+        counter, phase = divmod(j * inner_n, WORDS_PER_COUNTER)
+        _launch(part_out, seed, (offset + counter) % (1 << 64), draw, x=part_x, phase=phase, **kw)
 
 
 def _on_host(op: str, out: Tensor, seed: int, offset: int, *args) -> None:
@@ -202,9 +219,9 @@ def _dropout(out: Tensor, seed: int, offset: int, x: Tensor, p: float) -> None:
 
 
 # ---- declared costs: priced with the front-end's arguments (nbx.core.random.<op>) ----------------
-# flops counts the floating-point work per element; each element also runs Philox4x32-10 (ten rounds
+# flops counts the floating-point work per element; each counter also runs Philox4x32-10 (ten rounds
 # of two 32x32-bit multiplies), noted rather than counted.
-_PHILOX_NOTE = "integer work: one Philox4x32-10 (20 32-bit multiplies) per element"
+_PHILOX_NOTE = "integer work: one Philox4x32-10 (20 32-bit multiplies) per four elements (randint: per two)"
 _HOST_FLOAT8 = ("rand", "randn", "uniform", "normal", "dropout")
 _FLOPS = {"rand": 1, "randn": 7, "randint": 0, "uniform": 3, "normal": 9, "bernoulli": 2,
           "dropout_mask": 2, "dropout": 3}
