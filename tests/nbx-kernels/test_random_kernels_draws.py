@@ -11,7 +11,7 @@ import pytest
 import nbx.core as nbx
 from nbx.core.errors import DTypeError
 from nbx.kernels.cost import price
-from random_checks import NORMAL_ULPS, assert_normals_agree, assert_same_bits
+from random_checks import NORMAL_ULPS, assert_normals_agree, assert_same_bits, float32_ulps
 
 R = nbx.random
 FLOATS = ["float16", "bfloat16", "float32", "float64"]
