@@ -47,7 +47,9 @@ class ReusedOutputs:
     def __enter__(self):
         self.original, cache = launch.output, {}
 
-        def output(shape, dtype, device):
+        def output(shape, dtype, device, out=None):
+            if out is not None:  # a caller's output (a split launch's partials): as given
+                return self.original(shape, dtype, device, out)
             key = (tuple(shape), dtype, device)
             if key not in cache:
                 cache[key] = self.original(shape, dtype, device)

@@ -69,17 +69,29 @@ def int_class(value: int) -> tuple:
     return (width, value == 1, value % 16 == 0)
 
 
+_INT_CLASSES: dict = {}   # int_class by value, for the ints launches repeat (sizes, strides)
+_SCALAR_CLASSES = {type(None): type(None), bool: bool, float: float}
+
+
 def _direct(args) -> tuple[list, tuple] | None:
     """The launcher's arguments (pointers as ints) and their specialisation key; None where an
     argument is of a kind this key does not describe (the JIT then decides)."""
     direct, spec = list(args), []
     for i, a in enumerate(args):
-        if isinstance(a, Tensor):
+        kind = type(a)
+        if kind is int:
+            found = _INT_CLASSES.get(a)
+            if found is None:
+                found = int_class(a)
+                if len(_INT_CLASSES) < 65536:
+                    _INT_CLASSES[a] = found
+            spec.append(found)
+        elif kind in _SCALAR_CLASSES:
+            spec.append(kind)
+        elif isinstance(a, Tensor):
             pointer = direct[i] = a.data_ptr()
             spec.append((a.dtype, pointer % 16 == 0))
-        elif a is None or isinstance(a, (bool, float)):
-            spec.append(type(a))
-        elif isinstance(a, (int, np.integer)):
+        elif isinstance(a, (int, np.integer)):  # bool is caught above
             direct[i] = int(a)
             spec.append(int_class(int(a)))
         else:
