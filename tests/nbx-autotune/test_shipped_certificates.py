@@ -1,0 +1,30 @@
+"""The certificates the repository ships pass `nbx autotune check`, cover every recorded H200 key,
+and were timed as the method says: the timed runs queued behind a hold that outlasted their queueing."""
+import json
+from pathlib import Path
+
+from nbx.core import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+NVIDIA = ROOT / "certificates" / "nvidia"
+
+
+def test_every_shipped_nvidia_certificate_passes_the_check(capsys):
+    code = cli.main(["autotune", "check", str(ROOT / "certificates")])
+    out = capsys.readouterr().out
+    assert code == 0 and "4 certificate file(s), 0 refused" in out, out
+
+
+def test_the_shipped_certificates_cover_every_recorded_h200_key(capsys):
+    keys = ROOT / "certificates" / "keys" / "nvidia-h200-140gb.json"
+    code = cli.main(["autotune", "coverage", "--keys", str(keys), "--certificates", str(ROOT / "certificates")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "missing" not in out.replace("nbx autotune coverage", "")
+
+
+def test_no_shipped_proof_was_timed_with_the_hosts_queueing_in_it():
+    for path in sorted(NVIDIA.glob("*/*/*.json")):
+        for key, entry in json.loads(path.read_text())["entries"].items():
+            timing = entry["proof"]["timing"]
+            assert timing["held_ms"] > 0 and timing["host_bound"] is False, (path.name, key, timing)
