@@ -4,6 +4,7 @@ import zlib
 
 import nbx.core as nbx
 import numpy as np
+import triton.language as tl
 import pytest
 from nbx.core.errors import DTypeError
 
@@ -118,6 +119,22 @@ def test_max_propagates_nan_and_argmax_returns_the_first_nan_also_across_partial
     assert nbx.argmin(x, dim=1).numpy().tolist() == [2060, 5]
     assert np.isnan(nbx.logsumexp(x, dim=1).numpy()).all()
     check_op("min_with_indices", x, 1, False, device, check)
+
+
+@pytest.mark.parametrize("int64_lanes", [False, True])
+def test_index_lanes_of_either_width_give_the_first_extreme_across_partials(device, monkeypatch, int64_lanes):
+    from nbx.kernels.reduction import launches
+    if int64_lanes:  # every launch keeps int64 lane indices, as a reduced dim of 2**31 elements would
+        monkeypatch.setattr(launches, "INDEX32_LIMIT", 0)
+    assert launches.index_lanes(5)["INDEX"] == (tl.int64 if int64_lanes else tl.int32)
+    a = np.tile(np.arange(2100, dtype=np.float32) % 97, (3, 1))
+    a[1, 2099] = a[2, 1500] = 500.0
+    a[2, 2050] = 500.0  # a tie in a later column range: the first index wins
+    x = on(device, a, "float32")
+    assert nbx.argmax(x, dim=1).numpy().tolist() == [96, 2099, 1500]
+    assert nbx.argmin(x, dim=1).numpy().tolist() == [0, 0, 0]
+    values, index = nbx.max_with_indices(x, dim=1)
+    assert index.numpy().tolist() == [96, 2099, 1500] and values.numpy().tolist() == [96.0, 500.0, 500.0]
 
 
 def test_ties_give_the_first_index_and_infinities_are_ordinary_extremes(device):

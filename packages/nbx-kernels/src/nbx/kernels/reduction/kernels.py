@@ -32,7 +32,6 @@ from .combine import (
     widen,
 )
 
-_LAST_INDEX = tl.constexpr(9223372036854775807)  # no element has it: loses every tie
 
 
 @triton.jit
@@ -70,20 +69,25 @@ def accumulate_kernel(x_ptr, out_ptr, n_rows, n_cols, inner, stride0, stride1, c
 def extreme_index_kernel(x_ptr, index_in_ptr, values_ptr, index_ptr, n_rows, n_cols, inner, stride0, stride1,
                          col_stride, split_len, n_splits,
                          OP: tl.constexpr, IDENTITY: tl.constexpr, ACC: tl.constexpr, FROM_PARTIALS: tl.constexpr,
-                         WRITE_VALUES: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """max / min with the first index of the extreme (argmax, argmin, max_with_indices, ...)."""
+                         WRITE_VALUES: tl.constexpr, INDEX: tl.constexpr, LAST: tl.constexpr,
+                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """max / min with the first index of the extreme (argmax, argmin, max_with_indices, ...).
+
+    Lanes keep their indices as INDEX (int32 when every index of the reduced dim fits: half the
+    registers and instructions of int64); LAST, the type's largest value, is no element's index
+    and loses every tie."""
     rows, row_ok, base = _rows(BLOCK_R, n_rows, inner, stride0, stride1)
     start, end = _range(n_cols, split_len)
     best = tl.full([BLOCK_R, BLOCK_C], IDENTITY, ACC)
-    index = tl.full([BLOCK_R, BLOCK_C], _LAST_INDEX, tl.int64)
+    index = tl.full([BLOCK_R, BLOCK_C], LAST, INDEX)
     for c0 in range(start, end, BLOCK_C):
         cols = c0 + tl.arange(0, BLOCK_C).to(tl.int64)
         ok = row_ok[:, None] & (cols < end)[None, :]
         v = tl.where(ok, widen(tl.load(x_ptr + base[:, None] + cols[None, :] * col_stride, mask=ok), ACC), IDENTITY)
         if FROM_PARTIALS:
-            i = tl.load(index_in_ptr + rows[:, None] * n_cols + cols[None, :], mask=ok, other=_LAST_INDEX)
+            i = tl.load(index_in_ptr + rows[:, None] * n_cols + cols[None, :], mask=ok, other=LAST).to(INDEX)
         else:
-            i = tl.where(ok, cols[None, :], _LAST_INDEX)
+            i = tl.where(ok, cols.to(INDEX)[None, :], LAST)
         if OP == MAX:
             best, index = first_extreme_of_max(best, index, v, i)
         else:
@@ -95,7 +99,7 @@ def extreme_index_kernel(x_ptr, index_in_ptr, values_ptr, index_ptr, n_rows, n_c
     else:
         best = min_lanes(lane_best)
     holds = (lane_best == best[:, None]) | ((lane_best != lane_best) & (best != best)[:, None])
-    index = tl.min(tl.where(holds, index, _LAST_INDEX), 1)
+    index = tl.min(tl.where(holds, index, LAST), 1)
     out = rows * n_splits + tl.program_id(1)
     if WRITE_VALUES:
         tl.store(values_ptr + out, narrow(best, values_ptr.dtype.element_ty), mask=row_ok)

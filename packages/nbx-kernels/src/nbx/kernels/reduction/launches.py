@@ -10,6 +10,8 @@ import functools
 from dataclasses import dataclass
 from math import prod
 
+import triton.language as tl
+
 from nbx.core import dtypes
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor
@@ -149,6 +151,17 @@ def accumulate(x: Tensor, dims, keepdim: bool, out_dtype: DType, op: int, contri
     return out
 
 
+INDEX32_LIMIT = 2**31 - 1
+
+
+def index_lanes(cols: int) -> dict:
+    """The type the index kernels keep lane indices in: int32 when every index of the reduced dim
+    (and the int32 maximum, which no index is) fits, else int64."""
+    if cols < INDEX32_LIMIT:
+        return dict(INDEX=tl.int32, LAST=2**31 - 1)
+    return dict(INDEX=tl.int64, LAST=2**63 - 1)
+
+
 def extreme_index(x: Tensor, dims, keepdim: bool, values_dtype: DType | None, op: int):
     """(values, indices) of the first extreme; values None when values_dtype is None (argmax)."""
     tl_type(x.dtype)
@@ -158,7 +171,7 @@ def extreme_index(x: Tensor, dims, keepdim: bool, values_dtype: DType | None, op
     if index.size == 0:
         return values, index
     src, acc = _source(x, p.view), comparison_dtype(x.dtype)
-    meta = dict(OP=op, IDENTITY=extreme_identity(acc, op), ACC=tl_type(acc))
+    meta = dict(OP=op, IDENTITY=extreme_identity(acc, op), ACC=tl_type(acc), **index_lanes(p.view.cols))
     final_values = values if values is not None else index
     if p.merge is None:
         _run(extreme_index_kernel, p, p.tile, p.view, x.device, (src, index, final_values, index), 1,
