@@ -142,7 +142,7 @@ def run(kernel, grid, device: Device, *args, **meta):
     grid = (*grid, 1, 1)
     stream_of = triton.runtime.driver.active.get_current_stream
     index = device.index
-    if backend.current_device() == index:
+    if backend.device_count() == 1 or backend.current_device() == index:  # one device: it is current
         fast.run(grid[0], grid[1], grid[2], stream_of(index), fast.function, fast.packed, None, None, None,
                  *prepared[0], *fast.tail)
         return
