@@ -3,6 +3,7 @@ in a fresh interpreter where `import torch` (and `torch.*`) raises."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,10 @@ def test_every_test_module_imports_without_torch(source_env):
     script = IMPORT_ALL.replace("importlib.import_module(module)", "load(*module)")
     script = script.replace("failures[module]", "failures[module[0]]")
     pairs = [[str(p), f"nbx_suite_{i}_{p.stem}"] for i, p in enumerate(tests)]
+    # the folders pytest puts on sys.path (pyproject's pythonpath: shared test helpers)
+    listed = re.search(r"^pythonpath = \[(.*)\]", (ROOT / "pyproject.toml").read_text(), re.M)
+    folders = [str(ROOT / f.strip(' "')) for f in listed.group(1).split(",")] if listed else []
+    source_env["PYTHONPATH"] = ":".join(folders + [source_env["PYTHONPATH"]])
     done = subprocess.run([sys.executable, "-c", loader + script], input=json.dumps(pairs), capture_output=True,
                           text=True, env=source_env, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
