@@ -441,6 +441,17 @@ def test_work_for_a_tensor_on_cuda_1_runs_with_cuda_1_current_and_the_current_de
     assert (host == 1).all()
 
 
+def test_a_peer_copy_first_enables_direct_access_both_ways_and_only_once(sim2, monkeypatch):
+    monkeypatch.setattr(runtime, "_peer_enabled", set())
+    src = nbx.from_numpy(np.arange(12, dtype=np.float32)).to("cuda:0")
+    sim2.calls.clear()
+    for _ in range(3):
+        assert src.to("cuda:1").numpy().tolist() == list(range(12))
+    # the current device at each call: cuda:1 may reach cuda:0, then cuda:0 may reach cuda:1
+    assert sim2.called("cudaDeviceEnablePeerAccess") == [1, 0]
+    assert runtime.get_device() == 0
+
+
 def test_to_another_cuda_device_is_a_peer_copy_without_a_host_round_trip(sim2):
     src = nbx.from_numpy(np.arange(12, dtype=np.float32)).to("cuda:0")
     sim2.calls.clear()

@@ -161,7 +161,8 @@ class CudaBackend:
 
 def copy_bytes(dst_ptr: int, dst_device: int, src_ptr: int, src_device: int, nbytes: int) -> None:
     """nbytes from src to dst on the destination's current stream; across devices the source's
-    current stream is waited for first (an event), then a peer copy runs."""
+    current stream is waited for first (an event), then a peer copy runs (direct where peer access
+    can be enabled, else staged by CUDA through the host)."""
     if not nbytes:
         return
     with runtime.device_guard(dst_device):
@@ -169,6 +170,8 @@ def copy_bytes(dst_ptr: int, dst_device: int, src_ptr: int, src_device: int, nby
         if dst_device == src_device:
             runtime.memcpy_async(dst_ptr, src_ptr, nbytes, runtime.DEVICE_TO_DEVICE, stream.handle)
             return
+        runtime.enable_peer_access(dst_device, src_device)  # direct over NVLink/PCIe where the hardware can
+        runtime.enable_peer_access(src_device, dst_device)
         source_stream = current_stream(src_device)
         stream.wait_event(Event(src_device, timing=False).record(source_stream))
         runtime.memcpy_peer_async(dst_ptr, dst_device, src_ptr, src_device, nbytes, stream.handle)

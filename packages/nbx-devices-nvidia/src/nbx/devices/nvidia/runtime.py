@@ -22,6 +22,7 @@ ERROR_MEMORY_ALLOCATION = 2
 ERROR_CUDART_UNLOADING = 4
 ERROR_NO_DEVICE = 100
 ERROR_NOT_READY = 600
+ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 
 # cudaMemcpyKind
 HOST_TO_HOST, HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE, DEFAULT = 0, 1, 2, 3, 4
@@ -229,6 +230,27 @@ def can_access_peer(index: int, peer: int) -> bool:
     return bool(_int_out("cudaDeviceCanAccessPeer", check_ordinal(index), check_ordinal(peer)))
 
 
+_peer_enabled: set = set()
+
+
+def enable_peer_access(index: int, peer: int) -> bool:
+    """Let device index reach peer's memory directly (NVLink or PCIe), once per ordered pair, so that
+    peer copies take the direct path instead of a staging through the host; False where the
+    hardware cannot (cudaDeviceCanAccessPeer)."""
+    if (index, peer) in _peer_enabled:
+        return True
+    if not can_access_peer(index, peer):
+        return False
+    with device_guard(index):
+        code = rt().lib.cudaDeviceEnablePeerAccess(peer, 0)
+        if code == ERROR_PEER_ACCESS_ALREADY_ENABLED:  # enabled by someone else: fine, clear the error
+            rt().lib.cudaGetLastError()
+        elif code != SUCCESS:
+            raise rt().error("cudaDeviceEnablePeerAccess", code, f"cuda:{index} -> cuda:{peer}")
+    _peer_enabled.add((index, peer))
+    return True
+
+
 # ---- memory ----------------------------------------------------------------------------------
 def malloc(nbytes: int, index: int) -> int:
     """cudaMalloc on device index; OutOfMemoryError (with the device's free and total) when it cannot."""
@@ -340,4 +362,4 @@ def forget() -> None:
 __all__ = ["CudaRuntime", "rt", "available", "device_count", "get_device", "set_device", "device_guard",
            "attribute", "memory_info", "synchronize", "malloc", "free", "pinned_empty", "memcpy",
            "memcpy_async", "memcpy_2d_async", "memcpy_peer", "memcpy_peer_async", "memset", "memset_async",
-           "runtime_version", "driver_version", "can_access_peer", "is_pinned", "bind_context"]
+           "runtime_version", "driver_version", "can_access_peer", "enable_peer_access", "is_pinned", "bind_context"]
