@@ -10,6 +10,12 @@ Shape = tuple[int, ...]
 
 
 def as_shape(shape) -> Shape:
+    if type(shape) is tuple:  # the common case, a tuple of non-negative ints: as it is
+        for s in shape:
+            if type(s) is not int or s < 0:
+                break
+        else:
+            return shape
     if isinstance(shape, int) or hasattr(shape, "__index__") and not isinstance(shape, Sequence):
         shape = (shape,)
     try:

@@ -38,8 +38,13 @@ TABLE = _load()
 
 def result_type(*operands) -> DType:
     """The promoted dtype of tensors, dtypes and Python scalars, by the standard's rules."""
-    arrays = [as_dt for op in operands if (as_dt := _dtype_of(op)) is not None]
-    scalars = [op for op in operands if _dtype_of(op) is None]
+    arrays, scalars = [], []
+    for op in operands:
+        dt = _dtype_of(op)
+        if dt is None:
+            scalars.append(op)
+        else:
+            arrays.append(dt)
     if not arrays:
         raise PromotionError("result_type needs at least one tensor or dtype; got only Python scalars")
     result = arrays[0]
@@ -51,6 +56,8 @@ def result_type(*operands) -> DType:
 
 
 def promote_types(a: DType, b: DType) -> DType:
+    if a is b and type(a) is DType:
+        return a
     a, b = dtypes.as_dtype(a), dtypes.as_dtype(b)
     try:
         return TABLE[a, b]
@@ -90,6 +97,8 @@ def _dtype_of(op) -> DType | None:
     if isinstance(op, DType):
         return op
     dt = getattr(op, "dtype", None)
+    if type(dt) is DType:  # a tensor's
+        return dt
     if dt is not None:
         return dtypes.as_dtype(dt)
     return dtypes.as_dtype(op)
