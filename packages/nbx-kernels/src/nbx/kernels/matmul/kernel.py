@@ -1,0 +1,103 @@
+"""The tiled matrix product C[b] = A[b] @ B[b].
+
+One program computes a BLOCK_M x BLOCK_N tile of one batch entry's C, walking K in steps of
+BLOCK_K and accumulating with `tl.dot` (float32; float64 for float64 products). The programs of a
+batch entry run in groups of GROUP_M tile rows, so that the tiles running together share the rows
+of A and the columns of B they read (the L2 serves them once). A and B are read through element
+strides: a transposed operand is read in place, and a broadcast batch dim has stride 0. The batch
+index is split over up to three batch dims (the wrapper merges what merges); C is contiguous.
+
+Operands are converted to the dot's element type before `tl.dot` (a float16 operand of a float32
+product widened exactly). Triton's interpreter multiplies bfloat16 blocks by their integer bits,
+so there a bfloat16 product is computed from operands widened to float32: the same products, since
+float32 holds a product of two bfloat16 values exactly. The store rounds as the reference does
+(casts.narrow).
+"""
+import triton
+import triton.language as tl
+
+from ..elementwise.casts import COMPILED, narrow, widen
+
+
+@triton.jit
+def _dot_operand(x, DOT: tl.constexpr):
+    """A loaded tile in the dot's element type (float32 for bfloat16 in the interpreter)."""
+    if DOT == tl.bfloat16:
+        if COMPILED:  # both operands are bfloat16 (no other dtype promotes to it)
+            y = x
+        else:
+            y = widen(x, tl.float32)
+    else:
+        y = widen(x, DOT)
+    return y
+
+
+@triton.jit
+def _grouped_tile(t, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tile t of a batch entry as (tile row, tile column), GROUP_M tile rows a group, column-major
+    within the group."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (t // per_group) * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    tile_m = first_m + (t % per_group) % group_rows
+    tile_n = (t % per_group) // group_rows
+    return tile_m, tile_n
+
+
+@triton.jit
+def _batch_offset(b, D1, D2, s0, s1, s2):
+    """The element offset of batch entry b (int64) over batch dims (D0, D1, D2) with strides s."""
+    b = b.to(tl.int64)
+    return (b // (D1 * D2)) * s0 + ((b // D2) % D1) * s1 + (b % D2) * s2
+
+
+@triton.jit
+def matmul_kernel(
+    a_ptr, b_ptr, c_ptr, M, N, K, D1, D2,
+    sa0, sa1, sa2, sam, sak, sb0, sb1, sb2, sbk, sbn,
+    DOT: tl.constexpr, ACC: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """Grid: (batch * tiles of M x N,). WIDE: offsets within one matrix may pass int32."""
+    pid = tl.program_id(0)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    batch = pid // tiles
+    tile_m, tile_n = _grouped_tile(pid % tiles, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    a_ptr += _batch_offset(batch, D1, D2, sa0, sa1, sa2)
+    b_ptr += _batch_offset(batch, D1, D2, sb0, sb1, sb2)
+    c_ptr += batch.to(tl.int64) * M * N
+
+    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    if WIDE:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rk = rk.to(tl.int64)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    in_m = (rm < M)[:, None]
+    in_n = (rn < N)[None, :]
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=in_m, other=0)
+            b = tl.load(b_ptrs, mask=in_n, other=0)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=in_m & (rk[None, :] < k_left), other=0)
+            b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & in_n, other=0)
+        a = _dot_operand(a, DOT)
+        b = _dot_operand(b, DOT)
+        if IEEE:
+            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=ACC)
+        else:
+            acc = tl.dot(a, b, acc, out_dtype=ACC)
+        a_ptrs += BLOCK_K * sak
+        b_ptrs += BLOCK_K * sbk
+
+    c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
+    tl.store(c_ptrs, narrow(acc, c_ptr.dtype.element_ty), mask=in_m & in_n)

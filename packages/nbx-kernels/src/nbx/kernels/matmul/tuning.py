@@ -1,0 +1,117 @@
+"""Certified settings of the matmul kernel: what is tuned, the launch key, the workload.
+
+Tuned: the tile (block_m x block_n, stepping K by block_k), its warps and its pipeline stages;
+group_m, the tile rows that run together for L2 reuse, is declared with one value. Candidates are
+pruned by the shared memory their stages of 16-bit operands take (the device file's
+`memory.max_shared_memory_per_block`; wider operands are held to the same limit at launch, which
+lowers their stages, see `stages_that_fit`), eight warps are kept for the 128 x 128 tile only (a
+smaller tile leaves each warp too little work), and a key's shape prunes tiles twice as large as
+a dimension they cover (a 128-row tile on 40 rows only pads).
+
+The launch key: M, N and K classed on the device file's `autotune.buckets.dims`, the output dtype,
+and the operands' layout, "nn", "nt", "tn" or "tt" ("t": the operand's last dim, K of A or N of B,
+is not read at unit stride, as in a transposed view). The representative launch is a 2-D product
+of the key's sizes, its operands laid out as the key says.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nbx import autotune
+from nbx.core.ops.creation import asarray
+from nbx.core.reference import oracle
+
+PARAMS = {"block_m": (64, 128), "block_n": (64, 128), "block_k": (32, 64), "group_m": (8,),
+          "num_warps": (4, 8), "num_stages": (3, 4)}
+KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label"}
+HALF_BYTES = 2        # the candidates' shared memory is counted for 16-bit operands
+LARGE_TILE = 128 * 128
+
+
+def operand_letter(last_stride: int, last_size: int) -> str:
+    """'n' when an operand's last dim is read at unit stride (or has one element), else 't'."""
+    return "n" if last_size <= 1 or last_stride == 1 else "t"
+
+
+def launch_key(m: int, n: int, k: int, dtype, a_strides, b_strides) -> dict:
+    """The key fields of the product of an (m, k) operand with strides a_strides and a (k, n) one."""
+    layout = operand_letter(a_strides[1], k) + operand_letter(b_strides[1], n)
+    return {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout}
+
+
+def stage_bytes(setting, a_itemsize: int = HALF_BYTES, b_itemsize: int = HALF_BYTES) -> int:
+    """Shared memory of one pipeline stage: an A tile and a B tile."""
+    return setting["block_k"] * (setting["block_m"] * a_itemsize + setting["block_n"] * b_itemsize)
+
+
+def stages_that_fit(setting, a_itemsize: int, b_itemsize: int, facts) -> int:
+    """The setting's stages, fewer where its operands' stages would pass the shared memory a block
+    may have (a float32 or float64 product served a setting certified for 16-bit ones)."""
+    stages = setting["num_stages"]
+    if stages <= 1:
+        return stages
+    fit = facts.value("memory.max_shared_memory_per_block") // stage_bytes(setting, a_itemsize, b_itemsize)
+    return max(1, min(stages, fit))
+
+
+def _warps_for_tile(setting, facts):
+    if setting["num_warps"] > 4 and setting["block_m"] * setting["block_n"] < LARGE_TILE:
+        return (f"{setting['num_warps']} warps over a {setting['block_m']} x {setting['block_n']} tile leave each "
+                f"warp too little work")
+    return True
+
+
+def _fits_shape(setting, rep):
+    """Prune a tile dimension twice as large as the key's size when a smaller candidate covers it."""
+    for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
+        value = setting[block]
+        if value > min(PARAMS[block]) and value // 2 >= rep[size]:
+            return f"{block} {value} covers {size}={rep[size]} twice over"
+    return True
+
+
+def _values(count: int, rows: int, phase: float, scale: float) -> np.ndarray:
+    return (scale * np.sin(phase * np.arange(count, dtype=np.float64) + 0.5)).reshape(rows, -1)
+
+
+def operand(values: np.ndarray, dtype, transposed: bool, device):
+    """values (2-D) as a tensor of dtype on device; transposed: read through the transpose of a
+    dense copy of values.T, so its last dim has stride rows."""
+    if not transposed:
+        return asarray(values.astype(dtype.host), device=device)
+    return asarray(np.ascontiguousarray(values.T).astype(dtype.host), device=device).permute(1, 0)
+
+
+def representative_operands(rep, device):
+    """(a, b) of the key's sizes and layout; B scaled by 1/sqrt(k) so that a float16 output stays
+    far from overflow at any K."""
+    m, n, k, dtype = rep["m"], rep["n"], rep["k"], rep["dtype"]
+    a = operand(_values(m * k, m, 0.37, 1.0), dtype, rep["layout"][0] == "t", device)
+    b = operand(_values(k * n, k, 0.21, 1.0 / math.sqrt(max(k, 1))), dtype, rep["layout"][1] == "t", device)
+    return a, b
+
+
+def matmul_workload(rep, device):
+    from .. import launch
+    from . import launch_matmul
+    a, b = representative_operands(rep, device)
+    out = launch.output((rep["m"], rep["n"]), rep["dtype"], device)
+    return autotune.TensorWorkload(
+        out, lambda setting: launch_matmul(a, b, rep["dtype"], out=out, setting=setting),
+        lambda rows: np.asarray(oracle("matmul", a[rows], b)))
+
+
+MATMUL = autotune.declare(autotune.Tunable(
+    "matmul", params=PARAMS, key=KEY, default_from="tiles.matmul", workload=matmul_workload,
+    constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps_for_tile),
+    fits=_fits_shape))
+
+
+def matmul_setting(device, m: int, n: int, k: int, dtype, a_strides, b_strides):
+    """The served setting of an (m, k) @ (k, n) product of output dtype."""
+    return autotune.setting(MATMUL, device, **launch_key(m, n, k, dtype, a_strides, b_strides))
+
+
+__all__ = ["MATMUL", "PARAMS", "KEY", "launch_key", "matmul_setting", "stages_that_fit", "representative_operands"]
