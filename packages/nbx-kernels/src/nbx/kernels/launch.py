@@ -13,8 +13,6 @@ goes through the JIT.
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import triton
 

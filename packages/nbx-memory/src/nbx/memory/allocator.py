@@ -170,6 +170,16 @@ def register_allocator(device_type: str, allocator: Allocator) -> None:
     _ALLOCATORS[device_type] = allocator
 
 
+def register_default(device_type: str, make) -> Allocator:
+    """The allocator serving device_type: one registered already (a user's, a test's) stays;
+    else make() is registered. A backend calls it when it starts."""
+    found = _ALLOCATORS.get(device_type)
+    if found is None:
+        found = make()
+        register_allocator(device_type, found)
+    return found
+
+
 def get_allocator(device_type: str) -> Allocator:
     try:
         return _ALLOCATORS[device_type]

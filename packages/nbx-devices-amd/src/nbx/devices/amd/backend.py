@@ -79,11 +79,8 @@ class HipBackend:
             if self._started:
                 return
             from nbx.memory import allocator
-            try:
-                allocator.get_allocator(self.name)
-            except DeviceError:
-                rt = runtime()
-                allocator.register_allocator(self.name, allocator.PlainDeviceAllocator("hip-plain", rt.malloc, rt.free))
+            allocator.register_default(  # the runtime is opened only when no allocator is registered
+                self.name, lambda: allocator.PlainDeviceAllocator("hip-plain", runtime().malloc, runtime().free))
             self._started = True
 
     # ---- memory ----------------------------------------------------------------------------

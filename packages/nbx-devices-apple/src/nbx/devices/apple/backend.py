@@ -78,12 +78,8 @@ class MetalBackend:
             if self._started:
                 return
             from nbx.memory import allocator
-            try:
-                allocator.get_allocator(self.name)
-            except DeviceError:
-                rt = load()
-                plain = allocator.PlainDeviceAllocator("metal-plain", rt.malloc, rt.free)
-                allocator.register_allocator(self.name, plain)
+            allocator.register_default(  # the runtime is opened only when no allocator is registered
+                self.name, lambda: allocator.PlainDeviceAllocator("metal-plain", load().malloc, load().free))
             self._started = True
 
     def allocate(self, nbytes: int, device: Device) -> Storage:

@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 from nbx.core.device import Device
-from nbx.core.errors import DeviceError, DLPackError
+from nbx.core.errors import DLPackError
 from nbx.core.storage import Storage
 from nbx.memory.allocator import get_allocator  # imported once: an import per allocation costs host time
 
@@ -87,10 +87,7 @@ class CudaBackend:
 
             from . import graphs, memory
             from .triton_driver import install_if_triton
-            try:
-                allocator.get_allocator(self.name)
-            except DeviceError:  # none registered yet: the caching pool, one per device (nvidia.memory)
-                allocator.register_allocator(self.name, memory.make_allocator())
+            allocator.register_default(self.name, memory.make_allocator)  # the caching pool, one per device
             graphs.register()  # launch-sequence capture for nbx.memory.graphs
             install_if_triton()
             self._started = True
