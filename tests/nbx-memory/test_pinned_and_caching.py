@@ -6,6 +6,7 @@ import pytest
 
 from nbx.core.device import Device
 from nbx.core.errors import ArgumentError, DeviceOOMError, OutOfMemoryError
+from nbx.memory import allocator as allocators
 from nbx.memory.allocator import Allocator, AllocatorStats, register_allocator
 from nbx.memory.caching import CachingAllocator
 from nbx.memory.fakes import FakeDevice, FakeStreams
@@ -67,6 +68,21 @@ def make_caching(capacity=None):
         fake = devices[device] = FakeDevice(capacity)
         return Pool(fake.segments, NBX, parked_fraction=1.0, device=device)
     return CachingAllocator("fake pool", make_pool), devices
+
+
+def test_a_backends_default_allocator_is_made_only_when_none_is_registered(monkeypatch):
+    monkeypatch.setattr(allocators, "_ALLOCATORS", {})
+    made = []
+
+    def make():
+        made.append(make_caching()[0])
+        return made[-1]
+    first = allocators.register_default("fakedefault", make)
+    assert made == [first] and allocators.get_allocator("fakedefault") is first
+    assert allocators.register_default("fakedefault", make) is first and len(made) == 1
+    mine = make_caching()[0]
+    register_allocator("fakeuser", mine)  # a user's (or a test's) allocator stays in place
+    assert allocators.register_default("fakeuser", make) is mine and len(made) == 1
 
 
 def test_the_caching_allocator_serves_the_allocator_interface_one_pool_per_device():
