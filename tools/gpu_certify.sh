@@ -8,7 +8,9 @@
 #            coverage                                                 -> certify.log, certificates.tgz
 #   bench    the benchmarks in certified-only mode over those certificates, with the report line
 #                                                                      -> bench_*.txt
-# Usage: tools/gpu_certify.sh [record-bench] [record-tests] [certify] [bench]  (no argument: all, in order)
+#   times    every certified key timed again (the certifier's method, other flushes, back to back)
+#            against its best_ms (tools/bench/certified_times.py)       -> certified_times.txt
+# Usage: tools/gpu_certify.sh [record-bench] [record-tests] [certify] [bench] [times]  (no argument: all, in order)
 # At most 8 files come back from the GPU machine and none deeper than two folders: the certificate
 # tree travels as certificates.tgz (unpack it into certificates/ of the repository). Changes no GPU setting.
 set -uo pipefail
@@ -24,7 +26,7 @@ CERTS=${CERTS:-/tmp/nbx-certificates}   # unpacked tree; a previous certificates
 LOG="$OUT/certify.log"
 BENCHES=(tools/bench/bench_elementwise.py tools/bench/bench_softmax_norm.py tools/bench/bench_reduction.py)
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(record-bench record-tests certify bench)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(record-bench record-tests certify bench times)
 nbx() { "$PY" -m nbx.core.cli "$@"; }
 mkdir -p "$CERTS"
 [ -f certificates_run.tgz ] && tar xzf certificates_run.tgz -C "$CERTS"   # carried from an earlier call
@@ -75,6 +77,11 @@ for step in "${STEPS[@]}"; do
       echo "$bench: exit $?; $(grep '^\[autotune\] certified' "$OUT/$name.txt")" | tee -a "$LOG"
     done
     ;;
-  *) echo "unknown step $step (record-bench, record-tests, certify, bench)"; exit 2;;
+  times)
+    echo "== certified times $(date -u +%T)" | tee -a "$LOG"
+    NBX_AUTOTUNE_CERTIFICATES="$CERTS" "$PY" tools/bench/certified_times.py > "$OUT/certified_times.txt" 2>&1
+    echo "certified_times: exit $?; $(grep '^#' "$OUT/certified_times.txt")" | tee -a "$LOG"
+    ;;
+  *) echo "unknown step $step (record-bench, record-tests, certify, bench, times)"; exit 2;;
   esac
 done
