@@ -6,9 +6,12 @@
 #   4. nbx.memory's tools (VMM chunk, H200 allocation trace, pool against torch's allocator), torch allowed
 # Logs and results go to $OUT (at most 8 files come back from the GPU machine: this script writes exactly 8).
 # Changes no GPU setting.
-# Usage: tools/gpu_run.sh [--quick | --tests | --backend] [extra pytest args for step 2]
+# Usage: tools/gpu_run.sh [--quick | --tests | --bench | --backend] [extra pytest args for step 2]
 #   --quick:   tests/gpu only (no facts, no gpu-marked tests elsewhere, no CPU suites, no torch step)
 #   --tests:   every gpu-marked test, torch blocked, and nothing else (GPU_XDIST=N spreads the kernel tests)
+#   --bench:   every tools/bench/bench_*.py against torch and host_parts.py, nothing else -> bench_*.txt
+#              (settings as served: certified, else swept at first use; the certified-only run is
+#              tools/gpu_certify.sh's bench step)
 #   --backend: every step but the facts and the gpu-marked kernel tests outside tests/gpu
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +34,16 @@ TESTS_ONLY=0
 if [ "${1:-}" = --quick ]; then QUICK=1; shift; fi
 if [ "${1:-}" = --tests ]; then QUICK=1; TESTS_ONLY=1; shift; fi
 if [ "${1:-}" = --backend ]; then BACKEND_ONLY=1; shift; fi
+if [ "${1:-}" = --bench ]; then
+  unset NBX_AUTOTUNE_NO_SWEEP  # a benchmark runs what a user's first call would serve
+  for bench in tools/bench/bench_*.py tools/bench/host_parts.py; do
+    name=$(basename "$bench" .py)
+    t0=$(date +%s)
+    NBX_AUTOTUNE_REPORT=1 timeout "${BENCH_LIMIT_S:-240}" "$PY" "$bench" > "$OUT/$name.txt" 2>&1
+    echo "$bench: exit $? ($(( $(date +%s) - t0 )) s) $(grep '^\[autotune\] certified' "$OUT/$name.txt")"
+  done
+  exit 0
+fi
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 
