@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything nbx checks on the GPU machine, in one call (see DEVELOPERS.md / DESIGN.md):
+# Everything nbx checks on the GPU machine, in one call (docs/kernels.md, "GPU runs"):
 #   1. the device's facts (tools/measure_nvidia_facts.py)            -> $OUT/nvidia_facts_h200.txt
 #   2. tests/gpu and the CPU suites of the backend, in a process where `import torch` raises
 #   3. the DLPack-with-torch tests, in a separate process where torch is allowed
