@@ -10,8 +10,10 @@ is what is measured. Lines, from the whole op down to the bare launch:
 - nbx a + b: front-end (promotion, checks, dispatch), call-site plan, output allocation, launch;
 - nbx.empty and result_type alone: two parts of that;
 - nbx launch_elementwise(out=): the wrapper with a preallocated output (plan lookup + launch);
-- nbx, plan rebuilt every call: what every call cost before plans were cached (collapsed layout,
-  settings lookup and Triton's JIT launch each time), with a preallocated output;
+- nbx, plan rebuilt every call: what every call cost before plans were cached (collapsed layout
+  and settings lookup each time), with a preallocated output;
+- nbx launch.run: the launch path every family takes (the compiled kernel looked up by its
+  specialisation key and called directly), every argument precomputed;
 - Triton JIT kernel[grid](...): Triton's own per-call path with every argument precomputed;
 - compiled kernel run: the launcher alone (the floor of any Triton launch).
 """
@@ -22,6 +24,7 @@ import sys
 import time
 
 import torch
+import triton
 
 import nbx.core as nbx
 
@@ -79,14 +82,14 @@ def main(argv=None) -> int:
     row("nbx, plan rebuilt every call (the path before plans)", rebuilt)
     plan = callsite.plan_for(functions.add, [a, b], f32, f32, out)
     jit_args = plan.arguments(out, [a, b])
-    row("Triton JIT kernel[grid](...) with nbx's device guard", lambda: launch.run(
+    row("nbx launch.run (the compiled kernel called directly)", lambda: launch.run(
         elementwise_kernel, plan.grid, plan.device, *jit_args, **plan.meta))
     row("Triton JIT kernel[grid](...) alone", lambda: elementwise_kernel[plan.grid](*jit_args, **plan.meta))
-    (runner, function, packed, stream_of), = plan.compiled.values()
-    pointers = [x.data_ptr() if isinstance(x, nbx.Tensor) else x for x in jit_args]
-    stream = stream_of(0)
-    row("compiled kernel run (launcher only, stream fixed)", lambda: runner(
-        plan.grid[0], 1, 1, stream, function, packed, None, None, None, *pointers, *plan.constexprs))
+    pointers, spec = launch._direct(jit_args)
+    fast = launch._COMPILED[(elementwise_kernel, plan.device.index, plan.grid, tuple(plan.meta.items()), spec)]
+    stream = triton.runtime.driver.active.get_current_stream(0)
+    row("compiled kernel run (launcher only, stream fixed)", lambda: fast.run(
+        plan.grid[0], 1, 1, stream, fast.function, fast.packed, None, None, None, *pointers, *fast.tail))
     us = dict(rows)
     total, wrapper, alloc = us[f"nbx a + b ({allocator})"], us["nbx launch_elementwise(add, out=) (cached plan)"], \
         us[f"nbx.empty((n,)) alone ({allocator})"]
