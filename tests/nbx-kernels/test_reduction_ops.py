@@ -1,12 +1,11 @@
 """Every reduction kernel agrees with the float64 oracle for every dtype its front-end accepts, and
 refuses the others by name on the kernel path too."""
-import zlib
-
 import nbx.core as nbx
 import numpy as np
 import triton.language as tl
 import pytest
 from nbx.core.errors import DTypeError
+from reduction_samples import on, sample
 
 DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]
 ACCEPTS = {  # the front-ends' dtype categories
@@ -18,21 +17,6 @@ ACCEPTS = {  # the front-ends' dtype categories
 KINDS = {"any": "bool int uint float", "numeric": "int uint float", "real": "int uint float",
          "floating": "float", "real_floating": "float"}
 INDEXED = ("argmax", "argmin", "max_with_indices", "min_with_indices")
-
-
-def sample(dtype, shape, low=-3.0, high=3.0):
-    """Inputs that depend only on the arguments (the same data whatever order the tests run in)."""
-    rng = np.random.default_rng(zlib.crc32(repr((dtype, shape, low, high)).encode()))
-    dt = nbx.as_dtype(dtype)
-    if dt.kind == "bool":
-        return rng.random(shape) > 0.5
-    if dt.kind in ("int", "uint"):
-        return rng.integers(0 if dt.kind == "uint" else -20, 20, shape)
-    return rng.uniform(low, high, shape)
-
-
-def on(device, array, dtype):
-    return nbx.asarray(array, dtype=dtype).to(device)
 
 
 def call(op, x, dim=None, keepdim=False, **kw):
