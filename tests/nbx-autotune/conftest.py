@@ -38,6 +38,7 @@ class FakeTimer:
 
     description = "a virtual clock"
     flush_bytes = 100 << 20
+    flush_method = "counted"
 
     def __init__(self, clock: Clock, witness_ms=lambda launches: 1.0):
         self.clock = clock

@@ -1,9 +1,11 @@
 """The certificates the repository ships pass `nbx autotune check`, cover every recorded H200 key,
-and were timed as the method says: the timed runs queued behind a hold that outlasted their queueing."""
+and were timed as the method says: the L2 flushed by a read, the timed runs queued behind a hold
+that outlasted their queueing."""
 import json
 from pathlib import Path
 
 from nbx.core import cli
+from nbx.devices.nvidia import flush
 
 ROOT = Path(__file__).resolve().parents[2]
 NVIDIA = ROOT / "certificates" / "nvidia"
@@ -23,8 +25,9 @@ def test_the_shipped_certificates_cover_every_recorded_h200_key(capsys):
     assert "missing" not in out.replace("nbx autotune coverage", "")
 
 
-def test_no_shipped_proof_was_timed_with_the_hosts_queueing_in_it():
+def test_every_shipped_proof_was_timed_after_a_read_flush_without_the_hosts_queueing_in_it():
     for path in sorted(NVIDIA.glob("*/*/*.json")):
         for key, entry in json.loads(path.read_text())["entries"].items():
             timing = entry["proof"]["timing"]
+            assert timing["flush"] == flush.METHOD, (path.name, key, timing)
             assert timing["held_ms"] > 0 and timing["host_bound"] is False, (path.name, key, timing)

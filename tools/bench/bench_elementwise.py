@@ -12,6 +12,8 @@ events see GPU time alone. Each call reads another copy of its inputs and the co
 least 256 MiB (the H200's L2 is 50 MB), so reads come from HBM. TB/s counts the bytes an op must
 move: inputs read once, output written once. ratio = torch time / nbx time (above 1: nbx faster).
 Settings are nbx.autotune's for each launch key (NBX_AUTOTUNE_REPORT=1 prints where they came from).
+The cold columns time one call alone after an L2 flush, the certifier's method (peer_timing.cold), for
+nbx and torch: nbx's cold time is what the certificate's best_ms states for the same launch key.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
-from peer_timing import allocator_name, deviation, measure, spin_cycles_per_ms
+from peer_timing import allocator_name, cold, deviation, measure, spin_cycles_per_ms
 
 L2_FLUSH_BYTES = 256 << 20
 ROWS = [(4096, 4096), (32, 151936), (2048, 8192)]
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | nbx allocator: {allocator_name()}")
     cycles = spin_cycles_per_ms()
     print(f"{'op':<15} {'dtype':<9} {'shape':<14} {'nbx us':>9} {'torch us':>9} {'nbx TB/s':>8} "
-          f"{'torch TB/s':>10} {'ratio':>6} {'deviation':>10}")
+          f"{'torch TB/s':>10} {'ratio':>6} {'deviation':>10} {'cold us nbx/torch':>19} {'ratio':>6}")
     plan = []
     for dtype in DTYPES:
         large = (L2_FLUSH_BYTES // (torch.finfo(DTYPES[dtype]).bits // 8),)
@@ -96,13 +98,15 @@ def main(argv=None) -> int:
             dev = deviation(f_nbx(0), f_torch(0)) if np.prod(shape) <= 2 ** 24 else float("nan")
             t_nbx, _, bound_nbx = measure(f_nbx, copies, cycles)
             t_torch, _, bound_torch = measure(f_torch, copies, cycles)
+            c_nbx, c_torch = cold(f_nbx), cold(f_torch)
         except Exception as exc:  # one failing case must not hide the others
             print(f"{label:<15} {dtype:<9} {str(shape):<14} FAILED: {type(exc).__name__}: {exc}", flush=True)
             continue
         ratios.append(t_torch / t_nbx)
         flag = " host-bound" if bound_nbx or bound_torch else ""
         print(f"{label:<15} {dtype:<9} {str(shape):<14} {t_nbx:9.1f} {t_torch:9.1f} {nbytes / t_nbx / 1e6:8.2f} "
-              f"{nbytes / t_torch / 1e6:10.2f} {t_torch / t_nbx:6.2f} {dev:10.2e}{flag}", flush=True)
+              f"{nbytes / t_torch / 1e6:10.2f} {t_torch / t_nbx:6.2f} {dev:10.2e} {c_nbx:9.1f}/{c_torch:<9.1f} "
+              f"{c_torch / c_nbx:6.2f}{flag}", flush=True)
     if ratios:
         print(f"# ratio over {len(ratios)} cases: min {min(ratios):.2f}, geometric mean "
               f"{float(np.exp(np.mean(np.log(ratios)))):.2f}")

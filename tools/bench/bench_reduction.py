@@ -11,7 +11,9 @@ sum of every element of a 256 MiB tensor, in float32 and bfloat16. For each case
   allocation per call may synchronize (a cudaMalloc/cudaFree), which would let the host back in;
 - TB/s over the bytes the op must move (the input read once, the output written), from that time;
 - call ms: one call between two CUDA events (what a caller waits for, host overhead included);
-- ratio: torch's time over nbx's (above 1: nbx is faster), for kernels and for calls.
+- cold ms: one call alone after an L2 flush, the certifier's method (peer_timing.cold): nbx's is what
+  the certificate's best_ms states for the same launch key;
+- ratio: torch's time over nbx's (above 1: nbx is faster), for kernels, calls and cold calls.
 
 torch's peers: torch.sum, torch.amax, torch.argmax, torch.logsumexp. Then the host time of one
 small call of each (and where nbx's goes, by cProfile). Settings are nbx.autotune's for each launch
@@ -28,7 +30,7 @@ import pstats
 import time
 
 import nbx.core as nbx
-from peer_timing import ONCE, call_ms
+from peer_timing import ONCE, call_ms, cold
 import numpy as np
 import torch
 from nbx.kernels import launch
@@ -115,14 +117,18 @@ def bench(reps: int) -> None:
     print(f"== reductions; {torch.cuda.get_device_name()}, torch {torch.__version__}; settings per launch key "
           f"(nbx.autotune); kernel: {reps} queued calls, call: median of {reps}")
     print(f"{'op':10} {'dtype':9} {'shape':22} {'nbx kern ms':>11} {'torch kern':>10} {'nbx TB/s':>9} "
-          f"{'torch TB/s':>10} {'ratio':>6} {'nbx call':>9} {'torch call':>10} {'ratio':>6}")
+          f"{'torch TB/s':>10} {'ratio':>6} {'nbx call':>9} {'torch call':>10} {'ratio':>6} {'nbx cold':>9} "
+          f"{'torch cold':>10} {'ratio':>6}")
     for op, dtype, shape, moved, ours, theirs in cases(device):
         check_agrees(op.split()[0], ours(), theirs())
         k_nbx, k_torch = kernel_ms(ours, reps), kernel_ms(theirs, reps)
         c_nbx, c_torch = call_ms(ours, reps), call_ms(theirs, reps)
+        with ReusedOutputs():
+            cold_nbx = cold(lambda i: ours()) / 1e3
+        cold_torch = cold(lambda i: theirs()) / 1e3
         print(f"{op:10} {dtype:9} {shape:22} {k_nbx:>11.4f} {k_torch:>10.4f} {moved / k_nbx / 1e9:>9.3f} "
               f"{moved / k_torch / 1e9:>10.3f} {k_torch / k_nbx:>6.3f} {c_nbx:>9.4f} {c_torch:>10.4f} "
-              f"{c_torch / c_nbx:>6.3f}", flush=True)
+              f"{c_torch / c_nbx:>6.3f} {cold_nbx:>9.4f} {cold_torch:>10.4f} {cold_torch / cold_nbx:>6.3f}", flush=True)
 
 
 def host_overhead() -> None:

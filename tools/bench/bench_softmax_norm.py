@@ -7,7 +7,9 @@ Timing: CUDA events around `iters` back-to-back calls queued behind a GPU spin (
 so the events see GPU time alone, not the host's launch overhead (reported apart, as host us a
 call). Each call reads another copy of its inputs, and the copies together exceed the L2, so the
 reads come from HBM. TB/s counts the bytes an op must move once: inputs read and outputs written.
-ratio = torch time / nbx time (above 1: nbx faster).
+ratio = torch time / nbx time (above 1: nbx faster). The cold columns time one call alone after
+an L2 flush, the certifier's method (peer_timing.cold), for nbx and torch: nbx's cold time is what the
+certificate's best_ms states for the same launch key.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
-from peer_timing import allocator_name, deviation, measure, spin_cycles_per_ms
+from peer_timing import allocator_name, cold, deviation, measure, spin_cycles_per_ms
 
 SHAPES = [(4096, 4096), (32, 151936), (2048, 8192)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -66,7 +68,8 @@ def main(argv=None) -> int:
     cycles = spin_cycles_per_ms()
     print(f"# GPU spin: {cycles / 1e3:.0f} MHz effective")
     header = (f"{'op':<13} {'dtype':<9} {'shape':<13} {'nbx us':>8} {'torch us':>9} {'nbx TB/s':>9} "
-              f"{'torch TB/s':>10} {'ratio':>6} {'host us nbx/torch':>18} {'deviation':>10}")
+              f"{'torch TB/s':>10} {'ratio':>6} {'host us nbx/torch':>18} {'deviation':>10} {'cold us nbx/torch':>18} "
+              f"{'ratio':>6}")
     print(header)
     rows = []
     for shape in SHAPES:
@@ -78,13 +81,14 @@ def main(argv=None) -> int:
                     dev = deviation(first(nbx_fn(0)), torch_fn(0))
                     t_nbx, h_nbx, bound_nbx = measure(nbx_fn, copies, cycles)
                     t_torch, h_torch, bound_torch = measure(torch_fn, copies, cycles)
+                    c_nbx, c_torch = cold(nbx_fn), cold(torch_fn)
                 except Exception as exc:  # report and go on: one failing case must not hide the rest
                     print(f"{op:<13} {dtype:<9} {str(shape):<13} FAILED: {type(exc).__name__}: {exc}")
                     continue
                 flag = " (host-bound)" if bound_nbx or bound_torch else ""
                 line = (f"{op:<13} {dtype:<9} {str(shape):<13} {t_nbx:8.1f} {t_torch:9.1f} "
                         f"{nbytes / t_nbx / 1e6:9.2f} {nbytes / t_torch / 1e6:10.2f} {t_torch / t_nbx:6.2f} "
-                        f"{h_nbx:8.1f}/{h_torch:<8.1f} {dev:10.2e}{flag}")
+                        f"{h_nbx:8.1f}/{h_torch:<8.1f} {dev:10.2e} {c_nbx:8.1f}/{c_torch:<9.1f} {c_torch / c_nbx:6.2f}{flag}")
                 print(line, flush=True)
                 rows.append(line)
     return 0

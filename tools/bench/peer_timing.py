@@ -1,6 +1,10 @@
 """Timing nbx and its peer (torch) on the same GPU, shared by the tools/bench scripts.
 
-torch is imported here because it is the peer; nbx itself never imports it. Two ways to time:
+torch is imported here because it is the peer; nbx itself never imports it. Three ways to time:
+- `cold`: the certifier's method (nbx.autotune.timing.measure with the CUDA timer), for nbx and
+  torch alike: each call alone between two events, the L2 flushed by a read before it, queued
+  behind a hold, the median of 21. A benchmark's cold figure for nbx is what the certificate's
+  best_ms states for the same launch: the two are compared to check the certificates.
 - `measure`: back-to-back calls queued behind a GPU spin (torch.cuda._sleep), bracketed by CUDA
   events, so the events see GPU time alone; it also reports the host time a call took to queue and
   whether the GPU ran dry before the host had queued them all (host-bound).
@@ -67,6 +71,22 @@ def measure(fn, copies: int, cycles_per_ms: float, repeats: int = 3) -> tuple[fl
         gpu.append(start.elapsed_time(end) * 1e3 / iters)
         host.append(queued * 1e6 / iters)
     return min(gpu), statistics.median(host), bound
+
+
+_timer = None
+
+
+def cold(fn) -> float:
+    """GPU microseconds of fn(0) by the certifier's method (see the module's doc)."""
+    global _timer
+    if ONCE:
+        fn(0)
+        return math.nan
+    from nbx.autotune import timing
+    from nbx.core.device import as_device
+    if _timer is None:
+        _timer = timing.timer_for(as_device(f"cuda:{torch.cuda.current_device()}"))
+    return timing.measure(lambda: fn(0), _timer).median_ms * 1e3
 
 
 def call_ms(fn, reps: int) -> float:

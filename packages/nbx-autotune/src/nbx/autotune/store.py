@@ -43,7 +43,7 @@ PROOF = {
     "representative": dict, "timing": dict, "windows": list,
 }
 WITNESS = {"name": str, "before_ms": NUMBER, "after_ms": NUMBER, "drift": NUMBER, "tolerance": NUMBER}
-TIMING = {"warmup": int, "repeats": int, "flush_bytes": int, "attempts": int, "held_ms": NUMBER,
+TIMING = {"warmup": int, "repeats": int, "flush_bytes": int, "flush": str, "attempts": int, "held_ms": NUMBER,
           "host_bound": bool}
 
 

@@ -76,7 +76,7 @@ def prove(tunable, key: keys.LaunchKey, facts, device, timer, *, warmup: int = t
         "nbx_version": _version(),
         "representative": _plain(rep),
         "timing": {"warmup": comparison.warmup, "repeats": comparison.repeats,
-                   "flush_bytes": comparison.flush_bytes, "attempts": comparison.attempts,
+                   "flush_bytes": comparison.flush_bytes, "flush": comparison.flush_method, "attempts": comparison.attempts,
                    "held_ms": max(m.held_ms for _, m in comparison.times),
                    "host_bound": any(m.host_bound for _, m in comparison.times)},
         "windows": [list(w) for w in result.windows],

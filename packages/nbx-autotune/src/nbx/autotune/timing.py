@@ -1,7 +1,8 @@
 """Timing candidates: warm-up, L2 flushed before each run, the median of repeats, under a witness.
 
 A Timer is what a backend offers: events recorded on its current stream, the milliseconds between
-two of them, a synchronize, an L2 flush (a write of a buffer twice the L2 the device reports), a
+two of them, a synchronize, an L2 flush (the nvidia timer reads a buffer twice the L2 the device
+reports; `flush_method` names how, and the proofs record it), a
 hold (a kernel that keeps the stream busy for a given time) and a witness - a fixed reference kernel.
 
 The timed runs are queued behind a hold long enough for the host to queue all of them, so the
@@ -39,6 +40,7 @@ class Witness:
 class Timer(Protocol):
     description: str
     flush_bytes: int
+    flush_method: str
 
     def event(self): ...
     def record(self, event) -> None: ...
@@ -116,6 +118,7 @@ class Comparison:
     warmup: int
     repeats: int
     flush_bytes: int
+    flush_method: str
     refused_attempts: tuple[tuple[float, float], ...] = field(default=())
 
     @property
@@ -146,7 +149,7 @@ def compare(settings: list[Mapping], launch: Callable[[Mapping], None], timer: T
                                 f"it cannot time candidates")
         drift = abs(after - before) / before
         comparison = Comparison(times, witness.name, before, after, drift, tolerance, attempt, warmup, repeats,
-                                timer.flush_bytes, tuple(refused))
+                                timer.flush_bytes, timer.flush_method, tuple(refused))
         if drift <= tolerance:
             return comparison
         refused.append((before, after))

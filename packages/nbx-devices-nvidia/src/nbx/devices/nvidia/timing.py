@@ -10,21 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 from nbx.core.errors import NotSupportedError, TimingRefusal
 
-from . import runtime, spin
+from . import flush, runtime, spin
 from .streams import Event, current_stream
 
-L2_FLUSH_BYTES = 256 << 20  # written between timed runs so that no run finds its inputs in L2
-
-
-class _FlushBuffer:
-    """A device buffer zeroed before each timed run (evicts the previous run's data from L2)."""
-
-    def __init__(self, index: int):
-        from nbx.core import tensor
-        self.tensor = tensor.empty((L2_FLUSH_BYTES,), "uint8", f"cuda:{index}")
-
-    def flush(self, stream) -> None:
-        runtime.memset_async(self.tensor.data_ptr(), 0, L2_FLUSH_BYTES, stream.handle)
+L2_FLUSH_BYTES = 256 << 20  # read between timed runs so that no run finds its inputs in L2
 
 
 def bench(fn, warmup: float = 25, rep: float = 100, grad_to_none=None, quantiles=None,
@@ -36,14 +25,14 @@ def bench(fn, warmup: float = 25, rep: float = 100, grad_to_none=None, quantiles
         raise NotSupportedError(f"bench return_mode {return_mode!r}: use min, max, mean, median or all")
     index = runtime.get_device()
     stream = current_stream(index)
-    flusher = _FlushBuffer(index) if flush_l2 else None
+    flusher = flush.L2Flush(index, L2_FLUSH_BYTES) if flush_l2 else None
     fn()
     stream.synchronize()
     start, end = Event(index), Event(index)
     start.record(stream)
     for _ in range(5):
         if flusher:
-            flusher.flush(stream)
+            flusher()
         fn()
     end.record(stream)
     end.synchronize()
@@ -54,7 +43,7 @@ def bench(fn, warmup: float = 25, rep: float = 100, grad_to_none=None, quantiles
     pairs = [(Event(index), Event(index)) for _ in range(n)]
     for begin, finish in pairs:
         if flusher:
-            flusher.flush(stream)
+            flusher()
         begin.record(stream)
         fn()
         finish.record(stream)
@@ -73,8 +62,9 @@ WITNESS_BYTES = 256 << 20  # the witness copies this many bytes: HBM-bound, far 
 
 class EventTimer:
     """The timer nbx.autotune sweeps with (its Timer protocol): CUDA events on the device's current
-    stream, an L2 flush that writes twice the L2 the device reports, a hold (a spin kernel that timed runs
-    queue behind, so events see GPU time alone) and a witness (a fixed copy)."""
+    stream, an L2 flush that reads twice the L2 the device reports (flush.py says why a read), a
+    hold (a spin kernel that timed runs queue behind, so events see GPU time alone) and a witness
+    (a fixed copy)."""
 
     def __init__(self, device):
         from nbx.core import tensor
@@ -86,14 +76,14 @@ class EventTimer:
         props = properties.properties(self.index)
         if not props.l2_cache_bytes:
             raise TimingRefusal(f"cuda:{self.index} ({props.name}) reports no L2 size; the flush between runs "
-                                f"writes twice the L2 and cannot be sized")
+                                f"reads twice the L2 and cannot be sized")
         self._props = props
-        self.flush_bytes = 2 * props.l2_cache_bytes
         where = f"cuda:{self.index}"
-        self._flush = tensor.empty((self.flush_bytes,), "uint8", where)
+        self.flush_l2 = flush.L2Flush(self.index, 2 * props.l2_cache_bytes)
+        self.flush_bytes, self.flush_method = self.flush_l2.nbytes, flush.METHOD
         self._src = tensor.empty((WITNESS_BYTES,), "uint8", where)
         self._dst = tensor.empty((WITNESS_BYTES,), "uint8", where)
-        self.description = f"CUDA events on {where} ({props.name}), L2 flush {self.flush_bytes} bytes"
+        self.description = f"CUDA events on {where} ({props.name}), L2 flush: a read of {self.flush_bytes} bytes"
 
     def _stream(self):
         return self._streams.current_stream(self.index)
@@ -109,10 +99,6 @@ class EventTimer:
 
     def synchronize(self) -> None:
         self._stream().synchronize()
-
-    def flush_l2(self) -> None:
-        with self._runtime.device_guard(self.index):
-            self._runtime.memset_async(self._flush.data_ptr(), 0, self.flush_bytes, self._stream().handle)
 
     def hold(self, ms: float) -> None:
         spin.hold(ms, self.index)
