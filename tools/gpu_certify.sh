@@ -3,9 +3,11 @@
 # H200") describes, and prove the result with a certified-only benchmark run:
 #   record-bench  the launch keys of the benchmarks (each case once, NBX_BENCH_ONCE=1) -> keys_bench.json
 #   record-tests  the launch keys of the gpu-marked kernel tests (torch blocked)       -> keys_tests.json
-#   certify  the keys files there are (the benchmarks' first) until CERTIFY_DEADLINE (epoch seconds)
-#            or for CERTIFY_LIMIT_S; what was proven stays (--missing resumes); then check and
-#            coverage                                                 -> certify.log, certificates.tgz
+#   certify  the keys files there are (the benchmarks' first; KEYS="f1 f2" names others, such as
+#            certificates/keys/nvidia-h200-140gb.json) until CERTIFY_DEADLINE (epoch seconds) or for
+#            CERTIFY_LIMIT_S; the candidates are compiled first in COMPILE_JOBS processes (default 8);
+#            what was proven stays (--missing resumes); then check and coverage
+#                                                                     -> certify.log, certificates.tgz
 #   bench    the benchmarks in certified-only mode over those certificates, with the report line
 #                                                                      -> bench_*.txt
 #   times    every certified key timed again (the certifier's method, other flushes, back to back)
@@ -50,16 +52,16 @@ for step in "${STEPS[@]}"; do
   certify)
     echo "== certify $(date -u +%T)" | tee -a "$LOG"
     deadline=${CERTIFY_DEADLINE:-$(( $(date +%s) + ${CERTIFY_LIMIT_S:-300} ))}  # epoch seconds, or a limit
-    for keys in "$OUT/keys_bench.json" "$OUT/keys_tests.json"; do
+    for keys in ${KEYS:-"$OUT/keys_bench.json" "$OUT/keys_tests.json"}; do
       [ -f "$keys" ] || continue
       left=$(( deadline - $(date +%s) ))
       [ "$left" -le 5 ] && { echo "certify $keys: no time left" | tee -a "$LOG"; continue; }
       timeout "$left" "$PY" -m nbx.core.cli autotune certify --device-class "$CLASS" --keys "$keys" --out "$CERTS" \
-        --missing >> "$LOG" 2>&1
+        --missing --compile-jobs "${COMPILE_JOBS:-8}" >> "$LOG" 2>&1
       echo "certify $keys: exit $? ($(grep -c '^\[' "$LOG") progress lines so far)" | tee -a "$LOG"
     done
     nbx autotune check "$CERTS" 2>&1 | tail -n 3 | tee -a "$LOG"
-    for keys in "$OUT/keys_bench.json" "$OUT/keys_tests.json"; do
+    for keys in ${KEYS:-"$OUT/keys_bench.json" "$OUT/keys_tests.json"}; do
       [ -f "$keys" ] || continue
       nbx autotune coverage --keys "$keys" --certificates "$CERTS" > "$OUT/coverage.tmp" 2>&1
       echo "coverage $keys: exit $?; $(grep -c '^missing' "$OUT/coverage.tmp") missing; $(tail -n 1 "$OUT/coverage.tmp")" \

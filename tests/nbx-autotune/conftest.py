@@ -136,7 +136,7 @@ class Overlay:
 @pytest.fixture
 def fakes():
     return types.SimpleNamespace(Clock=Clock, FakeTimer=FakeTimer, make_tunable=make_tunable, Overlay=Overlay,
-                                 ABSENT=ABSENT, IDENTITY=IDENTITY, WRONG_BLOCK=WRONG_BLOCK, dtypes=dtypes,
+                                 ABSENT=ABSENT, IDENTITY=IDENTITY, WRONG_BLOCK=WRONG_BLOCK, BLOCK_MS=BLOCK_MS, dtypes=dtypes,
                                  FakeWorkload=FakeWorkload)
 
 

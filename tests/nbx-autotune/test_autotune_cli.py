@@ -138,3 +138,16 @@ def test_a_malformed_keys_file_is_refused_by_name(kernel, tmp_path, capsys):
 def test_record_without_a_command_says_how_to_give_one(capsys):
     assert cli.main(["autotune", "record", "--out", "k.json"]) == 2
     assert "give the command to run after --" in capsys.readouterr().err
+
+
+def test_compile_ahead_screens_each_key_to_prove_in_exactly_one_shard_and_times_none(fakes, hopper, kernel,
+                                                                                      tmp_path):
+    tunable, clock = kernel
+    facts = fakes.Overlay(hopper, autotune__buckets__elements=LADDER)
+    screened = [certify.compile_ahead(recorded(), tunables={tunable.name: tunable}, facts=facts,
+                                      identity=fakes.IDENTITY, device=None, out=tmp_path / "out", shard=i, shards=2)
+                for i in range(2)]
+    assert screened == [1, 1]   # the two keys of this class and device file; the others are certify's to refuse
+    assert clock.launches == 2 * 6 and clock.now == pytest.approx(sum(  # each candidate of each key ran once
+        ms + 0.01 * w for ms in fakes.BLOCK_MS.values() for w in (1, 2)) * 2)
+    assert not (tmp_path / "out").exists()

@@ -4,6 +4,12 @@ certify() proves each recorded key (sweep.prove: prune, screen, time under the w
 each entry into <out>/<vendor>/<device class>/<compiler>/<kernel>.json as soon as it is proven, so
 an interrupted certification keeps what it finished. A key that cannot be proven is listed with
 its reason, never written.
+
+compile_ahead() screens a shard of the same keys without timing them. A certification is bound by
+compiling (each candidate of each key is a kernel Triton compiles, about a second each), and the
+timing must run alone on the GPU: `certify --compile-jobs N` first runs N shards at once in their
+own processes, which fill Triton's on-disk cache, then times every key in one process that loads
+the compiled kernels from it.
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from pathlib import Path
 
 from nbx.core.errors import NbxError
 
-from . import keys, records, store, sweep, timing
+from . import keys, records, screen, store, sweep, timing
 
 
 @dataclass
@@ -36,19 +42,7 @@ def certify(key_records, *, tunables: dict, facts, identity, device, timer, out,
     missing_only: keys that out already certifies for this class and compiler are skipped (a
     certification resumed after an interruption, or a second keys file over the same tree)."""
     result = Outcome()
-    todo = []
-    done_tree = store.CertificateStore(trees=[Path(out)], packaged=False) if missing_only else None
-    for rec in records.merge(key_records):
-        tunable = tunables.get(rec.kernel)
-        if done_tree is not None and tunable is not None and rec.key in done_tree.entries(identity, tunable, facts):
-            result.skipped.append((rec.kernel, rec.key, f"certified already in {out}"))
-        elif rec.device_class not in (None, identity.device_class):
-            result.skipped.append((rec.kernel, rec.key, f"recorded on {rec.device_class}"))
-        elif rec.device_file != facts.name:
-            result.refused.append((rec.kernel, rec.key, f"classed by the ladders of {rec.device_file}, this "
-                                                        f"device's file is {facts.name}: record the keys again"))
-        else:
-            todo.append(rec)
+    todo = _to_prove(key_records, tunables, facts, identity, out, missing_only, result)
     started = time.monotonic()
     for done, rec in enumerate(todo, 1):
         began = time.monotonic()
@@ -71,6 +65,46 @@ def certify(key_records, *, tunables: dict, facts, identity, device, timer, out,
             print(f"[{_bar(done, len(todo))}] {done}/{len(todo)} {rec.kernel} {rec.key}: {verdict} "
                   f"({time.monotonic() - began:.1f} s; about {left:.0f} s left)", file=progress, flush=True)
     return result
+
+
+def _to_prove(key_records, tunables, facts, identity, out, missing_only: bool, result: Outcome) -> list:
+    """The records certify() proves; the others go to result.skipped or result.refused."""
+    todo = []
+    done_tree = store.CertificateStore(trees=[Path(out)], packaged=False) if missing_only else None
+    for rec in records.merge(key_records):
+        tunable = tunables.get(rec.kernel)
+        if done_tree is not None and tunable is not None and rec.key in done_tree.entries(identity, tunable, facts):
+            result.skipped.append((rec.kernel, rec.key, f"certified already in {out}"))
+        elif rec.device_class not in (None, identity.device_class):
+            result.skipped.append((rec.kernel, rec.key, f"recorded on {rec.device_class}"))
+        elif rec.device_file != facts.name:
+            result.refused.append((rec.kernel, rec.key, f"classed by the ladders of {rec.device_file}, this "
+                                                        f"device's file is {facts.name}: record the keys again"))
+        else:
+            todo.append(rec)
+    return todo
+
+
+def compile_ahead(key_records, *, tunables: dict, facts, identity, device, out, shard: int, shards: int,
+                  missing_only: bool = False) -> int:
+    """Screen every candidate of the keys certify() would prove whose index is shard modulo shards:
+    each is compiled and run once, nothing is timed or written. The number of keys screened; a key
+    that cannot be screened is left for certify() to refuse with its reason."""
+    todo = _to_prove(key_records, tunables, facts, identity, out, missing_only, Outcome())
+    screened = 0
+    for rec in todo[shard::shards]:
+        tunable = tunables.get(rec.kernel)
+        if tunable is None or tunable.workload is None:
+            continue
+        try:
+            rep = keys.representative(keys.parse(rec.kernel, tunable.key, rec.key, facts, rec.observed),
+                                      tunable.key, facts)
+            kept, _ = tunable.candidates(facts, rep)
+            screen.run(tunable.workload(rep, device), kept, facts)
+        except NbxError:
+            continue
+        screened += 1
+    return screened
 
 
 @dataclass

@@ -15,6 +15,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from . import timing
@@ -64,6 +65,15 @@ def _certify(args) -> int:
         return 2
     facts = device_files.in_force(device)
     wanted = [r for r in records.load(args.keys) if not args.kernel or r.kernel in args.kernel]
+    if args.compile_shard is not None:
+        screened = certify.compile_ahead(wanted, tunables=tunables, facts=facts, identity=identity, device=device,
+                                         out=args.out, shard=args.compile_shard, shards=args.compile_jobs,
+                                         missing_only=args.missing)
+        print(f"nbx autotune certify: shard {args.compile_shard} of {args.compile_jobs}: {screened} key(s) "
+              f"screened (compiled), none timed", file=sys.stderr)
+        return 0
+    if args.compile_jobs > 1:
+        _compile_in_shards(args)
     timer = timing.timer_for(device)
     print(f"nbx autotune certify: {len(wanted)} recorded key(s) for {identity.device_class} under "
           f"{identity.compiler} ({facts.name}; {timer.description})", file=sys.stderr)
@@ -77,6 +87,19 @@ def _certify(args) -> int:
     print(f"nbx autotune certify: {len(done.certified)} key(s) certified into {args.out}, {len(done.refused)} "
           f"refused, {len(done.skipped)} skipped (another device class, or certified already)")
     return 1 if done.refused else 0
+
+
+def _compile_in_shards(args) -> None:
+    """Run `certify --compile-shard i` for each of args.compile_jobs shards at once and wait for them."""
+    command = [sys.executable, "-m", "nbx.core.cli", "autotune", "certify", "--device-class", args.device_class,
+               "--keys", args.keys, "--out", args.out, "--device", args.device,
+               "--compile-jobs", str(args.compile_jobs)]
+    command += [f"--kernel={k}" for k in args.kernel or ()] + (["--missing"] if args.missing else [])
+    began = time.monotonic()
+    jobs = [subprocess.Popen(command + ["--compile-shard", str(i)]) for i in range(args.compile_jobs)]
+    codes = [job.wait() for job in jobs]
+    print(f"nbx autotune certify: {args.compile_jobs} compile shards in {time.monotonic() - began:.0f} s "
+          f"(exit codes {codes}); timing now", file=sys.stderr)
 
 
 def _default_trees() -> list[tuple[str, Path]]:
@@ -170,6 +193,10 @@ def add_cli_commands(subparsers) -> None:
     cert.add_argument("--retries", type=int, default=1, help="measurements again after a witness drift")
     cert.add_argument("--missing", action="store_true", help="only keys the --out tree does not certify yet "
                                                              "(resume an interrupted certification)")
+    cert.add_argument("--compile-jobs", type=int, default=1, help="screen the keys first in this many processes at "
+                                                                   "once, which compile the candidates (timing "
+                                                                   "then runs alone, from Triton's cache)")
+    cert.add_argument("--compile-shard", type=int, help=argparse.SUPPRESS)  # one of those processes
     cert.set_defaults(func=_guarded(_certify))
 
     check = actions.add_parser("check", help="validate every certificate file (exit 1 if one is refused)")
