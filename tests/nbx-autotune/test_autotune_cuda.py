@@ -49,28 +49,14 @@ def test_the_cuda_hold_keeps_the_stream_busy_so_queued_runs_are_timed_without_th
     assert m.median_ms < 1.0, m  # a flush of twice the L2 takes well under a millisecond on the GPU
 
 
-def test_the_read_flush_evicts_what_the_l2_held_so_a_run_after_it_reads_from_hbm():
-    import statistics
-
+def test_the_read_flush_evicts_what_the_l2_held_so_a_run_after_it_reads_from_hbm(monkeypatch):
     from nbx.core.device import as_device
     from nbx.devices.nvidia.flush import L2Flush
     timer = timing.timer_for(as_device("cuda:0"))
     assert timer.flush_method == "read" and timer.flush_bytes >= 2 * (1 << 20)
     reread = L2Flush(0, 16 << 20)   # a read of 16 MiB, which the L2 holds once read
-    reread()
-
-    def timed(before) -> float:
-        times = []
-        for _ in range(15):
-            before()
-            start, end = timer.event(), timer.event()
-            timer.record(start)
-            reread()
-            timer.record(end)
-            timer.synchronize()
-            times.append(timer.elapsed_ms(start, end))
-        return statistics.median(times)
-
-    warm, cold = timed(reread), timed(timer.flush_l2)
+    cold = timing.measure(reread, timer).median_ms
+    monkeypatch.setattr(timer, "flush_l2", reread)   # the same read before each run: it finds the L2 warm
+    warm = timing.measure(reread, timer).median_ms
     print(f"16 MiB read: {warm * 1e3:.1f} us from the L2, {cold * 1e3:.1f} us after the read flush")
     assert cold > 1.2 * warm, (warm, cold)
