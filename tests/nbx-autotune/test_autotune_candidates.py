@@ -51,7 +51,7 @@ def test_a_constraint_answering_false_prunes_and_one_answering_nonsense_is_refus
 
 def test_a_per_key_fit_prunes_only_when_a_representative_launch_is_given(hopper):
     t = Tunable("k", params={"block": (64, 4096)}, key=KEY,
-                fits=lambda s, rep: s["block"] <= rep["n"] or f"block {s['block']} above the {rep['n']} elements")
+                fits=lambda s, rep, facts: s["block"] <= rep["n"] or f"block {s['block']} above the {rep['n']} elements")
     assert len(t.candidates(hopper)[0]) == 2
     kept, pruned = t.candidates(hopper, {"n": 1000})
     assert kept == [{"block": 64}] and pruned == [({"block": 4096}, "block 4096 above the 1000 elements")]

@@ -17,7 +17,7 @@ from nbx.core import device_files
 from nbx.kernels import launch
 from nbx.kernels.cost import price
 from nbx.kernels.matmul import plan
-from nbx.kernels.matmul.tuning import MATMUL, launch_key, representative_operands, stages_that_fit
+from nbx.kernels.matmul.tuning import MATMUL, launch_key, representative_operands, stage_bytes, stages_that_fit
 
 rng = np.random.default_rng(7)
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -178,9 +178,20 @@ def test_candidates_are_pruned_by_shared_memory_and_by_sizes_a_smaller_tile_cove
     kept, pruned = MATMUL.candidates(small, None)
     assert kept and all(s["num_stages"] * s["block_k"] * (s["block_m"] + s["block_n"]) * 2 <= 64 * 1024 for s in kept)
     assert any("above memory.max_shared_memory_per_block 65536" in why for _, why in pruned)
-    kept, pruned = MATMUL.candidates(_hopper(), {"m": 8, "n": 4096, "k": 32})
+    kept, pruned = MATMUL.candidates(_hopper(), {"m": 8, "n": 4096, "k": 32, "dtype": "bfloat16"})
     assert {(s["block_m"], s["block_k"]) for s in kept} == {(64, 32)}
     assert any("covers m=8" in why for _, why in pruned)
+
+
+def test_a_float32_or_float64_key_prunes_the_stages_its_operands_cannot_hold():
+    hopper, big = _hopper(), {"m": 4096, "n": 4096, "k": 4096}
+    limit = hopper.value("memory.max_shared_memory_per_block")
+    for dtype, itemsize in (("bfloat16", 2), ("float32", 4), ("float64", 8)):
+        kept, pruned = MATMUL.candidates(hopper, {**big, "dtype": dtype})
+        assert kept and all(s["num_stages"] * stage_bytes(s, itemsize, itemsize) <= limit for s in kept)
+        assert all(stages_that_fit(s, itemsize, itemsize, hopper) == s["num_stages"] for s in kept)
+        cut = [why for _, why in pruned if f"of {dtype} operands" in why]
+        assert (not cut) if itemsize == 2 else cut, (dtype, cut)
 
 
 def test_wider_operands_are_served_fewer_stages_where_theirs_would_not_fit():

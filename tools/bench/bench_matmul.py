@@ -10,7 +10,9 @@ projections. float32 runs in IEEE float32 on both sides (torch's TF32 is switche
 
 Timing: CUDA events around back-to-back calls queued behind a GPU spin (peer_timing.measure), each
 call reading another copy of its operands, the copies together past the L2. TFLOP/s counts
-2 M N K. ratio = torch time / nbx time (above 1: nbx faster).
+2 M N K. ratio = torch time / nbx time (above 1: nbx faster). The cold columns time one call alone
+after an L2 flush, the certifier's method (peer_timing.cold), for nbx and torch: nbx's cold time is
+what the certificate's best_ms states for the same launch key.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import sys
 import torch
 
 import nbx.core as nbx
-from peer_timing import allocator_name, deviation, measure, spin_cycles_per_ms
+from peer_timing import allocator_name, cold, deviation, measure, spin_cycles_per_ms
 
 # (name, M, N, K, layout of (A, B))
 SHAPES = [
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
     cycles = spin_cycles_per_ms()
     print(f"# GPU spin: {cycles / 1e3:.0f} MHz effective")
     print(f"{'case':<15} {'M x N x K':<18} {'AB':<3} {'dtype':<9} {'nbx us':>9} {'torch us':>9} {'nbx TF/s':>9} "
-          f"{'torch TF/s':>10} {'ratio':>6} {'host us nbx/torch':>18} {'deviation':>10}")
+          f"{'torch TF/s':>10} {'ratio':>6} {'host us nbx/torch':>18} {'deviation':>10} {'cold us nbx/torch':>19}")
     for name, m, n, k, layout in SHAPES:
         for dtype in args.dtypes:
             shape = f"{m}x{n}x{k}"
@@ -68,6 +70,7 @@ def main(argv=None) -> int:
                 dev = deviation(nbx_fn(0), torch_fn(0))
                 t_nbx, h_nbx, bound_nbx = measure(nbx_fn, copies, cycles)
                 t_torch, h_torch, bound_torch = measure(torch_fn, copies, cycles)
+                c_nbx, c_torch = cold(nbx_fn), cold(torch_fn)
             except Exception as exc:  # report and go on: one failing case must not hide the rest
                 print(f"{name:<15} {shape:<18} {layout:<3} {dtype:<9} FAILED: {type(exc).__name__}: {exc}")
                 continue
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
             flag = " (host-bound)" if bound_nbx or bound_torch else ""
             print(f"{name:<15} {shape:<18} {layout:<3} {dtype:<9} {t_nbx:9.1f} {t_torch:9.1f} "
                   f"{flops / t_nbx / 1e6:9.1f} {flops / t_torch / 1e6:10.1f} {t_torch / t_nbx:6.2f} "
-                  f"{h_nbx:8.1f}/{h_torch:<8.1f} {dev:10.2e}{flag}", flush=True)
+                  f"{h_nbx:8.1f}/{h_torch:<8.1f} {dev:10.2e} {c_nbx:9.1f}/{c_torch:<9.1f}{flag}", flush=True)
     return 0
 
 

@@ -13,7 +13,8 @@
 
 Candidates are the product of the parameters' values, pruned by the device's facts before anything
 compiles: num_warps by the threads a block may have, num_stages by the pipelining cap, then the
-kernel's own constraint (shared memory and registers helpers below) and its per-key `fits`. A
+kernel's own constraint (shared memory and registers helpers below) and its per-key
+`fits(setting, rep, facts)`, which sees the key's representative launch (its sizes and dtype). A
 constraint answers True (keep), False or a text (pruned, the text saying why).
 """
 from __future__ import annotations
@@ -84,7 +85,7 @@ class Tunable:
             if reason is None and self.constraint is not None:
                 reason = _verdict(self.constraint(setting, facts), "the kernel's constraint")
             if reason is None and self.fits is not None and rep is not None:
-                reason = _verdict(self.fits(setting, rep), "the key's shape")
+                reason = _verdict(self.fits(setting, rep, facts), "the key's shape")
             if reason is None:
                 kept.append(setting)
             else:

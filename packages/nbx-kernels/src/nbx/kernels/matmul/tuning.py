@@ -2,11 +2,14 @@
 
 Tuned: the tile (block_m x block_n, stepping K by block_k), its warps and its pipeline stages;
 group_m, the tile rows that run together for L2 reuse, is declared with one value. Candidates are
-pruned by the shared memory their stages of 16-bit operands take (the device file's
-`memory.max_shared_memory_per_block`; wider operands are held to the same limit at launch, which
-lowers their stages, see `stages_that_fit`), eight warps are kept for the 128 x 128 tile only (a
-smaller tile leaves each warp too little work), and a key's shape prunes tiles twice as large as
-a dimension they cover (a 128-row tile on 40 rows only pads).
+pruned by the shared memory their stages take (the device file's
+`memory.max_shared_memory_per_block`): for any key at 16-bit operands, the narrowest matmul
+takes, and for a key at its own dtype's width, so that a float32 or float64 key never compares
+candidates that only differ by stages its operands cannot hold. Eight warps are kept for the
+128 x 128 tile only (a smaller tile leaves each warp too little work), and a key's shape prunes
+tiles twice as large as a dimension they cover (a 128-row tile on 40 rows only pads). A setting
+served without that pruning (the device file's tile) is held to the limit at launch, which lowers
+its stages (`stages_that_fit`).
 
 The launch key: M, N and K classed on the device file's `autotune.buckets.dims`, the output dtype,
 and the operands' layout, "nn", "nt", "tn" or "tt" ("t": the operand's last dim, K of A or N of B,
@@ -20,6 +23,7 @@ import math
 import numpy as np
 
 from nbx import autotune
+from nbx.core.dtypes import as_dtype
 from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 
@@ -63,12 +67,18 @@ def _warps_for_tile(setting, facts):
     return True
 
 
-def _fits_shape(setting, rep):
-    """Prune a tile dimension twice as large as the key's size when a smaller candidate covers it."""
+def _fits_key(setting, rep, facts):
+    """Prune a tile dimension twice as large as the key's size when a smaller candidate covers it,
+    and stages the key's operands (of its dtype) cannot hold in shared memory."""
     for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
         value = setting[block]
         if value > min(PARAMS[block]) and value // 2 >= rep[size]:
             return f"{block} {value} covers {size}={rep[size]} twice over"
+    itemsize = as_dtype(rep["dtype"]).itemsize
+    if stages_that_fit(setting, itemsize, itemsize, facts) < setting["num_stages"]:
+        return (f"{setting['num_stages']} stages of {as_dtype(rep['dtype']).name} operands take "
+                f"{setting['num_stages'] * stage_bytes(setting, itemsize, itemsize)} bytes, above "
+                f"memory.max_shared_memory_per_block {facts.value('memory.max_shared_memory_per_block')}")
     return True
 
 
@@ -106,7 +116,7 @@ def matmul_workload(rep, device):
 MATMUL = autotune.declare(autotune.Tunable(
     "matmul", params=PARAMS, key=KEY, default_from="tiles.matmul", workload=matmul_workload,
     constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps_for_tile),
-    fits=_fits_shape))
+    fits=_fits_key))
 
 
 def matmul_setting(device, m: int, n: int, k: int, dtype, a_strides, b_strides):
