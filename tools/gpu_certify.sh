@@ -8,7 +8,8 @@
 #            CERTIFY_LIMIT_S; the candidates are compiled first in COMPILE_JOBS processes (default 8);
 #            what was proven stays (--missing resumes); then check and coverage
 #                                                                     -> certify.log, certificates.tgz
-#   bench    the benchmarks in certified-only mode over those certificates, with the report line
+#   bench    the benchmarks (BENCH_FILES="a.py b.py" picks some) in certified-only mode over those
+#            certificates, with the report line
 #                                                                      -> bench_*.txt
 #   times    every certified key timed again (the certifier's method, other flushes, back to back)
 #            against its best_ms (tools/bench/certified_times.py)       -> certified_times.txt
@@ -26,7 +27,7 @@ PY=${PYTHON:-python3}
 CLASS=${DEVICE_CLASS:-nvidia-h200-140gb}
 CERTS=${CERTS:-/tmp/nbx-certificates}   # unpacked tree; a previous certificates.tgz may seed it
 LOG="$OUT/certify.log"
-BENCHES=(tools/bench/bench_elementwise.py tools/bench/bench_softmax_norm.py tools/bench/bench_reduction.py)
+BENCHES=(${BENCH_FILES:-tools/bench/bench_elementwise.py tools/bench/bench_softmax_norm.py tools/bench/bench_reduction.py tools/bench/bench_matmul.py})
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(record-bench record-tests certify bench times)
 nbx() { "$PY" -m nbx.core.cli "$@"; }
