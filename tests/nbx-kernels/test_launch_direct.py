@@ -58,3 +58,61 @@ def reference_of(flat):
     rows = flat.reshape(63, 1000).astype(np.float64)
     e = np.exp(rows - rows.max(1, keepdims=True))
     return e / e.sum(1, keepdims=True)
+
+
+class _Launcher:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+class _FakeKernel:
+    """A JIT function's surface launch.run uses: kernel[grid](*args, **meta) and params."""
+
+    def __init__(self, n_args: int):
+        self.jit_calls = 0
+        self.launcher = _Launcher()
+        self.params = [type("P", (), {"name": f"a{i}", "default": None}) for i in range(n_args)]
+        self.params.append(type("P", (), {"name": "BLOCK", "default": None}))
+
+    def __getitem__(self, grid):
+        def compile_and_launch(*args, **meta):
+            self.jit_calls += 1
+            return type("Compiled", (), {"run": self.launcher, "function": 7, "packed_metadata": "pm"})()
+        return compile_and_launch
+
+
+class _Backend:
+    def device_count(self):
+        return 1
+
+    def device_guard(self, device):
+        import contextlib
+        return contextlib.nullcontext()
+
+
+def test_a_call_site_repeat_launches_its_compiled_kernel_by_its_pointers_alignment_alone(monkeypatch):
+    from nbx.core.device import Device
+    monkeypatch.setattr(launch, "get_backend", lambda kind: _Backend())
+    monkeypatch.setattr(launch, "_stream_of", lambda index: 99)
+    launch.forget_compiled()
+    base = nbx.asarray(np.zeros(64, np.float32))
+    x, shifted = base[:16], base[1:17]
+    kernel = _FakeKernel(3)
+    site = launch.CallSite(kernel, (4,), Device("cuda", 0), {"BLOCK": 16}, pointers=(0,))
+    site.run([x, 5, 2.5])
+    assert kernel.jit_calls == 1 and not kernel.launcher.calls
+    site.run([x, 5, 3.5])   # another scalar value: the same compiled kernel, called directly
+    assert kernel.jit_calls == 1
+    assert kernel.launcher.calls == [(4, 1, 1, 99, 7, "pm", None, None, None, x.data_ptr(), 5, 3.5, 16)]
+    site.run([shifted, 5, 3.5])   # 4 bytes off 16-byte alignment: Triton compiles it apart
+    assert kernel.jit_calls == 2
+    site.run([shifted, 5, 3.5])
+    assert kernel.jit_calls == 2 and kernel.launcher.calls[-1][9] == shifted.data_ptr()
+    numpy_site = launch.CallSite(kernel, (4,), Device("cuda", 0), {"BLOCK": 16}, pointers=(0,))
+    for _ in range(2):   # a numpy scalar goes through launch.run each time, which passes it as an int
+        numpy_site.run([x, np.int64(5), 3.5])
+        assert type(kernel.launcher.calls[-1][10]) is int
+    assert kernel.jit_calls == 2 and not numpy_site._compiled

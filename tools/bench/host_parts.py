@@ -1,7 +1,7 @@
 """Host microseconds per call of each stage of a small op's path, timed by wall clock (no profiler,
 which inflates many cheap calls): the whole op, its kernel wrapper with a preallocated output, the
-launch alone (launch.run replaying the op's last launch), the launcher alone, and the pieces of
-launch.run. Torch-free.
+launch alone (launch.run replaying the op's last launch; for an elementwise op also its call site's
+replay, which skips launch.run's key), the launcher alone, and the pieces of launch.run. Torch-free.
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') TRITON_INTERPRET=0 python3 tools/bench/host_parts.py
 """
@@ -17,6 +17,7 @@ import triton
 import nbx.core as nbx
 from nbx.core.device import get_backend
 from nbx.kernels import launch
+from nbx.kernels.elementwise import callsite
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -32,22 +33,27 @@ def per_call_us(fn, calls: int) -> float:
 
 
 class LastLaunch:
-    """Records the arguments of the launches an op makes (the op still launches)."""
+    """Records the arguments of the launches an op makes (the op still launches), and the call
+    site a launch came through (elementwise plans)."""
 
     def __init__(self):
-        self.calls = []
+        self.calls, self.sites = [], []
 
     def __enter__(self):
-        self.original = launch.run
+        self.original, self.site_run = launch.run, launch.CallSite.run
 
         def recording(kernel, grid, device, *args, **meta):
             self.calls.append((kernel, grid, device, args, meta))
             return self.original(kernel, grid, device, *args, **meta)
-        launch.run = recording
+
+        def site_recording(site, args):
+            self.sites.append((site, list(args)))
+            return self.site_run(site, args)
+        launch.run, launch.CallSite.run = recording, site_recording
         return self
 
     def __exit__(self, *exc):
-        launch.run = self.original
+        launch.run, launch.CallSite.run = self.original, self.site_run
 
 
 def main(argv=None) -> int:
@@ -74,11 +80,16 @@ def main(argv=None) -> int:
     print(f"{'launch.hooks_set()':48s} {per_call_us(launch.hooks_set, args.calls):7.2f}")
     for name, op in ops.items():
         op()
+        callsite.clear()   # so that the recorded call builds its plan and goes through launch.run
         with LastLaunch() as rec:
             op()
         backend.synchronize(device)
         print(f"== {name}: {len(rec.calls)} launch(es)")
         print(f"  {'whole op':46s} {per_call_us(op, args.calls):7.2f}")
+        if rec.sites:
+            site, site_args = rec.sites[-1]
+            print(f"  {'CallSite.run, the last launch replayed':46s} "
+                  f"{per_call_us(lambda: site.run(list(site_args)), args.calls):7.2f}")
         kernel, grid, dev, kargs, meta = rec.calls[-1]
         print(f"  {'launch.run, the last launch replayed':46s} "
               f"{per_call_us(lambda: launch.run(kernel, grid, dev, *kargs, **meta), args.calls):7.2f}")

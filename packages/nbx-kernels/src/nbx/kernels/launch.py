@@ -10,6 +10,10 @@ JIT's argument binding, specialisation and cache lookup (about 20 us a launch). 
 Triton specialises on: a pointer's dtype and 16-byte alignment, an int's width and whether it is
 1 or a multiple of 16, the type of any other scalar. With Triton's launch hooks set, every launch
 goes through the JIT.
+
+A call site whose own key fixes everything but its tensors' addresses and its scalars' values (the
+elementwise plans) keeps a CallSite: its repeats look the compiled kernel up by their pointers'
+alignment alone, without forming that key from every argument.
 """
 from __future__ import annotations
 
@@ -137,16 +141,61 @@ def run(kernel, grid, device: Device, *args, **meta):
                 _COMPILED.clear()
             _COMPILED[key] = _Compiled(kernel, compiled, len(args), meta)
         return
+    _call(fast, grid, device, backend, prepared[0])
+
+
+def _stream_of(index: int) -> int:
+    return triton.runtime.driver.active.get_current_stream(index)
+
+
+def _call(fast: _Compiled, grid, device: Device, backend, direct) -> None:
+    """The compiled kernel's launcher on device's current stream, device made current if it is not."""
     grid = (*grid, 1, 1)
-    stream_of = triton.runtime.driver.active.get_current_stream
-    index = device.index
-    if backend.device_count() == 1 or backend.current_device() == index:  # one device: it is current
-        fast.run(grid[0], grid[1], grid[2], stream_of(index), fast.function, fast.packed, None, None, None,
-                 *prepared[0], *fast.tail)
+    stream = _stream_of(device.index)
+    if backend.device_count() == 1 or backend.current_device() == device.index:  # one device: it is current
+        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *direct, *fast.tail)
         return
     with backend.device_guard(device):
-        fast.run(grid[0], grid[1], grid[2], stream_of(index), fast.function, fast.packed, None, None, None,
-                 *prepared[0], *fast.tail)
+        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *direct, *fast.tail)
+
+
+_PLAIN = (int, float, bool, type(None))   # scalars the launcher takes as they are
+
+
+class CallSite:
+    """One call site's launches of kernel: grid, device and meta fixed, and every argument's kind
+    (tensor dtypes, scalar types, int classes) fixed by the caller's own key, so that only the
+    tensors' addresses and the scalars' values change between calls. A repeat finds its compiled
+    kernel by its pointers' 16-byte alignment; anything else goes through run()."""
+
+    __slots__ = ("kernel", "grid", "device", "meta", "pointers", "_compiled", "_backend")
+
+    def __init__(self, kernel, grid, device: Device, meta: dict, pointers: tuple[int, ...]):
+        self.kernel, self.grid, self.device, self.meta = kernel, grid, device, meta
+        self.pointers = pointers   # the positions of the tensor arguments
+        self._compiled: dict = {}  # alignment of the pointers -> _Compiled
+        self._backend = get_backend(device.type)
+
+    def run(self, args: list) -> None:
+        if self.device.type == "interp" or hooks_set():
+            run(self.kernel, self.grid, self.device, *args, **self.meta)
+            return
+        addresses = [args[i].data_ptr() for i in self.pointers]
+        aligned = tuple(a % 16 == 0 for a in addresses)
+        fast = self._compiled.get(aligned)
+        if fast is None:
+            run(self.kernel, self.grid, self.device, *args, **self.meta)
+            prepared = _direct(args)
+            plain = all(type(a) in _PLAIN or i in self.pointers for i, a in enumerate(args))
+            if prepared is not None and plain:
+                key = (self.kernel, self.device.index, self.grid, tuple(self.meta.items()), prepared[1])
+                found = _COMPILED.get(key)
+                if found is not None:
+                    self._compiled[aligned] = found
+            return
+        for i, address in zip(self.pointers, addresses):
+            args[i] = address
+        _call(fast, self.grid, self.device, self._backend, args)
 
 
 def compiled_count() -> int:

@@ -41,7 +41,7 @@ def _operand_key(o) -> tuple:
 class Plan:
     """One call site: the kernel arguments that follow from its key."""
 
-    __slots__ = ("device", "shape", "n", "template", "slots", "meta", "grid")
+    __slots__ = ("device", "shape", "n", "template", "slots", "meta", "grid", "site")
 
     def __init__(self, fn, operands, out_dtype: DType, compute, out: Tensor | None, device, setting=None):
         tensors = [o for o in operands if isinstance(o, Tensor)]
@@ -92,6 +92,8 @@ class Plan:
                          D=kinds[3], OUT=out_kind, INDEX64=extent + block >= _INT32, BLOCK=block)
         self.meta["num_warps"] = setting["num_warps"]
         self.grid = (triton.cdiv(self.n, block),)
+        pointers = tuple(pos for pos, index in slots if index < 0 or isinstance(operands[index], Tensor))
+        self.site = launch.CallSite(elementwise_kernel, self.grid, device, self.meta, pointers)
 
     def arguments(self, out: Tensor, operands) -> list:
         args = list(self.template)
@@ -121,8 +123,8 @@ def plan_for(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | No
 
 
 def run(plan: Plan, out: Tensor, operands) -> None:
-    """Launch plan's kernel writing out (launch.run calls the compiled kernel directly on repeats)."""
-    launch.run(elementwise_kernel, plan.grid, plan.device, *plan.arguments(out, operands), **plan.meta)
+    """Launch plan's kernel writing out (its call site calls the compiled kernel directly on repeats)."""
+    plan.site.run(plan.arguments(out, operands))
 
 
 def clear() -> None:
