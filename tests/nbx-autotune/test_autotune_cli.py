@@ -151,3 +151,27 @@ def test_compile_ahead_screens_each_key_to_prove_in_exactly_one_shard_and_times_
     assert clock.launches == 2 * 6 and clock.now == pytest.approx(sum(  # each candidate of each key ran once
         ms + 0.01 * w for ms in fakes.BLOCK_MS.values() for w in (1, 2)) * 2)
     assert not (tmp_path / "out").exists()
+
+
+def test_compile_jobs_start_one_certify_process_per_shard_with_the_same_keys_and_wait_for_all(monkeypatch, capsys):
+    import argparse
+    started = []
+
+    class Job:
+        def __init__(self, command):
+            started.append(command)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(autotune_cli.subprocess, "Popen", Job)
+    args = argparse.Namespace(device_class=H200, keys="k.json", out="tree", device="cuda:0", kernel=["matmul"],
+                              missing=True, compile_jobs=3)
+    autotune_cli._compile_in_shards(args)
+    assert [c[-2:] for c in started] == [["--compile-shard", "0"], ["--compile-shard", "1"], ["--compile-shard", "2"]]
+    for command in started:
+        assert command[1:5] == ["-m", "nbx.core.cli", "autotune", "certify"]
+        assert command[5:15] == ["--device-class", H200, "--keys", "k.json", "--out", "tree", "--device", "cuda:0",
+                                 "--compile-jobs", "3"]
+        assert "--kernel=matmul" in command and "--missing" in command
+    assert "3 compile shards" in capsys.readouterr().err
