@@ -168,16 +168,19 @@ class CallSite:
     tensors' addresses and the scalars' values change between calls. A repeat finds its compiled
     kernel by its pointers' 16-byte alignment; anything else goes through run()."""
 
-    __slots__ = ("kernel", "grid", "device", "meta", "pointers", "_compiled", "_backend")
+    __slots__ = ("kernel", "grid", "device", "meta", "pointers", "_compiled", "_backend", "_direct_ok")
 
     def __init__(self, kernel, grid, device: Device, meta: dict, pointers: tuple[int, ...]):
         self.kernel, self.grid, self.device, self.meta = kernel, grid, device, meta
         self.pointers = pointers   # the positions of the tensor arguments
         self._compiled: dict = {}  # alignment of the pointers -> _Compiled
         self._backend = get_backend(device.type)
+        # False once an argument proved of a kind the launcher is not handed as it is (a numpy
+        # scalar): the caller's key fixes the kinds, so every call of this site then takes run()
+        self._direct_ok = device.type != "interp"
 
     def run(self, args: list) -> None:
-        if self.device.type == "interp" or hooks_set():
+        if not self._direct_ok or hooks_set():
             run(self.kernel, self.grid, self.device, *args, **self.meta)
             return
         addresses = [args[i].data_ptr() for i in self.pointers]
@@ -186,8 +189,9 @@ class CallSite:
         if fast is None:
             run(self.kernel, self.grid, self.device, *args, **self.meta)
             prepared = _direct(args)
-            plain = all(type(a) in _PLAIN or i in self.pointers for i, a in enumerate(args))
-            if prepared is not None and plain:
+            self._direct_ok = prepared is not None and all(
+                type(a) in _PLAIN or i in self.pointers for i, a in enumerate(args))
+            if self._direct_ok:
                 key = (self.kernel, self.device.index, self.grid, tuple(self.meta.items()), prepared[1])
                 found = _COMPILED.get(key)
                 if found is not None:
