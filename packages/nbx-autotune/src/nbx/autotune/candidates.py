@@ -85,7 +85,7 @@ class Tunable:
             if reason is None and self.constraint is not None:
                 reason = _verdict(self.constraint(setting, facts), "the kernel's constraint")
             if reason is None and self.fits is not None and rep is not None:
-                reason = _verdict(self.fits(setting, rep, facts), "the key's shape")
+                reason = _verdict(self.fits(setting, rep, facts), "the key")
             if reason is None:
                 kept.append(setting)
             else:
