@@ -42,11 +42,11 @@ def certified_entries(device, kernels):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", default="elementwise,softmax,norm,reduction")
+    parser.add_argument("--kernels", default="elementwise,softmax,norm,reduction,matmul")
     parser.add_argument("--min-ms", type=float, default=0.01, help="skip keys certified faster than this")
     parser.add_argument("--max-elements", type=int, default=1 << 28, help="skip larger representatives")
     args = parser.parse_args(argv)
-    from nbx.kernels import elementwise, norm, reduction, softmax  # noqa: F401  (declare the tunables)
+    from nbx.kernels import elementwise, matmul, norm, reduction, softmax  # noqa: F401  (declare the tunables)
     device = as_device("cuda:0")
     timer = timing.timer_for(device)
     scratch = empty((timer.flush_bytes,), "uint8", device)
