@@ -3,9 +3,9 @@
 Tuned: the tile (block_m x block_n, stepping K by block_k), its warps and its pipeline stages;
 group_m, the tile rows that run together for L2 reuse, is declared with one value. Candidates are
 pruned by the shared memory their stages take (the device file's
-`memory.max_shared_memory_per_block`): for any key at 16-bit operands, the narrowest matmul
-takes, and for a key at its own dtype's width, so that a float32 or float64 key never compares
-candidates that only differ by stages its operands cannot hold. Eight warps are kept for the
+`memory.max_shared_memory_per_block`): counted at 16-bit operands (the narrowest matmul takes)
+for every key, and at the key's own dtype per key, so that a float32 or float64 key never
+compares candidates that differ only by stages its operands cannot hold. Eight warps are kept for the
 128 x 128 tile only (a smaller tile leaves each warp too little work), and a key's shape prunes
 tiles twice as large as a dimension they cover (a 128-row tile on 40 rows only pads). A setting
 served without that pruning (the device file's tile) is held to the limit at launch, which lowers

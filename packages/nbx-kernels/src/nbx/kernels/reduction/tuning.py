@@ -3,7 +3,8 @@
 Tuned: the elements a program holds per step (`block`), its warps, and `programs`, the count a
 launch aims for before it splits long rows into column ranges. A block wider than a row holds
 several rows (layout.tile): 8192 and 16384 give a 4096-long bfloat16 row's program 2 or 4 rows,
-16-32 KiB a step, where one row alone (8 KiB) left the H200 at 0.76x torch. The launch key, as for the row
+16-32 KiB a step; the certifier keeps them where they time faster (for bfloat16 4096 x 4096 the
+H200 kept 1024 with split rows). The launch key, as for the row
 kernels (softmax/tuning.py): the reduced length rounded up to a power of two, the element count's
 class, the input dtype, and whether the reduced dim is read across its stride while the kept rows
 are adjacent. The representative launch is a sum over the key's rows.
