@@ -116,3 +116,22 @@ def test_a_call_site_repeat_launches_its_compiled_kernel_by_its_pointers_alignme
         numpy_site.run([x, np.int64(5), 3.5])
         assert type(kernel.launcher.calls[-1][10]) is int
     assert kernel.jit_calls == 2 and not numpy_site._compiled
+
+
+def test_the_cuda_host_path_runs_end_to_end_on_the_simulated_cuda_of_tools_host_sim():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="0",
+               PYTHONPATH=os.pathsep.join(str(p) for p in sorted((root / "packages").glob("*/src"))))
+    done = subprocess.run([sys.executable, str(root / "tools" / "bench" / "host_sim.py"), "--calls", "20"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    times = {line.rsplit(None, 1)[0]: float(line.rsplit(None, 1)[1]) for line in lines[1:-1]}
+    assert set(times) == {"empty((4096,))", "a + b", "a * 2.0", "exp(a)", "softmax", "rms_norm", "sum"}
+    assert all(0 < t < 10_000 for t in times.values()), times
+    kept = int(lines[-1].split(": ")[1].split()[0])
+    assert 6 <= kept <= 12, lines[-1]   # one kernel per op's launch, whatever the number of calls
