@@ -16,10 +16,10 @@ import cProfile
 import os
 import pstats
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+from host_parts import per_call_us
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,18 +47,6 @@ def stub_triton() -> None:
 
     triton.runtime.jit.JITFunction.__getitem__ = lambda self, grid: (lambda *args, **meta: Compiled())
     launch._stream_of = lambda index: 0
-
-
-def per_call_us(fn, calls: int) -> float:
-    for _ in range(200):
-        fn()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
-    return best
 
 
 def main(argv=None) -> int:
