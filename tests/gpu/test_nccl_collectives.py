@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from two_gpus import two_devices_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 2
@@ -24,17 +25,6 @@ BUSBW_ITERS = 20
 LARGE_COUNT = 1 << 24   # elements of the large checks: NCCL's bandwidth protocols and all its channels
 RANK_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
             "TRITON_INTERPRET": "0", "PYTHONUNBUFFERED": "1"}
-
-
-def two_devices_reason() -> str | None:
-    try:
-        from nbx.devices.nvidia import runtime
-        count = runtime.device_count()
-    except Exception as exc:   # no CUDA runtime or no driver on this machine
-        return f"needs 2 CUDA devices; none can be counted here: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-    if count >= 2:
-        return None
-    return f"needs 2 CUDA devices, found {count}: a two-GPU machine (nvidia-h200-x2) runs it through tools/nccl_run.sh"
 
 
 # ---- the plan both sides agree on ---------------------------------------------------------------

@@ -13,16 +13,7 @@ import pytest
 from nbx.core.errors import CrossDeviceError
 from nbx.devices import nvidia
 from nbx.devices.nvidia import runtime, selftest
-
-
-def two_devices_reason() -> str | None:
-    try:
-        count = runtime.device_count()
-    except Exception as exc:   # no CUDA runtime or no driver on this machine
-        return f"needs 2 CUDA devices; none can be counted here: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-    if count >= 2:
-        return None
-    return f"needs 2 CUDA devices, found {count}: a two-GPU machine (nvidia-h200-x2) runs it through tools/nccl_run.sh"
+from two_gpus import two_devices_reason
 
 
 REASON = two_devices_reason()
