@@ -15,7 +15,7 @@ from nbx.autotune import keys, screen
 from nbx.core import device_files
 from nbx.kernels import launch
 
-FAMILIES = ("elementwise", "softmax", "norm", "reduction")
+FAMILIES = ("elementwise", "elementwise_heavy", "softmax", "norm", "reduction")
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,9 @@ WORKLOADS = [
     ("elementwise", {"n": 30, "dtype": "float8_e5m2", "strided": True}),
     ("elementwise", {"n": 35, "dtype": "float64", "strided": False}),
     ("elementwise", {"n": 36, "dtype": "float16", "strided": False}),
+    ("elementwise_heavy", {"n": 37, "dtype": "bfloat16", "strided": False}),
+    ("elementwise_heavy", {"n": 38, "dtype": "float32", "strided": True}),
+    ("elementwise_heavy", {"n": 39, "dtype": "float64", "strided": False}),
     ("softmax", {"width": 64, "elements": 64 * 5, "dtype": "float32", "strided": False}),
     ("softmax", {"width": 16, "elements": 16 * 6, "dtype": "float16", "strided": True}),
     ("norm", {"width": 32, "elements": 32 * 3, "dtype": "bfloat16", "strided": False}),
@@ -103,3 +106,23 @@ def test_a_setting_given_to_the_wrapper_decides_its_launch(interp):
     from nbx.kernels.elementwise import callsite
     plan = callsite.plan_for(functions.add, [a, a], a.dtype, a.dtype, out, setting={"block": 16, "num_warps": 1})
     assert plan.grid == (1,) and plan.meta["BLOCK"] == 16
+
+
+def test_compute_bound_ops_take_their_own_tunable_and_memory_bound_ones_the_plain_one(interp, monkeypatch):
+    """gelu is served by elementwise_heavy (ranked on gelu), an add by elementwise (ranked on an add):
+    one tile cannot serve both on the H200 (elementwise/tuning.py)."""
+    from nbx.kernels.elementwise import callsite
+    asked = []
+    real = autotune.setting
+    monkeypatch.setattr(autotune, "setting", lambda tunable, device, **key: asked.append(tunable.name)
+                        or real(tunable, device, **key))
+    callsite.clear()
+    x = nbx.asarray(np.linspace(-3.0, 3.0, 40, dtype=np.float32), device=interp)
+    np.testing.assert_allclose(nbx.gelu(x).numpy(), oracle_gelu(x.numpy()), rtol=1e-6, atol=1e-7)
+    nbx.add(x, x)
+    assert asked == ["elementwise_heavy", "elementwise"]
+
+
+def oracle_gelu(values):
+    from nbx.core.reference import oracle
+    return oracle("gelu", nbx.asarray(values))

@@ -84,7 +84,7 @@ class Plan:
             kind, st = (kinds[index], operand_strides[index]) if index < len(operands) else (DENSE, None)
             args += [None, *(st if kind == STRIDED else (None,) * 4)]
         if setting is None:  # certified for the launch key (the device file's tile on interp)
-            setting = tuning.setting(device, self.n, out_dtype, indexed)
+            setting = tuning.setting(device, self.n, out_dtype, indexed, fn)
         block = setting["block"]
         self.template, self.slots = args, slots
         kinds += [DENSE] * (4 - len(kinds))
