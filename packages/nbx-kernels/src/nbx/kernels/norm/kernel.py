@@ -34,19 +34,32 @@ def _load_row_piece(x_ptr, res_ptr, new_res_ptr, row, col, valid, b1, b2,
 
 
 @triton.jit
-def _affine(y, w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions,
-            HAS_W: tl.constexpr, HAS_B: tl.constexpr, GROUPED: tl.constexpr, COMPUTE: tl.constexpr):
+def _affine_operands(w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions,
+                     HAS_W: tl.constexpr, HAS_B: tl.constexpr, GROUPED: tl.constexpr):
+    """The weight and bias of a piece as stored (0 where absent, unused): loaded before the row's
+    reductions, so that their latency overlaps them instead of following them."""
+    w = 0
+    b = 0
     if GROUPED:  # the channel of each element of a group's row
         index = (row % groups)[:, None] * group_channels + col[None, :] // positions
         if HAS_W:
-            y = y * tl.load(w_ptr + index, mask=valid, other=0).to(COMPUTE)
+            w = tl.load(w_ptr + index, mask=valid, other=0)
         if HAS_B:
-            y = y + tl.load(b_ptr + index, mask=valid, other=0).to(COMPUTE)
+            b = tl.load(b_ptr + index, mask=valid, other=0)
     else:  # one weight row, shared by the tile's rows
         if HAS_W:
-            y = y * tl.load(w_ptr + col, mask=col < n, other=0).to(COMPUTE)[None, :]
+            w = tl.load(w_ptr + col, mask=col < n, other=0)[None, :]
         if HAS_B:
-            y = y + tl.load(b_ptr + col, mask=col < n, other=0).to(COMPUTE)[None, :]
+            b = tl.load(b_ptr + col, mask=col < n, other=0)[None, :]
+    return w, b
+
+
+@triton.jit
+def _affine(y, w, b, HAS_W: tl.constexpr, HAS_B: tl.constexpr, COMPUTE: tl.constexpr):
+    if HAS_W:
+        y = y * w.to(COMPUTE)
+    if HAS_B:
+        y = y + b.to(COMPUTE)
     return y
 
 
@@ -69,6 +82,8 @@ def norm_rows_kernel(
         out_offs = out_rows[:, None] + col[None, :] * osn
         x = _load_row_piece(x_ptr, res_ptr, new_res_ptr, row, col, valid, b1, b2, xs0, xs1, xs2, xsn,
                             rs0, rs1, rs2, rsn, out_offs, ADD, True, COMPUTE)
+        w, b = _affine_operands(w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions, HAS_W, HAS_B,
+                                GROUPED)
         if RMS:
             rstd = 1 / tl.sqrt(tl.sum(x * x, 1) / n + eps)
             y = x * rstd[:, None]
@@ -77,8 +92,7 @@ def norm_rows_kernel(
             centred = tl.where(valid, x - mean[:, None], 0)
             rstd = 1 / tl.sqrt(tl.sum(centred * centred, 1) / n + eps)
             y = centred * rstd[:, None]
-        y = _affine(y, w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions, HAS_W, HAS_B, GROUPED,
-                    COMPUTE)
+        y = _affine(y, w, b, HAS_W, HAS_B, COMPUTE)
         tl.store(out_ptr + out_offs, narrow(y, out_ptr.dtype.element_ty), mask=valid)
     else:
         mean = tl.zeros([BLOCK_ROWS], COMPUTE)
@@ -105,12 +119,13 @@ def norm_rows_kernel(
             out_offs = out_rows[:, None] + col[None, :] * osn
             x = _load_row_piece(x_ptr, res_ptr, new_res_ptr, row, col, valid, b1, b2, xs0, xs1, xs2, xsn,
                                 rs0, rs1, rs2, rsn, out_offs, ADD, False, COMPUTE)
+            w, b = _affine_operands(w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions, HAS_W,
+                                    HAS_B, GROUPED)
             if RMS:
                 y = x * rstd[:, None]
             else:
                 y = (x - mean[:, None]) * rstd[:, None]
-            y = _affine(y, w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions, HAS_W, HAS_B,
-                        GROUPED, COMPUTE)
+            y = _affine(y, w, b, HAS_W, HAS_B, COMPUTE)
             tl.store(out_ptr + out_offs, narrow(y, out_ptr.dtype.element_ty), mask=valid)
 
 
@@ -217,6 +232,8 @@ def norm_chunk_write_kernel(
     col = columns(piece, BLOCK_N, WIDE)
     valid = (row < rows)[:, None] & (col < n)[None, :]
     eps = float_argument(eps_bits).to(COMPUTE)
+    w, b = _affine_operands(w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions, HAS_W, HAS_B,
+                            GROUPED)
     mean, squares = _merged_stats(part_ptr, row, rows, n, chunks, RMS, COMPUTE, BLOCK_ROWS, BLOCK_N, PART_BLOCK)
     rstd = 1 / tl.sqrt(squares / n + eps)
     out_offs = row_offsets(row, b1, b2, os0, os1, os2)[:, None] + col[None, :] * osn
@@ -229,6 +246,5 @@ def norm_chunk_write_kernel(
         y = x * rstd[:, None]
     else:
         y = (x - mean[:, None]) * rstd[:, None]
-    y = _affine(y, w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions, HAS_W, HAS_B, GROUPED,
-                COMPUTE)
+    y = _affine(y, w, b, HAS_W, HAS_B, COMPUTE)
     tl.store(out_ptr + out_offs, narrow(y, out_ptr.dtype.element_ty), mask=valid)
