@@ -118,6 +118,22 @@ def test_a_call_site_repeat_launches_its_compiled_kernel_by_its_pointers_alignme
     assert kernel.jit_calls == 2 and not numpy_site._compiled
 
 
+def test_a_site_passes_its_tensors_then_its_fixed_arguments_then_each_calls_tail(monkeypatch):
+    from nbx.core.device import Device
+    monkeypatch.setattr(launch, "get_backend", lambda kind: _Backend())
+    monkeypatch.setattr(launch, "_stream_of", lambda index: 99)
+    launch.forget_compiled()
+    x, y = nbx.asarray(np.zeros(16, np.float32)), nbx.asarray(np.zeros(16, np.float32))
+    kernel = _FakeKernel(5)
+    site = launch.site(kernel, (2,), Device("cuda", 0), 2, (64, 3), BLOCK=32)
+    assert site.pointers == (0, 1)
+    site.launch((x, y), 2 ** 40)        # the first call compiles
+    site.launch((y, x), 2 ** 40 + 1)    # a repeat: the compiled kernel, with this call's tensors and tail
+    assert kernel.jit_calls == 1
+    assert kernel.launcher.calls == [(2, 1, 1, 99, 7, "pm", None, None, None, y.data_ptr(), x.data_ptr(), 64, 3,
+                                      2 ** 40 + 1, 32)]
+
+
 def test_the_cuda_host_path_runs_end_to_end_on_the_simulated_cuda_of_tools_host_sim():
     import os
     import subprocess

@@ -92,6 +92,56 @@ FastAgainstGeneral.TestCase.settings = settings(max_examples=60, stateful_step_c
 TestFastPathMatchesGeneralPath = FastAgainstGeneral.TestCase
 
 
+class FastAgainstGeneralUnobserved(FastAgainstGeneral):
+    """As FastAgainstGeneral, with the pools' figures compared only now and then: reading them merges
+    a held block (one freed before a free neighbour), so between two readings the fast pool may hold
+    one, and its choices must still be the general path's. Freeing the newest block and allocating
+    its size again is the inference loop's pattern; a run on one stream keeps frees without events."""
+
+    @initialize(capacity=st.sampled_from([None, 40 * MiB]), chunk=st.sampled_from([None, 2 * MiB]),
+                rules=st.sampled_from([NBX, ONE_CLASS, TORCH_LIKE]), parked=st.sampled_from([1.0, 0.25]),
+                one_stream=st.booleans())
+    def build(self, capacity, chunk, rules, parked, one_stream):
+        FastAgainstGeneral.build(self, capacity, chunk, rules, parked)
+        self.one_stream = one_stream
+
+    def both_pools_hold_the_same_blocks_and_figures(self):  # not an invariant here: a rule
+        pass
+
+    @rule(nbytes=sizes, stream=streams)
+    def allocate(self, nbytes, stream):
+        FastAgainstGeneral.allocate(self, nbytes, "s0" if self.one_stream else stream)
+
+    @precondition(lambda self: self.twins[0].blocks)
+    @rule(data=st.data(), stream=streams)
+    def use_on_another_stream(self, data, stream):
+        FastAgainstGeneral.use_on_another_stream(self, data, "s0" if self.one_stream else stream)
+
+    @precondition(lambda self: self.twins[0].blocks)
+    @rule()
+    def free_the_newest(self):
+        for t in self.twins:
+            t.blocks.pop().release()
+
+    @rule(nbytes=sizes, stream=streams)
+    def allocate_free_allocate(self, nbytes, stream):
+        self.allocate(nbytes, stream)
+        self.free_the_newest()
+        self.allocate(nbytes, stream)
+
+    @rule()
+    def compare(self):
+        assert self.twins[0].state() == self.twins[1].state()
+
+    def teardown(self):
+        if hasattr(self, "twins"):
+            self.compare()
+
+
+FastAgainstGeneralUnobserved.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+TestHeldBlockMatchesGeneralPath = FastAgainstGeneralUnobserved.TestCase
+
+
 def test_an_exact_cached_block_is_served_without_the_best_fit_search_and_freed_without_merging():
     pool = Pool(FakeDevice().segments, NBX, parked_fraction=1.0)
     a, b, c = (pool.allocate(4 * KiB) for _ in range(3))
@@ -192,3 +242,49 @@ def test_nothing_is_released_once_the_process_is_exiting():
     finally:
         HandedBlock._exiting = False
     assert calls == []
+
+
+def test_a_block_freed_before_its_free_neighbour_is_handed_out_again_without_a_split_or_merge():
+    pool = Pool(FakeDevice().segments, NBX, parked_fraction=1.0)
+    first = pool.allocate(4 * KiB)   # carved from the front of a fresh segment
+    ptr = first.ptr
+    first.release()                  # held: its merge with the rest of the segment waits
+    pool._find = pool._take = pool._absorb = None  # the general path would fail: the fast path must not reach it
+    for _ in range(5):
+        again = pool.allocate(4 * KiB - 100)
+        assert again.ptr == ptr
+        again.release()
+    del pool._find, pool._take, pool._absorb
+    stats = pool.stats()  # reading merges the held block: the figures are the general path's
+    assert stats.allocated == 0 and stats.requested == 0 and stats.allocations == 6 and stats.frees == 6
+    assert stats.allocated_peak == 4 * KiB and stats.requested_peak == 4 * KiB
+    (segment,) = pool.snapshot()
+    assert segment.blocks == ((ptr, 2 * MiB, "free"),)
+
+
+def test_best_fit_still_prefers_a_hole_of_the_size_to_the_held_block():
+    pools = [Pool(FakeDevice().segments, NBX, parked_fraction=1.0) for _ in range(2)]
+    pools[1]._fast = False
+    chosen = []
+    for pool in pools:
+        a, b, c, d = (pool.allocate(4 * KiB) for _ in range(4))
+        b.release()   # a hole between live blocks
+        d.release()   # before the segment's free rest: held by the fast pool
+        chosen.append((b.ptr, pool.allocate(4 * KiB).ptr, pool.allocate(4 * KiB).ptr))
+    assert chosen[0] == chosen[1] and chosen[0][1] == chosen[0][0]  # the hole first, then the held block
+
+
+def test_a_held_block_freed_on_one_stream_waits_for_its_event_before_another_stream_takes_it():
+    outcomes = []
+    for fast in (True, False):
+        streams = FakeStreams()
+        pool = Pool(FakeDevice().segments, NBX, parked_fraction=1.0, events=streams, synchronize=streams.synchronize)
+        pool._fast = fast
+        first = pool.allocate(4 * KiB, "s0")
+        first.release()   # one stream so far: no event recorded (the fast pool holds the block)
+        other = pool.allocate(4 * KiB, "s1")   # a second stream: the free gets its event, the merge is made
+        assert other.ptr != first.ptr and len(pool.snapshot()) == 2   # s0 may still use it: a new segment
+        streams.complete("s0")
+        outcomes.append((other.ptr, pool.allocate(1 * MiB, "s1").ptr, pool.allocate(1 * MiB, "s1").ptr,
+                         pool.stats(), streams.outstanding))
+    assert outcomes[0] == outcomes[1]

@@ -80,7 +80,8 @@ def main(argv=None) -> int:
     print(f"{'launch.hooks_set()':48s} {per_call_us(launch.hooks_set, args.calls):7.2f}")
     for name, op in ops.items():
         op()
-        callsite.clear()   # so that the recorded call builds its plan and goes through launch.run
+        callsite.clear()        # so that the recorded call builds its plan (elementwise)
+        launch.forget_sites()   # or call-site record (the other families) and goes through launch.run
         with LastLaunch() as rec:
             op()
         backend.synchronize(device)

@@ -12,8 +12,9 @@ Triton specialises on: a pointer's dtype and 16-byte alignment, an int's width a
 goes through the JIT.
 
 A call site whose own key fixes everything but its tensors' addresses and its scalars' values (the
-elementwise plans) keeps a CallSite: its repeats look the compiled kernel up by their pointers'
-alignment alone, without forming that key from every argument.
+elementwise plans; the softmax, norm and reduction sites, whose records `Sites` keeps) keeps a
+CallSite: its repeats look the compiled kernel up by their pointers' alignment alone, without
+forming that key from every argument.
 """
 from __future__ import annotations
 
@@ -65,10 +66,14 @@ _COMPILED: dict = {}
 _INT32 = 2 ** 31
 
 
+def int_width(value: int) -> str:
+    """The type Triton passes an int as: all it specialises a do_not_specialize int on."""
+    return "i32" if -_INT32 <= value < _INT32 else "i64" if -2 ** 63 <= value < 2 ** 63 else "u64"
+
+
 def int_class(value: int) -> tuple:
     """The part of an int argument Triton specialises on: width, == 1, % 16 == 0."""
-    width = "i32" if -_INT32 <= value < _INT32 else "i64" if -2 ** 63 <= value < 2 ** 63 else "u64"
-    return (width, value == 1, value % 16 == 0)
+    return (int_width(value), value == 1, value % 16 == 0)
 
 
 _INT_CLASSES: dict = {}   # int_class by value, for the ints launches repeat (sizes, strides)
@@ -168,11 +173,12 @@ class CallSite:
     tensors' addresses and the scalars' values change between calls. A repeat finds its compiled
     kernel by its pointers' 16-byte alignment; anything else goes through run()."""
 
-    __slots__ = ("kernel", "grid", "device", "meta", "pointers", "_compiled", "_backend", "_direct_ok")
+    __slots__ = ("kernel", "grid", "device", "meta", "pointers", "fixed", "_compiled", "_backend", "_direct_ok")
 
-    def __init__(self, kernel, grid, device: Device, meta: dict, pointers: tuple[int, ...]):
+    def __init__(self, kernel, grid, device: Device, meta: dict, pointers: tuple[int, ...], fixed: tuple = ()):
         self.kernel, self.grid, self.device, self.meta = kernel, grid, device, meta
         self.pointers = pointers   # the positions of the tensor arguments
+        self.fixed = fixed         # the arguments launch() passes after the tensors on every call
         self._compiled: dict = {}  # alignment of the pointers -> _Compiled
         self._backend = get_backend(device.type)
         # False once an argument proved of a kind the launcher is not handed as it is (a numpy
@@ -200,6 +206,48 @@ class CallSite:
         for i, address in zip(self.pointers, addresses):
             args[i] = address
         _call(fast, self.grid, self.device, self._backend, args)
+
+    def launch(self, tensors: tuple, *tail) -> None:
+        """run() of tensors (the first arguments: see site()), the fixed arguments, then tail."""
+        self.run([*tensors, *self.fixed, *tail])
+
+
+def site(kernel, grid, device: Device, n_tensors: int, fixed: tuple, **meta) -> CallSite:
+    """The CallSite of launches whose arguments are n_tensors tensors, then fixed (ints the caller's
+    key decides), then a tail each call passes (scalars whose types the key fixes, and, for an int
+    the kernel does not specialise on, its width: launch.int_width)."""
+    return CallSite(kernel, grid, device, meta, tuple(range(n_tensors)), tuple(fixed))
+
+
+def setting_key(setting: dict | None) -> tuple | None:
+    """A launch's overriding setting (the certifier's) as part of a hashable key."""
+    return None if setting is None else tuple(sorted(setting.items()))
+
+
+MAX_SITES = 4096
+
+
+_EVERY_SITES: list = []
+
+
+class Sites(dict):
+    """A family's call-site records by key; past MAX_SITES (a long run of new shapes) all are forgotten."""
+
+    def __init__(self):
+        super().__init__()
+        _EVERY_SITES.append(self)
+
+    def remember(self, key, record):
+        if len(self) >= MAX_SITES:
+            self.clear()
+        self[key] = record
+        return record
+
+
+def forget_sites() -> None:
+    """Forget every family's call-site records (benchmarks measure the first-call path with it)."""
+    for sites in _EVERY_SITES:
+        sites.clear()
 
 
 def compiled_count() -> int:

@@ -68,7 +68,7 @@ class Block:
 
 def compatible(a: Block, b: Block) -> bool:
     """Two free neighbours merge unless they wait on different streams (the merged block would serve none)."""
-    return a.free_on is ANY or b.free_on is ANY or a.free_on == b.free_on
+    return a.free_on is ANY or b.free_on is ANY or a.free_on is b.free_on or a.free_on == b.free_on
 
 
 class SizeIndex:
@@ -82,6 +82,11 @@ class SizeIndex:
     def __init__(self):
         self.keys: list[int] = []
         self.blocks: dict[int, Block] = {}
+
+    @staticmethod
+    def key(blk: Block, size: int) -> int:
+        """blk's place among the free blocks, were it free and of size bytes."""
+        return (size << _SIZE_SHIFT) + blk.seg.order + blk.ptr
 
     def add(self, blk: Block) -> None:
         key = (blk.size << _SIZE_SHIFT) + blk.seg.order + blk.ptr
@@ -123,6 +128,11 @@ class SizeIndex:
         keys, blocks = self.keys, self.blocks
         for i in range(bisect_left(keys, size << _SIZE_SHIFT), len(keys)):
             yield blocks[keys[i]]
+
+    def before(self, size: int, end: int) -> list[Block]:
+        """The free blocks of at least size bytes placed before the key end, smallest first."""
+        keys, blocks = self.keys, self.blocks
+        return [blocks[k] for k in keys[bisect_left(keys, size << _SIZE_SHIFT):bisect_left(keys, end)]]
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -22,9 +22,13 @@ Rules (nbx.memory.rules holds them as data; docs/memory.md gives the measurement
 
 The fast path (the steady state of an inference loop): a request whose rounded size has a cached
 free block of exactly that size, usable on its stream at once, takes it with a bisect and two
-deletions; a freed block with no free neighbour goes back with one insertion. Both are the blocks
-and figures the general best-fit/split/merge path gives (tests/nbx-memory/test_pool_fast_path.py
-runs both side by side); `_fast = False` turns them off for that comparison.
+deletions; a freed block with no free neighbour goes back with one insertion. A freed block whose
+only free neighbour follows it (an output carved from the front of a free block, say) is held
+unmerged: when the next request is of its size and best fit would carve it from that merge again,
+it is handed out as it is, with no split and no merge; anything else makes the merge first. All of
+these are the blocks and figures the general best-fit/split/merge path gives
+(tests/nbx-memory/test_pool_fast_path.py runs both side by side); `_fast = False` turns them off
+for that comparison.
 """
 from __future__ import annotations
 
@@ -78,6 +82,7 @@ class Pool(RangeCarving):
         self._last_stream = _NO_STREAM  # the stream of the last request: known without hashing it again
         self._multi = False
         self._fast = True  # the exact-fit fast paths (off: the general path alone, for comparison)
+        self._held: Block | None = None  # a freed block whose merge with its free right neighbour waits
         self._ranks = 0
         self._lock = threading.Lock()
         self._deferred: deque = deque()
@@ -144,6 +149,7 @@ class Pool(RangeCarving):
         """Every segment (and the range) with its blocks in address order: for tests and for reading."""
         with self._lock:
             self._drain()
+            self._merge_held()
             return [SegmentView(seg.address, seg.size, "range" if seg.is_range else "small" if seg.small else "large",
                                 tuple(_walk(seg))) for seg in self._all_segments()]
 
@@ -166,6 +172,11 @@ class Pool(RangeCarving):
             blk, at_end = self._from_range(size, stream, nbytes)
             return self._take(blk, size, stream, nbytes, at_end)
         index = self._small if small else self._large
+        if self._held is not None:
+            blk = self._take_held(size, stream, nbytes)
+            if blk is not None:
+                return blk
+            self._merge_held()
         if self._fast:
             blk = index.take_exact(size, stream)
             if blk is not None:
@@ -314,12 +325,17 @@ class Pool(RangeCarving):
             self._trim()
 
     def _make_free(self, blk: Block, free_on, events: list) -> None:
+        self._merge_held()
         blk.state, blk.free_on, blk.events = FREE, free_on, events
         nxt, prv = blk.next, blk.prev
         index = self._index_of(blk)  # a segment's blocks all live in one index
-        if self._fast and (nxt is None or nxt.state != FREE) and (prv is None or prv.state != FREE):
-            index.add(blk)  # the fast path: no free neighbour to merge with (blk sits between live blocks)
-            return
+        if self._fast and (prv is None or prv.state != FREE):
+            if nxt is None or nxt.state != FREE:
+                index.add(blk)  # the fast path: no free neighbour to merge with (blk sits between live blocks)
+                return
+            if not events and not blk.seg.is_range and compatible(blk, nxt):
+                self._held = blk  # its merge with nxt waits: the next request may be of its size
+                return
         if nxt is not None and nxt.state == FREE and compatible(blk, nxt):
             index.remove(nxt)
             self._absorb(blk, nxt)
@@ -328,6 +344,38 @@ class Pool(RangeCarving):
             self._absorb(prv, blk)
             blk = prv
         index.add(blk)
+
+    def _merge_held(self) -> None:
+        """The held block merges with its free right neighbour, as its free would have merged them."""
+        blk = self._held
+        if blk is None:
+            return
+        self._held = None
+        nxt, index = blk.next, self._index_of(blk)
+        index.remove(nxt)
+        self._absorb(blk, nxt)
+        index.add(blk)
+
+    def _take_held(self, size: int, stream, nbytes: int) -> Block | None:
+        """The held block, for a request of its size that best fit would serve by carving the front of
+        the held block merged with its neighbour: the neighbour becomes what that split leaves (the
+        merged block's free stream). None where best fit would do anything else."""
+        blk = self._held
+        if blk.size != size:
+            return None
+        nxt, index = blk.next, self._index_of(blk)
+        free_on = nxt.free_on if blk.free_on is ANY else blk.free_on  # the merged block's (_absorb)
+        if nxt.events or not (free_on is ANY or free_on is stream or free_on == stream):
+            return None
+        merged = size + nxt.size
+        if self.rules.half_rule and not blk.seg.small and merged > self.rules.half_limit(size):
+            return None
+        for other in index.before(size, index.key(blk, merged)):  # what best fit meets before the merge
+            if other is not nxt and self._eligible(other, stream):
+                return None
+        self._held = None
+        nxt.free_on = free_on
+        return self._hand_out(blk, size, stream, nbytes)
 
     def _process_pending(self) -> None:
         if not self._pending:
@@ -373,6 +421,7 @@ class Pool(RangeCarving):
             self._process_pending()
             return
         self._synchronize()
+        self._merge_held()
         for blk in self._pending:
             self._drop_events(blk.waiting)
             blk.waiting = []
@@ -397,6 +446,7 @@ class Pool(RangeCarving):
 
     def _release_segments(self, limit: int | None = None) -> int:
         """Return wholly free segments to the driver, largest first, until the cache is down to limit."""
+        self._merge_held()
         released = 0
         for seg in sorted(self._segments.values(), key=lambda s: -s.size):
             if limit is not None and self.reserved - self._allocated - self._pending_bytes <= limit:
@@ -438,6 +488,7 @@ class Pool(RangeCarving):
             yield self._range_seg
 
     def _free_blocks(self):
+        self._merge_held()
         yield from self._small.blocks.values()
         yield from self._large.blocks.values()
         yield from self._range_free.values()
@@ -465,6 +516,7 @@ class Pool(RangeCarving):
             self._events.release(e)
 
     def _largest_free(self) -> int:
+        self._merge_held()
         largest = max(self._small.largest(), self._large.largest())
         if self._range is not None:
             for blk in self._range_free.values():

@@ -81,12 +81,56 @@ def plan(inputs: dict, params: dict, keep: int, groups: int | None = None, batch
     x = next(iter(inputs.values()))
     return _plan(tuple(x.shape), tuple((k, tuple(t.shape), tuple(t.strides)) for k, t in inputs.items()),
                  tuple((k, t.is_contiguous()) for k, t in params.items() if t is not None), x.dtype, keep, groups,
-                 x.device, "batch_norm" if batch_norm else "norm",
-                 None if setting is None else tuple(sorted(setting.items())))
+                 x.device, "batch_norm" if batch_norm else "norm", launch.setting_key(setting))
 
 
-def _dense_inputs(p: Plan, tensors: dict) -> dict:
-    return {name: (t.contiguous() if t is not None and name in p.copies else t) for name, t in tensors.items()}
+def _dense_inputs(copies: tuple, tensors: dict) -> list:
+    """tensors (by name) in order, those the plan reads through a dense copy copied."""
+    return [t.contiguous() if t is not None and name in copies else t for name, t in tensors.items()]
+
+
+def _key(t: Tensor | None):
+    return None if t is None else (t.shape, t.strides, t.dtype)
+
+
+_SITES = launch.Sites()
+
+
+class _Site:
+    """A call site of a norm: its plan's copies and partials, and its kernels' launches with every
+    argument its key decides (the ops' keys: their tensors' layouts and dtypes, their flags and the
+    width of eps's bits, whose value is an argument of every call), replayed by its repeats."""
+
+    __slots__ = ("copies", "part_shape", "part_dtype", "launches")
+
+    def __init__(self, p: Plan, launches: tuple, part_shape=None):
+        self.copies, self.part_dtype, self.launches, self.part_shape = p.copies, p.part_dtype, launches, part_shape
+
+
+def _rows_site(x: Tensor, keep: int, weight, bias, rms: bool, residual, groups, setting) -> _Site:
+    inputs = {"x": x} if residual is None else {"x": x, "residual": residual}
+    p = plan(inputs, {"weight": weight, "bias": bias}, keep, groups, setting=setting)
+    lay, tile = p.layout, p.tile
+    x_strides, out_strides = lay.strides[0], lay.strides[-1]
+    res_strides = lay.strides[1] if residual is not None else (0, 0, 0, 0)
+    group_args = (1, 1, 1) if groups is None else (groups, x.shape[1] // groups, prod(x.shape[2:]))
+    flags = dict(RMS=rms, ADD=residual is not None, COMPUTE=compute_type(x.dtype), BLOCK_ROWS=tile.block_rows,
+                 BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps)
+    affine = dict(HAS_W=weight is not None, HAS_B=bias is not None, GROUPED=groups is not None)
+    rows = (lay.rows, lay.n)
+    batch = (lay.batch[1], lay.batch[2])
+    if p.path != SPLIT:  # x, residual, out, new residual, weight, bias
+        return _Site(p, (launch.site(norm_rows_kernel, (tile.row_tiles,), x.device, 6,
+                                     (*rows, *batch, *x_strides, *res_strides, *out_strides, *group_args),
+                                     ONE_PASS=tile.chunks == 1, **affine, **flags),))
+    grid = (tile.row_tiles * tile.chunks,)
+    part_block = min(pow2_at_least(tile.chunks), tile.block_rows * tile.block_n)
+    return _Site(p, (  # x, residual, new residual, partials; then x, new residual, out, weight, bias, partials
+        launch.site(norm_chunk_stats_kernel, grid, x.device, 4,
+                    (*rows, tile.chunks, *batch, *x_strides, *res_strides, *out_strides), **flags),
+        launch.site(norm_chunk_write_kernel, grid, x.device, 6,
+                    (*rows, tile.chunks, *batch, *x_strides, *out_strides, *group_args),
+                    PART_BLOCK=part_block, **affine, **flags)), (2, lay.rows, tile.chunks))
 
 
 def launch_rows_norm(x: Tensor, keep: int, weight=None, bias=None, eps: float = 0.0, rms: bool = False,
@@ -99,38 +143,35 @@ def launch_rows_norm(x: Tensor, keep: int, weight=None, bias=None, eps: float = 
     new_residual = launch.output(x.shape, x.dtype, device) if residual is not None else None
     if x.size == 0:
         return out if residual is None else (out, new_residual)
-    inputs = {"x": x} if residual is None else {"x": x, "residual": residual}
-    params = {"weight": weight, "bias": bias}
-    p = plan(inputs, params, keep, groups, setting=setting)
-    t = _dense_inputs(p, {**inputs, **params})
-    lay, tile = p.layout, p.tile
-    x_strides, out_strides = lay.strides[0], lay.strides[-1]
-    res_strides = lay.strides[1] if residual is not None else (0, 0, 0, 0)
-    group_args = (1, 1, 1) if groups is None else (groups, x.shape[1] // groups, prod(x.shape[2:]))
-    fallback = t["x"]  # the pointer of an absent operand (never read)
-    res = t["residual"] if residual is not None else fallback
-    new_res = new_residual if new_residual is not None else out
-    w = t["weight"] if weight is not None else fallback
-    b = t["bias"] if bias is not None else fallback
-    flags = dict(RMS=rms, ADD=residual is not None, COMPUTE=compute_type(x.dtype), BLOCK_ROWS=tile.block_rows,
-                 BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps)
-    affine = dict(HAS_W=weight is not None, HAS_B=bias is not None, GROUPED=groups is not None)
-    shape_args = (lay.rows, lay.n)
-    batch_args = (lay.batch[1], lay.batch[2])
-    if p.path != SPLIT:
-        launch.run(norm_rows_kernel, (tile.row_tiles,), device, t["x"], res, out, new_res, w, b, *shape_args,
-                   *batch_args, *x_strides, *res_strides, *out_strides, *group_args, float_bits(eps),
-                   ONE_PASS=tile.chunks == 1, **affine, **flags)
+    bits = float_bits(eps)
+    key = (x.shape, x.strides, x.dtype, device, keep, groups, rms, _key(residual), _key(weight), _key(bias),
+           launch.int_width(bits), launch.setting_key(setting))
+    site = _SITES.get(key) or _SITES.remember(key, _rows_site(x, keep, weight, bias, rms, residual, groups, setting))
+    xs, res, w, b = x, residual, weight, bias
+    if site.copies:
+        xs, res, w, b = _dense_inputs(site.copies, {"x": x, "residual": residual, "weight": weight, "bias": bias})
+    # an absent operand's pointer is x's (never read)
+    res = xs if res is None else res
+    new_res = out if new_residual is None else new_residual
+    w = xs if w is None else w
+    b = xs if b is None else b
+    if site.part_shape is None:
+        site.launches[0].launch((xs, res, out, new_res, w, b), bits)
     else:
-        part = launch.output((2, lay.rows, tile.chunks), p.part_dtype, device)
-        grid = (tile.row_tiles * tile.chunks,)
-        launch.run(norm_chunk_stats_kernel, grid, device, t["x"], res, new_res, part, *shape_args, tile.chunks,
-                   *batch_args, *x_strides, *res_strides, *out_strides, **flags)
-        part_block = min(pow2_at_least(tile.chunks), tile.block_rows * tile.block_n)
-        launch.run(norm_chunk_write_kernel, grid, device, t["x"], new_res, out, w, b, part, *shape_args,
-                   tile.chunks, *batch_args, *x_strides, *out_strides, *group_args, float_bits(eps),
-                   PART_BLOCK=part_block, **affine, **flags)
+        part = launch.output(site.part_shape, site.part_dtype, device)
+        site.launches[0].launch((xs, res, new_res, part))
+        site.launches[1].launch((xs, new_res, out, w, b, part), bits)
     return out if residual is None else (out, new_residual)
+
+
+def _batch_norm_site(x: Tensor, params: dict) -> _Site:
+    p = plan({"x": x}, params, keep=2, batch_norm=True)
+    lay, tile = p.layout, p.tile
+    return _Site(p, (launch.site(  # x, out, running mean, running var, weight, bias
+        channel_affine_kernel, (tile.row_tiles,), x.device, 6,
+        (lay.rows, lay.n, x.shape[1], lay.batch[1], lay.batch[2], *lay.strides[0], *lay.strides[-1]),
+        HAS_W=params["weight"] is not None, HAS_B=params["bias"] is not None, COMPUTE=compute_type(x.dtype),
+        BLOCK_ROWS=tile.block_rows, BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps),))
 
 
 def launch_batch_norm(x: Tensor, mean: Tensor, var: Tensor, weight=None, bias=None, eps: float = 0.0) -> Tensor:
@@ -139,16 +180,12 @@ def launch_batch_norm(x: Tensor, mean: Tensor, var: Tensor, weight=None, bias=No
     if x.size == 0:
         return out
     params = {"running_mean": mean, "running_var": var, "weight": weight, "bias": bias}
-    p = plan({"x": x}, params, keep=2, batch_norm=True)
-    t = _dense_inputs(p, {"x": x, **params})
-    lay, tile = p.layout, p.tile
-    fallback = t["x"]
-    launch.run(channel_affine_kernel, (tile.row_tiles,), device,
-               t["x"], out, t["running_mean"], t["running_var"],
-               t["weight"] if weight is not None else fallback, t["bias"] if bias is not None else fallback,
-               lay.rows, lay.n, x.shape[1], lay.batch[1], lay.batch[2], *lay.strides[0], *lay.strides[-1],
-               float_bits(eps), HAS_W=weight is not None, HAS_B=bias is not None, COMPUTE=compute_type(x.dtype),
-               BLOCK_ROWS=tile.block_rows, BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps)
+    bits = float_bits(eps)
+    key = ("batch_norm", x.shape, x.strides, x.dtype, device, *(_key(t) for t in params.values()),
+           launch.int_width(bits))
+    site = _SITES.get(key) or _SITES.remember(key, _batch_norm_site(x, params))
+    xs, mean, var, w, b = _dense_inputs(site.copies, {"x": x, **params})
+    site.launches[0].launch((xs, out, mean, var, xs if w is None else w, xs if b is None else b), bits)
     return out
 
 

@@ -124,30 +124,64 @@ def _view_args(view: layout.Rows) -> tuple[int, ...]:
     return (view.rows, view.cols, *view.row_args, view.col_stride)
 
 
-def _run(kernel, p: Plan, tile: layout.Tile, view: layout.Rows, device, pointers, n_splits, *tail, **meta):
-    launch.run(kernel, tile.grid(view.rows), device, *pointers, *_view_args(view), tile.split_len, n_splits,
-               *tail, BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, num_warps=p.settings["num_warps"], **meta)
+def _site(kernel, p: Plan, tile: layout.Tile, view: layout.Rows, device, n_tensors: int, n_splits: int, cols: bool,
+          meta: dict) -> launch.CallSite:
+    fixed = (*_view_args(view), tile.split_len, n_splits, *((p.view.cols,) if cols else ()))
+    return launch.site(kernel, tile.grid(view.rows), device, n_tensors, fixed, BLOCK_R=tile.block_r,
+                       BLOCK_C=tile.block_c, num_warps=p.settings["num_warps"], **meta)
+
+
+class _Site:
+    """A call site of a reduction: its plan and launches, with every argument its key decides (each
+    op's: x's layout and dtype, the dims, the output dtype and the kernel's constants), replayed by its
+    repeats. One launch over the rows (`whole`'s constants), or, when the plan splits them, one into
+    partials (`partial`'s) and one over the partials (`merge`'s). cols: the kernel takes the reduced
+    length after the split count."""
+
+    __slots__ = ("plan", "launches")
+
+    def __init__(self, kernel, p: Plan, device, n_tensors: int, cols: bool, whole: dict, partial: dict, merge: dict,
+                 **meta):
+        self.plan = p
+        if p.merge is None:
+            self.launches = (_site(kernel, p, p.tile, p.view, device, n_tensors, 1, cols, {**meta, **whole}),)
+            return
+        self.launches = (_site(kernel, p, p.tile, p.view, device, n_tensors, p.tile.splits, cols, {**meta, **partial}),
+                         _site(kernel, p, p.merge, p.merge_view, device, n_tensors, 1, cols, {**meta, **merge}))
+
+
+def _checked_plan(x: Tensor, dims, keepdim: bool, ordered: bool, setting=None) -> Plan:
+    tl_type(x.dtype)  # a dtype no kernel takes is refused by name
+    return plan(x, dims, keepdim, ordered, setting)
+
+
+_SITES = launch.Sites()
+
+
+def _key(x: Tensor, dims, keepdim: bool, *rest) -> tuple:
+    return (x.shape, x.strides, x.dtype, x.device, None if dims is None else tuple(dims), keepdim, *rest)
 
 
 def accumulate(x: Tensor, dims, keepdim: bool, out_dtype: DType, op: int, contribution: int, final: int,
                acc: DType, identity, power: float = 0.0, out: Tensor | None = None, setting=None) -> Tensor:
     """One accumulator over dims, into out when given (contiguous, of the result's shape and out_dtype)."""
-    tl_type(x.dtype)  # a dtype no kernel takes is refused by name
-    p = plan(x, dims, keepdim, ordered=False, setting=setting)
+    key = _key(x, dims, keepdim, accumulate_kernel, out_dtype, op, contribution, final, acc, identity,
+               type(identity), launch.setting_key(setting))
+    site = _SITES.get(key) or _SITES.remember(key, _Site(
+        accumulate_kernel, _checked_plan(x, dims, keepdim, False, setting), x.device, 2, True,
+        dict(MAP=contribution, FINAL=final), dict(MAP=contribution, FINAL=C.KEEP), dict(MAP=C.VALUE, FINAL=final),
+        OP=op, IDENTITY=identity, ACC=tl_type(acc)))
+    p = site.plan
     out = launch.output(p.out_shape, out_dtype, x.device, out)
     if out.size == 0:
         return out
-    src, n_total = _source(x, p.view), p.view.cols
-    meta = dict(OP=op, IDENTITY=identity, ACC=tl_type(acc))
+    src = _source(x, p.view)
     if p.merge is None:
-        _run(accumulate_kernel, p, p.tile, p.view, x.device, (src, out), 1, n_total, power,
-             MAP=contribution, FINAL=final, **meta)
+        site.launches[0].launch((src, out), power)
         return out
     partials = launch.output((p.view.rows, p.tile.splits), acc, x.device)
-    _run(accumulate_kernel, p, p.tile, p.view, x.device, (src, partials), p.tile.splits, n_total, power,
-         MAP=contribution, FINAL=C.KEEP, **meta)
-    _run(accumulate_kernel, p, p.merge, p.merge_view, x.device, (partials, out), 1, n_total, power,
-         MAP=C.VALUE, FINAL=final, **meta)
+    site.launches[0].launch((src, partials), power)
+    site.launches[1].launch((partials, out), power)
     return out
 
 
@@ -164,64 +198,73 @@ def index_lanes(cols: int) -> dict:
 
 def extreme_index(x: Tensor, dims, keepdim: bool, values_dtype: DType | None, op: int):
     """(values, indices) of the first extreme; values None when values_dtype is None (argmax)."""
-    tl_type(x.dtype)
-    p = plan(x, dims, keepdim, ordered=True)
+    key = _key(x, dims, keepdim, extreme_index_kernel, values_dtype, op)
+    site = _SITES.get(key) or _SITES.remember(key, _extreme_index_site(x, dims, keepdim, values_dtype, op))
+    p = site.plan
     values = launch.output(p.out_shape, values_dtype, x.device) if values_dtype is not None else None
     index = launch.output(p.out_shape, dtypes.INDEX, x.device)
     if index.size == 0:
         return values, index
-    src, acc = _source(x, p.view), comparison_dtype(x.dtype)
-    meta = dict(OP=op, IDENTITY=extreme_identity(acc, op), ACC=tl_type(acc), **index_lanes(p.view.cols))
+    src = _source(x, p.view)
     final_values = values if values is not None else index
     if p.merge is None:
-        _run(extreme_index_kernel, p, p.tile, p.view, x.device, (src, index, final_values, index), 1,
-             FROM_PARTIALS=False, WRITE_VALUES=values is not None, **meta)
+        site.launches[0].launch((src, index, final_values, index))
         return values, index
-    best = launch.output((p.view.rows, p.tile.splits), acc, x.device)
+    best = launch.output((p.view.rows, p.tile.splits), comparison_dtype(x.dtype), x.device)
     where = launch.output((p.view.rows, p.tile.splits), dtypes.INDEX, x.device)
-    _run(extreme_index_kernel, p, p.tile, p.view, x.device, (src, where, best, where), p.tile.splits,
-         FROM_PARTIALS=False, WRITE_VALUES=True, **meta)
-    _run(extreme_index_kernel, p, p.merge, p.merge_view, x.device, (best, where, final_values, index), 1,
-         FROM_PARTIALS=True, WRITE_VALUES=values is not None, **meta)
+    site.launches[0].launch((src, where, best, where))
+    site.launches[1].launch((best, where, final_values, index))
     return values, index
 
 
+def _extreme_index_site(x: Tensor, dims, keepdim: bool, values_dtype: DType | None, op: int) -> _Site:
+    p = _checked_plan(x, dims, keepdim, True)
+    acc, write = comparison_dtype(x.dtype), values_dtype is not None
+    return _Site(extreme_index_kernel, p, x.device, 4, False,
+                 dict(FROM_PARTIALS=False, WRITE_VALUES=write), dict(FROM_PARTIALS=False, WRITE_VALUES=True),
+                 dict(FROM_PARTIALS=True, WRITE_VALUES=write), OP=op, IDENTITY=extreme_identity(acc, op),
+                 ACC=tl_type(acc), **index_lanes(p.view.cols))
+
+
 def moments(x: Tensor, dims, keepdim: bool, out_dtype: DType, final: int, correction: float) -> Tensor:
-    tl_type(x.dtype)
-    p = plan(x, dims, keepdim, ordered=False)
+    key = _key(x, dims, keepdim, moments_kernel, out_dtype, final)
+    site = _SITES.get(key) or _SITES.remember(key, _Site(
+        moments_kernel, _checked_plan(x, dims, keepdim, False), x.device, 4, True,
+        dict(FROM_PARTIALS=False, FINAL=final),
+        dict(FROM_PARTIALS=False, FINAL=C.PARTIAL), dict(FROM_PARTIALS=True, FINAL=final),
+        ACC=tl_type(accumulator(x.dtype))))
+    p = site.plan
     out = launch.output(p.out_shape, out_dtype, x.device)
     if out.size == 0:
         return out
-    src, acc = _source(x, p.view), accumulator(x.dtype)
-    tail = (p.view.cols, float(correction))
+    src, correction = _source(x, p.view), float(correction)
     if p.merge is None:
-        _run(moments_kernel, p, p.tile, p.view, x.device, (src, out, out, out), 1, *tail,
-             FROM_PARTIALS=False, FINAL=final, ACC=tl_type(acc))
+        site.launches[0].launch((src, out, out, out), correction)
         return out
-    state = launch.output((3, p.view.rows, p.tile.splits), acc, x.device)
+    state = launch.output((3, p.view.rows, p.tile.splits), accumulator(x.dtype), x.device)
     count, mean, m2 = state[0], state[1], state[2]
-    _run(moments_kernel, p, p.tile, p.view, x.device, (src, count, mean, m2), p.tile.splits, *tail,
-         FROM_PARTIALS=False, FINAL=C.PARTIAL, ACC=tl_type(acc))
-    _run(moments_kernel, p, p.merge, p.merge_view, x.device, (count, out, mean, m2), 1, *tail,
-         FROM_PARTIALS=True, FINAL=final, ACC=tl_type(acc))
+    site.launches[0].launch((src, count, mean, m2), correction)
+    site.launches[1].launch((count, out, mean, m2), correction)
     return out
 
 
 def logsumexp(x: Tensor, dims, keepdim: bool, out_dtype: DType) -> Tensor:
-    tl_type(x.dtype)
-    p = plan(x, dims, keepdim, ordered=False)
+    key = _key(x, dims, keepdim, logsumexp_kernel, out_dtype)
+    site = _SITES.get(key) or _SITES.remember(key, _Site(
+        logsumexp_kernel, _checked_plan(x, dims, keepdim, False), x.device, 4, False,
+        dict(FROM_PARTIALS=False, FINAL=C.RESULT),
+        dict(FROM_PARTIALS=False, FINAL=C.PARTIAL), dict(FROM_PARTIALS=True, FINAL=C.RESULT),
+        ACC=tl_type(accumulator(x.dtype))))
+    p = site.plan
     out = launch.output(p.out_shape, out_dtype, x.device)
     if out.size == 0:
         return out
-    src, acc = _source(x, p.view), accumulator(x.dtype)
+    src = _source(x, p.view)
     if p.merge is None:
-        _run(logsumexp_kernel, p, p.tile, p.view, x.device, (src, src, out, out), 1,
-             FROM_PARTIALS=False, FINAL=C.RESULT, ACC=tl_type(acc))
+        site.launches[0].launch((src, src, out, out))
         return out
-    state = launch.output((2, p.view.rows, p.tile.splits), acc, x.device)
+    state = launch.output((2, p.view.rows, p.tile.splits), accumulator(x.dtype), x.device)
     running_max, total = state[0], state[1]
-    _run(logsumexp_kernel, p, p.tile, p.view, x.device, (src, src, running_max, total), p.tile.splits,
-         FROM_PARTIALS=False, FINAL=C.PARTIAL, ACC=tl_type(acc))
-    _run(logsumexp_kernel, p, p.merge, p.merge_view, x.device, (running_max, total, out, out), 1,
-         FROM_PARTIALS=True, FINAL=C.RESULT, ACC=tl_type(acc))
+    site.launches[0].launch((src, src, running_max, total))
+    site.launches[1].launch((running_max, total, out, out))
     return out

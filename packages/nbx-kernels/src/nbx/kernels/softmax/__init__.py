@@ -68,43 +68,71 @@ def plan(x: Tensor, dim: int, mask: Tensor | None = None, setting=None) -> Plan:
     """The launch of softmax over dim of x (mask broadcast to x), kept per layout: a call site that
     repeats its shapes pays for the planning once. setting overrides the served one (the certifier's)."""
     return _plan(tuple(x.shape), tuple(x.strides), x.dtype, dim, None if mask is None else tuple(mask.strides),
-                 x.device, None if setting is None else tuple(sorted(setting.items())))
+                 x.device, launch.setting_key(setting))
+
+
+class _Site:
+    """A call site of launch_softmax: its plan's copies and partials, and its kernels' launches with
+    every argument its key decides, so that a repeat allocates and replays (launch.CallSite)."""
+
+    __slots__ = ("copies", "part_shape", "part_dtype", "launches")
+
+    def __init__(self, x: Tensor, dim: int, log: bool, scaled: bool, mask: Tensor | None, setting):
+        device = x.device
+        p = plan(x, core_layout.normalize_dim(dim, x.ndim), mask, setting)
+        lay, tile = p.layout, p.tile
+        self.copies, self.part_dtype = p.copies, p.part_dtype
+        mask_strides = lay.strides[2] if mask is not None else (0, 0, 0, 0)
+        mask_kind = NO_MASK if mask is None else (KEEP_MASK if mask.dtype.kind == "bool" else ADDITIVE_MASK)
+        flags = dict(SCALED=scaled, MASK_KIND=mask_kind, COMPUTE=compute_type(x.dtype), BLOCK_ROWS=tile.block_rows,
+                     BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps)
+        strides = (*lay.strides[0], *lay.strides[1], *mask_strides)
+        b1, b2 = lay.batch[1], lay.batch[2]
+        if p.path != SPLIT:  # x, out, mask
+            self.part_shape = None
+            self.launches = (launch.site(softmax_rows_kernel, (tile.row_tiles,), device, 3,
+                                         (lay.rows, lay.n, b1, b2, *strides), LOG=log, ONE_PASS=tile.chunks == 1,
+                                         **flags),)
+            return
+        self.part_shape = (2, lay.rows, tile.chunks)
+        grid = (tile.row_tiles * tile.chunks,)
+        part_block = min(pow2_at_least(tile.chunks), tile.block_rows * tile.block_n)  # partials read at once
+        self.launches = (  # x, mask, partials; then x, out, mask, partials
+            launch.site(chunk_stats_kernel, grid, device, 3,
+                        (lay.rows, lay.n, tile.chunks, b1, b2, *lay.strides[0], *mask_strides), **flags),
+            launch.site(chunk_write_kernel, grid, device, 4, (lay.rows, lay.n, tile.chunks, b1, b2, *strides),
+                        LOG=log, PART_BLOCK=part_block, **flags))
+
+
+_SITES = launch.Sites()
 
 
 def launch_softmax(x: Tensor, dim: int, log: bool = False, scale: float = 1.0, mask: Tensor | None = None,
                    out: Tensor | None = None, setting=None) -> Tensor:
     """Softmax of x over dim into out (a new tensor, or a given contiguous one of x's shape and dtype);
-    setting overrides the served (certified) one: the certifier launches this very path with it."""
+    setting overrides the served (certified) one: the certifier launches this very path with it.
+
+    The launches are kept per call site: by x's layout, dim, log, mask's layout and dtype, and
+    whether there is a scale and the width of its bits (its value is an argument of every call)."""
     device = x.device
     out = launch.output(x.shape, x.dtype, device, out)
     if x.size == 0:
         return out
-    p = plan(x, core_layout.normalize_dim(dim, x.ndim), mask, setting)
-    if "x" in p.copies:
-        x = x.contiguous()
-    if mask is not None and "mask" in p.copies:
-        mask = mask.contiguous()
-    lay, tile = p.layout, p.tile
-    mask_strides = lay.strides[2] if mask is not None else (0, 0, 0, 0)
-    mask_kind = NO_MASK if mask is None else (KEEP_MASK if mask.dtype.kind == "bool" else ADDITIVE_MASK)
-    flags = dict(SCALED=scale != 1.0, MASK_KIND=mask_kind, COMPUTE=compute_type(x.dtype),
-                 BLOCK_ROWS=tile.block_rows, BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps)
-    mask_arg = x if mask is None else mask  # never read without a mask
-    row_tiles = tile.row_tiles
-    strides = (*lay.strides[0], *lay.strides[1], *mask_strides)
-    b1, b2 = lay.batch[1], lay.batch[2]
     bits = float_bits(scale)
-    if p.path != SPLIT:
-        launch.run(softmax_rows_kernel, (row_tiles,), device, x, out, mask_arg, lay.rows, lay.n, b1, b2,
-                   *strides, bits, LOG=log, ONE_PASS=tile.chunks == 1, **flags)
+    key = (x.shape, x.strides, x.dtype, device, dim, log, scale != 1.0, launch.int_width(bits),
+           None if mask is None else (mask.strides, mask.dtype), launch.setting_key(setting))
+    site = _SITES.get(key) or _SITES.remember(key, _Site(x, dim, log, scale != 1.0, mask, setting))
+    if "x" in site.copies:
+        x = x.contiguous()
+    if mask is not None and "mask" in site.copies:
+        mask = mask.contiguous()
+    mask_arg = x if mask is None else mask  # never read without a mask
+    if site.part_shape is None:
+        site.launches[0].launch((x, out, mask_arg), bits)
         return out
-    part = launch.output((2, lay.rows, tile.chunks), p.part_dtype, device)
-    grid = (row_tiles * tile.chunks,)
-    launch.run(chunk_stats_kernel, grid, device, x, mask_arg, part, lay.rows, lay.n, tile.chunks, b1, b2,
-               *lay.strides[0], *mask_strides, bits, **flags)
-    part_block = min(pow2_at_least(tile.chunks), tile.block_rows * tile.block_n)  # partials read at once
-    launch.run(chunk_write_kernel, grid, device, x, out, mask_arg, part, lay.rows, lay.n, tile.chunks, b1, b2,
-               *strides, bits, LOG=log, PART_BLOCK=part_block, **flags)
+    part = launch.output(site.part_shape, site.part_dtype, device)
+    site.launches[0].launch((x, mask_arg, part), bits)
+    site.launches[1].launch((x, out, mask_arg, part), bits)
     return out
 
 
