@@ -47,7 +47,7 @@ def test_offsets_past_int32_switch_the_kernel_to_int64_indices(device):
 
 
 def test_the_plan_cache_is_bounded(device, monkeypatch):
-    monkeypatch.setattr(callsite, "MAX_PLANS", 3)
+    monkeypatch.setattr(launch, "MAX_SITES", 3)
     callsite.clear()
     x = nbx.asarray(rng.standard_normal(16), dtype="float32").to(device)
     for n in range(1, 9):

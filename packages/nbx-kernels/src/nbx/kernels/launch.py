@@ -12,7 +12,7 @@ Triton specialises on: a pointer's dtype and 16-byte alignment, an int's width a
 goes through the JIT.
 
 A call site whose own key fixes everything but its tensors' addresses and its scalars' values (the
-elementwise plans; the softmax, norm and reduction sites, whose records `Sites` keeps) keeps a
+elementwise plans and the softmax, norm and reduction sites, whose records `Sites` keeps) keeps a
 CallSite: its repeats look the compiled kernel up by their pointers' alignment alone, without
 forming that key from every argument.
 """

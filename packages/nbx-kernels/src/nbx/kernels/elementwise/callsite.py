@@ -20,8 +20,7 @@ from ..types import compute_type, tl_type
 from . import layout, tuning
 from .kernel import DENSE, SPLAT, STRIDED, VALUE, elementwise_kernel
 
-MAX_PLANS = 4096
-_PLANS: dict = {}
+_PLANS = launch.Sites()
 _INT32 = 2 ** 31
 
 
@@ -112,13 +111,12 @@ def plan_for(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | No
     """The call site's plan; setting (block, num_warps) overrides the served one (the certifier's launches)."""
     device = next(o.device for o in ([out] if out is not None else []) + list(operands) if isinstance(o, Tensor))
     key = (fn, out_dtype, work_dtype, compute, device, None if out is None else (out.shape, out.strides),
-           tuple(_operand_key(o) for o in operands), None if setting is None else tuple(sorted(setting.items())))
+           tuple(_operand_key(o) for o in operands), launch.setting_key(setting))
     plan = _PLANS.get(key)
     if plan is None:
-        if len(_PLANS) >= MAX_PLANS:
-            _PLANS.clear()
-        plan = _PLANS[key] = Plan(fn, operands, out_dtype, compute_type(work_dtype) if compute is None else compute,
-                                  out, device, setting)
+        plan = _PLANS.remember(key, Plan(fn, operands, out_dtype,
+                                         compute_type(work_dtype) if compute is None else compute, out, device,
+                                         setting))
     return plan
 
 

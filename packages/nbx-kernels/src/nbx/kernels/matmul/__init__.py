@@ -131,7 +131,7 @@ def plan(x1: Tensor, x2: Tensor, dtype: DType, setting=None) -> Plan:
     """The launch of x1 @ x2 (result dtype), kept per layout: a call site that repeats its shapes
     pays for the planning once. setting overrides the served one (the certifier's)."""
     return _plan(tuple(x1.shape), tuple(x1.strides), x1.dtype, tuple(x2.shape), tuple(x2.strides), x2.dtype, dtype,
-                 x1.device, None if setting is None else tuple(sorted(setting.items())))
+                 x1.device, launch.setting_key(setting))
 
 
 def result_shape(x1: Tensor, x2: Tensor) -> tuple[int, ...]:
