@@ -22,7 +22,7 @@ import sys
 import torch
 
 import nbx.core as nbx
-from peer_timing import allocator_name, cold, deviation, measure, spin_cycles_per_ms
+from peer_timing import allocator_name, both, deviation, spin_cycles_per_ms
 
 # (name, M, N, K, layout of (A, B))
 SHAPES = [
@@ -68,17 +68,16 @@ def main(argv=None) -> int:
             try:
                 copies, nbx_fn, torch_fn = case(m, n, k, layout, dtype)
                 dev = deviation(nbx_fn(0), torch_fn(0))
-                t_nbx, h_nbx, bound_nbx = measure(nbx_fn, copies, cycles)
-                t_torch, h_torch, bound_torch = measure(torch_fn, copies, cycles)
-                c_nbx, c_torch = cold(nbx_fn), cold(torch_fn)
+                ours, peer = both(nbx_fn, torch_fn, copies, cycles)
             except Exception as exc:  # report and go on: one failing case must not hide the rest
                 print(f"{name:<15} {shape:<18} {layout:<3} {dtype:<9} FAILED: {type(exc).__name__}: {exc}")
                 continue
             flops = 2 * m * n * k
-            flag = " (host-bound)" if bound_nbx or bound_torch else ""
-            print(f"{name:<15} {shape:<18} {layout:<3} {dtype:<9} {t_nbx:9.1f} {t_torch:9.1f} "
-                  f"{flops / t_nbx / 1e6:9.1f} {flops / t_torch / 1e6:10.1f} {t_torch / t_nbx:6.2f} "
-                  f"{h_nbx:8.1f}/{h_torch:<8.1f} {dev:10.2e} {c_nbx:9.1f}/{c_torch:<9.1f}{flag}", flush=True)
+            flag = " (host-bound)" if ours.host_bound or peer.host_bound else ""
+            print(f"{name:<15} {shape:<18} {layout:<3} {dtype:<9} {ours.gpu_us:9.1f} {peer.gpu_us:9.1f} "
+                  f"{flops / ours.gpu_us / 1e6:9.1f} {flops / peer.gpu_us / 1e6:10.1f} {peer.gpu_us / ours.gpu_us:6.2f} "
+                  f"{ours.host_us:8.1f}/{peer.host_us:<8.1f} {dev:10.2e} {ours.cold_us:9.1f}/{peer.cold_us:<9.1f}{flag}",
+                  flush=True)
     return 0
 
 

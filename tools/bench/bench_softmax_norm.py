@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
-from peer_timing import allocator_name, cold, deviation, measure, spin_cycles_per_ms
+from peer_timing import allocator_name, both, deviation, spin_cycles_per_ms
 
 SHAPES = [(4096, 4096), (32, 151936), (2048, 8192)]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -83,16 +83,15 @@ def main(argv=None) -> int:
                     continue
                 try:
                     dev = deviation(first(nbx_fn(0)), torch_fn(0))
-                    t_nbx, h_nbx, bound_nbx = measure(nbx_fn, copies, cycles)
-                    t_torch, h_torch, bound_torch = measure(torch_fn, copies, cycles)
-                    c_nbx, c_torch = cold(nbx_fn), cold(torch_fn)
+                    ours, peer = both(nbx_fn, torch_fn, copies, cycles)
                 except Exception as exc:  # report and go on: one failing case must not hide the rest
                     print(f"{op:<13} {dtype:<9} {str(shape):<13} FAILED: {type(exc).__name__}: {exc}")
                     continue
-                flag = " (host-bound)" if bound_nbx or bound_torch else ""
-                line = (f"{op:<13} {dtype:<9} {str(shape):<13} {t_nbx:8.1f} {t_torch:9.1f} "
-                        f"{nbytes / t_nbx / 1e6:9.2f} {nbytes / t_torch / 1e6:10.2f} {t_torch / t_nbx:6.2f} "
-                        f"{h_nbx:8.1f}/{h_torch:<8.1f} {dev:10.2e} {c_nbx:8.1f}/{c_torch:<9.1f} {c_torch / c_nbx:6.2f}{flag}")
+                flag = " (host-bound)" if ours.host_bound or peer.host_bound else ""
+                line = (f"{op:<13} {dtype:<9} {str(shape):<13} {ours.gpu_us:8.1f} {peer.gpu_us:9.1f} "
+                        f"{nbytes / ours.gpu_us / 1e6:9.2f} {nbytes / peer.gpu_us / 1e6:10.2f} "
+                        f"{peer.gpu_us / ours.gpu_us:6.2f} {ours.host_us:8.1f}/{peer.host_us:<8.1f} {dev:10.2e} "
+                        f"{ours.cold_us:8.1f}/{peer.cold_us:<9.1f} {peer.cold_us / ours.cold_us:6.2f}{flag}")
                 print(line, flush=True)
                 rows.append(line)
     return 0

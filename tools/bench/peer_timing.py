@@ -19,6 +19,7 @@ import math
 import os
 import statistics
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -87,6 +88,21 @@ def cold(fn) -> float:
     if _timer is None:
         _timer = timing.timer_for(as_device(f"cuda:{torch.cuda.current_device()}"))
     return timing.measure(lambda: fn(0), _timer).median_ms * 1e3
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Both timings of one function (microseconds): back to back (GPU and host per call, and whether
+    the host could not keep up) and cold."""
+    gpu_us: float
+    host_us: float
+    host_bound: bool
+    cold_us: float
+
+
+def both(nbx_fn, torch_fn, copies: int, cycles_per_ms: float) -> tuple[Timed, Timed]:
+    """nbx's and torch's Timed, by the same methods in the same order."""
+    return tuple(Timed(*measure(fn, copies, cycles_per_ms), cold(fn)) for fn in (nbx_fn, torch_fn))
 
 
 def call_ms(fn, reps: int) -> float:
