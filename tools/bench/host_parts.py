@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
 import triton
@@ -18,18 +17,7 @@ import nbx.core as nbx
 from nbx.core.device import get_backend
 from nbx.kernels import launch
 from nbx.kernels.elementwise import callsite
-
-
-def per_call_us(fn, calls: int) -> float:
-    for _ in range(100):
-        fn()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
-    return best
+from host_timing import per_call_us
 
 
 class LastLaunch:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +26,7 @@ sys.path[:0] = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
 
 from nbx.memory.fakes import FakeDevice  # noqa: E402
 from nbx.memory.pool import NBX, Pool  # noqa: E402
+from host_timing import per_call_us  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -52,16 +52,8 @@ class StreamLike:
         return hash((self.device, 0 if self.is_default else self.handle))
 
 
-def per_pair_us(fn, pairs: int, batches: int = 15) -> float:
-    for _ in range(100):
-        fn()
-    times = []
-    for _ in range(batches):
-        t0 = time.perf_counter_ns()
-        for _ in range(pairs):
-            fn()
-        times.append((time.perf_counter_ns() - t0) / pairs / 1e3)
-    return min(times)  # the least disturbed batch: this is a shared machine
+def per_pair_us(fn, pairs: int) -> float:
+    return per_call_us(fn, pairs, batches=15)  # the least disturbed of 15 batches: a shared machine
 
 
 def make_pool(general: bool) -> Pool:

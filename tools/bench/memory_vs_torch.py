@@ -30,20 +30,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
 
+from host_timing import per_call_us  # noqa: E402
+
 MiB = 1 << 20
 SIZES = (4096, 1 * MiB, 8 * MiB, 256 * MiB)
 CHUNKS = (2 * MiB, 8 * MiB, 32 * MiB)
 
 
-def per_pair_us(fn, pairs: int, batches: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(batches):
-        t0 = time.perf_counter_ns()
-        for _ in range(pairs):
-            fn()
-        times.append((time.perf_counter_ns() - t0) / pairs / 1e3)
-    return statistics.median(times)
+def per_pair_us(fn, pairs: int) -> float:
+    return per_call_us(fn, pairs, batches=7, warmup=1, pick=statistics.median)
 
 
 def latency_table(pairs: int) -> list[dict]:
