@@ -23,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # host_timing, beside this file
 
 from nbx.memory.fakes import FakeDevice  # noqa: E402
 from nbx.memory.pool import NBX, Pool  # noqa: E402
