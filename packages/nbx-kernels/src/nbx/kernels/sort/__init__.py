@@ -1,0 +1,94 @@
+"""sort / argsort and top-k on Triton kernels (tiles.sort of the device file).
+
+A row of up to max_block_n keys is sorted by one program (sort/kernel.py). top-k of a longer
+row reduces it: the row is cut into chunks of max_block_n, each chunk's best k survive as
+candidates (in chunk order, so ties still go to the lower index), and the candidates are reduced
+the same way until one program holds them all. A full sort of a longer row needs a merge pass
+that is not written yet, and is refused by name; so are 64-bit keys (the packed word has no room).
+"""
+from __future__ import annotations
+
+import triton
+
+from nbx.core import dtypes
+from nbx.core.errors import DTypeError, NotSupportedError
+from nbx.core.tensor import Tensor, empty
+
+from .. import launch
+from ..cost import LAUNCH, Buffer, Cost, declares
+from ..registry import implements
+from .kernel import sort_rows_kernel
+
+
+def _rows(x: Tensor, axis: int) -> Tensor:
+    if x.dtype.itemsize > 4 or x.dtype.is_complex:
+        raise DTypeError(f"the sort kernels take keys of at most 32 bits, not {x.dtype.name}")
+    order = [d for d in range(x.ndim) if d != axis] + [axis]
+    return x.permute(order).contiguous()
+
+
+def _back(t: Tensor, axis: int) -> Tensor:
+    order = list(range(t.ndim - 1))
+    order.insert(axis, t.ndim - 1)
+    return t.permute(order).contiguous()
+
+
+def _sort_rows(rows: Tensor, idx_in: Tensor | None, n_out: int, descending: bool) -> tuple[Tensor, Tensor]:
+    """rows [..., n] (n <= max_block_n) sorted, their first n_out values and original indices."""
+    n = rows.shape[-1]
+    count = rows.size // n if n else 0
+    tiles = launch.tiles("sort", rows.device)
+    values = empty(rows.shape[:-1] + (n_out,), rows.dtype, rows.device)
+    indices = empty(rows.shape[:-1] + (n_out,), dtypes.INDEX, rows.device)
+    if count and n_out:
+        launch.run(sort_rows_kernel, (count,), rows.device, rows, idx_in, values, indices, n, n_out,
+                   DESCENDING=descending, BLOCK=triton.next_power_of_2(n), num_warps=tiles["num_warps"])
+    return values, indices
+
+
+@implements("sort")
+def sort(x: Tensor, axis: int, descending: bool) -> tuple[Tensor, Tensor]:
+    limit = launch.tiles("sort", x.device)["max_block_n"]
+    if x.shape[axis] > limit:
+        raise NotSupportedError(f"sorting rows longer than {limit} on {x.device} needs a merge pass, "
+                                f"which is not implemented yet (this row has {x.shape[axis]})")
+    values, indices = _sort_rows(_rows(x, axis), None, x.shape[axis], descending)
+    return _back(values, axis), _back(indices, axis)
+
+
+@implements("topk")
+def topk(x: Tensor, k: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
+    limit = launch.tiles("sort", x.device)["max_block_n"]
+    if k > limit // 2 and x.shape[dim] > limit:
+        raise NotSupportedError(f"top-k with k={k} > {limit // 2} of rows longer than {limit} is not implemented yet")
+    from nbx.core.ops.creation import arange
+    from nbx.core.ops.datamove import pad
+    values, indices = _rows(x, dim), None
+    while values.shape[-1] > limit:  # each chunk's best k become the candidates, in chunk order
+        n, lead = values.shape[-1], values.shape[:-1]
+        if indices is None:
+            indices = arange(n, dtype=dtypes.INDEX, device=x.device).broadcast_to(values.shape).contiguous()
+        chunks = triton.cdiv(n, limit)
+        if chunks * limit > n:  # the last chunk's padding is marked empty (-1)
+            values, indices = pad(values, (0, chunks * limit - n)), pad(indices, (0, chunks * limit - n), value=-1)
+        values, indices = _sort_rows(values.reshape(*lead, chunks, limit), indices.reshape(*lead, chunks, limit),
+                                     k, largest)
+        values, indices = values.reshape(*lead, chunks * k), indices.reshape(*lead, chunks * k)
+    values, indices = _sort_rows(values, indices, k, largest)
+    return _back(values, dim), _back(indices, dim)
+
+
+@declares("sort")
+def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
+    return Cost(buffers=(Buffer("values", x.nbytes), Buffer("indices", x.size * 8)),
+                bytes_moved=3 * x.nbytes + x.size * 8)
+
+
+@declares("topk")
+def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
+    out = x.size // max(x.shape[dim], 1) * k
+    return Cost(buffers=(Buffer("values", out * x.dtype.itemsize), Buffer("indices", out * 8),
+                         Buffer("candidates", x.nbytes, LAUNCH)), bytes_moved=2 * x.nbytes + out * (8 + x.dtype.itemsize))
+
+
+__all__ = ["sort", "topk"]
