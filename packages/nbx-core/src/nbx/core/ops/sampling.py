@@ -5,7 +5,7 @@
 logits are [rows, vocab] (or [vocab]); the result is int64 [rows] (or 0-d). The order is Hugging
 Face's: penalties, temperature, top-k, top-p, min-p; then the draw. In float32, per row:
 
-    l = logits / temperature
+    l = logits * (1 / temperature)
     top-k  keep l >= the k-th largest l (ties at the threshold are all kept)
     p      = exp(l - max l) where kept, else 0
     top-p  keep p >= t, t the largest value whose {p >= t} holds >= top_p of the kept mass
@@ -105,7 +105,7 @@ def apply_penalties(logits: Tensor, previous: Tensor, repetition: float, frequen
 def sample_reference(logits, temperature, k, p, floor, seed, offset, precision=reference.NATIVE):
     """The rule of the module's docstring in numpy float32 (float64 for the oracle)."""
     work = np.float64 if precision == reference.FLOAT64 else np.float32
-    l = host(logits).astype(work) / work(temperature)
+    l = host(logits).astype(work) * work(1.0 / temperature)  # as the kernels: times the reciprocal
     rows, vocab = l.shape
     u = philox.uniform_stream(seed, offset, rows).astype(work)
     out = np.empty(rows, np.int64)
