@@ -6,6 +6,7 @@ from .datamove import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .gather import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
+from .products import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norms import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
