@@ -6,8 +6,9 @@ from nbx.core import dtypes
 from nbx.core.dispatch import implementation
 from nbx.core.tensor import Tensor, empty
 
-from .. import launch
+from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from .kernel import sample_kernel
 
@@ -15,16 +16,22 @@ from .kernel import sample_kernel
 @implements("sample")
 def sample(logits: Tensor, temperature: float, k: int, p: float, floor: float, seed: int, offset: int) -> Tensor:
     rows, vocab = logits.shape
-    tiles = launch.tiles("sampling", logits.device)
     x = logits.contiguous()
     uniforms = empty((rows,), dtypes.float32, logits.device)
     implementation("random.rand", logits.device)(uniforms, seed, offset)
-    out = empty((rows,), dtypes.INDEX, logits.device)
-    if rows:
-        launch.run(sample_kernel, (rows,), logits.device, x, uniforms, out, vocab, 1.0 / temperature, k, p, floor,
-                   TOP_K=k < vocab, TOP_P=p < 1.0, MIN_P=floor > 0.0, BLOCK=tiles["block"],
-                   num_warps=tiles["num_warps"])
-    return out
+    signature = (rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device)
+    plan = plans.cached("sample", signature, lambda: _sample_plan(*signature))
+    return plans.execute(plan, {"x": x, "u": uniforms, "inv_t": 1.0 / temperature, "k": k, "p": p,
+                                "floor": floor})["tokens"]
+
+
+def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device) -> LaunchPlan:
+    tiles = launch.tiles("sampling", device)
+    launches = () if not rows else (Launch(
+        sample_kernel, (rows,), (Slot("x"), Slot("u"), Slot("tokens"), vocab, Slot("inv_t"), Slot("k"), Slot("p"),
+                                 Slot("floor")),
+        dict(TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, BLOCK=tiles["block"], num_warps=tiles["num_warps"])),)
+    return LaunchPlan(device, launches, outputs=(plans.output("tokens", (rows,), dtypes.INDEX),))
 
 
 @declares("sample")

@@ -8,14 +8,17 @@ that is not written yet, and is refused by name; so are 64-bit keys (the packed 
 """
 from __future__ import annotations
 
+from math import prod
+
 import triton
 
 from nbx.core import dtypes
 from nbx.core.errors import DTypeError, NotSupportedError
-from nbx.core.tensor import Tensor, empty
+from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from .kernel import sort_rows_kernel
 
@@ -36,14 +39,22 @@ def _back(t: Tensor, axis: int) -> Tensor:
 def _sort_rows(rows: Tensor, idx_in: Tensor | None, n_out: int, descending: bool) -> tuple[Tensor, Tensor]:
     """rows [..., n] (n <= max_block_n) sorted, their first n_out values and original indices."""
     n = rows.shape[-1]
-    count = rows.size // n if n else 0
-    tiles = launch.tiles("sort", rows.device)
-    values = empty(rows.shape[:-1] + (n_out,), rows.dtype, rows.device)
-    indices = empty(rows.shape[:-1] + (n_out,), dtypes.INDEX, rows.device)
-    if count and n_out:
-        launch.run(sort_rows_kernel, (count,), rows.device, rows, idx_in, values, indices, n, n_out,
-                   DESCENDING=descending, BLOCK=triton.next_power_of_2(n), num_warps=tiles["num_warps"])
-    return values, indices
+    signature = (rows.shape, rows.dtype, idx_in is not None, n_out, descending, rows.device)
+    plan = plans.cached("sort", signature, lambda: _sort_plan(*signature))
+    done = plans.execute(plan, {"rows": rows, "idx_in": idx_in})
+    return done["values"], done["indices"]
+
+
+def _sort_plan(shape, dtype, merging: bool, n_out: int, descending: bool, device) -> LaunchPlan:
+    n = shape[-1]
+    count = prod(shape) // n if n else 0
+    tiles = launch.tiles("sort", device)
+    launches = () if not (count and n_out) else (Launch(
+        sort_rows_kernel, (count,), (Slot("rows"), Slot("idx_in"), Slot("values"), Slot("indices"), n, n_out),
+        dict(DESCENDING=descending, BLOCK=triton.next_power_of_2(n), num_warps=tiles["num_warps"])),)
+    out_shape = tuple(shape[:-1]) + (n_out,)
+    return LaunchPlan(device, launches, outputs=(plans.output("values", out_shape, dtype),
+                                                 plans.output("indices", out_shape, dtypes.INDEX)))
 
 
 @implements("sort")
