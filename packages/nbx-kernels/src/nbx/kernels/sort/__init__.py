@@ -3,8 +3,10 @@
 A row of up to max_block_n keys is sorted by one program (sort/kernel.py). top-k of a longer
 row reduces it: the row is cut into chunks of max_block_n, each chunk's best k survive as
 candidates (in chunk order, so ties still go to the lower index), and the candidates are reduced
-the same way until one program holds them all. A full sort of a longer row needs a merge pass
-that is not written yet, and is refused by name; so are 64-bit keys (the packed word has no room).
+the same way until one program holds them all. A full sort of a longer row (up to 2**32 keys)
+is a bitonic merge over global memory (sort/kernel.py): log2(N2 / max_block_n) stages of one
+pass per merge distance above the block, each ending in a block re-sort. 64-bit keys are refused
+by name (the packed word has no room for them and their position).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
-from .kernel import sort_rows_kernel
+from .kernel import (flip_step_kernel, half_step_kernel, pack_blocks_kernel, sort_blocks_kernel, sort_rows_kernel,
+                     unpack_kernel)
 
 
 def _rows(x: Tensor, axis: int) -> Tensor:
@@ -60,11 +63,46 @@ def _sort_plan(shape, dtype, merging: bool, n_out: int, descending: bool, device
 @implements("sort")
 def sort(x: Tensor, axis: int, descending: bool) -> tuple[Tensor, Tensor]:
     limit = launch.tiles("sort", x.device)["max_block_n"]
+    rows = _rows(x, axis)
     if x.shape[axis] > limit:
-        raise NotSupportedError(f"sorting rows longer than {limit} on {x.device} needs a merge pass, "
-                                f"which is not implemented yet (this row has {x.shape[axis]})")
-    values, indices = _sort_rows(_rows(x, axis), None, x.shape[axis], descending)
+        if x.shape[axis] >= 2 ** 32:
+            raise NotSupportedError(f"sorting rows of 2**32 keys or more (this one has {x.shape[axis]})")
+        signature = (rows.shape, rows.dtype, descending, rows.device)
+        plan = plans.cached("sort.merge", signature, lambda: _merge_plan(*signature))
+        done = plans.execute(plan, {"x": rows})
+        values, indices = done["values"], done["indices"]
+    else:
+        values, indices = _sort_rows(rows, None, x.shape[axis], descending)
     return _back(values, axis), _back(indices, axis)
+
+
+def _merge_plan(shape, dtype, descending: bool, device) -> LaunchPlan:
+    tiles = launch.tiles("sort", device)
+    block, warps = tiles["max_block_n"], tiles["num_warps"]
+    n = shape[-1]
+    count = prod(shape) // n
+    n2 = triton.next_power_of_2(n)
+    words = count * n2
+    pairs = (triton.cdiv(words // 2, block),)
+    launches = [Launch(pack_blocks_kernel, (count, n2 // block), (Slot("x"), Slot("packed"), n, n2),
+                       dict(DESCENDING=descending, BLOCK=block, num_warps=warps))]
+    size = 2 * block
+    while size <= n2:
+        launches.append(Launch(flip_step_kernel, pairs, (Slot("packed"), size // 2), dict(BLOCK=block, num_warps=warps)))
+        distance = size // 4
+        while distance >= block:
+            launches.append(Launch(half_step_kernel, pairs, (Slot("packed"), distance),
+                                   dict(BLOCK=block, num_warps=warps)))
+            distance //= 2
+        launches.append(Launch(sort_blocks_kernel, (words // block,), (Slot("packed"),),
+                               dict(BLOCK=block, num_warps=warps)))
+        size *= 2
+    launches.append(Launch(unpack_kernel, (count, triton.cdiv(n, block)),
+                           (Slot("x"), Slot("packed"), Slot("values"), Slot("indices"), n, n2),
+                           dict(BLOCK=block, num_warps=warps)))
+    return LaunchPlan(device, tuple(launches), outputs=(plans.output("values", shape, dtype),
+                                                        plans.output("indices", shape, dtypes.INDEX)),
+                      workspace=(plans.workspace("packed", (words,), dtypes.uint64),))
 
 
 @implements("topk")
