@@ -143,3 +143,18 @@ def test_vocabulary_sized_embedding_topk_and_sampling_on_the_gpu():
     got = nbx.sample(on_gpu, top_p=0.9, generator=nbx.Generator(seed=4))
     expected = nbx.sample(on_gpu.to("cpu"), top_p=0.9, generator=nbx.Generator(seed=4))
     assert got.tolist() == expected.tolist()
+
+
+def test_one_integer_array_of_getitem_and_setitem_runs_as_a_take_and_a_scatter_leaving_bad_writes_unchanged(device):
+    from nbx.core import indexing
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    d = nbx.asarray(a).to(device)
+    idx = nbx.asarray([5, -1, 0]).to(device)
+    np.testing.assert_array_equal(indexing._one_array_take(d, (slice(1, 3), idx)).numpy(), a[1:3, [5, -1, 0]])
+    assert indexing._one_array_put(d, (slice(None), nbx.asarray([1, 3]).to(device)), 2.0)
+    expected = a.copy()
+    expected[:, [1, 3]] = 2.0
+    np.testing.assert_array_equal(d.numpy(), expected)
+    with pytest.raises(IndexingError):
+        indexing._one_array_put(d, (nbx.asarray([0, 9]).to(device),), 5.0)
+    np.testing.assert_array_equal(d.numpy(), expected)

@@ -100,6 +100,34 @@ def _one_array_take(t: Tensor, key: tuple):
     return out
 
 
+def _one_array_put(t: Tensor, key: tuple, value) -> bool:
+    """x[..., index, ...] = value for one 0-d or 1-D integer index among basic indices with no
+    int beside it: an index_copy of the basic view (the last duplicate wins, as numpy's), written
+    back only once every index has been checked. False when the key is of another kind."""
+    from .ops.creation import asarray
+    from .ops.gather import index_copy
+    arrays = [i for i, k in enumerate(key) if _is_advanced(k)]
+    plain = all(isinstance(k, slice) or k is None or k is Ellipsis for i, k in enumerate(key) if i not in arrays)
+    if len(arrays) != 1 or not plain:
+        return False
+    where, index = arrays[0], key[arrays[0]]
+    if isinstance(index, (list, np.ndarray)):
+        index = asarray(index, device=t.device)
+    if not isinstance(index, Tensor) or not index.dtype.is_integer or index.ndim > 1:
+        return False
+    view = basic_view(t, key[:where] + (slice(None),) + key[where + 1:])
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    dim = sum(1 if k is None or isinstance(k, slice) else t.ndim - consumed for k in key[:where])
+    flat = index.reshape(-1)
+    shape = view.shape[:dim] + (flat.shape[0],) + view.shape[dim + 1:]
+    src = value if isinstance(value, Tensor) else asarray(value, dtype=t.dtype, device=t.device)
+    src = src.to(dtype=t.dtype) if src.dtype is not t.dtype else src
+    if index.ndim == 0:
+        src = src.unsqueeze(dim) if src.ndim == len(shape) - 1 else src
+    view._copy_from(index_copy(view, dim, flat, src.broadcast_to(shape).contiguous()))
+    return True
+
+
 def getitem(t: Tensor, key) -> Tensor:
     key = _as_tuple(key)
     if not any(_is_advanced(k) for k in key):
@@ -123,6 +151,8 @@ def setitem(t: Tensor, key, value) -> None:
     key = _as_tuple(key)
     if isinstance(value, Tensor) and value.device != t.device:
         raise CrossDeviceError(f"assigning a tensor on {value.device} into a tensor on {t.device}; copy it with .to()")
+    if any(_is_advanced(k) for k in key) and t.storage.host is None and _one_array_put(t, key, value):
+        return
     if any(_is_advanced(k) for k in key):
         host_key = _host_key(t, key)
         src = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
