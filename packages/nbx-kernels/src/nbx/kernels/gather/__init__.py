@@ -79,12 +79,12 @@ def take(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     return out
 
 
-def _last(t: Tensor, axis: int) -> Tensor:
+def axis_last(t: Tensor, axis: int) -> Tensor:
     order = [d for d in range(t.ndim) if d != axis] + [axis]
     return t.permute(order).contiguous()
 
 
-def _back(t: Tensor, axis: int) -> Tensor:
+def axis_back(t: Tensor, axis: int) -> Tensor:
     order = list(range(t.ndim - 1))
     order.insert(axis, t.ndim - 1)
     return t.permute(order).contiguous()
@@ -104,7 +104,7 @@ def _take_along_plan(rows_shape, index_shape, device) -> LaunchPlan:
 def take_along_axis(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     if x.dtype.itemsize == 16:
         raise NotSupportedError("take_along_axis of complex128 has no kernel yet (its elements are two words)")
-    rows_x, idx = _last(x, axis), _last(indices, axis)
+    rows_x, idx = axis_last(x, axis), axis_last(indices, axis)
     out = empty(idx.shape, x.dtype, x.device)
     plan = plans.cached("take_along_axis", (rows_x.shape, idx.shape, x.device),
                         lambda: _take_along_plan(rows_x.shape, idx.shape, x.device))
@@ -112,7 +112,7 @@ def take_along_axis(x: Tensor, indices: Tensor, axis: int) -> Tensor:
         flag = new_flag(x.device)
         plans.execute(plan, {"x": as_bits(rows_x)[0], "idx": idx, "out_bits": as_bits(out)[0], "flag": flag})
         raise_if_flagged("take_along_axis", flag, x.shape[axis])
-    return _back(out, axis)
+    return axis_back(out, axis)
 
 
 def _identity(reduce: str, dtype: DType):
@@ -151,8 +151,8 @@ def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce, include_sel
         raise DTypeError("scatter of complex tensors has no kernel (Triton has no complex type)")
     out = x.clone()
     region = out[tuple(slice(None) if d == dim else slice(0, s) for d, s in enumerate(index.shape))]
-    rows = _last(region, dim)
-    idx, updates = _last(index, dim), _last(src, dim)
+    rows = axis_last(region, dim)
+    idx, updates = axis_last(index, dim), axis_last(src, dim)
     n, k = x.shape[dim], index.shape[dim]
     if rows.size == 0 or k == 0:
         return out
@@ -167,7 +167,7 @@ def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce, include_sel
         denom = (counts + int(include_self)).to(dtype=x.dtype)
         divided = rows / denom if x.dtype.kind == "float" else rows // denom
         rows = where(counts > 0, divided.to(dtype=x.dtype), rows)
-    region._copy_from(_back(rows, dim))
+    region._copy_from(axis_back(rows, dim))
     return out
 
 
@@ -199,4 +199,4 @@ def _scatter_cost(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce=None, 
                 notes=("the clone, the axis-last region copies in and out, the scatter",))
 
 
-__all__ = ["take", "take_along_axis", "scatter", "as_bits"]
+__all__ = ["take", "take_along_axis", "scatter", "as_bits", "axis_last", "axis_back"]

@@ -5,6 +5,8 @@ over the indices (the check rides on the load the gather does anyway)."""
 import triton
 import triton.language as tl
 
+from ..reduction import combine
+
 
 @triton.jit
 def _wrap(i, n, flag_ptr, mask):
@@ -75,24 +77,5 @@ def scatter_rows_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, BL
         tl.store(count_ptr + r * n + places, hits, mask=inside)
 
 
-@triton.jit
-def add(a, b):
-    return a + b
-
-
-@triton.jit
-def multiply(a, b):
-    return a * b
-
-
-@triton.jit
-def maximum(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def minimum(a, b):
-    return tl.minimum(a, b)
-
-
-COMBINERS = {"sum": add, "prod": multiply, "amax": maximum, "amin": minimum}
+# the folds of a reduction, NaN propagating in amax/amin as numpy's maximum/minimum
+COMBINERS = {"sum": combine.add, "prod": combine.mul, "amax": combine.max_nan, "amin": combine.min_nan}

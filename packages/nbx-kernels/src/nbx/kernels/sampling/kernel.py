@@ -39,11 +39,7 @@ def sample_kernel(x_ptr, u_ptr, out_ptr, V, inv_t, K, P, FLOOR,
             lo = tl.where(ok, mid, lo)
             hi = tl.where(ok, hi, mid)
         kth = lo
-    total = tl.zeros((), tl.float32)
-    for start in range(0, V, BLOCK):
-        l, inside = _scaled(x_ptr, r, start + base, V, inv_t)
-        keep = inside & (order_key(l).to(tl.int64) >= kth)
-        total += tl.sum(tl.where(keep, tl.exp(l - m), 0.0), axis=0)
+    total = _kept_mass(x_ptr, r, V, inv_t, m, kth, 0, FLOOR, False, BLOCK)
     cut = tl.zeros((), tl.int64)  # bits of the smallest probability kept by top-p
     if TOP_P:
         goal = P * total
@@ -51,21 +47,11 @@ def sample_kernel(x_ptr, u_ptr, out_ptr, V, inv_t, K, P, FLOOR,
         hi = tl.full((), 0x3F800001, tl.int64)  # just above the bits of 1.0
         for _ in range(31):
             mid = (lo + hi) // 2
-            mass = tl.zeros((), tl.float32)
-            for start in range(0, V, BLOCK):
-                l, inside = _scaled(x_ptr, r, start + base, V, inv_t)
-                q = tl.where(inside & (order_key(l).to(tl.int64) >= kth), tl.exp(l - m), 0.0)
-                mass += tl.sum(tl.where(q.to(tl.int32, bitcast=True).to(tl.int64) >= mid, q, 0.0), axis=0)
-            ok = mass >= goal
+            ok = _kept_mass(x_ptr, r, V, inv_t, m, kth, mid, FLOOR, False, BLOCK) >= goal
             lo = tl.where(ok, mid, lo)
             hi = tl.where(ok, hi, mid)
         cut = lo
-    kept_total = tl.zeros((), tl.float32)
-    for start in range(0, V, BLOCK):
-        l, inside = _scaled(x_ptr, r, start + base, V, inv_t)
-        q = _kept(l, inside, m, kth, cut, FLOOR, MIN_P)
-        kept_total += tl.sum(q, axis=0)
-    target = tl.load(u_ptr + r) * kept_total
+    target = tl.load(u_ptr + r) * _kept_mass(x_ptr, r, V, inv_t, m, kth, cut, FLOOR, MIN_P, BLOCK)
     running = tl.zeros((), tl.float32)
     token = tl.full((), -1, tl.int64)
     last = tl.zeros((), tl.int64)
@@ -88,3 +74,13 @@ def _kept(l, inside, m, kth, cut, FLOOR, MIN_P: tl.constexpr):
     if MIN_P:
         q = tl.where(q >= FLOOR, q, 0.0)
     return q
+
+
+@triton.jit
+def _kept_mass(x_ptr, r, V, inv_t, m, kth, cut, FLOOR, MIN_P: tl.constexpr, BLOCK: tl.constexpr):
+    """The sum of the row's kept probabilities (exp(l - max l)), in chunk order."""
+    mass = tl.zeros((), tl.float32)
+    for start in range(0, V, BLOCK):
+        l, inside = _scaled(x_ptr, r, start + tl.arange(0, BLOCK), V, inv_t)
+        mass += tl.sum(_kept(l, inside, m, kth, cut, FLOOR, MIN_P), axis=0)
+    return mass

@@ -21,6 +21,7 @@ from nbx.core.tensor import Tensor
 from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
+from ..gather import axis_back, axis_last
 from ..registry import implements
 from .kernel import (flip_step_kernel, half_step_kernel, pack_blocks_kernel, sort_blocks_kernel, sort_rows_kernel,
                      unpack_kernel)
@@ -29,14 +30,7 @@ from .kernel import (flip_step_kernel, half_step_kernel, pack_blocks_kernel, sor
 def _rows(x: Tensor, axis: int) -> Tensor:
     if x.dtype.itemsize > 4 or x.dtype.is_complex:
         raise DTypeError(f"the sort kernels take keys of at most 32 bits, not {x.dtype.name}")
-    order = [d for d in range(x.ndim) if d != axis] + [axis]
-    return x.permute(order).contiguous()
-
-
-def _back(t: Tensor, axis: int) -> Tensor:
-    order = list(range(t.ndim - 1))
-    order.insert(axis, t.ndim - 1)
-    return t.permute(order).contiguous()
+    return axis_last(x, axis)
 
 
 def _sort_rows(rows: Tensor, idx_in: Tensor | None, n_out: int, descending: bool) -> tuple[Tensor, Tensor]:
@@ -73,7 +67,7 @@ def sort(x: Tensor, axis: int, descending: bool) -> tuple[Tensor, Tensor]:
         values, indices = done["values"], done["indices"]
     else:
         values, indices = _sort_rows(rows, None, x.shape[axis], descending)
-    return _back(values, axis), _back(indices, axis)
+    return axis_back(values, axis), axis_back(indices, axis)
 
 
 def _merge_plan(shape, dtype, descending: bool, device) -> LaunchPlan:
@@ -124,7 +118,7 @@ def topk(x: Tensor, k: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
                                      k, largest)
         values, indices = values.reshape(*lead, chunks * k), indices.reshape(*lead, chunks * k)
     values, indices = _sort_rows(values, indices, k, largest)
-    return _back(values, dim), _back(indices, dim)
+    return axis_back(values, dim), axis_back(indices, dim)
 
 
 @declares("sort")
