@@ -83,9 +83,9 @@ def test_concat_stack_flip_roll_repeat_tile_and_triangles_match_the_reference(de
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "uint8"])
 def test_sort_and_argsort_are_stable_both_ways_with_nans_largest(device, dtype):
-    a = rng.integers(0, 6, (3, 40)).astype(np.float32)
+    a = rng.integers(0, 6, (3, 20)).astype(np.float32)
     if dtype.startswith(("float", "bfloat")):
-        a[0, 3] = a[2, 30] = np.nan
+        a[0, 3] = a[2, 15] = np.nan
     c, d = both(a, device, dtype)
     for axis in (0, 1) if dtype == "float32" else (1,):
         for descending in (False, True):
@@ -95,20 +95,19 @@ def test_sort_and_argsort_are_stable_both_ways_with_nans_largest(device, dtype):
 
 def test_topk_of_rows_longer_than_one_program_reduces_chunks_and_breaks_ties_by_index(device):
     limit = launch.tiles("sort", device)["max_block_n"]
-    a = rng.integers(0, 50, (3, 2 * limit + 37)).astype(np.float32)  # many ties
+    a = rng.integers(0, 50, (1, 2 * limit + 37)).astype(np.float32)  # many ties
     c, d = both(a, device, "float32")
-    for k in (1, 7, limit // 2):
-        for largest in (True, False):
-            got, ref = nbx.topk(d, k, largest=largest), nbx.topk(c, k, largest=largest)
-            same(got.values, ref.values)
-            same(got.indices, ref.indices)
+    for k, largest in ((1, True), (7, False), (limit // 2, True)):
+        got, ref = nbx.topk(d, k, largest=largest), nbx.topk(c, k, largest=largest)
+        same(got.values, ref.values)
+        same(got.indices, ref.indices)
     assert price("topk", d, 7).allocated > 0
 
 
 def test_rows_longer_than_one_program_sort_through_the_global_bitonic_merge(device):
     limit = launch.tiles("sort", device)["max_block_n"]
-    a = rng.integers(0, 30, (2, 4 * limit + 5)).astype(np.float32)
-    a[0, 5] = a[1, -1] = np.nan
+    a = rng.integers(0, 30, (1, 4 * limit + 5)).astype(np.float32)
+    a[0, 5] = a[0, -1] = np.nan
     c, d = both(a, device, "float32")
     for descending in (False, True):
         same(nbx.argsort(d, descending=descending), nbx.argsort(c, descending=descending))
