@@ -6,12 +6,16 @@ operands live on, and a missing one is refused by name.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from contextlib import contextmanager
+from functools import partial
 
 from .device import Device
 from .errors import NotSupportedError
 
 _IMPLEMENTATIONS: dict[tuple[str, str], Callable] = {}
+_OBSERVER = threading.local()  # .record: the recorder of nbx.core.graph, while one runs on this thread
 
 
 def register(op: str, backend: str):
@@ -32,7 +36,20 @@ def implementation(op: str, device: Device) -> Callable:
         raise NotSupportedError(
             f"{op} is not implemented on {device.type} yet "
             f"(backends implementing it: {sorted(b for o, b in _IMPLEMENTATIONS if o == op)})")
-    return fn
+    record = getattr(_OBSERVER, "record", None)
+    return fn if record is None else partial(record, op, fn)
+
+
+@contextmanager
+def observed(record: Callable):
+    """While the block runs, this thread calls every implementation as record(op, fn, *args, **kwargs)
+    (nbx.core.graph prices a captured step from the calls it makes); other threads are not observed."""
+    outer = getattr(_OBSERVER, "record", None)
+    _OBSERVER.record = record
+    try:
+        yield
+    finally:
+        _OBSERVER.record = outer
 
 
 def has_implementation(op: str, backend: str) -> bool:
