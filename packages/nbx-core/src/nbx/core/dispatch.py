@@ -15,7 +15,7 @@ from .device import Device
 from .errors import NotSupportedError
 
 _IMPLEMENTATIONS: dict[tuple[str, str], Callable] = {}
-_OBSERVER = threading.local()  # .record: the recorder of nbx.core.graph, while one runs on this thread
+_OBSERVER = threading.local()  # .record, .allocated: nbx.core.graph's recorder while one runs on this thread
 
 
 def register(op: str, backend: str):
@@ -41,15 +41,20 @@ def implementation(op: str, device: Device) -> Callable:
 
 
 @contextmanager
-def observed(record: Callable):
+def observed(record: Callable, allocated: Callable):
     """While the block runs, this thread calls every implementation as record(op, fn, *args, **kwargs)
-    (nbx.core.graph prices a captured step from the calls it makes); other threads are not observed."""
-    outer = getattr(_OBSERVER, "record", None)
-    _OBSERVER.record = record
+    and tells allocated(storage) of every tensor.empty (nbx.core.graph prices and plans a captured
+    step from them); other threads are not observed."""
+    outer = getattr(_OBSERVER, "record", None), getattr(_OBSERVER, "allocated", None)
+    _OBSERVER.record, _OBSERVER.allocated = record, allocated
     try:
         yield
     finally:
-        _OBSERVER.record = outer
+        _OBSERVER.record, _OBSERVER.allocated = outer
+
+
+def allocation_observer() -> Callable | None:
+    return getattr(_OBSERVER, "allocated", None)
 
 
 def has_implementation(op: str, backend: str) -> bool:

@@ -21,7 +21,7 @@ closed first.
 
 Lengths. capture(fn, *inputs, length=n) captures per bucket of lengths: fn(*inputs, length) gets a
 Length whose `bucket` (a Python int, the rung of the device file's `graphs.length_buckets` ladder
-that holds n) may size views (`cache[:length.bucket]`) and whose `tensor` (an int32 scalar on the
+that holds n) may size views (`cache[:length.bucket]`) and whose `tensor` (an int32 tensor of shape (1,) on the
 device) holds the true length, written before each replay: kernels read it to mask the positions
 past it (`length.mask()` is `positions < length`). A generation of growing lengths replays one graph
 per bucket. On cpu, which has no device file and captures nothing, every length is its own bucket.
@@ -57,7 +57,8 @@ class Length:
     def __init__(self, bucket: int, device: Device):
         from .ops.creation import arange
         self.bucket = bucket
-        self.tensor = empty((), dtypes.int32, device)
+        # shape (1,), not (): a 0-d copy on cuda's own copy_ reads its value back to the host (a broadcast)
+        self.tensor = empty((1,), dtypes.int32, device)
         self.positions = arange(bucket, dtype=dtypes.int32, device=device)
 
     def set(self, n: int) -> None:
@@ -247,14 +248,13 @@ class Step:
             entry.length.set(length)
         args = inputs + ((entry.length,) if entry.length is not None else ())
         rec = recorder()
-        rec.know(args[:len(inputs)])
         runs = [0]
 
         def run():
             runs[0] += 1
             if runs[0] > 1:
                 return self.fn(*args)
-            with observed(rec):
+            with observed(rec.record, rec.allocated):
                 try:
                     return self.fn(*args)
                 finally:

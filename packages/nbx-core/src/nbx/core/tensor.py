@@ -12,6 +12,7 @@ import numpy as np
 from . import dtypes, layout
 from .layout import as_c_contiguous
 from .device import CPU, Device, as_device, get_backend
+from .dispatch import allocation_observer
 from .dtypes import DType
 from .errors import IndexingError, NotSupportedError, ShapeError, ViewError
 from .storage import Storage, host_bytes
@@ -400,6 +401,9 @@ def empty(shape, dtype=None, device=None) -> Tensor:
     dev = as_device(device)
     shape = layout.as_shape(shape)
     storage = get_backend(dev.type).allocate(prod(shape) * dt.itemsize, dev)
+    observer = allocation_observer()
+    if observer is not None:  # a step being captured plans its memory (nbx.core.graph_memory)
+        observer(storage)
     return Tensor(storage, dt, shape)
 
 
