@@ -21,7 +21,7 @@ closed first.
 
 Lengths. capture(fn, *inputs, length=n) captures per bucket of lengths: fn(*inputs, length) gets a
 Length whose `bucket` (a Python int, the rung of the device file's `graphs.length_buckets` ladder
-that holds n) may size views (`cache[:length.bucket]`) and whose `tensor` (an int32 tensor of shape (1,) on the
+that holds n, at most max_length) may size views (`cache[:length.bucket]`) and whose `tensor` (an int32 tensor of shape (1,) on the
 device) holds the true length, written before each replay: kernels read it to mask the positions
 past it (`length.mask()` is `positions < length`). A generation of growing lengths replays one graph
 per bucket. On cpu, which has no device file and captures nothing, every length is its own bucket.
@@ -73,15 +73,18 @@ class Length:
         return f"Length(bucket={self.bucket}, {self.tensor.device})"
 
 
-def length_bucket(n: int, device: Device) -> int:
-    """The bucket of length n on device: the rung of its file's graphs.length_buckets that holds n."""
+def length_bucket(n: int, device: Device, max_length: int | None = None) -> int:
+    """The bucket of length n on device: the rung of its file's graphs.length_buckets that holds n,
+    at most max_length (the capacity of what the step slices, a KV cache)."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ArgumentError(f"a step's length is a positive int, not {n!r}")
+    if max_length is not None and n > max_length:
+        raise ArgumentError(f"length {n} is beyond the step's max_length {max_length}")
     try:
-        ladder = device_files.in_force(device).value(LENGTH_LADDER)
+        bucket = device_files.bucket(device_files.in_force(device).value(LENGTH_LADDER), n)
     except NoDeviceFileError:
         return n  # cpu: nothing is captured, so a bucket would only compute more
-    return device_files.bucket(ladder, n)
+    return bucket if max_length is None else min(bucket, max_length)
 
 
 def _key(inputs, bucket) -> tuple:
@@ -122,7 +125,7 @@ class _Capture:
 class Step:
     """A function of nbx ops captured per key (input shapes and dtypes, length bucket); see the module doc."""
 
-    def __init__(self, fn, inputs, length, *, device=None, max_captures: int = 8, warmup: int = 1):
+    def __init__(self, fn, inputs, length, *, max_length=None, device=None, max_captures: int = 8, warmup: int = 1):
         if not callable(fn):
             raise ArgumentError(f"capture takes a function of nbx ops, not {fn!r}")
         if not isinstance(max_captures, int) or max_captures < 1:
@@ -130,6 +133,10 @@ class Step:
         self.fn, self.max_captures, self.warmup = fn, max_captures, warmup
         self.device = self._device(inputs, device)
         self.bucketed = length is not None
+        if max_length is not None and (not self.bucketed or not isinstance(max_length, int) or max_length < 1):
+            raise ArgumentError(f"max_length (a positive int) bounds the buckets of a step captured with length=; "
+                                f"got max_length={max_length!r}, length={length!r}")
+        self.max_length = max_length
         self.captures_made = 0
         self._captures: OrderedDict = OrderedDict()
         self._current: _Capture | None = None
@@ -150,7 +157,7 @@ class Step:
         """Replay the current key after the caller wrote into step.inputs; returns step.outputs."""
         self._check_open()
         entry = self._current
-        if self.bucketed and length is not None and length_bucket(length, self.device) != entry.length.bucket:
+        if self.bucketed and length is not None and self._bucket(length) != entry.length.bucket:
             raise ArgumentError(f"length {length} is outside the current capture's bucket "
                                 f"({entry.length.bucket}); call the step with its inputs to change buckets")
         return self._run(entry, length)
@@ -217,6 +224,9 @@ class Step:
                                 f"none); got {sorted(map(str, devices)) or 'no input and no device'}")
         return devices.pop()
 
+    def _bucket(self, n: int) -> int:
+        return length_bucket(n, self.device, self.max_length)
+
     def _check_open(self) -> None:
         if self._closed:
             raise ArgumentError("call of a closed step")
@@ -228,7 +238,7 @@ class Step:
         self._device(inputs, self.device)
         if self.bucketed != (length is not None):
             raise ArgumentError("a step captured with length= is called with length=, and one without, without")
-        key = _key(inputs, length_bucket(length, self.device) if self.bucketed else None)
+        key = _key(inputs, self._bucket(length) if self.bucketed else None)
         entry = self._captures.get(key)
         if entry is None:
             entry = self._capture(tuple(inputs), length, reuse_inputs=False)
@@ -237,7 +247,7 @@ class Step:
         return entry
 
     def _capture(self, inputs, length, reuse_inputs: bool) -> _Capture:
-        bucket = length_bucket(length, self.device) if self.bucketed else None
+        bucket = self._bucket(length) if self.bucketed else None
         if not reuse_inputs:
             statics = tuple(empty(t.shape, t.dtype, t.device) for t in inputs)
             for static, t in zip(statics, inputs):
@@ -304,9 +314,11 @@ class Step:
             entry.graph.close()
 
 
-def capture(fn, *inputs, length: int | None = None, device=None, max_captures: int = 8, warmup: int = 1) -> Step:
-    """Capture fn(*inputs) (fn(*inputs, Length) with length=) once; returns the Step that replays it."""
-    return Step(fn, inputs, length, device=device, max_captures=max_captures, warmup=warmup)
+def capture(fn, *inputs, length: int | None = None, max_length: int | None = None, device=None,
+            max_captures: int = 8, warmup: int = 1) -> Step:
+    """Capture fn(*inputs) (fn(*inputs, Length) with length=, buckets at most max_length) once; returns
+    the Step that replays it (see the module's doc)."""
+    return Step(fn, inputs, length, max_length=max_length, device=device, max_captures=max_captures, warmup=warmup)
 
 
 __all__ = ["Length", "Step", "StepMemory", "capture", "length_bucket"]
