@@ -180,6 +180,11 @@ class Step:
         return self._current.graph is not None
 
     @property
+    def nodes(self) -> int | None:
+        """Launches and copies in the current key's graph (None: eager, or the driver cannot say)."""
+        return self._current.graph.nodes if self._current.graph is not None else None
+
+    @property
     def keys(self) -> list:
         return list(self._captures)
 
