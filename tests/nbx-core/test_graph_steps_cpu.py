@@ -97,6 +97,15 @@ def test_calls_the_step_cannot_serve_are_refused_by_name():
         nbx.graph.capture(lambda x, n: x, x, length=0)
     with pytest.raises(ArgumentError, match="max_captures is a count"):
         nbx.graph.capture(lambda x: x, x, max_captures=0)
+    with pytest.raises(ArgumentError, match="warmup is a count >= 1"):
+        nbx.graph.capture(lambda x: x, x, warmup=0)
+    with pytest.raises(ArgumentError, match="replay\\(length=\\) of a step captured without length="):
+        step.replay(length=3)
+    with pytest.raises(ArgumentError, match="bounds the buckets of a step captured with length="):
+        nbx.graph.capture(lambda x: x, x, max_length=4)
+    bounded = nbx.graph.capture(lambda x, n: x + 0, x, length=2, max_length=4)
+    with pytest.raises(ArgumentError, match="length 5 is beyond the step's max_length 4"):
+        bounded(x, length=5)
     with pytest.raises(ArgumentError, match="returns a tensor, or a tuple"):
         nbx.graph.capture(lambda x: 3, x)
     with pytest.raises(ArgumentError, match="no input and no device"):

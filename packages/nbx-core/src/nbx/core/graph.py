@@ -76,19 +76,33 @@ class Length:
 def length_bucket(n: int, device: Device, max_length: int | None = None) -> int:
     """The bucket of length n on device: the rung of its file's graphs.length_buckets that holds n,
     at most max_length (the capacity of what the step slices, a KV cache)."""
+    return _bucket_on(_ladder(device), n, max_length)
+
+
+def _ladder(device: Device):
+    """The device's length ladder; None on a device with no file (cpu: nothing is captured there,
+    so a bucket would only compute more, and every length is its own bucket)."""
+    try:
+        return device_files.in_force(device).value(LENGTH_LADDER)
+    except NoDeviceFileError:
+        return None
+
+
+def _bucket_on(ladder, n: int, max_length: int | None) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ArgumentError(f"a step's length is a positive int, not {n!r}")
     if max_length is not None and n > max_length:
         raise ArgumentError(f"length {n} is beyond the step's max_length {max_length}")
-    try:
-        bucket = device_files.bucket(device_files.in_force(device).value(LENGTH_LADDER), n)
-    except NoDeviceFileError:
-        return n  # cpu: nothing is captured, so a bucket would only compute more
+    bucket = n if ladder is None else device_files.bucket(ladder, n)
     return bucket if max_length is None else min(bucket, max_length)
 
 
 def _key(inputs, bucket) -> tuple:
-    return tuple((t.shape, t.dtype.name) for t in inputs), bucket
+    try:
+        return tuple((t.shape, t.dtype.name) for t in inputs), bucket
+    except AttributeError:
+        raise ArgumentError(f"a step's inputs are tensors (pass other values in fn's closure), got "
+                            f"{[type(t).__name__ for t in inputs]}") from None
 
 
 def _flat(result) -> list[Tensor]:
@@ -130,6 +144,9 @@ class Step:
             raise ArgumentError(f"capture takes a function of nbx ops, not {fn!r}")
         if not isinstance(max_captures, int) or max_captures < 1:
             raise ArgumentError(f"max_captures is a count >= 1, not {max_captures!r}")
+        if not isinstance(warmup, int) or warmup < 1:
+            raise ArgumentError(f"warmup is a count >= 1 of eager runs before a capture (they compile and load "
+                                f"the kernels, which a capture cannot do), not {warmup!r}")
         self.fn, self.max_captures, self.warmup = fn, max_captures, warmup
         self.device = self._device(inputs, device)
         self.bucketed = length is not None
@@ -137,6 +154,7 @@ class Step:
             raise ArgumentError(f"max_length (a positive int) bounds the buckets of a step captured with length=; "
                                 f"got max_length={max_length!r}, length={length!r}")
         self.max_length = max_length
+        self._lengths = _ladder(self.device) if self.bucketed else None  # read once: the file in force at capture
         self.captures_made = 0
         self._captures: OrderedDict = OrderedDict()
         self._current: _Capture | None = None
@@ -157,7 +175,9 @@ class Step:
         """Replay the current key after the caller wrote into step.inputs; returns step.outputs."""
         self._check_open()
         entry = self._current
-        if self.bucketed and length is not None and self._bucket(length) != entry.length.bucket:
+        if length is not None and not self.bucketed:
+            raise ArgumentError("replay(length=) of a step captured without length=")
+        if length is not None and self._bucket(length) != entry.length.bucket:
             raise ArgumentError(f"length {length} is outside the current capture's bucket "
                                 f"({entry.length.bucket}); call the step with its inputs to change buckets")
         return self._run(entry, length)
@@ -230,22 +250,22 @@ class Step:
         return devices.pop()
 
     def _bucket(self, n: int) -> int:
-        return length_bucket(n, self.device, self.max_length)
+        return _bucket_on(self._lengths, n, self.max_length)
 
     def _check_open(self) -> None:
         if self._closed:
             raise ArgumentError("call of a closed step")
 
     def _entry(self, inputs, length) -> _Capture:
-        if len(inputs) != len(self._current.inputs):
-            raise ArgumentError(f"the step was captured with {len(self._current.inputs)} inputs, called with "
-                                f"{len(inputs)}")
-        self._device(inputs, self.device)
         if self.bucketed != (length is not None):
             raise ArgumentError("a step captured with length= is called with length=, and one without, without")
         key = _key(inputs, self._bucket(length) if self.bucketed else None)
         entry = self._captures.get(key)
-        if entry is None:
+        if entry is None:  # a new key: checked in full before it is captured (a known key is one already)
+            if len(inputs) != len(self._current.inputs):
+                raise ArgumentError(f"the step was captured with {len(self._current.inputs)} inputs, called with "
+                                    f"{len(inputs)}")
+            self._device(inputs, self.device)
             entry = self._capture(tuple(inputs), length, reuse_inputs=False)
         self._captures.move_to_end(key)
         self._current = entry
@@ -279,7 +299,7 @@ class Step:
         if graphs is None:
             entry.outputs = run()
         else:
-            entry.graph = graphs.capture(run, self.device, warmup=max(self.warmup, 1))
+            entry.graph = graphs.capture(run, self.device, warmup=self.warmup)
             entry.outputs = entry.graph.outputs
         entry.flat, entry.memory = _flat(entry.outputs), rec
         self.captures_made += 1
