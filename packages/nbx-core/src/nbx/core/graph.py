@@ -105,6 +105,15 @@ def _key(inputs, bucket) -> tuple:
                             f"{[type(t).__name__ for t in inputs]}") from None
 
 
+def _same(inputs, statics) -> bool:
+    if len(inputs) != len(statics):
+        return False
+    for a, b in zip(inputs, statics):
+        if a is not b:
+            return False
+    return True
+
+
 def _flat(result) -> list[Tensor]:
     items = list(result.values()) if isinstance(result, dict) else (
         list(result) if isinstance(result, (tuple, list)) else [result])
@@ -164,6 +173,9 @@ class Step:
     # ---- public ----------------------------------------------------------------------------------
     def __call__(self, *inputs, length=None):
         """Copy inputs into the static inputs of their key (capturing it first if new), replay, return outputs."""
+        entry = self._current
+        if length is None and not self._closed and _same(inputs, entry.inputs):
+            return self._run(entry, None)  # the static inputs themselves, written in place: nothing to copy
         self._check_open()
         entry = self._entry(inputs, length)
         for static, new in zip(entry.inputs, inputs):
@@ -175,11 +187,12 @@ class Step:
         """Replay the current key after the caller wrote into step.inputs; returns step.outputs."""
         self._check_open()
         entry = self._current
-        if length is not None and not self.bucketed:
-            raise ArgumentError("replay(length=) of a step captured without length=")
-        if length is not None and self._bucket(length) != entry.length.bucket:
-            raise ArgumentError(f"length {length} is outside the current capture's bucket "
-                                f"({entry.length.bucket}); call the step with its inputs to change buckets")
+        if length is not None:
+            if not self.bucketed:
+                raise ArgumentError("replay(length=) of a step captured without length=")
+            if self._bucket(length) != entry.length.bucket:
+                raise ArgumentError(f"length {length} is outside the current capture's bucket "
+                                    f"({entry.length.bucket}); call the step with its inputs to change buckets")
         return self._run(entry, length)
 
     @property
@@ -310,7 +323,7 @@ class Step:
         return entry
 
     def _run(self, entry: _Capture, length):
-        if entry.length is not None and length is not None:
+        if length is not None:
             entry.length.set(length)
         if entry.graph is not None:
             entry.graph.replay()
