@@ -104,6 +104,8 @@ def test_calls_the_step_cannot_serve_are_refused_by_name():
     with pytest.raises(ArgumentError, match="bounds the buckets of a step captured with length="):
         nbx.graph.capture(lambda x: x, x, max_length=4)
     bounded = nbx.graph.capture(lambda x, n: x + 0, x, length=2, max_length=4)
+    with pytest.raises(ArgumentError, match="one without, without"):
+        bounded(*bounded.inputs)
     with pytest.raises(ArgumentError, match="length 5 is beyond the step's max_length 4"):
         bounded(x, length=5)
     with pytest.raises(ArgumentError, match="returns a tensor, or a tuple"):

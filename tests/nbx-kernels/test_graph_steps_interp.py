@@ -84,3 +84,27 @@ def test_a_steps_memory_is_its_kernels_declared_buffers_planned_by_lifetime(devi
 @pytest.mark.parametrize("n", [1, 64, 65])
 def test_the_interp_ladder_puts_lengths_in_buckets_of_16_then_64(n):
     assert length_bucket(n, nbx.as_device("interp")) == {1: 16, 64: 64, 65: 128}[n]
+
+
+def test_a_generation_appends_to_its_cache_and_replays_one_capture_per_bucket(device, check):
+    """A toy decode loop: each step writes its token's row at position length - 1 of a preallocated
+    cache (a masked write: the position is read from the device tensor, not from Python) and returns
+    the mean of the rows so far. The whole generation replays one capture per bucket."""
+    capacity, width = 18, 4  # two buckets on interp (16, then 18: the capacity)
+    cache = on(device, np.zeros((capacity, width), np.float32))
+
+    def decode(token, length):
+        rows = cache[:length.bucket]
+        here = nbx.equal(length.positions, length.tensor - 1)[:, None]
+        rows[...] = nbx.where(here, token, rows)
+        total = nbx.sum(nbx.where(length.mask()[:, None], rows, 0.0), dim=0)
+        return total / nbx.astype(length.tensor, "float32")
+
+    tokens = np.random.default_rng(5).standard_normal((capacity, width)).astype(np.float32)
+    step = nbx.graph.capture(decode, on(device, tokens[:1]), length=1, max_length=capacity)
+    cache[...] = on(device, np.zeros((capacity, width), np.float32))  # the capture's own run wrote row 0
+    for n in range(1, capacity + 1):
+        out = step(on(device, tokens[n - 1:n]), length=n)
+        check(out, tokens[:n].astype(np.float64).mean(0), device)
+    assert cache.numpy().tobytes() == tokens.tobytes()
+    assert step.captures_made == len({length_bucket(n, device, capacity) for n in range(1, capacity + 1)})

@@ -140,7 +140,7 @@ class _Capture:
     length: Length | None
     outputs: object
     graph: object = None      # nbx.memory.graphs.Graph; None where the step runs eagerly
-    memory: object = None     # graph_memory.Recorder of the capture's first run
+    recorder: object = None   # graph_memory.Recorder of the capture's first run
     replays: int = 0
     flat: list = field(default_factory=list)
 
@@ -174,7 +174,7 @@ class Step:
     def __call__(self, *inputs, length=None):
         """Copy inputs into the static inputs of their key (capturing it first if new), replay, return outputs."""
         entry = self._current
-        if length is None and not self._closed and _same(inputs, entry.inputs):
+        if length is None and not self.bucketed and not self._closed and _same(inputs, entry.inputs):
             return self._run(entry, None)  # the static inputs themselves, written in place: nothing to copy
         self._check_open()
         entry = self._entry(inputs, length)
@@ -227,7 +227,7 @@ class Step:
         self._check_open()
         entry = self._current
         reserved = entry.graph.pool.stats().reserved if entry.graph is not None else 0
-        return summarize(entry.memory, reserved)
+        return summarize(entry.recorder, reserved)
 
     def close(self) -> None:
         """Close every capture: graphs destroyed, private memory back (outputs still held keep theirs)."""
@@ -304,9 +304,11 @@ class Step:
                 return self.fn(*args)
             with observed(rec.record, rec.allocated):
                 try:
-                    return self.fn(*args)
+                    result = self.fn(*args)
                 finally:
                     rec.close()
+            _flat(result)  # refused before a graph is made of it
+            return result
 
         graphs = _capture_support(self.device)
         if graphs is None:
@@ -314,7 +316,7 @@ class Step:
         else:
             entry.graph = graphs.capture(run, self.device, warmup=self.warmup)
             entry.outputs = entry.graph.outputs
-        entry.flat, entry.memory = _flat(entry.outputs), rec
+        entry.flat, entry.recorder = _flat(entry.outputs), rec
         self.captures_made += 1
         key = _key(inputs, bucket)
         self._captures[key] = self._current = entry
