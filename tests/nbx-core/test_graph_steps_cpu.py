@@ -126,3 +126,16 @@ def test_closing_a_step_lets_its_static_inputs_and_outputs_go():
     del step
     gc.collect()
     assert statics() is None
+
+
+def test_attention_over_a_bucket_masked_by_the_length_equals_attention_over_the_true_length():
+    """The decode attention of a bucketed step: keys and values sliced to the bucket, the positions
+    past the true length masked by length.mask() (read from the device tensor, not from Python)."""
+    q, k, v = rand(1, 2, 1, 8), rand(1, 2, 16, 8, seed=1), rand(1, 2, 16, 8, seed=2)
+    length = nbx.graph.Length(16, q.device)
+    for n in (1, 5, 16):
+        length.set(n)
+        masked = nbx.scaled_dot_product_attention(q, k[:, :, :length.bucket], v[:, :, :length.bucket],
+                                                  attn_mask=length.mask())
+        exact = nbx.scaled_dot_product_attention(q, k[:, :, :n], v[:, :, :n])
+        np.testing.assert_allclose(masked.numpy(), exact.numpy(), rtol=1e-6, atol=1e-6)
