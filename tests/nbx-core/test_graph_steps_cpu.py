@@ -62,13 +62,22 @@ def test_a_new_shape_or_dtype_is_a_new_key_and_at_most_max_captures_keys_are_kep
 
 
 def test_an_output_whose_shape_depends_on_the_data_is_refused_by_name():
-    def positives(x):
-        return nbx.asarray(x.numpy()[x.numpy() > 0])  # a host read: on a GPU the capture itself refuses
-
-    step = nbx.graph.capture(positives, nbx.asarray(np.array([1.0, -1.0, 2.0], np.float32)))
-    with pytest.raises(DataDependentShapeError, match=r"changed from float32\[2\] at capture to float32\[1\]"):
-        step(nbx.asarray(np.array([1.0, -1.0, -2.0], np.float32)))
+    step = nbx.graph.capture(nbx.argwhere, nbx.asarray(np.array([1.0, 0.0, 2.0], np.float32)))
+    with pytest.raises(DataDependentShapeError, match=r"changed from int64\[2, 1\] at capture to int64\[3, 1\]"):
+        step(nbx.asarray(np.array([1.0, 3.0, -2.0], np.float32)))
     assert issubclass(DataDependentShapeError, GraphCaptureError)
+
+
+def test_a_host_read_in_the_steps_own_code_is_refused_on_cpu_as_where_steps_are_graphs():
+    x = rand(3)
+    reads = {"numpy()": lambda x: nbx.asarray(x.numpy() + 1), "item()": lambda x: x * x[0].item(),
+             "print": lambda x: print(x) or x, "bool()": lambda x: x if bool(x[0] > 0) else -x}
+    for name, fn in reads.items():
+        with pytest.raises(GraphCaptureError, match=r"numpy\(\) of a cpu tensor inside a captured step: where steps "
+                                                    r"are graphs it is a host synchronization") as info:
+            nbx.graph.capture(fn, x)
+        assert info.value.operation == "numpy()", name
+    assert nbx.graph.capture(lambda x: nbx.sum(x * x), x)(x).numpy() > 0  # ops read host memory inside: allowed
 
 
 def test_on_cpu_every_length_is_its_own_bucket_and_the_mask_marks_the_positions_before_it():

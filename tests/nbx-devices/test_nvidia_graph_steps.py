@@ -12,6 +12,7 @@ from pathlib import Path
 import nbx.core as nbx
 import numpy as np
 import pytest
+from nbx.core import dispatch
 from nbx.core.errors import ArgumentError, GraphCaptureError
 
 
@@ -184,10 +185,30 @@ def test_a_host_read_inside_the_step_is_a_graph_capture_error_and_nothing_is_kep
         y = x[:, ::2].contiguous()
         return upload(y.numpy() + 1)
 
-    with pytest.raises(GraphCaptureError, match="cudaStreamSynchronize is a host synchronization"):
+    def uploads(x):
+        return x[:, ::2].contiguous(), upload(np.ones(3, np.float32))
+
+    # refused in the warm-up, before the driver would refuse the capture
+    with pytest.raises(GraphCaptureError, match=r"numpy\(\) of a cuda:0 tensor inside a captured step"):
         nbx.graph.capture(reads_back, x)
+    with pytest.raises(GraphCaptureError, match="an upload from host memory to cuda:0 of a cuda:0 tensor inside"):
+        nbx.graph.capture(uploads, x)
     gc.collect()
-    assert cuda.used == used and cuda.capturing == {}
+    assert cuda.used == used and cuda.capturing == {} and cuda.count("cudaStreamBeginCapture") == 0
+
+
+def test_a_host_sync_inside_an_op_is_refused_by_the_capture_itself(cuda, monkeypatch):
+    """What the step's own code does is checked in the warm-up; what an op does inside (here a copy
+    that reads its source back) is refused by the driver during the capture, by name."""
+    from nbx.devices.nvidia import copies
+
+    def reads_back_inside(dst, src):
+        copies.write_host_values(dst, src.numpy())  # a host round trip, as a cast without its kernel does
+    monkeypatch.setitem(dispatch._IMPLEMENTATIONS, ("copy_", "cuda"), reads_back_inside)
+    x = upload(np.zeros((4, 6), np.float32))
+    with pytest.raises(GraphCaptureError, match="cudaStreamSynchronize is a host synchronization"):
+        nbx.graph.capture(lambda x: x.clone(), x)
+    assert cuda.capturing == {}
 
 
 MiB = 1 << 20

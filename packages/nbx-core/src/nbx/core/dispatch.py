@@ -15,7 +15,7 @@ from .device import Device
 from .errors import NotSupportedError
 
 _IMPLEMENTATIONS: dict[tuple[str, str], Callable] = {}
-_OBSERVER = threading.local()  # .record, .allocated: nbx.core.graph's recorder while one runs on this thread
+_OBSERVER = threading.local()  # .current: nbx.core.graph's recorder while one runs on this thread
 
 
 def register(op: str, backend: str):
@@ -36,25 +36,29 @@ def implementation(op: str, device: Device) -> Callable:
         raise NotSupportedError(
             f"{op} is not implemented on {device.type} yet "
             f"(backends implementing it: {sorted(b for o, b in _IMPLEMENTATIONS if o == op)})")
-    record = getattr(_OBSERVER, "record", None)
-    return fn if record is None else partial(record, op, fn)
+    observer = getattr(_OBSERVER, "current", None)
+    return fn if observer is None else partial(observer.record, op, fn)
 
 
 @contextmanager
-def observed(record: Callable, allocated: Callable):
-    """While the block runs, this thread calls every implementation as record(op, fn, *args, **kwargs)
-    and tells allocated(storage) of every tensor.empty (nbx.core.graph prices and plans a captured
-    step from them); other threads are not observed."""
-    outer = getattr(_OBSERVER, "record", None), getattr(_OBSERVER, "allocated", None)
-    _OBSERVER.record, _OBSERVER.allocated = record, allocated
+def observed(observer):
+    """While the block runs, this thread's work is shown to observer (nbx.core.graph's recorder, which
+    prices, plans and checks a step being captured); other threads are not observed:
+    - every implementation is called as observer.record(op, fn, *args, **kwargs);
+    - every storage tensor.empty makes is passed to observer.allocated(storage);
+    - every host read (Tensor.numpy and what uses it) and upload is passed to
+      observer.host_access(tensor, what) before it happens."""
+    outer = getattr(_OBSERVER, "current", None)
+    _OBSERVER.current = observer
     try:
         yield
     finally:
-        _OBSERVER.record, _OBSERVER.allocated = outer
+        _OBSERVER.current = outer
 
 
-def allocation_observer() -> Callable | None:
-    return getattr(_OBSERVER, "allocated", None)
+def observer():
+    """The observer of this thread's work (dispatch.observed), or None."""
+    return getattr(_OBSERVER, "current", None)
 
 
 def has_implementation(op: str, backend: str) -> bool:

@@ -31,10 +31,12 @@ graph (nbx.memory.graphs.capture: a warm-up run, then a capture with a private p
 (cpu, interp) a call runs fn eagerly on the static inputs and copies its results into the outputs
 of the first run, so the same code runs everywhere with the same results and the same overwriting.
 
-Refusals. What the device's capture refuses (a host synchronization such as `tensor.numpy()`, a
-driver allocation, and so every op whose output shape depends on the data, which must read it
-back) is a GraphCaptureError naming the call; the eager fallback cannot see a host read, but it
-refuses an output whose shape or dtype changes for the same key (DataDependentShapeError).
+Refusals. A host read (`numpy()`, `item()`, `bool()`, `print`) or an upload in fn's own code is a
+GraphCaptureError on every device, raised in the first run: where steps are graphs it is a host
+synchronization. What an op does inside its implementation is the device's to refuse (the capture
+names the driver call: a host synchronization, a driver allocation). An op whose output shape
+depends on the data must read it back, so it is refused on a GPU; the eager fallback refuses an
+output whose shape or dtype changes for the same key (DataDependentShapeError).
 """
 from __future__ import annotations
 
@@ -302,7 +304,7 @@ class Step:
             runs[0] += 1
             if runs[0] > 1:
                 return self.fn(*args)
-            with observed(rec.record, rec.allocated):
+            with observed(rec):
                 try:
                     result = self.fn(*args)
                 finally:

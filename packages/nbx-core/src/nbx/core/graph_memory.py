@@ -1,11 +1,13 @@
 """What a captured step's memory is: its ops' declared costs, laid out by the slab planner.
 
-nbx.core.graph runs a step's function once under dispatch.observed(...) with a Recorder:
+nbx.core.graph runs a step's function once under dispatch.observed(Recorder(...)):
 - every op the function calls (the outermost implementation call: what an implementation calls
   inside is part of its own declaration) is priced with nbx.kernels.cost.price;
 - every storage tensor.empty makes (outputs, workspaces, the function's own empty/zeros) is a slab
   event: allocated then, freed when the last tensor viewing it is gone (CPython frees a temporary as
-  soon as the function drops it, so the events follow the function's own order).
+  soon as the function drops it, so the events follow the function's own order);
+- a host read (`numpy()`, `item()`, `print`) or an upload in the function's own code is refused,
+  on every device: where steps are graphs it is a host synchronization.
 nbx.memory.slab plans those events: the plan's live peak is the least memory the step runs in, its
 extent what a slab laid out ahead would hold; the graph's private pool (on a device that captures)
 reserves at least the live peak. The declared costs and the allocations are two accounts of the
@@ -19,7 +21,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from .errors import NbxError, NotSupportedError
+from .errors import GraphCaptureError, NbxError, NotSupportedError
 
 ALIGNMENT = 512  # the pool rounds every request up to 512 bytes (docs/memory.md, rule 1): the plan does too
 
@@ -35,7 +37,7 @@ def _price_args(op: str, args: tuple) -> tuple:
 
 
 class Recorder:
-    """dispatch.observed's pair: record prices each outermost op call; allocated logs each new storage."""
+    """dispatch.observed's observer: prices each outermost op call, logs each new storage, refuses host access."""
 
     def __init__(self, price):
         self.price = price          # nbx.kernels.cost.price, or None where nbx.kernels is absent
@@ -83,6 +85,15 @@ class Recorder:
     def _freed(self, ident: int) -> None:
         if self.open:
             self.events.append(("free", ident))
+
+    def host_access(self, tensor, what: str) -> None:
+        """A host read or upload: refused in the step's own code (an op may read its operands inside
+        its implementation on cpu), so that a step that runs here runs where steps are graphs."""
+        if self.open and not self._depth:
+            raise GraphCaptureError(
+                f"{what} of a {tensor.device} tensor inside a captured step: where steps are graphs it is a host "
+                f"synchronization, which a capture cannot hold (and a value read once would be replayed "
+                f"stale); read results after the step, pass values in as static inputs", operation=what)
 
     def close(self) -> None:
         """The run is over: what is still live (the outputs) lives to the end of the plan."""
