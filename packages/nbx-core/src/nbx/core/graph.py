@@ -19,12 +19,13 @@ Keys. A call whose tensors differ in shape or dtype from every captured key capt
 static inputs of those shapes); at most `max_captures` keys are kept, the least recently used one
 closed first.
 
-Lengths. capture(fn, *inputs, length=n) captures per bucket of lengths: fn(*inputs, length) gets a
-Length whose `bucket` (a Python int, the rung of the device file's `graphs.length_buckets` ladder
-that holds n, at most max_length) may size views (`cache[:length.bucket]`) and whose `tensor` (an int32 tensor of shape (1,) on the
-device) holds the true length, written before each replay: kernels read it to mask the positions
-past it (`length.mask()` is `positions < length`). A generation of growing lengths replays one graph
-per bucket. On cpu, which has no device file and captures nothing, every length is its own bucket.
+Lengths. capture(fn, *inputs, length=n, max_length=cap) captures per bucket of lengths: fn(*inputs,
+length) gets a Length whose `bucket` (a Python int: the rung of the device file's
+`graphs.length_buckets` ladder that holds n, at most max_length) may size views
+(`cache[:length.bucket]`) and whose `tensor` (int32, shape (1,), on the device) holds the true
+length, written before each replay: kernels read it to mask the positions past it (`length.mask()`
+is `positions < length`). A generation of growing lengths replays one graph per bucket. On cpu,
+which has no device file and captures nothing, every length is its own bucket.
 
 Devices. Where nbx.memory.graphs has a stream capture for the device type (cuda), the step is a
 graph (nbx.memory.graphs.capture: a warm-up run, then a capture with a private pool). Elsewhere
