@@ -156,3 +156,7 @@ class GraphCaptureError(DeviceError):
     def __init__(self, message: str, *, operation: str | None = None):
         super().__init__(message)
         self.operation = operation  # the call that broke the capture, where the driver names one
+
+
+class DataDependentShapeError(GraphCaptureError):
+    """A captured step whose outputs changed shape or dtype between two runs of the same captured key."""

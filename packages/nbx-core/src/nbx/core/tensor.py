@@ -12,6 +12,7 @@ import numpy as np
 from . import dtypes, layout
 from .layout import as_c_contiguous
 from .device import CPU, Device, as_device, get_backend
+from .dispatch import observer as work_observer
 from .dtypes import DType
 from .errors import IndexingError, NotSupportedError, ShapeError, ViewError
 from .storage import Storage, host_bytes
@@ -258,6 +259,9 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A numpy array: a view of host memory (cpu), else a copy brought to the host."""
+        watching = work_observer()
+        if watching is not None:  # inside a step being captured: a host read is refused on every device
+            watching.host_access(self, "numpy()")
         if self._storage.host is not None:
             return self._host_view()
         lo, hi = layout.element_span(self.shape, self._strides, self._offset)
@@ -400,6 +404,9 @@ def empty(shape, dtype=None, device=None) -> Tensor:
     dev = as_device(device)
     shape = layout.as_shape(shape)
     storage = get_backend(dev.type).allocate(prod(shape) * dt.itemsize, dev)
+    watching = work_observer()
+    if watching is not None:  # a step being captured plans its memory (nbx.core.graph_memory)
+        watching.allocated(storage)
     return Tensor(storage, dt, shape)
 
 
@@ -416,6 +423,9 @@ def from_numpy(arr: np.ndarray, device=None, copy: bool | None = None) -> Tensor
     if copy is False:
         raise ViewError(f"a numpy array cannot be viewed on {dev} without a copy (copy=False)")
     out = empty(arr.shape, dt, dev)
+    watching = work_observer()
+    if watching is not None and dev != CPU:
+        watching.host_access(out, f"an upload from host memory to {dev}")
     backend.upload(out._storage, 0, as_c_contiguous(arr.astype(dt.host, copy=False)))
     return out
 
