@@ -40,7 +40,9 @@ def _record(args) -> int:
         return 2
     out = Path(args.out).resolve()
     env = dict(os.environ, NBX_AUTOTUNE_RECORD=str(out))
-    if not args.sweep:
+    if args.sweep:
+        env["NBX_AUTOTUNE_SWEEP"] = "1"
+    else:
         env["NBX_AUTOTUNE_NO_SWEEP"] = "1"
     status = subprocess.call(command, env=env)
     from . import records
