@@ -1,11 +1,13 @@
 """A family's key space: the classes of the device file's ladders, the distance between two keys, coverage.
 
 A ladder (`autotune.buckets.*`) classes sizes: a size is rounded up to the step of the first row
-whose `up_to` holds it. Its classes, in increasing order, have an index; two classes of one field
-are `|index_a - index_b|` rungs apart. An `exact` size (a row's width, a power of two) is
-`|log2 a - log2 b|` rungs from another. The distance between two keys of one kernel is the sum of
-those rungs over their size fields; keys that differ in a dtype, flag or label field are no
-neighbours at all (another layout, another dtype: another kernel as far as a setting is concerned).
+whose `up_to` holds it; its classes, in increasing order, have an index (class_index) and a
+smallest member (smallest_in_class). Two keys of one kernel are as far apart as the octaves
+between their classes' values (|log2 a - log2 b|), summed over their size fields (classed and
+exact): the octave, not the rung, because the dims ladder's rungs are one apart below 64 and 128
+apart at 4096, and a tile's fit follows the ratio of the sizes, not their count of rungs. Keys that
+differ in a dtype, flag or label field are no neighbours at all (another layout, another dtype:
+another kernel as far as a setting is concerned).
 
 The key space of a kernel is what the device file's `autotune.key_space` says models launch:
 classed sizes up to `elements_up_to` / `dims_up_to` (from the first class above 0), exact sizes
@@ -71,23 +73,22 @@ def classes(ladder, up_to: int) -> list[int]:
     return out
 
 
-def _rungs(kind: str, a, b, facts) -> float:
-    if kind in keys.LADDERS:
-        ladder = facts.value(keys.LADDERS[kind])
-        return abs(class_index(ladder, a) - class_index(ladder, b))
-    if a > 0 and b > 0:  # exact: powers of two apart
+def octaves(a: int, b: int) -> float:
+    """|log2 a - log2 b|: how far apart two sizes (two classes' values) are; infinite from the class 0."""
+    if a > 0 and b > 0:
         return abs(math.log2(a) - math.log2(b))
     return 0.0 if a == b else math.inf
 
 
-def distance(spec, a: keys.LaunchKey, b: keys.LaunchKey, facts) -> tuple[float, float] | None:
-    """(rungs apart, rungs b lies above a) of two keys of one kernel; None when a dtype, flag or label differs."""
+def distance(spec, a: keys.LaunchKey, b: keys.LaunchKey) -> tuple[float, float] | None:
+    """(octaves apart, octaves b lies above a) summed over two keys' size fields (classes and exact sizes);
+    None when a dtype, flag or label field differs."""
     apart = above = 0.0
-    for (name, kind), (_, va), (_, vb) in zip(keys.check_spec(a.kernel, spec), a.fields, b.fields, strict=True):
+    for (_name, kind), (_, va), (_, vb) in zip(keys.check_spec(a.kernel, spec), a.fields, b.fields, strict=True):
         if kind in keys.LADDERS or kind == "exact":
-            rungs = _rungs(kind, va, vb, facts)
-            apart += rungs
-            above += rungs if vb > va else -rungs if vb < va else 0.0
+            far = octaves(va, vb)
+            apart += far
+            above += far if vb > va else -far if vb < va else 0.0
         elif va != vb:
             return None
     return apart, above
