@@ -181,3 +181,28 @@ def space_coverage(tunable, facts, certified_keys) -> SpaceCoverage:
         else:
             outside.append(text)
     return SpaceCoverage(tunable.name, space.size(), inside, outside)
+
+
+def row_of(ladder, value: int) -> dict:
+    """The ladder row that holds a size: {up_to, step}."""
+    for row in ladder:
+        if row["up_to"] is None or value <= row["up_to"]:
+            return dict(row)
+    raise LaunchKeyError(f"{value} is above the ladder's last row")
+
+
+def neighbour_value(kind: str, ladder, value: int, rungs: int) -> int | None:
+    """The class `rungs` rungs above (below, when negative) a class; an exact size that many octaves away.
+    None below the first class above 0."""
+    if kind == "exact":
+        moved = value * 2 ** rungs if rungs >= 0 else value // 2 ** -rungs
+        return moved if moved >= 1 and (rungs >= 0 or moved * 2 ** -rungs == value) else None
+    index = class_index(ladder, value) + rungs
+    if index < 1:
+        return None
+    top = max(value, 1) * 2 ** max(rungs, 0) * 4 + 1
+    found = classes(ladder, top)
+    while len(found) < index:
+        top *= 4
+        found = classes(ladder, top)
+    return found[index - 1]
