@@ -1,4 +1,4 @@
-"""Serving: certified without a sweep, swept once and kept locally, certified-only mode, the run report."""
+"""Serving: certified without a sweep, swept once when asked and kept locally, certified-only mode, the run report."""
 from __future__ import annotations
 
 import json
