@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 
 import pytest
@@ -72,14 +71,12 @@ def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_la
                                                            "softmax"}
 
 
-def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certified_neighbour(source_env, tmp_path):
+def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certified_neighbour(tmp_path, capsys):
+    from nbx.core import cli
     (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
-    done = subprocess.run([sys.executable, "-m", "nbx.core.cli", "autotune", "coverage", "--model", str(tmp_path),
-                           "--batch", "1", "--prompt", "512", "--arch", "sm_90", "--device-class", "nvidia-h200-140gb",
-                           "--compiler", "triton-3.6.0-cuda"], env=source_env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 1, done.stderr
-    lines = done.stdout.splitlines()
+    assert cli.main(["autotune", "coverage", "--model", str(tmp_path), "--batch", "1", "--prompt", "512", "--arch",
+                     "sm_90", "--device-class", "nvidia-h200-140gb", "--compiler", "triton-3.6.0-cuda"]) == 1
+    lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 14 key(s) certified")
     assert ("missing  norm width=4096,elements=8388608,dtype=bf16,strided=0 (nvidia-h200-140gb, triton-3.6.0-cuda): "
             "not certified; nearest certified neighbour width=4096,elements=16777216,dtype=bf16,strided=0 "

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -80,18 +78,18 @@ def test_a_matmul_key_space_is_counted_without_listing_its_millions_of_keys(hopp
         space.key_space(unknown, hopper)
 
 
-def test_coverage_of_a_key_space_counts_the_certified_keys_inside_it(source_env, tmp_path):
+def test_coverage_of_a_key_space_counts_the_certified_keys_inside_it(tmp_path, capsys):
+    from nbx.core import cli
     doc = json.loads((SHIPPED / "elementwise.json").read_text())
     kept = ["n=65536,dtype=f32,strided=0", "n=68719476736,dtype=bf16,strided=0", "n=65536,dtype=i64,strided=0"]
     doc["entries"] = {k: doc["entries"][k] for k in kept}
     folder = tmp_path / "tree/nvidia/nvidia-h200-140gb/triton-3.6.0-cuda"
     folder.mkdir(parents=True)
     (folder / "elementwise.json").write_text(json.dumps(doc))
-    done = subprocess.run([sys.executable, "-m", "nbx.core.cli", "autotune", "coverage", "--space", "--kernel",
-                           "elementwise", "--arch", "sm_90", "--device-class", "nvidia-h200-140gb", "--compiler",
-                           "triton-3.6.0-cuda", "--certificates", str(tmp_path / "tree")],
-                          env=source_env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stderr
-    assert done.stdout.splitlines()[0].split() == (
+    assert cli.main(["autotune", "coverage", "--space", "--kernel", "elementwise", "--arch", "sm_90", "--device-class",
+                     "nvidia-h200-140gb", "--compiler", "triton-3.6.0-cuda", "--certificates",
+                     str(tmp_path / "tree")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == (
         "elementwise 2 of 30 key(s) of its key space certified (6.67 %); 1 certified key(s) outside it").split()
-    assert "28 key(s) uncertified" in done.stdout.splitlines()[-1]
+    assert "28 key(s) uncertified" in lines[-1]
