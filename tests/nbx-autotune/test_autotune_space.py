@@ -47,9 +47,10 @@ def test_keys_are_as_far_apart_as_the_octaves_between_their_classes_and_other_dt
 def test_the_smallest_launch_of_a_key_lies_in_its_classes(hopper):
     spec = {"m": "dims", "n": "dims", "dtype": "dtype"}
     key = keys.form("mm", spec, hopper, m=4000, n=33, dtype="bfloat16")
-    small = keys.smallest(key, spec, hopper)
-    assert (small["m"], small["n"], small["dtype"].name) == (3969, 33, "bfloat16")
+    small = keys.smallest(key, spec, hopper)   # 3969 is the class's smallest size; 3984 its smallest multiple of 16
+    assert (small["m"], small["n"], small["dtype"].name) == (3984, 33, "bfloat16")
     assert keys.form("mm", spec, hopper, **small) == key
+    assert keys.smallest(keys.form("mm", spec, hopper, m=70, n=7, dtype="float32"), spec, hopper)["m"] == 80
 
 
 ROWS = Tunable("rows_fake", params={"num_warps": (4, 8)},

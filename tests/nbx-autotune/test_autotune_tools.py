@@ -1,7 +1,9 @@
 """The GPU scripts of issue 16 on the CPU: bucket_loss lists its pairs from the shipped certificates; first_run loads."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 from pathlib import Path
 
 from nbx.autotune import Identity, keys, space
@@ -41,3 +43,17 @@ def test_bucket_loss_pairs_each_certified_key_with_the_classes_one_rung_either_s
 def test_first_run_lists_issue_16s_seven_shapes_in_two_dtypes():
     first_run = _load("first_run")
     assert len(first_run.SHAPES) == 7 and first_run.DTYPES == ("float32", "bfloat16")
+
+
+def test_bucket_loss_proposes_the_coarsest_step_whose_losses_at_every_shorter_distance_meet_the_goals():
+    bucket_loss = _load("bucket_loss")
+    row = ("softmax", "elements", "up_to 1048576 step 1048576")
+    wide = ("matmul", "m", "up_to 8192 step 128")
+    losses = {row + (1,): [0.01, 0.02, 0.05], row + (2,): [0.02, 0.12],      # d=2 worst 12 %: x2 only
+              wide + (1,): [0.04, 0.05]}                                      # median 4.5 %: keep
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        bucket_loss.propose(losses, 2)
+    lines = [line for line in out.getvalue().splitlines() if line and not line.startswith("#")]
+    assert [line.split()[:2] for line in lines] == [["matmul", "m"], ["softmax", "elements"]]
+    assert lines[0].endswith(" keep the step") and lines[1].endswith(" step x2")

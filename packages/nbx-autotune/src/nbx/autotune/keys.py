@@ -208,8 +208,14 @@ def representative(key: LaunchKey, spec, facts) -> dict:
     return rep
 
 
+# Triton specializes an integer argument divisible by 16 (and one equal to 1) into its own compiled
+# kernel: a screen on sizes that are multiples of 16 compiles the variant most launches take.
+ALIGN = 16
+
+
 def smallest(key: LaunchKey, spec, facts) -> dict:
-    """The key's smallest launch: each classed size at the smallest size of its class, dtypes as DType objects.
+    """The key's smallest launch: each classed size at the smallest multiple of ALIGN in its class (the
+    smallest size where the class holds none), dtypes as DType objects.
 
     A setting served to a key it was not proven on (a neighbour's) is screened on this instance.
     """
@@ -219,7 +225,9 @@ def smallest(key: LaunchKey, spec, facts) -> dict:
     for name, value in key.fields:
         kind = kinds[name]
         if kind in LADDERS:
-            value = smallest_in_class(_ladder(key.kernel, name, kind, facts), value)
+            low = smallest_in_class(_ladder(key.kernel, name, kind, facts), value)
+            aligned = -(-low // ALIGN) * ALIGN
+            value = aligned if aligned <= value else low
         elif kind == "dtype":
             value = _BY_KEY_SPELLING[value]
         rep[name] = value

@@ -8,7 +8,8 @@ reverse loses to a smaller one), then the key's text (a fixed order, so every ru
 
 Before it is served, the neighbour's setting is pruned as a sweep of this key would prune it
 (device limits, the kernel's constraint, `fits` at the key's representative) and screened once
-against the float64 oracle on this key's own smallest launch (keys.smallest), comparing at most
+against the float64 oracle on this key's own smallest launch (keys.smallest: sizes at the
+smallest multiple of 16 in their classes), comparing at most
 `autotune.neighbour_screen_max_bytes` of output rows. A setting that fails is never served: the
 next neighbour is tried. Nothing is timed.
 """
