@@ -12,5 +12,6 @@ from .norms import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .reductions_more import *  # noqa: F401,F403
 from .rotary import *  # noqa: F401,F403
+from .sampling import *  # noqa: F401,F403
 from .scans import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
