@@ -11,7 +11,7 @@ import importlib
 
 from .version import __version__
 
-FAMILIES = ("elementwise", "random", "softmax", "reduction", "norm", "matmul")
+FAMILIES = ("elementwise", "random", "softmax", "reduction", "norm", "matmul", "attention")
 
 
 def register() -> None:
