@@ -277,6 +277,45 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_l
     return ops.out, ops.lse
 
 
+# ---- the paged cache -------------------------------------------------------------------------------
+
+def paged_operands(q, k_cache, v_cache, block_table, seq_lens, cu_q, slopes, return_lse, max_seq_len) -> Operands:
+    from .rope import cache_rows
+    cache_rows(k_cache), cache_rows(v_cache)  # refused unless blocks and tokens merge into rows
+    q = unit_last(q)
+    table = block_table if block_table.strides[-1] == 1 or block_table.shape[-1] <= 1 else block_table.contiguous()
+    lens = seq_lens if seq_lens.strides[0] == 1 or seq_lens.shape[0] <= 1 else seq_lens.contiguous()
+    batch, hq, ev = seq_lens.shape[0], q.shape[-2], v_cache.shape[3]
+    out = launch.output((*q.shape[:-1], ev), q.dtype, q.device)
+    cache = lambda c: (0, c.strides[2], c.strides[1])  # noqa: E731  (no batch stride: the table says)
+    slope_strides = (0, 0)
+    if slopes is not None:
+        slope_strides = (0, slopes.strides[0]) if slopes.ndim == 1 else slopes.strides
+    if cu_q is None:  # (batch, q_len, Hq, E)
+        lse = launch.output((batch, hq, q.shape[1]), dtypes.float32, q.device) if return_lse else None
+        tokens = lambda t: (t.strides[0], t.strides[2], t.strides[1])  # noqa: E731
+        return Operands(q, k_cache, v_cache, tokens(q), cache(k_cache), cache(v_cache), batch, hq, k_cache.shape[2],
+                        q.shape[1], max_seq_len, out, tokens(out), lse, lse.strides if lse is not None else (0, 0, 0),
+                        kv_mode=PAGED, kv_lens=lens, table=table, block_tokens=k_cache.shape[1], slopes=slopes,
+                        slope_strides=slope_strides)
+    lse = launch.output((hq, q.shape[0]), dtypes.float32, q.device) if return_lse else None
+    tokens = lambda t: (0, t.strides[1], t.strides[0])  # noqa: E731
+    return Operands(q, k_cache, v_cache, tokens(q), cache(k_cache), cache(v_cache), batch, hq, k_cache.shape[2],
+                    _longest(cu_q), max_seq_len, out, tokens(out), lse, (0,) + (lse.strides if lse is not None else
+                                                                                 (0, 0)),
+                    cu_q=cu_q, kv_mode=PAGED, kv_lens=lens, table=table, block_tokens=k_cache.shape[1], slopes=slopes,
+                    slope_strides=slope_strides)
+
+
+@implements("paged_attention")
+def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse, max_seq_len):
+    check_supported("paged_attention", q, v_cache.shape[-1])
+    ops = paged_operands(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, return_lse,
+                         max_seq_len)
+    run(ops, options)
+    return ops.out, ops.lse
+
+
 # ---- declared costs --------------------------------------------------------------------------------
 
 def attention_cost(shape: Shape, options) -> Cost:

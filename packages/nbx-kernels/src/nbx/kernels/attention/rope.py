@@ -26,12 +26,13 @@ from . import tuning
 
 @triton.jit
 def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_out_ptr,
-                tokens, heads, max_positions, sxt, sxh, sct, sot, soh, svt, svh, svot, svoh,
+                tokens, heads, max_positions, out_rows, sxt, sxh, sct, sot, soh, svt, svh, svot, svoh,
                 HALF: tl.constexpr, DIM: tl.constexpr, V_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
                 SLOTS: tl.constexpr, COPY_V: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
                 BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr):
     """Grid: (cdiv(tokens, BLOCK_TOKENS),). SLOTS: out row of token t is slot[t] (a paged cache's
-    row), else t. COPY_V: v's row t copied to v_out's row of the same slot."""
+    row), else t; a slot outside 0 .. out_rows - 1 (-1: padding) is not written. COPY_V: v's row t
+    copied to v_out's row of the same slot. HALF 0: nothing rotated (a plain cache write)."""
     pid = tl.program_id(0)
     t = pid * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
     h = tl.arange(0, BLOCK_H)
@@ -42,7 +43,9 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_ou
     pos = tl.where(in_table, pos, 0)
     row = t.to(tl.int64)
     if SLOTS:
-        row = tl.load(slot_ptr + t, mask=t_ok, other=0).to(tl.int64)
+        row = tl.load(slot_ptr + t, mask=t_ok, other=-1).to(tl.int64)
+        t_ok = t_ok & (row >= 0) & (row < out_rows)
+        row = tl.where(t_ok, row, 0)
     if INTERLEAVED:
         a = 2 * i
         b = 2 * i + 1
@@ -96,7 +99,8 @@ def _table(t: Tensor) -> Tensor:
 def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slots=None, cache=None, v=None,
                 v_cache=None):
     """rotary_embedding of x into out (new, or a given contiguous one), or, with slots, into
-    cache[slots[t]] (a (rows, heads, dim) view of a cache's blocks), v copied into v_cache alike."""
+    cache's rows slots[t] (cache: (rows, heads, dim), a view of a paged cache's blocks), v copied
+    into v_cache alike. cos None: nothing rotated (kv_cache_write)."""
     if x.dtype.name not in ("float16", "bfloat16", "float32"):
         raise NotSupportedError(f"rotary_embedding on {x.device.type} takes float16, bfloat16 or float32; got "
                                 f"{x.dtype.name}")
@@ -112,26 +116,53 @@ def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slo
         return out
     if setting is None:
         setting = tuning.rope_setting(device, x.size, dim, x.dtype)
-    cos, sin = _table(cos), _table(sin)
-    if cos.strides != sin.strides:
-        sin = sin.contiguous()
-        cos = cos.contiguous()
-    half = cos.shape[1] // 2
-    pos = positions.reshape(tokens)
-    if pos.strides[0] != 1 and tokens > 1:
-        pos = pos.contiguous()
+    if cos is None:  # a plain write: no table is read
+        cos = sin = flat
+        half, max_positions, table_stride = 0, 1, 0
+        positions = slots
+    else:
+        cos, sin = _table(cos), _table(sin)
+        if cos.strides != sin.strides:
+            cos, sin = cos.contiguous(), sin.contiguous()
+        half, max_positions, table_stride = cos.shape[1] // 2, cos.shape[0], cos.strides[0]
+    pos = _unit(positions.reshape(tokens))
+    slots = _unit(slots) if slots is not None else pos  # never read without a cache
     vv = _flat_tokens(v) if v is not None else flat
     v_target = v_cache if v_cache is not None else target
     block_tokens = setting["block_tokens"]
     launch.run(rope_kernel, (triton.cdiv(tokens, block_tokens),), device,
-               flat, cos, sin, pos, target, slots if slots is not None else pos, vv, v_target,
-               tokens, heads, cos.shape[0], flat.strides[0], flat.strides[1], cos.strides[0],
+               flat, cos, sin, pos, target, slots, vv, v_target,
+               tokens, heads, max_positions, target.shape[0], flat.strides[0], flat.strides[1], table_stride,
                target.strides[0], target.strides[1], vv.strides[0], vv.strides[1], v_target.strides[0],
                v_target.strides[1],
-               HALF=half, DIM=dim, V_DIM=vv.shape[-1], INTERLEAVED=bool(interleaved), SLOTS=slots is not None,
-               COPY_V=v is not None, BLOCK_TOKENS=block_tokens, BLOCK_H=_pow2(heads), BLOCK_R=_pow2(half),
+               HALF=half, DIM=dim, V_DIM=vv.shape[-1], INTERLEAVED=bool(interleaved), SLOTS=cache is not None,
+               COPY_V=v is not None, BLOCK_TOKENS=block_tokens, BLOCK_H=_pow2(heads), BLOCK_R=_pow2(max(half, 1)),
                BLOCK_P=_pow2(max(dim - 2 * half, 1)), BLOCK_V=_pow2(vv.shape[-1]), num_warps=setting["num_warps"])
     return out
+
+
+def _unit(t: Tensor) -> Tensor:
+    return t if t.shape[0] <= 1 or t.strides[0] == 1 else t.contiguous()
+
+
+def cache_rows(cache: Tensor) -> Tensor:
+    """A (num_blocks, block_tokens, heads, dim) cache as (rows, heads, dim), refused where its
+    blocks and their tokens do not merge into one strided dim."""
+    if cache.strides[0] != cache.shape[1] * cache.strides[1] or (cache.shape[3] > 1 and cache.strides[3] != 1):
+        raise NotSupportedError(f"a paged cache's blocks and tokens must merge into rows (strides {cache.strides} "
+                                f"of shape {tuple(cache.shape)}): allocate it contiguous")
+    return cache._view((cache.shape[0] * cache.shape[1], cache.shape[2], cache.shape[3]), cache.strides[1:])
+
+
+@implements("kv_cache_write")
+def _kv_cache_write(k, v, k_cache, v_cache, slots):
+    launch_rope(k, None, None, None, False, slots=slots, cache=cache_rows(k_cache), v=v, v_cache=cache_rows(v_cache))
+
+
+@implements("rotary_kv_cache_write")
+def _rotary_kv_cache_write(k, v, cos, sin, positions, k_cache, v_cache, slots, interleaved):
+    launch_rope(k, cos, sin, positions, interleaved, slots=slots, cache=cache_rows(k_cache), v=v,
+                v_cache=cache_rows(v_cache))
 
 
 @implements("rotary_embedding")
