@@ -17,8 +17,9 @@ import triton.language as tl
 from nbx.core.errors import NotSupportedError
 from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import launch, plans
 from ..cost import Buffer, Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
 from ..elementwise.casts import narrow, widen
 from ..registry import implements
 from . import tuning
@@ -96,6 +97,35 @@ def _table(t: Tensor) -> Tensor:
     return t if t.strides[-1] == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
+def _build(x_layout, table, v_layout, target, v_target, interleaved, device, setting) -> LaunchPlan:
+    """The rope launch. x_layout, v_layout: (shape, strides, dtype) of the (tokens, heads, dim)
+    inputs; table: (shape, row stride) of cos/sin or None (no rotation); target, v_target: the row
+    and head strides of the cache rows written through slots, or None (a new output)."""
+    (tokens, heads, dim), x_strides, dtype = x_layout
+    if setting is None:
+        setting = tuning.rope_setting(device, tokens * heads * dim, dim, dtype)
+    half, max_positions, table_stride = (0, 1, 0) if table is None else (table[0][1] // 2, table[0][0], table[1])
+    outputs = ()
+    if target is None:
+        outputs = (plans.output("out", (tokens, heads, dim), dtype),)
+        target = (heads * dim, dim)
+    rows = Slot("out_rows")
+    v_dim, v_strides = (dim, x_strides) if v_layout is None else (v_layout[0][2], v_layout[1])
+    v_target = target if v_target is None else v_target
+    block = setting["block_tokens"]
+    args = (Slot("x"), Slot("cos"), Slot("sin"), Slot("positions"), Slot("out"), Slot("slots"), Slot("v"),
+            Slot("v_out"), tokens, heads, max_positions, rows, x_strides[0], x_strides[1], table_stride, *target,
+            v_strides[0], v_strides[1], *v_target)
+    meta = dict(HALF=half, DIM=dim, V_DIM=v_dim, INTERLEAVED=bool(interleaved), SLOTS=not outputs,
+                COPY_V=v_layout is not None, BLOCK_TOKENS=block, BLOCK_H=_pow2(heads), BLOCK_R=_pow2(max(half, 1)),
+                BLOCK_P=_pow2(max(dim - 2 * half, 1)), BLOCK_V=_pow2(v_dim), num_warps=setting["num_warps"])
+    return LaunchPlan(device, (Launch(rope_kernel, (triton.cdiv(tokens, block),), args, meta),), outputs)
+
+
+def _described(t: Tensor) -> tuple:
+    return (tuple(t.shape), tuple(t.strides), t.dtype)
+
+
 def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slots=None, cache=None, v=None,
                 v_cache=None):
     """rotary_embedding of x into out (new, or a given contiguous one), or, with slots, into
@@ -109,35 +139,29 @@ def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slo
     tokens, heads, dim = flat.shape
     if slots is None:
         out = launch.output(x.shape, x.dtype, device, out)
-        target = out.reshape(tokens, heads, dim)
-    else:
-        target = cache
     if tokens == 0 or heads == 0:
         return out
-    if setting is None:
-        setting = tuning.rope_setting(device, x.size, dim, x.dtype)
-    if cos is None:  # a plain write: no table is read
-        cos = sin = flat
-        half, max_positions, table_stride = 0, 1, 0
-        positions = slots
-    else:
+    table = None
+    if cos is not None:
         cos, sin = _table(cos), _table(sin)
         if cos.strides != sin.strides:
             cos, sin = cos.contiguous(), sin.contiguous()
-        half, max_positions, table_stride = cos.shape[1] // 2, cos.shape[0], cos.strides[0]
-    pos = _unit(positions.reshape(tokens))
-    slots = _unit(slots) if slots is not None else pos  # never read without a cache
-    vv = _flat_tokens(v) if v is not None else flat
-    v_target = v_cache if v_cache is not None else target
-    block_tokens = setting["block_tokens"]
-    launch.run(rope_kernel, (triton.cdiv(tokens, block_tokens),), device,
-               flat, cos, sin, pos, target, slots, vv, v_target,
-               tokens, heads, max_positions, target.shape[0], flat.strides[0], flat.strides[1], table_stride,
-               target.strides[0], target.strides[1], vv.strides[0], vv.strides[1], v_target.strides[0],
-               v_target.strides[1],
-               HALF=half, DIM=dim, V_DIM=vv.shape[-1], INTERLEAVED=bool(interleaved), SLOTS=cache is not None,
-               COPY_V=v is not None, BLOCK_TOKENS=block_tokens, BLOCK_H=_pow2(heads), BLOCK_R=_pow2(max(half, 1)),
-               BLOCK_P=_pow2(max(dim - 2 * half, 1)), BLOCK_V=_pow2(vv.shape[-1]), num_warps=setting["num_warps"])
+        table = (tuple(cos.shape), cos.strides[0], cos.dtype, sin.dtype)
+    vv = None if v is None else _flat_tokens(v)
+    target = None if cache is None else tuple(cache.strides[:2])
+    v_target = None if v_cache is None else tuple(v_cache.strides[:2])
+    signature = (_described(flat), table, None if vv is None else _described(vv), target, v_target, bool(interleaved),
+                 device, plans.setting_key(setting))
+    plan = plans.cached("rotary_embedding", signature, lambda: _build(
+        _described(flat), table and table[:2], None if vv is None else _described(vv), target, v_target,
+        interleaved, device, setting))
+    pos = _unit(positions.reshape(tokens)) if positions is not None else _unit(slots)
+    values = {"x": flat, "cos": cos if cos is not None else flat, "sin": sin if sin is not None else flat,
+              "positions": pos, "out": cache if cache is not None else out.reshape(tokens, heads, dim),
+              "slots": _unit(slots) if slots is not None else pos, "v": vv if vv is not None else flat,
+              "v_out": v_cache if v_cache is not None else flat,
+              "out_rows": cache.shape[0] if cache is not None else tokens}
+    plans.execute(plan, values)
     return out
 
 
