@@ -301,8 +301,8 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_l
                  _packed(k), _packed(v), out_shape, _packed_out(out_shape), lse_shape,
                  (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True, kv_mode=PACKED,
                  alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes))
-    return execute(lay, options, {"q": q, "k": k, "v": v, "slopes": alibi_slopes, "cu_q": cu_seqlens_q,
-                                  "kv_lens": cu_seqlens_k})
+    return execute(lay, options, {"q": q, "k": k, "v": v, "slopes": alibi_slopes, "cu_q": _unit_rows(cu_seqlens_q),
+                                  "kv_lens": _unit_rows(cu_seqlens_k)})
 
 
 def _packed_out(shape) -> tuple:
@@ -316,6 +316,10 @@ class _Strided:
 
 
 def _unit_rows(t: Tensor) -> Tensor:
+    """An index tensor (lengths, offsets, a block table) as int32 with unit stride in its last dim:
+    the kernel's length arithmetic is int32 throughout."""
+    if t.dtype is not dtypes.int32:
+        t = t.to(dtype=dtypes.int32)
     return t if t.shape[-1] <= 1 or t.strides[-1] == 1 else t.contiguous()
 
 
@@ -343,7 +347,8 @@ def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slope
                      q.shape[-1], ev, q.dtype, q.device, _packed(q), cache(k_cache), cache(v_cache), out_shape,
                      _packed_out(out_shape), lse_shape, (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True,
                      **common)
-    return execute(lay, options, {"q": q, "k": k_cache, "v": v_cache, "slopes": alibi_slopes, "cu_q": cu_seqlens_q,
+    cu_q = None if cu_seqlens_q is None else _unit_rows(cu_seqlens_q)
+    return execute(lay, options, {"q": q, "k": k_cache, "v": v_cache, "slopes": alibi_slopes, "cu_q": cu_q,
                                   "kv_lens": lens, "table": table})
 
 

@@ -10,10 +10,11 @@ import triton.language as tl
 
 from ..elementwise.casts import COMPILED, narrow, widen
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
+# constants a jit function reads must be constexpr (Triton refuses other globals when it compiles)
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
 
-NO_MASK, KEEP_MASK, ADDITIVE_MASK = 0, 1, 2
+NO_MASK, KEEP_MASK, ADDITIVE_MASK = 0, 1, 2   # MASK_KIND's values (the kernels test the literals)
 
 
 @triton.jit
@@ -66,8 +67,7 @@ def scores(qk, scale, softcap, pos, j, kv_len, slope, mask_ptrs, window_left, wi
     """A block of base-2 scores from q.k (float32, [rows, keys]): scale, softcap, ALiBi, the mask,
     and (BOUNDED) the keys past kv_len, before pos - window_left or after pos + window_right
     dropped. pos: each row's aligned position; j: each key's index."""
-    plain: tl.constexpr = not SOFTCAP and not ALIBI and MASK_KIND != ADDITIVE_MASK
-    if plain:
+    if not SOFTCAP and not ALIBI and MASK_KIND != 2:  # scale and log2(e) in one multiply
         s = qk * (scale * LOG2E)
     else:
         s = qk * scale
@@ -78,10 +78,10 @@ def scores(qk, scale, softcap, pos, j, kv_len, slope, mask_ptrs, window_left, wi
         if ALIBI:
             distance = tl.abs(pos[:, None] - j[None, :]).to(tl.float32)
             s = s - slope[:, None] * distance
-        if MASK_KIND == ADDITIVE_MASK:
+        if MASK_KIND == 2:  # additive
             s = s + tl.load(mask_ptrs, mask=mask_valid, other=0.0).to(tl.float32)
         s = s * LOG2E
-    if MASK_KIND == KEEP_MASK:
+    if MASK_KIND == 1:  # bool: keep where true
         keep = tl.load(mask_ptrs, mask=mask_valid, other=0) != 0
         s = tl.where(keep, s, float("-inf"))
     if BOUNDED:

@@ -166,6 +166,10 @@ def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slo
 
 
 def _unit(t: Tensor) -> Tensor:
+    """Positions or slots as int32 (what the kernel's arithmetic takes) at unit stride."""
+    from nbx.core import dtypes
+    if t.dtype is not dtypes.int32:
+        t = t.to(dtype=dtypes.int32)
     return t if t.shape[0] <= 1 or t.strides[0] == 1 else t.contiguous()
 
 
