@@ -93,6 +93,7 @@ class Layout:
     mask_strides: tuple = (0, 0, 0, 0)
     alibi: bool = False
     slope_strides: tuple = (0, 0)
+    wide: bool = False      # K or V offsets may pass int32
 
     @property
     def group(self) -> int:
@@ -147,7 +148,7 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
                  VARLEN_Q=lay.varlen_q, KV_MODE=lay.kv_mode, BOTTOM_RIGHT=options.alignment == "bottom_right",
                  HAS_LEFT=options.window_left is not None, HAS_RIGHT=options.right is not None,
                  SOFTCAP=options.softcap > 0, ALIBI=lay.alibi, MASK_KIND=lay.mask_kind, DOT=_DOT[lay.dtype.name],
-                 IEEE=lay.dtype is dtypes.float32, num_warps=s["num_warps"], num_stages=s["num_stages"])
+                 IEEE=lay.dtype is dtypes.float32, WIDE=lay.wide, num_warps=s["num_warps"], num_stages=s["num_stages"])
     outputs = (plans.output("out", lay.out_shape, lay.dtype),)
     if lay.lse_shape is not None:
         outputs += (plans.output("lse", lay.lse_shape, dtypes.float32),)
@@ -197,6 +198,12 @@ def execute(lay: Layout, options, values: dict, setting=None, decode_setting=Non
             values[name] = q
     done = plans.execute(launch_plan(lay, options, setting, decode_setting), values)
     return done["out"], done.get("lse") if lay.lse_shape is not None else None
+
+
+def wide(*tensors) -> bool:
+    """Whether an offset into one of tensors (its farthest element) may pass int32."""
+    return any(sum((n - 1) * abs(st) for n, st in zip(t.shape, t.strides)) >= 2 ** 31 - 1
+               for t in tensors if t is not None and t.size)
 
 
 def pow2_bucket(n: int) -> int:
@@ -255,7 +262,7 @@ def dense_layout(q, k, v, mask, slopes, return_lse, copy=True):
                  q4.strides[:3], k4.strides[:3], v4.strides[:3], out_shape, _heads_strides(out_shape), lse_shape,
                  _heads_strides((*lse_shape, 1)) if lse_shape else _NONE3, mask_kind=_mask_kind(mask),
                  mask_strides=mask4.strides if mask4 is not None else (0, 0, 0, 0), alibi=slopes is not None,
-                 slope_strides=slope_strides)
+                 slope_strides=slope_strides, wide=wide(k, v))
     return lay, {"q": q4, "k": k4, "v": v4, "mask": mask4, "slopes": slopes2}
 
 
@@ -300,7 +307,7 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_l
                  pow2_bucket(_longest(cu_seqlens_k)), q.shape[2], v.shape[2], q.dtype, q.device, _packed(q),
                  _packed(k), _packed(v), out_shape, _packed_out(out_shape), lse_shape,
                  (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True, kv_mode=PACKED,
-                 alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes))
+                 alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes), wide=wide(k, v))
     return execute(lay, options, {"q": q, "k": k, "v": v, "slopes": alibi_slopes, "cu_q": _unit_rows(cu_seqlens_q),
                                   "kv_lens": _unit_rows(cu_seqlens_k)})
 
@@ -333,7 +340,8 @@ def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slope
     cache = lambda c: (0, c.strides[2], c.strides[1])  # noqa: E731  (no batch stride: the table says)
     out_shape = (*q.shape[:-1], ev)
     common = dict(kv_mode=PAGED, block_tokens=k_cache.shape[1], table_stride=table.strides[0],
-                  alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes))
+                  alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes),
+                  wide=wide(k_cache, v_cache))
     if cu_seqlens_q is None:  # (batch, q_len, Hq, E)
         tokens = lambda st: (st[0], st[2], st[1])  # noqa: E731
         lse_shape = (batch, hq, q.shape[1]) if return_lse else None

@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from ..elementwise.casts import COMPILED, narrow, widen
+from ..matmul.kernel import _dot_operand as dot_operand  # noqa: F401  (a loaded tile as the dot's operand)
 
 # constants a jit function reads must be constexpr (Triton refuses other globals when it compiles)
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -18,23 +19,10 @@ NO_MASK, KEEP_MASK, ADDITIVE_MASK = 0, 1, 2   # MASK_KIND's values (the kernels 
 
 
 @triton.jit
-def dot_operand(x, DOT: tl.constexpr):
-    """A loaded tile in the dot's element type. Triton's interpreter multiplies bfloat16 blocks by
-    their integer bits, so there bfloat16 operands are widened to float32 (exact products)."""
-    if DOT == tl.bfloat16:
-        if COMPILED:
-            y = x
-        else:
-            y = widen(x, tl.float32)
-    else:
-        y = widen(x, DOT)
-    return y
-
-
-@triton.jit
 def prob_operand(p, DOT: tl.constexpr):
     """The probabilities (float32) as the P @ V operand: rounded to the dot's type (to nearest even
-    on every device: the interpreter's .to() truncates), widened again on the interpreter."""
+    on every device: the interpreter's .to() truncates), widened again on the interpreter, whose
+    bfloat16 dot multiplies integer bits (dot_operand widens the other operand alike)."""
     if DOT == tl.float32:
         y = p
     elif COMPILED:
@@ -47,16 +35,19 @@ def prob_operand(p, DOT: tl.constexpr):
 
 
 @triton.jit
-def key_rows(b, j, valid, table_ptr, stride_table, BLOCK_TOKENS, PAGED: tl.constexpr):
+def key_rows(b, j, valid, table_ptr, stride_table, BLOCK_TOKENS, PAGED: tl.constexpr, WIDE: tl.constexpr):
     """The row (in units of the cache's token stride) of key j of sequence b: j itself for a
     contiguous cache, block_table[b, j // BLOCK_TOKENS] * BLOCK_TOKENS + j % BLOCK_TOKENS for a
     paged one (any block size; the table is read per key, from L1 after the first of a block; a
-    key not valid, past the sequence, reads no entry and gets row 0)."""
+    key not valid, past the sequence, reads no entry and gets row 0). WIDE: as int64, for offsets
+    past int32 once multiplied by the token stride."""
     if PAGED:
         block = tl.load(table_ptr + b.to(tl.int64) * stride_table + j // BLOCK_TOKENS, mask=valid, other=0)
-        rows = block.to(tl.int64) * BLOCK_TOKENS + j % BLOCK_TOKENS
+        rows = block * BLOCK_TOKENS + j % BLOCK_TOKENS
     else:
-        rows = j.to(tl.int64)
+        rows = j
+    if WIDE:
+        rows = rows.to(tl.int64)
     return rows
 
 

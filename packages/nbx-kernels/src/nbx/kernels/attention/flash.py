@@ -27,12 +27,25 @@ DENSE, PACKED, PAGED = 0, 1, 2
 
 
 @triton.jit
+def _tile(ptrs, keys_ok, dims_ok, BOUNDED: tl.constexpr, EVEN: tl.constexpr):
+    """A K or V block: masked by the keys only where they may pass the sequence, by the head dim
+    only where it is padded (an unmasked load vectorizes)."""
+    if BOUNDED:
+        x = tl.load(ptrs, mask=keys_ok & dims_ok, other=0.0)
+    elif EVEN:
+        x = tl.load(ptrs)
+    else:
+        x = tl.load(ptrs, mask=dims_ok, other=0.0)
+    return x
+
+
+@triton.jit
 def _attend(acc, m_i, l_i, q, lo, hi, b, kv_len, k_base, v_base, k_row0, table_ptr, stride_table, block_tokens,
-            sks, svs, pos, tok, h, row_ok, slope, mask_base, sml, smh, sms, window_left, window_right,
+            sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh, sms, window_left, window_right,
             scale, softcap, HEAD_DIM: tl.constexpr, V_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BOUNDED: tl.constexpr, KV_MODE: tl.constexpr,
             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
-            MASK_KIND: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr):
+            MASK_KIND: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr, WIDE: tl.constexpr):
     """acc, m_i, l_i after keys lo .. hi (lo a multiple of BLOCK_N)."""
     d = tl.arange(0, BLOCK_D)
     dv = tl.arange(0, BLOCK_DV)
@@ -42,19 +55,19 @@ def _attend(acc, m_i, l_i, q, lo, hi, b, kv_len, k_base, v_base, k_row0, table_p
             in_keys = j < kv_len
         else:
             in_keys = j >= 0
-        rows = key_rows(b, j, in_keys, table_ptr, stride_table, block_tokens, KV_MODE == 2) + k_row0
-        k = tl.load(k_base + rows[None, :] * sks + d[:, None], mask=in_keys[None, :] & (d[:, None] < HEAD_DIM),
-                    other=0.0)
+        rows = key_rows(b, j, in_keys, table_ptr, stride_table, block_tokens, KV_MODE == 2, WIDE) + k_row0
+        k = _tile(k_base + rows[None, :] * sks + d[:, None], in_keys[None, :], d[:, None] < HEAD_DIM, BOUNDED,
+                  HEAD_DIM == BLOCK_D)
         if IEEE:
             qk = tl.dot(q, dot_operand(k, DOT), input_precision="ieee")
         else:
             qk = tl.dot(q, dot_operand(k, DOT))
-        mask_ptrs = mask_base + h[:, None] * smh + tok[:, None] * sml + j[None, :] * sms
+        mask_ptrs = mask_base + h64[:, None] * smh + tok[:, None] * sml + j[None, :].to(tl.int64) * sms
         s = scores(qk, scale, softcap, pos, j, kv_len, slope, mask_ptrs, window_left, window_right, BOUNDED,
                    HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, row_ok[:, None] & in_keys[None, :])
         p, alpha, m_i, l_i = online_step(s, m_i, l_i)
-        v = tl.load(v_base + rows[:, None] * svs + dv[None, :], mask=in_keys[:, None] & (dv[None, :] < V_DIM),
-                    other=0.0)
+        v = _tile(v_base + rows[:, None] * svs + dv[None, :], in_keys[:, None], dv[None, :] < V_DIM, BOUNDED,
+                  V_DIM == BLOCK_DV)
         if IEEE:
             acc = tl.dot(prob_operand(p, DOT), dot_operand(v, DOT), acc * alpha[:, None], input_precision="ieee")
         else:
@@ -71,11 +84,12 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, VARLEN_Q: tl.constexpr,
                    KV_MODE: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LEFT: tl.constexpr,
                    HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, MASK_KIND: tl.constexpr,
-                   WRITE_LSE: tl.constexpr, SPLIT: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr):
+                   WRITE_LSE: tl.constexpr, SPLIT: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr,
+                   WIDE: tl.constexpr):
     """Grid: (cdiv(longest q_len * GROUP, BLOCK_M), batch * kv_heads), or (splits, batch * kv_heads)
     with SPLIT (q_len * GROUP <= BLOCK_M; o_ptr, lse_ptr the partials, split s at s * sos, s * sls).
     window_right already holds causality (0, or the smaller bound); kv_len_ptr is cu_k (PACKED)
-    or the lengths (PAGED)."""
+    or the lengths (PAGED). WIDE: a key's offset in K or V may pass int32 (64-bit offsets)."""
     pid_m = tl.program_id(0)
     split = 0
     if SPLIT:
@@ -100,20 +114,21 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
     f = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     tok = f // GROUP
     h = kv_head * GROUP + f % GROUP
+    h64 = h.to(tl.int64)  # head offsets of a long sequence may pass int32
     row_ok = tok < q_len
     offset = kv_len - q_len if BOTTOM_RIGHT else 0
     pos = tok + offset
     b64 = b.to(tl.int64)
     d = tl.arange(0, BLOCK_D)
     q_rows = (q_row0 + tok).to(tl.int64)
-    q = tl.load(q_ptr + b64 * sqb + h[:, None] * sqh + q_rows[:, None] * sql + d[None, :],
+    q = tl.load(q_ptr + b64 * sqb + h64[:, None] * sqh + q_rows[:, None] * sql + d[None, :],
                 mask=row_ok[:, None] & (d[None, :] < HEAD_DIM), other=0.0)
     q = dot_operand(q, DOT)
     slope = tl.zeros((BLOCK_M,), tl.float32)
     if ALIBI:
-        slope = tl.load(slope_ptr + b64 * sab + h * sah).to(tl.float32)
-    k_base = k_ptr + b64 * skb + kv_head * skh
-    v_base = v_ptr + b64 * svb + kv_head * svh
+        slope = tl.load(slope_ptr + b64 * sab + h64 * sah).to(tl.float32)
+    k_base = k_ptr + b64 * skb + kv_head.to(tl.int64) * skh
+    v_base = v_ptr + b64 * svb + kv_head.to(tl.int64) * svh
     mask_base = mask_ptr + b64 * smb
 
     # the keys any row sees (lo, hi) and those every row sees (full_lo, full_hi)
@@ -148,25 +163,25 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, lo, full_lo, b, kv_len, k_base, v_base, k_row0, table_ptr,
-                            stride_table, block_tokens, sks, svs, pos, tok, h, row_ok, slope, mask_base, sml, smh,
+                            stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE)
+                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, full_lo, full_hi, b, kv_len, k_base, v_base, k_row0, table_ptr,
-                            stride_table, block_tokens, sks, svs, pos, tok, h, row_ok, slope, mask_base, sml, smh,
+                            stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, False, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE)
+                            BLOCK_DV, False, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, full_hi, hi, b, kv_len, k_base, v_base, k_row0, table_ptr,
-                            stride_table, block_tokens, sks, svs, pos, tok, h, row_ok, slope, mask_base, sml, smh,
+                            stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE)
+                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE)
     out, lse = finish(acc, m_i, l_i)
     dv = tl.arange(0, BLOCK_DV)
     o_ptr += split * sos
     lse_ptr += split * sls
-    tl.store(o_ptr + b64 * sob + h[:, None] * soh + q_rows[:, None] * sol + dv[None, :],
+    tl.store(o_ptr + b64 * sob + h64[:, None] * soh + q_rows[:, None] * sol + dv[None, :],
              narrow(out, o_ptr.dtype.element_ty), mask=row_ok[:, None] & (dv[None, :] < V_DIM))
     if WRITE_LSE:
-        tl.store(lse_ptr + b64 * slb + h * slh + q_rows * sll, lse, mask=row_ok)
+        tl.store(lse_ptr + b64 * slb + h64 * slh + q_rows * sll, lse, mask=row_ok)
 
 
 @triton.jit
