@@ -8,7 +8,8 @@ on the shared launch path (nbx.kernels.plans). The plan takes one of two paths:
 - prefill: programs over blocks of query rows, each walking its keys once;
 - decode, for a few query tokens (<= DECODE_TOKENS) whose group's rows fit one program: the keys
   split over programs to fill the device (flash-decoding), the partials merged by combine_kernel
-  in a fixed order.
+  in a fixed order; where batch x KV heads fill the device already, one program a group and no
+  partials.
 Lengths that come from data (a packed batch's longest sequence, a paged batch's longest context)
 enter the layout rounded up to a power of two: a decode loop keeps its plan for a doubling of its
 context, the kernel reading each sequence's own length from the device.
@@ -160,6 +161,14 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
                                                       WRITE_LSE=lay.lse_shape is not None, SPLIT=False, **flags))
         return LaunchPlan(lay.device, (one,), outputs, (), (), ("prefill", dict(s), 1))
     splits, split_len = decode_split(lay, s)
+    rows_block = tuning.pow2_at_least(lay.q_len * lay.group)
+    if splits == 1:  # batch x KV heads fill the device already: one program a group, no partials
+        args = _arguments(lay, options, "out", lay.out_strides, "lse" if lay.lse_shape else "q", lay.lse_strides, 0,
+                          (0, 0))
+        one = Launch(prefill_kernel, (1, lay.batch * lay.kv_heads), args,
+                     dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=lay.lse_shape is not None, SPLIT=False,
+                          **flags))
+        return LaunchPlan(lay.device, (one,), outputs, (), (), ("decode", dict(s), 1))
     rows = lay.batch * lay.q_heads * lay.q_len
     part_shape = (splits, lay.batch, lay.q_heads, lay.q_len)
     part, part_lse = contiguous_strides((*part_shape, lay.v_dim)), contiguous_strides(part_shape)
@@ -168,8 +177,7 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
     split = Launch(prefill_kernel, (splits, lay.batch * lay.kv_heads),
                    _arguments(lay, options, "partials", part[1:4], "partial_lse", part_lse[1:4], split_len,
                               (part[0], part_lse[0])),
-                   dict(BLOCK_M=tuning.pow2_at_least(lay.q_len * lay.group), BLOCK_N=s["block_n"], WRITE_LSE=True,
-                        SPLIT=True, **flags))
+                   dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=True, SPLIT=True, **flags))
     lse = "lse" if lay.lse_shape is not None else "partial_lse"
     merge = Launch(combine_kernel, (rows,),
                    (Slot("partials"), Slot("partial_lse"), Slot("out"), Slot(lse), lay.q_heads * lay.q_len,
