@@ -101,3 +101,14 @@ def test_a_multi_sequence_decode_loop_with_a_fork_matches_dense_attention_at_eve
             np.testing.assert_allclose(out[b].transpose(1, 0, 2), expected, rtol=1e-5, atol=1e-6)
     cache.free("a")
     assert cache.free_blocks == 16 - len({b for s in ("a2", "b") for b in cache.sequences[s].blocks})
+
+
+def test_the_batch_tensors_are_shared_until_the_next_append():
+    cache = PagedKVCache(1, 1, 4, num_blocks=4, block_tokens=4)
+    cache.add("a")
+    cache.append("a", 3)
+    first = cache.batch(["a"])
+    assert cache.batch(["a"]) is first
+    cache.append("a", 2)
+    table, lens, longest = cache.batch(["a"])
+    assert longest == 5 and lens.numpy().tolist() == [5] and table.numpy().tolist() == [[0, 1]]

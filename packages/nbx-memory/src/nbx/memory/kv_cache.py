@@ -73,6 +73,8 @@ class PagedKVCache:
         self.refs = np.zeros(num_blocks, dtype=np.int64)
         self._free = list(range(num_blocks))  # a heap: the lowest free id first
         self.sequences: dict = {}
+        self._changes = 0         # moves on every append, fork and free: batch() is kept until then
+        self._batch = None        # (seq_ids, changes, its tensors)
 
     # ---- sizes ---------------------------------------------------------------------------------------
     @property
@@ -133,6 +135,7 @@ class PagedKVCache:
             seq.blocks.append(self._take())
         j = np.arange(seq.length, seq.length + count)
         seq.length += count
+        self._changes += 1
         return (np.asarray(seq.blocks, dtype=np.int64)[j // bt] * bt + j % bt).astype(np.int32)
 
     def _shared_tail(self, seq: Sequence) -> bool:
@@ -154,12 +157,14 @@ class PagedKVCache:
         self.sequences[dst] = Sequence(list(parent.blocks), parent.length)
         for block in parent.blocks:
             self.refs[block] += 1
+        self._changes += 1
 
     def free(self, seq_id) -> None:
         """seq_id leaves the cache; blocks no other sequence shares return to the free list."""
         for block in self._sequence(seq_id).blocks:
             self._release(block)
         del self.sequences[seq_id]
+        self._changes += 1
 
     def length(self, seq_id) -> int:
         return self._sequence(seq_id).length
@@ -176,11 +181,17 @@ class PagedKVCache:
         return table
 
     def batch(self, seq_ids) -> tuple:
-        """(block_table, seq_lens, max_seq_len) for paged_attention over seq_ids, on the cache's device."""
-        table = self.block_table(seq_ids)
-        lens = np.asarray([self._sequence(s).length for s in seq_ids], dtype=np.int32)
-        return (asarray(table, device=self.device), asarray(lens, device=self.device),
-                int(lens.max()) if lens.size else 0)
+        """(block_table, seq_lens, max_seq_len) for paged_attention over seq_ids, on the cache's device.
+        Kept until the next append, fork or free: every layer of a decode step shares one upload."""
+        ids = tuple(seq_ids)
+        if self._batch is not None and self._batch[0] == ids and self._batch[1] == self._changes:
+            return self._batch[2]
+        table = self.block_table(ids)
+        lens = np.asarray([self._sequence(s).length for s in ids], dtype=np.int32)
+        found = (asarray(table, device=self.device), asarray(lens, device=self.device),
+                 int(lens.max()) if lens.size else 0)
+        self._batch = (ids, self._changes, found)
+        return found
 
     def write(self, layer: int, k, v, slots) -> None:
         """k, v (tokens, kv_heads, dim) into layer's rows slots (from append)."""
