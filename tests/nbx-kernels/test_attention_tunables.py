@@ -40,11 +40,12 @@ WORKLOADS = [
     ("attention", {"q_len": 20, "k_len": 20, "head_dim": 16, "v_dim": 16, "group": 2, "dtype": "bfloat16",
                    "causal": True}),
     ("attention_decode", {"k_len": 40, "rows": 4, "head_dim": 16, "dtype": "float32", "paged": False}),
+    ("attention_decode", {"k_len": 37, "rows": 2, "head_dim": 16, "dtype": "bfloat16", "paged": True}),
     ("rope", {"elements": 8 * 16 * 5, "head_dim": 16, "dtype": "bfloat16"}),
 ]
 
 
-@pytest.mark.parametrize("name,rep", WORKLOADS, ids=[w[0] for w in WORKLOADS])
+@pytest.mark.parametrize("name,rep", WORKLOADS, ids=[f"{w[0]}-{w[1]['dtype']}" for w in WORKLOADS])
 def test_the_first_and_last_candidates_pass_the_screen_on_the_workload(interp, name, rep):
     tunable = autotune.lookup(name)
     rep = {**rep, "dtype": nbx.as_dtype(rep["dtype"])}

@@ -340,6 +340,14 @@ def _unit_rows(t: Tensor) -> Tensor:
 
 @implements("paged_attention")
 def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse, max_seq_len):
+    return launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
+                        max_seq_len)
+
+
+def launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
+                 max_seq_len, out=None, setting=None, decode_setting=None):
+    """paged_attention into out (new, or a given contiguous one); setting and decode_setting
+    override the served ones (the certifier's)."""
     from .rope import cache_rows
     check_supported("paged_attention", q, v_cache.shape[-1])
     cache_rows(k_cache), cache_rows(v_cache)  # refused unless blocks and tokens merge into rows
@@ -364,8 +372,12 @@ def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slope
                      _packed_out(out_shape), lse_shape, (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True,
                      **common)
     cu_q = None if cu_seqlens_q is None else _unit_rows(cu_seqlens_q)
-    return execute(lay, options, {"q": q, "k": k_cache, "v": v_cache, "slopes": alibi_slopes, "cu_q": cu_q,
-                                  "kv_lens": lens, "table": table})
+    values = {"q": q, "k": k_cache, "v": v_cache, "slopes": alibi_slopes, "cu_q": cu_q, "kv_lens": lens,
+              "table": table}
+    if out is not None:
+        from .. import launch
+        values["out"] = launch.output(lay.out_shape, q.dtype, q.device, out)
+    return execute(lay, options, values, setting, decode_setting)
 
 
 # ---- declared costs --------------------------------------------------------------------------------
@@ -401,5 +413,5 @@ declares("scaled_dot_product_attention")(_sdpa_cost)
 
 from . import rope  # noqa: E402,F401  (registers rotary_embedding and the cache writes)
 
-__all__ = ["launch_sdpa", "launch_plan", "execute", "Layout", "dense_layout", "served", "attention_cost",
+__all__ = ["launch_sdpa", "launch_paged", "launch_plan", "execute", "Layout", "dense_layout", "served", "attention_cost",
            "check_supported", "decode_split", "as_heads", "unit_last", "SUPPORTED", "MAX_HEAD_DIM", "DECODE_TOKENS"]

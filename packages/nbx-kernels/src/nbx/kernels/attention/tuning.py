@@ -81,20 +81,40 @@ def prefill_workload(rep, device):
 
 
 def decode_workload(rep, device):
-    from . import launch_sdpa
+    """One query token of rep["rows"] heads a KV head over a context of k_len, from a contiguous
+    cache or (paged) a cache of the device file's blocks in table order."""
+    from . import launch_paged, launch_sdpa
     from .. import launch
-    hk, dtype = 8, rep["dtype"]
-    hq = rep["rows"] * hk  # one query token, rows heads a KV head
-    q = asarray(_sin((1, hq, 1, rep["head_dim"]), 0.37).astype(dtype.host), device=device)
-    k = asarray(_sin((1, hk, rep["k_len"], rep["head_dim"]), 0.21).astype(dtype.host), device=device)
-    v = asarray(_sin((1, hk, rep["k_len"], rep["head_dim"]), 0.13).astype(dtype.host), device=device)
     from nbx.core.ops.attention import AttentionOptions
-    options = AttentionOptions(1.0 / math.sqrt(rep["head_dim"]))
-    out = launch.output((1, hq, 1, rep["head_dim"]), dtype, device)
+    hk, dtype, d, n = 8, rep["dtype"], rep["head_dim"], rep["k_len"]
+    hq = rep["rows"] * hk
+    q = asarray(_sin((1, hq, 1, d), 0.37).astype(dtype.host), device=device)
+    k = asarray(_sin((1, hk, n, d), 0.21).astype(dtype.host), device=device)
+    v = asarray(_sin((1, hk, n, d), 0.13).astype(dtype.host), device=device)
+    options = AttentionOptions(1.0 / math.sqrt(d), alignment="bottom_right")
     expected = np.asarray(oracle("scaled_dot_product_attention", q, k, v, None, None, options))
-    return autotune.TensorWorkload(out, lambda setting: launch_sdpa(q, k, v, None, None, options, out=out,
-                                                                    decode_setting=setting),
-                                   lambda rows: expected[rows])
+    if not rep["paged"]:
+        out = launch.output((1, hq, 1, d), dtype, device)
+        return autotune.TensorWorkload(out, lambda setting: launch_sdpa(q, k, v, None, None, options, out=out,
+                                                                        decode_setting=setting),
+                                       lambda rows: expected[rows])
+    bt = launch.tiles("kv_cache", device)["block_tokens"]
+    blocks = -(-n // bt)
+
+    def paged(t):  # (1, hk, n, d) -> (blocks, bt, hk, d), the tail block zero
+        a = np.zeros((blocks * bt, hk, d), dtype.host)
+        a[:n] = t.numpy()[0].transpose(1, 0, 2)
+        return asarray(a.reshape(blocks, bt, hk, d), device=device)
+
+    kc, vc = paged(k), paged(v)
+    table = asarray(np.arange(blocks, dtype=np.int32)[None, :], device=device)
+    lens = asarray(np.array([n], dtype=np.int32), device=device)
+    qp = asarray(np.ascontiguousarray(q.numpy().transpose(0, 2, 1, 3)), device=device)  # (1, 1, hq, d)
+    out = launch.output((1, 1, hq, d), dtype, device)
+    flipped = expected.transpose(0, 2, 1, 3)
+    return autotune.TensorWorkload(out, lambda setting: launch_paged(qp, kc, vc, table, lens, None, None, options,
+                                                                     False, n, out=out, decode_setting=setting),
+                                   lambda rows: flipped[rows])
 
 
 def rope_workload(rep, device):
