@@ -95,6 +95,8 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
     if SPLIT:
         split = pid_m
         pid_m = 0
+    elif HAS_RIGHT:  # causal: the last rows see the most keys; they start first, so no long tail waits
+        pid_m = tl.num_programs(0) - 1 - pid_m
     pid_bh = tl.program_id(1)
     b = pid_bh // kv_heads
     kv_head = pid_bh % kv_heads
