@@ -202,3 +202,14 @@ def test_gpu_float32_prefill_is_ieee_float32(check):
     q, k, v = qkv(device, 1, 4, 4, 300, 300, e=128)
     out, _ = sdpa(q, k, v, is_causal=True)
     check(out, oracle(q, k, v, is_causal=True)[0], device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("q_len,lse", [(1, False), (1, True), (300, True)])
+def test_gpu_the_declared_allocation_equals_the_pools_measured_peak(q_len, lse):
+    from test_kernel_costs import measured  # tests/gpu: the pool's peak over one call
+    device = nbx.as_device("cuda")
+    q, k, v = qkv(device, 1, 8, 2, q_len, 2000, e=128, dtype="bfloat16")
+    declared = price("scaled_dot_product_attention", q, k, v, None, None, AttentionOptions(1 / math.sqrt(128)), lse)
+    peak, _ = measured(lambda: nbx.scaled_dot_product_attention(q, k, v, enable_gqa=True, return_lse=lse))
+    assert declared.allocated == peak
