@@ -213,3 +213,27 @@ def test_gpu_the_declared_allocation_equals_the_pools_measured_peak(q_len, lse):
     declared = price("scaled_dot_product_attention", q, k, v, None, None, AttentionOptions(1 / math.sqrt(128)), lse)
     peak, _ = measured(lambda: nbx.scaled_dot_product_attention(q, k, v, enable_gqa=True, return_lse=lse))
     assert declared.allocated == peak
+
+
+@pytest.mark.gpu
+def test_gpu_gemma_style_softcap_and_sliding_window_prefill(check):
+    device = nbx.as_device("cuda")
+    q, k, v = qkv(device, 1, 8, 4, 2048, 2048, e=256, dtype="bfloat16", scale=2.0)
+    out, lse = sdpa(q, k, v, is_causal=True, window=(511, None), softcap=50.0, scale=256 ** -0.5)
+    expected, expected_lse = oracle(q, k, v, is_causal=True, window=(511, None), softcap=50.0, scale=256 ** -0.5)
+    check(out, expected, device)
+    check(lse, expected_lse, device)
+
+
+@pytest.mark.gpu
+def test_gpu_varlen_prefill_of_uneven_sequences(check):
+    device = nbx.as_device("cuda")
+    lens = [1, 7, 127, 4097, 0, 900]
+    cu = np.concatenate([[0], np.cumsum(lens)])
+    q = on(device, rng.standard_normal((cu[-1], 32, 128)), "bfloat16")
+    k = on(device, rng.standard_normal((cu[-1], 8, 128)), "bfloat16")
+    v = on(device, rng.standard_normal((cu[-1], 8, 128)), "bfloat16")
+    cq = nbx.asarray(cu, dtype=nbx.int32).to(device)
+    out = nbx.varlen_attention(q, k, v, cq, cq, is_causal=True)
+    options = AttentionOptions(1 / math.sqrt(128), True)
+    check(out, nbx.oracle("varlen_attention", q, k, v, cq, cq, None, options), device)
