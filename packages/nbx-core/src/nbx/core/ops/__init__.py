@@ -9,6 +9,7 @@ from .linalg import *  # noqa: F401,F403
 from .products import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norms import *  # noqa: F401,F403
+from .paged import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .reductions_more import *  # noqa: F401,F403
 from .rotary import *  # noqa: F401,F403
