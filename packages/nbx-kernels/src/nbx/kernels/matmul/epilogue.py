@@ -1,40 +1,235 @@
-"""linear and gated_linear on the kernel devices (the epilogues of nbx.core.ops.products).
+"""linear, addmm, baddbmm and gated_linear on the kernel devices: one fused launch (fused.py).
 
-For now each is the product followed by the elementwise ops of its epilogue, in the order of the
-reference: activation(alpha * (x @ weight.T) + bias) + beta * residual, then the output cast.
+The front-ends (nbx.core.ops.products) hand every product with an epilogue to "linear":
+x [..., K] (or a batch [B, M, K]) times weight [N, K] (or [B, N, K]) read through its transpose
+in place, bias and residual broadcast to the result. A 2-D weight takes every leading dim of x as
+rows: x is viewed as (rows, K), copied only where its strides cannot merge; bias and residual are
+read through their strides over the result (stride 0 where broadcast), copied only where
+broadcast leading dims cannot merge into rows. The plan (pure: layouts and the served setting in,
+launch constants out) is kept per call layout.
+
+Decode rows: the certified setting of the key decides the tile and split_k; with split_k > 1 the
+products land in float32 (float64) partials, workspace of the call, and a second launch sums them
+in a fixed order and applies the epilogue. K == 0 runs the same launch (no K steps): the epilogue
+of a zero product.
 """
 from __future__ import annotations
 
-import nbx.core as nbx
+from dataclasses import dataclass
+from functools import lru_cache
+from math import prod
+
+import triton.language as tl
+
+from nbx.core import dtypes, layout
 from nbx.core.dtypes import DType
+from nbx.core.errors import NotSupportedError
+from nbx.core.promotion import result_type
 from nbx.core.tensor import Tensor
 
+from .. import launch
+from ..elementwise.casts import COMPILED
+from ..cost import LAUNCH, Buffer, Cost, declares
 from ..registry import implements
-from . import launch_matmul
+from ..softmax import float_bits
+from ..types import tl_type
+from . import INT32_MAX, check_dtypes
+from .fused import fused_matmul_kernel, split_epilogue_kernel
+from .linear_tuning import linear_setting
+from .tuning import stages_that_fit
+
+SPLIT_BLOCK = 1024   # elements a program of the split-K epilogue sums (a store pass: its size barely matters)
 
 
-def _activate(y: Tensor, activation) -> Tensor:
-    if activation is None:
-        return y
-    if activation == "gelu_tanh":
-        return nbx.gelu(y, approximate="tanh")
-    return getattr(nbx, activation)(y)
+@dataclass(frozen=True)
+class LinearPlan:
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: tuple             # (batch, row, k) strides of A after any copy
+    b: tuple             # (batch, k, n) strides of B (the weight's transpose)
+    bias: tuple | None   # (batch, row, n) strides of the bias over the result
+    residual: tuple | None
+    copies: tuple        # operands read through a dense copy: "x", "bias", "residual"
+    split_k: int
+    meta: tuple          # the fused kernel's constants and launch options
+    split_meta: tuple    # the split epilogue's constants
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        meta = dict(self.meta)
+        tiles = -(-self.m // meta["BLOCK_M"]) * -(-self.n // meta["BLOCK_N"])
+        return (self.batch * tiles, self.split_k)
+
+    def partial_shape(self, gated: bool) -> tuple[int, ...]:
+        return ((2 if gated else 1), self.batch, self.split_k, self.m, self.n) if self.split_k > 1 else (0,)
+
+
+def out_shape(x_shape, w_shape) -> tuple[int, ...]:
+    return tuple(x_shape[:-1]) + (w_shape[-2],)
+
+
+def _rows(shape, strides, rows: int, width: int):
+    """(row, column) strides of a tensor viewed as (rows, width), or None when a copy is needed."""
+    found = layout.view_strides(tuple(shape), tuple(strides), (rows, width))
+    return None if found is None else tuple(found)
+
+
+def _addend_strides(shape, strides, out: tuple, batched: bool, rows: int):
+    """An addend's (batch, row, n) strides over the result, or None where it must be copied."""
+    broadcast = layout.broadcast_strides(tuple(shape), tuple(strides), out)
+    if batched:
+        return tuple(broadcast)
+    flat = _rows(out, broadcast, rows, out[-1])
+    return None if flat is None else (0, *flat)
+
+
+@lru_cache(maxsize=4096)
+def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, operands: DType, dtype: DType,
+          gated: bool, activation, device, setting) -> LinearPlan:
+    shape = out_shape(x_shape, w_shape)
+    n, k = w_shape[-2], w_shape[-1]
+    batched = len(w_shape) == 3
+    batch = w_shape[0] if batched else 1
+    m = x_shape[-2] if batched else prod(x_shape[:-1])
+    copies = []
+    if batched:
+        a = tuple(x_strides)
+    else:
+        flat = _rows(x_shape, x_strides, m, k)
+        if flat is None:
+            copies.append("x")
+            flat = (k, 1)
+        a = (0, *flat)
+    b = (w_strides[0] if batched else 0, w_strides[-1], w_strides[-2])
+    addends = []
+    for name, found in (("bias", bias_layout), ("residual", res_layout)):
+        strides = None if found is None else _addend_strides(*found, shape, batched, m)
+        if found is not None and strides is None:
+            copies.append(name)
+            strides = _addend_strides(shape, layout.contiguous_strides(shape), shape, batched, m)
+        addends.append(strides)
+    s = dict(setting) if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
+                                                                   "gated" if gated else "plain")
+    wide64 = operands is dtypes.float64
+    reach_m, reach_n, reach_k = m + s["block_m"], n + s["block_n"], k + s["block_k"]
+    wide = max(reach_m * abs(a[1]) + reach_k * abs(a[2]), reach_k * abs(b[1]) + reach_n * abs(b[2]),
+               reach_m * n + reach_n, *(reach_m * abs(t[1]) + reach_n * abs(t[2]) for t in addends if t)) > INT32_MAX
+    stages = s["num_stages"]
+    if COMPILED:  # the interpreter has no shared memory (and no pipeline)
+        stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), launch.facts(device))
+    acc = tl.float64 if wide64 else tl.float32
+    epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
+                    GATED=gated)
+    meta = dict(DOT=tl_type(operands), ACC=acc, PRECISION="ieee" if operands in (dtypes.float32, dtypes.float64)
+                else None, EVEN_K=k % s["block_k"] == 0, WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
+                BLOCK_K=s["block_k"], GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
+                num_warps=s["num_warps"], num_stages=stages)
+    split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue)
+    return LinearPlan(batch, m, n, k, a, b, addends[0], addends[1], tuple(copies), s["split_k"],
+                      tuple(meta.items()), tuple(split_meta.items()))
+
+
+def _layout(t: Tensor | None):
+    return None if t is None else (tuple(t.shape), tuple(t.strides))
+
+
+def _operand_dtype(x: Tensor, weight: Tensor, up: Tensor | None, dtype: DType) -> DType:
+    operands = result_type(*(t for t in (x, weight, up) if t is not None))
+    check_dtypes(x.dtype, weight.dtype, operands, x.device)
+    check_dtypes(operands, operands, dtype, x.device)
+    if dtype is dtypes.float64 and operands is not dtypes.float64:
+        raise NotSupportedError(f"linear accumulates {operands.name} operands in float32; a float64 result needs "
+                                f"float64 operands")
+    return operands
+
+
+def plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None) -> LinearPlan:
+    dtype = result_type(x, weight) if dtype is None else dtype
+    operands = _operand_dtype(x, weight, up, dtype)
+    return _plan(tuple(x.shape), tuple(x.strides), tuple(weight.shape), tuple(weight.strides), _layout(bias),
+                 _layout(residual), operands, dtype, up is not None, activation, x.device, launch.setting_key(setting))
+
+
+def _dense_addend(t: Tensor, shape) -> Tensor:
+    return t.broadcast_to(shape).contiguous()
+
+
+def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation=None,
+                  residual: Tensor | None = None, alpha: float = 1.0, beta: float = 1.0, dtype: DType | None = None,
+                  up: Tensor | None = None, out: Tensor | None = None, setting=None) -> Tensor:
+    """activation(alpha * (x @ weight.T) + bias) + beta * residual, or with up (the gated form)
+    activation(x @ weight.T) * (x @ up.T) + beta * residual, into out (new, or a given contiguous
+    one). setting overrides the served one (the certifier's)."""
+    device = x.device
+    dtype = result_type(x, weight) if dtype is None else dtype
+    shape = out_shape(x.shape, weight.shape)
+    out = launch.output(shape, dtype, device, out)
+    if out.size == 0:
+        return out
+    p = plan(x, weight, bias, residual, up, activation, dtype, setting)
+    if "x" in p.copies:
+        x = x.contiguous()
+    if "bias" in p.copies:
+        bias = _dense_addend(bias, shape)
+    if "residual" in p.copies:
+        residual = _dense_addend(residual, shape)
+    gated = up is not None
+    part = launch.output(p.partial_shape(gated), dtypes.float64 if dict(p.meta)["ACC"] == tl.float64
+                         else dtypes.float32, device) if p.split_k > 1 else out
+    bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
+    scalars = (float_bits(alpha), float_bits(beta))
+    launch.run(fused_matmul_kernel, p.grid, device, x, weight, up if gated else weight, out, part,
+               x if bias is None else bias, x if residual is None else residual, p.m, p.n, p.k,
+               *p.a, *p.b, *bias_s, *res_s, *scalars, **dict(p.meta))
+    if p.split_k > 1:
+        total = p.batch * p.m * p.n
+        launch.run(split_epilogue_kernel, (-(-total // SPLIT_BLOCK),), device, part, out,
+                   x if bias is None else bias, x if residual is None else residual, p.m, p.n, p.batch,
+                   *bias_s, *res_s, *scalars, **dict(p.split_meta))
+    return out
+
+
+def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None,
+                up=None) -> Cost:
+    """The output, the split partials and any dense copies; every operand read once, the output
+    written once (the partials written and read once more); 2 m n k flops a weight (two gated)."""
+    dtype = result_type(x, weight) if dtype is None else dtype
+    _operand_dtype(x, weight, up, dtype)
+    shape = out_shape(x.shape, weight.shape)
+    out_bytes = prod(shape) * dtype.itemsize
+    buffers = [Buffer("out", out_bytes)]
+    if out_bytes == 0:
+        return Cost(tuple(buffers), 0, 0, launches=0)
+    p = plan(x, weight, bias, residual, up, activation, dtype)
+    copied = {"x": x, "bias": bias, "residual": residual}
+    for name in p.copies:
+        nbytes = (prod(shape) * copied[name].dtype.itemsize if name != "x" else x.nbytes)
+        buffers.append(Buffer(f"{name}_contiguous", nbytes, LAUNCH))
+    read = sum(t.nbytes for t in (x, weight, bias, residual, up) if t is not None)
+    moved = read + out_bytes
+    if p.split_k > 1:
+        part_bytes = prod(p.partial_shape(up is not None)) * (8 if dict(p.meta)["ACC"] == tl.float64 else 4)
+        buffers.append(Buffer("partials", part_bytes, LAUNCH))
+        moved += 2 * part_bytes
+    flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1)
+    return Cost(tuple(buffers), moved, flops, launches=2 if p.split_k > 1 else 1)
 
 
 @implements("linear")
 def _linear(x: Tensor, weight: Tensor, bias, activation, residual, alpha: float, beta: float, dtype: DType) -> Tensor:
-    y = launch_matmul(x, weight.mT, dtype)
-    if alpha != 1.0:
-        y = y * alpha
-    if bias is not None:
-        y = y + bias
-    y = _activate(y, activation)
-    if residual is not None:
-        y = y + (residual * beta if beta != 1.0 else residual)
-    return y if y.dtype is dtype else y.to(dtype=dtype)
+    return launch_linear(x, weight, bias, activation, residual, alpha, beta, dtype)
 
 
 @implements("gated_linear")
 def _gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, activation, dtype: DType) -> Tensor:
-    y = _activate(launch_matmul(x, w_gate.mT, dtype), activation) * launch_matmul(x, w_up.mT, dtype)
-    return y if y.dtype is dtype else y.to(dtype=dtype)
+    return launch_linear(x, w_gate, activation=activation, dtype=dtype, up=w_up)
+
+
+declares("linear")(lambda x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None:
+                   linear_cost(x, weight, bias, activation, residual, alpha, beta, dtype))
+declares("gated_linear")(lambda x, w_gate, w_up, activation="silu", dtype=None:
+                         linear_cost(x, w_gate, activation=activation, dtype=dtype, up=w_up))
+
+__all__ = ["launch_linear", "linear_cost", "plan", "LinearPlan", "out_shape"]

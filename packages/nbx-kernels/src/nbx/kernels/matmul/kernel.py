@@ -54,6 +54,36 @@ def _batch_offset(b, D1, D2, s0, s1, s2):
 
 
 @triton.jit
+def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+            DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
+            GATED: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += A @ B over K steps first .. first + steps of BLOCK_K (the pointers at step 0); GATED:
+    acc_g += A @ G too, from the same A tile (G read with B's strides). PRECISION: tl.dot's
+    input_precision (None: Triton's default for the operand type)."""
+    a_ptrs += first * BLOCK_K * sak
+    b_ptrs += first * BLOCK_K * sbk
+    g_ptrs += first * BLOCK_K * sbk
+    for k in range(first, first + steps):
+        if EVEN_K:
+            a_mask = in_m
+            b_mask = in_n
+        else:
+            k_left = K - k * BLOCK_K
+            a_mask = in_m & (rk[None, :] < k_left)
+            b_mask = (rk[:, None] < k_left) & in_n
+        a = _dot_operand(tl.load(a_ptrs, mask=a_mask, other=0), DOT)
+        b = _dot_operand(tl.load(b_ptrs, mask=b_mask, other=0), DOT)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
+        if GATED:
+            g = _dot_operand(tl.load(g_ptrs, mask=b_mask, other=0), DOT)
+            acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
+            g_ptrs += BLOCK_K * sbk
+        a_ptrs += BLOCK_K * sak
+        b_ptrs += BLOCK_K * sbk
+    return acc, acc_g
+
+
+@triton.jit
 def matmul_kernel(
     a_ptr, b_ptr, c_ptr, M, N, K, D1, D2,
     sa0, sa1, sa2, sam, sak, sb0, sb1, sb2, sbk, sbn,
@@ -82,22 +112,13 @@ def matmul_kernel(
     in_n = (rn < N)[None, :]
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=in_m, other=0)
-            b = tl.load(b_ptrs, mask=in_n, other=0)
-        else:
-            k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=in_m & (rk[None, :] < k_left), other=0)
-            b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & in_n, other=0)
-        a = _dot_operand(a, DOT)
-        b = _dot_operand(b, DOT)
-        if IEEE:
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=ACC)
-        else:
-            acc = tl.dot(a, b, acc, out_dtype=ACC)
-        a_ptrs += BLOCK_K * sak
-        b_ptrs += BLOCK_K * sbk
+    steps = tl.cdiv(K, BLOCK_K)
+    if IEEE:
+        acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, steps, K, sak, sbk,
+                         DOT, ACC, "ieee", EVEN_K, False, BLOCK_K)
+    else:
+        acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, steps, K, sak, sbk,
+                         DOT, ACC, None, EVEN_K, False, BLOCK_K)
 
     c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
     tl.store(c_ptrs, narrow(acc, c_ptr.dtype.element_ty), mask=in_m & in_n)
