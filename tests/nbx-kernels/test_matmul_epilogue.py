@@ -74,7 +74,8 @@ from nbx.kernels.cost import price  # noqa: E402
 from nbx.kernels.matmul import epilogue  # noqa: E402
 from nbx.kernels.matmul.linear_tuning import LINEAR, launch_key  # noqa: E402
 
-SPLIT = {"block_m": 16, "block_n": 32, "block_k": 16, "group_m": 1, "num_warps": 4, "num_stages": 1}
+SPLIT = {"kernel": "tiles", "block_m": 16, "block_n": 32, "block_k": 16, "group_m": 1, "num_warps": 4, "num_stages": 1,
+         "programs": 1, "warp_specialize": 0}
 
 
 @pytest.mark.parametrize("split_k", [2, 3, 8])
@@ -148,7 +149,7 @@ def _hopper():
 
 
 def test_decode_keys_keep_split_k_candidates_and_large_keys_prune_them():
-    decode = {"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt", "form": "plain"}
+    decode = {"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True}
     kept, pruned = LINEAR.candidates(_hopper(), decode)
     assert {s["block_m"] for s in kept} == {16} and {s["split_k"] for s in kept} == {1, 2, 4, 8}
     large = {**decode, "m": 4096, "n": 14336}
@@ -161,8 +162,8 @@ def test_decode_keys_keep_split_k_candidates_and_large_keys_prune_them():
 
 def test_linear_keys_add_the_form_to_matmuls_key():
     key = keys.form("linear", LINEAR.key, _hopper(), **launch_key(3, 4096, 4096, "bfloat16", (4096, 1), (1, 4096),
-                                                                   "gated"))
-    assert str(key) == "m=3,n=4096,k=4096,dtype=bf16,layout=nt,form=gated"
+                                                                   "gated", True))
+    assert str(key) == "m=3,n=4096,k=4096,dtype=bf16,layout=nt,form=gated,tma=1"
 
 
 @pytest.fixture(scope="module")
@@ -172,15 +173,33 @@ def interp():
     return nbx.as_device("interp")
 
 
-@pytest.mark.parametrize("rep", [{"m": 3, "n": 40, "k": 96, "dtype": "bfloat16", "layout": "nt", "form": "plain"},
-                                 {"m": 20, "n": 24, "k": 40, "dtype": "float32", "layout": "nn", "form": "gated"}])
+@pytest.mark.parametrize("rep", [{"m": 3, "n": 40, "k": 96, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True},
+                                 {"m": 20, "n": 24, "k": 40, "dtype": "float32", "layout": "nn", "form": "gated", "tma": False},
+                                 {"m": 80, "n": 24, "k": 64, "dtype": "float16", "layout": "nn", "form": "gated", "tma": True}])
 def test_the_workload_forms_its_own_key_and_its_candidates_pass_the_screen(interp, rep):
     from nbx.kernels.matmul.tuning import representative_operands
     rep = {**rep, "dtype": nbx.as_dtype(rep["dtype"])}
     a, b = representative_operands(rep, interp)
-    assert launch_key(rep["m"], rep["n"], rep["k"], rep["dtype"], a.strides, b.strides, rep["form"]) == rep
+    assert launch_key(rep["m"], rep["n"], rep["k"], rep["dtype"], a.strides, b.strides, rep["form"], rep["tma"]) == rep
     kept, _ = LINEAR.candidates(_hopper(), rep)
-    chosen = [s for s in kept if s["split_k"] > 1][:1] + kept[:1]
+    chosen = [s for s in kept if s["split_k"] > 1][:1] + kept[:1] + [s for s in kept if s["kernel"] == "tma"][:1]
+    assert any(s["kernel"] == "tma" for s in kept) == (rep["tma"] and rep["m"] >= 64)
     result = screen.run(LINEAR.workload(rep, interp), chosen, launch.facts(interp))
     assert not result.excluded, [v.reason for v in result.excluded]
     assert autotune.lookup("linear") is LINEAR
+
+
+@pytest.mark.parametrize("tma", [True, False])
+def test_the_workloads_call_has_the_descriptor_eligibility_its_key_names(interp, tma):
+    rep = {"m": 8, "n": 32, "k": 64, "dtype": nbx.bfloat16, "layout": "nt", "form": "plain", "tma": tma}
+    workload = LINEAR.workload(rep, interp)
+    seen = []
+    real = epilogue.linear_setting
+    try:
+        epilogue.linear_setting = lambda *args: seen.append(args[-1]) or real(*args)
+        epilogue._plan.cache_clear()
+        workload.launch(None)
+    finally:
+        epilogue.linear_setting = real
+        epilogue._plan.cache_clear()
+    assert seen == [tma]

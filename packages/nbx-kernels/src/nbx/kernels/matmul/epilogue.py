@@ -35,6 +35,7 @@ from ..softmax import float_bits
 from ..types import tl_type
 from . import INT32_MAX, check_dtypes
 from .fused import fused_matmul_kernel, split_epilogue_kernel
+from .hopper import tma_matmul_kernel
 from .linear_tuning import linear_setting
 from .tuning import stages_that_fit
 
@@ -53,13 +54,16 @@ class LinearPlan:
     residual: tuple | None
     copies: tuple        # operands read through a dense copy: "x", "bias", "residual"
     split_k: int
-    meta: tuple          # the fused kernel's constants and launch options
+    meta: tuple          # the kernel's constants and launch options
     split_meta: tuple    # the split epilogue's constants
+    tma: bool = False    # the persistent descriptor kernel (hopper.py) instead of the pointer kernel
 
     @property
-    def grid(self) -> tuple[int, int]:
+    def grid(self) -> tuple[int, ...]:
         meta = dict(self.meta)
         tiles = -(-self.m // meta["BLOCK_M"]) * -(-self.n // meta["BLOCK_N"])
+        if self.tma:
+            return (min(tiles, meta["PROGRAMS"]),)
         return (self.batch * tiles, self.split_k)
 
     def partial_shape(self, gated: bool) -> tuple[int, ...]:
@@ -85,9 +89,24 @@ def _addend_strides(shape, strides, out: tuple, batched: bool, rows: int):
     return None if flat is None else (0, *flat)
 
 
+TMA_DTYPES = ("float16", "bfloat16", "float32")
+TMA_ALIGN = 16       # bytes: a descriptor's base and row strides
+
+
+def eligible(batched: bool, a, b, n: int, k: int, operands: DType, dtype: DType, aligned: bool, same_up: bool) -> bool:
+    """Whether the operands can be read (and C written) through tensor descriptors: no batch, a
+    non-empty K, A's K and one of B's dims at unit stride, row strides and bases 16-byte aligned."""
+    if batched or k == 0 or not aligned or not same_up or operands.name not in TMA_DTYPES or a[2] != 1:
+        return False
+    if 1 not in (b[1], b[2]):
+        return False
+    row = b[2] if b[1] == 1 else b[1]
+    return all(s * operands.itemsize % TMA_ALIGN == 0 for s in (a[1], row)) and n * dtype.itemsize % TMA_ALIGN == 0
+
+
 @lru_cache(maxsize=4096)
 def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, operands: DType, dtype: DType,
-          gated: bool, activation, device, setting) -> LinearPlan:
+          gated: bool, activation, device, setting, aligned: tuple = (True, True), same_up: bool = True) -> LinearPlan:
     shape = out_shape(x_shape, w_shape)
     n, k = w_shape[-2], w_shape[-1]
     batched = len(w_shape) == 3
@@ -110,8 +129,12 @@ def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, opera
             copies.append(name)
             strides = _addend_strides(shape, layout.contiguous_strides(shape), shape, batched, m)
         addends.append(strides)
+    tma = eligible(batched, a, b, n, k, operands, dtype, aligned[0] or "x" in copies, same_up) and aligned[1]
     s = dict(setting) if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
-                                                                   "gated" if gated else "plain")
+                                                                   "gated" if gated else "plain", tma)
+    if s["kernel"] == "tma" and not tma:
+        raise NotSupportedError(f"the tma kernel cannot read these operands through tensor descriptors (A strides "
+                                f"{a[1:]}, B strides {b[1:]}, {operands.name}, aligned {aligned}): serve it 'tiles'")
     wide64 = operands is dtypes.float64
     reach_m, reach_n, reach_k = m + s["block_m"], n + s["block_n"], k + s["block_k"]
     wide = max(reach_m * abs(a[1]) + reach_k * abs(a[2]), reach_k * abs(b[1]) + reach_n * abs(b[2]),
@@ -127,8 +150,12 @@ def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, opera
                 BLOCK_K=s["block_k"], GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue)
+    if s["kernel"] == "tma":
+        for name in ("EVEN_K", "WIDE", "SPLIT_K"):
+            del meta[name]
+        meta.update(B_KMAJOR=b[1] == 1, PROGRAMS=s["programs"], WARP_SPECIALIZE=bool(s["warp_specialize"]))
     return LinearPlan(batch, m, n, k, a, b, addends[0], addends[1], tuple(copies), s["split_k"],
-                      tuple(meta.items()), tuple(split_meta.items()))
+                      tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma")
 
 
 def _layout(t: Tensor | None):
@@ -145,11 +172,20 @@ def _operand_dtype(x: Tensor, weight: Tensor, up: Tensor | None, dtype: DType) -
     return operands
 
 
-def plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None) -> LinearPlan:
+def _aligned(t: Tensor | None) -> bool:
+    return t is None or t.data_ptr() % TMA_ALIGN == 0
+
+
+def plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None,
+         out: Tensor | None = None) -> LinearPlan:
+    """The launch of one call (out: the output it writes; a new one is aligned)."""
     dtype = result_type(x, weight) if dtype is None else dtype
     operands = _operand_dtype(x, weight, up, dtype)
+    aligned = (_aligned(x), _aligned(weight) and _aligned(up) and _aligned(out))
+    same_up = up is None or tuple(up.strides) == tuple(weight.strides)
     return _plan(tuple(x.shape), tuple(x.strides), tuple(weight.shape), tuple(weight.strides), _layout(bias),
-                 _layout(residual), operands, dtype, up is not None, activation, x.device, launch.setting_key(setting))
+                 _layout(residual), operands, dtype, up is not None, activation, x.device, launch.setting_key(setting),
+                 aligned, same_up)
 
 
 def _dense_addend(t: Tensor, shape) -> Tensor:
@@ -168,7 +204,7 @@ def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activat
     out = launch.output(shape, dtype, device, out)
     if out.size == 0:
         return out
-    p = plan(x, weight, bias, residual, up, activation, dtype, setting)
+    p = plan(x, weight, bias, residual, up, activation, dtype, setting, out)
     if "x" in p.copies:
         x = x.contiguous()
     if "bias" in p.copies:
@@ -180,6 +216,11 @@ def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activat
                          else dtypes.float32, device) if p.split_k > 1 else out
     bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
     scalars = (float_bits(alpha), float_bits(beta))
+    if p.tma:
+        launch.run(tma_matmul_kernel, p.grid, device, x, weight, up if gated else weight, out,
+                   x if bias is None else bias, x if residual is None else residual, p.m, p.n, p.k, p.a[1],
+                   p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scalars, **dict(p.meta))
+        return out
     launch.run(fused_matmul_kernel, p.grid, device, x, weight, up if gated else weight, out, part,
                x if bias is None else bias, x if residual is None else residual, p.m, p.n, p.k,
                *p.a, *p.b, *bias_s, *res_s, *scalars, **dict(p.meta))
@@ -214,7 +255,7 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
         buffers.append(Buffer("partials", part_bytes, LAUNCH))
         moved += 2 * part_bytes
     flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1)
-    return Cost(tuple(buffers), moved, flops, launches=2 if p.split_k > 1 else 1)
+    return Cost(tuple(buffers), moved, flops, launches=2 if p.split_k > 1 and not p.tma else 1)
 
 
 @implements("linear")

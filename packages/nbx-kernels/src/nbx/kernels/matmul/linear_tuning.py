@@ -28,9 +28,12 @@ from nbx.core.dtypes import as_dtype
 
 from .tuning import _warps_for_tile, representative_operands, stage_bytes, stages_that_fit
 
-PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (32, 64, 128), "block_k": (32, 64, 128), "split_k": (1, 2, 4, 8),
-          "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4)}
-KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label", "form": "label"}
+PARAMS = {"kernel": ("tiles", "tma"), "block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256),
+          "block_k": (32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
+          "programs": (132,), "warp_specialize": (0, 1)}
+KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label", "form": "label", "tma": "flag"}
+WGMMA_ROWS = 64      # a warpgroup's wgmma covers 64 rows: the tma kernel's smallest tile
+LARGE_M = 256        # from here on, tiles of fewer than WGMMA_ROWS rows reuse each B tile too little
 FORMS = ("plain", "gated")
 SPLIT_TILES_MAX = 1024
 
@@ -52,14 +55,34 @@ def _split_fits(setting, rep, facts):
     return True
 
 
+def _kernel_fits(setting, facts):
+    """The tma kernel only where the device has descriptor copies, unsplit, on wgmma-sized tiles;
+    warp specialisation is the tma kernel's alone."""
+    if setting["kernel"] == "tiles":
+        return True if not setting["warp_specialize"] else "warp_specialize is a parameter of the tma kernel"
+    if not facts.value("matrix_unit.tma"):
+        return "matrix_unit.tma is false: no tensor-descriptor copies"
+    if setting["split_k"] > 1:
+        return "the tma kernel does not split K"
+    if setting["block_m"] < WGMMA_ROWS:
+        return f"the tma kernel's tile has at least {WGMMA_ROWS} rows (one warpgroup's wgmma)"
+    return True
+
+
 def _fits(setting, rep, facts):
     """matmul's pruning (tuning._fits_key) over this kernel's tile ladder, the gated form's second
     B tile in shared memory, and the split's."""
+    if setting["kernel"] == "tma" and not rep["tma"]:
+        return "the key's operands cannot be read through tensor descriptors"
     for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
         value = setting[block]
         if value > min(PARAMS[block]) and value // 2 >= rep[size]:
             return f"{block} {value} covers {size}={rep[size]} twice over"
+    if setting["block_m"] < WGMMA_ROWS <= LARGE_M <= rep["m"]:
+        return f"block_m {setting['block_m']} on m={rep['m']} reuses each B tile too little"
     itemsize = as_dtype(rep["dtype"]).itemsize
+    if setting["block_k"] == min(PARAMS["block_k"]) and itemsize <= 2 and rep["k"] >= 16 * setting["block_k"]:
+        return f"block_k {setting['block_k']} of 16-bit operands on k={rep['k']}: steps too short to pipeline"
     limit = facts.value("memory.max_shared_memory_per_block")
     if stages_that_fit(setting, itemsize, itemsize, facts) < setting["num_stages"]:
         return (f"{setting['num_stages']} stages of {as_dtype(rep['dtype']).name} operands pass "
@@ -69,15 +92,26 @@ def _fits(setting, rep, facts):
     return _split_fits(setting, rep, facts)
 
 
-def launch_key(m, n, k, dtype, a_strides, b_strides, form: str) -> dict:
+def launch_key(m, n, k, dtype, a_strides, b_strides, form: str, tma: bool = False) -> dict:
+    """matmul's key, the form, and whether the call's operands can be read through tensor
+    descriptors (epilogue.eligible: unit-stride rows, 16-byte aligned, no batch)."""
     from .tuning import launch_key as matmul_key
-    return {**matmul_key(m, n, k, dtype, a_strides, b_strides), "form": form}
+    return {**matmul_key(m, n, k, dtype, a_strides, b_strides), "form": form, "tma": bool(tma)}
+
+
+def _unaligned(t):
+    """t's values (a dense matrix) one element past an aligned base: a call no descriptor reads."""
+    from nbx.core.ops.creation import asarray
+    host = t.numpy()
+    return asarray(np.concatenate([np.zeros(1, host.dtype), host.ravel()]), device=t.device)[1:].reshape(*t.shape)
 
 
 def linear_workload(rep, device):
     from .. import launch
     from .epilogue import launch_linear
     a, b = representative_operands(rep, device)
+    if not rep["tma"] and rep["layout"][0] == "n":
+        a = _unaligned(a)
     gated = rep["form"] == "gated"
     up = b if gated else None   # the gated form's two weights: one tensor read twice (timing and oracle alike)
     out = launch.output((rep["m"], rep["n"]), rep["dtype"], device)
@@ -95,12 +129,13 @@ def linear_workload(rep, device):
 
 LINEAR = autotune.declare(autotune.Tunable(
     "linear", params=PARAMS, key=KEY, default_from="tiles.linear", workload=linear_workload,
-    constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps_for_tile),
+    constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps_for_tile,
+                               _kernel_fits),
     fits=_fits))
 
 
-def linear_setting(device, m, n, k, dtype, a_strides, b_strides, form: str):
-    return autotune.setting(LINEAR, device, **launch_key(m, n, k, dtype, a_strides, b_strides, form))
+def linear_setting(device, m, n, k, dtype, a_strides, b_strides, form: str, tma: bool):
+    return autotune.setting(LINEAR, device, **launch_key(m, n, k, dtype, a_strides, b_strides, form, tma))
 
 
 __all__ = ["LINEAR", "PARAMS", "KEY", "FORMS", "launch_key", "linear_setting", "SPLIT_TILES_MAX"]
