@@ -79,7 +79,11 @@ def _addend(op: str, name: str, t, shape: tuple) -> None:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=None, residual=None,
            alpha=1.0, beta=1.0, out_dtype=None) -> Tensor:
-    """activation(alpha * (x @ weight.T) + bias) + beta * residual; weight is [out, in]."""
+    """activation(alpha * (x @ weight.T) + bias) + beta * residual; weight is [out, in], a float
+    tensor or a grouped int4 QuantizedTensor (W4A16: dequantized inside the product)."""
+    from ..quant import QuantizedTensor
+    if isinstance(weight, QuantizedTensor):
+        return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
     _tensors("linear", x=x, weight=weight)
     if weight.ndim != 2:
         raise ShapeError(f"linear's weight is [out, in] (2-D), got shape {weight.shape}")
@@ -93,6 +97,23 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=
     dtype = _out_dtype("linear", operands, out_dtype)
     return implementation("linear", device)(x, weight, bias, _activation("linear", activation), residual,
                                             _number("linear", "alpha", alpha), _number("linear", "beta", beta), dtype)
+
+
+def _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype) -> Tensor:
+    _tensors("linear", x=x)
+    if len(weight.shape) != 2:
+        raise ShapeError(f"linear's int4 weight is [out, in] (2-D), got shape {weight.shape}")
+    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"linear of x {x.shape} with weight {weight.shape}: x's last dim must be in={weight.shape[1]}")
+    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
+    _addend("linear", "bias", bias, shape)
+    _addend("linear", "residual", residual, shape)
+    operands = [t for t in (x, bias, residual) if t is not None]
+    device = common_device(*operands, weight.qweight)
+    dtype = _out_dtype("linear", operands, out_dtype)
+    return implementation("linear_int4", device)(x, weight, bias, _activation("linear", activation), residual,
+                                                 _number("linear", "alpha", alpha), _number("linear", "beta", beta),
+                                                 dtype)
 
 
 def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, *, activation="silu", out_dtype=None) -> Tensor:
@@ -188,6 +209,14 @@ def _linear_reference(x, weight, bias=None, activation=None, residual=None, alph
     return y
 
 
+def _linear_int4_reference(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0,
+                           out_dtype=None, precision=reference.NATIVE):
+    """The int4 weight dequantized (float64 for the oracle, else x's compute dtype), then linear."""
+    dtype = result_type(*(t for t in (x, bias, residual) if t is not None))
+    dense = weight.dequantize("float64" if precision == reference.FLOAT64 else compute_dtype(dtype))
+    return _linear_reference(x, dense, bias, activation, residual, alpha, beta, precision=precision)
+
+
 def _gated_reference(x, w_gate, w_up, activation="silu", out_dtype=None, precision=reference.NATIVE):
     compute = _compute(result_type(x, w_gate, w_up), precision)
     a = _host(x, compute)
@@ -207,6 +236,7 @@ def _bmm_reference(x1, x2, precision=reference.NATIVE):
 
 reference.register("linear", _linear_reference)
 reference.register("gated_linear", _gated_reference)
+reference.register("linear_int4", _linear_int4_reference)
 reference.register("addmm", _addmm_reference)
 reference.register("baddbmm", _addmm_reference)
 reference.register("bmm", _bmm_reference)
@@ -215,6 +245,11 @@ reference.register("bmm", _bmm_reference)
 @register("linear", "cpu")
 def _linear_cpu(x, weight, bias, activation, residual, alpha, beta, dtype) -> Tensor:
     return wrap(_linear_reference(x, weight, bias, activation, residual, alpha, beta), dtype)
+
+
+@register("linear_int4", "cpu")
+def _linear_int4_cpu(x, weight, bias, activation, residual, alpha, beta, dtype) -> Tensor:
+    return wrap(_linear_int4_reference(x, weight, bias, activation, residual, alpha, beta), dtype)
 
 
 @register("gated_linear", "cpu")

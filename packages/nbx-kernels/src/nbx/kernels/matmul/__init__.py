@@ -202,6 +202,6 @@ def _matmul(x1: Tensor, x2: Tensor, dtype: DType) -> Tensor:
 
 declares("matmul")(lambda x1, x2: epilogue.linear_cost(x1, x2.mT) if by_weight(x1, x2) else matmul_cost(x1, x2))
 
-from . import epilogue  # noqa: E402  (linear, gated_linear)
+from . import epilogue, int4  # noqa: E402,F401  (linear, gated_linear; linear_int4)
 
 __all__ = ["launch_matmul", "matmul_cost", "plan", "result_shape", "check_dtypes", "SUPPORTED"]
