@@ -35,7 +35,7 @@ from ..types import tl_type
 from . import INT32_MAX
 from .epilogue import SPLIT_BLOCK, _addend_strides, _rows
 from .fused import split_epilogue_kernel
-from .linear_tuning import PARAMS as LINEAR_PARAMS, _split_fits
+from .linear_tuning import PARAMS as LINEAR_PARAMS, tile_fits
 from .quantized import int4_matmul_kernel
 from .tuning import _warps_for_tile, stages_that_fit
 
@@ -48,10 +48,7 @@ KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "group": "exact"
 def _fits(setting, rep, facts):
     if rep["group"] % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide the group size {rep['group']}"
-    for block, size in (("block_m", "m"), ("block_n", "n")):
-        if setting[block] > min(PARAMS[block]) and setting[block] // 2 >= rep[size]:
-            return f"{block} {setting[block]} covers {size}={rep[size]} twice over"
-    return _split_fits(setting, rep, facts)
+    return tile_fits(setting, rep)
 
 
 def int4_workload(rep, device):

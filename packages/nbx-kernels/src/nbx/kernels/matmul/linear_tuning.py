@@ -33,7 +33,9 @@ PARAMS = {"kernel": ("tiles", "tma"), "block_m": (16, 32, 64, 128), "block_n": (
           "programs": (132,), "warp_specialize": (0, 1)}
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label", "form": "label", "tma": "flag"}
 WGMMA_ROWS = 64      # a warpgroup's wgmma covers 64 rows: the tma kernel's smallest tile
-LARGE_M = 256        # from here on, tiles of fewer than WGMMA_ROWS rows reuse each B tile too little
+DECODE_M = 64        # decode rows: the keys whose few tiles may split K
+PREFILL_M = 1024     # from here on, only the widest tiles (128 rows, 128 or 256 columns) keep the tensor cores fed
+WIDE_N = 1024        # from here on, 32-column tiles read each A tile too often
 FORMS = ("plain", "gated")
 SPLIT_TILES_MAX = 1024
 
@@ -43,10 +45,28 @@ def _gated_stage_bytes(setting, itemsize: int) -> int:
     return setting["block_k"] * (setting["block_m"] + 2 * setting["block_n"]) * itemsize
 
 
-def _split_fits(setting, rep, facts):
+def tile_fits(setting, rep) -> str | bool:
+    """The rules on the tile and the split a key's sizes decide (shared with linear_int4):
+    a tile dimension twice the key's size, tiles too small for their M or N, K steps too short to
+    pipeline, and split K outside decode rows or where it leaves a program too few steps."""
+    for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
+        value = setting[block]
+        if value > min(PARAMS[block]) and value // 2 >= rep[size]:
+            return f"{block} {value} covers {size}={rep[size]} twice over"
+    if setting["block_m"] < WGMMA_ROWS and rep["m"] >= 2 * WGMMA_ROWS:
+        return f"block_m {setting['block_m']} on m={rep['m']} reuses each B tile too little"
+    if rep["m"] >= PREFILL_M and (setting["block_m"] < max(PARAMS["block_m"]) or setting["block_n"] < 128):
+        return f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: prefill takes 128 x 128 or wider"
+    if setting["block_n"] == min(PARAMS["block_n"]) and rep["n"] >= WIDE_N:
+        return f"block_n {setting['block_n']} on n={rep['n']} reads each A tile too often"
+    if setting["block_k"] == min(PARAMS["block_k"]) and as_dtype(rep["dtype"]).itemsize <= 2 and \
+            rep["k"] >= 16 * setting["block_k"]:
+        return f"block_k {setting['block_k']} of 16-bit operands on k={rep['k']}: steps too short to pipeline"
     split = setting["split_k"]
     if split == 1:
         return True
+    if rep["m"] > DECODE_M:
+        return f"split_k {split} on m={rep['m']}: K is split for decode rows (m <= {DECODE_M}) only"
     if rep["k"] < 2 * split * setting["block_k"]:
         return f"split_k {split} leaves under two block_k {setting['block_k']} steps of k={rep['k']} a program"
     tiles = math.ceil(rep["m"] / setting["block_m"]) * math.ceil(rep["n"] / setting["block_n"])
@@ -70,26 +90,21 @@ def _kernel_fits(setting, facts):
 
 
 def _fits(setting, rep, facts):
-    """matmul's pruning (tuning._fits_key) over this kernel's tile ladder, the gated form's second
-    B tile in shared memory, and the split's."""
+    """The key's tile rules, the tma kernel only for keys it can read, and the stages (the gated
+    form's second B tile included) in shared memory."""
     if setting["kernel"] == "tma" and not rep["tma"]:
         return "the key's operands cannot be read through tensor descriptors"
-    for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
-        value = setting[block]
-        if value > min(PARAMS[block]) and value // 2 >= rep[size]:
-            return f"{block} {value} covers {size}={rep[size]} twice over"
-    if setting["block_m"] < WGMMA_ROWS <= LARGE_M <= rep["m"]:
-        return f"block_m {setting['block_m']} on m={rep['m']} reuses each B tile too little"
+    found = tile_fits(setting, rep)
+    if found is not True:
+        return found
     itemsize = as_dtype(rep["dtype"]).itemsize
-    if setting["block_k"] == min(PARAMS["block_k"]) and itemsize <= 2 and rep["k"] >= 16 * setting["block_k"]:
-        return f"block_k {setting['block_k']} of 16-bit operands on k={rep['k']}: steps too short to pipeline"
     limit = facts.value("memory.max_shared_memory_per_block")
     if stages_that_fit(setting, itemsize, itemsize, facts) < setting["num_stages"]:
         return (f"{setting['num_stages']} stages of {as_dtype(rep['dtype']).name} operands pass "
                 f"memory.max_shared_memory_per_block {limit}")
     if rep["form"] == "gated" and setting["num_stages"] * _gated_stage_bytes(setting, itemsize) > limit:
         return f"{setting['num_stages']} stages of a gated tile pass memory.max_shared_memory_per_block {limit}"
-    return _split_fits(setting, rep, facts)
+    return True
 
 
 def launch_key(m, n, k, dtype, a_strides, b_strides, form: str, tma: bool = False) -> dict:
