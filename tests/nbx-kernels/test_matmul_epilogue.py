@@ -149,7 +149,8 @@ def _hopper():
 
 
 def test_decode_keys_keep_split_k_candidates_and_large_keys_prune_them():
-    decode = {"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True}
+    decode = {"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True,
+              "precision": "none"}
     kept, pruned = LINEAR.candidates(_hopper(), decode)
     assert {s["block_m"] for s in kept} == {16} and {s["split_k"] for s in kept} == {1, 2, 4, 8}
     large = {**decode, "m": 4096, "n": 14336}
@@ -163,7 +164,7 @@ def test_decode_keys_keep_split_k_candidates_and_large_keys_prune_them():
 def test_linear_keys_add_the_form_to_matmuls_key():
     key = keys.form("linear", LINEAR.key, _hopper(), **launch_key(3, 4096, 4096, "bfloat16", (4096, 1), (1, 4096),
                                                                    "gated", True))
-    assert str(key) == "m=3,n=4096,k=4096,dtype=bf16,layout=nt,form=gated,tma=1"
+    assert str(key) == "m=3,n=4096,k=4096,dtype=bf16,layout=nt,form=gated,tma=1,precision=none"
 
 
 @pytest.fixture(scope="module")
@@ -173,14 +174,17 @@ def interp():
     return nbx.as_device("interp")
 
 
-@pytest.mark.parametrize("rep", [{"m": 3, "n": 40, "k": 96, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True},
-                                 {"m": 20, "n": 24, "k": 40, "dtype": "float32", "layout": "nn", "form": "gated", "tma": False},
-                                 {"m": 80, "n": 24, "k": 64, "dtype": "float16", "layout": "nn", "form": "gated", "tma": True}])
+@pytest.mark.parametrize("rep", [
+    {"m": 3, "n": 40, "k": 96, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True, "precision": "none"},
+    {"m": 20, "n": 24, "k": 40, "dtype": "float32", "layout": "nn", "form": "gated", "tma": False, "precision": "ieee"},
+    {"m": 80, "n": 24, "k": 64, "dtype": "float16", "layout": "nn", "form": "gated", "tma": True, "precision": "none"},
+    {"m": 9, "n": 16, "k": 64, "dtype": "float32", "layout": "nt", "form": "plain", "tma": True, "precision": "tf32"}])
 def test_the_workload_forms_its_own_key_and_its_candidates_pass_the_screen(interp, rep):
     from nbx.kernels.matmul.tuning import representative_operands
     rep = {**rep, "dtype": nbx.as_dtype(rep["dtype"])}
     a, b = representative_operands(rep, interp)
-    assert launch_key(rep["m"], rep["n"], rep["k"], rep["dtype"], a.strides, b.strides, rep["form"], rep["tma"]) == rep
+    assert launch_key(rep["m"], rep["n"], rep["k"], rep["dtype"], a.strides, b.strides, rep["form"], rep["tma"],
+                      rep["precision"]) == rep
     kept, _ = LINEAR.candidates(_hopper(), rep)
     chosen = [s for s in kept if s["split_k"] > 1][:1] + kept[:1] + [s for s in kept if s["kernel"] == "tma"][:1]
     assert any(s["kernel"] == "tma" for s in kept) == (rep["tma"] and rep["m"] >= 64)
@@ -191,15 +195,28 @@ def test_the_workload_forms_its_own_key_and_its_candidates_pass_the_screen(inter
 
 @pytest.mark.parametrize("tma", [True, False])
 def test_the_workloads_call_has_the_descriptor_eligibility_its_key_names(interp, tma):
-    rep = {"m": 8, "n": 32, "k": 64, "dtype": nbx.bfloat16, "layout": "nt", "form": "plain", "tma": tma}
+    rep = {"m": 8, "n": 32, "k": 64, "dtype": nbx.bfloat16, "layout": "nt", "form": "plain", "tma": tma,
+           "precision": "none"}
     workload = LINEAR.workload(rep, interp)
     seen = []
     real = epilogue.linear_setting
     try:
-        epilogue.linear_setting = lambda *args: seen.append(args[-1]) or real(*args)
+        epilogue.linear_setting = lambda *args: seen.append(args[-2]) or real(*args)
         epilogue._plan.cache_clear()
         workload.launch(None)
     finally:
         epilogue.linear_setting = real
         epilogue._plan.cache_clear()
     assert seen == [tma]
+
+
+def test_tf32_asked_per_call_multiplies_tf32_rounded_operands_and_tf32x3_keeps_float32_accuracy(device, check):
+    x, w = on(device, (9, 64)), on(device, (16, 64))
+    tf32 = nbx.linear(x, w, input_precision="tf32")
+    check(tf32, nbx.oracle("linear", x, w, input_precision="tf32"), device)
+    from nbx.core.reference import deviation
+    assert deviation(tf32.numpy(), nbx.oracle("linear", x, w)) > 10 * launch.screen_tolerance(nbx.float32, device)
+    check(nbx.linear(x, w, input_precision="tf32x3"), nbx.oracle("linear", x, w), device)
+    check(nbx.linear(x, w), nbx.oracle("linear", x, w), device)
+    with pytest.raises(nbx.errors.ArgumentError, match="bfloat16 operands take none"):
+        nbx.linear(x.to(dtype="bfloat16"), w.to(dtype="bfloat16"), input_precision="tf32")

@@ -64,6 +64,29 @@ def _out_dtype(op: str, operands, out_dtype) -> DType:
     return dtype
 
 
+INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
+
+
+def _input_precision(op: str, name, operands: DType):
+    if name is None:
+        return None
+    if name not in INPUT_PRECISIONS:
+        raise ArgumentError(f"{op}'s input_precision is one of {', '.join(INPUT_PRECISIONS)}, got {name!r}")
+    if operands.name != "float32":
+        raise ArgumentError(f"{op}'s input_precision says how float32 operands are multiplied; "
+                            f"{operands.name} operands take none")
+    return name
+
+
+def round_tf32(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (10 mantissa bits), to nearest with ties away from zero
+    (cvt.rna.tf32.f32): infinities and NaNs kept."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    bits = a.view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(a), rounded, a)
+
+
 def _addend(op: str, name: str, t, shape: tuple) -> None:
     """bias or residual: a tensor broadcast to the result's shape (never the other way)."""
     if t is None:
@@ -78,9 +101,14 @@ def _addend(op: str, name: str, t, shape: tuple) -> None:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=None, residual=None,
-           alpha=1.0, beta=1.0, out_dtype=None) -> Tensor:
+           alpha=1.0, beta=1.0, out_dtype=None, input_precision=None) -> Tensor:
     """activation(alpha * (x @ weight.T) + bias) + beta * residual; weight is [out, in], a float
-    tensor or a grouped int4 QuantizedTensor (W4A16: dequantized inside the product)."""
+    tensor or a grouped int4 QuantizedTensor (W4A16: dequantized inside the product).
+
+    input_precision (float32 operands only, asked per call): "ieee" (the default: float32
+    products), "tf32" (operands rounded to TF32, to nearest with ties away from zero, then
+    multiplied exactly and summed in float32) or "tf32x3" (each operand split into two TF32
+    parts, three products: close to float32 at TF32 speed)."""
     from ..quant import QuantizedTensor
     if isinstance(weight, QuantizedTensor):
         return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
@@ -95,8 +123,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=
     operands = [t for t in (x, weight, bias, residual) if t is not None]
     device = common_device(*operands)
     dtype = _out_dtype("linear", operands, out_dtype)
+    precision = _input_precision("linear", input_precision, result_type(x, weight))
     return implementation("linear", device)(x, weight, bias, _activation("linear", activation), residual,
-                                            _number("linear", "alpha", alpha), _number("linear", "beta", beta), dtype)
+                                            _number("linear", "alpha", alpha), _number("linear", "beta", beta), dtype,
+                                            input_precision=precision)
 
 
 def _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype) -> Tensor:
@@ -197,10 +227,13 @@ def _compute(dtype, precision):
 
 
 def _linear_reference(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
-                      precision=reference.NATIVE):
+                      precision=reference.NATIVE, input_precision=None):
     dtype = result_type(*(t for t in (x, weight, bias, residual) if t is not None))
     compute = _compute(dtype, precision)
-    y = alpha * np.matmul(_host(x, compute), np.swapaxes(_host(weight, compute), -1, -2))
+    a, w = _host(x, compute), _host(weight, compute)
+    if input_precision == "tf32":  # the products of TF32-rounded operands, exact in float64
+        a, w = round_tf32(a).astype(compute), round_tf32(w).astype(compute)
+    y = alpha * np.matmul(a, np.swapaxes(w, -1, -2))
     if bias is not None:
         y = y + _host(bias, compute)
     y = apply_activation(y, activation)
@@ -243,8 +276,9 @@ reference.register("bmm", _bmm_reference)
 
 
 @register("linear", "cpu")
-def _linear_cpu(x, weight, bias, activation, residual, alpha, beta, dtype) -> Tensor:
-    return wrap(_linear_reference(x, weight, bias, activation, residual, alpha, beta), dtype)
+def _linear_cpu(x, weight, bias, activation, residual, alpha, beta, dtype, input_precision=None) -> Tensor:
+    return wrap(_linear_reference(x, weight, bias, activation, residual, alpha, beta,
+                                  input_precision=input_precision), dtype)
 
 
 @register("linear_int4", "cpu")
@@ -347,4 +381,4 @@ def _einsum_reference(subscripts, *operands, precision=reference.NATIVE):
 reference.register("einsum", _einsum_reference)
 
 
-__all__ = ["linear", "gated_linear", "addmm", "baddbmm", "bmm", "einsum", "ACTIVATIONS"]
+__all__ = ["linear", "gated_linear", "addmm", "baddbmm", "bmm", "einsum", "ACTIVATIONS", "INPUT_PRECISIONS"]

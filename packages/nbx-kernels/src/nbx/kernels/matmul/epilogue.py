@@ -106,7 +106,8 @@ def eligible(batched: bool, a, b, n: int, k: int, operands: DType, dtype: DType,
 
 @lru_cache(maxsize=4096)
 def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, operands: DType, dtype: DType,
-          gated: bool, activation, device, setting, aligned: tuple = (True, True), same_up: bool = True) -> LinearPlan:
+          gated: bool, activation, device, setting, aligned: tuple = (True, True), same_up: bool = True,
+          input_precision=None) -> LinearPlan:
     shape = out_shape(x_shape, w_shape)
     n, k = w_shape[-2], w_shape[-1]
     batched = len(w_shape) == 3
@@ -130,8 +131,9 @@ def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, opera
             strides = _addend_strides(shape, layout.contiguous_strides(shape), shape, batched, m)
         addends.append(strides)
     tma = eligible(batched, a, b, n, k, operands, dtype, aligned[0] or "x" in copies, same_up) and aligned[1]
+    precision = input_precision or ("ieee" if operands in (dtypes.float32, dtypes.float64) else None)
     s = dict(setting) if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
-                                                                   "gated" if gated else "plain", tma)
+                                                                   "gated" if gated else "plain", tma, precision)
     if s["kernel"] == "tma" and not tma:
         raise NotSupportedError(f"the tma kernel cannot read these operands through tensor descriptors (A strides "
                                 f"{a[1:]}, B strides {b[1:]}, {operands.name}, aligned {aligned}): serve it 'tiles'")
@@ -145,8 +147,7 @@ def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, opera
     acc = tl.float64 if wide64 else tl.float32
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
                     GATED=gated)
-    meta = dict(DOT=tl_type(operands), ACC=acc, PRECISION="ieee" if operands in (dtypes.float32, dtypes.float64)
-                else None, EVEN_K=k % s["block_k"] == 0, WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
+    meta = dict(DOT=tl_type(operands), ACC=acc, PRECISION=precision, EVEN_K=k % s["block_k"] == 0, WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
                 BLOCK_K=s["block_k"], GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue)
@@ -177,7 +178,7 @@ def _aligned(t: Tensor | None) -> bool:
 
 
 def plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None,
-         out: Tensor | None = None) -> LinearPlan:
+         out: Tensor | None = None, input_precision=None) -> LinearPlan:
     """The launch of one call (out: the output it writes; a new one is aligned)."""
     dtype = result_type(x, weight) if dtype is None else dtype
     operands = _operand_dtype(x, weight, up, dtype)
@@ -185,7 +186,7 @@ def plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=No
     same_up = up is None or tuple(up.strides) == tuple(weight.strides)
     return _plan(tuple(x.shape), tuple(x.strides), tuple(weight.shape), tuple(weight.strides), _layout(bias),
                  _layout(residual), operands, dtype, up is not None, activation, x.device, launch.setting_key(setting),
-                 aligned, same_up)
+                 aligned, same_up, input_precision)
 
 
 def _dense_addend(t: Tensor, shape) -> Tensor:
@@ -194,7 +195,7 @@ def _dense_addend(t: Tensor, shape) -> Tensor:
 
 def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation=None,
                   residual: Tensor | None = None, alpha: float = 1.0, beta: float = 1.0, dtype: DType | None = None,
-                  up: Tensor | None = None, out: Tensor | None = None, setting=None) -> Tensor:
+                  up: Tensor | None = None, out: Tensor | None = None, setting=None, input_precision=None) -> Tensor:
     """activation(alpha * (x @ weight.T) + bias) + beta * residual, or with up (the gated form)
     activation(x @ weight.T) * (x @ up.T) + beta * residual, into out (new, or a given contiguous
     one). setting overrides the served one (the certifier's)."""
@@ -204,7 +205,7 @@ def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activat
     out = launch.output(shape, dtype, device, out)
     if out.size == 0:
         return out
-    p = plan(x, weight, bias, residual, up, activation, dtype, setting, out)
+    p = plan(x, weight, bias, residual, up, activation, dtype, setting, out, input_precision)
     if "x" in p.copies:
         x = x.contiguous()
     if "bias" in p.copies:
@@ -233,7 +234,7 @@ def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activat
 
 
 def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None,
-                up=None) -> Cost:
+                up=None, input_precision=None) -> Cost:
     """The output, the split partials and any dense copies; every operand read once, the output
     written once (the partials written and read once more); 2 m n k flops a weight (two gated)."""
     dtype = result_type(x, weight) if dtype is None else dtype
@@ -243,7 +244,7 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
     buffers = [Buffer("out", out_bytes)]
     if out_bytes == 0:
         return Cost(tuple(buffers), 0, 0, launches=0)
-    p = plan(x, weight, bias, residual, up, activation, dtype)
+    p = plan(x, weight, bias, residual, up, activation, dtype, input_precision=input_precision)
     copied = {"x": x, "bias": bias, "residual": residual}
     for name in p.copies:
         nbytes = (prod(shape) * copied[name].dtype.itemsize if name != "x" else x.nbytes)
@@ -259,8 +260,9 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
 
 
 @implements("linear")
-def _linear(x: Tensor, weight: Tensor, bias, activation, residual, alpha: float, beta: float, dtype: DType) -> Tensor:
-    return launch_linear(x, weight, bias, activation, residual, alpha, beta, dtype)
+def _linear(x: Tensor, weight: Tensor, bias, activation, residual, alpha: float, beta: float, dtype: DType,
+            input_precision=None) -> Tensor:
+    return launch_linear(x, weight, bias, activation, residual, alpha, beta, dtype, input_precision=input_precision)
 
 
 @implements("gated_linear")
@@ -268,8 +270,9 @@ def _gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, activation, dtype: DT
     return launch_linear(x, w_gate, activation=activation, dtype=dtype, up=w_up)
 
 
-declares("linear")(lambda x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None:
-                   linear_cost(x, weight, bias, activation, residual, alpha, beta, dtype))
+declares("linear")(lambda x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None,
+                   input_precision=None: linear_cost(x, weight, bias, activation, residual, alpha, beta, dtype,
+                                                     input_precision=input_precision))
 declares("gated_linear")(lambda x, w_gate, w_up, activation="silu", dtype=None:
                          linear_cost(x, w_gate, activation=activation, dtype=dtype, up=w_up))
 

@@ -22,7 +22,7 @@ import triton.language as tl
 from ..elementwise.casts import narrow
 from ..softmax.rows import float_argument
 from .fused import epilogue
-from .kernel import _dot_operand, _grouped_tile
+from .kernel import _dot_operand, _grouped_tile, _tf32_operand
 
 
 @triton.jit
@@ -63,11 +63,11 @@ def tma_matmul_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
         for k in range(steps):
-            a = _dot_operand(a_desc.load([tile_m * BLOCK_M, k * BLOCK_K]), DOT)
-            b = _dot_operand(_b_tile(b_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT)
+            a = _tf32_operand(_dot_operand(a_desc.load([tile_m * BLOCK_M, k * BLOCK_K]), DOT), PRECISION)
+            b = _tf32_operand(_dot_operand(_b_tile(b_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT), PRECISION)
             acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
             if GATED:
-                g = _dot_operand(_b_tile(g_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT)
+                g = _tf32_operand(_dot_operand(_b_tile(g_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT), PRECISION)
                 acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
         rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -54,6 +54,23 @@ def _batch_offset(b, D1, D2, s0, s1, s2):
 
 
 @triton.jit
+def round_tf32(x):
+    """float32 x rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as
+    nbx.core.ops.products.round_tf32: the operands a "tf32" product multiplies exactly, the same
+    on every device (the tensor cores then drop only zero bits)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    return tl.where((x == x) & (tl.abs(x) != float("inf")), rounded, x)
+
+
+@triton.jit
+def _tf32_operand(x, PRECISION: tl.constexpr):
+    if PRECISION == "tf32":
+        x = round_tf32(x)
+    return x
+
+
+@triton.jit
 def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
             DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
             GATED: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -71,11 +88,11 @@ def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K,
             k_left = K - k * BLOCK_K
             a_mask = in_m & (rk[None, :] < k_left)
             b_mask = (rk[:, None] < k_left) & in_n
-        a = _dot_operand(tl.load(a_ptrs, mask=a_mask, other=0), DOT)
-        b = _dot_operand(tl.load(b_ptrs, mask=b_mask, other=0), DOT)
+        a = _tf32_operand(_dot_operand(tl.load(a_ptrs, mask=a_mask, other=0), DOT), PRECISION)
+        b = _tf32_operand(_dot_operand(tl.load(b_ptrs, mask=b_mask, other=0), DOT), PRECISION)
         acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
         if GATED:
-            g = _dot_operand(tl.load(g_ptrs, mask=b_mask, other=0), DOT)
+            g = _tf32_operand(_dot_operand(tl.load(g_ptrs, mask=b_mask, other=0), DOT), PRECISION)
             acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
             g_ptrs += BLOCK_K * sbk
         a_ptrs += BLOCK_K * sak

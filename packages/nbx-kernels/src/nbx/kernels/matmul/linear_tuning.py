@@ -31,7 +31,8 @@ from .tuning import _warps_for_tile, representative_operands, stage_bytes, stage
 PARAMS = {"kernel": ("tiles", "tma"), "block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256),
           "block_k": (32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
           "programs": (132,), "warp_specialize": (0, 1)}
-KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label", "form": "label", "tma": "flag"}
+KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label", "form": "label", "tma": "flag",
+       "precision": "label"}
 WGMMA_ROWS = 64      # a warpgroup's wgmma covers 64 rows: the tma kernel's smallest tile
 DECODE_M = 64        # decode rows: the keys whose few tiles may split K
 PREFILL_M = 1024     # from here on, only the widest tiles (128 rows, 128 or 256 columns) keep the tensor cores fed
@@ -107,11 +108,13 @@ def _fits(setting, rep, facts):
     return True
 
 
-def launch_key(m, n, k, dtype, a_strides, b_strides, form: str, tma: bool = False) -> dict:
-    """matmul's key, the form, and whether the call's operands can be read through tensor
-    descriptors (epilogue.eligible: unit-stride rows, 16-byte aligned, no batch)."""
+def launch_key(m, n, k, dtype, a_strides, b_strides, form: str, tma: bool = False, precision=None) -> dict:
+    """matmul's key, the form, whether the call's operands can be read through tensor descriptors
+    (epilogue.eligible: unit-stride rows, 16-byte aligned, no batch), and how float32 operands are
+    multiplied (ieee, tf32, tf32x3; none for 16-bit operands)."""
     from .tuning import launch_key as matmul_key
-    return {**matmul_key(m, n, k, dtype, a_strides, b_strides), "form": form, "tma": bool(tma)}
+    return {**matmul_key(m, n, k, dtype, a_strides, b_strides), "form": form, "tma": bool(tma),
+            "precision": precision or "none"}
 
 
 def _unaligned(t):
@@ -131,14 +134,16 @@ def linear_workload(rep, device):
     up = b if gated else None   # the gated form's two weights: one tensor read twice (timing and oracle alike)
     out = launch.output((rep["m"], rep["n"]), rep["dtype"], device)
 
+    precision = None if rep["precision"] in ("none", "ieee") else rep["precision"]
+
     def run(setting):
         launch_linear(a, b.mT, activation="silu" if gated else None, up=up.mT if gated else None, out=out,
-                      setting=setting)
+                      setting=setting, input_precision=precision)
 
     def reference(rows):
         if gated:
             return np.asarray(oracle("gated_linear", a[rows], b.mT, up.mT, "silu"))
-        return np.asarray(oracle("matmul", a[rows], b))
+        return np.asarray(oracle("linear", a[rows], b.mT, input_precision=precision))
     return autotune.TensorWorkload(out, run, reference)
 
 
@@ -149,8 +154,8 @@ LINEAR = autotune.declare(autotune.Tunable(
     fits=_fits))
 
 
-def linear_setting(device, m, n, k, dtype, a_strides, b_strides, form: str, tma: bool):
-    return autotune.setting(LINEAR, device, **launch_key(m, n, k, dtype, a_strides, b_strides, form, tma))
+def linear_setting(device, m, n, k, dtype, a_strides, b_strides, form: str, tma: bool, precision=None):
+    return autotune.setting(LINEAR, device, **launch_key(m, n, k, dtype, a_strides, b_strides, form, tma, precision))
 
 
 __all__ = ["LINEAR", "PARAMS", "KEY", "FORMS", "launch_key", "linear_setting", "SPLIT_TILES_MAX"]
