@@ -29,7 +29,7 @@ import numpy as np
 from .. import reference
 from ..dispatch import implementation, register
 from ..dtypes import DType, as_dtype
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
 from ..layout import broadcast_shapes
 from ..promotion import result_type
 from ..tensor import Tensor
@@ -162,6 +162,38 @@ def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, *, activation="silu", 
     return implementation("gated_linear", device)(x, w_gate, w_up, _activation("gated_linear", activation), dtype)
 
 
+FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+def scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, bias: Tensor | None = None, *,
+                  activation=None, residual=None, out_dtype="bfloat16") -> Tensor:
+    """(x @ weight.T) * scale_x * scale_w (+ bias, activation, residual as linear's): float8
+    operands with float32 scales, one a tensor (size 1) or one a row: scale_x [rows] (or
+    [rows, 1]) of x's rows, scale_w [out] (or [out, 1]) of the weight's, as torch._scaled_mm
+    takes them. The product accumulates in float32; out_dtype is bfloat16 unless asked."""
+    _tensors("scaled_linear", x=x, weight=weight, scale_x=scale_x, scale_w=scale_w)
+    if x.dtype.name not in FLOAT8 or weight.dtype.name not in FLOAT8:
+        raise DTypeError(f"scaled_linear multiplies float8 operands, got {x.dtype.name} and {weight.dtype.name}")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"scaled_linear of x {x.shape} with weight {weight.shape} (weight [out, in], x [..., in])")
+    rows = math.prod(x.shape[:-1])
+    for name, scale, count in (("scale_x", scale_x, rows), ("scale_w", scale_w, weight.shape[0])):
+        if scale.dtype.name != "float32":
+            raise DTypeError(f"scaled_linear's {name} is float32, got {scale.dtype.name}")
+        if scale.size not in (1, count) or (scale.size == count and scale.ndim > 1 and scale.shape[-1] != 1):
+            raise ShapeError(f"scaled_linear's {name} of shape {scale.shape} is neither one scale nor one for each of "
+                             f"the {count} rows it scales")
+    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
+    _addend("scaled_linear", "bias", bias, shape)
+    _addend("scaled_linear", "residual", residual, shape)
+    device = common_device(*(t for t in (x, weight, scale_x, scale_w, bias, residual) if t is not None))
+    dtype = as_dtype(out_dtype)
+    check_category("scaled_linear", dtype, "real_floating")
+    flat = [s.reshape(-1).contiguous() for s in (scale_x, scale_w)]
+    return implementation("scaled_linear", device)(x, weight, *flat, bias, _activation("scaled_linear", activation),
+                                                   residual, dtype)
+
+
 def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1.0, alpha=1.0) -> Tensor:  # noqa: A002
     """beta * input + alpha * (mat1 @ mat2), mat1 and mat2 2-D, input broadcast to the result."""
     _tensors("addmm", input=input, mat1=mat1, mat2=mat2)
@@ -250,6 +282,18 @@ def _linear_int4_reference(x, weight, bias=None, activation=None, residual=None,
     return _linear_reference(x, dense, bias, activation, residual, alpha, beta, precision=precision)
 
 
+def _scaled_reference(x, weight, scale_x, scale_w, bias=None, activation=None, residual=None, out_dtype=None,
+                      precision=reference.NATIVE):
+    compute = np.float64 if precision == reference.FLOAT64 else np.float32
+    a = _host(x, compute).reshape(-1, x.shape[-1]) * _host(scale_x, compute).reshape(-1, 1)
+    w = _host(weight, compute) * _host(scale_w, compute).reshape(-1, 1)
+    y = (a @ w.T).reshape(tuple(x.shape[:-1]) + (weight.shape[0],))
+    if bias is not None:
+        y = y + _host(bias, compute)
+    y = apply_activation(y, activation)
+    return y if residual is None else y + _host(residual, compute)
+
+
 def _gated_reference(x, w_gate, w_up, activation="silu", out_dtype=None, precision=reference.NATIVE):
     compute = _compute(result_type(x, w_gate, w_up), precision)
     a = _host(x, compute)
@@ -270,6 +314,7 @@ def _bmm_reference(x1, x2, precision=reference.NATIVE):
 reference.register("linear", _linear_reference)
 reference.register("gated_linear", _gated_reference)
 reference.register("linear_int4", _linear_int4_reference)
+reference.register("scaled_linear", _scaled_reference)
 reference.register("addmm", _addmm_reference)
 reference.register("baddbmm", _addmm_reference)
 reference.register("bmm", _bmm_reference)
@@ -279,6 +324,11 @@ reference.register("bmm", _bmm_reference)
 def _linear_cpu(x, weight, bias, activation, residual, alpha, beta, dtype, input_precision=None) -> Tensor:
     return wrap(_linear_reference(x, weight, bias, activation, residual, alpha, beta,
                                   input_precision=input_precision), dtype)
+
+
+@register("scaled_linear", "cpu")
+def _scaled_cpu(x, weight, scale_x, scale_w, bias, activation, residual, dtype) -> Tensor:
+    return wrap(_scaled_reference(x, weight, scale_x, scale_w, bias, activation, residual), dtype)
 
 
 @register("linear_int4", "cpu")
@@ -381,4 +431,4 @@ def _einsum_reference(subscripts, *operands, precision=reference.NATIVE):
 reference.register("einsum", _einsum_reference)
 
 
-__all__ = ["linear", "gated_linear", "addmm", "baddbmm", "bmm", "einsum", "ACTIVATIONS", "INPUT_PRECISIONS"]
+__all__ = ["linear", "scaled_linear", "gated_linear", "addmm", "baddbmm", "bmm", "einsum", "ACTIVATIONS", "INPUT_PRECISIONS"]

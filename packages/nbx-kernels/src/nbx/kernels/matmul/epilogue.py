@@ -89,7 +89,9 @@ def _addend_strides(shape, strides, out: tuple, batched: bool, rows: int):
     return None if flat is None else (0, *flat)
 
 
-TMA_DTYPES = ("float16", "bfloat16", "float32")
+TMA_DTYPES = ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2")
+FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+SCALED_OUTPUTS = ("float16", "bfloat16", "float32")
 TMA_ALIGN = 16       # bytes: a descriptor's base and row strides
 
 
@@ -107,7 +109,7 @@ def eligible(batched: bool, a, b, n: int, k: int, operands: DType, dtype: DType,
 @lru_cache(maxsize=4096)
 def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, operands: DType, dtype: DType,
           gated: bool, activation, device, setting, aligned: tuple = (True, True), same_up: bool = True,
-          input_precision=None) -> LinearPlan:
+          input_precision=None, scale_strides=None) -> LinearPlan:
     shape = out_shape(x_shape, w_shape)
     n, k = w_shape[-2], w_shape[-1]
     batched = len(w_shape) == 3
@@ -133,7 +135,7 @@ def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, opera
     tma = eligible(batched, a, b, n, k, operands, dtype, aligned[0] or "x" in copies, same_up) and aligned[1]
     precision = input_precision or ("ieee" if operands in (dtypes.float32, dtypes.float64) else None)
     s = dict(setting) if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
-                                                                   "gated" if gated else "plain", tma, precision)
+                                                                   _form(gated, scale_strides), tma, precision)
     if s["kernel"] == "tma" and not tma:
         raise NotSupportedError(f"the tma kernel cannot read these operands through tensor descriptors (A strides "
                                 f"{a[1:]}, B strides {b[1:]}, {operands.name}, aligned {aligned}): serve it 'tiles'")
@@ -147,7 +149,7 @@ def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, opera
     acc = tl.float64 if wide64 else tl.float32
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
                     GATED=gated)
-    meta = dict(DOT=tl_type(operands), ACC=acc, PRECISION=precision, EVEN_K=k % s["block_k"] == 0, WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
+    meta = dict(SCALED=scale_strides is not None, DOT=tl_type(operands), ACC=acc, PRECISION=precision, EVEN_K=k % s["block_k"] == 0, WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
                 BLOCK_K=s["block_k"], GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue)
@@ -159,11 +161,21 @@ def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, opera
                       tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma")
 
 
+def _form(gated: bool, scale_strides) -> str:
+    return "gated" if gated else "scaled" if scale_strides is not None else "plain"
+
+
 def _layout(t: Tensor | None):
     return None if t is None else (tuple(t.shape), tuple(t.strides))
 
 
-def _operand_dtype(x: Tensor, weight: Tensor, up: Tensor | None, dtype: DType) -> DType:
+def _operand_dtype(x: Tensor, weight: Tensor, up: Tensor | None, dtype: DType, scaled: bool = False) -> DType:
+    if scaled:
+        if x.dtype.name not in FLOAT8 or x.dtype is not weight.dtype or dtype.name not in SCALED_OUTPUTS:
+            raise NotSupportedError(f"a scaled product on {x.device.type} multiplies two float8 operands of one type "
+                                    f"into {', '.join(SCALED_OUTPUTS)}; got {x.dtype.name} x {weight.dtype.name} -> "
+                                    f"{dtype.name}")
+        return x.dtype
     operands = result_type(*(t for t in (x, weight, up) if t is not None))
     check_dtypes(x.dtype, weight.dtype, operands, x.device)
     check_dtypes(operands, operands, dtype, x.device)
@@ -177,16 +189,21 @@ def _aligned(t: Tensor | None) -> bool:
     return t is None or t.data_ptr() % TMA_ALIGN == 0
 
 
+def _scale_strides(scales):
+    """(x scale, weight scale) strides: 0 for one scale a tensor, 1 for one a row (column)."""
+    return None if scales is None else tuple(0 if t.size == 1 else 1 for t in scales)
+
+
 def plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None,
-         out: Tensor | None = None, input_precision=None) -> LinearPlan:
+         out: Tensor | None = None, input_precision=None, scales=None) -> LinearPlan:
     """The launch of one call (out: the output it writes; a new one is aligned)."""
-    dtype = result_type(x, weight) if dtype is None else dtype
-    operands = _operand_dtype(x, weight, up, dtype)
+    dtype = result_type(x, weight) if dtype is None and scales is None else dtype
+    operands = _operand_dtype(x, weight, up, dtype, scales is not None)
     aligned = (_aligned(x), _aligned(weight) and _aligned(up) and _aligned(out))
     same_up = up is None or tuple(up.strides) == tuple(weight.strides)
     return _plan(tuple(x.shape), tuple(x.strides), tuple(weight.shape), tuple(weight.strides), _layout(bias),
                  _layout(residual), operands, dtype, up is not None, activation, x.device, launch.setting_key(setting),
-                 aligned, same_up, input_precision)
+                 aligned, same_up, input_precision, _scale_strides(scales))
 
 
 def _dense_addend(t: Tensor, shape) -> Tensor:
@@ -195,17 +212,22 @@ def _dense_addend(t: Tensor, shape) -> Tensor:
 
 def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation=None,
                   residual: Tensor | None = None, alpha: float = 1.0, beta: float = 1.0, dtype: DType | None = None,
-                  up: Tensor | None = None, out: Tensor | None = None, setting=None, input_precision=None) -> Tensor:
+                  up: Tensor | None = None, out: Tensor | None = None, setting=None, input_precision=None,
+                  scales: tuple | None = None) -> Tensor:
     """activation(alpha * (x @ weight.T) + bias) + beta * residual, or with up (the gated form)
     activation(x @ weight.T) * (x @ up.T) + beta * residual, into out (new, or a given contiguous
-    one). setting overrides the served one (the certifier's)."""
+    one). scales: (x's, the weight's) float32 scales of float8 operands, each one a tensor (size
+    1) or one a row (a contiguous [rows] / [N]), multiplying the product before the epilogue.
+    setting overrides the served one (the certifier's)."""
     device = x.device
-    dtype = result_type(x, weight) if dtype is None else dtype
+    dtype = (result_type(x, weight) if scales is None else dtypes.bfloat16) if dtype is None else dtype
     shape = out_shape(x.shape, weight.shape)
     out = launch.output(shape, dtype, device, out)
     if out.size == 0:
         return out
-    p = plan(x, weight, bias, residual, up, activation, dtype, setting, out, input_precision)
+    p = plan(x, weight, bias, residual, up, activation, dtype, setting, out, input_precision, scales)
+    xs, ws = scales if scales is not None else (x, x)
+    scale_s = _scale_strides(scales) or (0, 0)
     if "x" in p.copies:
         x = x.contiguous()
     if "bias" in p.copies:
@@ -219,12 +241,12 @@ def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activat
     scalars = (float_bits(alpha), float_bits(beta))
     if p.tma:
         launch.run(tma_matmul_kernel, p.grid, device, x, weight, up if gated else weight, out,
-                   x if bias is None else bias, x if residual is None else residual, p.m, p.n, p.k, p.a[1],
-                   p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scalars, **dict(p.meta))
+                   x if bias is None else bias, x if residual is None else residual, xs, ws, p.m, p.n, p.k, p.a[1],
+                   p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scale_s, *scalars, **dict(p.meta))
         return out
     launch.run(fused_matmul_kernel, p.grid, device, x, weight, up if gated else weight, out, part,
-               x if bias is None else bias, x if residual is None else residual, p.m, p.n, p.k,
-               *p.a, *p.b, *bias_s, *res_s, *scalars, **dict(p.meta))
+               x if bias is None else bias, x if residual is None else residual, xs, ws, p.m, p.n, p.k,
+               *p.a, *p.b, *bias_s, *res_s, *scale_s, *scalars, **dict(p.meta))
     if p.split_k > 1:
         total = p.batch * p.m * p.n
         launch.run(split_epilogue_kernel, (-(-total // SPLIT_BLOCK),), device, part, out,
@@ -234,22 +256,22 @@ def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activat
 
 
 def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None,
-                up=None, input_precision=None) -> Cost:
+                up=None, input_precision=None, scales=None) -> Cost:
     """The output, the split partials and any dense copies; every operand read once, the output
     written once (the partials written and read once more); 2 m n k flops a weight (two gated)."""
-    dtype = result_type(x, weight) if dtype is None else dtype
-    _operand_dtype(x, weight, up, dtype)
+    dtype = (result_type(x, weight) if scales is None else dtypes.bfloat16) if dtype is None else dtype
+    _operand_dtype(x, weight, up, dtype, scales is not None)
     shape = out_shape(x.shape, weight.shape)
     out_bytes = prod(shape) * dtype.itemsize
     buffers = [Buffer("out", out_bytes)]
     if out_bytes == 0:
         return Cost(tuple(buffers), 0, 0, launches=0)
-    p = plan(x, weight, bias, residual, up, activation, dtype, input_precision=input_precision)
+    p = plan(x, weight, bias, residual, up, activation, dtype, input_precision=input_precision, scales=scales)
     copied = {"x": x, "bias": bias, "residual": residual}
     for name in p.copies:
         nbytes = (prod(shape) * copied[name].dtype.itemsize if name != "x" else x.nbytes)
         buffers.append(Buffer(f"{name}_contiguous", nbytes, LAUNCH))
-    read = sum(t.nbytes for t in (x, weight, bias, residual, up) if t is not None)
+    read = sum(t.nbytes for t in (x, weight, bias, residual, up, *(scales or ())) if t is not None)
     moved = read + out_bytes
     if p.split_k > 1:
         part_bytes = prod(p.partial_shape(up is not None)) * (8 if dict(p.meta)["ACC"] == tl.float64 else 4)
@@ -273,6 +295,14 @@ def _gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, activation, dtype: DT
 declares("linear")(lambda x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None,
                    input_precision=None: linear_cost(x, weight, bias, activation, residual, alpha, beta, dtype,
                                                      input_precision=input_precision))
+@implements("scaled_linear")
+def _scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, bias, activation, residual,
+                   dtype: DType) -> Tensor:
+    return launch_linear(x, weight, bias, activation, residual, dtype=dtype, scales=(scale_x, scale_w))
+
+
+declares("scaled_linear")(lambda x, weight, scale_x, scale_w, bias=None, activation=None, residual=None, dtype=None:
+                          linear_cost(x, weight, bias, activation, residual, dtype=dtype, scales=(scale_x, scale_w)))
 declares("gated_linear")(lambda x, w_gate, w_up, activation="silu", dtype=None:
                          linear_cost(x, w_gate, activation=activation, dtype=dtype, up=w_up))
 

@@ -58,14 +58,24 @@ def epilogue(acc, acc_g, batch, rm, rn, mask, bias_ptr, sbias0, sbias_m, sbias_n
     return y
 
 
+@triton.jit
+def scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED: tl.constexpr):
+    """SCALED (float8 operands): acc times x's scale of each row and the weight's of each column
+    (stride 0: one scale for the tensor)."""
+    if SCALED:
+        acc = acc * tl.load(xs_ptr + rm * sxs, mask=rm < M, other=0)[:, None]
+        acc = acc * tl.load(ws_ptr + rn * sws, mask=rn < N, other=0)[None, :]
+    return acc
+
+
 @triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
 def fused_matmul_kernel(
-    a_ptr, b_ptr, g_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, K,
-    sa0, sam, sak, sb0, sbk, sbn, sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, alpha_bits, beta_bits,
+    a_ptr, b_ptr, g_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, xs_ptr, ws_ptr, M, N, K,
+    sa0, sam, sak, sb0, sbk, sbn, sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, sxs, sws, alpha_bits, beta_bits,
     DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
-    GATED: tl.constexpr,
+    GATED: tl.constexpr, SCALED: tl.constexpr,
 ):
     """Grid: (batch * tiles of M x N, SPLIT_K). C is contiguous (batch, M, N); the partials are
     (2 if GATED else 1, batch, SPLIT_K, M, N) of ACC."""
@@ -99,6 +109,7 @@ def fused_matmul_kernel(
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
                          DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K)
+    acc = scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED)  # per split: the scales distribute
 
     mask = in_m & in_n
     at = rm[:, None] * N + rn[None, :]

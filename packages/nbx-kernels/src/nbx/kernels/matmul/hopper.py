@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ..elementwise.casts import narrow
 from ..softmax.rows import float_argument
-from .fused import epilogue
+from .fused import epilogue, scaled
 from .kernel import _dot_operand, _grouped_tile, _tf32_operand
 
 
@@ -37,12 +37,12 @@ def _b_tile(desc, tile_n, k, B_KMAJOR: tl.constexpr, BLOCK_N: tl.constexpr, BLOC
 
 @triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
 def tma_matmul_kernel(
-    a_ptr, b_ptr, g_ptr, c_ptr, bias_ptr, res_ptr, M, N, K, sam, sb,
-    sbias_m, sbias_n, sres_m, sres_n, alpha_bits, beta_bits,
+    a_ptr, b_ptr, g_ptr, c_ptr, bias_ptr, res_ptr, xs_ptr, ws_ptr, M, N, K, sam, sb,
+    sbias_m, sbias_n, sres_m, sres_n, sxs, sws, alpha_bits, beta_bits,
     DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, B_KMAJOR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
-    HAS_RES: tl.constexpr, GATED: tl.constexpr,
+    HAS_RES: tl.constexpr, GATED: tl.constexpr, SCALED: tl.constexpr,
 ):
     """Grid: (min(tiles, PROGRAMS),). sb: B's row stride ([N, K]: along N; [K, N]: along K)."""
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[sam, 1], block_shape=[BLOCK_M, BLOCK_K])
@@ -72,6 +72,7 @@ def tma_matmul_kernel(
         rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (rm < M)[:, None] & (rn < N)[None, :]
+        acc = scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED)
         y = epilogue(acc, acc_g, 0, rm[:, None], rn[None, :], mask, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0,
                      sres_m, sres_n, alpha, beta, ACC, HAS_BIAS, ACTIVATION, HAS_RES, GATED)
         c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], narrow(y, c_ptr.dtype.element_ty))

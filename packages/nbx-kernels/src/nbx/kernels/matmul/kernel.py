@@ -21,9 +21,10 @@ from ..elementwise.casts import COMPILED, narrow, widen
 
 @triton.jit
 def _dot_operand(x, DOT: tl.constexpr):
-    """A loaded tile in the dot's element type (float32 for bfloat16 in the interpreter)."""
-    if DOT == tl.bfloat16:
-        if COMPILED:  # both operands are bfloat16 (no other dtype promotes to it)
+    """A loaded tile in the dot's element type (float32 for bfloat16 and float8 in the
+    interpreter, whose numpy has neither: float32 holds their products exactly)."""
+    if DOT == tl.bfloat16 or DOT == tl.float8e4nv or DOT == tl.float8e5:
+        if COMPILED:  # both operands are of DOT (no other dtype promotes to it; scaled fp8 takes one type)
             y = x
         else:
             y = widen(x, tl.float32)
@@ -51,6 +52,17 @@ def _batch_offset(b, D1, D2, s0, s1, s2):
     """The element offset of batch entry b (int64) over batch dims (D0, D1, D2) with strides s."""
     b = b.to(tl.int64)
     return (b // (D1 * D2)) * s0 + ((b // D2) % D1) * s1 + (b % D2) * s2
+
+
+@triton.jit
+def load_operand(ptrs, mask, DOT: tl.constexpr):
+    """A tile of an operand, 0 where masked, in the dot's element type (_dot_operand). The
+    interpreter cannot cast the fill value to float8: its float8 tiles are widened, then filled."""
+    if (DOT == tl.float8e4nv or DOT == tl.float8e5) and not COMPILED:
+        y = tl.where(mask, _dot_operand(tl.load(ptrs, mask=mask), DOT), 0.0)
+    else:
+        y = _dot_operand(tl.load(ptrs, mask=mask, other=0.0), DOT)
+    return y
 
 
 @triton.jit
@@ -88,11 +100,11 @@ def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K,
             k_left = K - k * BLOCK_K
             a_mask = in_m & (rk[None, :] < k_left)
             b_mask = (rk[:, None] < k_left) & in_n
-        a = _tf32_operand(_dot_operand(tl.load(a_ptrs, mask=a_mask, other=0), DOT), PRECISION)
-        b = _tf32_operand(_dot_operand(tl.load(b_ptrs, mask=b_mask, other=0), DOT), PRECISION)
+        a = _tf32_operand(load_operand(a_ptrs, a_mask, DOT), PRECISION)
+        b = _tf32_operand(load_operand(b_ptrs, b_mask, DOT), PRECISION)
         acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
         if GATED:
-            g = _tf32_operand(_dot_operand(tl.load(g_ptrs, mask=b_mask, other=0), DOT), PRECISION)
+            g = _tf32_operand(load_operand(g_ptrs, b_mask, DOT), PRECISION)
             acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
             g_ptrs += BLOCK_K * sbk
         a_ptrs += BLOCK_K * sak

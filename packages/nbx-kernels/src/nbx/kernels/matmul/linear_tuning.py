@@ -37,7 +37,7 @@ WGMMA_ROWS = 64      # a warpgroup's wgmma covers 64 rows: the tma kernel's smal
 DECODE_M = 64        # decode rows: the keys whose few tiles may split K
 PREFILL_M = 1024     # from here on, only the widest tiles (128 rows, 128 or 256 columns) keep the tensor cores fed
 WIDE_N = 1024        # from here on, 32-column tiles read each A tile too often
-FORMS = ("plain", "gated")
+FORMS = ("plain", "gated", "scaled")
 SPLIT_TILES_MAX = 1024
 
 
@@ -124,6 +124,13 @@ def _unaligned(t):
     return asarray(np.concatenate([np.zeros(1, host.dtype), host.ravel()]), device=t.device)[1:].reshape(*t.shape)
 
 
+def _float8(t):
+    """t's values as float8_e4m3fn in t's layout (a transposed view stays one)."""
+    if t.strides[-1] == 1 or t.shape[-1] == 1:
+        return t.to(dtype="float8_e4m3fn")
+    return t.mT.to(dtype="float8_e4m3fn").mT
+
+
 def linear_workload(rep, device):
     from .. import launch
     from .epilogue import launch_linear
@@ -135,14 +142,22 @@ def linear_workload(rep, device):
     out = launch.output((rep["m"], rep["n"]), rep["dtype"], device)
 
     precision = None if rep["precision"] in ("none", "ieee") else rep["precision"]
+    scales = None
+    if rep["form"] == "scaled":   # float8_e4m3fn operands of the key's layout, per-row scales
+        from nbx.core.ops.creation import asarray
+        a, b = _float8(a), _float8(b)
+        scales = (asarray(np.linspace(0.5, 1.5, rep["m"]).astype(np.float32), device=device),
+                  asarray(np.linspace(1.0, 2.0, rep["n"]).astype(np.float32), device=device))
 
     def run(setting):
         launch_linear(a, b.mT, activation="silu" if gated else None, up=up.mT if gated else None, out=out,
-                      setting=setting, input_precision=precision)
+                      setting=setting, input_precision=precision, scales=scales)
 
     def reference(rows):
         if gated:
             return np.asarray(oracle("gated_linear", a[rows], b.mT, up.mT, "silu"))
+        if scales is not None:
+            return np.asarray(oracle("scaled_linear", a[rows], b.mT, scales[0][rows], scales[1]))
         return np.asarray(oracle("linear", a[rows], b.mT, input_precision=precision))
     return autotune.TensorWorkload(out, run, reference)
 
