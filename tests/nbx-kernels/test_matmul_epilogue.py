@@ -71,6 +71,7 @@ from nbx.autotune import keys, screen  # noqa: E402
 from nbx.core import device_files  # noqa: E402
 from nbx.kernels import launch  # noqa: E402
 from nbx.kernels.cost import price  # noqa: E402
+from nbx.kernels import plans  # noqa: E402
 from nbx.kernels.matmul import epilogue  # noqa: E402
 from nbx.kernels.matmul.linear_tuning import LINEAR, launch_key  # noqa: E402
 
@@ -128,14 +129,14 @@ def test_the_declared_cost_counts_the_output_the_partials_and_two_products_for_t
 def test_a_split_launch_declares_its_partials_as_workspace(device, monkeypatch):
     from nbx.kernels.matmul import linear_tuning
     monkeypatch.setattr(epilogue, "linear_setting", lambda *a, **k: {**SPLIT, "split_k": 4})
-    epilogue._plan.cache_clear()
+    plans.reset()
     try:
         x, w = on(device, (3, 64)), on(device, (20, 64))
         cost = price("linear", x, w)
         assert cost.launches == 2 and cost.buffers[-1].name == "partials"
         assert cost.buffers[-1].nbytes == 4 * 3 * 20 * 4 and cost.buffers[-1].lifetime == "launch"
     finally:
-        epilogue._plan.cache_clear()
+        plans.reset()
     assert linear_tuning.LINEAR is LINEAR
 
 
@@ -202,11 +203,11 @@ def test_the_workloads_call_has_the_descriptor_eligibility_its_key_names(interp,
     real = epilogue.linear_setting
     try:
         epilogue.linear_setting = lambda *args: seen.append(args[-2]) or real(*args)
-        epilogue._plan.cache_clear()
+        plans.reset()
         workload.launch(None)
     finally:
         epilogue.linear_setting = real
-        epilogue._plan.cache_clear()
+        plans.reset()
     assert seen == [tma]
 
 

@@ -16,7 +16,6 @@ of a zero product.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from math import prod
 
 import triton.language as tl
@@ -27,9 +26,10 @@ from nbx.core.errors import NotSupportedError
 from nbx.core.promotion import result_type
 from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import launch, plans
 from ..elementwise.casts import COMPILED
 from ..cost import LAUNCH, Buffer, Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..softmax import float_bits
 from ..types import tl_type
@@ -57,6 +57,9 @@ class LinearPlan:
     meta: tuple          # the kernel's constants and launch options
     split_meta: tuple    # the split epilogue's constants
     tma: bool = False    # the persistent descriptor kernel (hopper.py) instead of the pointer kernel
+    scales: tuple | None = None   # (x scale, weight scale) strides of a scaled (float8) product
+    out_shape: tuple = ()
+    dtype: DType | None = None
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -106,8 +109,7 @@ def eligible(batched: bool, a, b, n: int, k: int, operands: DType, dtype: DType,
     return all(s * operands.itemsize % TMA_ALIGN == 0 for s in (a[1], row)) and n * dtype.itemsize % TMA_ALIGN == 0
 
 
-@lru_cache(maxsize=4096)
-def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, operands: DType, dtype: DType,
+def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, operands: DType, dtype: DType,
           gated: bool, activation, device, setting, aligned: tuple = (True, True), same_up: bool = True,
           input_precision=None, scale_strides=None) -> LinearPlan:
     shape = out_shape(x_shape, w_shape)
@@ -158,7 +160,7 @@ def _plan(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, opera
             del meta[name]
         meta.update(B_KMAJOR=b[1] == 1, PROGRAMS=s["programs"], WARP_SPECIALIZE=bool(s["warp_specialize"]))
     return LinearPlan(batch, m, n, k, a, b, addends[0], addends[1], tuple(copies), s["split_k"],
-                      tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma")
+                      tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma", scale_strides, shape, dtype)
 
 
 def _form(gated: bool, scale_strides) -> str:
@@ -194,20 +196,59 @@ def _scale_strides(scales):
     return None if scales is None else tuple(0 if t.size == 1 else 1 for t in scales)
 
 
-def plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None,
-         out: Tensor | None = None, input_precision=None, scales=None) -> LinearPlan:
-    """The launch of one call (out: the output it writes; a new one is aligned)."""
+def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: bool, scaled: bool) -> LaunchPlan:
+    """The plan's launches: every tensor a Slot of the call's values ("x", "weight", "up", "bias",
+    "residual", "xs", "ws", "out", the split's "part"), alpha and beta per-call Slots of their bits;
+    an absent operand's pointer is x's (its constant turns the reads off)."""
+    x = Slot("x")
+    bias, residual = Slot("bias") if has_bias else x, Slot("residual") if has_res else x
+    xs, ws = (Slot("xs"), Slot("ws")) if scaled else (x, x)
+    up = Slot("up") if gated else Slot("weight")
+    bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
+    scale_s = p.scales or (0, 0)
+    scalars = (Slot("alpha"), Slot("beta"))
+    meta = dict(p.meta)
+    if p.tma:
+        args = (x, Slot("weight"), up, Slot("out"), bias, residual, xs, ws, p.m, p.n, p.k, p.a[1],
+                p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scale_s, *scalars)
+        launches = (Launch(tma_matmul_kernel, p.grid, args, meta),)
+    else:
+        part = Slot("part") if p.split_k > 1 else Slot("out")
+        args = (x, Slot("weight"), up, Slot("out"), part, bias, residual, xs, ws, p.m, p.n, p.k, *p.a, *p.b,
+                *bias_s, *res_s, *scale_s, *scalars)
+        launches = (Launch(fused_matmul_kernel, p.grid, args, meta),)
+        if p.split_k > 1:
+            total = p.batch * p.m * p.n
+            launches += (Launch(split_epilogue_kernel, (-(-total // SPLIT_BLOCK),),
+                                (Slot("part"), Slot("out"), bias, residual, p.m, p.n, p.batch, *bias_s, *res_s,
+                                 *scalars), dict(p.split_meta)),)
+    shape = p.out_shape
+    work = (plans.workspace("part", p.partial_shape(gated), dtypes.float64 if meta["ACC"] == tl.float64
+                            else dtypes.float32),) if p.split_k > 1 and not p.tma else ()
+    return LaunchPlan(device, launches, (plans.output("out", shape, p.dtype),), work, p.copies, detail=p)
+
+
+def launch_plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None,
+                out: Tensor | None = None, input_precision=None, scales=None) -> LaunchPlan:
+    """The launches of one call (out: the output it writes; a new one is aligned), kept per call
+    layout in the one plan cache."""
     dtype = result_type(x, weight) if dtype is None and scales is None else dtype
     operands = _operand_dtype(x, weight, up, dtype, scales is not None)
     aligned = (_aligned(x), _aligned(weight) and _aligned(up) and _aligned(out))
     same_up = up is None or tuple(up.strides) == tuple(weight.strides)
-    return _plan(tuple(x.shape), tuple(x.strides), tuple(weight.shape), tuple(weight.strides), _layout(bias),
-                 _layout(residual), operands, dtype, up is not None, activation, x.device, launch.setting_key(setting),
+    signature = (tuple(x.shape), tuple(x.strides), tuple(weight.shape), tuple(weight.strides), _layout(bias),
+                 _layout(residual), operands, dtype, up is not None, activation, x.device, plans.setting_key(setting),
                  aligned, same_up, input_precision, _scale_strides(scales))
 
+    def build() -> LaunchPlan:
+        p = _decide(*signature)
+        return _launches(p, x.device, up is not None, bias is not None, residual is not None, scales is not None)
+    return plans.cached("linear", signature, build)
 
-def _dense_addend(t: Tensor, shape) -> Tensor:
-    return t.broadcast_to(shape).contiguous()
+
+def plan(*args, **kwargs) -> "LinearPlan":
+    """The decisions of one call (tile, kernel, split, copies, strides): launch_plan's detail."""
+    return launch_plan(*args, **kwargs).detail
 
 
 def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation=None,
@@ -225,33 +266,14 @@ def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activat
     out = launch.output(shape, dtype, device, out)
     if out.size == 0:
         return out
-    p = plan(x, weight, bias, residual, up, activation, dtype, setting, out, input_precision, scales)
-    xs, ws = scales if scales is not None else (x, x)
-    scale_s = _scale_strides(scales) or (0, 0)
-    if "x" in p.copies:
-        x = x.contiguous()
-    if "bias" in p.copies:
-        bias = _dense_addend(bias, shape)
-    if "residual" in p.copies:
-        residual = _dense_addend(residual, shape)
-    gated = up is not None
-    part = launch.output(p.partial_shape(gated), dtypes.float64 if dict(p.meta)["ACC"] == tl.float64
-                         else dtypes.float32, device) if p.split_k > 1 else out
-    bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
-    scalars = (float_bits(alpha), float_bits(beta))
-    if p.tma:
-        launch.run(tma_matmul_kernel, p.grid, device, x, weight, up if gated else weight, out,
-                   x if bias is None else bias, x if residual is None else residual, xs, ws, p.m, p.n, p.k, p.a[1],
-                   p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scale_s, *scalars, **dict(p.meta))
-        return out
-    launch.run(fused_matmul_kernel, p.grid, device, x, weight, up if gated else weight, out, part,
-               x if bias is None else bias, x if residual is None else residual, xs, ws, p.m, p.n, p.k,
-               *p.a, *p.b, *bias_s, *res_s, *scale_s, *scalars, **dict(p.meta))
-    if p.split_k > 1:
-        total = p.batch * p.m * p.n
-        launch.run(split_epilogue_kernel, (-(-total // SPLIT_BLOCK),), device, part, out,
-                   x if bias is None else bias, x if residual is None else residual, p.m, p.n, p.batch,
-                   *bias_s, *res_s, *scalars, **dict(p.split_meta))
+    lp = launch_plan(x, weight, bias, residual, up, activation, dtype, setting, out, input_precision, scales)
+    copies = lp.copies
+    values = {"x": x, "weight": weight, "up": up, "out": out, "alpha": float_bits(alpha), "beta": float_bits(beta),
+              "bias": bias.broadcast_to(shape) if "bias" in copies else bias,
+              "residual": residual.broadcast_to(shape) if "residual" in copies else residual}
+    if scales is not None:
+        values["xs"], values["ws"] = scales
+    plans.execute(lp, values)
     return out
 
 

@@ -12,7 +12,6 @@ served tile whose block_k does not divide the group runs with block_k = the grou
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from math import prod
 
 import numpy as np
@@ -26,9 +25,10 @@ from nbx.core.quant import QuantizedTensor
 from nbx.core.reference import oracle
 from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
 from ..elementwise.casts import COMPILED
+from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..softmax import float_bits
 from ..types import tl_type
@@ -87,9 +87,9 @@ class Int4Plan:
         return (-(-self.m // meta["BLOCK_M"]) * -(-self.n // meta["BLOCK_N"]), self.split_k)
 
 
-@lru_cache(maxsize=4096)
-def _plan(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, res_layout, operands: DType,
-          activation, device, setting) -> Int4Plan:
+def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, res_layout, operands: DType,
+            dtype: DType, activation, device, setting) -> LaunchPlan:
+    """The tile, the copies and the launches of one call layout."""
     n, k = w_shape
     m = prod(x_shape[:-1])
     shape = tuple(x_shape[:-1]) + (n,)
@@ -117,8 +117,23 @@ def _plan(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, res
                 BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=False, **epilogue)
-    return Int4Plan(m, n, k, a, addends[0], addends[1], tuple(copies), s["split_k"], tuple(meta.items()),
-                    tuple(split_meta.items()))
+    p = Int4Plan(m, n, k, a, addends[0], addends[1], tuple(copies), s["split_k"], tuple(meta.items()),
+                 tuple(split_meta.items()))
+    x = Slot("x")
+    bias, residual = Slot("bias") if bias_layout else x, Slot("residual") if res_layout else x
+    bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
+    scalars = (Slot("alpha"), Slot("beta"))
+    part = Slot("part") if p.split_k > 1 else Slot("out")
+    args = (x, Slot("qweight"), Slot("scales"), Slot("zeros"), Slot("out"), part, bias, residual, m, n, k, *a,
+            Slot("q_stride"), Slot("s_stride"), *bias_s[1:], *res_s[1:], *scalars)
+    launches = (Launch(int4_matmul_kernel, p.grid, args, dict(p.meta)),)
+    work = ()
+    if p.split_k > 1:
+        launches += (Launch(split_epilogue_kernel, (-(-m * n // SPLIT_BLOCK),),
+                            (Slot("part"), Slot("out"), bias, residual, m, n, 1, *bias_s, *res_s, *scalars),
+                            dict(p.split_meta)),)
+        work = (plans.workspace("part", (p.split_k, m, n), dtypes.float32),)
+    return LaunchPlan(device, launches, (plans.output("out", shape, dtype),), work, p.copies, detail=p)
 
 
 def _check(x: Tensor, weight: QuantizedTensor, dtype: DType) -> DType:
@@ -130,12 +145,18 @@ def _check(x: Tensor, weight: QuantizedTensor, dtype: DType) -> DType:
     return x.dtype
 
 
-def plan(x, weight: QuantizedTensor, bias=None, residual=None, activation=None, dtype=None, setting=None) -> Int4Plan:
+def launch_plan(x, weight: QuantizedTensor, bias=None, residual=None, activation=None, dtype=None,
+                setting=None) -> LaunchPlan:
     dtype = x.dtype if dtype is None else dtype
     operands = _check(x, weight, dtype)
     layout = lambda t: None if t is None else (tuple(t.shape), tuple(t.strides))  # noqa: E731
-    return _plan(tuple(x.shape), tuple(x.strides), tuple(weight.shape), weight.group_size, weight.scheme,
-                 layout(bias), layout(residual), operands, activation, x.device, launch.setting_key(setting))
+    signature = (tuple(x.shape), tuple(x.strides), tuple(weight.shape), weight.group_size, weight.scheme,
+                 layout(bias), layout(residual), operands, dtype, activation, x.device, plans.setting_key(setting))
+    return plans.cached("linear_int4", signature, lambda: _decide(*signature))
+
+
+def plan(*args, **kwargs) -> Int4Plan:
+    return launch_plan(*args, **kwargs).detail
 
 
 def launch_linear_int4(x: Tensor, weight: QuantizedTensor, bias=None, activation=None, residual=None,
@@ -147,25 +168,14 @@ def launch_linear_int4(x: Tensor, weight: QuantizedTensor, bias=None, activation
     out = launch.output(shape, dtype, device, out)
     if out.size == 0:
         return out
-    p = plan(x, weight, bias, residual, activation, dtype, setting)
-    if "x" in p.copies:
-        x = x.contiguous()
-    if "bias" in p.copies:
-        bias = bias.broadcast_to(shape).contiguous()
-    if "residual" in p.copies:
-        residual = residual.broadcast_to(shape).contiguous()
-    part = launch.output((p.split_k, p.m, p.n), dtypes.float32, device) if p.split_k > 1 else out
-    bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
-    scalars = (float_bits(alpha), float_bits(beta))
+    lp = launch_plan(x, weight, bias, residual, activation, dtype, setting)
+    copies = lp.copies
     q, scales = weight.qweight, weight.scales
-    zeros = scales if weight.zeros is None else weight.zeros
-    launch.run(int4_matmul_kernel, p.grid, device, x, q, scales, zeros, out, part, x if bias is None else bias,
-               x if residual is None else residual, p.m, p.n, p.k, *p.a, q.strides[0], scales.strides[0],
-               *bias_s[1:], *res_s[1:], *scalars, **dict(p.meta))
-    if p.split_k > 1:
-        launch.run(split_epilogue_kernel, (-(-p.m * p.n // SPLIT_BLOCK),), device, part, out,
-                   x if bias is None else bias, x if residual is None else residual, p.m, p.n, 1,
-                   *bias_s, *res_s, *scalars, **dict(p.split_meta))
+    plans.execute(lp, {"x": x, "qweight": q, "scales": scales, "zeros": scales if weight.zeros is None else weight.zeros,
+                       "q_stride": q.strides[0], "s_stride": scales.strides[0], "out": out,
+                       "bias": bias.broadcast_to(shape) if "bias" in copies else bias,
+                       "residual": residual.broadcast_to(shape) if "residual" in copies else residual,
+                       "alpha": float_bits(alpha), "beta": float_bits(beta)})
     return out
 
 
