@@ -222,3 +222,28 @@ def test_tf32_asked_per_call_multiplies_tf32_rounded_operands_and_tf32x3_keeps_f
     check(nbx.linear(x, w), nbx.oracle("linear", x, w), device)
     with pytest.raises(nbx.errors.ArgumentError, match="bfloat16 operands take none"):
         nbx.linear(x.to(dtype="bfloat16"), w.to(dtype="bfloat16"), input_precision="tf32")
+
+
+# ---- realistic shapes on the GPU ------------------------------------------------------------
+
+gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)
+DECODE = {"kernel": "tiles", "block_m": 16, "block_n": 64, "block_k": 128, "group_m": 8, "num_warps": 4,
+          "num_stages": 4, "programs": 132, "warp_specialize": 0}
+
+
+@gpu_only
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_decode_rows_of_a_4096_wide_layer_with_split_k_on_the_gpu(device, check, split_k):
+    x, w, b = on(device, (4, 4096), "bfloat16"), on(device, (4096, 4096), "bfloat16", 0.02), on(device, (4096,))
+    out = epilogue.launch_linear(x, w, b, "silu", setting={**DECODE, "split_k": split_k})
+    check(out, nbx.oracle("linear", x, w, b, "silu"), device)
+
+
+@gpu_only
+def test_a_swiglu_up_projection_and_a_residual_down_projection_at_llama_sizes_on_the_gpu(device, check):
+    x = on(device, (300, 1024), "bfloat16")
+    wg, wu = on(device, (2816, 1024), "bfloat16", 0.03), on(device, (2816, 1024), "bfloat16", 0.03)
+    h = nbx.gated_linear(x, wg, wu)
+    check(h, nbx.oracle("gated_linear", x, wg, wu, "silu"), device)
+    wd = on(device, (1024, 2816), "bfloat16", 0.02)
+    check(nbx.linear(h, wd, residual=x), nbx.oracle("linear", h, wd, None, None, x), device)

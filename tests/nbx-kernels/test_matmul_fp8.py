@@ -52,3 +52,17 @@ def test_mismatched_scales_and_operands_are_refused_by_name(device):
         nbx.scaled_linear(x.to(dtype="bfloat16"), w, scale(device, 4), scale(device, 8))
     with pytest.raises(nbx.errors.NotSupportedError, match="two float8 operands of one type"):
         nbx.scaled_linear(x, fp8(device, (8, 32), "float8_e5m2"), scale(device, 4), scale(device, 8))
+
+
+gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)
+
+
+@gpu_only
+@pytest.mark.parametrize("kernel", ["tiles", "tma"])
+def test_float8_per_row_products_at_a_4096_deep_layer_on_the_gpu(device, check, kernel):
+    x, w = fp8(device, (512, 4096)), fp8(device, (1024, 4096))
+    sx, sw = scale(device, 512), scale(device, 1024)
+    setting = {"kernel": kernel, "block_m": 128, "block_n": 128, "block_k": 128, "split_k": 1, "group_m": 8,
+               "num_warps": 8, "num_stages": 3, "programs": 132, "warp_specialize": 0}
+    out = epilogue.launch_linear(x, w, scales=(sx, sw), setting=setting)
+    check(out, nbx.oracle("scaled_linear", x, w, sx, sw), device)

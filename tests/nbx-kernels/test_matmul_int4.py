@@ -81,3 +81,16 @@ def test_the_int4_workload_passes_the_screen_for_a_decode_and_a_split_candidate(
     chosen = kept[:1] + [s for s in kept if s["split_k"] == 2][:1]
     result = screen.run(int4.LINEAR_INT4.workload(rep, interp), chosen, launch.facts(interp))
     assert not result.excluded and len(result.passed) == 2
+
+
+gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)
+
+
+@gpu_only
+@pytest.mark.parametrize("rows,split_k", [(1, 4), (16, 2), (512, 1)])
+def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, rows, split_k):
+    w = weight(device, 4096, 4096, 128)
+    x = on(device, (rows, 4096))
+    setting = {"block_m": 16 if rows <= 16 else 128, "block_n": 64 if rows <= 16 else 128, "block_k": 128,
+               "split_k": split_k, "group_m": 8, "num_warps": 4 if rows <= 16 else 8, "num_stages": 3}
+    check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)
