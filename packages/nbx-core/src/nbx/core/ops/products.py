@@ -113,13 +113,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=
     if isinstance(weight, QuantizedTensor):
         return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
     _tensors("linear", x=x, weight=weight)
-    if weight.ndim != 2:
-        raise ShapeError(f"linear's weight is [out, in] (2-D), got shape {weight.shape}")
-    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
-        raise ShapeError(f"linear of x {x.shape} with weight {weight.shape}: x's last dim must be in={weight.shape[1]}")
-    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
-    _addend("linear", "bias", bias, shape)
-    _addend("linear", "residual", residual, shape)
+    _check_linear(x, tuple(weight.shape), bias, residual)
     operands = [t for t in (x, weight, bias, residual) if t is not None]
     device = common_device(*operands)
     dtype = _out_dtype("linear", operands, out_dtype)
@@ -129,15 +123,20 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=
                                             input_precision=precision)
 
 
-def _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype) -> Tensor:
-    _tensors("linear", x=x)
-    if len(weight.shape) != 2:
-        raise ShapeError(f"linear's int4 weight is [out, in] (2-D), got shape {weight.shape}")
-    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
-        raise ShapeError(f"linear of x {x.shape} with weight {weight.shape}: x's last dim must be in={weight.shape[1]}")
-    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
+def _check_linear(x: Tensor, w_shape: tuple, bias, residual) -> None:
+    """x [..., in] against a weight [out, in]; bias and residual broadcast to the result."""
+    if len(w_shape) != 2:
+        raise ShapeError(f"linear's weight is [out, in] (2-D), got shape {w_shape}")
+    if x.ndim < 1 or x.shape[-1] != w_shape[1]:
+        raise ShapeError(f"linear of x {x.shape} with weight {w_shape}: x's last dim must be in={w_shape[1]}")
+    shape = tuple(x.shape[:-1]) + (w_shape[0],)
     _addend("linear", "bias", bias, shape)
     _addend("linear", "residual", residual, shape)
+
+
+def _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype) -> Tensor:
+    _tensors("linear", x=x)
+    _check_linear(x, tuple(weight.shape), bias, residual)
     operands = [t for t in (x, bias, residual) if t is not None]
     device = common_device(*operands, weight.qweight)
     dtype = _out_dtype("linear", operands, out_dtype)

@@ -20,7 +20,7 @@ import triton.language as tl
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
 from ..softmax.rows import float_argument
-from .kernel import _grouped_tile, k_steps
+from .kernel import _grouped_tile, k_steps, tile_offsets
 
 
 @triton.jit
@@ -88,13 +88,7 @@ def fused_matmul_kernel(
     b_ptr += batch * sb0
     g_ptr += batch * sb0
 
-    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    if WIDE:
-        rm = rm.to(tl.int64)
-        rn = rn.to(tl.int64)
-        rk = rk.to(tl.int64)
+    rm, rn, rk = tile_offsets(tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WIDE)
     in_m = (rm < M)[:, None]
     in_n = (rn < N)[None, :]
     a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak

@@ -48,6 +48,20 @@ def _grouped_tile(t, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M
 
 
 @triton.jit
+def tile_offsets(tile_m, tile_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 WIDE: tl.constexpr):
+    """The rows and columns of tile (tile_m, tile_n) and the K offsets of a step (int64 when WIDE)."""
+    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    if WIDE:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rk = rk.to(tl.int64)
+    return rm, rn, rk
+
+
+@triton.jit
 def _batch_offset(b, D1, D2, s0, s1, s2):
     """The element offset of batch entry b (int64) over batch dims (D0, D1, D2) with strides s."""
     b = b.to(tl.int64)
@@ -128,13 +142,7 @@ def matmul_kernel(
     b_ptr += _batch_offset(batch, D1, D2, sb0, sb1, sb2)
     c_ptr += batch.to(tl.int64) * M * N
 
-    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    if WIDE:
-        rm = rm.to(tl.int64)
-        rn = rn.to(tl.int64)
-        rk = rk.to(tl.int64)
+    rm, rn, rk = tile_offsets(tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WIDE)
     a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
     b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
     in_m = (rm < M)[:, None]
