@@ -86,7 +86,7 @@ def round_tf32(x):
     on every device (the tensor cores then drop only zero bits)."""
     bits = x.to(tl.uint32, bitcast=True)
     rounded = ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
-    return tl.where((x == x) & (tl.abs(x) != float("inf")), rounded, x)
+    return tl.where((bits & 0x7F800000) != 0x7F800000, rounded, x)   # infinities and NaNs kept
 
 
 @triton.jit
