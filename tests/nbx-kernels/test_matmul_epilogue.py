@@ -179,7 +179,8 @@ def interp():
     {"m": 3, "n": 40, "k": 96, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True, "precision": "none"},
     {"m": 20, "n": 24, "k": 40, "dtype": "float32", "layout": "nn", "form": "gated", "tma": False, "precision": "ieee"},
     {"m": 80, "n": 24, "k": 64, "dtype": "float16", "layout": "nn", "form": "gated", "tma": True, "precision": "none"},
-    {"m": 9, "n": 16, "k": 64, "dtype": "float32", "layout": "nt", "form": "plain", "tma": True, "precision": "tf32"}])
+    {"m": 9, "n": 16, "k": 64, "dtype": "float32", "layout": "nt", "form": "plain", "tma": True, "precision": "tf32"},
+    {"m": 70, "n": 32, "k": 64, "dtype": "int32", "layout": "nt", "form": "plain", "tma": True, "precision": "none"}])
 def test_the_workload_forms_its_own_key_and_its_candidates_pass_the_screen(interp, rep):
     from nbx.kernels.matmul.tuning import representative_operands
     rep = {**rep, "dtype": nbx.as_dtype(rep["dtype"])}
@@ -247,3 +248,18 @@ def test_a_swiglu_up_projection_and_a_residual_down_projection_at_llama_sizes_on
     check(h, nbx.oracle("gated_linear", x, wg, wu, "silu"), device)
     wd = on(device, (1024, 2816), "bfloat16", 0.02)
     check(nbx.linear(h, wd, residual=x), nbx.oracle("linear", h, wd, None, None, x), device)
+
+
+def test_int8_products_give_exact_int32_sums_and_refuse_an_epilogue(device, check):
+    own = np.random.default_rng(88)
+    x = nbx.asarray(own.integers(-128, 128, (9, 70)).astype(np.int8), device=device)
+    w = nbx.asarray(own.integers(-128, 128, (24, 70)).astype(np.int8), device=device)
+    out = nbx.linear(x, w)
+    assert out.dtype is nbx.int32
+    np.testing.assert_array_equal(out.numpy(), x.numpy().astype(np.int64) @ w.numpy().astype(np.int64).T)
+    split = epilogue.launch_linear(x, w, dtype=nbx.int32, setting={**SPLIT, "split_k": 3})
+    np.testing.assert_array_equal(split.numpy(), out.numpy())
+    with pytest.raises(nbx.errors.ArgumentError, match="int32 product alone"):
+        nbx.linear(x, w, bias=nbx.asarray(np.zeros(24, np.int32), device=device))
+    with pytest.raises(nbx.errors.DTypeError, match="int8 by int8 only"):
+        nbx.linear(x, w.to(dtype="float32"))

@@ -114,6 +114,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=
         return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
     _tensors("linear", x=x, weight=weight)
     _check_linear(x, tuple(weight.shape), bias, residual)
+    if x.dtype.name == "int8" or weight.dtype.name == "int8":
+        return _linear_int8(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision)
     operands = [t for t in (x, weight, bias, residual) if t is not None]
     device = common_device(*operands)
     dtype = _out_dtype("linear", operands, out_dtype)
@@ -132,6 +134,19 @@ def _check_linear(x: Tensor, w_shape: tuple, bias, residual) -> None:
     shape = tuple(x.shape[:-1]) + (w_shape[0],)
     _addend("linear", "bias", bias, shape)
     _addend("linear", "residual", residual, shape)
+
+
+def _linear_int8(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision) -> Tensor:
+    """int8 x int8 -> int32: exact sums of exact products, no epilogue (quantized activations are
+    rescaled by the caller, in float)."""
+    if x.dtype.name != "int8" or weight.dtype.name != "int8":
+        raise DTypeError(f"linear multiplies int8 by int8 only, got {x.dtype.name} and {weight.dtype.name}")
+    if (out_dtype is not None and as_dtype(out_dtype).name != "int32") or bias is not None or residual is not None \
+            or activation is not None or alpha != 1.0 or beta != 1.0 or input_precision is not None:
+        raise ArgumentError("linear of int8 operands gives their int32 product alone: no out_dtype but int32, no "
+                            "bias, activation, residual, alpha, beta or input_precision")
+    device = common_device(x, weight)
+    return implementation("linear", device)(x, weight, None, None, None, 1.0, 1.0, as_dtype("int32"))
 
 
 def _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype) -> Tensor:
@@ -260,7 +275,7 @@ def _compute(dtype, precision):
 def _linear_reference(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
                       precision=reference.NATIVE, input_precision=None):
     dtype = result_type(*(t for t in (x, weight, bias, residual) if t is not None))
-    compute = _compute(dtype, precision)
+    compute = np.dtype(np.int64) if dtype.kind == "int" else _compute(dtype, precision)   # int8 products: exact
     a, w = _host(x, compute), _host(weight, compute)
     if input_precision == "tf32":  # the products of TF32-rounded operands, exact in float64
         a, w = round_tf32(a).astype(compute), round_tf32(w).astype(compute)

@@ -92,7 +92,7 @@ def _addend_strides(shape, strides, out: tuple, batched: bool, rows: int):
     return None if flat is None else (0, *flat)
 
 
-TMA_DTYPES = ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2")
+TMA_DTYPES = ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2", "int8")
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 SCALED_OUTPUTS = ("float16", "bfloat16", "float32")
 TMA_ALIGN = 16       # bytes: a descriptor's base and row strides
@@ -148,7 +148,7 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline)
         stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), launch.facts(device))
-    acc = tl.float64 if wide64 else tl.float32
+    acc = tl.float64 if wide64 else tl.int32 if operands is dtypes.int8 else tl.float32
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
                     GATED=gated)
     meta = dict(SCALED=scale_strides is not None, DOT=tl_type(operands), ACC=acc, PRECISION=precision, EVEN_K=k % s["block_k"] == 0, WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
@@ -178,6 +178,8 @@ def _operand_dtype(x: Tensor, weight: Tensor, up: Tensor | None, dtype: DType, s
                                     f"into {', '.join(SCALED_OUTPUTS)}; got {x.dtype.name} x {weight.dtype.name} -> "
                                     f"{dtype.name}")
         return x.dtype
+    if x.dtype is dtypes.int8 and weight.dtype is dtypes.int8 and dtype is dtypes.int32 and up is None:
+        return dtypes.int8   # int8 x int8 -> int32
     operands = result_type(*(t for t in (x, weight, up) if t is not None))
     check_dtypes(x.dtype, weight.dtype, operands, x.device)
     check_dtypes(operands, operands, dtype, x.device)
@@ -223,8 +225,8 @@ def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: boo
                                 (Slot("part"), Slot("out"), bias, residual, p.m, p.n, p.batch, *bias_s, *res_s,
                                  *scalars), dict(p.split_meta)),)
     shape = p.out_shape
-    work = (plans.workspace("part", p.partial_shape(gated), dtypes.float64 if meta["ACC"] == tl.float64
-                            else dtypes.float32),) if p.split_k > 1 and not p.tma else ()
+    part_dtype = {tl.float64: dtypes.float64, tl.int32: dtypes.int32}.get(meta["ACC"], dtypes.float32)
+    work = (plans.workspace("part", p.partial_shape(gated), part_dtype),) if p.split_k > 1 and not p.tma else ()
     return LaunchPlan(device, launches, (plans.output("out", shape, p.dtype),), work, p.copies, detail=p)
 
 

@@ -46,7 +46,9 @@ def epilogue(acc, acc_g, batch, rm, rn, mask, bias_ptr, sbias0, sbias_m, sbias_n
              alpha, beta, ACC: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
              HAS_RES: tl.constexpr, GATED: tl.constexpr):
     """The fused epilogue on accumulators at rows rm and columns rn (shaped to broadcast)."""
-    if GATED:
+    if ACC == tl.int32:  # int8 products: the exact sums alone
+        y = acc
+    elif GATED:
         y = _activate(acc, ACTIVATION) * acc_g
     else:
         y = acc * alpha

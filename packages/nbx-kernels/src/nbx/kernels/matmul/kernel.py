@@ -74,6 +74,8 @@ def load_operand(ptrs, mask, DOT: tl.constexpr):
     interpreter cannot cast the fill value to float8: its float8 tiles are widened, then filled."""
     if (DOT == tl.float8e4nv or DOT == tl.float8e5) and not COMPILED:
         y = tl.where(mask, _dot_operand(tl.load(ptrs, mask=mask), DOT), 0.0)
+    elif DOT == tl.int8:
+        y = tl.load(ptrs, mask=mask, other=0)
     else:
         y = _dot_operand(tl.load(ptrs, mask=mask, other=0.0), DOT)
     return y

@@ -124,6 +124,15 @@ def _unaligned(t):
     return asarray(np.concatenate([np.zeros(1, host.dtype), host.ravel()]), device=t.device)[1:].reshape(*t.shape)
 
 
+def _int8_operands(rep, device):
+    """An int32 key's operands: int8 values in -7..7 of the key's sizes and layout."""
+    from .tuning import operand
+    m, n, k, int8 = rep["m"], rep["n"], rep["k"], as_dtype("int8")
+    a = operand((np.arange(m * k) % 15 - 7).reshape(m, k), int8, rep["layout"][0] == "t", device)
+    b = operand((np.arange(k * n) * 7 % 15 - 7).reshape(k, n), int8, rep["layout"][1] == "t", device)
+    return a, b
+
+
 def _float8(t):
     """t's values as float8_e4m3fn in t's layout (a transposed view stays one)."""
     if t.strides[-1] == 1 or t.shape[-1] == 1:
@@ -134,7 +143,7 @@ def _float8(t):
 def linear_workload(rep, device):
     from .. import launch
     from .epilogue import launch_linear
-    a, b = representative_operands(rep, device)
+    a, b = representative_operands(rep, device) if as_dtype(rep["dtype"]).name != "int32" else _int8_operands(rep, device)
     if not rep["tma"] and rep["layout"][0] == "n":
         a = _unaligned(a)
     gated = rep["form"] == "gated"
@@ -150,8 +159,8 @@ def linear_workload(rep, device):
                   asarray(np.linspace(1.0, 2.0, rep["n"]).astype(np.float32), device=device))
 
     def run(setting):
-        launch_linear(a, b.mT, activation="silu" if gated else None, up=up.mT if gated else None, out=out,
-                      setting=setting, input_precision=precision, scales=scales)
+        launch_linear(a, b.mT, activation="silu" if gated else None, dtype=as_dtype(rep["dtype"]),
+                      up=up.mT if gated else None, out=out, setting=setting, input_precision=precision, scales=scales)
 
     def reference(rows):
         if gated:
