@@ -1,0 +1,305 @@
+"""Llama-style decoders (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3) written only with nbx ops.
+
+One forward serves prefill and decode, for one sequence or several of different lengths: the
+tokens of all sequences are packed into one [tokens, hidden] matrix for the products, norms and
+rotary embedding; attention runs per sequence over that sequence's KV cache (bottom-right causal
+alignment: a query row sees its own position and every earlier key).
+
+The families differ only in what their config and checkpoint say: q/k/v (and o) biases (Qwen2;
+Llama with attention_bias), q/k RMS norms per head (Qwen3), a sliding window (Mistral; Qwen2 with
+use_sliding_window on the layers past max_window_layers; any config's `layer_types`), Llama-3's
+rope scaling (through nbx.core's rope tables, which read rope_scaling or rope_parameters).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import nbx.core as nbx
+
+from .checkpoint import Weights
+from .config import eos_ids
+from .kv_cache import KVCache
+from .sampling import pick_tokens
+
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+               "gelu_new": "gelu_tanh", "relu": "relu"}
+
+
+@dataclass(frozen=True)
+class DecoderFamily:
+    architecture: str
+    qkv_bias: bool | None = None   # None: the config's attention_bias says
+    qk_norm: bool = False
+
+
+FAMILIES = {f.architecture: f for f in (
+    DecoderFamily("LlamaForCausalLM"),
+    DecoderFamily("MistralForCausalLM"),
+    DecoderFamily("Qwen2ForCausalLM", qkv_bias=True),
+    DecoderFamily("Qwen3ForCausalLM", qk_norm=True),
+)}
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The sizes a decoder's config implies."""
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    layers: int
+    vocab: int
+
+    @classmethod
+    def of(cls, config: dict) -> "Shapes":
+        heads = int(config["num_attention_heads"])
+        return cls(int(config["hidden_size"]), heads, int(config.get("num_key_value_heads") or heads),
+                   int(config.get("head_dim") or config["hidden_size"] // heads), int(config["intermediate_size"]),
+                   int(config["num_hidden_layers"]), int(config["vocab_size"]))
+
+
+def _biases(family: DecoderFamily, config: dict) -> tuple[bool, bool]:
+    """(q/k/v have biases, o has one)."""
+    if family.qkv_bias is not None:
+        return family.qkv_bias, False
+    on = bool(config.get("attention_bias", False))
+    return on, on
+
+
+def parameter_shapes(family: DecoderFamily, config: dict) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the checkpoint, by its Hugging Face name (lm_head only when not tied)."""
+    s = Shapes.of(config)
+    qkv_bias, o_bias = _biases(family, config)
+    mlp_bias = bool(config.get("mlp_bias", False))
+    shapes = {"model.embed_tokens.weight": (s.vocab, s.hidden)}
+    for i in range(s.layers):
+        p = f"model.layers.{i}."
+        shapes[p + "input_layernorm.weight"] = (s.hidden,)
+        for name, rows in (("q", s.heads), ("k", s.kv_heads), ("v", s.kv_heads)):
+            shapes[p + f"self_attn.{name}_proj.weight"] = (rows * s.head_dim, s.hidden)
+            if qkv_bias:
+                shapes[p + f"self_attn.{name}_proj.bias"] = (rows * s.head_dim,)
+        shapes[p + "self_attn.o_proj.weight"] = (s.hidden, s.heads * s.head_dim)
+        if o_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (s.hidden,)
+        if family.qk_norm:
+            shapes[p + "self_attn.q_norm.weight"] = (s.head_dim,)
+            shapes[p + "self_attn.k_norm.weight"] = (s.head_dim,)
+        shapes[p + "post_attention_layernorm.weight"] = (s.hidden,)
+        for name, shape in (("gate", (s.intermediate, s.hidden)), ("up", (s.intermediate, s.hidden)),
+                            ("down", (s.hidden, s.intermediate))):
+            shapes[p + f"mlp.{name}_proj.weight"] = shape
+            if mlp_bias:
+                shapes[p + f"mlp.{name}_proj.bias"] = shape[:1]
+    shapes["model.norm.weight"] = (s.hidden,)
+    if not config.get("tie_word_embeddings", False):
+        shapes["lm_head.weight"] = (s.vocab, s.hidden)
+    return shapes
+
+
+def layer_windows(config: dict) -> list[int | None]:
+    """The sliding window (in keys, the query's own included) of each layer, None for full attention."""
+    layers = int(config["num_hidden_layers"])
+    window = config.get("sliding_window")
+    types = config.get("layer_types")
+    if types is None:
+        if config.get("use_sliding_window") is False or window is None:
+            types = ["full_attention"] * layers
+        elif "max_window_layers" in config and config.get("use_sliding_window"):  # Qwen2's rule
+            types = ["sliding_attention" if i >= config["max_window_layers"] else "full_attention"
+                     for i in range(layers)]
+        else:
+            types = ["sliding_attention"] * layers
+    return [int(window) if t == "sliding_attention" and window is not None else None for t in types]
+
+
+@dataclass
+class _Layer:
+    input_norm: nbx.Tensor
+    wq: nbx.Tensor
+    wk: nbx.Tensor
+    wv: nbx.Tensor
+    wo: nbx.Tensor
+    bq: nbx.Tensor | None
+    bk: nbx.Tensor | None
+    bv: nbx.Tensor | None
+    bo: nbx.Tensor | None
+    q_norm: nbx.Tensor | None
+    k_norm: nbx.Tensor | None
+    post_norm: nbx.Tensor
+    gate: nbx.Tensor
+    up: nbx.Tensor
+    down: nbx.Tensor
+    gate_bias: nbx.Tensor | None
+    up_bias: nbx.Tensor | None
+    down_bias: nbx.Tensor | None
+    window: int | None
+
+
+class Decoder:
+    """A causal language model. Token ids in (lists of ints), float32 logits or new token ids out."""
+
+    kind = "decoder"
+
+    def __init__(self, family: DecoderFamily, config: dict, weights: Weights):
+        self.family, self.config = family, config
+        self.device = weights.device
+        self.shapes = s = Shapes.of(config)
+        shapes = parameter_shapes(family, config)
+        get = weights.get
+        self.embed = get("model.embed_tokens.weight", shapes["model.embed_tokens.weight"])
+        self.dtype = self.embed.dtype
+        self.eps = float(config.get("rms_norm_eps", 1e-6))
+        activation = config.get("hidden_act", "silu")
+        if activation not in ACTIVATIONS:
+            raise nbx.NotSupportedError(f"hidden_act {activation!r}: nbx.models knows {sorted(ACTIVATIONS)}")
+        self.activation = ACTIVATIONS[activation]
+        self.eos = eos_ids(config)
+        self.max_positions = int(config.get("max_position_embeddings") or 2048)
+        windows = layer_windows(config)
+        self.layers = []
+        for i in range(s.layers):
+            p = f"model.layers.{i}."
+
+            def w(name, p=p):
+                return get(p + name, shapes[p + name]) if p + name in shapes else None
+            self.layers.append(_Layer(
+                w("input_layernorm.weight"), w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
+                w("self_attn.v_proj.weight"), w("self_attn.o_proj.weight"), w("self_attn.q_proj.bias"),
+                w("self_attn.k_proj.bias"), w("self_attn.v_proj.bias"), w("self_attn.o_proj.bias"),
+                w("self_attn.q_norm.weight"), w("self_attn.k_norm.weight"), w("post_attention_layernorm.weight"),
+                w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), w("mlp.down_proj.weight"),
+                w("mlp.gate_proj.bias"), w("mlp.up_proj.bias"), w("mlp.down_proj.bias"), windows[i]))
+        self.norm = get("model.norm.weight", (s.hidden,))
+        # tied embeddings: HF writes no lm_head (or one equal to the embeddings, which is not read)
+        tied = "lm_head.weight" not in shapes
+        self.lm_head = self.embed if tied else get("lm_head.weight", shapes["lm_head.weight"])
+        self._cos = self._sin = None
+
+    # ---- the public API --------------------------------------------------------------------
+    def logits(self, token_ids) -> nbx.Tensor:
+        """float32 logits [len(token_ids), vocab] of one sequence (each position's next-token scores)."""
+        return self.logits_batch([token_ids])[0]
+
+    def logits_batch(self, sequences) -> list[nbx.Tensor]:
+        """float32 logits [len(seq), vocab] of each sequence (sequences of any lengths, run packed)."""
+        sequences = [self._checked_ids(seq) for seq in sequences]
+        caches = [self.new_cache(len(seq)) for seq in sequences]
+        out = self.forward(sequences, caches, last_only=False)
+        return [t.to(dtype=nbx.float32) for t in out]
+
+    def generate(self, token_ids, max_new_tokens: int, temperature: float = 0.0, top_k=None, top_p=None,
+                 seed=None, on_token=None) -> list[int]:
+        """The new token ids (greedy at temperature 0), stopping after an EOS id or max_new_tokens."""
+        callback = None if on_token is None else (lambda _, token: on_token(token))
+        return self.generate_batch([token_ids], max_new_tokens, temperature, top_k, top_p, seed, callback)[0]
+
+    def generate_batch(self, sequences, max_new_tokens: int, temperature: float = 0.0, top_k=None, top_p=None,
+                       seed=None, on_token=None) -> list[list[int]]:
+        """generate for several prompts of different lengths at once; on_token(index, token) as each comes."""
+        sequences = [self._checked_ids(seq) for seq in sequences]
+        if max_new_tokens < 0:
+            raise nbx.ArgumentError(f"max_new_tokens is >= 0, got {max_new_tokens}")
+        new = [[] for _ in sequences]
+        if max_new_tokens == 0:
+            return new
+        for seq in sequences:
+            if len(seq) + max_new_tokens > self.max_positions:
+                raise nbx.ArgumentError(f"a prompt of {len(seq)} tokens + {max_new_tokens} new ones pass the "
+                                        f"model's max_position_embeddings {self.max_positions}")
+        generator = None if seed is None else nbx.Generator(seed=seed)
+        caches = [self.new_cache(len(seq) + max_new_tokens) for seq in sequences]
+        active = list(range(len(sequences)))
+        step_ids = sequences
+        for _ in range(max_new_tokens):
+            rows = self.forward(step_ids, [caches[i] for i in active], last_only=True)
+            tokens = pick_tokens(rows, temperature, top_k, top_p, generator)
+            still = []
+            for i, token in zip(active, tokens):
+                new[i].append(token)
+                if on_token is not None:
+                    on_token(i, token)
+                if token not in self.eos and len(new[i]) < max_new_tokens:
+                    still.append((i, token))
+            if not still:
+                break
+            active = [i for i, _ in still]
+            step_ids = [[token] for _, token in still]
+        return new
+
+    def new_cache(self, capacity: int) -> KVCache:
+        s = self.shapes
+        return KVCache(s.layers, s.kv_heads, s.head_dim, capacity, self.dtype, self.device)
+
+    # ---- the forward ----------------------------------------------------------------------
+    def forward(self, sequences: list[list[int]], caches: list[KVCache], last_only: bool):
+        """Run the tokens of each sequence after what its cache holds. last_only: the logits
+        [sequences, vocab] of each sequence's last token (in the model's dtype); else a list of
+        [len(seq), vocab] per sequence."""
+        s = self.shapes
+        lengths = [len(seq) for seq in sequences]
+        total = sum(lengths)
+        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+        positions = [c.length + j for c, n in zip(caches, lengths) for j in range(n)]
+        self._ensure_rope(max(positions) + 1)
+        ids = nbx.asarray([t for seq in sequences for t in seq], dtype=nbx.int64, device=self.device)
+        pos = nbx.asarray(positions, dtype=nbx.int64, device=self.device)
+        x = nbx.embedding(ids, self.embed)
+        for index, layer in enumerate(self.layers):
+            x = self._attention(index, layer, x, pos, caches, starts, lengths, total)
+            h = nbx.rms_norm(x, (s.hidden,), layer.post_norm, self.eps)
+            if layer.gate_bias is None and layer.up_bias is None:
+                inner = nbx.gated_linear(h, layer.gate, layer.up, activation=self.activation)
+            else:
+                inner = (nbx.linear(h, layer.gate, layer.gate_bias, activation=self.activation)
+                         * nbx.linear(h, layer.up, layer.up_bias))
+            x = nbx.linear(inner, layer.down, layer.down_bias, residual=x)
+        for cache in caches:
+            cache.commit()
+        if last_only:
+            last = nbx.asarray([a + n - 1 for a, n in zip(starts, lengths)], dtype=nbx.int64, device=self.device)
+            x = nbx.take(x, last, axis=0)
+        x = nbx.rms_norm(x, (s.hidden,), self.norm, self.eps)
+        logits = nbx.linear(x, self.lm_head)
+        if last_only:
+            return logits
+        return [logits[a:a + n] for a, n in zip(starts, lengths)]
+
+    def _attention(self, index, layer: _Layer, x, pos, caches, starts, lengths, total):
+        s = self.shapes
+        h = nbx.rms_norm(x, (s.hidden,), layer.input_norm, self.eps)
+        q = nbx.linear(h, layer.wq, layer.bq).reshape(total, s.heads, s.head_dim)
+        k = nbx.linear(h, layer.wk, layer.bk).reshape(total, s.kv_heads, s.head_dim)
+        v = nbx.linear(h, layer.wv, layer.bv).reshape(total, s.kv_heads, s.head_dim)
+        if layer.q_norm is not None:
+            q = nbx.rms_norm(q, (s.head_dim,), layer.q_norm, self.eps)
+            k = nbx.rms_norm(k, (s.head_dim,), layer.k_norm, self.eps)
+        q = nbx.rotary_embedding(q, self._cos, self._sin, pos)
+        k = nbx.rotary_embedding(k, self._cos, self._sin, pos)
+        window = None if layer.window is None else (layer.window - 1, 0)
+        out = nbx.empty((total, s.heads, s.head_dim), dtype=q.dtype, device=self.device)
+        for cache, a, n in zip(caches, starts, lengths):
+            keys, values = cache.append(index, k[a:a + n], v[a:a + n])
+            o = nbx.scaled_dot_product_attention(q[a:a + n].permute(1, 0, 2), keys, values, is_causal=True,
+                                                 enable_gqa=s.heads != s.kv_heads, causal_alignment="bottom_right",
+                                                 window=window)
+            out[a:a + n] = o.permute(1, 0, 2)
+        return nbx.linear(out.reshape(total, s.heads * s.head_dim), layer.wo, layer.bo, residual=x)
+
+    def _ensure_rope(self, positions: int) -> None:
+        """cos/sin tables covering positions; grown by doubling (a real model's max_position_embeddings
+        can be 128k, whose table nobody needs for a short prompt)."""
+        if self._cos is not None and self._cos.shape[0] >= positions:
+            return
+        size = min(self.max_positions, max(64, 1 << (positions - 1).bit_length()))
+        self._cos, self._sin = nbx.rope_tables(self.config, size, dtype=nbx.float32, device=self.device)
+
+    def _checked_ids(self, token_ids) -> list[int]:
+        ids = [int(t) for t in token_ids]
+        if not ids:
+            raise nbx.ArgumentError("a sequence needs at least one token id")
+        bad = [t for t in ids if not 0 <= t < self.shapes.vocab]
+        if bad:
+            raise nbx.IndexingError(f"token ids {bad[:5]} are outside the vocabulary of {self.shapes.vocab}")
+        return ids
