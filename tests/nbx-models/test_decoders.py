@@ -1,0 +1,136 @@
+"""The decoder families against float64 references on small seeded checkpoints in the HF layout."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from model_checks import DECODER_OPS, assert_close, assert_greedy_matches, model_dtype, require_ops
+from model_reference import decoder_logits
+
+import nbx.core as nbx
+from nbx import models
+from nbx.models.writer import small_config
+
+PROMPT = [1, 17, 42, 5, 99, 23, 64, 8]    # longer than Mistral's small window (5)
+FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+
+
+def checkpoint(tmp_path, architecture, device, **overrides):
+    # interp runs every kernel in Triton's interpreter: one layer keeps a case to seconds
+    layers = {"num_hidden_layers": 1} if device.type == "interp" else {}
+    config = small_config(architecture, **layers, **overrides)
+    return models.write_checkpoint(tmp_path / architecture, config, seed=11, dtype=model_dtype(device))
+
+
+@pytest.mark.parametrize("architecture", FAMILIES)
+def test_each_decoder_family_matches_its_float64_reference_in_logits_and_greedy_tokens(tmp_path, architecture,
+                                                                                      device):
+    require_ops(device, DECODER_OPS)
+    folder = checkpoint(tmp_path, architecture, device)
+    model = models.load(folder, device=device)
+    dtype = model_dtype(device)
+    logits = model.logits(PROMPT)
+    assert logits.dtype == nbx.float32 and tuple(logits.shape) == (len(PROMPT), 128)
+    assert_close(logits.numpy(), decoder_logits(folder, PROMPT), dtype, device, "prompt logits")
+    new = model.generate(PROMPT, max_new_tokens=3 if device.type == "interp" else 6)
+    assert_greedy_matches(new, decoder_logits(folder, PROMPT + new), len(PROMPT), dtype, device)
+
+
+def test_several_prompts_of_different_lengths_generate_what_each_generates_alone(tmp_path):
+    model = models.load(checkpoint(tmp_path, "LlamaForCausalLM", nbx.as_device("cpu")))
+    prompts = [PROMPT, [3, 4], PROMPT[:5]]
+    assert model.generate_batch(prompts, max_new_tokens=5) == [model.generate(p, 5) for p in prompts]
+    batched = model.logits_batch(prompts)
+    for prompt, logits in zip(prompts, batched):
+        np.testing.assert_allclose(logits.numpy(), model.logits(prompt).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_generation_stops_after_an_eos_id_and_at_max_new_tokens(tmp_path):
+    folder = checkpoint(tmp_path, "LlamaForCausalLM", nbx.as_device("cpu"))
+    free = models.load(folder).generate(PROMPT, max_new_tokens=6)
+    assert len(free) == 6
+    config = json.loads((folder / "config.json").read_text())
+    config["eos_token_id"] = [free[2], 127]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert models.load(folder).generate(PROMPT, max_new_tokens=6) == free[:free.index(free[2]) + 1]
+
+
+def test_a_prompt_and_its_new_tokens_past_max_position_embeddings_are_refused(tmp_path):
+    model = models.load(checkpoint(tmp_path, "LlamaForCausalLM", nbx.as_device("cpu")))
+    with pytest.raises(nbx.ArgumentError, match="max_position_embeddings 256"):
+        model.generate(PROMPT, max_new_tokens=250)
+
+
+def test_sampled_generation_repeats_for_a_seed_and_stays_in_the_top_k(tmp_path):
+    folder = checkpoint(tmp_path, "Qwen3ForCausalLM", nbx.as_device("cpu"))
+    model = models.load(folder)
+    first = model.generate(PROMPT, 6, temperature=1.5, top_k=3, seed=5)
+    assert first == model.generate(PROMPT, 6, temperature=1.5, top_k=3, seed=5)
+    reference = decoder_logits(folder, PROMPT + first)
+    for step, token in enumerate(first):
+        assert token in np.argsort(reference[len(PROMPT) - 1 + step])[-3:]
+
+
+def test_sharded_checkpoints_with_an_index_load_the_same_model_as_one_file(tmp_path):
+    config = small_config("MistralForCausalLM")
+    one = models.write_checkpoint(tmp_path / "one", config, seed=3)
+    three = models.write_checkpoint(tmp_path / "three", config, seed=3, shards=3)
+    assert sorted(p.name for p in three.glob("*.safetensors")) == [f"model-0000{i}-of-00003.safetensors"
+                                                                   for i in (1, 2, 3)]
+    index = json.loads((three / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) == 3
+    np.testing.assert_array_equal(models.load(one).logits(PROMPT).numpy(),
+                                  models.load(three).logits(PROMPT).numpy())
+
+
+def test_tied_embeddings_serve_as_the_lm_head_when_the_checkpoint_has_none(tmp_path):
+    folder = checkpoint(tmp_path, "Qwen2ForCausalLM", nbx.as_device("cpu"))   # tie_word_embeddings true
+    assert "lm_head.weight" not in nbx.load_safetensors(folder / "model.safetensors")
+    model = models.load(folder)
+    assert model.lm_head is model.embed
+    assert_close(model.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT), nbx.float32, nbx.as_device("cpu"))
+
+
+def test_a_dtype_given_at_load_converts_the_stored_weights(tmp_path):
+    config = small_config("LlamaForCausalLM")
+    folder = models.write_checkpoint(tmp_path / "bf16", config, seed=2, dtype="bfloat16")
+    stored = models.load(folder)
+    widened = models.load(folder, dtype=nbx.float32)
+    assert stored.embed.dtype == nbx.bfloat16 and widened.embed.dtype == nbx.float32
+    np.testing.assert_array_equal(widened.embed.numpy(), stored.embed.numpy().astype(np.float32))
+    assert_close(widened.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT), nbx.float32, nbx.as_device("cpu"))
+
+
+def test_the_old_rope_scaling_and_the_new_rope_parameters_layouts_give_one_model(tmp_path):
+    old = small_config("LlamaForCausalLM")
+    new = {k: v for k, v in old.items() if k not in ("rope_theta", "rope_scaling")}
+    new["rope_parameters"] = {**old["rope_scaling"], "rope_theta": old["rope_theta"]}
+    a = models.load(models.write_checkpoint(tmp_path / "old", old, seed=4)).logits(PROMPT)
+    b = models.load(models.write_checkpoint(tmp_path / "new", new, seed=4)).logits(PROMPT)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    plain = models.load(models.write_checkpoint(tmp_path / "plain", {**old, "rope_scaling": None}, seed=4))
+    assert not np.array_equal(plain.logits(PROMPT).numpy(), a.numpy())  # llama3 scaling does change positions
+
+
+def test_an_unknown_architecture_is_refused_with_the_ones_nbx_knows(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(models.UnknownArchitectureError) as refused:
+        models.load(tmp_path)
+    assert refused.value.found == "GPT2LMHeadModel"
+    assert set(models.KNOWN_ARCHITECTURES) <= set(str(refused.value).replace(",", " ").split())
+    assert isinstance(refused.value, nbx.NbxError)
+
+
+def test_a_tensor_missing_from_the_checkpoint_and_a_wrong_shape_are_named(tmp_path):
+    config = small_config("Qwen2ForCausalLM")
+    folder = models.write_checkpoint(tmp_path / "m", config, seed=1)
+    weights = dict(nbx.load_safetensors(folder / "model.safetensors"))
+    bias = weights.pop("model.layers.1.self_attn.k_proj.bias")
+    nbx.save_safetensors(weights, folder / "model.safetensors")
+    with pytest.raises(models.CheckpointError, match="no tensor model.layers.1.self_attn.k_proj.bias"):
+        models.load(folder)
+    weights["model.layers.1.self_attn.k_proj.bias"] = nbx.concat([bias, bias])
+    nbx.save_safetensors(weights, folder / "model.safetensors")
+    with pytest.raises(models.CheckpointError, match=r"k_proj.bias has shape \(64,\); the config implies \(32,\)"):
+        models.load(folder)
