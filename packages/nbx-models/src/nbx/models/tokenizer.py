@@ -1,5 +1,5 @@
 """Text to token ids and back: the `tokenizers` library (the optional extra nbx-models[tokenizers])
-reading a checkpoint's tokenizer.json or, for WordPiece checkpoints, its vocab.txt; and the byte
+reading a checkpoint's tokenizer.json or, for WordPiece checkpoints, its vocab.txt; and the character
 tokenizer of nbx's seeded demo checkpoints, which needs no library. The models take token ids,
 so they run without any of these.
 """
@@ -10,24 +10,26 @@ from pathlib import Path
 
 import nbx.core as nbx
 
-BYTE_TOKENIZER = "nbx-bytes"   # tokenizer_config.json's tokenizer_class in the demo checkpoints
+CHAR_TOKENIZER = "nbx-printable-ascii"   # tokenizer_config.json's tokenizer_class in the demo checkpoints
 
 
-class ByteTokenizer:
-    """UTF-8 bytes as ids 0-255, then BOS and EOS: a vocabulary of 258 for random-weight demos."""
+class CharTokenizer:
+    """One id per printable ASCII character (space to ~: ids 0-94), then BOS and EOS: a vocabulary
+    of 97 for random-weight demos, whose every generated token prints as a visible character."""
 
-    vocab_size = 258
-    bos_id, eos_id = 256, 257
+    vocab_size = 97
+    bos_id, eos_id = 95, 96
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return ([self.bos_id] if add_special_tokens else []) + list(text.encode("utf-8"))
+        ids = [ord(c) - 32 if " " <= c <= "~" else ord("?") - 32 for c in text]
+        return ([self.bos_id] if add_special_tokens else []) + ids
 
     def decode(self, ids) -> str:
-        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+        return "".join(chr(i + 32) for i in ids if 0 <= i < 95)
 
     @staticmethod
     def write(folder) -> None:
-        (Path(folder) / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": BYTE_TOKENIZER}) + "\n")
+        (Path(folder) / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": CHAR_TOKENIZER}) + "\n")
 
 
 class LibraryTokenizer:
@@ -50,12 +52,12 @@ def _lowercase(folder: Path) -> bool:
 
 
 def load_tokenizer(folder):
-    """The tokenizer of a checkpoint folder: the byte tokenizer of a demo checkpoint, else through
+    """The tokenizer of a checkpoint folder: the character tokenizer of a demo checkpoint, else through
     the tokenizers library (tokenizer.json, or vocab.txt as BERT's WordPiece)."""
     folder = Path(folder)
     config = folder / "tokenizer_config.json"
-    if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") == BYTE_TOKENIZER:
-        return ByteTokenizer()
+    if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") == CHAR_TOKENIZER:
+        return CharTokenizer()
     try:
         import tokenizers
     except ImportError:
