@@ -75,8 +75,9 @@ def main(argv=None) -> int:
     print(f"{'op (simulated CUDA, launcher stubbed)':40s} us/call")
     for name, op in ops.items():
         print(f"{name:40s} {per_call_us(op, args.calls):7.2f}")
-    from nbx.kernels import launch
-    print(f"# compiled kernels kept by the direct path: {launch.compiled_count()} (repeats reuse them)")
+    from nbx.kernels import launch, plans
+    kept = launch.compiled_count() + plans.compiled_count()
+    print(f"# compiled kernels kept by the direct path: {kept} (repeats reuse them)")
     if args.profile:
         op = ops[args.profile]
 

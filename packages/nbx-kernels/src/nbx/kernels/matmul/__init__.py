@@ -194,4 +194,6 @@ def _matmul(x1: Tensor, x2: Tensor, dtype: DType) -> Tensor:
 
 declares("matmul")(lambda x1, x2: matmul_cost(x1, x2))
 
+from . import epilogue  # noqa: E402,F401  (linear, gated_linear)
+
 __all__ = ["launch_matmul", "matmul_cost", "plan", "result_shape", "check_dtypes", "SUPPORTED"]
