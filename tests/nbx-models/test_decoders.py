@@ -63,6 +63,8 @@ def test_a_prompt_and_its_new_tokens_past_max_position_embeddings_are_refused(tm
 
 
 def test_sampled_generation_repeats_for_a_seed_and_stays_in_the_top_k(tmp_path):
+    if not hasattr(nbx, "sample"):
+        pytest.xfail("nbx.sample (issue 17's sampling step) is not on this build")
     folder = checkpoint(tmp_path, "Qwen3ForCausalLM", nbx.as_device("cpu"))
     model = models.load(folder)
     first = model.generate(PROMPT, 6, temperature=1.5, top_k=3, seed=5)
