@@ -13,8 +13,12 @@ import nbx.core as nbx
 
 
 def read_weights(folder: Path) -> dict[str, np.ndarray]:
-    """Every tensor of the folder's safetensors files, float64 (the safetensors package's reader, not nbx's)."""
-    from safetensors.numpy import load_file
+    """Every tensor of the folder's safetensors files, float64 (the safetensors package's reader, not
+    nbx's, where it is installed: a test dependency, absent on some GPU machines)."""
+    try:
+        from safetensors.numpy import load_file
+    except ImportError:
+        return _read_with_nbx(folder)
     out = {}
     for file in sorted(Path(folder).glob("*.safetensors")):
         for name, value in load_file(file).items():
@@ -27,11 +31,15 @@ def read_weights_bf16_aware(folder: Path) -> dict[str, np.ndarray]:
     try:
         return read_weights(folder)
     except (TypeError, ValueError):
-        out = {}
-        for file in sorted(Path(folder).glob("*.safetensors")):
-            f = nbx.load_safetensors(file)
-            out.update({name: f[name].numpy().astype(np.float64) for name in f})
-        return out
+        return _read_with_nbx(folder)
+
+
+def _read_with_nbx(folder: Path) -> dict[str, np.ndarray]:
+    out = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        f = nbx.load_safetensors(file)
+        out.update({name: f[name].numpy().astype(np.float64) for name in f})
+    return out
 
 
 def rms_norm(x, w, eps):

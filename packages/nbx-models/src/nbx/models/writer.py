@@ -43,9 +43,9 @@ def small_config(architecture: str, **overrides) -> dict:
     return {"architectures": [architecture], **SMALL.get(architecture, SMALL["BertModel"]), **overrides}
 
 
-def _draw(name: str, shape: tuple[int, ...], generator) -> nbx.Tensor:
+def _draw(name: str, shape: tuple[int, ...], generator, device) -> nbx.Tensor:
     """Weights whose forward stays well scaled: norms near 1, small biases, products ~1/sqrt(fan-in)."""
-    values = nbx.randn(*shape, dtype=nbx.float32, generator=generator)
+    values = nbx.randn(*shape, dtype=nbx.float32, device=device, generator=generator)
     if name.endswith("norm.weight") or name.endswith("LayerNorm.weight"):
         return values * 0.1 + 1.0
     if name.endswith(".bias"):
@@ -56,9 +56,11 @@ def _draw(name: str, shape: tuple[int, ...], generator) -> nbx.Tensor:
 
 
 def write_checkpoint(folder, config: dict, *, seed: int = 0, dtype="float32", shards: int = 1,
-                     sentence_transformers: dict | None = None) -> Path:
+                     sentence_transformers: dict | None = None, device=None) -> Path:
     """Write config and seeded weights of config's family into folder (created); returns it.
 
+    device: where the weights are drawn (a GPU draws a billion in a moment; Philox streams give
+    the same numbers on every device, so the checkpoint is the same).
     sentence_transformers (encoders): {"pooling": ["mean_tokens", ...], "normalize": bool} writes
     modules.json and 1_Pooling/config.json as sentence-transformers saves them."""
     folder = Path(folder)
@@ -68,7 +70,8 @@ def write_checkpoint(folder, config: dict, *, seed: int = 0, dtype="float32", sh
     if not 1 <= shards <= len(shapes):
         raise nbx.ArgumentError(f"shards is 1 to {len(shapes)} (one tensor each at most), got {shards}")
     generator = nbx.Generator(seed=seed)
-    tensors = {name: _draw(name, shape, generator).to(dtype=dtype) for name, shape in shapes.items()}
+    tensors = {name: _draw(name, shape, generator, device).to(dtype=dtype).to("cpu")
+               for name, shape in shapes.items()}
     (folder / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype.name}, indent=2) + "\n")
     metadata = {"format": "pt"}
     if shards == 1:
