@@ -139,3 +139,27 @@ def mean_pooled_normalized(hidden: np.ndarray) -> np.ndarray:
     """sentence-transformers' mean pooling (one unpadded sentence) then Normalize."""
     pooled = hidden.mean(axis=0)
     return pooled / max(np.linalg.norm(pooled), 1e-12)
+
+
+def dequantized(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """weights with each int4 triple (<p>.qweight, <p>.scales[, <p>.zeros]) replaced by <p>.weight,
+    unpacked as nbx.core.quant documents the layout: byte j holds q[2j] low, q[2j+1] high; symmetric
+    nibbles are two's complement; w = q * scale (+ the group's minimum)."""
+    out = {}
+    for name, value in weights.items():
+        if not name.endswith(".qweight"):
+            if not name.endswith((".scales", ".zeros")):
+                out[name] = value
+            continue
+        prefix = name.removesuffix(".qweight")
+        packed = value.astype(np.uint8)
+        q = np.empty(packed.shape[:-1] + (2 * packed.shape[-1],), dtype=np.int64)
+        q[..., 0::2], q[..., 1::2] = packed & 0xF, packed >> 4
+        scales = weights[prefix + ".scales"]
+        zeros = weights.get(prefix + ".zeros")
+        if zeros is None:
+            q = np.where(q >= 8, q - 16, q)
+        group = q.shape[-1] // scales.shape[-1]
+        w = q.astype(np.float64) * np.repeat(scales, group, axis=-1)
+        out[prefix + ".weight"] = w if zeros is None else w + np.repeat(zeros, group, axis=-1)
+    return out

@@ -5,7 +5,9 @@ model.safetensors.index.json, opened lazily (a tensor is read, converted and mov
     w = weights.get("model.layers.0.self_attn.q_proj.weight", (1024, 512))
 
 dtype converts floating tensors at load on the host's cores (nbx.load_safetensors does it);
-integer tensors (position ids, quantized words) keep their dtype.
+integer tensors (position ids, quantized words) keep their dtype. A projection stored as nbx's
+grouped int4 weight (`<prefix>.qweight`, `.scales`, `.zeros`: nbx.core.quant's layout) instead of
+`<prefix>.weight` loads as a QuantizedTensor, its scales kept as stored.
 """
 from __future__ import annotations
 
@@ -58,8 +60,24 @@ class Weights:
     def __contains__(self, name: str) -> bool:
         return name in self._files
 
-    def get(self, name: str, shape=None) -> nbx.Tensor:
-        """The tensor called name (on the device, in the dtype asked), checked against shape."""
+    def _quantized(self, name: str) -> nbx.QuantizedTensor | None:
+        prefix = name.removesuffix(".weight")
+        if not name.endswith(".weight") or prefix + ".qweight" not in self._files:
+            return None
+        parts = {n: self._files[n][n] for n in (prefix + ".qweight", prefix + ".scales", prefix + ".zeros")
+                 if n in self._files}
+        if self.dtype is not None:  # scales keep their stored dtype: converting them would move the grid
+            parts = {n: nbx.load_safetensors(self._files[n].path, device=self.device)[n] for n in parts}
+        return nbx.QuantizedTensor.from_safetensors(parts, prefix)
+
+    def get(self, name: str, shape=None):
+        """The tensor called name (on the device, in the dtype asked), checked against shape; a
+        QuantizedTensor where the checkpoint stores that weight as int4."""
+        quantized = None if name in self._files else self._quantized(name)
+        if quantized is not None:
+            if shape is not None and tuple(quantized.shape) != tuple(shape):
+                raise CheckpointError(f"{name} (int4) has shape {quantized.shape}; the config implies {tuple(shape)}")
+            return quantized
         if name not in self._files:
             raise CheckpointError(f"the checkpoint in {self.folder} has no tensor {name}")
         tensor = self._files[name][name]

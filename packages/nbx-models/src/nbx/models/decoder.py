@@ -114,6 +114,10 @@ def layer_windows(config: dict) -> list[int | None]:
     return [int(window) if t == "sliding_attention" and window is not None else None for t in types]
 
 
+def _quantized(*weights) -> bool:
+    return any(isinstance(w, nbx.QuantizedTensor) for w in weights)
+
+
 @dataclass
 class _Layer:
     input_norm: nbx.Tensor
@@ -149,6 +153,8 @@ class Decoder:
         shapes = parameter_shapes(family, config)
         get = weights.get
         self.embed = get("model.embed_tokens.weight", shapes["model.embed_tokens.weight"])
+        if _quantized(self.embed):
+            raise nbx.NotSupportedError("an int4 embedding table: nbx.models reads int4 projections only")
         self.dtype = self.embed.dtype
         self.eps = float(config.get("rms_norm_eps", 1e-6))
         activation = config.get("hidden_act", "silu")
@@ -249,7 +255,7 @@ class Decoder:
         for index, layer in enumerate(self.layers):
             x = self._attention(index, layer, x, pos, caches, starts, lengths, total)
             h = nbx.rms_norm(x, (s.hidden,), layer.post_norm, self.eps)
-            if layer.gate_bias is None and layer.up_bias is None:
+            if layer.gate_bias is None and layer.up_bias is None and not _quantized(layer.gate, layer.up):
                 inner = nbx.gated_linear(h, layer.gate, layer.up, activation=self.activation)
             else:
                 inner = (nbx.linear(h, layer.gate, layer.gate_bias, activation=self.activation)

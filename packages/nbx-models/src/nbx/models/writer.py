@@ -55,10 +55,17 @@ def _draw(name: str, shape: tuple[int, ...], generator, device) -> nbx.Tensor:
     return values * (1.0 / math.sqrt(shape[-1]))
 
 
+def _projection(name: str, shape) -> bool:
+    return len(shape) == 2 and name.endswith(".weight") and "embed" not in name and name != "lm_head.weight"
+
+
 def write_checkpoint(folder, config: dict, *, seed: int = 0, dtype="float32", shards: int = 1,
-                     sentence_transformers: dict | None = None, device=None) -> Path:
+                     sentence_transformers: dict | None = None, device=None, int4=None) -> Path:
     """Write config and seeded weights of config's family into folder (created); returns it.
 
+    int4: (group_size, scheme) stores every projection (a 2-D `*_proj.weight` or BERT `dense`/
+    query/key/value weight) as nbx's grouped int4 weight (<prefix>.qweight, .scales, .zeros),
+    quantized from the drawn values with scales in dtype.
     device: where the weights are drawn (a GPU draws a billion in a moment; Philox streams give
     the same numbers on every device, so the checkpoint is the same).
     sentence_transformers (encoders): {"pooling": ["mean_tokens", ...], "normalize": bool} writes
@@ -70,8 +77,14 @@ def write_checkpoint(folder, config: dict, *, seed: int = 0, dtype="float32", sh
     if not 1 <= shards <= len(shapes):
         raise nbx.ArgumentError(f"shards is 1 to {len(shapes)} (one tensor each at most), got {shards}")
     generator = nbx.Generator(seed=seed)
-    tensors = {name: _draw(name, shape, generator, device).to(dtype=dtype).to("cpu")
-               for name, shape in shapes.items()}
+    tensors = {}
+    for name, shape in shapes.items():
+        values = _draw(name, shape, generator, device)
+        if int4 is not None and _projection(name, shape):
+            quantized = nbx.QuantizedTensor.quantize(values.to("cpu"), int4[0], int4[1], scale_dtype=dtype)
+            tensors.update(quantized.to_safetensors_dict(name.removesuffix(".weight")))
+        else:
+            tensors[name] = values.to(dtype=dtype).to("cpu")
     (folder / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype.name}, indent=2) + "\n")
     metadata = {"format": "pt"}
     if shards == 1:
