@@ -59,3 +59,10 @@ def test_the_demo_model_is_a_llama_of_the_char_vocabulary():
     config = demo_config()
     assert config["architectures"] == ["LlamaForCausalLM"] and config["vocab_size"] == CharTokenizer.vocab_size
     assert config["rope_scaling"]["rope_type"] == "llama3"
+
+
+def test_nbx_embed_with_a_decoder_says_to_use_nbx_generate(tmp_path, capsys):
+    folder = models.write_checkpoint(tmp_path / "m", small_config("Qwen3ForCausalLM"), seed=1)
+    CharTokenizer.write(folder)
+    assert cli.main(["embed", "--model", str(folder), "hi", "--device", "cpu"]) == 2
+    assert "is a decoder; use nbx generate" in capsys.readouterr().err

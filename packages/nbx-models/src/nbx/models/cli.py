@@ -47,13 +47,22 @@ def _dtype(args, device):
     return nbx.bfloat16 if device.type not in ("cpu", "interp") else None
 
 
-def _generate(args) -> int:
+def _load_kind(args, kind: str, command: str):
+    """(device, model, tokenizer) of --model, or None (said on stderr) when it is not a model of kind."""
     device = _device(args)
     model = load(args.model, device=device, dtype=_dtype(args, device))
-    if model.kind != "decoder":
-        print(f"nbx generate: {args.model} is an encoder; use nbx embed", file=sys.stderr)
+    if model.kind != kind:
+        other = "nbx embed" if model.kind == "encoder" else "nbx generate"
+        print(f"nbx {command}: {args.model} is a {model.kind}; use {other}", file=sys.stderr)
+        return None
+    return device, model, load_tokenizer(args.model)
+
+
+def _generate(args) -> int:
+    loaded = _load_kind(args, "decoder", "generate")
+    if loaded is None:
         return 2
-    tokenizer = load_tokenizer(args.model)
+    device, model, tokenizer = loaded
     print(f"model {args.model} on {device_label(device)}, {model.dtype.name}")
     print(args.prompt, end="", flush=True)
     generated = generate_printing(model, tokenizer, tokenizer.encode(args.prompt), args.max_new_tokens,
@@ -63,12 +72,10 @@ def _generate(args) -> int:
 
 
 def _embed(args) -> int:
-    device = _device(args)
-    model = load(args.model, device=device, dtype=_dtype(args, device))
-    if model.kind != "encoder":
-        print(f"nbx embed: {args.model} is a decoder; use nbx generate", file=sys.stderr)
+    loaded = _load_kind(args, "encoder", "embed")
+    if loaded is None:
         return 2
-    tokenizer = load_tokenizer(args.model)
+    device, model, tokenizer = loaded
     vectors = [model.embed(tokenizer.encode(s)) for s in args.sentences]
     print(f"model {args.model} on {device_label(device)}: {len(vectors)} embedding(s) of {vectors[0].shape[0]}")
     if len(vectors) == 1:
