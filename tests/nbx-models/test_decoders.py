@@ -151,3 +151,13 @@ def test_int4_projections_load_as_quantized_tensors_and_give_the_dequantized_mod
         pytest.xfail(f"linear takes no int4 weight on this build (W4A16, issue 18): {refused}")
     reference = decoder_logits(folder, PROMPT, weights=dequantized(read_weights_bf16_aware(folder)))
     assert_close(model.logits(PROMPT).numpy(), reference, nbx.float32, nbx.as_device("cpu"))
+
+
+def test_bfloat16_weights_on_the_cpu_stay_within_bfloat16s_tolerance_of_the_reference(tmp_path):
+    folder = models.write_checkpoint(tmp_path / "bf16", small_config("Qwen3ForCausalLM"), seed=12, dtype="bfloat16")
+    model = models.load(folder)
+    assert model.dtype == nbx.bfloat16
+    cpu = nbx.as_device("cpu")
+    assert_close(model.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT), nbx.bfloat16, cpu)
+    new = model.generate(PROMPT, 4)
+    assert_greedy_matches(new, decoder_logits(folder, PROMPT + new), len(PROMPT), nbx.bfloat16, cpu)
