@@ -12,8 +12,17 @@ from nbx.core.reference import deviation
 
 # The ops a model calls on a device; on interp each must have its kernel, else the case says which
 # ones are missing (xfail, shown in the summary) instead of failing inside the model.
-DECODER_OPS = ("take", "rms_norm", "linear", "gated_linear", "rotary_embedding",
-               "scaled_dot_product_attention", "copy_", "argmax")
+DECODER_OPS = ("take", "rms_norm", "linear", "gated_linear", "rotary_embedding", "argmax")
+
+
+def decoder_ops() -> tuple[str, ...]:
+    """DECODER_OPS and those of the KV cache nbx.models will use on this build."""
+    from nbx.models import kv_cache
+    if kv_cache._paged_cache_class() is not None:
+        return DECODER_OPS + ("paged_attention", "rotary_kv_cache_write")
+    return DECODER_OPS + ("scaled_dot_product_attention", "copy_")
+
+
 ENCODER_OPS = ("take", "layer_norm", "linear", "scaled_dot_product_attention", "copy_", "mean",
                "vector_norm")
 

@@ -2,8 +2,9 @@
 
 One forward serves prefill and decode, for one sequence or several of different lengths: the
 tokens of all sequences are packed into one [tokens, hidden] matrix for the products, norms and
-rotary embedding; attention runs per sequence over that sequence's KV cache (bottom-right causal
-alignment: a query row sees its own position and every earlier key).
+rotary embedding; attention runs over each sequence's KV cache (kv_cache.py: nbx.memory's paged
+cache, one paged_attention for the batch, where installed) with bottom-right causal alignment: a
+query row sees its own position and every earlier key.
 
 The families differ only in what their config and checkpoint say: q/k/v (and o) biases (Qwen2;
 Llama with attention_bias), q/k RMS norms per head (Qwen3), a sliding window (Mistral; Qwen2 with
@@ -18,7 +19,7 @@ import nbx.core as nbx
 
 from .checkpoint import Weights
 from .config import eos_ids
-from .kv_cache import KVCache
+from .kv_cache import new_cache
 from .sampling import pick_tokens
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
@@ -191,8 +192,8 @@ class Decoder:
     def logits_batch(self, sequences) -> list[nbx.Tensor]:
         """float32 logits [len(seq), vocab] of each sequence (sequences of any lengths, run packed)."""
         sequences = [self._checked_ids(seq) for seq in sequences]
-        caches = [self.new_cache(len(seq)) for seq in sequences]
-        out = self.forward(sequences, caches, last_only=False)
+        cache = self.new_cache([len(seq) for seq in sequences])
+        out = self.forward(sequences, cache, list(range(len(sequences))), last_only=False)
         return [t.to(dtype=nbx.float32) for t in out]
 
     def generate(self, token_ids, max_new_tokens: int, temperature: float = 0.0, top_k=None, top_p=None,
@@ -215,11 +216,11 @@ class Decoder:
                 raise nbx.ArgumentError(f"a prompt of {len(seq)} tokens + {max_new_tokens} new ones pass the "
                                         f"model's max_position_embeddings {self.max_positions}")
         generator = None if seed is None else nbx.Generator(seed=seed)
-        caches = [self.new_cache(len(seq) + max_new_tokens) for seq in sequences]
+        cache = self.new_cache([len(seq) + max_new_tokens for seq in sequences])
         active = list(range(len(sequences)))
         step_ids = sequences
         for _ in range(max_new_tokens):
-            rows = self.forward(step_ids, [caches[i] for i in active], last_only=True)
+            rows = self.forward(step_ids, cache, active, last_only=True)
             tokens = pick_tokens(rows, temperature, top_k, top_p, generator)
             still = []
             for i, token in zip(active, tokens):
@@ -234,26 +235,28 @@ class Decoder:
             step_ids = [[token] for _, token in still]
         return new
 
-    def new_cache(self, capacity: int) -> KVCache:
+    def new_cache(self, capacities: list[int]):
+        """A KV cache for sequences 0..len(capacities)-1, each holding up to its capacity in tokens."""
         s = self.shapes
-        return KVCache(s.layers, s.kv_heads, s.head_dim, capacity, self.dtype, self.device)
+        return new_cache(s.layers, s.kv_heads, s.head_dim, capacities, self.dtype, self.device)
 
     # ---- the forward ----------------------------------------------------------------------
-    def forward(self, sequences: list[list[int]], caches: list[KVCache], last_only: bool):
-        """Run the tokens of each sequence after what its cache holds. last_only: the logits
-        [sequences, vocab] of each sequence's last token (in the model's dtype); else a list of
-        [len(seq), vocab] per sequence."""
+    def forward(self, sequences: list[list[int]], cache, seqs: list[int], last_only: bool):
+        """Run the tokens of sequences[i] after what cache holds of sequence seqs[i]. last_only: the
+        logits [len(sequences), vocab] of each one's last token (in the model's dtype); else a list
+        of [len(sequence), vocab]."""
         s = self.shapes
         lengths = [len(seq) for seq in sequences]
         total = sum(lengths)
         starts = [sum(lengths[:i]) for i in range(len(lengths))]
-        positions = [c.length + j for c, n in zip(caches, lengths) for j in range(n)]
+        positions = [held + j for held, n in zip(cache.lengths(seqs), lengths) for j in range(n)]
         self._ensure_rope(max(positions) + 1)
         ids = nbx.asarray([t for seq in sequences for t in seq], dtype=nbx.int64, device=self.device)
         pos = nbx.asarray(positions, dtype=nbx.int64, device=self.device)
         x = nbx.embedding(ids, self.embed)
+        cache.begin(seqs, lengths)
         for index, layer in enumerate(self.layers):
-            x = self._attention(index, layer, x, pos, caches, starts, lengths, total)
+            x = self._attention(index, layer, x, pos, cache, starts, lengths, total)
             h = nbx.rms_norm(x, (s.hidden,), layer.post_norm, self.eps)
             if layer.gate_bias is None and layer.up_bias is None and not _quantized(layer.gate, layer.up):
                 inner = nbx.gated_linear(h, layer.gate, layer.up, activation=self.activation)
@@ -261,8 +264,7 @@ class Decoder:
                 inner = (nbx.linear(h, layer.gate, layer.gate_bias, activation=self.activation)
                          * nbx.linear(h, layer.up, layer.up_bias))
             x = nbx.linear(inner, layer.down, layer.down_bias, residual=x)
-        for cache in caches:
-            cache.commit()
+        cache.end()
         if last_only:
             last = nbx.asarray([a + n - 1 for a, n in zip(starts, lengths)], dtype=nbx.int64, device=self.device)
             x = nbx.take(x, last, axis=0)
@@ -272,7 +274,7 @@ class Decoder:
             return logits
         return [logits[a:a + n] for a, n in zip(starts, lengths)]
 
-    def _attention(self, index, layer: _Layer, x, pos, caches, starts, lengths, total):
+    def _attention(self, index, layer: _Layer, x, pos, cache, starts, lengths, total):
         s = self.shapes
         h = nbx.rms_norm(x, (s.hidden,), layer.input_norm, self.eps)
         q = nbx.linear(h, layer.wq, layer.bq).reshape(total, s.heads, s.head_dim)
@@ -282,15 +284,8 @@ class Decoder:
             q = nbx.rms_norm(q, (s.head_dim,), layer.q_norm, self.eps)
             k = nbx.rms_norm(k, (s.head_dim,), layer.k_norm, self.eps)
         q = nbx.rotary_embedding(q, self._cos, self._sin, pos)
-        k = nbx.rotary_embedding(k, self._cos, self._sin, pos)
         window = None if layer.window is None else (layer.window - 1, 0)
-        out = nbx.empty((total, s.heads, s.head_dim), dtype=q.dtype, device=self.device)
-        for cache, a, n in zip(caches, starts, lengths):
-            keys, values = cache.append(index, k[a:a + n], v[a:a + n])
-            o = nbx.scaled_dot_product_attention(q[a:a + n].permute(1, 0, 2), keys, values, is_causal=True,
-                                                 enable_gqa=s.heads != s.kv_heads, causal_alignment="bottom_right",
-                                                 window=window)
-            out[a:a + n] = o.permute(1, 0, 2)
+        out = cache.attend(index, q, k, v, self._cos, self._sin, pos, starts, lengths, window)
         return nbx.linear(out.reshape(total, s.heads * s.head_dim), layer.wo, layer.bo, residual=x)
 
     def _ensure_rope(self, positions: int) -> None:
