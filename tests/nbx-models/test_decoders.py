@@ -178,3 +178,18 @@ def test_the_paged_and_the_contiguous_kv_caches_decode_the_same_tokens(tmp_path,
     monkeypatch.setattr(kv_cache, "_paged_cache_class", lambda: None)
     assert isinstance(model.new_cache([4]), kv_cache.ContiguousCache)
     assert model.generate_batch(prompts, 7) == paged
+
+
+@pytest.mark.gpu
+def test_the_decode_step_replayed_as_a_captured_graph_gives_the_eager_decodes_tokens(tmp_path):
+    if not hasattr(nbx, "graph") or kv_cache._paged_cache_class() is None:
+        pytest.xfail("nbx.graph (host path) or the paged KV cache (issue 19) is not on this build")
+    cuda = nbx.as_device("cuda")
+    model = models.load(checkpoint(tmp_path, "LlamaForCausalLM", cuda), device=cuda)
+    prompts = [PROMPT, [3, 4, 5]]
+    model.graph_decoding = False
+    eager = model.generate_batch(prompts, 12)
+    assert model.last_decode == "eager"
+    model.graph_decoding = True
+    assert model.generate_batch(prompts, 12) == eager
+    assert model.last_decode == "graph"

@@ -19,6 +19,8 @@ import nbx.core as nbx
 
 from .checkpoint import Weights
 from .config import eos_ids
+from .graph_decode import GraphDecode
+from .graph_decode import available as graph_available
 from .kv_cache import new_cache
 from .sampling import pick_tokens
 
@@ -146,6 +148,7 @@ class Decoder:
     """A causal language model. Token ids in (lists of ints), float32 logits or new token ids out."""
 
     kind = "decoder"
+    graph_decoding = True   # decode steps replay a captured graph where nbx.graph and the paged cache are
 
     def __init__(self, family: DecoderFamily, config: dict, weights: Weights):
         self.family, self.config = family, config
@@ -219,8 +222,13 @@ class Decoder:
         cache = self.new_cache([len(seq) + max_new_tokens for seq in sequences])
         active = list(range(len(sequences)))
         step_ids = sequences
-        for _ in range(max_new_tokens):
-            rows = self.forward(step_ids, cache, active, last_only=True)
+        graph = GraphDecode(self, cache) if self.graph_decoding and graph_available(cache) else None
+        self.last_decode = "graph" if graph is not None else "eager"   # what decoded (the tests read it)
+        for step in range(max_new_tokens):
+            if step and graph is not None:
+                rows = graph([seq[0] for seq in step_ids], active)
+            else:
+                rows = self.forward(step_ids, cache, active, last_only=True)
             tokens = pick_tokens(rows, temperature, top_k, top_p, generator)
             still = []
             for i, token in zip(active, tokens):
@@ -233,6 +241,8 @@ class Decoder:
                 break
             active = [i for i, _ in still]
             step_ids = [[token] for _, token in still]
+        if graph is not None:
+            graph.close()
         return new
 
     def new_cache(self, capacities: list[int]):
@@ -253,10 +263,22 @@ class Decoder:
         self._ensure_rope(max(positions) + 1)
         ids = nbx.asarray([t for seq in sequences for t in seq], dtype=nbx.int64, device=self.device)
         pos = nbx.asarray(positions, dtype=nbx.int64, device=self.device)
-        x = nbx.embedding(ids, self.embed)
-        cache.begin(seqs, lengths)
+        step = cache.begin(seqs, lengths)
+        x = self.layers_forward(nbx.embedding(ids, self.embed), pos, step, total)
+        cache.end()
+        if last_only:
+            last = nbx.asarray([a + n - 1 for a, n in zip(starts, lengths)], dtype=nbx.int64, device=self.device)
+            x = nbx.take(x, last, axis=0)
+        logits = self.head(x)
+        if last_only:
+            return logits
+        return [logits[a:a + n] for a, n in zip(starts, lengths)]
+
+    def layers_forward(self, x, pos, step, total: int):
+        """Every decoder layer over x [total, hidden] at positions pos, attention through step."""
+        s = self.shapes
         for index, layer in enumerate(self.layers):
-            x = self._attention(index, layer, x, pos, cache, starts, lengths, total)
+            x = self._attention(index, layer, x, pos, step, total)
             h = nbx.rms_norm(x, (s.hidden,), layer.post_norm, self.eps)
             if layer.gate_bias is None and layer.up_bias is None and not _quantized(layer.gate, layer.up):
                 inner = nbx.gated_linear(h, layer.gate, layer.up, activation=self.activation)
@@ -264,17 +286,13 @@ class Decoder:
                 inner = (nbx.linear(h, layer.gate, layer.gate_bias, activation=self.activation)
                          * nbx.linear(h, layer.up, layer.up_bias))
             x = nbx.linear(inner, layer.down, layer.down_bias, residual=x)
-        cache.end()
-        if last_only:
-            last = nbx.asarray([a + n - 1 for a, n in zip(starts, lengths)], dtype=nbx.int64, device=self.device)
-            x = nbx.take(x, last, axis=0)
-        x = nbx.rms_norm(x, (s.hidden,), self.norm, self.eps)
-        logits = nbx.linear(x, self.lm_head)
-        if last_only:
-            return logits
-        return [logits[a:a + n] for a, n in zip(starts, lengths)]
+        return x
 
-    def _attention(self, index, layer: _Layer, x, pos, cache, starts, lengths, total):
+    def head(self, x):
+        """The final norm and the lm_head: logits of each row of x."""
+        return nbx.linear(nbx.rms_norm(x, (self.shapes.hidden,), self.norm, self.eps), self.lm_head)
+
+    def _attention(self, index, layer: _Layer, x, pos, step, total):
         s = self.shapes
         h = nbx.rms_norm(x, (s.hidden,), layer.input_norm, self.eps)
         q = nbx.linear(h, layer.wq, layer.bq).reshape(total, s.heads, s.head_dim)
@@ -285,7 +303,7 @@ class Decoder:
             k = nbx.rms_norm(k, (s.head_dim,), layer.k_norm, self.eps)
         q = nbx.rotary_embedding(q, self._cos, self._sin, pos)
         window = None if layer.window is None else (layer.window - 1, 0)
-        out = cache.attend(index, q, k, v, self._cos, self._sin, pos, starts, lengths, window)
+        out = step.attend(index, q, k, v, self._cos, self._sin, pos, window)
         return nbx.linear(out.reshape(total, s.heads * s.head_dim), layer.wo, layer.bo, residual=x)
 
     def _ensure_rope(self, positions: int) -> None:

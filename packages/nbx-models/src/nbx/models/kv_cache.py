@@ -48,26 +48,50 @@ class PagedCache:
     def lengths(self, seqs) -> list[int]:
         return [self.cache.length(s) for s in seqs]
 
-    def begin(self, seqs, counts) -> None:
-        """Room for counts[i] more tokens of each sequence seqs[i] (the step's slots and batch)."""
+    def begin(self, seqs, counts) -> "PagedStep":
+        """Room for counts[i] more tokens of each sequence seqs[i]: the step's slots and batch."""
+        import numpy as np
+        table, slots, lens, cu = self.step_arrays(seqs, counts)
+        d = self.device
+        return PagedStep(self.cache, nbx.asarray(slots, device=d), nbx.asarray(table, device=d),
+                         nbx.asarray(lens, device=d), nbx.asarray(cu, device=d), int(np.max(lens)))
+
+    def step_arrays(self, seqs, counts):
+        """(block_table, slots, seq_lens, cu_seqlens_q) on the host for a step of counts[i] tokens of
+        seqs[i], the room taken. The table is as wide as the largest capacity needs, whatever the
+        lengths so far, so a captured decode step keeps its shapes while sequences grow."""
+        import numpy as np
         for s, n in zip(seqs, counts):
             if self.cache.length(s) + n > self.capacities[s]:
                 raise nbx.ArgumentError(f"sequence {s} holds {self.capacities[s]} tokens; "
                                         f"{self.cache.length(s)} + {n} do not fit")
-        import numpy as np
         slots = np.concatenate([self.cache.append(s, n) for s, n in zip(seqs, counts)])
-        self.slots = nbx.asarray(slots, device=self.device)
-        self.table, self.lens, self.longest = self.cache.batch(seqs)
-        self.cu = nbx.asarray(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32), device=self.device)
-
-    def attend(self, layer, q, k, v, cos, sin, positions, starts, counts, window):
-        """Write k (roped here) and v, then q's attention over each sequence's cache: [tokens, Hq, D]."""
-        self.cache.write_rotary(layer, k, v, cos, sin, positions, self.slots)
-        return nbx.paged_attention(q, self.cache.k[layer], self.cache.v[layer], self.table, self.lens, self.cu,
-                                   is_causal=True, window=window, max_seq_len=self.longest)
+        width = max(-(-c // self.cache.block_tokens) for c in self.capacities)
+        held = self.cache.block_table(seqs)
+        table = np.zeros((len(seqs), width), dtype=np.int32)
+        table[:, :held.shape[1]] = held
+        lens = np.asarray(self.lengths(seqs), dtype=np.int32)
+        cu = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        return table, slots, lens, cu
 
     def end(self) -> None:
         pass
+
+
+class PagedStep:
+    """What one step's attention reads of a paged cache: device tensors (static inputs when the
+    step is a captured graph) and the bound on the lengths."""
+
+    def __init__(self, cache, slots, table, lens, cu, max_seq_len: int):
+        self.cache, self.slots, self.table, self.lens, self.cu = cache, slots, table, lens, cu
+        self.max_seq_len = max_seq_len
+
+    def attend(self, layer, q, k, v, cos, sin, positions, window):
+        """Write k (roped here) and v, then q's attention over each sequence's cache: [tokens, Hq, D]."""
+        kc, vc = self.cache.k[layer], self.cache.v[layer]
+        nbx.rotary_kv_cache_write(k, v, cos, sin, positions, kc, vc, self.slots)
+        return nbx.paged_attention(q, kc, vc, self.table, self.lens, self.cu, is_causal=True, window=window,
+                                   max_seq_len=self.max_seq_len)
 
 
 class ContiguousCache:
@@ -87,18 +111,20 @@ class ContiguousCache:
     def lengths(self, seqs) -> list[int]:
         return [self.held[s] for s in seqs]
 
-    def begin(self, seqs, counts) -> None:
+    def begin(self, seqs, counts) -> "ContiguousCache":
         for s, n in zip(seqs, counts):
             if self.held[s] + n > self.capacities[s]:
                 raise nbx.ArgumentError(f"sequence {s} holds {self.capacities[s]} tokens; {self.held[s]} + {n} "
                                         "do not fit")
         self.step = list(zip(seqs, counts))
+        self.starts = [sum(counts[:i]) for i in range(len(counts))]
+        return self
 
-    def attend(self, layer, q, k, v, cos, sin, positions, starts, counts, window):
+    def attend(self, layer, q, k, v, cos, sin, positions, window):
         k = nbx.rotary_embedding(k, cos, sin, positions)
         heads, kv_heads = q.shape[1], k.shape[1]
         out = nbx.empty(tuple(q.shape), dtype=q.dtype, device=self.device)
-        for (s, n), a in zip(self.step, starts):
+        for (s, n), a in zip(self.step, self.starts):
             end = self.held[s] + n
             self.keys[s][layer][:, self.held[s]:end] = k[a:a + n].permute(1, 0, 2)
             self.values[s][layer][:, self.held[s]:end] = v[a:a + n].permute(1, 0, 2)
