@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -192,4 +193,41 @@ def test_the_decode_step_replayed_as_a_captured_graph_gives_the_eager_decodes_to
     assert model.last_decode == "eager"
     model.graph_decoding = True
     assert model.generate_batch(prompts, 12) == eager
+    assert model.last_decode == "graph"
+
+
+class _EagerStep:
+    """nbx.graph's Step reduced to what GraphDecode uses, run eagerly: the wiring of the captured
+    function (static inputs, bucketed length) checked on the cpu, where front-ends read hosts."""
+
+    def __init__(self, fn, *inputs, length, max_length, device):
+        self.fn, self.inputs, self.max_length, self.calls = fn, inputs, max_length, 0
+
+    def _run(self, length):
+        bucket = min(self.max_length, 1 << (length - 1).bit_length())   # any bound >= length serves
+        self.calls += 1
+        return self.fn(*self.inputs, types.SimpleNamespace(bucket=bucket))
+
+    def replay(self, length):
+        return self._run(length)
+
+    def __call__(self, *inputs, length):
+        self.inputs = inputs
+        return self._run(length)
+
+    def close(self):
+        pass
+
+
+def test_the_captured_decode_steps_function_decodes_the_eager_forwards_tokens(tmp_path, monkeypatch):
+    if kv_cache._paged_cache_class() is None:
+        pytest.xfail("nbx.memory's paged KV cache (issue 19) is not on this build: no graph decode")
+    from nbx.models import decoder, graph_decode
+    model = models.load(checkpoint(tmp_path, "MistralForCausalLM", nbx.as_device("cpu")))
+    prompts = [PROMPT, [3, 4, 5]]
+    eager = model.generate_batch(prompts, 7)
+    assert model.last_decode == "eager"
+    monkeypatch.setattr(decoder, "graph_available", lambda cache: True)
+    monkeypatch.setattr(nbx, "graph", types.SimpleNamespace(capture=_EagerStep), raising=False)
+    assert model.generate_batch(prompts, 7) == eager
     assert model.last_decode == "graph"

@@ -2,7 +2,8 @@
 for the cost of a launch on GPUs.
 
 What changes from step to step reaches the graph as static input tensors written before each
-replay: the token ids, their positions, the cache slots they are written to, the block table
+replay: the new tokens' embedding rows (looked up in front of the replay: a GPU take reads its
+bounds flag back, which a capture cannot hold), their positions, the cache slots they are written to, the block table
 (as wide as the capacities need from the start), the sequence lengths and cu_seqlens_q. The
 cache's bookkeeping (which block, which slot) stays on the host, in front of the replay; the rope
 tables are built to the capacity before the capture, so the graph never sees a new one. The
@@ -39,10 +40,10 @@ class GraphDecode:
         decoder._ensure_rope(self.capacity)
         self.step = None
 
-    def _fn(self, ids, pos, slots, table, lens, cu, length):
+    def _fn(self, x, pos, slots, table, lens, cu, length):
         d = self.decoder
         step = PagedStep(self.cache.cache, slots, table, lens, cu, length.bucket)
-        return d.head(d.layers_forward(nbx.embedding(ids, d.embed), pos, step, ids.shape[0]))
+        return d.head(d.layers_forward(x, pos, step, x.shape[0]))
 
     def __call__(self, tokens: list[int], seqs: list[int]) -> nbx.Tensor:
         """Logits [len(seqs), vocab] of one new token per sequence (the replay's output: read it
@@ -51,7 +52,8 @@ class GraphDecode:
         positions = self.cache.lengths(seqs)
         table, slots, lens, cu = self.cache.step_arrays(seqs, [1] * len(seqs))
         device = self.decoder.device
-        inputs = [nbx.asarray(np.asarray(tokens, dtype=np.int64), device=device),
+        ids = nbx.asarray(np.asarray(tokens, dtype=np.int64), device=device)
+        inputs = [nbx.embedding(ids, self.decoder.embed),
                   nbx.asarray(np.asarray(positions, dtype=np.int64), device=device),
                   nbx.asarray(slots, device=device), nbx.asarray(table, device=device),
                   nbx.asarray(lens, device=device), nbx.asarray(cu, device=device)]
