@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from math import prod
 
 import numpy as np
+import triton
 
 from nbx.core import device_files
 from nbx.core.device import Device, get_backend
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor, empty
 
-from . import launch
 from .cost import LAUNCH, RESULT, Buffer
 
 
@@ -221,13 +221,50 @@ class _Runner:
             args[pos] = v
         key = tuple(key)
         fast = self.compiled.get(key)
-        if fast is None or launch.hooks_set():
+        if fast is None or hooks_set():
             with self.backend.device_guard(self.device):
                 compiled = one.kernel[one.grid](*self.arguments(values), **one.meta)
             if hasattr(compiled, "packed_metadata"):
-                self.compiled[key] = launch._Compiled(one.kernel, compiled, len(args), one.meta)
+                self.compiled[key] = _Compiled(one.kernel, compiled, len(args), one.meta)
             return
-        launch._call(fast, one.grid, self.device, self.backend, args)
+        _call(fast, one.grid, self.device, self.backend, args)
+
+
+def hooks_set() -> bool:
+    """Whether Triton's launch hooks want to see launches (3.6 keeps them in HookChains, empty
+    unless someone registered a hook): every launch then goes through the JIT."""
+    runtime = triton.knobs.runtime
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
+
+
+class _Compiled:
+    """A compiled kernel's launcher and what follows the positional arguments (constants, in the
+    kernel's signature order)."""
+
+    __slots__ = ("run", "function", "packed", "tail")
+
+    def __init__(self, kernel, compiled, n_args: int, meta: dict):
+        self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
+        params = kernel.params[n_args:]
+        self.tail = tuple(meta[p.name] if p.name in meta else p.default for p in params)
+
+
+def _stream_of(index: int) -> int:
+    return triton.runtime.driver.active.get_current_stream(index)
+
+
+def _call(fast: _Compiled, grid, device: Device, backend, args) -> None:
+    """The compiled kernel's launcher on device's current stream, device made current if it is not."""
+    grid = (*grid, 1, 1)
+    stream = _stream_of(device.index)
+    if backend.device_count() == 1 or backend.current_device() == device.index:  # one device: it is current
+        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *args, *fast.tail)
+        return
+    with backend.device_guard(device):
+        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *args, *fast.tail)
 
 
 def _make_runner(one: Launch, device: Device) -> _Runner:

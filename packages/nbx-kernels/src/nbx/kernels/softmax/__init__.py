@@ -74,7 +74,8 @@ def _build(shape, x_strides, dtype: DType, device, dim: int, log: bool, scaled: 
                  BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps)
     strides = (*lay.strides[0], *lay.strides[1], *mask_st)
     rows = (lay.rows, lay.n, lay.batch[1], lay.batch[2])
-    x, out, mask, bits = Slot("x"), Slot("out"), Slot("mask"), Slot("scale_bits")
+    x, out, bits = Slot("x"), Slot("out"), Slot("scale_bits")
+    mask = x if mask_dtype is None else Slot("mask")  # without a mask, x's pointer (never read)
     outputs = (plans.output("out", shape, dtype),)
     if p.path != SPLIT:
         return LaunchPlan(device, (Launch(softmax_rows_kernel, (tile.row_tiles,), (x, out, mask, *rows, *strides, bits),
@@ -117,8 +118,7 @@ def launch_softmax(x: Tensor, dim: int, log: bool = False, scale: float = 1.0, m
         if x.size == 0:
             return out
     p = launch_plan(x, core_layout.normalize_dim(dim, x.ndim), log, scale != 1.0, mask, setting)
-    values = {"x": x, "out": out, "mask": x if mask is None else mask, "scale_bits": float_bits(scale)}
-    return plans.execute(p, values)["out"]  # without a mask the mask slot is never read
+    return plans.execute(p, {"x": x, "out": out, "mask": mask, "scale_bits": float_bits(scale)})["out"]
 
 
 def softmax_cost(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Cost:
