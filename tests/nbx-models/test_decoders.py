@@ -227,7 +227,17 @@ def test_the_captured_decode_steps_function_decodes_the_eager_forwards_tokens(tm
     prompts = [PROMPT, [3, 4, 5]]
     eager = model.generate_batch(prompts, 7)
     assert model.last_decode == "eager"
+    model.release_cache()   # the kept cache was made without a graph decode
     monkeypatch.setattr(decoder, "graph_available", lambda cache: True)
     monkeypatch.setattr(nbx, "graph", types.SimpleNamespace(capture=_EagerStep), raising=False)
     assert model.generate_batch(prompts, 7) == eager
     assert model.last_decode == "graph"
+
+
+def test_a_second_generation_of_the_same_sizes_reuses_the_kept_cache_and_decodes_the_same(tmp_path):
+    model = models.load(checkpoint(tmp_path, "Qwen3ForCausalLM", nbx.as_device("cpu")))
+    first = model.generate_batch([PROMPT, [7, 8]], 5)
+    kept = model._kept[1]
+    assert model.generate_batch([PROMPT, [7, 8]], 5) == first and model._kept[1] is kept
+    model.generate_batch([PROMPT], 5)
+    assert model._kept[1] is not kept     # other capacities: a new cache, the old one given back

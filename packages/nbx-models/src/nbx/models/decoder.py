@@ -219,11 +219,10 @@ class Decoder:
                 raise nbx.ArgumentError(f"a prompt of {len(seq)} tokens + {max_new_tokens} new ones pass the "
                                         f"model's max_position_embeddings {self.max_positions}")
         generator = None if seed is None else nbx.Generator(seed=seed)
-        cache = self.new_cache([len(seq) + max_new_tokens for seq in sequences])
+        cache, graph = self._decode_state([len(seq) + max_new_tokens for seq in sequences])
+        self.last_decode = "graph" if graph is not None else "eager"   # what decoded (the tests read it)
         active = list(range(len(sequences)))
         step_ids = sequences
-        graph = GraphDecode(self, cache) if self.graph_decoding and graph_available(cache) else None
-        self.last_decode = "graph" if graph is not None else "eager"   # what decoded (the tests read it)
         for step in range(max_new_tokens):
             if step and graph is not None:
                 rows = graph([seq[0] for seq in step_ids], active)
@@ -241,9 +240,29 @@ class Decoder:
                 break
             active = [i for i, _ in still]
             step_ids = [[token] for _, token in still]
-        if graph is not None:
-            graph.close()
         return new
+
+    def _decode_state(self, capacities: list[int]):
+        """(cache, graph decode or None) for a generation of these capacities. The last ones are
+        kept and reused, emptied, by the next generation of the same capacities: its captured
+        decode steps replay again instead of being captured anew (a serving loop's case)."""
+        use_graph = self.graph_decoding
+        kept = getattr(self, "_kept", None)
+        if kept is not None and kept[0] == (tuple(capacities), use_graph):
+            kept[1].reset()
+            return kept[1], kept[2]
+        self.release_cache()
+        cache = self.new_cache(capacities)
+        graph = GraphDecode(self, cache) if use_graph and graph_available(cache) else None
+        self._kept = ((tuple(capacities), use_graph), cache, graph)
+        return cache, graph
+
+    def release_cache(self) -> None:
+        """Give back the KV cache (and the captured decode steps) the last generation kept."""
+        kept = getattr(self, "_kept", None)
+        self._kept = None
+        if kept is not None and kept[2] is not None:
+            kept[2].close()
 
     def new_cache(self, capacities: list[int]):
         """A KV cache for sequences 0..len(capacities)-1, each holding up to its capacity in tokens."""

@@ -48,6 +48,12 @@ class PagedCache:
     def lengths(self, seqs) -> list[int]:
         return [self.cache.length(s) for s in seqs]
 
+    def reset(self) -> None:
+        """Every sequence empty again (its blocks back to the free list, lowest ids first out)."""
+        for seq in range(len(self.capacities)):
+            self.cache.free(seq)
+            self.cache.add(seq)
+
     def begin(self, seqs, counts) -> "PagedStep":
         """Room for counts[i] more tokens of each sequence seqs[i]: the step's slots and batch."""
         import numpy as np
@@ -110,6 +116,9 @@ class ContiguousCache:
 
     def lengths(self, seqs) -> list[int]:
         return [self.held[s] for s in seqs]
+
+    def reset(self) -> None:
+        self.held = [0] * len(self.capacities)
 
     def begin(self, seqs, counts) -> "ContiguousCache":
         for s, n in zip(seqs, counts):
