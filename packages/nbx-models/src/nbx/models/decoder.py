@@ -121,16 +121,29 @@ def _quantized(*weights) -> bool:
     return any(isinstance(w, nbx.QuantizedTensor) for w in weights)
 
 
+def stack_rows(weights: list):
+    """The [out, in] weights (or biases) one above the other: one product gives q, k and v.
+    int4 weights stack their words, scales and minima (their groups run along the input dim)."""
+    if all(isinstance(w, nbx.Tensor) for w in weights):
+        return nbx.concat(weights, axis=0)
+    first = weights[0]
+    if not all(isinstance(w, nbx.QuantizedTensor) and (w.scheme, w.group_size, w.scales.dtype) ==
+               (first.scheme, first.group_size, first.scales.dtype) for w in weights):
+        raise nbx.NotSupportedError("q, k and v projections stored differently (dense and int4, or int4 of "
+                                    "other groups): nbx.models stacks them into one product")
+    zeros = None if first.zeros is None else nbx.concat([w.zeros for w in weights], axis=0)
+    return nbx.QuantizedTensor(nbx.concat([w.qweight for w in weights], axis=0),
+                               nbx.concat([w.scales for w in weights], axis=0), zeros,
+                               group_size=first.group_size, scheme=first.scheme,
+                               shape=(sum(w.shape[0] for w in weights), first.shape[1]))
+
+
 @dataclass
 class _Layer:
     input_norm: nbx.Tensor
-    wq: nbx.Tensor
-    wk: nbx.Tensor
-    wv: nbx.Tensor
+    wqkv: nbx.Tensor          # q, k and v projections stacked: [(heads + 2 kv_heads) * head_dim, hidden]
+    bqkv: nbx.Tensor | None
     wo: nbx.Tensor
-    bq: nbx.Tensor | None
-    bk: nbx.Tensor | None
-    bv: nbx.Tensor | None
     bo: nbx.Tensor | None
     q_norm: nbx.Tensor | None
     k_norm: nbx.Tensor | None
@@ -174,10 +187,11 @@ class Decoder:
 
             def w(name, p=p):
                 return get(p + name, shapes[p + name]) if p + name in shapes else None
+            qkv = [w(f"self_attn.{n}_proj.weight") for n in "qkv"]
+            biases = [w(f"self_attn.{n}_proj.bias") for n in "qkv"]
             self.layers.append(_Layer(
-                w("input_layernorm.weight"), w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
-                w("self_attn.v_proj.weight"), w("self_attn.o_proj.weight"), w("self_attn.q_proj.bias"),
-                w("self_attn.k_proj.bias"), w("self_attn.v_proj.bias"), w("self_attn.o_proj.bias"),
+                w("input_layernorm.weight"), stack_rows(qkv), None if biases[0] is None else stack_rows(biases),
+                w("self_attn.o_proj.weight"), w("self_attn.o_proj.bias"),
                 w("self_attn.q_norm.weight"), w("self_attn.k_norm.weight"), w("post_attention_layernorm.weight"),
                 w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), w("mlp.down_proj.weight"),
                 w("mlp.gate_proj.bias"), w("mlp.up_proj.bias"), w("mlp.down_proj.bias"), windows[i]))
@@ -314,9 +328,11 @@ class Decoder:
     def _attention(self, index, layer: _Layer, x, pos, step, total):
         s = self.shapes
         h = nbx.rms_norm(x, (s.hidden,), layer.input_norm, self.eps)
-        q = nbx.linear(h, layer.wq, layer.bq).reshape(total, s.heads, s.head_dim)
-        k = nbx.linear(h, layer.wk, layer.bk).reshape(total, s.kv_heads, s.head_dim)
-        v = nbx.linear(h, layer.wv, layer.bv).reshape(total, s.kv_heads, s.head_dim)
+        qkv = nbx.linear(h, layer.wqkv, layer.bqkv)
+        nq, nk = s.heads * s.head_dim, s.kv_heads * s.head_dim
+        q = qkv[:, :nq].reshape(total, s.heads, s.head_dim)              # views: no copy
+        k = qkv[:, nq:nq + nk].reshape(total, s.kv_heads, s.head_dim)
+        v = qkv[:, nq + nk:].reshape(total, s.kv_heads, s.head_dim)
         if layer.q_norm is not None:
             q = nbx.rms_norm(q, (s.head_dim,), layer.q_norm, self.eps)
             k = nbx.rms_norm(k, (s.head_dim,), layer.k_norm, self.eps)
