@@ -16,7 +16,7 @@ import nbx.core as nbx
 
 from .checkpoint import Weights
 from .config import read_json
-from .decoder import ACTIVATIONS
+from .decoder import ACTIVATIONS, stack_rows
 from .errors import CheckpointError
 
 ARCHITECTURES = ("BertModel", "BertForMaskedLM")
@@ -83,6 +83,10 @@ class Encoder:
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
         shapes = parameter_shapes(config, prefix)
         self.w = {name.removeprefix(prefix): weights.get(name, shape) for name, shape in shapes.items()}
+        for i in range(int(config["num_hidden_layers"])):   # q, k and v stacked: one product a layer
+            p = f"encoder.layer.{i}.attention.self."
+            for part in ("weight", "bias"):
+                self.w[f"{p}qkv.{part}"] = stack_rows([self.w.pop(f"{p}{n}.{part}") for n in ("query", "key", "value")])
         self.hidden = int(config["hidden_size"])
         self.heads = int(config["num_attention_heads"])
         self.eps = float(config.get("layer_norm_eps", 1e-12))
@@ -121,8 +125,9 @@ class Encoder:
         x = self._norm(x, "embeddings.LayerNorm")
         for i in range(self.layers):
             p = f"encoder.layer.{i}."
-            q, k, v = (self._linear(x, p + f"attention.self.{name}").reshape(n, heads, head_dim).permute(1, 0, 2)
-                       for name in ("query", "key", "value"))
+            qkv = self._linear(x, p + "attention.self.qkv")
+            q, k, v = (qkv[:, j * self.hidden:(j + 1) * self.hidden].reshape(n, heads, head_dim).permute(1, 0, 2)
+                       for j in range(3))
             o = nbx.scaled_dot_product_attention(q, k, v).permute(1, 0, 2).reshape(n, self.hidden)
             x = self._norm(self._linear(o, p + "attention.output.dense", residual=x), p + "attention.output.LayerNorm")
             h = self._linear(x, p + "intermediate.dense", activation=self.activation)
