@@ -364,7 +364,12 @@ class Tensor:
 
     def __repr__(self) -> str:
         prefix = "Tensor("
-        body = np.array2string(self.numpy(), separator=", ", prefix=prefix, threshold=1000)
+        values = self.numpy()
+        if self.dtype.kind == "float" and values.dtype.kind != "f":
+            # numpy's printer takes ml_dtypes' bfloat16 and float8 for integers ("1, 2"): print their
+            # values (exact in float32) in numpy's style for float32
+            values = values.astype(np.float32)
+        body = np.array2string(values, separator=", ", prefix=prefix, threshold=1000)
         extras = [f"shape={self.shape}"] if self.size == 0 and self.ndim != 1 else []
         if self.dtype not in (dtypes.DEFAULT_FLOAT, dtypes.DEFAULT_INT, dtypes.bool_) or self.size == 0:
             extras.append(f"dtype={self.dtype.name}")

@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import reference
 from ..dispatch import implementation, register
-from ..errors import ShapeError
+from ..errors import NotSupportedError, ShapeError
 from ..promotion import result_type
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
@@ -31,6 +31,9 @@ def matmul(x1: Tensor, x2: Tensor) -> Tensor:
     device = common_device(x1, x2)
     dtype = result_type(x1, x2)
     check_category("matmul", dtype, "numeric")
+    if dtype.is_integer:  # refused alike on every device: the kernels compute floating products only
+        raise NotSupportedError(f"matmul of {dtype.name} tensors is not implemented on any device; "
+                                f"cast the operands to a floating dtype first (x.float())")
     _matmul_shape(x1.shape, x2.shape)
     return implementation("matmul", device)(x1, x2, dtype)
 
