@@ -13,7 +13,7 @@ from . import dtypes, layout
 from .layout import as_c_contiguous
 from .device import CPU, Device, as_device, get_backend
 from .dtypes import DType
-from .errors import IndexingError, NotSupportedError, ShapeError, ViewError
+from .errors import IndexingError, NotSupportedError, ShapeError, UnknownDTypeError, ViewError
 from .storage import Storage, host_bytes
 
 
@@ -292,7 +292,7 @@ class Tensor:
 
     def to(self, *args, device=None, dtype=None, copy: bool = False) -> "Tensor":
         for arg in args:
-            if isinstance(arg, (DType, type)) or (isinstance(arg, str) and arg.removeprefix("nbx.") in dtypes.TABLE):
+            if isinstance(arg, (DType, type, np.dtype)) or (isinstance(arg, str) and _names_a_dtype(arg)):
                 dtype = arg
             else:
                 device = arg
@@ -391,6 +391,36 @@ class Tensor:
         from .dlpack import dlpack_device
         return dlpack_device(self.device)
 
+    # ---- casts by torch's names (each is self.to(dtype): no copy when the dtype is already that) ----
+    def float(self) -> "Tensor":
+        return self.to(dtype=dtypes.float32)
+
+    def double(self) -> "Tensor":
+        return self.to(dtype=dtypes.float64)
+
+    def half(self) -> "Tensor":
+        return self.to(dtype=dtypes.float16)
+
+    def bfloat16(self) -> "Tensor":
+        return self.to(dtype=dtypes.bfloat16)
+
+    def int(self) -> "Tensor":
+        return self.to(dtype=dtypes.int32)
+
+    def long(self) -> "Tensor":
+        return self.to(dtype=dtypes.int64)
+
+    def bool(self) -> "Tensor":
+        return self.to(dtype=dtypes.bool_)
+
+    def type_as(self, other: "Tensor") -> "Tensor":
+        """self in other's dtype (torch's type_as; the device stays self's)."""
+        return self.to(dtype=other.dtype)
+
+    def copy(self) -> "Tensor":
+        """A new tensor with self's values (numpy's spelling of clone)."""
+        return self.clone()
+
     @property
     def __cuda_array_interface__(self):
         if self.device.type != "cuda":
@@ -398,6 +428,14 @@ class Tensor:
         item = self.dtype.itemsize
         return {"shape": self.shape, "typestr": self.dtype.host.str, "data": (self.data_ptr(), False),
                 "strides": tuple(s * item for s in self._strides), "version": 3}
+
+
+def _names_a_dtype(text: str) -> bool:
+    try:
+        dtypes.as_dtype(text)
+    except UnknownDTypeError:
+        return False
+    return True
 
 
 def empty(shape, dtype=None, device=None) -> Tensor:

@@ -3,6 +3,7 @@ from .activations import *  # noqa: F401,F403
 from .creation import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
+from .manipulation import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norms import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
