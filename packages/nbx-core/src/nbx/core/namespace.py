@@ -20,7 +20,7 @@ API_VERSION = "2024.12"
 # Standard names nbx does not implement yet: looking one up raises NotSupportedError.
 NOT_YET = {
     "meshgrid", "tril", "triu", "take", "take_along_axis", "tensordot", "vecdot", "concat",
-    "flip", "repeat", "roll", "stack", "tile", "count_nonzero", "nonzero", "searchsorted",
+    "flip", "repeat", "roll", "stack", "tile", "nonzero", "searchsorted",
     "unique_all", "unique_counts", "unique_inverse", "unique_values", "argsort", "sort",
     "cumulative_prod", "diff",
 }
@@ -122,7 +122,8 @@ def _build() -> ArrayNamespace:
     ns = {name: getattr(ops, name) for name in ops.elementwise.OPS}
     ns.update({std: getattr(ops, ours) for std, ours in _ELEMENTWISE_RENAMES.items()})
     ns.update({name: _axis_reduction(name) for name in
-               ("sum", "prod", "mean", "max", "min", "var", "std", "all", "any", "argmax", "argmin")})
+               ("sum", "prod", "mean", "max", "min", "var", "std", "all", "any", "argmax", "argmin",
+                "count_nonzero")})
     ns.update({name: _creation(name) for name in ("empty", "zeros", "ones")})
     ns.update({dt.name: dt for dt in dtypes.TABLE.values()})
     ns.update(
