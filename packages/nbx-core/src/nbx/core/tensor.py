@@ -365,7 +365,7 @@ class Tensor:
     def __repr__(self) -> str:
         prefix = "Tensor("
         values = self.numpy()
-        if self.dtype.kind == "float" and values.dtype.kind != "f":
+        if self.dtype.kind == "float" and values.dtype.type not in (np.float16, np.float32, np.float64):
             # numpy's printer takes ml_dtypes' bfloat16 and float8 for integers ("1, 2"): print their
             # values (exact in float32) in numpy's style for float32
             values = values.astype(np.float32)
