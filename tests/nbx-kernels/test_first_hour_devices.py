@@ -42,5 +42,11 @@ def test_a_broadcasting_mismatch_is_the_same_shape_error_on_every_device(each_de
 
 def test_an_integer_matmul_is_the_same_named_refusal_on_every_device(each_device):
     a = nbx.asarray([[1, 2], [3, 4]], dtype=nbx.int32).to(each_device)
-    with pytest.raises(NotSupportedError, match="matmul of int32 tensors is not implemented on any device"):
+    with pytest.raises(NotSupportedError, match=r"refused on every device: matmul does not take int32 \(x1\)"):
         nbx.matmul(a, a)
+
+
+def test_an_integer_operand_with_a_float_one_is_refused_by_matmul_alike_on_every_device(each_device):
+    a = nbx.asarray([[1, 2], [3, 4]]).to(each_device)
+    with pytest.raises(NotSupportedError, match=r"matmul does not take int64 \(x1\)"):
+        nbx.matmul(a, a.float())

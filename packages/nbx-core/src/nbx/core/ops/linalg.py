@@ -31,9 +31,12 @@ def matmul(x1: Tensor, x2: Tensor) -> Tensor:
     device = common_device(x1, x2)
     dtype = result_type(x1, x2)
     check_category("matmul", dtype, "numeric")
-    if dtype.is_integer:  # refused alike on every device: the kernels compute floating products only
-        raise NotSupportedError(f"matmul of {dtype.name} tensors is not implemented on any device; "
-                                f"cast the operands to a floating dtype first (x.float())")
+    for what, operand in (("x1", x1), ("x2", x2)):  # refused alike on every device: the kernels
+        if operand.dtype.is_integer:                  # compute floating products only
+            raise NotSupportedError(
+                f"matmul of integer tensors is refused on every device: matmul does not take "
+                f"{operand.dtype.name} ({what}); it computes products of float16, bfloat16, float32 and "
+                f"float64 (complex too on the cpu); cast with .float()")
     _matmul_shape(x1.shape, x2.shape)
     return implementation("matmul", device)(x1, x2, dtype)
 
