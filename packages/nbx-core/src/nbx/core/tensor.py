@@ -391,28 +391,6 @@ class Tensor:
         from .dlpack import dlpack_device
         return dlpack_device(self.device)
 
-    # ---- casts by torch's names (each is self.to(dtype): no copy when the dtype is already that) ----
-    def float(self) -> "Tensor":
-        return self.to(dtype=dtypes.float32)
-
-    def double(self) -> "Tensor":
-        return self.to(dtype=dtypes.float64)
-
-    def half(self) -> "Tensor":
-        return self.to(dtype=dtypes.float16)
-
-    def bfloat16(self) -> "Tensor":
-        return self.to(dtype=dtypes.bfloat16)
-
-    def int(self) -> "Tensor":
-        return self.to(dtype=dtypes.int32)
-
-    def long(self) -> "Tensor":
-        return self.to(dtype=dtypes.int64)
-
-    def bool(self) -> "Tensor":
-        return self.to(dtype=dtypes.bool_)
-
     def type_as(self, other: "Tensor") -> "Tensor":
         """self in other's dtype (torch's type_as; the device stays self's)."""
         return self.to(dtype=other.dtype)
@@ -428,6 +406,23 @@ class Tensor:
         item = self.dtype.itemsize
         return {"shape": self.shape, "typestr": self.dtype.host.str, "data": (self.data_ptr(), False),
                 "strides": tuple(s * item for s in self._strides), "version": 3}
+
+
+# Casts by torch's names, each self.to(dtype): no copy when the tensor already has that dtype.
+_CASTS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
+          "int": "int32", "long": "int64", "bool": "bool"}
+
+
+def _cast_method(name: str, dtype: DType):
+    def cast(self) -> Tensor:
+        return self.to(dtype=dtype)
+    cast.__name__, cast.__qualname__ = name, f"Tensor.{name}"
+    cast.__doc__ = f"self as {dtype.name} (torch's Tensor.{name}; no copy when it is {dtype.name} already)."
+    return cast
+
+
+for _name, _dtype in _CASTS.items():
+    setattr(Tensor, _name, _cast_method(_name, dtypes.TABLE[_dtype]))
 
 
 def _names_a_dtype(text: str) -> bool:
