@@ -60,20 +60,17 @@ def device_file_settings(monkeypatch):
     """Every tuned family served the device file's tile (tiles.<family>) instead of its certified
     setting: tests whose shapes are chosen from that tile to take a given path (one pass, looped,
     split) use it, since a certified tile may take another path for the same shape."""
-    from nbx.kernels import launch, norm, softmax
-    from nbx.kernels.reduction import launches, tuning as reduction_tuning
+    from nbx.kernels import launch, norm, plans
+    from nbx.kernels.reduction import tuning as reduction_tuning
     from nbx.kernels.softmax import tuning as row_tuning
 
     def from_file(tunable, device, *args, **kwargs):
         return tunable.default(launch.facts(device))
 
-    caches = (softmax._plan, norm._plan, launches._plan)
-    for cache in caches:
-        cache.cache_clear()
+    plans.reset()
     monkeypatch.setattr(row_tuning, "row_setting", from_file)
     monkeypatch.setattr(norm, "row_setting", from_file)
     monkeypatch.setattr(reduction_tuning, "setting",
                         lambda device, view, dtype: from_file(reduction_tuning.REDUCTION, device))
     yield
-    for cache in caches:
-        cache.cache_clear()
+    plans.reset()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import nbx.core as nbx
-from nbx.kernels import launch
+from nbx.kernels import plans
 from nbx.kernels.cost import price
 from nbx.kernels.elementwise import callsite, functions
 from nbx.kernels.elementwise.kernel import DENSE, SPLAT, STRIDED, VALUE
@@ -15,14 +15,14 @@ rng = np.random.default_rng(3)
 
 def test_a_repeated_call_reuses_its_plan_and_new_strides_make_a_new_one(device):
     a = nbx.asarray(rng.standard_normal((4, 6)), dtype="float32").to(device)
-    callsite.clear()
+    plans.reset()
     first = a + a
-    assert len(callsite._PLANS) == 1
+    assert plans.cached_count("elementwise") == 1
     second = a + a
-    assert len(callsite._PLANS) == 1
+    assert plans.cached_count("elementwise") == 1
     np.testing.assert_array_equal(first.numpy(), second.numpy())
     np.testing.assert_array_equal((a.permute(1, 0) + 1.0).numpy(), a.numpy().T + np.float32(1.0))
-    assert len(callsite._PLANS) == 2
+    assert plans.cached_count("elementwise") == 2
 
 
 def test_a_plan_names_each_operands_kind_and_passes_none_for_what_the_kernel_does_not_read(device):
@@ -47,20 +47,20 @@ def test_offsets_past_int32_switch_the_kernel_to_int64_indices(device):
 
 
 def test_the_plan_cache_is_bounded(device, monkeypatch):
-    monkeypatch.setattr(launch, "MAX_SITES", 3)
-    callsite.clear()
+    monkeypatch.setattr(plans, "MAX_PLANS", 3)
+    plans.reset()
     x = nbx.asarray(rng.standard_normal(16), dtype="float32").to(device)
     for n in range(1, 9):
         nbx.exp(x[:n])
-    assert 1 <= len(callsite._PLANS) <= 3
+    assert 1 <= plans.cached_count("elementwise") <= 3
 
 
 def test_integer_scalars_specialised_by_triton_get_plans_of_their_own(device):
     x = nbx.asarray(np.arange(10), dtype="int32").to(device)
-    callsite.clear()
+    plans.reset()
     for k in (1, 16, 3, 1, 5, 32):
         np.testing.assert_array_equal((x * k).numpy(), np.arange(10, dtype=np.int32) * k)
-    assert len(callsite._PLANS) == 3  # 1, a multiple of 16, any other int32
+    assert plans.cached_count("elementwise") == 3  # 1, a multiple of 16, any other int32
 
 
 def test_declared_costs_of_activations_and_fused_ops(device):
@@ -79,15 +79,14 @@ def test_declared_costs_of_activations_and_fused_ops(device):
 def test_on_a_gpu_repeated_calls_launch_the_compiled_kernel_once_per_alignment():
     device = nbx.as_device("cuda")
     base = nbx.asarray(rng.standard_normal(4099), dtype="float32").to(device)
-    callsite.clear()
-    launch.forget_compiled()
+    plans.reset()
     aligned = base[:4096]
     out1 = aligned * 2.0
     out2 = aligned * 2.0  # the direct launch
-    assert launch.compiled_count() == 1
+    assert plans.compiled_count() == 1
     shifted = base[1:4097]  # 4 bytes off 16-byte alignment: Triton would compile it apart
     out3 = shifted * 2.0
-    assert launch.compiled_count() == 2
+    assert plans.compiled_count() == 2
     out4 = shifted * 2.0
     host = base.numpy()
     np.testing.assert_array_equal(out1.numpy(), host[:4096] * 2)

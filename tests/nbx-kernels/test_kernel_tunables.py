@@ -111,12 +111,12 @@ def test_a_setting_given_to_the_wrapper_decides_its_launch(interp):
 def test_compute_bound_ops_take_their_own_tunable_and_memory_bound_ones_the_plain_one(interp, monkeypatch):
     """gelu is served by elementwise_heavy (ranked on gelu), an add by elementwise (ranked on an add):
     one tile cannot serve both on the H200 (elementwise/tuning.py)."""
-    from nbx.kernels.elementwise import callsite
+    from nbx.kernels import plans
     asked = []
     real = autotune.setting
     monkeypatch.setattr(autotune, "setting", lambda tunable, device, **key: asked.append(tunable.name)
                         or real(tunable, device, **key))
-    callsite.clear()
+    plans.reset()
     x = nbx.asarray(np.linspace(-3.0, 3.0, 40, dtype=np.float32), device=interp)
     np.testing.assert_allclose(nbx.gelu(x).numpy(), oracle_gelu(x.numpy()), rtol=1e-6, atol=1e-7)
     nbx.add(x, x)

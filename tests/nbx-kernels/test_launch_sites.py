@@ -1,12 +1,12 @@
-"""The call-site records of softmax, the norms and the reductions: a repeat with the same layouts,
-dtypes and flags replays the launches its first call recorded (launch.CallSite) with its own
+"""The launch plans of softmax, the norms and the reductions: a repeat with the same layouts,
+dtypes and flags replays the launches its first call planned (nbx.kernels.plans) with its own
 tensors and scalars; anything the kernels specialise on (a shape, a stride, eps's or scale's
 presence and width, a flag) makes a record of its own, so no stale record is replayed."""
 import numpy as np
 import pytest
 
 import nbx.core as nbx
-from nbx.kernels import launch
+from nbx.kernels import plans
 from nbx.kernels.softmax import float_bits
 
 rng = np.random.default_rng(5)
@@ -14,14 +14,14 @@ rng = np.random.default_rng(5)
 
 @pytest.fixture
 def launches(monkeypatch):
-    """Every CallSite run, as (site, arguments as passed); the launch itself still happens."""
+    """Every planned launch run, as (its runner, its arguments); the launch itself still happens."""
     seen = []
-    run = launch.CallSite.run
+    run = plans._Runner.run
 
-    def spy(site, args):
-        seen.append((site, list(args)))
-        run(site, args)
-    monkeypatch.setattr(launch.CallSite, "run", spy)
+    def spy(runner, values):
+        seen.append((runner, runner.arguments(values)))
+        run(runner, values)
+    monkeypatch.setattr(plans._Runner, "run", spy)
     return seen
 
 
@@ -42,8 +42,9 @@ def test_a_softmax_repeat_replays_its_record_with_each_calls_scale(device, launc
     assert [args[-1] for _, args in launches] == [float_bits(s) for s in (0.5, 0.25, 3.0)]
     check(nbx.scaled_masked_softmax(x, 1.0, mask, dim=-1), _softmax(host, 1.0, additive), device)
     check(nbx.scaled_masked_softmax(x, 0.0, mask, dim=-1), _softmax(host, 0.0, additive), device)
-    # no scale is a kernel constant, and 0.0's bits are an int32: each its own record
-    assert len({id(site) for site, _ in launches}) == 3
+    # no scale is a kernel constant: a plan of its own; 0.0's bits are an int32, which the runtime
+    # keys its compiled launcher by (scale_bits is do_not_specialize: test_launch_plans.py), not the plan
+    assert len({id(site) for site, _ in launches}) == 2
 
 
 def test_a_softmax_of_another_shape_stride_or_dim_does_not_replay_the_record(device, launches, check):

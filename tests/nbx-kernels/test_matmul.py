@@ -85,15 +85,15 @@ def test_transposed_and_strided_operands_are_read_in_place(device, check):
 
 
 def test_offsets_past_int32_are_computed_in_int64_to_the_same_product(device, check, monkeypatch):
-    from nbx.kernels import matmul
+    from nbx.kernels import matmul, plans
     x1, x2 = on(device, (2, 33, 20)).mT, on(device, (2, 33, 9))
     monkeypatch.setattr(matmul, "INT32_MAX", 0)   # every launch counts as wide
-    matmul._plan.cache_clear()
+    plans.reset()
     try:
         assert dict(plan(x1, x2, x1.dtype).meta)["WIDE"]
         product(device, check, x1, x2)
     finally:
-        matmul._plan.cache_clear()
+        plans.reset()
 
 
 def test_empty_products_give_empty_results_and_an_empty_sum_gives_zeros(device):

@@ -1,6 +1,6 @@
 """Host microseconds per call of small ops on any machine: nbx's cuda path over the simulated CUDA
 of the tests, with Triton's JIT and launcher stubbed out. Everything else runs as on a GPU host:
-front-end, promotion, plans, the caching pool, launch.run and launch.CallSite. The stubs skip
+front-end, promotion, plans, the caching pool and plans.execute. The stubs skip
 Triton's own launcher (about 6-9 us a launch on the H200 host, tools/bench/host_parts.py) and the
 kernels themselves.
 
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from host_parts import per_call_us
+from host_timing import per_call_us
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def stub_triton() -> None:
     """kernel[grid](...) returns a compiled kernel whose launcher does nothing; no stream lookup."""
     import triton
 
-    from nbx.kernels import launch
+    from nbx.kernels import plans
 
     class Compiled:
         function, packed_metadata = 0, None
@@ -46,17 +46,21 @@ def stub_triton() -> None:
             return None
 
     triton.runtime.jit.JITFunction.__getitem__ = lambda self, grid: (lambda *args, **meta: Compiled())
-    launch._stream_of = lambda index: 0
+    plans._stream_of = lambda index: 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--profile", help="cProfile this op (by own time)")
+    parser.add_argument("--parts", action="store_true", help="run host_parts.py's stages instead")
     args = parser.parse_args(argv)
     os.environ["NBX_AUTOTUNE_NO_SWEEP"] = "1"   # the device file's tiles: a simulated GPU cannot be timed
     simulated_cuda()
     stub_triton()
+    if args.parts:
+        import host_parts
+        return host_parts.main(["--calls", str(args.calls)])
     import nbx.core as nbx
     from nbx.core.tensor import empty
     device = nbx.as_device("cuda:0")
@@ -75,8 +79,9 @@ def main(argv=None) -> int:
     print(f"{'op (simulated CUDA, launcher stubbed)':40s} us/call")
     for name, op in ops.items():
         print(f"{name:40s} {per_call_us(op, args.calls):7.2f}")
-    from nbx.kernels import launch
-    print(f"# compiled kernels kept by the direct path: {launch.compiled_count()} (repeats reuse them)")
+    from nbx.kernels import plans
+    kept = plans.compiled_count()
+    print(f"# compiled kernels kept by the direct path: {kept} (repeats reuse them)")
     if args.profile:
         op = ops[args.profile]
 

@@ -185,6 +185,7 @@ def reset() -> None:
     """Forget every setting served, the mode, census, report and tuners (tests, long-lived servers)."""
     global _process
     _process = _Process()
+    device_files.advance_generation()  # plans built from the settings served so far are stale
 
 
 class Tuner:

@@ -268,12 +268,29 @@ def _forget_merged() -> None:
 def forget() -> None:
     """Drop every file read and every merge; the next lookup reads the files again.
 
-    Added application files stay added (remove_application_file takes one away).
+    Added application files stay added (remove_application_file takes one away). The generation
+    moves on, so whatever was derived from the old facts (kernel launch plans) is derived again.
     """
     global _catalogue
     with _lock:
         _catalogue = None
         _forget_merged()
+    advance_generation()
+
+
+_generation = 0
+
+
+def generation() -> int:
+    """A counter that moves whenever the facts or the settings served may have changed: caches of
+    what follows from them (nbx.kernels.plans) key on it."""
+    return _generation
+
+
+def advance_generation() -> None:
+    """Mark every derived launch plan stale (forget() and the autotune serving reset call it)."""
+    global _generation
+    _generation += 1
 
 
 def match(target: str) -> VendorFile:

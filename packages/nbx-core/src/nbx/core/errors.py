@@ -46,6 +46,10 @@ class NotSupportedError(NbxError, NotImplementedError):
     """A feature nbx does not implement (yet) for this backend, dtype or argument."""
 
 
+class MissingFunctionError(NotSupportedError, AttributeError):
+    """A name the Array API namespace lacks: an AttributeError too, so hasattr and getattr(..., None) work."""
+
+
 class FileFormatError(NbxError, ValueError):
     """A malformed or truncated file (safetensors header, device file, certificate)."""
 

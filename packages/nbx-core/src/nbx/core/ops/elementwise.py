@@ -154,7 +154,13 @@ for _op in OPS.values():
 
 
 # ---- where, clamp, casts -------------------------------------------------------------------------
-def where(condition, x1, x2) -> Tensor:
+def where(condition, x1=None, x2=None):
+    """x1 where condition, else x2; with the condition alone, nonzero(condition) (numpy's one-argument form)."""
+    if x1 is None and x2 is None:
+        from .gather import nonzero
+        return nonzero(condition)
+    if x1 is None or x2 is None:
+        raise DTypeError("where takes a condition alone or with both x1 and x2")
     if not isinstance(condition, Tensor) or condition.dtype is not dtypes.bool_:
         raise DTypeError("where's condition must be a bool tensor")
     operands = (condition, x1, x2)

@@ -22,24 +22,26 @@ from ..registry import implements
 from ..types import compute_type, tl_type
 from . import activations, callsite, functions
 
-_PLANS_OF_OPS: dict = {}
-
-
 def launch_elementwise(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None = None,
                        compute=None, setting=None) -> Tensor:
     """fn over the broadcast operands into out (a new contiguous tensor, or any given layout).
 
     compute overrides the kernel's compute type (a same-dtype copy moves the dtype's own bits);
     setting overrides the served (certified) one: the certifier launches this very path with it."""
-    plan = callsite.plan_for(fn, operands, out_dtype, work_dtype, out, compute, setting)
+    plan = callsite.launch_plan(fn, operands, out_dtype, work_dtype, out, compute, setting)
+    return _launch(plan, operands, out_dtype, work_dtype, out, compute, setting)
+
+
+def _launch(plan, operands, out_dtype: DType, work_dtype: DType, out, compute=None, setting=None) -> Tensor:
+    detail = plan.detail
     if out is None:
-        out = launch.output(plan.shape, out_dtype, plan.device)
-    if plan.n == 0:
+        out = launch.output(detail.shape, out_dtype, detail.device)
+    if detail.n == 0:
         return out
-    if plan.grid is None:  # more dims than the kernel indexes, even collapsed: one launch per outer index
-        wide = [o.broadcast_to(plan.shape) if isinstance(o, Tensor) else o for o in operands]
-        for i in range(plan.shape[0]):
-            launch_elementwise(fn, [o[i] if isinstance(o, Tensor) else o for o in wide], out_dtype, work_dtype,
+    if detail.grid is None:  # more dims than the kernel indexes, even collapsed: one launch per outer index
+        wide = [o.broadcast_to(detail.shape) if isinstance(o, Tensor) else o for o in operands]
+        for i in range(detail.shape[0]):
+            launch_elementwise(detail.fn, [o[i] if isinstance(o, Tensor) else o for o in wide], out_dtype, work_dtype,
                                out[i], compute, setting)
         return out
     callsite.run(plan, out, operands)
@@ -55,22 +57,22 @@ def _scalars_as_work_dtype(operands, work: DType):
     return [asarray(o, dtype=work, device=device) if isinstance(o, float) else o for o in operands]
 
 
-def _kind(o):
-    return o.dtype if isinstance(o, Tensor) else type(o)
+def _pick(op, operands):
+    """(the kernel function, the work dtype, the operands as the kernel takes them) of an op."""
+    work = op.work_dtype(result_type(*operands))
+    compute_type(work)  # complex: refused by name before any allocation
+    fn = functions.pick(op.name, work.name)
+    if fn is None:
+        raise NotSupportedError(f"{op.name} has no Triton kernel yet")
+    return fn, work, _scalars_as_work_dtype(operands, work)
 
 
 def _elementwise(op, operands, out_dtype: DType) -> Tensor:
-    key = (op.name, out_dtype, tuple(_kind(o) for o in operands))
-    found = _PLANS_OF_OPS.get(key)
-    if found is None:
-        work = op.work_dtype(result_type(*operands))
-        compute_type(work)  # complex: refused by name before any allocation
-        fn = functions.pick(op.name, work.name)
-        if fn is None:
-            raise NotSupportedError(f"{op.name} has no Triton kernel yet")
-        found = _PLANS_OF_OPS[key] = (fn, work)
-    fn, work = found
-    return launch_elementwise(fn, _scalars_as_work_dtype(operands, work), out_dtype, work)
+    plan = callsite.op_plan(op, operands, out_dtype, _pick)
+    detail = plan.detail
+    if detail.tensor_scalars:
+        operands = _scalars_as_work_dtype(operands, detail.work)
+    return _launch(plan, operands, out_dtype, detail.work, None)
 
 
 def elementwise_cost(operands, out_dtype: DType, shape=None) -> Cost:

@@ -1,9 +1,10 @@
-"""What an elementwise launch needs, worked out once per call site and replayed.
+"""The plan of an elementwise launch (nbx.kernels.plans), worked out once per call site.
 
 A call site is keyed by the function, the dtypes, and each operand's shape, strides and dtype (a
 Python scalar by its type and Triton's specialisation class). From the key follow the collapsed
 layout, the kinds of the operands, every integer argument, the grid and the settings: `Plan`
-holds them, so a repeated call only allocates its output and gathers its pointers.
+records them and its launch plan replays them, so a repeated call only allocates its output and
+gathers its pointers.
 """
 from __future__ import annotations
 
@@ -15,20 +16,21 @@ from nbx.core import layout as core_layout
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import plans
+from ..plans import Launch, LaunchPlan, Slot
 from ..types import compute_type, tl_type
 from . import layout, tuning
 from .kernel import DENSE, SPLAT, STRIDED, VALUE, elementwise_kernel
 
-_PLANS = launch.Sites()
 _INT32 = 2 ** 31
+OPERANDS = ("a", "b", "c", "d")   # the slot names of the operands; the output's is "out"
 
 
 def _scalar_class(value) -> tuple:
     """The part of a scalar argument Triton specialises on (ints: == 1, % 16, width)."""
     if isinstance(value, bool) or not isinstance(value, int):
         return (type(value),)
-    return (int, *launch.int_class(value))
+    return (int, *plans.int_class(value))
 
 
 def _operand_key(o) -> tuple:
@@ -40,11 +42,11 @@ def _operand_key(o) -> tuple:
 class Plan:
     """One call site: the kernel arguments that follow from its key."""
 
-    __slots__ = ("device", "shape", "n", "template", "slots", "meta", "grid", "site")
+    __slots__ = ("device", "shape", "n", "template", "meta", "grid", "fn", "work", "tensor_scalars")
 
     def __init__(self, fn, operands, out_dtype: DType, compute, out: Tensor | None, device, setting=None):
         tensors = [o for o in operands if isinstance(o, Tensor)]
-        self.device = device
+        self.device, self.fn, self.work, self.tensor_scalars = device, fn, None, False
         shape = out.shape if out is not None else core_layout.broadcast_shapes(*(t.shape for t in tensors))
         self.shape, self.n = shape, prod(shape)
         self.grid = None
@@ -76,29 +78,27 @@ class Plan:
         # (pointer or value, strides); what the kernel does not read is None (a constant to Triton)
         args = [None, *(out_st if out_kind == STRIDED else (None,) * 4), self.n,
                 *(sizes[1:] if indexed else (None,) * 3)]
-        slots = [(0, -1)]
+        args[0] = Slot("out")
         for index in range(4):
             if index < len(operands):
-                slots.append((len(args), index))
+                args.append(Slot(OPERANDS[index]))
+            else:
+                args.append(None)
             kind, st = (kinds[index], operand_strides[index]) if index < len(operands) else (DENSE, None)
-            args += [None, *(st if kind == STRIDED else (None,) * 4)]
+            args += [*(st if kind == STRIDED else (None,) * 4)]
         if setting is None:  # certified for the launch key (the device file's tile on interp)
             setting = tuning.setting(device, self.n, out_dtype, indexed, fn)
         block = setting["block"]
-        self.template, self.slots = args, slots
+        self.template = args
         kinds += [DENSE] * (4 - len(kinds))
         self.meta = dict(OP=fn, ARITY=len(operands), COMPUTE=compute, A=kinds[0], B=kinds[1], C=kinds[2],
                          D=kinds[3], OUT=out_kind, INDEX64=extent + block >= _INT32, BLOCK=block)
         self.meta["num_warps"] = setting["num_warps"]
         self.grid = (triton.cdiv(self.n, block),)
-        pointers = tuple(pos for pos, index in slots if index < 0 or isinstance(operands[index], Tensor))
-        self.site = launch.CallSite(elementwise_kernel, self.grid, device, self.meta, pointers)
 
-    def arguments(self, out: Tensor, operands) -> list:
-        args = list(self.template)
-        for pos, index in self.slots:
-            args[pos] = out if index < 0 else operands[index]
-        return args
+    def launch_plan(self) -> LaunchPlan:
+        launches = () if self.grid is None else (Launch(elementwise_kernel, self.grid, tuple(self.template), self.meta),)
+        return LaunchPlan(self.device, launches, detail=self)
 
 
 def _extent(sizes, strides) -> int:
@@ -106,25 +106,42 @@ def _extent(sizes, strides) -> int:
     return 1 + sum((size - 1) * abs(st) for size, st in zip(sizes, strides))
 
 
+def _device_of(operands, out):
+    return next(o.device for o in ([out] if out is not None else []) + list(operands) if isinstance(o, Tensor))
+
+
+def launch_plan(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None, compute=None,
+                setting=None) -> LaunchPlan:
+    """The call site's launch plan; setting (block, num_warps) overrides the served one (the certifier's)."""
+    device = _device_of(operands, out)
+    key = (fn, out_dtype, work_dtype, compute, device, None if out is None else (out.shape, out.strides),
+           tuple(_operand_key(o) for o in operands), plans.setting_key(setting))
+    return plans.cached("elementwise", key, lambda: Plan(
+        fn, operands, out_dtype, compute_type(work_dtype) if compute is None else compute, out, device,
+        setting).launch_plan())
+
+
+def op_plan(op, operands, out_dtype: DType, pick) -> LaunchPlan:
+    """The launch plan of an elementwise op of nbx.core (its function and work dtype picked from the
+    operands' dtypes by pick(op, operands) -> (fn, work, operands as the kernel takes them))."""
+    key = (op.name, out_dtype, _device_of(operands, None), tuple(_operand_key(o) for o in operands))
+
+    def build() -> LaunchPlan:
+        fn, work, taken = pick(op, operands)
+        plan = Plan(fn, taken, out_dtype, compute_type(work), None, _device_of(operands, None), None)
+        plan.work, plan.tensor_scalars = work, any(a is not b for a, b in zip(taken, operands))
+        return plan.launch_plan()
+    return plans.cached("elementwise", key, build)
+
+
 def plan_for(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | None, compute=None,
              setting=None) -> Plan:
-    """The call site's plan; setting (block, num_warps) overrides the served one (the certifier's launches)."""
-    device = next(o.device for o in ([out] if out is not None else []) + list(operands) if isinstance(o, Tensor))
-    key = (fn, out_dtype, work_dtype, compute, device, None if out is None else (out.shape, out.strides),
-           tuple(_operand_key(o) for o in operands), launch.setting_key(setting))
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS.remember(key, Plan(fn, operands, out_dtype,
-                                         compute_type(work_dtype) if compute is None else compute, out, device,
-                                         setting))
-    return plan
+    """The call site's decisions (layout, kinds, grid, constants)."""
+    return launch_plan(fn, operands, out_dtype, work_dtype, out, compute, setting).detail
 
 
-def run(plan: Plan, out: Tensor, operands) -> None:
-    """Launch plan's kernel writing out (its call site calls the compiled kernel directly on repeats)."""
-    plan.site.run(plan.arguments(out, operands))
-
-
-def clear() -> None:
-    """Forget every plan (benchmarks measure the first-call path with it)."""
-    _PLANS.clear()
+def run(plan: LaunchPlan, out: Tensor, operands) -> None:
+    """Launch plan's kernel writing out (its compiled launcher called directly on repeats)."""
+    values = dict(zip(OPERANDS, operands))
+    values["out"] = out
+    plans.execute(plan, values)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache
 from math import prod
 
 import triton.language as tl
@@ -24,8 +23,9 @@ from nbx.core.layout import broadcast_shapes
 from nbx.core.promotion import result_type
 from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import launch, plans
 from ..cost import Buffer, Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
 from ..elementwise.casts import COMPILED
 from ..registry import implements
 from ..types import tl_type
@@ -99,8 +99,7 @@ class Plan:
         return (prod(d[0] for d in self.kernel_batch) * tiles,)
 
 
-@lru_cache(maxsize=4096)
-def _plan(a_shape, a_strides, a_dtype, b_shape, b_strides, b_dtype, dtype: DType, device, setting) -> Plan:
+def _decide(a_shape, a_strides, a_dtype, b_shape, b_strides, b_dtype, dtype: DType, device, setting) -> Plan:
     a_shape, a_strides, b_shape, b_strides = _as_matrices(a_shape, a_strides, b_shape, b_strides)
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
     batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
@@ -128,21 +127,38 @@ def _plan(a_shape, a_strides, a_dtype, b_shape, b_strides, b_dtype, dtype: DType
 
 
 def plan(x1: Tensor, x2: Tensor, dtype: DType, setting=None) -> Plan:
-    """The launch of x1 @ x2 (result dtype), kept per layout: a call site that repeats its shapes
-    pays for the planning once. setting overrides the served one (the certifier's)."""
-    return _plan(tuple(x1.shape), tuple(x1.strides), x1.dtype, tuple(x2.shape), tuple(x2.strides), x2.dtype, dtype,
-                 x1.device, launch.setting_key(setting))
+    """The decisions of x1 @ x2 (result dtype): tile, batch dims, constants. setting overrides the
+    served one (the certifier's)."""
+    return launch_plan(x1, x2, dtype, setting).detail
+
+
+def _build(x1: Tensor, x2: Tensor, dtype: DType, setting) -> LaunchPlan:
+    """One launch, or one per index of the batch dims beyond the kernel's three (each reading its
+    operands and writing its output from that index's offset)."""
+    p = _decide(tuple(x1.shape), tuple(x1.strides), x1.dtype, tuple(x2.shape), tuple(x2.strides), x2.dtype, dtype,
+                x1.device, setting)
+    (_, sa0, sb0, _), (d1, sa1, sb1, _), (d2, sa2, sb2, _) = p.kernel_batch
+    args = (p.m, p.n, p.k, d1, d2, sa0, sa1, sa2, *p.a_strides, sb0, sb1, sb2, *p.b_strides)
+    meta = dict(p.meta)
+    launches = []
+    for index in itertools.product(*(range(d[0]) for d in p.looped)):
+        at = [sum(i * d[j] for i, d in zip(index, p.looped, strict=True)) for j in (1, 2, 3)]
+        launches.append(Launch(matmul_kernel, p.grid, (Slot("x1", offset=at[0]), Slot("x2", offset=at[1]),
+                                                       Slot("out", offset=at[2]), *args), meta))
+    return LaunchPlan(x1.device, tuple(launches), (plans.output("out", result_shape(x1, x2), dtype),), detail=p)
+
+
+def launch_plan(x1: Tensor, x2: Tensor, dtype: DType, setting=None) -> LaunchPlan:
+    """The launches of x1 @ x2, kept per layout: a call site that repeats its shapes plans once."""
+    key = (x1.shape, x1.strides, x1.dtype, x2.shape, x2.strides, x2.dtype, dtype, x1.device,
+           plans.setting_key(setting))
+    return plans.cached("matmul", key, lambda: _build(x1, x2, dtype, setting))
 
 
 def result_shape(x1: Tensor, x2: Tensor) -> tuple[int, ...]:
     a_shape, _, b_shape, _ = _as_matrices(tuple(x1.shape), tuple(x1.strides), tuple(x2.shape), tuple(x2.strides))
     batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
     return tuple(batch) + tuple(x1.shape[-2:-1] if x1.ndim > 1 else ()) + tuple(x2.shape[-1:] if x2.ndim > 1 else ())
-
-
-def _at(t: Tensor, offset: int) -> Tensor:
-    """A view of t's storage starting offset elements further (the pointer a looped launch reads)."""
-    return Tensor(t.storage, t.dtype, (1,), (1,), t.storage_offset + offset)
 
 
 def launch_matmul(x1: Tensor, x2: Tensor, dtype: DType | None = None, out: Tensor | None = None,
@@ -158,16 +174,7 @@ def launch_matmul(x1: Tensor, x2: Tensor, dtype: DType | None = None, out: Tenso
     if x1.shape[-1] == 0:  # an empty sum: zeros, with no launch key formed for a product of nothing
         implementation("fill_", device)(out, 0)
         return out
-    p = plan(x1, x2, dtype, setting)
-    (_, sa0, sb0, _), (d1, sa1, sb1, _), (d2, sa2, sb2, _) = p.kernel_batch
-    args = (p.m, p.n, p.k, d1, d2, sa0, sa1, sa2, *p.a_strides, sb0, sb1, sb2, *p.b_strides)
-    meta = dict(p.meta)
-    if not p.looped:
-        launch.run(matmul_kernel, p.grid, device, x1, x2, out, *args, **meta)
-        return out
-    for index in itertools.product(*(range(d[0]) for d in p.looped)):
-        at = [sum(i * d[j] for i, d in zip(index, p.looped, strict=True)) for j in (1, 2, 3)]
-        launch.run(matmul_kernel, p.grid, device, _at(x1, at[0]), _at(x2, at[1]), _at(out, at[2]), *args, **meta)
+    plans.execute(launch_plan(x1, x2, dtype, setting), {"x1": x1, "x2": x2, "out": out})
     return out
 
 
@@ -193,5 +200,7 @@ def _matmul(x1: Tensor, x2: Tensor, dtype: DType) -> Tensor:
 
 
 declares("matmul")(lambda x1, x2: matmul_cost(x1, x2))
+
+from . import epilogue  # noqa: E402,F401  (linear, gated_linear)
 
 __all__ = ["launch_matmul", "matmul_cost", "plan", "result_shape", "check_dtypes", "SUPPORTED"]

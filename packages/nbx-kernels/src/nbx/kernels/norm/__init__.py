@@ -9,14 +9,14 @@ are declared in each call's cost, computed from the same plan the launch follows
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from math import prod
 
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..softmax import float_bits, work_dtype
 from ..softmax.rows import (LOOPED, SPLIT, Blocks, Rows, as_rows, blocks, contiguous_strides, is_strided,
@@ -51,8 +51,7 @@ class Plan:
     part_dtype: DType             # the partials of split rows
 
 
-@lru_cache(maxsize=4096)
-def _plan(shape, inputs, params, dtype: DType, keep: int, groups, device, family: str, setting) -> Plan:
+def _decide(shape, inputs, params, dtype: DType, keep: int, groups, device, family: str, setting) -> Plan:
     merged_shape, dense = _merged_view(shape, contiguous_strides(shape), keep, groups)
     copies, strides = [], []
     for name, t_shape, t_strides in inputs:
@@ -75,39 +74,23 @@ def _plan(shape, inputs, params, dtype: DType, keep: int, groups, device, family
 
 def plan(inputs: dict, params: dict, keep: int, groups: int | None = None, batch_norm: bool = False,
          setting=None) -> Plan:
-    """inputs: the row tensors by name (x first); params: per-column or per-channel tensors. Kept per
-    layout: a call site that repeats its shapes pays for the planning once. setting overrides the
-    served one (the certifier's launches)."""
+    """inputs: the row tensors by name (x first); params: per-column or per-channel tensors. setting
+    overrides the served one (the certifier's launches). The launches' plans keep it (_rows_plan)."""
     x = next(iter(inputs.values()))
-    return _plan(tuple(x.shape), tuple((k, tuple(t.shape), tuple(t.strides)) for k, t in inputs.items()),
+    return _decide(tuple(x.shape), tuple((k, tuple(t.shape), tuple(t.strides)) for k, t in inputs.items()),
                  tuple((k, t.is_contiguous()) for k, t in params.items() if t is not None), x.dtype, keep, groups,
-                 x.device, "batch_norm" if batch_norm else "norm", launch.setting_key(setting))
-
-
-def _dense_inputs(copies: tuple, tensors: dict) -> list:
-    """tensors (by name) in order, those the plan reads through a dense copy copied."""
-    return [t.contiguous() if t is not None and name in copies else t for name, t in tensors.items()]
+                 x.device, "batch_norm" if batch_norm else "norm", setting)
 
 
 def _key(t: Tensor | None):
     return None if t is None else (t.shape, t.strides, t.dtype)
 
 
-_SITES = launch.Sites()
+_X, _RES, _OUT, _NEW_RES, _W, _B, _PART, _EPS = (Slot(n) for n in (
+    "x", "residual", "out", "new_residual", "weight", "bias", "partials", "eps_bits"))
 
 
-class _Site:
-    """A call site of a norm: its plan's copies and partials, and its kernels' launches with every
-    argument its key decides (the ops' keys: their tensors' layouts and dtypes, their flags and the
-    width of eps's bits, whose value is an argument of every call), replayed by its repeats."""
-
-    __slots__ = ("copies", "part_shape", "part_dtype", "launches")
-
-    def __init__(self, p: Plan, launches: tuple, part_shape=None):
-        self.copies, self.part_dtype, self.launches, self.part_shape = p.copies, p.part_dtype, launches, part_shape
-
-
-def _rows_site(x: Tensor, keep: int, weight, bias, rms: bool, residual, groups, setting) -> _Site:
+def _rows_plan(x: Tensor, keep: int, weight, bias, rms: bool, residual, groups, setting) -> LaunchPlan:
     inputs = {"x": x} if residual is None else {"x": x, "residual": residual}
     p = plan(inputs, {"weight": weight, "bias": bias}, keep, groups, setting=setting)
     lay, tile = p.layout, p.tile
@@ -119,74 +102,63 @@ def _rows_site(x: Tensor, keep: int, weight, bias, rms: bool, residual, groups, 
     affine = dict(HAS_W=weight is not None, HAS_B=bias is not None, GROUPED=groups is not None)
     rows = (lay.rows, lay.n)
     batch = (lay.batch[1], lay.batch[2])
-    if p.path != SPLIT:  # x, residual, out, new residual, weight, bias
-        return _Site(p, (launch.site(norm_rows_kernel, (tile.row_tiles,), x.device, 6,
-                                     (*rows, *batch, *x_strides, *res_strides, *out_strides, *group_args),
-                                     ONE_PASS=tile.chunks == 1, **affine, **flags),))
+    outputs = tuple(plans.output(name, x.shape, x.dtype) for name in ("out", "new_residual")[:len(inputs)])
+    # an absent operand's pointer is x's or out's (never read or written)
+    res, new_res = (_X, _OUT) if residual is None else (_RES, _NEW_RES)
+    w, b = _W if weight is not None else _X, _B if bias is not None else _X
+    if p.path != SPLIT:
+        return LaunchPlan(x.device, (Launch(norm_rows_kernel, (tile.row_tiles,), (
+            _X, res, _OUT, new_res, w, b, *rows, *batch, *x_strides, *res_strides, *out_strides, *group_args, _EPS),
+            dict(ONE_PASS=tile.chunks == 1, **affine, **flags)),), outputs, (), p.copies, p)
     grid = (tile.row_tiles * tile.chunks,)
     part_block = min(pow2_at_least(tile.chunks), tile.block_rows * tile.block_n)
-    return _Site(p, (  # x, residual, new residual, partials; then x, new residual, out, weight, bias, partials
-        launch.site(norm_chunk_stats_kernel, grid, x.device, 4,
-                    (*rows, tile.chunks, *batch, *x_strides, *res_strides, *out_strides), **flags),
-        launch.site(norm_chunk_write_kernel, grid, x.device, 6,
-                    (*rows, tile.chunks, *batch, *x_strides, *out_strides, *group_args),
-                    PART_BLOCK=part_block, **affine, **flags)), (2, lay.rows, tile.chunks))
+    return LaunchPlan(x.device, (
+        Launch(norm_chunk_stats_kernel, grid, (_X, res, new_res, _PART, *rows, tile.chunks, *batch, *x_strides,
+                                               *res_strides, *out_strides), flags),
+        Launch(norm_chunk_write_kernel, grid, (_X, new_res, _OUT, w, b, _PART, *rows, tile.chunks, *batch,
+                                               *x_strides, *out_strides, *group_args, _EPS),
+               dict(PART_BLOCK=part_block, **affine, **flags))),
+        outputs, (plans.workspace("partials", (2, lay.rows, tile.chunks), p.part_dtype),), p.copies, p)
 
 
 def launch_rows_norm(x: Tensor, keep: int, weight=None, bias=None, eps: float = 0.0, rms: bool = False,
                      residual: Tensor | None = None, groups: int | None = None, out: Tensor | None = None,
                      setting=None):
     """The normalized rows of x (and, with a residual, the new residual x + residual), into out when
-    given (contiguous, x's shape and dtype); setting overrides the served (certified) one."""
-    device = x.device
-    out = launch.output(x.shape, x.dtype, device, out)
-    new_residual = launch.output(x.shape, x.dtype, device) if residual is not None else None
-    if x.size == 0:
-        return out if residual is None else (out, new_residual)
-    bits = float_bits(eps)
-    key = (x.shape, x.strides, x.dtype, device, keep, groups, rms, _key(residual), _key(weight), _key(bias),
-           launch.int_width(bits), launch.setting_key(setting))
-    site = _SITES.get(key) or _SITES.remember(key, _rows_site(x, keep, weight, bias, rms, residual, groups, setting))
-    xs, res, w, b = x, residual, weight, bias
-    if site.copies:
-        xs, res, w, b = _dense_inputs(site.copies, {"x": x, "residual": residual, "weight": weight, "bias": bias})
-    # an absent operand's pointer is x's (never read)
-    res = xs if res is None else res
-    new_res = out if new_residual is None else new_residual
-    w = xs if w is None else w
-    b = xs if b is None else b
-    if site.part_shape is None:
-        site.launches[0].launch((xs, res, out, new_res, w, b), bits)
-    else:
-        part = launch.output(site.part_shape, site.part_dtype, device)
-        site.launches[0].launch((xs, res, new_res, part))
-        site.launches[1].launch((xs, new_res, out, w, b, part), bits)
-    return out if residual is None else (out, new_residual)
+    given (contiguous, x's shape and dtype); setting overrides the served (certified) one. eps's
+    value is an argument of every call (its float64 bits)."""
+    if out is not None or x.size == 0:
+        out = launch.output(x.shape, x.dtype, x.device, out)
+        if x.size == 0:
+            return out if residual is None else (out, launch.output(x.shape, x.dtype, x.device))
+    key = (x.shape, x.strides, x.dtype, x.device, keep, groups, rms, _key(residual), _key(weight), _key(bias),
+           plans.setting_key(setting))
+    p = plans.cached("norm", key, lambda: _rows_plan(x, keep, weight, bias, rms, residual, groups, setting))
+    values = plans.execute(p, {"x": x, "residual": residual, "out": out, "weight": weight, "bias": bias,
+                               "eps_bits": float_bits(eps)})
+    return values["out"] if residual is None else (values["out"], values["new_residual"])
 
 
-def _batch_norm_site(x: Tensor, params: dict) -> _Site:
+def _batch_norm_plan(x: Tensor, params: dict) -> LaunchPlan:
     p = plan({"x": x}, params, keep=2, batch_norm=True)
     lay, tile = p.layout, p.tile
-    return _Site(p, (launch.site(  # x, out, running mean, running var, weight, bias
-        channel_affine_kernel, (tile.row_tiles,), x.device, 6,
-        (lay.rows, lay.n, x.shape[1], lay.batch[1], lay.batch[2], *lay.strides[0], *lay.strides[-1]),
+    w, b = _W if params["weight"] is not None else _X, _B if params["bias"] is not None else _X
+    return LaunchPlan(x.device, (Launch(channel_affine_kernel, (tile.row_tiles,), (
+        _X, _OUT, Slot("running_mean"), Slot("running_var"), w, b, lay.rows, lay.n, x.shape[1], lay.batch[1],
+        lay.batch[2], *lay.strides[0], *lay.strides[-1], _EPS), dict(
         HAS_W=params["weight"] is not None, HAS_B=params["bias"] is not None, COMPUTE=compute_type(x.dtype),
-        BLOCK_ROWS=tile.block_rows, BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps),))
+        BLOCK_ROWS=tile.block_rows, BLOCK_N=tile.block_n, WIDE=wide_columns(lay), num_warps=tile.num_warps)),),
+        (plans.output("out", x.shape, x.dtype),), (), p.copies, p)
 
 
 def launch_batch_norm(x: Tensor, mean: Tensor, var: Tensor, weight=None, bias=None, eps: float = 0.0) -> Tensor:
-    device = x.device
-    out = launch.output(x.shape, x.dtype, device)
     if x.size == 0:
-        return out
+        return launch.output(x.shape, x.dtype, x.device)
     params = {"running_mean": mean, "running_var": var, "weight": weight, "bias": bias}
-    bits = float_bits(eps)
-    key = ("batch_norm", x.shape, x.strides, x.dtype, device, *(_key(t) for t in params.values()),
-           launch.int_width(bits))
-    site = _SITES.get(key) or _SITES.remember(key, _batch_norm_site(x, params))
-    xs, mean, var, w, b = _dense_inputs(site.copies, {"x": x, **params})
-    site.launches[0].launch((xs, out, mean, var, xs if w is None else w, xs if b is None else b), bits)
-    return out
+    key = (x.shape, x.strides, x.dtype, x.device, *(_key(t) for t in params.values()))
+    p = plans.cached("batch_norm", key, lambda: _batch_norm_plan(x, params))
+    return plans.execute(p, {"x": x, "running_mean": mean, "running_var": var, "weight": weight, "bias": bias,
+                             "eps_bits": float_bits(eps)})["out"]
 
 
 # ---- the ops ---------------------------------------------------------------------------------

@@ -43,8 +43,9 @@ from nbx.core.errors import NotSupportedError
 from nbx.core.random.philox import WORDS_PER_COUNTER
 from nbx.core.tensor import Tensor, empty
 
-from .. import launch
+from .. import launch, plans
 from ..cost import Buffer, Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
 from ..elementwise import layout
 from ..registry import implements
 from . import kernel as k
@@ -113,31 +114,46 @@ def _counters_per_program(device) -> tuple[int, dict]:
     return block // WORDS_PER_COUNTER, settings
 
 
+_SPLIT = "split"   # the detail of a plan whose operand keeps more dims than the kernel's four
+_WORDS = tuple(Slot(n) for n in ("seed_lo", "seed_hi", "off_lo", "off_hi", "a_lo", "a_hi", "b_lo", "b_hi"))
+
+
+def _random_plan(out: Tensor, draw: int, compute, x: Tensor | None, full_range: bool, phase: int) -> LaunchPlan:
+    n = out.size
+    if x is None:
+        sizes, x_strides, x_slot = (1, 1, 1, 1), (0, 0, 0, 0), Slot("out")
+    else:
+        sizes, x_strides = _operand_layout(x, out.shape)
+        if len(sizes) > layout.MAX_RANK:
+            return LaunchPlan(out.device, (), detail=_SPLIT)
+        lead = layout.MAX_RANK - len(sizes)
+        sizes, x_strides, x_slot = (1,) * lead + sizes, (0,) * lead + x_strides, Slot("x")
+    counters, settings = _counters_per_program(out.device)
+    words = phase + n * (2 if draw == k.RANDINT else 1)  # randint: 64 bits an element (nbx.core.random.ops)
+    grid = (triton.cdiv(triton.cdiv(words, WORDS_PER_COUNTER), counters),)
+    return LaunchPlan(out.device, (Launch(k.random_kernel, grid, (
+        Slot("out"), n, *_WORDS, x_slot, *sizes[1:], *x_strides), dict(
+        DRAW=draw, COMPUTE=compute, BELOW_ONE=_below_one(out.dtype) if draw == k.RAND else 0.0,
+        FULL_RANGE=full_range, X_DENSE=layout.is_dense(sizes, x_strides),
+        WIDE=_needs_wide_index(n + phase, settings["block"], sizes, x_strides), PHASE=phase, BLOCK=counters,
+        num_warps=settings["num_warps"], enable_fp_fusion=False)),))
+
+
 def _launch(out: Tensor, seed: int, offset: int, draw: int, *, compute=tl.float32, a=(0, 0), b=(0, 0),
             x: Tensor | None = None, full_range: bool = False, phase: int = 0) -> None:
     """Fill the contiguous out with one launch; an operand whose layout keeps more than four dims
     after merging is read in place by one launch per index of its leading dims (no dense copy).
     phase: how many words of counter `offset` the draw has already spent (split launches only)."""
-    n = out.size
-    if n == 0:
+    if out.size == 0:
         return
-    if x is None:
-        sizes, x_strides, x = (1, 1, 1, 1), (0, 0, 0, 0), out
-    else:
+    key = (draw, out.shape, out.dtype, out.device, compute, None if x is None else (x.shape, x.strides, x.dtype),
+           full_range, phase)
+    lp = plans.cached("random", key, lambda: _random_plan(out, draw, compute, x, full_range, phase))
+    if lp.detail == _SPLIT:
         sizes, x_strides = _operand_layout(x, out.shape)
-        if len(sizes) > layout.MAX_RANK:
-            return _launch_split(out, seed, offset, draw, sizes, x_strides, x, compute=compute, a=a, b=b)
-        lead = layout.MAX_RANK - len(sizes)
-        sizes, x_strides = (1,) * lead + sizes, (0,) * lead + x_strides
-    counters, settings = _counters_per_program(out.device)
-    words = phase + n * (2 if draw == k.RANDINT else 1)  # randint: 64 bits an element (nbx.core.random.ops)
-    grid = (triton.cdiv(triton.cdiv(words, WORDS_PER_COUNTER), counters),)
-    launch.run(k.random_kernel, grid, out.device,
-               out, n, *_words(seed), *_words(offset), *a, *b, x, *sizes[1:], *x_strides,
-               DRAW=draw, COMPUTE=compute, BELOW_ONE=_below_one(out.dtype) if draw == k.RAND else 0.0,
-               FULL_RANGE=full_range, X_DENSE=layout.is_dense(sizes, x_strides),
-               WIDE=_needs_wide_index(n + phase, settings["block"], sizes, x_strides), PHASE=phase, BLOCK=counters,
-               num_warps=settings["num_warps"], enable_fp_fusion=False)
+        return _launch_split(out, seed, offset, draw, sizes, x_strides, x, compute=compute, a=a, b=b)
+    words = (*_words(seed), *_words(offset), *a, *b)
+    plans.execute(lp, {"out": out, "x": x, **{slot.name: w for slot, w in zip(_WORDS, words)}})
 
 
 def _launch_split(out, seed, offset, draw, sizes, x_strides, x, **kw) -> None:

@@ -2,11 +2,12 @@
 or two when long rows are split (partials, then a merge in range order).
 
 A plan is computed from shapes, strides, dtypes and the device file's settings alone, so
-nbx.kernels.price reports exactly the buffers a call allocates without touching memory.
+nbx.kernels.price reports exactly the buffers a call allocates without touching memory. Each op's
+launch plan (nbx.kernels.plans) is kept per call site: x's layout and dtype, the dims, the output
+dtype and the kernel's constants.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from math import prod
 
@@ -16,8 +17,9 @@ from nbx.core import dtypes
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost
+from ..plans import Launch, LaunchPlan, Slot
 from ..types import tl_type
 from . import layout, tuning
 from .combine import Code as C
@@ -83,36 +85,24 @@ class Plan:
         return Cost(tuple(buffers), moved, n_in, launches if n_out else 0)
 
 
-_SETTINGS: dict = {}
-
-
 def settings(device) -> dict:
-    """tiles.reduction of the device file in force for device, read once per device (per call
-    site cost: a reduction's host time is part of every decode step)."""
-    found = _SETTINGS.get(device)
-    if found is None:
-        found = _SETTINGS[device] = dict(launch.tiles("reduction", device))
-    return found
+    """tiles.reduction of the device file in force for device."""
+    return launch.tiles("reduction", device)
 
 
 def plan(x: Tensor, dims, keepdim: bool, ordered: bool, setting=None) -> Plan:
     """ordered: the result depends on the order of the reduced dims (an index), so keep it.
     setting overrides the served (certified) one: the certifier launches this very path with it."""
-    return _plan(x.shape, x.strides, None if dims is None else tuple(dims), keepdim, ordered, x.dtype, x.device,
-                 launch.setting_key(setting))
-
-
-@functools.lru_cache(maxsize=4096)
-def _plan(shape, strides, dims, keepdim: bool, ordered: bool, dtype: DType, device, setting) -> Plan:
-    view = layout.plan(shape, strides, dims, ordered)
+    dims = None if dims is None else tuple(dims)
+    view = layout.plan(x.shape, x.strides, dims, ordered)
     if setting is None:  # certified for the launch key (the device file's tile on interp)
-        setting = tuning.setting(device, view, dtype)
-    s = {**settings(device), **dict(setting)}
+        setting = tuning.setting(x.device, view, x.dtype)
+    s = {**settings(x.device), **dict(setting)}
     tile = layout.tile(view, s)
     merge = None
     if tile.splits > 1:
         merge = layout.tile(layout.Rows(view.rows, tile.splits, 1, tile.splits, 0, 1), s, split=False)
-    return Plan(view, tile, merge, reduced_shape(shape, dims, keepdim), s)
+    return Plan(view, tile, merge, reduced_shape(x.shape, dims, keepdim), s)
 
 
 def _source(x: Tensor, view: layout.Rows) -> Tensor:
@@ -124,30 +114,25 @@ def _view_args(view: layout.Rows) -> tuple[int, ...]:
     return (view.rows, view.cols, *view.row_args, view.col_stride)
 
 
-def _site(kernel, p: Plan, tile: layout.Tile, view: layout.Rows, device, n_tensors: int, n_splits: int, cols: bool,
-          meta: dict) -> launch.CallSite:
-    fixed = (*_view_args(view), tile.split_len, n_splits, *((p.view.cols,) if cols else ()))
-    return launch.site(kernel, tile.grid(view.rows), device, n_tensors, fixed, BLOCK_R=tile.block_r,
-                       BLOCK_C=tile.block_c, num_warps=p.settings["num_warps"], **meta)
+def _launch(kernel, p: Plan, tile: layout.Tile, view: layout.Rows, tensors: tuple, n_splits: int, tail: tuple,
+            meta: dict) -> Launch:
+    """tail: what follows the split count (the reduced length, per-call scalars)."""
+    return Launch(kernel, tile.grid(view.rows), (*tensors, *_view_args(view), tile.split_len, n_splits, *tail),
+                  dict(BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, num_warps=p.settings["num_warps"], **meta))
 
 
-class _Site:
-    """A call site of a reduction: its plan and launches, with every argument its key decides (each
-    op's: x's layout and dtype, the dims, the output dtype and the kernel's constants), replayed by its
-    repeats. One launch over the rows (`whole`'s constants), or, when the plan splits them, one into
-    partials (`partial`'s) and one over the partials (`merge`'s). cols: the kernel takes the reduced
-    length after the split count."""
-
-    __slots__ = ("plan", "launches")
-
-    def __init__(self, kernel, p: Plan, device, n_tensors: int, cols: bool, whole: dict, partial: dict, merge: dict,
-                 **meta):
-        self.plan = p
-        if p.merge is None:
-            self.launches = (_site(kernel, p, p.tile, p.view, device, n_tensors, 1, cols, {**meta, **whole}),)
-            return
-        self.launches = (_site(kernel, p, p.tile, p.view, device, n_tensors, p.tile.splits, cols, {**meta, **partial}),
-                         _site(kernel, p, p.merge, p.merge_view, device, n_tensors, 1, cols, {**meta, **merge}))
+def _reduction_plan(kernel, p: Plan, device, outputs: tuple, workspace: tuple, whole: tuple, partial: tuple,
+                    merge: tuple, tail: tuple, **meta) -> LaunchPlan:
+    """One launch over the rows (whole: its tensors and constants) or, when the plan splits them,
+    one into partials (partial's) and one over the partials (merge's); tail follows the split count."""
+    if prod(p.out_shape) == 0:
+        launches = ()
+    elif p.merge is None:
+        launches = (_launch(kernel, p, p.tile, p.view, whole[0], 1, tail, {**meta, **whole[1]}),)
+    else:
+        launches = (_launch(kernel, p, p.tile, p.view, partial[0], p.tile.splits, tail, {**meta, **partial[1]}),
+                    _launch(kernel, p, p.merge, p.merge_view, merge[0], 1, tail, {**meta, **merge[1]}))
+    return LaunchPlan(device, launches, outputs, workspace if p.merge is not None and launches else (), (), p)
 
 
 def _checked_plan(x: Tensor, dims, keepdim: bool, ordered: bool, setting=None) -> Plan:
@@ -155,34 +140,35 @@ def _checked_plan(x: Tensor, dims, keepdim: bool, ordered: bool, setting=None) -
     return plan(x, dims, keepdim, ordered, setting)
 
 
-_SITES = launch.Sites()
-
-
 def _key(x: Tensor, dims, keepdim: bool, *rest) -> tuple:
     return (x.shape, x.strides, x.dtype, x.device, None if dims is None else tuple(dims), keepdim, *rest)
+
+
+def _run(launch_plan: LaunchPlan, x: Tensor, **values) -> dict:
+    """The plan run over x (or its contiguous copy, when the plan reads one and launches at all)."""
+    return plans.execute(launch_plan, dict(values, x=_source(x, launch_plan.detail.view) if launch_plan.launches else x))
+
+
+_X, _OUT, _PART = Slot("x"), Slot("out"), Slot("partials")
 
 
 def accumulate(x: Tensor, dims, keepdim: bool, out_dtype: DType, op: int, contribution: int, final: int,
                acc: DType, identity, power: float = 0.0, out: Tensor | None = None, setting=None) -> Tensor:
     """One accumulator over dims, into out when given (contiguous, of the result's shape and out_dtype)."""
+    def build() -> LaunchPlan:
+        p = _checked_plan(x, dims, keepdim, False, setting)
+        return _reduction_plan(
+            accumulate_kernel, p, x.device, (plans.output("out", p.out_shape, out_dtype),),
+            (plans.workspace("partials", (p.view.rows, p.tile.splits), acc),),
+            ((_X, _OUT), dict(MAP=contribution, FINAL=final)), ((_X, _PART), dict(MAP=contribution, FINAL=C.KEEP)),
+            ((_PART, _OUT), dict(MAP=C.VALUE, FINAL=final)), (p.view.cols, Slot("power")),
+            OP=op, IDENTITY=identity, ACC=tl_type(acc))
     key = _key(x, dims, keepdim, accumulate_kernel, out_dtype, op, contribution, final, acc, identity,
-               type(identity), launch.setting_key(setting))
-    site = _SITES.get(key) or _SITES.remember(key, _Site(
-        accumulate_kernel, _checked_plan(x, dims, keepdim, False, setting), x.device, 2, True,
-        dict(MAP=contribution, FINAL=final), dict(MAP=contribution, FINAL=C.KEEP), dict(MAP=C.VALUE, FINAL=final),
-        OP=op, IDENTITY=identity, ACC=tl_type(acc)))
-    p = site.plan
-    out = launch.output(p.out_shape, out_dtype, x.device, out)
-    if out.size == 0:
-        return out
-    src = _source(x, p.view)
-    if p.merge is None:
-        site.launches[0].launch((src, out), power)
-        return out
-    partials = launch.output((p.view.rows, p.tile.splits), acc, x.device)
-    site.launches[0].launch((src, partials), power)
-    site.launches[1].launch((partials, out), power)
-    return out
+               type(identity), plans.setting_key(setting))
+    lp = plans.cached("reduction", key, build)
+    if out is not None:
+        launch.output(lp.detail.out_shape, out_dtype, x.device, out)
+    return _run(lp, x, out=out, power=power)["out"]
 
 
 INDEX32_LIMIT = 2**31 - 1
@@ -198,73 +184,52 @@ def index_lanes(cols: int) -> dict:
 
 def extreme_index(x: Tensor, dims, keepdim: bool, values_dtype: DType | None, op: int):
     """(values, indices) of the first extreme; values None when values_dtype is None (argmax)."""
-    key = _key(x, dims, keepdim, extreme_index_kernel, values_dtype, op)
-    site = _SITES.get(key) or _SITES.remember(key, _extreme_index_site(x, dims, keepdim, values_dtype, op))
-    p = site.plan
-    values = launch.output(p.out_shape, values_dtype, x.device) if values_dtype is not None else None
-    index = launch.output(p.out_shape, dtypes.INDEX, x.device)
-    if index.size == 0:
-        return values, index
-    src = _source(x, p.view)
-    final_values = values if values is not None else index
-    if p.merge is None:
-        site.launches[0].launch((src, index, final_values, index))
-        return values, index
-    best = launch.output((p.view.rows, p.tile.splits), comparison_dtype(x.dtype), x.device)
-    where = launch.output((p.view.rows, p.tile.splits), dtypes.INDEX, x.device)
-    site.launches[0].launch((src, where, best, where))
-    site.launches[1].launch((best, where, final_values, index))
-    return values, index
+    def build() -> LaunchPlan:
+        p = _checked_plan(x, dims, keepdim, True)
+        acc, write = comparison_dtype(x.dtype), values_dtype is not None
+        index, best, where = Slot("indices"), Slot("best"), Slot("where")
+        final_values = Slot("values") if write else index
+        outputs = ((plans.output("values", p.out_shape, values_dtype),) if write else ()) + (
+            plans.output("indices", p.out_shape, dtypes.INDEX),)
+        parts = (p.view.rows, p.tile.splits)
+        return _reduction_plan(
+            extreme_index_kernel, p, x.device, outputs,
+            (plans.workspace("best", parts, acc), plans.workspace("where", parts, dtypes.INDEX)),
+            ((_X, index, final_values, index), dict(FROM_PARTIALS=False, WRITE_VALUES=write)),
+            ((_X, where, best, where), dict(FROM_PARTIALS=False, WRITE_VALUES=True)),
+            ((best, where, final_values, index), dict(FROM_PARTIALS=True, WRITE_VALUES=write)), (),
+            OP=op, IDENTITY=extreme_identity(acc, op), ACC=tl_type(acc), **index_lanes(p.view.cols))
+    lp = plans.cached("reduction", _key(x, dims, keepdim, extreme_index_kernel, values_dtype, op), build)
+    values = _run(lp, x)
+    return values.get("values"), values["indices"]
 
 
-def _extreme_index_site(x: Tensor, dims, keepdim: bool, values_dtype: DType | None, op: int) -> _Site:
-    p = _checked_plan(x, dims, keepdim, True)
-    acc, write = comparison_dtype(x.dtype), values_dtype is not None
-    return _Site(extreme_index_kernel, p, x.device, 4, False,
-                 dict(FROM_PARTIALS=False, WRITE_VALUES=write), dict(FROM_PARTIALS=False, WRITE_VALUES=True),
-                 dict(FROM_PARTIALS=True, WRITE_VALUES=write), OP=op, IDENTITY=extreme_identity(acc, op),
-                 ACC=tl_type(acc), **index_lanes(p.view.cols))
+def _state_plan(kernel, x: Tensor, dims, keepdim: bool, out_dtype: DType, states: int, whole: tuple, partial: tuple,
+                merge: tuple, tail: tuple, **meta) -> LaunchPlan:
+    """A plan whose split rows keep `states` partials each (views of one workspace, "state")."""
+    p = _checked_plan(x, dims, keepdim, False)
+    return _reduction_plan(kernel, p, x.device, (plans.output("out", p.out_shape, out_dtype),),
+                           (plans.workspace("state", (states, p.view.rows, p.tile.splits), accumulator(x.dtype)),),
+                           whole, partial, merge, (p.view.cols, *tail) if tail else (),  # moments: n_total, correction
+                           ACC=tl_type(accumulator(x.dtype)), **meta)
+
+
+_STATE = tuple(Slot("state", part=i) for i in range(3))
 
 
 def moments(x: Tensor, dims, keepdim: bool, out_dtype: DType, final: int, correction: float) -> Tensor:
-    key = _key(x, dims, keepdim, moments_kernel, out_dtype, final)
-    site = _SITES.get(key) or _SITES.remember(key, _Site(
-        moments_kernel, _checked_plan(x, dims, keepdim, False), x.device, 4, True,
-        dict(FROM_PARTIALS=False, FINAL=final),
-        dict(FROM_PARTIALS=False, FINAL=C.PARTIAL), dict(FROM_PARTIALS=True, FINAL=final),
-        ACC=tl_type(accumulator(x.dtype))))
-    p = site.plan
-    out = launch.output(p.out_shape, out_dtype, x.device)
-    if out.size == 0:
-        return out
-    src, correction = _source(x, p.view), float(correction)
-    if p.merge is None:
-        site.launches[0].launch((src, out, out, out), correction)
-        return out
-    state = launch.output((3, p.view.rows, p.tile.splits), accumulator(x.dtype), x.device)
-    count, mean, m2 = state[0], state[1], state[2]
-    site.launches[0].launch((src, count, mean, m2), correction)
-    site.launches[1].launch((count, out, mean, m2), correction)
-    return out
+    count, mean, m2 = _STATE
+    lp = plans.cached("reduction", _key(x, dims, keepdim, moments_kernel, out_dtype, final), lambda: _state_plan(
+        moments_kernel, x, dims, keepdim, out_dtype, 3, ((_X, _OUT, _OUT, _OUT), dict(FROM_PARTIALS=False, FINAL=final)),
+        ((_X, count, mean, m2), dict(FROM_PARTIALS=False, FINAL=C.PARTIAL)),
+        ((count, _OUT, mean, m2), dict(FROM_PARTIALS=True, FINAL=final)), (Slot("correction"),)))
+    return _run(lp, x, correction=float(correction))["out"]
 
 
 def logsumexp(x: Tensor, dims, keepdim: bool, out_dtype: DType) -> Tensor:
-    key = _key(x, dims, keepdim, logsumexp_kernel, out_dtype)
-    site = _SITES.get(key) or _SITES.remember(key, _Site(
-        logsumexp_kernel, _checked_plan(x, dims, keepdim, False), x.device, 4, False,
-        dict(FROM_PARTIALS=False, FINAL=C.RESULT),
-        dict(FROM_PARTIALS=False, FINAL=C.PARTIAL), dict(FROM_PARTIALS=True, FINAL=C.RESULT),
-        ACC=tl_type(accumulator(x.dtype))))
-    p = site.plan
-    out = launch.output(p.out_shape, out_dtype, x.device)
-    if out.size == 0:
-        return out
-    src = _source(x, p.view)
-    if p.merge is None:
-        site.launches[0].launch((src, src, out, out))
-        return out
-    state = launch.output((2, p.view.rows, p.tile.splits), accumulator(x.dtype), x.device)
-    running_max, total = state[0], state[1]
-    site.launches[0].launch((src, src, running_max, total))
-    site.launches[1].launch((running_max, total, out, out))
-    return out
+    running_max, total = _STATE[:2]
+    lp = plans.cached("reduction", _key(x, dims, keepdim, logsumexp_kernel, out_dtype), lambda: _state_plan(
+        logsumexp_kernel, x, dims, keepdim, out_dtype, 2, ((_X, _X, _OUT, _OUT), dict(FROM_PARTIALS=False, FINAL=C.RESULT)),
+        ((_X, _X, running_max, total), dict(FROM_PARTIALS=False, FINAL=C.PARTIAL)),
+        ((running_max, total, _OUT, _OUT), dict(FROM_PARTIALS=True, FINAL=C.RESULT)), ()))
+    return _run(lp, x)["out"]

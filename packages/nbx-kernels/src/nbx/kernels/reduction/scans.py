@@ -6,7 +6,6 @@ contiguous tensor of the input's shape, written through its own strides.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from nbx.core import dtypes
@@ -14,8 +13,9 @@ from nbx.core.layout import contiguous_strides
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost
+from ..plans import Launch, LaunchPlan, Slot
 from ..types import tl_type
 from . import layout
 from .combine import Code as C
@@ -34,51 +34,47 @@ class ScanPlan:
 
 
 def plan(x: Tensor, dim: int) -> ScanPlan:
-    s = settings(x.device)
-    return _plan(x.shape if x.ndim else (1,), x.strides if x.ndim else (1,), dim, tuple(sorted(s.items())))
-
-
-@functools.lru_cache(maxsize=1024)
-def _plan(shape, x_strides, dim: int, settings_items) -> ScanPlan:
+    shape, x_strides = (x.shape, x.strides) if x.ndim else ((1,), (1,))
     out_strides = contiguous_strides(shape)
     x_view, out_view = layout.scan_plan(shape, x_strides, out_strides, dim)
     copy = x_view is None
     if copy:  # read a contiguous copy: it shares the output's strides, which always collapse
         x_view, out_view = layout.scan_plan(shape, out_strides, out_strides, dim)
-    s = dict(settings_items)
+    s = settings(x.device)
     t = layout.tile(x_view, s, split=False)
     return ScanPlan(x_view, out_view, copy, t.block_r, t.block_c, s)
 
 
-def _launch(kernel, x: Tensor, dim: int, outputs: list[Tensor], op: int, identity, acc: DType) -> None:
+def _scan_plan(kernel, x: Tensor, dim: int, outputs: tuple, op: int, identity, acc: DType) -> LaunchPlan:
     p = plan(x, dim)
-    if x.size == 0:
-        return
-    src = x.contiguous() if p.copy else x
     v, o = p.x_view, p.out_view
-    launch.run(kernel, (layout.cdiv(v.rows, p.block_r),), x.device, src, *outputs, v.rows, v.cols,
-               v.inner, v.stride0, v.stride1, v.col_stride, o.stride0, o.stride1, o.col_stride,
-               OP=op, IDENTITY=identity, ACC=tl_type(acc), BLOCK_R=p.block_r, BLOCK_C=p.block_c,
-               num_warps=p.settings["num_warps"])
+    launches = () if x.size == 0 else (Launch(kernel, (layout.cdiv(v.rows, p.block_r),), (
+        Slot("x"), *(Slot(b.name) for b in outputs), v.rows, v.cols, v.inner, v.stride0, v.stride1, v.col_stride,
+        o.stride0, o.stride1, o.col_stride), dict(OP=op, IDENTITY=identity, ACC=tl_type(acc), BLOCK_R=p.block_r,
+                                                  BLOCK_C=p.block_c, num_warps=p.settings["num_warps"])),)
+    return LaunchPlan(x.device, launches, outputs, (), ("x",) if p.copy and launches else (), p)
+
+
+def _scan(kernel, x: Tensor, dim: int, outputs: tuple, op: int, identity, acc: DType) -> dict:
+    tl_type(x.dtype)
+    key = (x.shape, x.strides, x.dtype, x.device, dim, kernel, outputs, op)
+    lp = plans.cached("scan", key, lambda: _scan_plan(kernel, x, dim, outputs, op, identity, acc))
+    return plans.execute(lp, {"x": x})
 
 
 def accumulating_scan(x: Tensor, dim: int, out_dtype: DType, op: int) -> Tensor:
     """cumsum (op ADD) or cumprod (MUL) along dim into a new tensor of out_dtype."""
-    tl_type(x.dtype)
-    out = launch.output(x.shape, out_dtype, x.device)
-    acc = accumulator(out_dtype)
-    _launch(scan_kernel, x, dim, [out], op, 0 if op == C.ADD else 1, acc)
-    return out
+    return _scan(scan_kernel, x, dim, (plans.output("out", x.shape, out_dtype),), op, 0 if op == C.ADD else 1,
+                 accumulator(out_dtype))["out"]
 
 
 def running_extreme(x: Tensor, dim: int, op: int) -> tuple[Tensor, Tensor]:
     """cummax (op MAX) or cummin (MIN): the running extreme and the index holding it."""
-    tl_type(x.dtype)
-    values = launch.output(x.shape, x.dtype, x.device)
-    index = launch.output(x.shape, dtypes.INDEX, x.device)
     acc = comparison_dtype(x.dtype)
-    _launch(running_extreme_kernel, x, dim, [values, index], op, extreme_identity(acc, op), acc)
-    return values, index
+    values = _scan(running_extreme_kernel, x, dim, (plans.output("values", x.shape, x.dtype),
+                                                    plans.output("indices", x.shape, dtypes.INDEX)),
+                   op, extreme_identity(acc, op), acc)
+    return values["values"], values["indices"]
 
 
 def scan_cost(x: Tensor, dim: int, outputs: list[tuple[str, DType]]) -> Cost:

@@ -1,0 +1,277 @@
+"""The one launch path of every kernel family: a pure plan, one runtime, one cache.
+
+A family turns a call's layouts (shapes, strides, dtypes), the device's facts and the served
+setting into a `LaunchPlan`: the launches (kernel, grid, argument template, constants), the
+output and workspace buffers (also what the op's declared cost reads) and the inputs it reads
+through a dense copy. A template's `Slot`s name what each call supplies: its tensors, its outputs
+and workspace (allocated by the runtime) and its per-call scalars (a scale, an eps). Everything
+else in the template is fixed by the plan.
+
+`execute(plan, values)` runs any plan. On a GPU a launch's first call goes through Triton's JIT;
+its repeats call the compiled kernel's launcher directly, found by what Triton specialises each
+slot on, read from the kernel's own signature: a pointer by its 16-byte alignment, an int by its
+width and (unless the kernel lists it in `do_not_specialize`) by being 1 or a multiple of 16, any
+other scalar by its type. A family never restates those rules.
+
+`cached(op, signature, build)` keeps plans in one bounded cache keyed by (op, signature,
+generation). The signature is the family's: everything `build` reads (the tensors' shapes,
+strides and dtypes, the device, flags, an overriding setting). The generation moves when the
+device files are read again (`device_files.forget()`) or the autotune serving state is reset:
+every plan made before is then dropped. `reset()` drops them for tests and benchmarks.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+import triton
+
+from nbx.core import device_files
+from nbx.core.device import Device, get_backend
+from nbx.core.dtypes import DType
+from nbx.core.tensor import Tensor, empty
+
+from .cost import LAUNCH, RESULT, Buffer
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A template argument each call supplies: values[name], or a view of it (part: its index
+    `part` along dim 0; offset: the element `offset` further, read as a 1-element view)."""
+    name: str
+    part: int | None = None
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """An output (lifetime RESULT) or workspace (LAUNCH) buffer the runtime allocates per call."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    lifetime: str = RESULT
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * self.dtype.itemsize
+
+    def buffer(self) -> Buffer:
+        return Buffer(self.name, self.nbytes, self.lifetime)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """kernel[grid](*args, **meta), args a template of fixed values and Slots."""
+    kernel: object
+    grid: tuple[int, ...]
+    args: tuple
+    meta: dict
+    _runner: list = field(default_factory=list, compare=False, repr=False)  # the runtime's, made once
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    device: Device
+    launches: tuple[Launch, ...]
+    outputs: tuple[BufferSpec, ...] = ()
+    workspace: tuple[BufferSpec, ...] = ()
+    copies: tuple[str, ...] = ()   # inputs read through a dense copy (workspace of the call too)
+    detail: object = None          # the family's own record of its decisions (tile, path), for its cost and tests
+
+    def buffers(self) -> tuple[Buffer, ...]:
+        """The outputs then the workspace, as the declared cost lists them."""
+        return tuple(b.buffer() for b in self.outputs + self.workspace)
+
+
+def workspace(name: str, shape, dtype: DType) -> BufferSpec:
+    return BufferSpec(name, tuple(shape), dtype, LAUNCH)
+
+
+def output(name: str, shape, dtype: DType) -> BufferSpec:
+    return BufferSpec(name, tuple(shape), dtype, RESULT)
+
+
+# ---- the cache ------------------------------------------------------------------------------------
+
+MAX_PLANS = 8192
+_PLANS: dict = {}
+_generation_cached = [device_files.generation()]
+
+
+def cached(op: str, signature: tuple, build: Callable[[], LaunchPlan]) -> LaunchPlan:
+    """The plan of op for signature, built once per generation; past MAX_PLANS the oldest goes."""
+    generation = device_files.generation()
+    key = (op, signature, generation)
+    found = _PLANS.get(key)
+    if found is None:
+        if generation != _generation_cached[0]:  # every plan of an older generation is stale
+            _PLANS.clear()
+            _generation_cached[0] = generation
+        if len(_PLANS) >= MAX_PLANS:
+            del _PLANS[next(iter(_PLANS))]
+        found = _PLANS[key] = build()
+    return found
+
+
+def reset() -> None:
+    """Forget every plan and the compiled launchers they hold (tests, benchmarks of the first call)."""
+    _PLANS.clear()
+
+
+def cached_count(op: str | None = None) -> int:
+    """How many plans the cache holds (of op, when given)."""
+    return len(_PLANS) if op is None else sum(1 for key in _PLANS if key[0] == op)
+
+
+def compiled_count() -> int:
+    """How many compiled launchers the cached plans hold (tests check that repeats reuse them)."""
+    return sum(len(l._runner[0].compiled) for p in _PLANS.values() for l in p.launches if l._runner)
+
+
+def setting_key(setting: dict | None) -> tuple | None:
+    """A launch's overriding setting (the certifier's) as part of a signature."""
+    return None if setting is None else tuple(sorted(setting.items()))
+
+
+# ---- the runtime ----------------------------------------------------------------------------------
+
+def execute(plan: LaunchPlan, values: dict) -> dict:
+    """Run plan over values (its slots by name): the copies made, the outputs and workspace not
+    given allocated, every launch in order. Returns values, outputs included."""
+    device = plan.device
+    for name in plan.copies:
+        if values.get(name) is not None:
+            values[name] = values[name].contiguous()
+    for spec in plan.outputs + plan.workspace:
+        if values.get(spec.name) is None:
+            values[spec.name] = empty(spec.shape, spec.dtype, device)
+    for one in plan.launches:
+        runner = one._runner[0] if one._runner else _make_runner(one, device)
+        runner.run(values)
+    return values
+
+
+def int_width(value: int) -> str:
+    """The type Triton passes an int as: all it specialises a do_not_specialize int on."""
+    return "i32" if -2 ** 31 <= value < 2 ** 31 else "i64" if -2 ** 63 <= value < 2 ** 63 else "u64"
+
+
+def int_class(value: int) -> tuple:
+    """The part of an int argument Triton specialises on: width, == 1, % 16 == 0."""
+    return (int_width(value), value == 1, value % 16 == 0)
+
+
+def _at(t: Tensor, offset: int) -> Tensor:
+    return Tensor(t.storage, t.dtype, (1,), (1,), t.storage_offset + offset)
+
+
+def _resolve(slot: Slot, values: dict):
+    v = values[slot.name]
+    if slot.part is not None:
+        v = v[slot.part]
+    if slot.offset:
+        v = _at(v, slot.offset)
+    if isinstance(v, np.integer):  # the launcher takes Python ints
+        v = int(v)
+    elif isinstance(v, np.floating):
+        v = float(v)
+    return v
+
+
+class _Runner:
+    """One launch's runtime: its template, its slots with the specialisation rule of their kernel
+    parameters, and its compiled launchers by the slots' specialisation."""
+
+    __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp")
+
+    def __init__(self, one: Launch, device: Device):
+        self.launch, self.device, self.backend = one, device, get_backend(device.type)
+        self.interp = device.type == "interp"
+        self.template = list(one.args)
+        params = getattr(one.kernel, "params", None) or []
+        free = {p.num for p in params if getattr(p, "do_not_specialize", False)}
+        self.slots = tuple((pos, a, pos in free) for pos, a in enumerate(one.args) if isinstance(a, Slot))
+        self.compiled: dict = {}
+
+    def arguments(self, values: dict) -> list:
+        args = self.template.copy()
+        for pos, slot, _ in self.slots:
+            args[pos] = _resolve(slot, values)
+        return args
+
+    def run(self, values: dict) -> None:
+        one = self.launch
+        if self.interp:  # numpy warns of NaNs in masked-off lanes; a GPU says nothing
+            with np.errstate(all="ignore"), self.backend.device_guard(self.device):
+                one.kernel[one.grid](*self.arguments(values), **one.meta)
+            return
+        args, key = self.template.copy(), []
+        for pos, slot, free in self.slots:
+            v = _resolve(slot, values)
+            kind = type(v)
+            if kind is int:
+                key.append(int_width(v) if free else int_class(v))
+            elif isinstance(v, Tensor):
+                v = v.data_ptr()
+                key.append(v % 16 == 0)
+            else:
+                key.append(kind)
+            args[pos] = v
+        key = tuple(key)
+        fast = self.compiled.get(key)
+        if fast is None or hooks_set():
+            with self.backend.device_guard(self.device):
+                compiled = one.kernel[one.grid](*self.arguments(values), **one.meta)
+            if hasattr(compiled, "packed_metadata"):
+                self.compiled[key] = _Compiled(one.kernel, compiled, len(args), one.meta)
+            return
+        _call(fast, one.grid, self.device, self.backend, args)
+
+
+def hooks_set() -> bool:
+    """Whether Triton's launch hooks want to see launches (3.6 keeps them in HookChains, empty
+    unless someone registered a hook): every launch then goes through the JIT."""
+    runtime = triton.knobs.runtime
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
+
+
+class _Compiled:
+    """A compiled kernel's launcher and what follows the positional arguments (constants, in the
+    kernel's signature order)."""
+
+    __slots__ = ("run", "function", "packed", "tail")
+
+    def __init__(self, kernel, compiled, n_args: int, meta: dict):
+        self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
+        params = kernel.params[n_args:]
+        self.tail = tuple(meta[p.name] if p.name in meta else p.default for p in params)
+
+
+def _stream_of(index: int) -> int:
+    return triton.runtime.driver.active.get_current_stream(index)
+
+
+def _call(fast: _Compiled, grid, device: Device, backend, args) -> None:
+    """The compiled kernel's launcher on device's current stream, device made current if it is not."""
+    grid = (*grid, 1, 1)
+    stream = _stream_of(device.index)
+    if backend.device_count() == 1 or backend.current_device() == device.index:  # one device: it is current
+        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *args, *fast.tail)
+        return
+    with backend.device_guard(device):
+        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *args, *fast.tail)
+
+
+def _make_runner(one: Launch, device: Device) -> _Runner:
+    runner = _Runner(one, device)
+    one._runner.append(runner)
+    return runner
+
+
+__all__ = ["Slot", "BufferSpec", "Launch", "LaunchPlan", "output", "workspace", "cached", "execute", "reset",
+           "cached_count", "compiled_count", "setting_key", "int_width", "int_class", "MAX_PLANS"]
