@@ -231,3 +231,17 @@ def test_warnings_of_a_clean_run_are_none(setup):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         setup.tuner().setting(setup.tunable, n=1000, dtype="float32")
+
+
+def test_the_report_line_says_plainly_when_the_installed_compiler_has_no_certificates(setup):
+    from nbx.autotune.device_class import Identity
+    setup.certify(1000)  # made under triton-3.6.0-cuda
+    newer = Identity("nvidia", "nvidia-h200-140gb", "triton-3.9.0-cuda")
+    tuner = Tuner(setup.facts, newer, certificates=CertificateStore([setup.tmp / "certs"], False),
+                  cache=CertificateStore([setup.tmp / "cache"], False), timer_factory=setup.timer, warmup=0, repeats=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AutotuneWarning)
+        tuner.setting(setup.tunable, n=1000, dtype="float32")
+    assert autotune.report_line() == LINE.format(0, 1, 0) + (
+        "; no certificates for the installed compiler triton-3.9.0-cuda on nvidia-h200-140gb (they are for "
+        "triton-3.6.0-cuda): each key takes the device file's setting after an oracle check, or is refused in certified-only mode")

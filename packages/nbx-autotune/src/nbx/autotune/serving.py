@@ -79,8 +79,20 @@ class Report:
             setattr(self, source, getattr(self, source) + 1)
 
     def line(self) -> str:
-        return (f"[autotune] certified: {self.certified} key(s) served without a sweep, {self.swept} swept at "
+        text = (f"[autotune] certified: {self.certified} key(s) served without a sweep, {self.swept} swept at "
                 f"runtime (kept locally), {self.local} from the local cache, {self.neighbour} from a neighbour")
+        for (device_class_, compiler), others in sorted(self.other_compilers().items()):
+            text += (f"; no certificates for the installed compiler {compiler} on {device_class_} (they are "
+                     f"for {', '.join(sorted(others))}): each key takes the device file's setting after an "
+                     f"oracle check, or is refused in certified-only mode")
+        return text
+
+    def other_compilers(self) -> dict[tuple[str, str], set[str]]:
+        merged: dict[tuple[str, str], set[str]] = {}
+        for s in self.stores:
+            for where, others in s.other_compilers.items():
+                merged.setdefault(where, set()).update(others)
+        return merged
 
     def refusals(self) -> list[store.Refusal]:
         seen = []

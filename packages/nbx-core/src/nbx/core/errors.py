@@ -54,6 +54,10 @@ class FileFormatError(NbxError, ValueError):
     """A malformed or truncated file (safetensors header, device file, certificate)."""
 
 
+class PathNotFoundError(NbxError, FileNotFoundError):
+    """A file or folder that is not there (a save into a missing folder)."""
+
+
 class DLPackError(NbxError, BufferError):
     """A DLPack exchange that cannot be made (device, dtype, stream or copy request)."""
 
