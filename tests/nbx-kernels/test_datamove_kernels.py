@@ -157,3 +157,35 @@ def test_one_integer_array_of_getitem_and_setitem_runs_as_a_take_and_a_scatter_l
     with pytest.raises(IndexingError):
         indexing._one_array_put(d, (nbx.asarray([0, 9]).to(device),), 5.0)
     np.testing.assert_array_equal(d.numpy(), expected)
+
+
+def test_data_dependent_ops_count_on_the_device_then_write_each_place_once(device):
+    from nbx.core import indexing
+    a = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    m = a > 0.2
+    c, d = both(a, device)
+    cm, dm = both(m, device)
+    same(nbx.argwhere(d), nbx.argwhere(c))
+    for got, expected in zip(nbx.where(dm), nbx.where(cm)):
+        same(got, expected)
+    same(nbx.masked_select(d, dm), nbx.masked_select(c, cm))
+    src = np.arange(60, dtype=np.float32)
+    same(nbx.masked_scatter(d, dm, nbx.asarray(src).to(device)), nbx.masked_scatter(c, cm, nbx.asarray(src)))
+    lead = nbx.asarray(m[:, :, 0]).to(device)
+    np.testing.assert_array_equal(indexing._leading_mask_take(d, (lead,), lead).numpy(), a[m[:, :, 0]])
+    assert nbx.argwhere(nbx.zeros(2, 3).to(device)).shape == (0, 2)
+
+
+def test_searchsorted_on_the_device_places_nans_last_and_refuses_an_unsorted_sequence(device):
+    seq = np.sort(rng.standard_normal(9)).astype(np.float32)
+    seq[-1] = np.nan
+    v = rng.standard_normal((2, 4)).astype(np.float32)
+    v[0, 0], v[1, 1] = np.nan, seq[3]
+    for side in ("left", "right"):
+        same(nbx.searchsorted(nbx.asarray(seq).to(device), nbx.asarray(v).to(device), side=side),
+             nbx.asarray(np.searchsorted(seq, v, side)))
+    rows = np.sort(rng.standard_normal((2, 5)), axis=1).astype(np.float32)
+    same(nbx.searchsorted(nbx.asarray(rows).to(device), nbx.asarray(v).to(device), side="right"),
+         nbx.searchsorted(nbx.asarray(rows), nbx.asarray(v), side="right"))
+    with pytest.raises(nbx.ArgumentError, match="not sorted"):
+        nbx.searchsorted(nbx.asarray(seq[::-1].copy()).to(device), nbx.asarray(v).to(device))

@@ -3,8 +3,9 @@
 Basic indices are ints, slices with any step (negative steps and bounds included), None and
 Ellipsis. Integer-array and boolean-mask indices follow numpy's semantics on host memory (cpu,
 interp). On other devices one integer array among basic indices is a take along its dim (the
-gather kernel, numpy's transposition rule kept); several arrays, boolean masks and advanced
-__setitem__ there are refused by name until their kernels exist.
+gather kernel, numpy's transposition rule kept), a boolean mask over the leading dims a take at
+its True positions, and `x[..., index, ...] = v` with one 1-D integer array an index_copy; several
+arrays, masks placed elsewhere and masked assignment there are refused by name.
 """
 from __future__ import annotations
 
@@ -75,6 +76,17 @@ def _host_key(t: Tensor, key: tuple) -> tuple:
     return tuple(out)
 
 
+def _leading_mask_take(t: Tensor, key: tuple, mask: Tensor):
+    """x[mask] (mask over x's leading dims, the rest whole): a take of the flattened leading dims
+    at the mask's True positions; None for a mask placed otherwise."""
+    rest = key[1:]
+    if key[0] is not mask or mask.ndim == 0 or mask.shape != t.shape[:mask.ndim] or \
+            any(not (k is Ellipsis or k == slice(None)) for k in rest):
+        return None
+    from .ops.gather import nonzero, take
+    return take(t.reshape(-1, *t.shape[mask.ndim:]), nonzero(mask.reshape(-1))[0], axis=0)
+
+
 def _one_array_take(t: Tensor, key: tuple):
     """x[..., array, ...] with one integer array among basic indices, as a take of the basic view;
     None when the key is of another kind."""
@@ -85,6 +97,8 @@ def _one_array_take(t: Tensor, key: tuple):
     where, index = arrays[0], key[arrays[0]]
     if isinstance(index, (list, np.ndarray)):
         index = asarray(index, device=t.device)
+    if isinstance(index, Tensor) and index.dtype.kind == "bool":
+        return _leading_mask_take(t, key, index)
     if not isinstance(index, Tensor) or not index.dtype.is_integer:
         return None
     view = basic_view(t, key[:where] + (slice(None),) + key[where + 1:])

@@ -16,6 +16,7 @@ import triton
 from nbx.core import dtypes
 from nbx.core.dtypes import DType
 from nbx.core.errors import DTypeError, IndexingError, NotSupportedError
+from nbx.core.ops.creation import asarray
 from nbx.core.tensor import Tensor, empty
 
 from .. import launch, plans
@@ -23,7 +24,8 @@ from ..cost import Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..types import compute_type, tl_type
-from .kernel import COMBINERS, scatter_rows_kernel, take_along_kernel, take_rows_kernel
+from .kernel import (COMBINERS, compact_kernel, scatter_rows_kernel, searchsorted_kernel, take_along_kernel,
+                     take_rows_kernel)
 
 _BITS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
@@ -171,6 +173,97 @@ def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce, include_sel
     return out
 
 
+# ---- data-dependent sizes: the count is read back, then one pass writes each place once ------------
+def true_positions(mask: Tensor) -> Tensor:
+    """The flat int64 positions of mask's True (non-zero) elements, in row-major order: a running
+    count (the scan kernel), its total read back, then compact_kernel stores each position once."""
+    from nbx.core.ops.elementwise import astype
+    from nbx.core.ops.reductions import cumsum
+    flat = astype(mask, dtypes.bool_).reshape(-1).contiguous()
+    n = flat.size
+    rank = cumsum(flat.to(dtype=dtypes.int32), dim=0, dtype=dtypes.INDEX)
+    total = int(rank[-1].item()) if n else 0
+    out = empty((total,), dtypes.INDEX, mask.device)
+    if total:
+        block = launch.tiles("gather", mask.device)["block"]
+        plan = plans.cached("compact", (n, mask.device), lambda: LaunchPlan(mask.device, (Launch(
+            compact_kernel, (triton.cdiv(n, block),), (Slot("mask"), Slot("rank"), Slot("out"), n),
+            dict(BLOCK=block, num_warps=launch.tiles("gather", mask.device)["num_warps"])),)))
+        plans.execute(plan, {"mask": as_bits(flat)[0], "rank": rank, "out": out})
+    return out
+
+
+@implements("argwhere")
+def argwhere(x: Tensor) -> Tensor:
+    from nbx.core.ops.datamove import stack
+    flat = true_positions(x)
+    if x.ndim == 0:
+        return flat.reshape(-1, 0)
+    coords, stride = [], 1
+    for size in reversed(x.shape):
+        coords.append((flat // stride) % size)
+        stride *= size
+    return stack(coords[::-1], axis=1) if flat.size else empty((0, x.ndim), dtypes.INDEX, x.device)
+
+
+@implements("masked_select")
+def masked_select(x: Tensor, mask: Tensor) -> Tensor:
+    from nbx.core.ops.gather import take
+    return take(x.reshape(-1), true_positions(mask), axis=0)
+
+
+@implements("masked_scatter")
+def masked_scatter(x: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    """The running count of the mask names, at each True place, the source element it takes."""
+    from nbx.core.errors import ShapeError
+    from nbx.core.ops.elementwise import astype, clamp, where
+    from nbx.core.ops.gather import take
+    from nbx.core.ops.reductions import cumsum
+    flat_mask = astype(mask, dtypes.bool_).reshape(-1)
+    if flat_mask.size == 0:
+        return x.clone()
+    rank = cumsum(flat_mask.to(dtype=dtypes.int32), dim=0, dtype=dtypes.INDEX)
+    count = int(rank[-1].item())
+    if count > source.size:
+        raise ShapeError(f"masked_scatter: {count} masked places, the source has {source.size} elements")
+    if count == 0:
+        return x.clone()
+    taken = take(source.reshape(-1), clamp(rank - 1, min=0), axis=0)
+    return where(flat_mask, taken, x.reshape(-1)).reshape(x.shape)
+
+
+@implements("searchsorted")
+def searchsorted(x1: Tensor, x2: Tensor, side: str) -> Tensor:
+    from nbx.core.errors import ArgumentError
+    from nbx.core.ops import elementwise as ew
+    from nbx.core.ops.reductions import all as all_of
+    seq = x1.contiguous()
+    n = seq.shape[-1]
+    if n > 1:
+        lower, upper = seq[..., :-1], seq[..., 1:]
+        ordered = ew.less_equal(lower, upper)
+        if seq.dtype.kind == "float":
+            ordered = ew.logical_or(ordered, ew.isnan(upper))
+        if not all_of(ordered).item():
+            raise ArgumentError("searchsorted: the sequence (through its sorter) is not sorted ascending")
+    shared = seq.ndim == 1
+    values = x2.reshape(1, -1) if shared else x2.reshape(-1, max(x2.shape[-1], 1) if x2.ndim else 1)
+    values = values.contiguous()
+    out = empty(values.shape, dtypes.INDEX, x2.device)
+    if out.size and n:
+        tiles = launch.tiles("gather", x2.device)
+        rows, m = values.shape
+        signature = (rows, m, n, seq.dtype, shared, side, x2.device)
+        plan = plans.cached("searchsorted", signature, lambda: LaunchPlan(x2.device, (Launch(
+            searchsorted_kernel, (rows, triton.cdiv(m, tiles["block"])),
+            (Slot("seq"), Slot("v"), Slot("out"), n, m, n.bit_length() + 1),
+            dict(ROWS_SHARED=shared, RIGHT=side == "right", BLOCK=tiles["block"], num_warps=tiles["num_warps"])),)))
+        plans.execute(plan, {"seq": seq, "v": values, "out": out})
+    elif out.size:
+        out._copy_from(asarray(0, dtype=dtypes.INDEX, device=x2.device).broadcast_to(out.shape))
+    return out.reshape(x2.shape)
+
+
 def _plan_cost(plan: LaunchPlan, read: int, notes=()) -> Cost:
     written = sum(b.nbytes for b in plan.outputs)
     return Cost(buffers=plan.buffers(), bytes_moved=read + written, launches=len(plan.launches), notes=tuple(notes))
@@ -199,4 +292,22 @@ def _scatter_cost(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce=None, 
                 notes=("the clone, the axis-last region copies in and out, the scatter",))
 
 
-__all__ = ["take", "take_along_axis", "scatter", "as_bits", "axis_last", "axis_back"]
+def _data_dependent_cost(x: Tensor, per_hit: int) -> Cost:
+    """At most every element is a hit: the declared buffers are the bound, the count a readback."""
+    bound = x.size * per_hit
+    return Cost(buffers=(plans.output("out", (bound,), dtypes.uint8).buffer(),
+                         plans.workspace("rank", (x.size,), dtypes.INDEX).buffer()),
+                bytes_moved=x.nbytes + 16 * x.size + bound, launches=3,
+                notes=("output size is data-dependent: the buffer is its bound; the count is read back",))
+
+
+declares("argwhere")(lambda x: _data_dependent_cost(x, 8 * max(x.ndim, 1)))
+declares("masked_select")(lambda x, mask: _data_dependent_cost(x, 8 + x.dtype.itemsize))
+declares("masked_scatter")(lambda x, mask, source: _data_dependent_cost(x, x.dtype.itemsize))
+declares("searchsorted")(lambda x1, x2, side="left": Cost(
+    buffers=(plans.output("out", x2.shape, dtypes.INDEX).buffer(),),
+    bytes_moved=x2.nbytes + 8 * x2.size + x1.nbytes, launches=3,
+    notes=("a sortedness check (read back), then one binary search a value",)))
+
+__all__ = ["take", "take_along_axis", "scatter", "as_bits", "axis_last", "axis_back", "true_positions", "argwhere",
+           "masked_select", "masked_scatter", "searchsorted"]
