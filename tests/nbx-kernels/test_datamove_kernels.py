@@ -189,3 +189,13 @@ def test_searchsorted_on_the_device_places_nans_last_and_refuses_an_unsorted_seq
          nbx.searchsorted(nbx.asarray(rows), nbx.asarray(v), side="right"))
     with pytest.raises(nbx.ArgumentError, match="not sorted"):
         nbx.searchsorted(nbx.asarray(seq[::-1].copy()).to(device), nbx.asarray(v).to(device))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_unique_on_the_device_keeps_each_nan_apart_and_inverts(device, dtype):
+    a = rng.integers(0, 5, (3, 7)).astype(np.float32)
+    if dtype == "float32":
+        a[0, 0], a[1, 1], a[2, 2] = np.nan, np.nan, -0.0
+    c, d = both(a, device, dtype)
+    for got, expected in zip(nbx.unique_all(d), nbx.unique_all(c)):
+        same(got, expected)

@@ -135,3 +135,31 @@ def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
 
 
 __all__ = ["sort", "topk"]
+
+
+@implements("unique")
+def unique(x: Tensor):
+    """Sorted unique values, first indices, inverse indices and counts from one stable sort: a
+    value starts a group where it differs from its sorted neighbour (NaN differs from itself, so
+    each NaN is its own value, as the standard says); the inverse is the group of each sorted
+    position taken through the inverse permutation (a second argsort, of the sort order)."""
+    from nbx.core.ops.creation import asarray, full
+    from nbx.core.ops.datamove import concat
+    from nbx.core.ops.elementwise import not_equal
+    from nbx.core.ops.gather import take
+    from nbx.core.ops.reductions import cumsum
+    from nbx.core.ops.sorting import take_sorted
+    from ..gather import true_positions
+    flat = x.reshape(-1)
+    n = flat.size
+    if n == 0:
+        empty_index = full((0,), 0, dtype=dtypes.INDEX, device=x.device)
+        return flat.contiguous(), empty_index, empty_index.reshape(x.shape), empty_index
+    ordered, order = take_sorted(flat, 0, False)
+    starts = concat([full((1,), True, dtype=dtypes.bool_, device=x.device), not_equal(ordered[1:], ordered[:-1])])
+    first = true_positions(starts)
+    values = take(ordered, first, axis=0)
+    counts = concat([first[1:], asarray([n], dtype=dtypes.INDEX, device=x.device)]) - first
+    group = cumsum(starts.to(dtype=dtypes.int32), dim=0, dtype=dtypes.INDEX) - 1
+    back = take_sorted(order.to(dtype=dtypes.int32), 0, False)[1]  # the inverse permutation
+    return values, take(order, first, axis=0), take(group, back, axis=0).reshape(x.shape), counts
