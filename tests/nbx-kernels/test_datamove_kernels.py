@@ -199,3 +199,13 @@ def test_unique_on_the_device_keeps_each_nan_apart_and_inverts(device, dtype):
     c, d = both(a, device, dtype)
     for got, expected in zip(nbx.unique_all(d), nbx.unique_all(c)):
         same(got, expected)
+
+
+@pytest.mark.parametrize("method", ["linear", "lower", "nearest", "midpoint"])
+def test_quantile_on_the_device_matches_the_float64_oracle_and_gives_nan_for_a_row_with_nan(device, method, check):
+    a = rng.standard_normal((3, 11)).astype(np.float32)
+    a[2, 3] = np.nan
+    c, d = both(a, device)
+    for q, keepdim in ((0.3, False), ([0.1, 0.5, 0.95], True)):
+        got = nbx.quantile(d, q, dim=1, keepdim=keepdim, interpolation=method)
+        check(got, nbx.oracle("quantile", c, np.asarray(q), 1, keepdim, method, None), device)

@@ -163,3 +163,45 @@ def unique(x: Tensor):
     group = cumsum(starts.to(dtype=dtypes.int32), dim=0, dtype=dtypes.INDEX) - 1
     back = take_sorted(order.to(dtype=dtypes.int32), 0, False)[1]  # the inverse permutation
     return values, take(order, first, axis=0), take(group, back, axis=0).reshape(x.shape), counts
+
+
+@implements("quantile")
+def quantile(x: Tensor, qs, dim: int, keepdim: bool, interpolation: str, keepdim_axes):
+    """numpy's methods over one sort along dim: each q's two neighbouring order statistics (their
+    places computed on the host in float64, as numpy's) blended on the device; a row holding a NaN
+    gives NaN, as numpy's."""
+    import numpy as np
+    from nbx.core.ops import elementwise as ew
+    from nbx.core.ops.datamove import stack
+    from nbx.core.ops.reductions import any as any_of
+    work = dtypes.float32 if x.dtype.itemsize < 4 else x.dtype
+    ordered = take_sorted_values(x.to(dtype=work), dim)
+    n = x.shape[dim]
+    has_nan = any_of(ew.isnan(x), dim=dim, keepdim=True)
+    out = []
+    for q in np.atleast_1d(qs):
+        place = float(q) * (n - 1)
+        lo, hi = int(np.floor(place)), int(np.ceil(place))
+        a, b = ordered.narrow(dim, lo, 1), ordered.narrow(dim, hi, 1)
+        t = place - lo
+        if interpolation == "lower":
+            value = a
+        elif interpolation == "higher":
+            value = b
+        elif interpolation == "nearest":
+            value = ordered.narrow(dim, int(np.around(place)), 1)
+        elif interpolation == "midpoint":
+            value = (a + b) * 0.5
+        else:  # numpy's _lerp: from the nearer end
+            value = b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+        value = ew.where(has_nan, float("nan"), value)
+        out.append(value if keepdim and keepdim_axes is None else value.squeeze(dim))
+    result = stack(out, axis=0) if np.ndim(qs) else out[0]
+    if keepdim and keepdim_axes is not None:
+        result = result.reshape(tuple(np.shape(qs)) + (1,) * keepdim_axes)
+    return result.to(dtype=x.dtype)
+
+
+def take_sorted_values(x: Tensor, dim: int) -> Tensor:
+    from nbx.core.ops.sorting import take_sorted
+    return take_sorted(x, dim, False)[0]
