@@ -209,3 +209,17 @@ def test_quantile_on_the_device_matches_the_float64_oracle_and_gives_nan_for_a_r
     for q, keepdim in ((0.3, False), ([0.1, 0.5, 0.95], True)):
         got = nbx.quantile(d, q, dim=1, keepdim=keepdim, interpolation=method)
         check(got, nbx.oracle("quantile", c, np.asarray(q), 1, keepdim, method, None), device)
+
+
+def test_index_put_with_integer_and_boolean_indices_accumulates_duplicates_and_refuses_bad_indices(device):
+    a = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    mask = np.array([[True, False, True], [False, False, True], [True, True, True], [False] * 3])
+    for idx, vals, acc in [((np.array([0, 0, -1]),), np.ones((3, 3, 2), np.float32), True),
+                           ((np.array([1, 2]), np.array([0, -1])), np.float32(5), False),
+                           ((mask,), np.arange(2, dtype=np.float32), True)]:
+        expected = nbx.index_put(nbx.asarray(a), tuple(nbx.asarray(i) for i in idx), nbx.asarray(vals), accumulate=acc)
+        got = nbx.index_put(nbx.asarray(a).to(device), tuple(nbx.asarray(i).to(device) for i in idx),
+                            nbx.asarray(vals).to(device), accumulate=acc)
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)
+    with pytest.raises(IndexingError):
+        nbx.index_put(nbx.asarray(a).to(device), (nbx.asarray([4]).to(device),), nbx.asarray(np.float32(1)).to(device))

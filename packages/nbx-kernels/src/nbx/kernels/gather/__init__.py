@@ -292,6 +292,41 @@ def _scatter_cost(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce=None, 
                 notes=("the clone, the axis-last region copies in and out, the scatter",))
 
 
+@implements("index_put")
+def index_put(x: Tensor, indices: tuple, values: Tensor, accumulate: bool) -> Tensor:
+    """x[indices] = values (or +=) as a scatter over x's indexed leading dims flattened: bool
+    indices become their True positions, integer ones broadcast together, are checked (a readback)
+    and raveled into one flat index."""
+    from nbx.core import layout
+    from nbx.core.errors import IndexingError, ShapeError
+    from nbx.core.ops import elementwise as ew
+    from nbx.core.ops.gather import nonzero, scatter
+    from nbx.core.ops.reductions import all as all_of
+    arrays = []
+    for index in indices:
+        arrays.extend(nonzero(index) if index.dtype.kind == "bool" else (index,))
+    if len(arrays) > x.ndim:
+        raise IndexingError(f"index_put: {len(arrays)} indices for a tensor of {x.ndim} dims")
+    shape = layout.broadcast_shapes(*(a.shape for a in arrays))
+    lead, rest = x.shape[:len(arrays)], x.shape[len(arrays):]
+    flat = None
+    for a, size in zip(arrays, lead):
+        a = a.to(dtype=dtypes.INDEX)
+        if a.size and not all_of(ew.logical_and(a >= -size, a < size)).item():
+            raise IndexingError(f"index_put: an index is out of range for a dim of size {size}")
+        a = ew.where(a < 0, a + size, a).broadcast_to(shape)
+        flat = a if flat is None else flat * size + a
+    k = prod(shape)
+    target = x.contiguous().reshape(prod(lead), *rest)
+    try:
+        src = values.broadcast_to(shape + rest).reshape(k, *rest)
+    except ShapeError as exc:
+        raise ShapeError(f"index_put: values of shape {values.shape} for {shape + rest}: {exc}") from None
+    view = [k] + [1] * len(rest)
+    full = flat.reshape(view).broadcast_to((k, *rest))
+    return scatter(target, 0, full, src.contiguous(), reduce="sum" if accumulate else None).reshape(x.shape)
+
+
 def _data_dependent_cost(x: Tensor, per_hit: int) -> Cost:
     """At most every element is a hit: the declared buffers are the bound, the count a readback."""
     bound = x.size * per_hit
@@ -310,4 +345,4 @@ declares("searchsorted")(lambda x1, x2, side="left": Cost(
     notes=("a sortedness check (read back), then one binary search a value",)))
 
 __all__ = ["take", "take_along_axis", "scatter", "as_bits", "axis_last", "axis_back", "true_positions", "argwhere",
-           "masked_select", "masked_scatter", "searchsorted"]
+           "masked_select", "masked_scatter", "searchsorted", "index_put"]
