@@ -157,6 +157,9 @@ def test_one_integer_array_of_getitem_and_setitem_runs_as_a_take_and_a_scatter_l
     with pytest.raises(IndexingError):
         indexing._one_array_put(d, (nbx.asarray([0, 9]).to(device),), 5.0)
     np.testing.assert_array_equal(d.numpy(), expected)
+    rows, cols = np.array([[0], [3]]), np.array([1, -1, 2])  # several arrays over the leading dims: one take
+    taken = indexing._leading_arrays_take(d, (nbx.asarray(rows).to(device), nbx.asarray(cols).to(device)))
+    np.testing.assert_array_equal(taken.numpy(), expected[rows, cols])
 
 
 def test_data_dependent_ops_count_on_the_device_then_write_each_place_once(device):

@@ -299,9 +299,7 @@ def index_put(x: Tensor, indices: tuple, values: Tensor, accumulate: bool) -> Te
     and raveled into one flat index."""
     from nbx.core import layout
     from nbx.core.errors import IndexingError, ShapeError
-    from nbx.core.ops import elementwise as ew
-    from nbx.core.ops.gather import nonzero, scatter
-    from nbx.core.ops.reductions import all as all_of
+    from nbx.core.ops.gather import nonzero, scatter, wrap_checked
     arrays = []
     for index in indices:
         arrays.extend(nonzero(index) if index.dtype.kind == "bool" else (index,))
@@ -311,10 +309,7 @@ def index_put(x: Tensor, indices: tuple, values: Tensor, accumulate: bool) -> Te
     lead, rest = x.shape[:len(arrays)], x.shape[len(arrays):]
     flat = None
     for a, size in zip(arrays, lead):
-        a = a.to(dtype=dtypes.INDEX)
-        if a.size and not all_of(ew.logical_and(a >= -size, a < size)).item():
-            raise IndexingError(f"index_put: an index is out of range for a dim of size {size}")
-        a = ew.where(a < 0, a + size, a).broadcast_to(shape)
+        a = wrap_checked("index_put", a, size).broadcast_to(shape)
         flat = a if flat is None else flat * size + a
     k = prod(shape)
     target = x.contiguous().reshape(prod(lead), *rest)
