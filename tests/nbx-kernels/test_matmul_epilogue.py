@@ -180,7 +180,9 @@ def interp():
     {"m": 20, "n": 24, "k": 40, "dtype": "float32", "layout": "nn", "form": "gated", "tma": False, "precision": "ieee"},
     {"m": 80, "n": 24, "k": 64, "dtype": "float16", "layout": "nn", "form": "gated", "tma": True, "precision": "none"},
     {"m": 9, "n": 16, "k": 64, "dtype": "float32", "layout": "nt", "form": "plain", "tma": True, "precision": "tf32"},
-    {"m": 70, "n": 32, "k": 64, "dtype": "int32", "layout": "nt", "form": "plain", "tma": True, "precision": "none"}])
+    {"m": 70, "n": 32, "k": 64, "dtype": "int32", "layout": "nt", "form": "plain", "tma": True, "precision": "none"},
+    {"m": 4, "n": 130, "k": 256, "dtype": "bfloat16", "layout": "nt", "form": "blockscaled", "tma": False,
+     "precision": "none"}])
 def test_the_workload_forms_its_own_key_and_its_candidates_pass_the_screen(interp, rep):
     from nbx.kernels.matmul.tuning import representative_operands
     rep = {**rep, "dtype": nbx.as_dtype(rep["dtype"])}
