@@ -235,22 +235,6 @@ def _mask(op: str, x: Tensor, mask: Tensor) -> Tensor:
     return mask
 
 
-def masked_fill(x: Tensor, mask: Tensor, value) -> Tensor:
-    """x with value where mask (broadcast to x) is True; value is a scalar or a 0-d tensor."""
-    from .elementwise import where
-    mask = _mask("masked_fill", x, mask)
-    if layout.broadcast_shapes(x.shape, mask.shape) != x.shape:
-        raise ShapeError(f"masked_fill: mask {mask.shape} does not broadcast to {x.shape}")
-    if isinstance(value, Tensor):
-        if value.ndim != 0:
-            raise ShapeError("masked_fill takes a 0-d tensor as its value")
-        value = value.to(dtype=x.dtype)
-    else:
-        check_scalar(value, x.dtype)
-    out = where(mask, value, x)
-    return out if out.dtype is x.dtype else out.to(dtype=x.dtype)
-
-
 def masked_select(x: Tensor, mask: Tensor) -> Tensor:
     """The elements of x (broadcast with mask) where mask is True, as a 1-D tensor."""
     mask = _mask("masked_select", x, mask)
@@ -364,5 +348,5 @@ def _register_scatter():
 _register_scatter()
 
 __all__ = ["take", "index_select", "embedding", "take_along_axis", "gather", "scatter", "index_add", "index_copy",
-           "index_put", "masked_fill", "masked_select", "masked_scatter", "nonzero", "argwhere", "searchsorted",
+           "index_put", "masked_select", "masked_scatter", "nonzero", "argwhere", "searchsorted",
            "bucketize", "SCATTER_REDUCE"]
