@@ -265,3 +265,10 @@ def test_int8_products_give_exact_int32_sums_and_refuse_an_epilogue(device, chec
         nbx.linear(x, w, bias=nbx.asarray(np.zeros(24, np.int32), device=device))
     with pytest.raises(nbx.errors.DTypeError, match="int8 by int8 only"):
         nbx.linear(x, w.to(dtype="float32"))
+
+
+@pytest.mark.parametrize("subscripts,shapes", [("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 6, 8)]),
+                                               ("...d,ed->...e", [(2, 3, 16), (12, 16)]), ("bij->j", [(2, 3, 4)])])
+def test_einsum_on_the_kernel_devices_contracts_through_matmul_as_numpy_does(device, check, subscripts, shapes):
+    operands = [on(device, s) for s in shapes]
+    check(nbx.einsum(subscripts, *operands), nbx.oracle("einsum", subscripts, *operands), device)
