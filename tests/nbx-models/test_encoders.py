@@ -72,7 +72,8 @@ def test_a_seeded_bert_encoder_gives_the_reference_hidden_states(tmp_path, devic
     model = models.load(folder, device=device)
     ids = [5, 9, 100, 3, 77, 2]
     hidden = model.encode(ids)
-    weights = {name: t.numpy().astype(np.float64) for name, t in nbx.load_safetensors(folder / "model.safetensors").items()}
+    stored = nbx.load_safetensors(folder / "model.safetensors")
+    weights = {name: t.numpy().astype(np.float64) for name, t in stored.items()}
     reference = bert_hidden(folder, ids, weights)
     assert_close(hidden.numpy(), reference, dtype, device, "hidden states")
     assert_close(model.embed(ids).numpy(), mean_pooled_normalized(reference), dtype, device, "embedding")
