@@ -23,8 +23,9 @@ def test_concat_stack_and_their_promotion_follow_numpy():
     same(nbx.cat([T(A), T(A)], -1), np.concatenate([A, A], -1))
     same(nbx.stack([T(A), T(A)], axis=-1), np.stack([A, A], -1))
     assert nbx.concat([nbx.ones(2, dtype=nbx.int8), nbx.ones(2, dtype=nbx.int32)]).dtype is nbx.int32
+    assert nbx.concat([nbx.ones(2, dtype=nbx.int8), nbx.ones(2, dtype=nbx.float32)]).dtype is nbx.float32
     with pytest.raises(nbx.PromotionError):
-        nbx.concat([nbx.ones(2, dtype=nbx.int8), nbx.ones(2, dtype=nbx.float32)])
+        nbx.concat([nbx.ones(2, dtype=nbx.uint64), nbx.ones(2, dtype=nbx.int64)])
     with pytest.raises(ShapeError):
         nbx.concat([T(A), T(A[:, :, :2])], axis=1)
 

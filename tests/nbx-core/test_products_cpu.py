@@ -157,3 +157,13 @@ def test_the_factorisations_are_refused_by_name_off_the_cpu():
                lambda a: nbx.linalg.matrix_norm(a, ord="nuc")):
         with pytest.raises(NotSupportedError, match="runs on the CPU only"):
             fn(x)
+
+
+def test_linear_with_an_int4_weight_is_linear_with_the_dequantized_weight():
+    from nbx.core.quant import QuantizedTensor
+    w = QuantizedTensor.quantize(rng.standard_normal((6, 64)), 32, "symmetric")
+    x, b = t(3, 64), t(6)
+    dense = w.dequantize().numpy().astype(np.float64)
+    close(nbx.linear(x, w, b, activation="relu"), np.maximum(x.numpy() @ dense.T + b.numpy(), 0), 1e-5)
+    with pytest.raises(ShapeError, match="in=64"):
+        nbx.linear(t(3, 32), w)

@@ -54,6 +54,10 @@ class FileFormatError(NbxError, ValueError):
     """A malformed or truncated file (safetensors header, device file, certificate)."""
 
 
+class PathNotFoundError(NbxError, FileNotFoundError):
+    """A file or folder that is not there (a save into a missing folder)."""
+
+
 class DLPackError(NbxError, BufferError):
     """A DLPack exchange that cannot be made (device, dtype, stream or copy request)."""
 
@@ -156,3 +160,7 @@ class GraphCaptureError(DeviceError):
     def __init__(self, message: str, *, operation: str | None = None):
         super().__init__(message)
         self.operation = operation  # the call that broke the capture, where the driver names one
+
+
+class DataDependentShapeError(GraphCaptureError):
+    """A captured step whose outputs changed shape or dtype between two runs of the same captured key."""

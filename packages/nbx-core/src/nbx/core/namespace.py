@@ -105,13 +105,6 @@ def tensordot(x1, x2, /, *, axes=2):
     return ops.matmul(left, right).reshape(*[x1.shape[d] for d in free1], *[x2.shape[d] for d in free2])
 
 
-def _reshape(x, /, shape, *, copy=None):
-    if copy is False:
-        return x.view(*shape)
-    out = x.reshape(*shape)
-    return out.clone() if copy and out.storage is x.storage else out
-
-
 def _moveaxis(x, source, destination, /):
     src = [source] if isinstance(source, int) else list(source)
     dst = [destination] if isinstance(destination, int) else list(destination)
@@ -177,9 +170,9 @@ def _build() -> ArrayNamespace:
         astype=lambda x, dtype, /, *, copy=True, device=None: x.to(device=device, dtype=dtype, copy=copy),
         can_cast=can_cast, finfo=dtypes.finfo, iinfo=dtypes.iinfo, isdtype=isdtype, result_type=result_type,
         matmul=ops.matmul, matrix_transpose=lambda x, /: x.mT, where=ops.where,
-        broadcast_to=lambda x, /, shape: x.broadcast_to(shape), broadcast_arrays=_broadcast_arrays,
-        expand_dims=lambda x, /, *, axis=0: x.unsqueeze(axis), permute_dims=lambda x, /, axes: x.permute(axes),
-        reshape=_reshape, squeeze=lambda x, /, axis: x.squeeze(axis), moveaxis=_moveaxis,
+        broadcast_to=ops.broadcast_to, broadcast_arrays=_broadcast_arrays,
+        expand_dims=ops.expand_dims, permute_dims=ops.permute_dims,
+        reshape=ops.reshape, squeeze=lambda x, /, axis: x.squeeze(axis), moveaxis=_moveaxis,
         unstack=lambda x, /, *, axis=0: x.unbind(axis), cumulative_sum=_cumulative("cumsum"),
         cumulative_prod=_cumulative("cumprod"), count_nonzero=_count_nonzero, vecdot=vecdot, tensordot=tensordot,
         concat=ops.concat, stack=ops.stack, flip=ops.flip, roll=ops.roll, repeat=ops.repeat, tile=ops.tile,

@@ -228,7 +228,7 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, options: AttentionOption
     heads, q_len, k_len = q.shape[0], q.shape[1], k.shape[1]
     compute = q.dtype
     with np.errstate(all="ignore"):
-        s = np.einsum("hle,hse->hls", q, k) * compute.type(options.scale)
+        s = np.matmul(q, k.transpose(0, 2, 1)) * compute.type(options.scale)  # BLAS: real sizes in seconds
         if options.softcap:
             cap = compute.type(options.softcap)
             s = cap * np.tanh(s / cap)
@@ -243,7 +243,7 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, options: AttentionOption
         finite = np.isfinite(m)
         p = np.exp(s - np.where(finite, m, 0))
         total = np.sum(p, axis=-1, keepdims=True)
-        out = np.einsum("hls,hse->hle", p, v) / np.where(finite, total, 1)
+        out = np.matmul(p, v) / np.where(finite, total, 1)
         out = np.where(finite, out, 0)
         lse = np.where(finite, m + np.log(total), -np.inf)[..., 0]
     return out.astype(compute), lse.astype(compute)

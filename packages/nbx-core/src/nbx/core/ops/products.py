@@ -29,7 +29,7 @@ import numpy as np
 from .. import reference
 from ..dispatch import implementation, register
 from ..dtypes import DType, as_dtype
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
 from ..layout import broadcast_shapes
 from ..promotion import result_type
 from ..tensor import Tensor
@@ -64,6 +64,29 @@ def _out_dtype(op: str, operands, out_dtype) -> DType:
     return dtype
 
 
+INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
+
+
+def _input_precision(op: str, name, operands: DType):
+    if name is None:
+        return None
+    if name not in INPUT_PRECISIONS:
+        raise ArgumentError(f"{op}'s input_precision is one of {', '.join(INPUT_PRECISIONS)}, got {name!r}")
+    if operands.name != "float32":
+        raise ArgumentError(f"{op}'s input_precision says how float32 operands are multiplied; "
+                            f"{operands.name} operands take none")
+    return name
+
+
+def round_tf32(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (10 mantissa bits), to nearest with ties away from zero
+    (cvt.rna.tf32.f32): infinities and NaNs kept."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    bits = a.view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(a), rounded, a)
+
+
 def _addend(op: str, name: str, t, shape: tuple) -> None:
     """bias or residual: a tensor broadcast to the result's shape (never the other way)."""
     if t is None:
@@ -78,21 +101,63 @@ def _addend(op: str, name: str, t, shape: tuple) -> None:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=None, residual=None,
-           alpha=1.0, beta=1.0, out_dtype=None) -> Tensor:
-    """activation(alpha * (x @ weight.T) + bias) + beta * residual; weight is [out, in]."""
+           alpha=1.0, beta=1.0, out_dtype=None, input_precision=None) -> Tensor:
+    """activation(alpha * (x @ weight.T) + bias) + beta * residual; weight is [out, in], a float
+    tensor or a grouped int4 QuantizedTensor (W4A16: dequantized inside the product).
+
+    input_precision (float32 operands only, asked per call): "ieee" (the default: float32
+    products), "tf32" (operands rounded to TF32, to nearest with ties away from zero, then
+    multiplied exactly and summed in float32) or "tf32x3" (each operand split into two TF32
+    parts, three products: close to float32 at TF32 speed)."""
+    from ..quant import QuantizedTensor
+    if isinstance(weight, QuantizedTensor):
+        return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
     _tensors("linear", x=x, weight=weight)
-    if weight.ndim != 2:
-        raise ShapeError(f"linear's weight is [out, in] (2-D), got shape {weight.shape}")
-    if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
-        raise ShapeError(f"linear of x {x.shape} with weight {weight.shape}: x's last dim must be in={weight.shape[1]}")
-    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
-    _addend("linear", "bias", bias, shape)
-    _addend("linear", "residual", residual, shape)
+    _check_linear(x, tuple(weight.shape), bias, residual)
+    if x.dtype.name == "int8" or weight.dtype.name == "int8":
+        return _linear_int8(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision)
     operands = [t for t in (x, weight, bias, residual) if t is not None]
     device = common_device(*operands)
     dtype = _out_dtype("linear", operands, out_dtype)
+    precision = _input_precision("linear", input_precision, result_type(x, weight))
     return implementation("linear", device)(x, weight, bias, _activation("linear", activation), residual,
-                                            _number("linear", "alpha", alpha), _number("linear", "beta", beta), dtype)
+                                            _number("linear", "alpha", alpha), _number("linear", "beta", beta), dtype,
+                                            input_precision=precision)
+
+
+def _check_linear(x: Tensor, w_shape: tuple, bias, residual) -> None:
+    """x [..., in] against a weight [out, in]; bias and residual broadcast to the result."""
+    if len(w_shape) != 2:
+        raise ShapeError(f"linear's weight is [out, in] (2-D), got shape {w_shape}")
+    if x.ndim < 1 or x.shape[-1] != w_shape[1]:
+        raise ShapeError(f"linear of x {x.shape} with weight {w_shape}: x's last dim must be in={w_shape[1]}")
+    shape = tuple(x.shape[:-1]) + (w_shape[0],)
+    _addend("linear", "bias", bias, shape)
+    _addend("linear", "residual", residual, shape)
+
+
+def _linear_int8(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision) -> Tensor:
+    """int8 x int8 -> int32: exact sums of exact products, no epilogue (quantized activations are
+    rescaled by the caller, in float)."""
+    if x.dtype.name != "int8" or weight.dtype.name != "int8":
+        raise DTypeError(f"linear multiplies int8 by int8 only, got {x.dtype.name} and {weight.dtype.name}")
+    if (out_dtype is not None and as_dtype(out_dtype).name != "int32") or bias is not None or residual is not None \
+            or activation is not None or alpha != 1.0 or beta != 1.0 or input_precision is not None:
+        raise ArgumentError("linear of int8 operands gives their int32 product alone: no out_dtype but int32, no "
+                            "bias, activation, residual, alpha, beta or input_precision")
+    device = common_device(x, weight)
+    return implementation("linear", device)(x, weight, None, None, None, 1.0, 1.0, as_dtype("int32"))
+
+
+def _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype) -> Tensor:
+    _tensors("linear", x=x)
+    _check_linear(x, tuple(weight.shape), bias, residual)
+    operands = [t for t in (x, bias, residual) if t is not None]
+    device = common_device(*operands, weight.qweight)
+    dtype = _out_dtype("linear", operands, out_dtype)
+    return implementation("linear_int4", device)(x, weight, bias, _activation("linear", activation), residual,
+                                                 _number("linear", "alpha", alpha), _number("linear", "beta", beta),
+                                                 dtype)
 
 
 def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, *, activation="silu", out_dtype=None) -> Tensor:
@@ -109,6 +174,38 @@ def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, *, activation="silu", 
     device = common_device(x, w_gate, w_up)
     dtype = _out_dtype("gated_linear", [x, w_gate, w_up], out_dtype)
     return implementation("gated_linear", device)(x, w_gate, w_up, _activation("gated_linear", activation), dtype)
+
+
+FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+def scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, bias: Tensor | None = None, *,
+                  activation=None, residual=None, out_dtype="bfloat16") -> Tensor:
+    """(x @ weight.T) * scale_x * scale_w (+ bias, activation, residual as linear's): float8
+    operands with float32 scales, one a tensor (size 1) or one a row: scale_x [rows] (or
+    [rows, 1]) of x's rows, scale_w [out] (or [out, 1]) of the weight's, as torch._scaled_mm
+    takes them. The product accumulates in float32; out_dtype is bfloat16 unless asked."""
+    _tensors("scaled_linear", x=x, weight=weight, scale_x=scale_x, scale_w=scale_w)
+    if x.dtype.name not in FLOAT8 or weight.dtype.name not in FLOAT8:
+        raise DTypeError(f"scaled_linear multiplies float8 operands, got {x.dtype.name} and {weight.dtype.name}")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"scaled_linear of x {x.shape} with weight {weight.shape} (weight [out, in], x [..., in])")
+    rows = math.prod(x.shape[:-1])
+    for name, scale, count in (("scale_x", scale_x, rows), ("scale_w", scale_w, weight.shape[0])):
+        if scale.dtype.name != "float32":
+            raise DTypeError(f"scaled_linear's {name} is float32, got {scale.dtype.name}")
+        if scale.size not in (1, count) or (scale.size == count and scale.ndim > 1 and scale.shape[-1] != 1):
+            raise ShapeError(f"scaled_linear's {name} of shape {scale.shape} is neither one scale nor one for each of "
+                             f"the {count} rows it scales")
+    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
+    _addend("scaled_linear", "bias", bias, shape)
+    _addend("scaled_linear", "residual", residual, shape)
+    device = common_device(*(t for t in (x, weight, scale_x, scale_w, bias, residual) if t is not None))
+    dtype = as_dtype(out_dtype)
+    check_category("scaled_linear", dtype, "real_floating")
+    flat = [s.reshape(-1).contiguous() for s in (scale_x, scale_w)]
+    return implementation("scaled_linear", device)(x, weight, *flat, bias, _activation("scaled_linear", activation),
+                                                   residual, dtype)
 
 
 def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1.0, alpha=1.0) -> Tensor:  # noqa: A002
@@ -176,16 +273,39 @@ def _compute(dtype, precision):
 
 
 def _linear_reference(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
-                      precision=reference.NATIVE):
+                      precision=reference.NATIVE, input_precision=None):
     dtype = result_type(*(t for t in (x, weight, bias, residual) if t is not None))
-    compute = _compute(dtype, precision)
-    y = alpha * np.matmul(_host(x, compute), np.swapaxes(_host(weight, compute), -1, -2))
+    compute = np.dtype(np.int64) if dtype.kind == "int" else _compute(dtype, precision)   # int8 products: exact
+    a, w = _host(x, compute), _host(weight, compute)
+    if input_precision == "tf32":  # the products of TF32-rounded operands, exact in float64
+        a, w = round_tf32(a).astype(compute), round_tf32(w).astype(compute)
+    y = alpha * np.matmul(a, np.swapaxes(w, -1, -2))
     if bias is not None:
         y = y + _host(bias, compute)
     y = apply_activation(y, activation)
     if residual is not None:
         y = y + beta * _host(residual, compute)
     return y
+
+
+def _linear_int4_reference(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0,
+                           out_dtype=None, precision=reference.NATIVE):
+    """The int4 weight dequantized (float64 for the oracle, else x's compute dtype), then linear."""
+    dtype = result_type(*(t for t in (x, bias, residual) if t is not None))
+    dense = weight.dequantize("float64" if precision == reference.FLOAT64 else compute_dtype(dtype))
+    return _linear_reference(x, dense, bias, activation, residual, alpha, beta, precision=precision)
+
+
+def _scaled_reference(x, weight, scale_x, scale_w, bias=None, activation=None, residual=None, out_dtype=None,
+                      precision=reference.NATIVE):
+    compute = np.float64 if precision == reference.FLOAT64 else np.float32
+    a = _host(x, compute).reshape(-1, x.shape[-1]) * _host(scale_x, compute).reshape(-1, 1)
+    w = _host(weight, compute) * _host(scale_w, compute).reshape(-1, 1)
+    y = (a @ w.T).reshape(tuple(x.shape[:-1]) + (weight.shape[0],))
+    if bias is not None:
+        y = y + _host(bias, compute)
+    y = apply_activation(y, activation)
+    return y if residual is None else y + _host(residual, compute)
 
 
 def _gated_reference(x, w_gate, w_up, activation="silu", out_dtype=None, precision=reference.NATIVE):
@@ -207,14 +327,27 @@ def _bmm_reference(x1, x2, precision=reference.NATIVE):
 
 reference.register("linear", _linear_reference)
 reference.register("gated_linear", _gated_reference)
+reference.register("linear_int4", _linear_int4_reference)
+reference.register("scaled_linear", _scaled_reference)
 reference.register("addmm", _addmm_reference)
 reference.register("baddbmm", _addmm_reference)
 reference.register("bmm", _bmm_reference)
 
 
 @register("linear", "cpu")
-def _linear_cpu(x, weight, bias, activation, residual, alpha, beta, dtype) -> Tensor:
-    return wrap(_linear_reference(x, weight, bias, activation, residual, alpha, beta), dtype)
+def _linear_cpu(x, weight, bias, activation, residual, alpha, beta, dtype, input_precision=None) -> Tensor:
+    return wrap(_linear_reference(x, weight, bias, activation, residual, alpha, beta,
+                                  input_precision=input_precision), dtype)
+
+
+@register("scaled_linear", "cpu")
+def _scaled_cpu(x, weight, scale_x, scale_w, bias, activation, residual, dtype) -> Tensor:
+    return wrap(_scaled_reference(x, weight, scale_x, scale_w, bias, activation, residual), dtype)
+
+
+@register("linear_int4", "cpu")
+def _linear_int4_cpu(x, weight, bias, activation, residual, alpha, beta, dtype) -> Tensor:
+    return wrap(_linear_int4_reference(x, weight, bias, activation, residual, alpha, beta), dtype)
 
 
 @register("gated_linear", "cpu")
@@ -312,4 +445,4 @@ def _einsum_reference(subscripts, *operands, precision=reference.NATIVE):
 reference.register("einsum", _einsum_reference)
 
 
-__all__ = ["linear", "gated_linear", "addmm", "baddbmm", "bmm", "einsum", "ACTIVATIONS"]
+__all__ = ["linear", "scaled_linear", "gated_linear", "addmm", "baddbmm", "bmm", "einsum", "ACTIVATIONS", "INPUT_PRECISIONS"]

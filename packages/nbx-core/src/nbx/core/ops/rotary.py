@@ -35,7 +35,12 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, int
     Returns a new tensor of x's shape and dtype (computed in float32 for the half types).
     On a GPU a position outside the table is not checked on the host (that would wait for the
     device): the kernel writes NaN for that token's rotated dims, so it cannot pass unseen."""
-    op = "rotary_embedding"
+    device = check_rotary("rotary_embedding", x, cos, sin, positions)
+    return implementation("rotary_embedding", device)(x, cos, sin, positions, bool(interleaved))
+
+
+def check_rotary(op: str, x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor):
+    """The checks of rotary_embedding's operands (its fused forms share them); their device."""
     for role, t in (("x", x), ("cos", cos), ("sin", sin), ("positions", positions)):
         if not isinstance(t, Tensor):
             raise DTypeError(f"{op}: {role} must be a tensor, got {type(t).__name__}")
@@ -57,7 +62,7 @@ def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, int
     device = common_device(x, cos, sin, positions)
     if device.type == "cpu":
         _check_positions(positions, cos.shape[0])
-    return implementation(op, device)(x, cos, sin, positions, bool(interleaved))
+    return device
 
 
 def _check_positions(positions: Tensor, max_positions: int) -> None:
