@@ -10,6 +10,7 @@ import numpy as np
 import nbx.core as nbx
 from nbx.core.reference import deviation
 
+
 def model_dtype(device) -> nbx.DType:
     return nbx.bfloat16 if device.type == "cuda" else nbx.float32
 
