@@ -86,7 +86,9 @@ class PagedCache:
 
 class PagedStep:
     """What one step's attention reads of a paged cache: device tensors (static inputs when the
-    step is a captured graph) and the bound on the lengths."""
+    step is a captured graph) and the bound on the lengths. cu None: one query a sequence (a
+    decode step), as (batch, 1, heads, dim): the packed form reads cu_seqlens back to size its
+    launch, which a captured step cannot."""
 
     def __init__(self, cache, slots, table, lens, cu, max_seq_len: int):
         self.cache, self.slots, self.table, self.lens, self.cu = cache, slots, table, lens, cu
@@ -96,8 +98,10 @@ class PagedStep:
         """Write k (roped here) and v, then q's attention over each sequence's cache: [tokens, Hq, D]."""
         kc, vc = self.cache.k[layer], self.cache.v[layer]
         nbx.rotary_kv_cache_write(k, v, cos, sin, positions, kc, vc, self.slots)
-        return nbx.paged_attention(q, kc, vc, self.table, self.lens, self.cu, is_causal=True, window=window,
-                                   max_seq_len=self.max_seq_len)
+        packed = self.cu is not None
+        out = nbx.paged_attention(q if packed else q.reshape(q.shape[0], 1, *q.shape[1:]), kc, vc, self.table,
+                                  self.lens, self.cu, is_causal=True, window=window, max_seq_len=self.max_seq_len)
+        return out if packed else out.reshape(q.shape[0], *out.shape[2:])
 
 
 class ContiguousCache:
