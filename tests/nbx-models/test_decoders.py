@@ -228,3 +228,11 @@ def test_a_second_generation_of_the_same_sizes_reuses_the_kept_cache_and_decodes
     assert model.generate_batch([PROMPT, [7, 8]], 5) == first and model._kept[1] is kept
     model.generate_batch([PROMPT], 5)
     assert model._kept[1] is not kept     # other capacities: a new cache, the old one given back
+
+
+def test_growing_the_rope_tables_gives_back_the_kept_cache_whose_steps_read_the_old_ones(tmp_path):
+    model = models.load(checkpoint(tmp_path, "LlamaForCausalLM", nbx.as_device("cpu")))
+    model.generate(PROMPT, 3)
+    assert model._kept is not None and model._cos.shape[0] == 64
+    model.logits(list(range(1, 100)))           # 99 positions: the tables grow to 128
+    assert model._cos.shape[0] == 128 and model._kept is None
