@@ -11,7 +11,6 @@ embeds sentences with those real weights and prints their similarities.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
