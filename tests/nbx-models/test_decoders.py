@@ -236,3 +236,14 @@ def test_growing_the_rope_tables_gives_back_the_kept_cache_whose_steps_read_the_
     assert model._kept is not None and model._cos.shape[0] == 64
     model.logits(list(range(1, 100)))           # 99 positions: the tables grow to 128
     assert model._cos.shape[0] == 128 and model._kept is None
+
+
+def test_layer_types_choose_the_sliding_layers_and_a_wrong_list_is_named():
+    from nbx.models.decoder import layer_windows
+    config = small_config("Qwen2ForCausalLM", num_hidden_layers=3, sliding_window=4, use_sliding_window=True,
+                          max_window_layers=1)
+    assert layer_windows(config) == [None, 4, 4]
+    assert layer_windows({**config, "layer_types": ["sliding_attention", "full_attention", "full_attention"]}) == [
+        4, None, None]
+    with pytest.raises(models.CheckpointError, match="lists 2 layers; num_hidden_layers is 3"):
+        layer_windows({**config, "layer_types": ["full_attention"] * 2})

@@ -19,6 +19,7 @@ import nbx.core as nbx
 
 from .checkpoint import Weights
 from .config import eos_ids
+from .errors import CheckpointError
 from .graph_decode import GraphDecode
 from .graph_decode import available as graph_available
 from .kv_cache import new_cache
@@ -114,6 +115,11 @@ def layer_windows(config: dict) -> list[int | None]:
                      for i in range(layers)]
         else:
             types = ["sliding_attention"] * layers
+    if len(types) != layers:
+        raise CheckpointError(f"config.json's layer_types lists {len(types)} layers; num_hidden_layers is {layers}")
+    unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise nbx.NotSupportedError(f"layer_types {unknown}: nbx.models knows full_attention and sliding_attention")
     return [int(window) if t == "sliding_attention" and window is not None else None for t in types]
 
 
