@@ -59,8 +59,10 @@ class PagedCache:
         import numpy as np
         table, slots, lens, cu = self.step_arrays(seqs, counts)
         d = self.device
+        one_each = all(n == 1 for n in counts)   # a decode step: queries as (batch, 1, heads, dim), no cu
         return PagedStep(self.cache, nbx.asarray(slots, device=d), nbx.asarray(table, device=d),
-                         nbx.asarray(lens, device=d), nbx.asarray(cu, device=d), int(np.max(lens)))
+                         nbx.asarray(lens, device=d), None if one_each else nbx.asarray(cu, device=d),
+                         int(np.max(lens)))
 
     def step_arrays(self, seqs, counts):
         """(block_table, slots, seq_lens, cu_seqlens_q) on the host for a step of counts[i] tokens of
