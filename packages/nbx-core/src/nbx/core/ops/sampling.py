@@ -7,18 +7,20 @@ Face's: penalties, temperature, top-k, top-p, min-p; then the draw. In float32, 
 
     l = logits * (1 / temperature)
     top-k  keep l >= the k-th largest l (ties at the threshold are all kept)
-    p      = exp(l - max l) where kept, else 0; its weight w = int64(p * 2**40) (truncated)
-    top-p  keep p >= t, t the largest value whose {p >= t} holds weight >= top_p * (kept weight),
+    w      = weight(l - max l) where kept, else 0: exp as int64 fixed point, w ~ exp(l - max l) * 2**40
+           (see `weight`: integer arithmetic after one exact scaling, so every device gets the
+           same bits; a device's exp would not, and one float32 ulp of p is ~10**3 weight units)
+    top-p  keep w >= t, t the largest value whose {w >= t} holds weight >= top_p * (kept weight),
            compared in float64
-    min-p  keep p >= min_p (p of the most likely token is 1)
+    min-p  keep w >= ceil(min_p * 2**40) (the most likely token has w = 2**40)
     draw   u = the row's uniform (word `row` of the stream at the generator's counter, the
            uniform of nbx.rand); the token is the first index whose running sum of kept w
            exceeds int64(u * (sum of kept w)) (float64 product), else the last kept index.
 
 Masses are integer sums, exact in any order, so the chunking of a kernel does not change them:
 the same seed and offset give the same tokens on every device (the draw takes ceil(rows / 4)
-counters of the generator, as nbx.rand(rows) would). Only exp's last bit on a device could move
-a weight by one unit; a token of probability below 2**-40 has weight 0 and is never drawn. temperature=0 is greedy: exactly
+counters of the generator, as nbx.rand(rows) would). A token of probability below ~2**-40 has
+weight 0 and is never drawn. temperature=0 is greedy: exactly
 argmax (the first maximal index), and draws nothing. Penalties need the previous tokens of each
 row ([rows, n] int64; -1 entries are padding): repetition_penalty divides a positive logit of a
 seen token and multiplies a negative one (CTRL's rule); frequency_penalty subtracts the token's
@@ -104,7 +106,34 @@ def apply_penalties(logits: Tensor, previous: Tensor, repetition: float, frequen
     return x
 
 
-WEIGHT_SCALE = np.float32(2.0 ** 40)
+WEIGHT_BITS = 40
+# 2**f for f in [0, 1) as a degree-8 polynomial in Q30 fixed point (a least-squares fit, relative
+# error below 4e-9; the constant term is exactly 1 so the most likely token weighs 2**40)
+EXP2_Q30 = (1073741824, 744261118, 257941253, 59597032, 10327646, 1430941, 166626, 15194, 2013)
+LOG2E_Q30 = 1549082005  # log2(e) in Q30
+
+
+def weight(d: np.ndarray) -> np.ndarray:
+    """exp(d) * 2**40 as int64, for float32 d = l - max l <= 0, in integer arithmetic: d (clamped
+    to -64, below which the weight is 0; NaN weighs 0) times 2**24 (exact) truncated to an int,
+    times log2(e), split into an integer and a fraction part, 2**fraction by the polynomial, then
+    shifted. The sampling kernel computes the same steps (sampling/kernel.py: exp_weight)."""
+    d = np.asarray(d, np.float32)
+    with np.errstate(invalid="ignore"):
+        ok = d >= np.float32(-64)
+    x = (np.where(ok, d, np.float32(-64)) * np.float32(2 ** 24)).astype(np.int64)
+    y = (x * LOG2E_Q30) >> 24               # log2 of the weight / 2**40, in Q30 (floored)
+    k = y >> 30
+    f = y - (k << 30)
+    p = np.full_like(f, EXP2_Q30[-1])
+    for c in EXP2_Q30[-2::-1]:
+        p = ((p * f) >> 30) + c
+    return np.where(ok, (p << (WEIGHT_BITS - 30)) >> np.minimum(-k, 63), 0)
+
+
+def floor_weight(floor: float) -> int:
+    """min-p's bound on the weights: w / 2**40 >= min_p for an integer w."""
+    return int(np.ceil(np.float64(np.float32(floor)) * 2.0 ** WEIGHT_BITS))
 
 
 def sample_reference(logits, temperature, k, p, floor, seed, offset, precision=reference.NATIVE):
@@ -118,18 +147,19 @@ def sample_reference(logits, temperature, k, p, floor, seed, offset, precision=r
         row = l[r]
         keep = row >= np.sort(row)[vocab - k] if k < vocab else np.ones(vocab, bool)
         with np.errstate(all="ignore"):
-            prob = np.where(keep, np.exp(row - row.max()), np.float32(0)).astype(np.float32)
+            w = np.where(keep, weight(row - row.max()), 0)
         if p < 1.0:
-            ordered = np.sort(prob)[::-1]
-            mass = np.cumsum((ordered * WEIGHT_SCALE).astype(np.int64)).astype(np.float64)
+            ordered = np.sort(w)[::-1]
+            mass = np.cumsum(ordered).astype(np.float64)
             goal = np.float64(np.float32(p)) * mass[-1]
             cut = min(int(np.searchsorted(mass, goal, side="left")), vocab - 1)
-            prob = np.where(prob >= ordered[cut], prob, np.float32(0))
+            w = np.where(w >= ordered[cut], w, 0)
         if floor > 0.0:
-            prob = np.where(prob >= np.float32(floor), prob, np.float32(0))
-        running = np.cumsum((prob * WEIGHT_SCALE).astype(np.int64))
+            w = np.where(w >= floor_weight(floor), w, 0)
+        running = np.cumsum(w)
         token = int(np.searchsorted(running, np.int64(u[r] * np.float64(running[-1])), side="right"))
-        out[r] = token if token < vocab else int(np.flatnonzero(prob)[-1])
+        kept = np.flatnonzero(w)
+        out[r] = token if token < vocab else int(kept[-1]) if kept.size else 0
     return out
 
 

@@ -24,7 +24,7 @@ from ..cost import Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..types import compute_type, tl_type
-from .kernel import (COMBINERS, compact_kernel, scatter_rows_kernel, searchsorted_kernel, take_along_kernel,
+from .kernel import (COMBINE_CODES, compact_kernel, scatter_rows_kernel, searchsorted_kernel, take_along_kernel,
                      take_rows_kernel)
 
 _BITS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -108,7 +108,9 @@ def take_along_axis(x: Tensor, indices: Tensor, axis: int) -> Tensor:
         raise NotSupportedError("take_along_axis of complex128 has no kernel yet (its elements are two words)")
     rows_x, idx = axis_last(x, axis), axis_last(indices, axis)
     out = empty(idx.shape, x.dtype, x.device)
-    plan = plans.cached("take_along_axis", (rows_x.shape, idx.shape, x.device),
+    # the word dtype is in the key: a launch's compiled repeats are found by pointer alignment
+    # only, so a plan shared by two itemsizes would run one's kernel on the other's buffers
+    plan = plans.cached("take_along_axis", (rows_x.shape, x.dtype.itemsize, idx.shape, x.device),
                         lambda: _take_along_plan(rows_x.shape, idx.shape, x.device))
     if plan.launches:
         flag = new_flag(x.device)
@@ -137,12 +139,12 @@ def _scatter_plan(rows_shape, dtype: DType, k: int, reduce, include_self: bool, 
     block = max(16, min(64, tiles["block"] // 16))
     work = dtype if reduce is None else dtypes.float32 if dtype.kind == "float" and dtype.itemsize < 4 \
         else dtypes.int32 if dtype is dtypes.bool_ else dtype
-    combine = COMBINERS["sum" if reduce in (None, "mean") else reduce]
+    op = COMBINE_CODES["sum" if reduce in (None, "mean") else reduce]
     grid = (prod(rows_shape) // n, triton.cdiv(n, block))
     return LaunchPlan(device, (Launch(
         scatter_rows_kernel, grid, (Slot("rows"), Slot("idx"), Slot("src"), Slot("counts"), Slot("flag"), n, k),
         dict(BLOCK_P=block, BLOCK_J=block, REDUCE=0 if reduce is None else 1, INCLUDE_SELF=include_self,
-             IDENTITY=_identity(reduce or "sum", work), COMBINE=combine,
+             IDENTITY=_identity(reduce or "sum", work), OP=op,
              COMPUTE=tl_type(work) if reduce is None else compute_type(work), num_warps=tiles["num_warps"])),),
         workspace=(plans.workspace("flag", (1,), dtypes.int32),), copies=("idx", "src"))
 

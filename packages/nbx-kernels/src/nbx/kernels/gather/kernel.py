@@ -43,11 +43,13 @@ def take_along_kernel(x_ptr, idx_ptr, out_ptr, flag_ptr, n, m, BLOCK: tl.constex
 @triton.jit
 def scatter_rows_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, BLOCK_P: tl.constexpr,
                         BLOCK_J: tl.constexpr, REDUCE: tl.constexpr, INCLUDE_SELF: tl.constexpr,
-                        IDENTITY: tl.constexpr, COMBINE: tl.constexpr, COMPUTE: tl.constexpr):
+                        IDENTITY: tl.constexpr, OP: tl.constexpr, COMPUTE: tl.constexpr):
     """Row r of out [rows, n] takes the updates of row r of idx/src [rows, k] that name each of
     its places, folded in update order within a block and block by block: the same result on
-    every run (no atomics on the values). REDUCE=0: the last update wins; else COMBINE folds them,
-    starting from IDENTITY; count_ptr (sum's counts, for a mean) is written when not None."""
+    every run (no atomics on the values). REDUCE=0: the last update wins; else the combine of op
+    code OP (combine.Code; NaN propagating in max/min, as numpy's maximum/minimum) folds them,
+    starting from IDENTITY; count_ptr (sum's counts, for a mean) is written when not None. The
+    combine is picked by constexpr branches (Triton 3.6 rejects a function passed as a constexpr)."""
     r = tl.program_id(0).to(tl.int64)
     places = tl.program_id(1).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
     inside = places < n
@@ -65,11 +67,11 @@ def scatter_rows_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, BL
             acc = tl.where(last >= 0, pick.to(acc.dtype), acc)
         else:
             n_hits = tl.sum(match.to(tl.int32), axis=1)
-            update = tl.reduce(tl.where(match, src[None, :], IDENTITY).to(acc.dtype), 1, COMBINE)
+            update = combine.reduce_lanes(tl.where(match, src[None, :], IDENTITY).to(acc.dtype), OP)
             if INCLUDE_SELF:
-                folded = COMBINE(acc, update)
+                folded = combine.combine(acc, update, OP)
             else:
-                folded = tl.where(hits == 0, update, COMBINE(acc, update))
+                folded = tl.where(hits == 0, update, combine.combine(acc, update, OP))
             acc = tl.where(n_hits > 0, folded, acc)
             hits += n_hits
     tl.store(out_ptr + r * n + places, acc.to(out_ptr.dtype.element_ty), mask=inside)
@@ -77,8 +79,9 @@ def scatter_rows_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, BL
         tl.store(count_ptr + r * n + places, hits, mask=inside)
 
 
-# the folds of a reduction, NaN propagating in amax/amin as numpy's maximum/minimum
-COMBINERS = {"sum": combine.add, "prod": combine.mul, "amax": combine.max_nan, "amin": combine.min_nan}
+# the op code of each reduction's fold (a mean folds a sum, then divides by the counts)
+COMBINE_CODES = {"sum": combine.Code.ADD, "prod": combine.Code.MUL, "amax": combine.Code.MAX,
+                 "amin": combine.Code.MIN}
 
 
 @triton.jit
