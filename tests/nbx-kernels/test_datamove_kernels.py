@@ -2,11 +2,14 @@
 move bits, or draw the same tokens), on interp in CI and on the GPU (marked gpu, larger shapes)."""
 import numpy as np
 import pytest
+import triton
+import triton.language as tl
 
 import nbx.core as nbx
 from nbx.core.errors import IndexingError
 from nbx.kernels import launch
 from nbx.kernels.cost import price
+from nbx.kernels.sampling.kernel import exp_weight
 
 rng = np.random.default_rng(23)
 
@@ -125,6 +128,40 @@ def test_the_sampling_kernel_draws_the_tokens_of_the_reference(device):
         got = nbx.sample(d, generator=nbx.Generator(seed=3), **options)
         assert got.device == device and got.tolist() == expected.tolist()
     assert nbx.sample(d, temperature=0).tolist() == nbx.argmax(c, dim=-1).tolist()
+
+
+@triton.jit
+def weights_kernel(d_ptr, w_ptr, n, BLOCK: tl.constexpr):
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(w_ptr + cols, exp_weight(tl.load(d_ptr + cols, mask=cols < n, other=0.0)), mask=cols < n)
+
+
+def test_the_sampling_weights_are_the_reference_integer_exp_bit_for_bit_and_close_to_exp(device):
+    from nbx.core.ops.sampling import weight
+    from nbx.kernels import plans
+    d = np.concatenate([-np.geomspace(1e-30, 70, 3000), -rng.uniform(0, 30, 1000),
+                        [0, -0.0, -64, -64.00001, -1e30, -np.inf, np.nan]]).astype(np.float32)
+    expected = weight(d)
+    exact = np.exp(d.astype(np.float64)) * 2.0 ** 40
+    near = d >= -64  # truncating d to 2**-24 moves exp by < 6e-8 of itself
+    assert np.all(np.abs(expected[near] - exact[near]) <= 1e-7 * exact[near] + 2) and not expected[~near].any()
+    assert weight(np.float32(0)) == 2 ** 40  # the most likely token weighs exactly one
+    got = nbx.empty(d.shape, nbx.int64, device)
+    plan = plans.LaunchPlan(device, (plans.Launch(weights_kernel, (triton.cdiv(d.size, 1024),),
+                                                  (plans.Slot("d"), plans.Slot("w"), d.size),
+                                                  dict(BLOCK=1024, enable_fp_fusion=False)),))
+    plans.execute(plan, {"d": nbx.asarray(d).to(device), "w": got})
+    np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_a_take_along_axis_of_another_itemsize_with_the_same_shapes_gets_its_own_plan(device):
+    from nbx.kernels import plans
+    idx = nbx.asarray(rng.integers(0, 6, (2, 3))).to(device)
+    before = plans.cached_count("take_along_axis")
+    for dtype in ("float32", "bfloat16", "float64"):  # one compiled launcher would serve them all
+        c, d = both(rng.standard_normal((2, 6)) + 17.0 * (dtype == "bfloat16"), device, dtype)
+        same(nbx.take_along_axis(d, idx, axis=1), nbx.take_along_axis(c, idx.to("cpu"), axis=1))
+    assert plans.cached_count("take_along_axis") - before == 3
 
 
 @pytest.mark.gpu
