@@ -263,3 +263,35 @@ def test_index_put_with_integer_and_boolean_indices_accumulates_duplicates_and_r
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)
     with pytest.raises(IndexingError):
         nbx.index_put(nbx.asarray(a).to(device), (nbx.asarray([4]).to(device),), nbx.asarray(np.float32(1)).to(device))
+
+
+def test_inside_a_captured_step_a_bad_index_is_masked_and_raised_when_the_outputs_are_read(device):
+    a = rng.standard_normal((6, 4)).astype(np.float32)
+    table = nbx.asarray(a).to(device)
+
+    def lookup(ids):
+        rows = nbx.embedding(ids, table)
+        return rows, nbx.index_put(table, (ids,), rows, accumulate=True)
+
+    def expected_put(ids):
+        out = a.copy()
+        np.add.at(out, ids, a[ids])
+        return out
+
+    good = np.array([1, 5, -1])
+    step = nbx.graph.capture(lookup, nbx.asarray(good).to(device))
+    rows, put = step.outputs
+    np.testing.assert_array_equal(rows.numpy(), a[good])
+    np.testing.assert_array_equal(put.numpy(), expected_put(good))
+    step(nbx.asarray([1, 9, 2]).to(device))  # no read-back inside the step: the call does not raise
+    with pytest.raises(IndexingError, match="captured step.*embedding|captured step.*take"):
+        rows.numpy()
+    np.testing.assert_array_equal(rows.numpy()[[0, 2]], a[[1, 2]])  # read once: the flag is cleared
+    np.testing.assert_array_equal(put.numpy(), expected_put(np.array([1, 2])))  # the bad update dropped
+    step(nbx.asarray([-7, 0, 0]).to(device))
+    with pytest.raises(IndexingError, match="captured step"):  # the next eager check reads it too
+        nbx.take(table, nbx.asarray([0]).to(device), axis=0)
+    with pytest.raises(IndexingError, match="dim of size 6"):  # outside a step: at once
+        nbx.embedding(nbx.asarray([6]).to(device), table)
+    np.testing.assert_array_equal(step(nbx.asarray(good).to(device))[0].numpy(), a[good])
+    step.close()

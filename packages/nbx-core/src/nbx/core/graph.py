@@ -37,14 +37,17 @@ GraphCaptureError on every device, raised in the first run: where steps are grap
 synchronization. What an op does inside its implementation is the device's to refuse (the capture
 names the driver call: a host synchronization, a driver allocation). An op whose output shape
 depends on the data must read it back, so it is refused on a GPU; the eager fallback refuses an
-output whose shape or dtype changes for the same key (DataDependentShapeError).
+output whose shape or dtype changes for the same key (DataDependentShapeError). Bounds checks of
+indexing ops (take, embedding, scatter, index_put) are deferred inside a step on every device: the
+kernels mask a bad index and raise a device flag, read at the next host read or eager check
+(nbx.core.deferred_checks).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from . import device_files, dtypes
+from . import deferred_checks, device_files, dtypes
 from .device import Device, as_device
 from .dispatch import implementation, observed
 from .errors import ArgumentError, DataDependentShapeError, NoDeviceFileError, NotSupportedError
@@ -304,8 +307,9 @@ class Step:
         def run():
             runs[0] += 1
             if runs[0] > 1:
-                return self.fn(*args)
-            with observed(rec):
+                with deferred_checks.step_running():
+                    return self.fn(*args)
+            with observed(rec), deferred_checks.step_running():
                 try:
                     result = self.fn(*args)
                 finally:
@@ -313,6 +317,7 @@ class Step:
             _flat(result)  # refused before a graph is made of it
             return result
 
+        deferred_checks.prepare(self.device)  # the bounds flag the step's ops raise, made before a capture
         graphs = _capture_support(self.device)
         if graphs is None:
             entry.outputs = run()
@@ -332,6 +337,7 @@ class Step:
             entry.length.set(length)
         if entry.graph is not None:
             entry.graph.replay()
+            deferred_checks.replayed(self.device)
         else:
             self._eager(entry)
         entry.replays += 1
@@ -339,7 +345,8 @@ class Step:
 
     def _eager(self, entry: _Capture) -> None:
         args = entry.inputs + ((entry.length,) if entry.length is not None else ())
-        fresh = _flat(self.fn(*args))
+        with deferred_checks.step_running():
+            fresh = _flat(self.fn(*args))
         if len(fresh) != len(entry.flat):
             raise DataDependentShapeError(f"the step returned {len(fresh)} tensors, {len(entry.flat)} at capture")
         for out, new in zip(entry.flat, fresh):

@@ -9,7 +9,7 @@ from math import prod
 
 import numpy as np
 
-from . import dtypes, layout
+from . import deferred_checks, dtypes, layout
 from .layout import as_c_contiguous
 from .device import CPU, Device, as_device, get_backend
 from .dispatch import observer as work_observer
@@ -262,6 +262,7 @@ class Tensor:
         watching = work_observer()
         if watching is not None:  # inside a step being captured: a host read is refused on every device
             watching.host_access(self, "numpy()")
+        deferred_checks.check(self.device)  # a bounds flag a captured step raised is read with the data
         if self._storage.host is not None:
             return self._host_view()
         lo, hi = layout.element_span(self.shape, self._strides, self._offset)
@@ -486,6 +487,7 @@ def _empty_host_storage() -> Storage:
 
 def transfer(src: Tensor, target: Device) -> Tensor:
     """Copy a tensor to another device, keeping its values (the result is contiguous)."""
+    deferred_checks.check(src.device)
     if get_backend(src.device.type).host_accessible:
         return from_numpy(as_c_contiguous(src._host_view()), target, copy=True)
     if src.device.type == target.type:  # cuda:0 -> cuda:1: the backend's copy_ (a peer copy), no host trip

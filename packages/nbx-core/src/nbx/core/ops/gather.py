@@ -34,6 +34,18 @@ def wrap_checked(op: str, index: Tensor, size: int) -> Tensor:
     return ew.where(index < 0, index + size, index)
 
 
+def wrap_flagging(op: str, index: Tensor, size: int) -> tuple[Tensor, Tensor | None]:
+    """wrap_checked's index and None; inside a captured step (no readback there) the index wrapped
+    unchecked and the bool mask of its bad entries, for the caller to send to a kernel's flag."""
+    from . import elementwise as ew
+    from .. import deferred_checks
+    if not deferred_checks.deferring():
+        return wrap_checked(op, index, size), None
+    index = index.to(dtype=dtypes.INDEX)
+    bad = ew.logical_or(index < -size, index >= size)
+    return ew.where(index < 0, index + size, index), bad
+
+
 # ---- take / index_select / embedding -------------------------------------------------------------
 def take(x: Tensor, indices: Tensor, /, *, axis: int | None = None) -> Tensor:
     """x's slices at indices along axis (None: the flattened x): shape
@@ -360,4 +372,4 @@ _register_scatter()
 
 __all__ = ["take", "index_select", "embedding", "take_along_axis", "gather", "scatter", "index_add", "index_copy",
            "index_put", "masked_select", "masked_scatter", "nonzero", "argwhere", "searchsorted",
-           "bucketize", "SCATTER_REDUCE", "wrap_checked"]
+           "bucketize", "SCATTER_REDUCE", "wrap_checked", "wrap_flagging"]

@@ -4,7 +4,8 @@ A gather moves bits: x is read as the unsigned integer of its itemsize (any dtyp
 bool, float8 and complex64 included; complex128 as two uint64 words), so one compiled kernel
 serves every dtype of a size. Bounds are checked on the device: a flag the kernel raises for an
 index outside [-n, n) is read back after the launch (4 bytes and a stream synchronization) and
-turned into IndexingError; the kernel never dereferences such an index. Scatters are out of place
+turned into IndexingError; the kernel never dereferences such an index. Inside a captured step
+the read-back is deferred (nbx.core.deferred_checks: the device's step flag). Scatters are out of place
 into a fresh copy, so a refused call leaves nothing changed.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from math import prod
 
 import triton
 
-from nbx.core import dtypes
+from nbx.core import deferred_checks, dtypes
 from nbx.core.dtypes import DType
 from nbx.core.errors import DTypeError, IndexingError, NotSupportedError
 from nbx.core.ops.creation import asarray
@@ -39,13 +40,18 @@ def as_bits(x: Tensor) -> tuple[Tensor, int]:
     return Tensor(x.storage, word, shape, None, x.storage_offset * words), words
 
 
-def new_flag(device) -> Tensor:
+def bounds_flag(op: str, device, size: int) -> Tensor:
+    """The int32 flag op's kernel raises for a bad index: a fresh zeroed one, read back after the
+    launch; inside a captured step the device's step flag, read later (nbx.core.deferred_checks)."""
+    if deferred_checks.deferring():
+        return deferred_checks.step_flag(device, op, size)
     from nbx.core.ops.creation import zeros
     return zeros(1, dtype=dtypes.int32, device=device)
 
 
 def raise_if_flagged(op: str, flag: Tensor, size: int) -> None:
-    if flag.numpy()[0]:
+    """IndexingError if the kernel raised flag (at once: eager); inside a step the check is deferred."""
+    if not deferred_checks.deferring() and flag.numpy()[0]:
         raise IndexingError(f"{op}: an index is out of range for a dim of size {size}")
 
 
@@ -74,7 +80,7 @@ def take(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     out = empty(plan.outputs[0].shape, x.dtype, x.device)
     if not plan.launches:
         return out
-    flag = new_flag(x.device)
+    flag = bounds_flag("take", x.device, x.shape[axis])
     plans.execute(plan, {"x": as_bits(x.contiguous())[0], "idx": indices, "out": out, "out_bits": as_bits(out)[0],
                          "flag": flag})
     raise_if_flagged("take", flag, x.shape[axis])
@@ -113,7 +119,7 @@ def take_along_axis(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     plan = plans.cached("take_along_axis", (rows_x.shape, x.dtype.itemsize, idx.shape, x.device),
                         lambda: _take_along_plan(rows_x.shape, idx.shape, x.device))
     if plan.launches:
-        flag = new_flag(x.device)
+        flag = bounds_flag("take_along_axis", x.device, x.shape[axis])
         plans.execute(plan, {"x": as_bits(rows_x)[0], "idx": idx, "out_bits": as_bits(out)[0], "flag": flag})
         raise_if_flagged("take_along_axis", flag, x.shape[axis])
     return axis_back(out, axis)
@@ -163,7 +169,7 @@ def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce, include_sel
     plan = plans.cached("scatter", (rows.shape, x.dtype, k, reduce, include_self, x.device),
                         lambda: _scatter_plan(rows.shape, x.dtype, k, reduce, include_self, x.device))
     counts = empty(rows.shape, dtypes.int32, x.device) if reduce == "mean" else None
-    flag = new_flag(x.device)
+    flag = bounds_flag("scatter", x.device, n)
     plans.execute(plan, {"rows": rows, "idx": idx, "src": updates, "counts": counts, "flag": flag})
     raise_if_flagged("scatter", flag, n)
     if reduce == "mean":
@@ -297,11 +303,12 @@ def _scatter_cost(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce=None, 
 @implements("index_put")
 def index_put(x: Tensor, indices: tuple, values: Tensor, accumulate: bool) -> Tensor:
     """x[indices] = values (or +=) as a scatter over x's indexed leading dims flattened: bool
-    indices become their True positions, integer ones broadcast together, are checked (a readback)
-    and raveled into one flat index."""
+    indices become their True positions, integer ones broadcast together, are checked (a readback;
+    inside a captured step a flag, deferred) and raveled into one flat index."""
     from nbx.core import layout
     from nbx.core.errors import IndexingError, ShapeError
-    from nbx.core.ops.gather import nonzero, scatter, wrap_checked
+    from nbx.core.ops.elementwise import logical_or, where
+    from nbx.core.ops.gather import nonzero, scatter, wrap_flagging
     arrays = []
     for index in indices:
         arrays.extend(nonzero(index) if index.dtype.kind == "bool" else (index,))
@@ -309,10 +316,15 @@ def index_put(x: Tensor, indices: tuple, values: Tensor, accumulate: bool) -> Te
         raise IndexingError(f"index_put: {len(arrays)} indices for a tensor of {x.ndim} dims")
     shape = layout.broadcast_shapes(*(a.shape for a in arrays))
     lead, rest = x.shape[:len(arrays)], x.shape[len(arrays):]
-    flat = None
+    flat = bad = None
     for a, size in zip(arrays, lead):
-        a = wrap_checked("index_put", a, size).broadcast_to(shape)
+        a, bad_here = wrap_flagging("index_put", a, size)
+        a = a.broadcast_to(shape)
         flat = a if flat is None else flat * size + a
+        if bad_here is not None:
+            bad = bad_here if bad is None else logical_or(bad, bad_here)
+    if bad is not None:  # inside a step: a bad index becomes one the scatter flags (and masks)
+        flat = where(bad.broadcast_to(shape), -prod(lead) - 1, flat)
     k = prod(shape)
     target = x.contiguous().reshape(prod(lead), *rest)
     try:
