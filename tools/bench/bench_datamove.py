@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
-from peer_timing import allocator_name, both, spin_cycles_per_ms
+from peer_timing import banner, both
 
 L2_FLUSH_BYTES = 256 << 20
 
@@ -98,16 +98,11 @@ def cases():
         lambda i: nbx.sample(ns, temperature=0.7, top_p=0.9, generator=g), torch_step
 
 
-def first(result):
-    return result[0] if isinstance(result, tuple) else result
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", nargs="*", help="only these ops")
     args = parser.parse_args(argv)
-    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
-    cycles = spin_cycles_per_ms()
+    cycles = banner()
     print(f"{'op':<15} {'case':<34} {'nbx us':>9} {'torch us':>9} {'nbx TB/s':>9} {'torch TB/s':>10} {'ratio':>6} "
           f"{'host us nbx/torch':>18} {'cold us nbx/torch':>18}")
     for op, case, nbytes, copies, nbx_fn, torch_fn in cases():

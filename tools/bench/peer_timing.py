@@ -137,3 +137,9 @@ def allocator_name() -> str:
     from nbx.memory.allocator import get_allocator
     get_backend("cuda").start()  # the allocator is registered when the backend starts
     return type(get_allocator("cuda")).__name__
+
+
+def banner() -> float:
+    """Print a benchmark's first line (the GPU, torch, nbx's allocator); return spin_cycles_per_ms()."""
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
+    return spin_cycles_per_ms()

@@ -144,11 +144,7 @@ def scatter(input: Tensor, dim: int, index: Tensor, src, reduce: str | None = No
     check_index_dtype("scatter", index)
     common_device(input, index)
     dim = layout.normalize_dim(dim, input.ndim)
-    if index.ndim != input.ndim:
-        raise ShapeError(f"scatter needs an index of the input's rank {input.ndim}, got {index.ndim}")
-    for d in range(input.ndim):
-        if d != dim and index.shape[d] > input.shape[d]:
-            raise ShapeError(f"scatter: index shape {index.shape} exceeds the input's {input.shape} in dim {d}")
+    _within("scatter", input, index, dim)  # the shape checks of gather's rule
     src = _source("scatter", input, src, index.shape)
     if any(i > s for i, s in zip(index.shape, src.shape)) or src.ndim != index.ndim:
         raise ShapeError(f"scatter: index shape {index.shape} exceeds the source's {src.shape}")
