@@ -85,4 +85,4 @@ def check(device: Device) -> None:
         ops = ", ".join(f"{op} (dims of size {', '.join(map(str, sorted(sizes)))})"
                         for op, sizes in sorted(state.ops.items()))
         raise IndexingError(f"an index was out of range in a captured step on {device} (checked when read: "
-                            f"nothing was read or written out of bounds); the step's checked ops: {ops}")
+                            f"nothing was read or written out of bounds); the ops checked inside steps there: {ops}")

@@ -97,14 +97,9 @@ def _leading_arrays_take(t: Tensor, key: tuple):
             any(not (k is Ellipsis or k == slice(None)) for k in key[n:]):
         return None
     from . import layout
-    from .ops import elementwise as ew
-    from .ops.gather import take, wrap_checked
+    from .ops.gather import ravel_checked, take
     shape = layout.broadcast_shapes(*(a.shape for a in arrays))
-    flat = None
-    for a, size in zip(arrays, t.shape[:n]):
-        a = wrap_checked("getitem", a, size).broadcast_to(shape)
-        flat = a if flat is None else ew.add(ew.multiply(flat, size), a)
-    return take(t.reshape(-1, *t.shape[n:]), flat, axis=0)
+    return take(t.reshape(-1, *t.shape[n:]), ravel_checked("getitem", arrays, t.shape[:n], shape), axis=0)
 
 
 def _one_array_take(t: Tensor, key: tuple):

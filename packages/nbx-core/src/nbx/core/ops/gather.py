@@ -34,16 +34,28 @@ def wrap_checked(op: str, index: Tensor, size: int) -> Tensor:
     return ew.where(index < 0, index + size, index)
 
 
-def wrap_flagging(op: str, index: Tensor, size: int) -> tuple[Tensor, Tensor | None]:
-    """wrap_checked's index and None; inside a captured step (no readback there) the index wrapped
-    unchecked and the bool mask of its bad entries, for the caller to send to a kernel's flag."""
+def ravel_checked(op: str, arrays, sizes, shape) -> Tensor:
+    """The flat index (int64, broadcast to shape) of integer arrays over dims of those sizes, each
+    wrapped from the end and checked (wrap_checked: a readback). Inside a captured step, where no
+    readback is possible, an entry with a bad index becomes -prod(sizes) - 1, which the take or
+    scatter kernel using the flat index flags and masks (nbx.core.deferred_checks)."""
+    from math import prod
+
     from . import elementwise as ew
     from .. import deferred_checks
-    if not deferred_checks.deferring():
-        return wrap_checked(op, index, size), None
-    index = index.to(dtype=dtypes.INDEX)
-    bad = ew.logical_or(index < -size, index >= size)
-    return ew.where(index < 0, index + size, index), bad
+    deferring = deferred_checks.deferring()
+    flat = bad = None
+    for a, size in zip(arrays, sizes):
+        if deferring:
+            a = a.to(dtype=dtypes.INDEX)
+            bad_here = ew.logical_or(a < -size, a >= size)
+            bad = bad_here if bad is None else ew.logical_or(bad, bad_here)
+            a = ew.where(a < 0, a + size, a)
+        else:
+            a = wrap_checked(op, a, size)
+        a = a.broadcast_to(shape)
+        flat = a if flat is None else ew.add(ew.multiply(flat, size), a)
+    return flat if bad is None else ew.where(bad.broadcast_to(shape), -prod(sizes) - 1, flat)
 
 
 # ---- take / index_select / embedding -------------------------------------------------------------
@@ -368,4 +380,4 @@ _register_scatter()
 
 __all__ = ["take", "index_select", "embedding", "take_along_axis", "gather", "scatter", "index_add", "index_copy",
            "index_put", "masked_select", "masked_scatter", "nonzero", "argwhere", "searchsorted",
-           "bucketize", "SCATTER_REDUCE", "wrap_checked", "wrap_flagging"]
+           "bucketize", "SCATTER_REDUCE", "wrap_checked", "ravel_checked"]

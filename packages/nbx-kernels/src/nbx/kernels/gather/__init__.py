@@ -307,8 +307,7 @@ def index_put(x: Tensor, indices: tuple, values: Tensor, accumulate: bool) -> Te
     inside a captured step a flag, deferred) and raveled into one flat index."""
     from nbx.core import layout
     from nbx.core.errors import IndexingError, ShapeError
-    from nbx.core.ops.elementwise import logical_or, where
-    from nbx.core.ops.gather import nonzero, scatter, wrap_flagging
+    from nbx.core.ops.gather import nonzero, ravel_checked, scatter
     arrays = []
     for index in indices:
         arrays.extend(nonzero(index) if index.dtype.kind == "bool" else (index,))
@@ -316,15 +315,7 @@ def index_put(x: Tensor, indices: tuple, values: Tensor, accumulate: bool) -> Te
         raise IndexingError(f"index_put: {len(arrays)} indices for a tensor of {x.ndim} dims")
     shape = layout.broadcast_shapes(*(a.shape for a in arrays))
     lead, rest = x.shape[:len(arrays)], x.shape[len(arrays):]
-    flat = bad = None
-    for a, size in zip(arrays, lead):
-        a, bad_here = wrap_flagging("index_put", a, size)
-        a = a.broadcast_to(shape)
-        flat = a if flat is None else flat * size + a
-        if bad_here is not None:
-            bad = bad_here if bad is None else logical_or(bad, bad_here)
-    if bad is not None:  # inside a step: a bad index becomes one the scatter flags (and masks)
-        flat = where(bad.broadcast_to(shape), -prod(lead) - 1, flat)
+    flat = ravel_checked("index_put", arrays, lead, shape)
     k = prod(shape)
     target = x.contiguous().reshape(prod(lead), *rest)
     try:
