@@ -114,8 +114,7 @@ def take_along_axis(x: Tensor, indices: Tensor, axis: int) -> Tensor:
         raise NotSupportedError("take_along_axis of complex128 has no kernel yet (its elements are two words)")
     rows_x, idx = axis_last(x, axis), axis_last(indices, axis)
     out = empty(idx.shape, x.dtype, x.device)
-    # the word dtype is in the key: a launch's compiled repeats are found by pointer alignment
-    # only, so a plan shared by two itemsizes would run one's kernel on the other's buffers
+    # a plan per word size: its launch compiles per word type (the runner keys repeats on it too)
     plan = plans.cached("take_along_axis", (rows_x.shape, x.dtype.itemsize, idx.shape, x.device),
                         lambda: _take_along_plan(rows_x.shape, idx.shape, x.device))
     if plan.launches:
