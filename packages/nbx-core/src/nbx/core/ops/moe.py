@@ -245,7 +245,7 @@ def moe_block(x: Tensor, router: Tensor, w_gate: Tensor, w_up: Tensor, w_down: T
     plus the shared experts' SwiGLU MLP (shared = (gate [S, H], up [S, H], down [H, S])), scaled by
     sigmoid(x @ shared_gate.T) when shared_gate [1, H] is given (Qwen2-MoE), added last."""
     from .products import gated_linear, linear
-    from .activations import sigmoid
+    from .elementwise import sigmoid
     logits = linear(x, router)
     route = moe_route(logits.to(dtype=dtypes.float32), top_k, **routing)
     out = moe_experts(x, route.weights, route.experts, w_gate, w_up, w_down)
