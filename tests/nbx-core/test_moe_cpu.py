@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import nbx.core as nbx
-from nbx.core.errors import ArgumentError, DTypeError, ShapeError
+from nbx.core.errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
 from nbx.core.ops.creation import asarray
 
 
@@ -85,3 +85,6 @@ def test_moe_ops_refuse_what_they_cannot_serve_by_name():
     x, w = asarray(np.zeros((2, 4), np.float32)), asarray(np.zeros((3, 5, 4), np.float32))
     with pytest.raises(ShapeError):
         nbx.moe_experts(x, asarray(np.ones((2, 1), np.float32)), asarray(np.zeros((2, 1), np.int32)), w, w, w)
+    with pytest.raises(NotSupportedError):
+        nbx.moe_experts(x, asarray(np.ones((2, 1), np.float32)), asarray(np.zeros((2, 1), np.int32)),
+                        w.to(dtype="float8_e4m3fn"), w, w)

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import dtypes, reference
 from ..dispatch import implementation, register
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
 
@@ -180,6 +180,11 @@ def _align_cpu(experts, num_experts, block_m):
 
 
 def _check_experts(x, weights, experts, w_gate, w_up, w_down):
+    from ..quant import QuantizedTensor
+    for name, t in (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down)):
+        if isinstance(t, QuantizedTensor) or (isinstance(t, Tensor) and t.dtype.itemsize == 1):
+            raise NotSupportedError(f"moe_experts' {name}: int4 (W4A16) and float8 expert weights are not done yet; "
+                                    f"pass float16, bfloat16, float32 or float64 weights")
     for name, t in (("x", x), ("weights", weights), ("experts", experts), ("w_gate", w_gate), ("w_up", w_up),
                     ("w_down", w_down)):
         if not isinstance(t, Tensor):
