@@ -120,7 +120,7 @@ def test_a_32_row_block_gives_the_oracles_result_and_its_cost_lists_the_plans_bu
     plans.reset()
     x, w_gate, w_up, w_down = _layer(24, 4, 32, 32, "bfloat16", device)
     weights, experts = _route(np.stack([RNG.permutation(4)[:2] for _ in range(24)]), device)
-    setting = {"block_m": 32, "block_n": 32, "block_k": 32, "num_warps": 4, "num_stages": 2}
+    setting = {"block_m": 32, "block_n": 32, "block_k": 32, "group_m": 1, "num_warps": 4, "num_stages": 2}
     out = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=setting)
     check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
     declared = cost.price("moe_experts", x, weights, experts, w_gate, w_up, w_down)

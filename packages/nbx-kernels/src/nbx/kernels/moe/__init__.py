@@ -24,6 +24,8 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..softmax import float_bits
 from ..softmax.rows import pow2_at_least
+from ..elementwise.casts import COMPILED
+from ..matmul.tuning import stages_that_fit
 from ..types import tl_type
 from .kernel import (align_count_kernel, align_place_kernel, combine_kernel, expert_down_kernel,
                      expert_gate_up_kernel, route_kernel)
@@ -150,18 +152,20 @@ def _experts_build(x_layout, w_layouts, k: int, device, setting) -> LaunchPlan:
     block_m, pairs = s["block_m"], tokens * k
     capacity = align_capacity(pairs, count, block_m)
     dot, acc, precision = _dot_types(dtype)
-    stages = s["num_stages"] if device.type != "interp" else 1
+    stages = s["num_stages"]
+    if COMPILED:  # the interpreter has no shared memory (and no pipeline); gate/up's stages hold two weight tiles
+        stages = stages_that_fit(s, dtype.itemsize, 2 * dtype.itemsize, launch.facts(device))
     gemm = dict(DOT=dot, ACC=acc, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=s["block_n"], BLOCK_K=s["block_k"],
-                num_warps=s["num_warps"], num_stages=stages)
+                GROUP_M=s["group_m"], num_warps=s["num_warps"], num_stages=stages)
     blocks = capacity // block_m
     p = "align_"
-    gate_up = Launch(expert_gate_up_kernel, (blocks, triton_cdiv(inter, s["block_n"])),
+    gate_up = Launch(expert_gate_up_kernel, (blocks * triton_cdiv(inter, s["block_n"]),),
                      (Slot("x"), Slot("w_gate"), Slot("w_up"), Slot("h"), Slot(p + "sorted_pairs"),
-                      Slot(p + "block_experts"), inter, hidden, pairs, k, *x_strides, *gate_strides),
+                      Slot(p + "block_experts"), capacity, inter, hidden, pairs, k, *x_strides, *gate_strides),
                      dict(EVEN_K=hidden % s["block_k"] == 0, **gemm))
-    down = Launch(expert_down_kernel, (blocks, triton_cdiv(hidden, s["block_n"])),
+    down = Launch(expert_down_kernel, (blocks * triton_cdiv(hidden, s["block_n"]),),
                   (Slot("h"), Slot("w_down"), Slot("pair_rows"), Slot("weights"), Slot(p + "sorted_pairs"),
-                   Slot(p + "block_experts"), hidden, inter, pairs, *down_strides),
+                   Slot(p + "block_experts"), capacity, hidden, inter, pairs, *down_strides),
                   dict(EVEN_K=inter % s["block_k"] == 0, **gemm))
     combine = Launch(combine_kernel, (tokens, triton_cdiv(hidden, COMBINE_BLOCK)),
                      (Slot("pair_rows"), Slot("out"), hidden), dict(TOP_K=k, ACC=acc, BLOCK=COMBINE_BLOCK))

@@ -9,8 +9,8 @@ Alignment: program e of `align_count_kernel` counts expert e's pairs; program e 
 in order, placing its own with a running prefix count (exact integers: the same on every device
 and run, no atomics); its last program pads the tail past the used blocks.
 
-The expert GEMMs walk the alignment's row blocks: block b of BLOCK_M sorted pairs belongs to one
-expert (block_experts[b]; -1: an unused block, whose programs return at once), so each program is a
+The expert GEMMs walk the alignment's row blocks (in matmul's grouped tile order, GROUP_M blocks
+at a time across the columns): block b of BLOCK_M sorted pairs belongs to one expert (block_experts[b]; -1: an unused block, whose programs return at once), so each program is a
 plain tiled product of gathered rows of x (or of the intermediate) by that expert's weight, through
 matmul's k_steps. The gate/up kernel computes silu(x W_g^T) * (x W_u^T) in one pass (both weights'
 tiles per A tile) into the intermediate, in sorted order; the down kernel multiplies it by W_d,
@@ -22,7 +22,7 @@ import triton.language as tl
 
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
-from ..matmul.kernel import k_steps
+from ..matmul.kernel import _grouped_tile, k_steps
 from ..softmax.rows import float_argument
 
 
@@ -145,26 +145,28 @@ def align_place_kernel(experts_ptr, counts_ptr, sorted_ptr, block_experts_ptr, i
 
 
 @triton.jit
-def _block_rows(sorted_ptr, block_experts_ptr, P, BLOCK_M: tl.constexpr):
-    """This program's expert (int64; -1: an unused block), its rows' positions and pair ids."""
-    block = tl.program_id(0)
+def _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                GROUP_M: tl.constexpr):
+    """This program's tile in matmul's grouped order over (ROWS / BLOCK_M row blocks, N columns),
+    so that the programs running together share their rows and their weight tiles in the L2: the
+    block's expert (int64; -1: an unused block), its rows' positions and pair ids, its columns."""
+    block, tile_n = _grouped_tile(tl.program_id(0), ROWS, N, BLOCK_M, BLOCK_N, GROUP_M)
     expert = tl.load(block_experts_ptr + block).to(tl.int64)
     rows = block.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     pairs = tl.load(sorted_ptr + rows).to(tl.int64)
-    return expert, rows, pairs, pairs < P
+    return expert, rows, pairs, pairs < P, tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
 
 
 @triton.jit
-def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, sorted_ptr, block_experts_ptr, N, K, P, TOP_K,
+def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, sorted_ptr, block_experts_ptr, ROWS, N, K, P, TOP_K,
                           sx_t, sx_k, sw_e, sw_n, sw_k,
                           DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Grid: (row blocks, cdiv(N, BLOCK_N)). h[row] = silu(x[t] W_g[e]^T) * (x[t] W_u[e]^T) over
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). h[row] = silu(x[t] W_g[e]^T) * (x[t] W_u[e]^T) over
     N = I columns for the pair of each sorted row (t = pair // TOP_K); h is contiguous [rows, N]."""
-    expert, rows, pairs, valid = _block_rows(sorted_ptr, block_experts_ptr, P, BLOCK_M)
+    expert, rows, pairs, valid, rn = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M, BLOCK_N, GROUP_M)
     if expert < 0:
         return
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     tokens = pairs // TOP_K
     a_ptrs = x_ptr + tokens[:, None] * sx_t + rk[None, :] * sx_k
@@ -181,16 +183,15 @@ def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, sorted_ptr, block_expert
 
 
 @triton.jit
-def expert_down_kernel(h_ptr, wd_ptr, out_ptr, weights_ptr, sorted_ptr, block_experts_ptr, N, K, P,
+def expert_down_kernel(h_ptr, wd_ptr, out_ptr, weights_ptr, sorted_ptr, block_experts_ptr, ROWS, N, K, P,
                        sw_e, sw_n, sw_k,
                        DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Grid: (row blocks, cdiv(N, BLOCK_N)). out[pair] = weight[pair] * (h[row] W_d[e]^T) over
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). out[pair] = weight[pair] * (h[row] W_d[e]^T) over
     N = H columns; h is contiguous [rows, K = I], out contiguous [P, N], weights contiguous [P]."""
-    expert, rows, pairs, valid = _block_rows(sorted_ptr, block_experts_ptr, P, BLOCK_M)
+    expert, rows, pairs, valid, rn = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M, BLOCK_N, GROUP_M)
     if expert < 0:
         return
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     a_ptrs = h_ptr + rows[:, None] * K + rk[None, :]
     b_ptrs = wd_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n

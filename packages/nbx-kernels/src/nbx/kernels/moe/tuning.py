@@ -25,8 +25,10 @@ from nbx.core.reference import oracle
 from ..matmul.tuning import stage_bytes, stages_that_fit
 
 BAND_TOKENS = 16
-PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256), "block_k": (32, 64, 128),
-          "num_warps": (4, 8), "num_stages": (2, 3, 4)}
+# block_k under 64 and 2 stages never paid for 16-bit operands in matmul's sweeps: left out to keep
+# a key's sweep short; group_m is matmul's single value
+PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (64, 128, 256), "block_k": (64, 128), "group_m": (8,),
+          "num_warps": (4, 8), "num_stages": (3, 4)}
 BAND_PARAMS = {**PARAMS, "block_m": (16, 32)}
 KEY = {"tokens": "dims", "experts": "exact", "top_k": "exact", "inter": "dims", "hidden": "dims", "dtype": "dtype"}
 
@@ -44,7 +46,7 @@ def _fits(setting, rep, facts):
         return f"block_m {setting['block_m']} pads an expert's {rows} rows twice over"
     small = min(rep["inter"], rep["hidden"])
     for block in ("block_n", "block_k"):
-        if setting[block] > 32 and setting[block] // 2 >= small:
+        if setting[block] > min(PARAMS[block]) and setting[block] // 2 >= small:
             return f"{block} {setting[block]} covers {small} twice over"
     itemsize = as_dtype(rep["dtype"]).itemsize
     limit = facts.value("memory.max_shared_memory_per_block")
