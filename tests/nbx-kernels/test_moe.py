@@ -152,3 +152,15 @@ def test_a_layer_of_no_tokens_returns_an_empty_result(device):
     weights, experts = _route(np.zeros((0, 2)), device)
     assert nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down).shape == (0, 32)
     assert nbx.moe_route(asarray(np.zeros((0, 4), np.float32), device=device), 2).experts.shape == (0, 2)
+
+
+@pytest.mark.parametrize("tokens, scheme", [(3, "symmetric"), (20, "asymmetric")])
+def test_int4_expert_weights_match_the_oracle_of_their_dequantized_values(device, check, tokens, scheme):
+    from nbx.core.quant import QuantizedTensor
+    rng = np.random.default_rng(9)
+    w_gate, w_up, w_down = (QuantizedTensor.quantize(rng.standard_normal(s) / 8, 32, scheme, "bfloat16").to(device)
+                            for s in ((4, 64, 64), (4, 64, 64), (4, 64, 64)))
+    x = asarray(rng.standard_normal((tokens, 64)).astype(ml_dtypes.bfloat16), device=device)
+    weights, experts = _route(np.stack([rng.permutation(4)[:2] for _ in range(tokens)]), device)
+    out = nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)

@@ -181,19 +181,24 @@ def _align_cpu(experts, num_experts, block_m):
 
 def _check_experts(x, weights, experts, w_gate, w_up, w_down):
     from ..quant import QuantizedTensor
-    for name, t in (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down)):
-        if isinstance(t, QuantizedTensor) or (isinstance(t, Tensor) and t.dtype.itemsize == 1):
-            raise NotSupportedError(f"moe_experts' {name}: int4 (W4A16) and float8 expert weights are not done yet; "
-                                    f"pass float16, bfloat16, float32 or float64 weights")
-    for name, t in (("x", x), ("weights", weights), ("experts", experts), ("w_gate", w_gate), ("w_up", w_up),
-                    ("w_down", w_down)):
+    for name, t in (("x", x), ("weights", weights), ("experts", experts)):
         if not isinstance(t, Tensor):
             raise ShapeError(f"moe_experts' {name} is a tensor, not {type(t).__name__}")
-    if x.ndim != 2 or w_gate.ndim != 3 or w_gate.shape != w_up.shape:
+    matrices = (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down))
+    for name, t in matrices:
+        if not isinstance(t, (Tensor, QuantizedTensor)):
+            raise ShapeError(f"moe_experts' {name} is a tensor or an int4 QuantizedTensor, not {type(t).__name__}")
+        if isinstance(t, Tensor) and t.dtype.itemsize == 1:
+            raise NotSupportedError(f"moe_experts' {name}: float8 expert weights (with block scales) are not done "
+                                    f"yet; pass float or int4 (QuantizedTensor) weights")
+    quantized = {isinstance(t, QuantizedTensor) for _, t in matrices}
+    if len(quantized) > 1:
+        raise NotSupportedError("moe_experts takes int4 weights for gate, up and down alike, or none")
+    if x.ndim != 2 or len(w_gate.shape) != 3 or tuple(w_gate.shape) != tuple(w_up.shape):
         raise ShapeError(f"moe_experts takes x [T, H] and w_gate, w_up [E, I, H] of one shape; got {x.shape}, "
                          f"{w_gate.shape}, {w_up.shape}")
     count, inter, hidden = w_gate.shape
-    if x.shape[1] != hidden or w_down.shape != (count, hidden, inter):
+    if x.shape[1] != hidden or tuple(w_down.shape) != (count, hidden, inter):
         raise ShapeError(f"moe_experts of x {x.shape}, w_gate {w_gate.shape}: w_down is [E, H, I] = "
                          f"{(count, hidden, inter)}, got {w_down.shape}")
     if experts.ndim != 2 or experts.shape[0] != x.shape[0] or weights.shape != experts.shape:
@@ -201,17 +206,18 @@ def _check_experts(x, weights, experts, w_gate, w_up, w_down):
                          f"{experts.shape}")
     if experts.dtype.name not in ("int32", "int64"):
         raise DTypeError(f"moe_experts takes int32 or int64 expert ids, got {experts.dtype.name}")
-    for t in (x, w_gate, w_up, w_down, weights):
-        check_category("moe_experts", t.dtype, "real_floating")
-    if len({x.dtype, w_gate.dtype, w_up.dtype, w_down.dtype}) > 1:
+    check_category("moe_experts", x.dtype, "real_floating")
+    check_category("moe_experts", weights.dtype, "real_floating")
+    if True not in quantized and len({x.dtype, w_gate.dtype, w_up.dtype, w_down.dtype}) > 1:
         raise DTypeError(f"moe_experts takes x and the weights in one dtype, got {x.dtype.name}, "
                          f"{w_gate.dtype.name}, {w_up.dtype.name}, {w_down.dtype.name}")
 
 
 def moe_experts(x: Tensor, weights: Tensor, experts: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
-    """The routed experts' SwiGLU MLPs of each token, weighted and summed in slot order: [T, H] of x's dtype."""
+    """The routed experts' SwiGLU MLPs of each token, weighted and summed in slot order: [T, H] of x's dtype.
+    The weights are float tensors of x's dtype, or int4 QuantizedTensors (W4A16) all three."""
     _check_experts(x, weights, experts, w_gate, w_up, w_down)
-    device = common_device(x, weights, experts, w_gate, w_up, w_down)
+    device = common_device(x, weights, experts, *(getattr(w, "qweight", w) for w in (w_gate, w_up, w_down)))
     return implementation("moe_experts", device)(x, weights, experts, w_gate, w_up, w_down)
 
 
@@ -219,10 +225,17 @@ def _silu(v):
     return v / (1.0 + np.exp(-v))
 
 
+def _dense(w, compute) -> np.ndarray:
+    """A float weight, or an int4 one dequantized (in float64 for the oracle)."""
+    if isinstance(w, Tensor):
+        return w.numpy().astype(compute)
+    return w.dequantize("float64").numpy().astype(compute)
+
+
 def _experts_reference(x, weights, experts, w_gate, w_up, w_down, precision=reference.NATIVE):
     compute = oracle_dtype(x.dtype) if precision == reference.FLOAT64 else compute_dtype(x.dtype)
     a = x.numpy().astype(compute)
-    wg, wu, wd = (w.numpy().astype(compute) for w in (w_gate, w_up, w_down))
+    wg, wu, wd = (_dense(w, compute) for w in (w_gate, w_up, w_down))
     ids = experts.numpy().astype(np.int64)
     w = weights.numpy().astype(compute)
     if ids.size and (ids.min() < 0 or ids.max() >= wg.shape[0]):

@@ -136,37 +136,94 @@ class ExpertsPlan:
     band: bool        # the one-token band's setting
 
 
-def _dot_types(dtype):
-    if dtype.kind != "float" or dtype.itemsize == 1:
-        raise DTypeError(f"moe_experts multiplies float16, bfloat16, float32 or float64 operands, got {dtype.name}")
+@dataclass(frozen=True)
+class WeightLayout:
+    """A layer's expert weights as the kernels read them: float ([E, I, H] element strides) or
+    int4 (the packed bytes' strides, the scales' (expert, column) strides, group and scheme)."""
+    shape: tuple            # (E, I, H)
+    gate: tuple             # gate/up (expert, n, k) strides
+    down: tuple             # down's (expert, n, k) strides
+    gate_scales: tuple = (0, 0)
+    down_scales: tuple = (0, 0)
+    group: int = 0          # 0: float weights
+    scheme: str = "none"
+
+    @property
+    def label(self) -> str:
+        """The launch key's weights field: dense, or int4-<scheme>-g<group>."""
+        return "dense" if not self.group else f"int4-{self.scheme}-g{self.group}"
+
+
+def weight_layout(w_gate, w_up, w_down) -> WeightLayout:
+    from nbx.core.quant import QuantizedTensor
+    quantized = [isinstance(w, QuantizedTensor) for w in (w_gate, w_up, w_down)]
+    if not any(quantized):
+        if w_gate.strides != w_up.strides:
+            raise NotSupportedError(f"moe_experts reads w_gate and w_up with one set of strides; got "
+                                    f"{w_gate.strides} and {w_up.strides} (make them contiguous)")
+        return WeightLayout(tuple(w_gate.shape), tuple(w_gate.strides), tuple(w_down.strides))
+    if not all(quantized) or len({(w.group_size, w.scheme) for w in (w_gate, w_up, w_down)}) > 1:
+        raise NotSupportedError("moe_experts takes int4 expert weights for gate, up and down alike, of one group "
+                                "size and scheme")
+    for w in (w_gate, w_up, w_down):
+        if not w.qweight.is_contiguous() or not w.scales.is_contiguous() or \
+                (w.zeros is not None and not w.zeros.is_contiguous()):
+            raise NotSupportedError("moe_experts reads int4 expert weights with contiguous bytes, scales and minima")
+    return WeightLayout(tuple(w_gate.shape), tuple(w_gate.qweight.strides), tuple(w_down.qweight.strides),
+                        tuple(w_gate.scales.strides[:2]), tuple(w_down.scales.strides[:2]), w_gate.group_size,
+                        w_gate.scheme)
+
+
+def _weight_values(w_gate, w_up, w_down) -> dict:
+    """The weight slots of a call: the float weights, or the int4 weights' bytes, scales and minima."""
+    from nbx.core.quant import QuantizedTensor
+    if not isinstance(w_gate, QuantizedTensor):
+        return {"w_gate": w_gate, "w_up": w_up, "w_down": w_down}
+    values = {}
+    for name, w in (("gate", w_gate), ("up", w_up), ("down", w_down)):
+        values.update({f"w_{name}": w.qweight, f"s_{name}": w.scales,
+                       f"z_{name}": w.scales if w.zeros is None else w.zeros})
+    return values
+
+
+def _dot_types(dtype, int4: bool):
+    if dtype.kind != "float" or dtype.itemsize == 1 or (int4 and dtype is dtypes.float64):
+        raise DTypeError(f"moe_experts multiplies float16, bfloat16, float32{'' if int4 else ' or float64'} "
+                         f"activations{' by int4 weights' if int4 else ''}, got {dtype.name}")
     acc = tl.float64 if dtype is dtypes.float64 else tl.float32
     precision = "ieee" if dtype in (dtypes.float32, dtypes.float64) else None
     return tl_type(dtype), acc, precision
 
 
-def _experts_build(x_layout, w_layouts, k: int, device, setting) -> LaunchPlan:
+def _experts_build(x_layout, w: WeightLayout, k: int, device, setting) -> LaunchPlan:
     (tokens, hidden), x_strides, dtype = x_layout
-    (count, inter, _), gate_strides, down_strides = w_layouts
+    count, inter, _ = w.shape
     from .tuning import BAND_TOKENS
-    s = dict(setting) if setting is not None else dict(experts_setting(device, tokens, count, k, inter, hidden, dtype))
+    s = dict(setting) if setting is not None else dict(
+        experts_setting(device, tokens, count, k, inter, hidden, dtype, w.label))
     block_m, pairs = s["block_m"], tokens * k
     capacity = align_capacity(pairs, count, block_m)
-    dot, acc, precision = _dot_types(dtype)
+    int4 = w.group > 0
+    dot, acc, precision = _dot_types(dtype, int4)
+    block_k = s["block_k"] if not int4 or w.group % s["block_k"] == 0 else w.group   # an int4 K step lies in one group
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline); gate/up's stages hold two weight tiles
-        stages = stages_that_fit(s, dtype.itemsize, 2 * dtype.itemsize, launch.facts(device))
-    gemm = dict(DOT=dot, ACC=acc, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=s["block_n"], BLOCK_K=s["block_k"],
-                GROUP_M=s["group_m"], num_warps=s["num_warps"], num_stages=stages)
+        stages = stages_that_fit({**s, "block_k": block_k}, dtype.itemsize, 2 * dtype.itemsize, launch.facts(device))
+    gemm = dict(DOT=dot, ACC=acc, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=s["block_n"], BLOCK_K=block_k,
+                GROUP_M=s["group_m"], INT4=int4, GROUP=max(w.group, 1), SIGNED=w.scheme == "symmetric",
+                ASYMMETRIC=w.scheme == "asymmetric", num_warps=s["num_warps"], num_stages=stages)
     blocks = capacity // block_m
     p = "align_"
+    scales = ((Slot("s_gate"), Slot("z_gate"), Slot("s_up"), Slot("z_up"), Slot("s_down"), Slot("z_down")) if int4 else
+              (Slot("w_gate"),) * 4 + (Slot("w_down"),) * 2)   # float weights: their own pointers (never read)
     gate_up = Launch(expert_gate_up_kernel, (blocks * triton_cdiv(inter, s["block_n"]),),
-                     (Slot("x"), Slot("w_gate"), Slot("w_up"), Slot("h"), Slot(p + "sorted_pairs"),
-                      Slot(p + "block_experts"), capacity, inter, hidden, pairs, k, *x_strides, *gate_strides),
-                     dict(EVEN_K=hidden % s["block_k"] == 0, **gemm))
+                     (Slot("x"), Slot("w_gate"), Slot("w_up"), *scales[:4], Slot("h"), Slot(p + "sorted_pairs"),
+                      Slot(p + "block_experts"), capacity, inter, hidden, pairs, k, *x_strides, *w.gate,
+                      *w.gate_scales), dict(EVEN_K=hidden % block_k == 0, **gemm))
     down = Launch(expert_down_kernel, (blocks * triton_cdiv(hidden, s["block_n"]),),
-                  (Slot("h"), Slot("w_down"), Slot("pair_rows"), Slot("weights"), Slot(p + "sorted_pairs"),
-                   Slot(p + "block_experts"), capacity, hidden, inter, pairs, *down_strides),
-                  dict(EVEN_K=inter % s["block_k"] == 0, **gemm))
+                  (Slot("h"), Slot("w_down"), *scales[4:], Slot("pair_rows"), Slot("weights"), Slot(p + "sorted_pairs"),
+                   Slot(p + "block_experts"), capacity, hidden, inter, pairs, *w.down, *w.down_scales),
+                  dict(EVEN_K=inter % block_k == 0, **gemm))
     combine = Launch(combine_kernel, (tokens, triton_cdiv(hidden, COMBINE_BLOCK)),
                      (Slot("pair_rows"), Slot("out"), hidden), dict(TOP_K=k, ACC=acc, BLOCK=COMBINE_BLOCK))
     workspace = (plans.workspace(p + "counts", (count,), INT32), *_align_tables(pairs, count, block_m,
@@ -177,21 +234,12 @@ def _experts_build(x_layout, w_layouts, k: int, device, setting) -> LaunchPlan:
                       copies=("experts", "weights"), detail=ExpertsPlan(s, capacity, tokens <= BAND_TOKENS))
 
 
-def _weight_strides(w_gate, w_up, w_down):
-    """(gate/up strides as (expert, n, k), down's as (expert, n, k)); gate and up read with one set."""
-    if w_gate.strides != w_up.strides:
-        raise NotSupportedError(f"moe_experts reads w_gate and w_up with one set of strides; got {w_gate.strides} "
-                                f"and {w_up.strides} (make them contiguous)")
-    return tuple(w_gate.strides), tuple(w_down.strides)
-
-
 def experts_plan(x, weights, experts, w_gate, w_up, w_down, setting=None) -> LaunchPlan:
-    gate_strides, down_strides = _weight_strides(w_gate, w_up, w_down)
+    w = weight_layout(w_gate, w_up, w_down)
     x_layout = (tuple(x.shape), tuple(x.strides), x.dtype)
-    w_layouts = (tuple(w_gate.shape), gate_strides, down_strides)
     k = experts.shape[1]
-    signature = (x_layout, w_layouts, k, experts.dtype, weights.dtype, x.device, plans.setting_key(setting))
-    return plans.cached("moe_experts", signature, lambda: _experts_build(x_layout, w_layouts, k, x.device, setting))
+    signature = (x_layout, w, k, experts.dtype, weights.dtype, x.device, plans.setting_key(setting))
+    return plans.cached("moe_experts", signature, lambda: _experts_build(x_layout, w, k, x.device, setting))
 
 
 def launch_experts(x, weights, experts, w_gate, w_up, w_down, out: Tensor | None = None, setting=None) -> Tensor:
@@ -202,8 +250,7 @@ def launch_experts(x, weights, experts, w_gate, w_up, w_down, out: Tensor | None
         if x.shape[0] == 0:
             return out
     plan = experts_plan(x, weights, experts, w_gate, w_up, w_down, setting)
-    values = {"x": x, "weights": weights, "experts": experts, "w_gate": w_gate, "w_up": w_up, "w_down": w_down,
-              "out": out}
+    values = {"x": x, "weights": weights, "experts": experts, "out": out, **_weight_values(w_gate, w_up, w_down)}
     return plans.execute(plan, values)["out"]
 
 
@@ -224,10 +271,11 @@ def experts_cost(x, weights, experts, w_gate, w_up, w_down) -> Cost:
     plan = experts_plan(x, weights, experts, w_gate, w_up, w_down)
     pairs, item = experts.size, x.dtype.itemsize
     hit = min(count, pairs)
-    moved = (pairs * hidden * item + hit * 3 * inter * hidden * item + 2 * plan.detail.capacity * inter * item
+    expert_bytes = sum(w.nbytes for w in (w_gate, w_up, w_down)) // count   # int4: bytes, scales and minima
+    moved = (pairs * hidden * item + hit * expert_bytes + 2 * plan.detail.capacity * inter * item
              + 3 * pairs * hidden * item + tokens * hidden * item + 2 * count * pairs * experts.dtype.itemsize)
     return Cost(plan.buffers(), moved, 6 * pairs * hidden * inter, len(plan.launches),
                 notes=(f"block_m {plan.detail.setting['block_m']}" + (" (band)" if plan.detail.band else ""),))
 
 
-__all__ = ["launch_experts", "experts_plan", "route_plan", "align_plan", "experts_cost"]
+__all__ = ["launch_experts", "experts_plan", "weight_layout", "WeightLayout", "route_plan", "align_plan", "experts_cost"]

@@ -15,14 +15,16 @@ plain tiled product of gathered rows of x (or of the intermediate) by that exper
 matmul's k_steps. The gate/up kernel computes silu(x W_g^T) * (x W_u^T) in one pass (both weights'
 tiles per A tile) into the intermediate, in sorted order; the down kernel multiplies it by W_d,
 scales each row by its pair's routed weight in the epilogue and stores the row at its pair's id.
-The combine sums each token's k rows in slot order in float32 and rounds once.
+The combine sums each token's k rows in slot order in float32 and rounds once. Int4 expert
+weights (W4A16) take matmul's int4 K step (quantized.int4_step) in the same two kernels.
 """
 import triton
 import triton.language as tl
 
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
-from ..matmul.kernel import _grouped_tile, k_steps
+from ..matmul.kernel import _dot_operand, _grouped_tile, k_steps
+from ..matmul.quantized import int4_step
 from ..softmax.rows import float_argument
 
 
@@ -158,48 +160,89 @@ def _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M: tl.constexpr
 
 
 @triton.jit
-def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, sorted_ptr, block_experts_ptr, ROWS, N, K, P, TOP_K,
-                          sx_t, sx_k, sw_e, sw_n, sw_k,
+def _int4_pointers(q_ptr, s_ptr, z_ptr, expert, rn, rh, sq_e, sq_n, ss_e, ss_n):
+    """An int4 expert weight's packed bytes (a K step's (BLOCK_K / 2, BLOCK_N) tile at step 0) and
+    its columns' scales and minima (at group 0)."""
+    scales = expert * ss_e + rn * ss_n
+    return q_ptr + expert * sq_e + rn[None, :] * sq_n + rh[:, None], s_ptr + scales, z_ptr + scales
+
+
+@triton.jit
+def _int4_operands(a_ptrs, k, sak, in_m, DOT: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A's even and odd columns of K step k (a_ptrs: the even columns of step 0)."""
+    a_even = _dot_operand(tl.load(a_ptrs + k * BLOCK_K * sak, mask=in_m, other=0), DOT)
+    return a_even, _dot_operand(tl.load(a_ptrs + (k * BLOCK_K + 1) * sak, mask=in_m, other=0), DOT)
+
+
+@triton.jit
+def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, sg_ptr, zg_ptr, su_ptr, zu_ptr, h_ptr, sorted_ptr, block_experts_ptr,
+                          ROWS, N, K, P, TOP_K, sx_t, sx_k, sw_e, sw_n, sw_k, ss_e, ss_n,
                           DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                          INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr):
     """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). h[row] = silu(x[t] W_g[e]^T) * (x[t] W_u[e]^T) over
-    N = I columns for the pair of each sorted row (t = pair // TOP_K); h is contiguous [rows, N]."""
+    N = I columns for the pair of each sorted row (t = pair // TOP_K); h is contiguous [rows, N].
+    INT4: the weights are packed int4 (W4A16, matmul/quantized.py's step; sw_* index their bytes,
+    ss_* their scales and minima); else float, read through sw_* (element strides)."""
     expert, rows, pairs, valid, rn = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M, BLOCK_N, GROUP_M)
     if expert < 0:
         return
-    rk = tl.arange(0, BLOCK_K)
     tokens = pairs // TOP_K
-    a_ptrs = x_ptr + tokens[:, None] * sx_t + rk[None, :] * sx_k
-    b_ptrs = wg_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n
-    g_ptrs = wu_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n
     in_m = valid[:, None]
     in_n = (rn < N)[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    acc, acc_u = k_steps(acc, acc_u, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, 0, tl.cdiv(K, BLOCK_K), K, sx_k, sw_k,
-                         DOT, ACC, PRECISION, EVEN_K, True, BLOCK_K)
+    if INT4:
+        rh = tl.arange(0, BLOCK_K // 2)
+        a_ptrs = x_ptr + tokens[:, None] * sx_t + (2 * rh[None, :]) * sx_k
+        qg, sg, zg = _int4_pointers(wg_ptr, sg_ptr, zg_ptr, expert, rn, rh, sw_e, sw_n, ss_e, ss_n)
+        qu, su, zu = _int4_pointers(wu_ptr, su_ptr, zu_ptr, expert, rn, rh, sw_e, sw_n, ss_e, ss_n)
+        for k in range(0, K // BLOCK_K):
+            a_even, a_odd = _int4_operands(a_ptrs, k, sx_k, in_m, DOT, BLOCK_K)
+            acc = int4_step(acc, a_even, a_odd, qg, sg, zg, rn < N, k, DOT, PRECISION, GROUP, SIGNED, ASYMMETRIC,
+                            BLOCK_K)
+            acc_u = int4_step(acc_u, a_even, a_odd, qu, su, zu, rn < N, k, DOT, PRECISION, GROUP, SIGNED,
+                              ASYMMETRIC, BLOCK_K)
+    else:
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = x_ptr + tokens[:, None] * sx_t + rk[None, :] * sx_k
+        b_ptrs = wg_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n
+        g_ptrs = wu_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n
+        acc, acc_u = k_steps(acc, acc_u, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, 0, tl.cdiv(K, BLOCK_K), K, sx_k,
+                             sw_k, DOT, ACC, PRECISION, EVEN_K, True, BLOCK_K)
     y = act.silu(acc) * acc_u
     tl.store(h_ptr + rows[:, None] * N + rn[None, :], narrow(y, h_ptr.dtype.element_ty), mask=in_m & in_n)
 
 
 @triton.jit
-def expert_down_kernel(h_ptr, wd_ptr, out_ptr, weights_ptr, sorted_ptr, block_experts_ptr, ROWS, N, K, P,
-                       sw_e, sw_n, sw_k,
+def expert_down_kernel(h_ptr, wd_ptr, sd_ptr, zd_ptr, out_ptr, weights_ptr, sorted_ptr, block_experts_ptr, ROWS, N, K,
+                       P, sw_e, sw_n, sw_k, ss_e, ss_n,
                        DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                       INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr):
     """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). out[pair] = weight[pair] * (h[row] W_d[e]^T) over
-    N = H columns; h is contiguous [rows, K = I], out contiguous [P, N], weights contiguous [P]."""
+    N = H columns; h is contiguous [rows, K = I], out contiguous [P, N], weights contiguous [P];
+    INT4 as the gate/up kernel's."""
     expert, rows, pairs, valid, rn = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M, BLOCK_N, GROUP_M)
     if expert < 0:
         return
-    rk = tl.arange(0, BLOCK_K)
-    a_ptrs = h_ptr + rows[:, None] * K + rk[None, :]
-    b_ptrs = wd_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n
     in_m = valid[:, None]
     in_n = (rn < N)[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, tl.cdiv(K, BLOCK_K), K, 1, sw_k,
-                     DOT, ACC, PRECISION, EVEN_K, False, BLOCK_K)
+    if INT4:
+        rh = tl.arange(0, BLOCK_K // 2)
+        a_ptrs = h_ptr + rows[:, None] * K + 2 * rh[None, :]
+        q, sc, z = _int4_pointers(wd_ptr, sd_ptr, zd_ptr, expert, rn, rh, sw_e, sw_n, ss_e, ss_n)
+        for k in range(0, K // BLOCK_K):
+            a_even, a_odd = _int4_operands(a_ptrs, k, 1, in_m, DOT, BLOCK_K)
+            acc = int4_step(acc, a_even, a_odd, q, sc, z, rn < N, k, DOT, PRECISION, GROUP, SIGNED, ASYMMETRIC,
+                            BLOCK_K)
+    else:
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = h_ptr + rows[:, None] * K + rk[None, :]
+        b_ptrs = wd_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n
+        acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, tl.cdiv(K, BLOCK_K), K, 1, sw_k,
+                         DOT, ACC, PRECISION, EVEN_K, False, BLOCK_K)
     routed = widen(tl.load(weights_ptr + pairs, mask=valid, other=0), ACC)
     y = acc * routed[:, None]
     tl.store(out_ptr + pairs[:, None] * N + rn[None, :], narrow(y, out_ptr.dtype.element_ty), mask=in_m & in_n)

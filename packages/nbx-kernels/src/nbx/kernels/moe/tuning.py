@@ -8,8 +8,9 @@ call takes is the band's definition (a token count), not a tuned choice; each ha
 file default (tiles.moe_experts, tiles.moe_band) and its own certificates.
 
 The launch key: tokens (dims ladder), experts and top_k (exact: they fix the pairs per expert),
-the intermediate and hidden sizes (dims ladder), the dtype. The representative launch routes
-token t's slot j to expert (t * top_k + j) % experts: every expert gets its share of rows.
+the intermediate and hidden sizes (dims ladder), the dtype, and the weights' form ("dense", or
+"int4-<scheme>-g<group>": W4A16). The representative launch routes token t's slot j to expert
+(t * top_k + j) % experts: every expert gets its share of rows.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ BAND_TOKENS = 16
 PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (64, 128, 256), "block_k": (64, 128), "group_m": (8,),
           "num_warps": (4, 8), "num_stages": (3, 4)}
 BAND_PARAMS = {**PARAMS, "block_m": (16, 32)}
-KEY = {"tokens": "dims", "experts": "exact", "top_k": "exact", "inter": "dims", "hidden": "dims", "dtype": "dtype"}
+KEY = {"tokens": "dims", "experts": "exact", "top_k": "exact", "inter": "dims", "hidden": "dims", "dtype": "dtype",
+       "weights": "label"}
 
 
 def _gated_stage_bytes(setting, itemsize: int) -> int:
@@ -41,6 +43,8 @@ def _gated_stage_bytes(setting, itemsize: int) -> int:
 def _fits(setting, rep, facts):
     """Rows per expert twice under block_m, tiles twice the key's sizes, and stages of the gated
     product that shared memory cannot hold."""
+    if rep["weights"] != "dense" and int(rep["weights"].rsplit("-g", 1)[1]) % setting["block_k"]:
+        return f"block_k {setting['block_k']} does not divide the int4 group of {rep['weights']}"
     rows = math.ceil(rep["tokens"] * rep["top_k"] / rep["experts"])
     if setting["block_m"] > 16 and setting["block_m"] // 2 >= rows:
         return f"block_m {setting['block_m']} pads an expert's {rows} rows twice over"
@@ -75,6 +79,11 @@ def representative_layer(rep, device):
     w_gate = asarray(values((count, inter, hidden), 0.21, 1 / math.sqrt(hidden)).astype(dtype.host), device=device)
     w_up = asarray(values((count, inter, hidden), 0.13, 1 / math.sqrt(hidden)).astype(dtype.host), device=device)
     w_down = asarray(values((count, hidden, inter), 0.17, 1 / math.sqrt(inter)).astype(dtype.host), device=device)
+    if rep["weights"] != "dense":   # int4-<scheme>-g<group>: the same values, quantized
+        from nbx.core.quant import QuantizedTensor
+        _, scheme, group = rep["weights"].split("-")
+        w_gate, w_up, w_down = (QuantizedTensor.quantize(w, int(group[1:]), scheme, "bfloat16").to(device)
+                                for w in (w_gate, w_up, w_down))
     ids = (np.arange(tokens * k) % count).reshape(tokens, k).astype(np.int32)
     weights = (0.5 + 0.4 * np.sin(np.arange(tokens * k))).reshape(tokens, k).astype(np.float32)
     return x, asarray(weights, device=device), asarray(ids, device=device), w_gate, w_up, w_down
@@ -101,11 +110,12 @@ EXPERTS = _declare("moe_experts", PARAMS, "tiles.moe_experts")
 BAND = _declare("moe_band", BAND_PARAMS, "tiles.moe_band")
 
 
-def experts_setting(device, tokens: int, experts: int, top_k: int, inter: int, hidden: int, dtype):
+def experts_setting(device, tokens: int, experts: int, top_k: int, inter: int, hidden: int, dtype,
+                    weights: str = "dense"):
     """The served setting of a layer's expert GEMMs: the band's for BAND_TOKENS tokens or fewer."""
     tunable = BAND if tokens <= BAND_TOKENS else EXPERTS
     return autotune.setting(tunable, device, tokens=tokens, experts=experts, top_k=top_k, inter=inter, hidden=hidden,
-                            dtype=dtype)
+                            dtype=dtype, weights=weights)
 
 
 __all__ = ["EXPERTS", "BAND", "BAND_TOKENS", "PARAMS", "KEY", "experts_setting", "representative_layer"]
