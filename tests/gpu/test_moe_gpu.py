@@ -46,3 +46,15 @@ def test_routing_of_128_experts_equals_the_reference_exactly():
     aligned = nbx.moe_align(route.experts, 128, 64)
     for got, want in zip(aligned, oracle("moe_align", route.experts, 128, 64)):
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("tokens", [4, 200])
+def test_int4_expert_layers_match_the_oracle_of_their_dequantized_weights(tokens):
+    from nbx.core.quant import QuantizedTensor
+    x, route, *dense = _layer(tokens, 16, 4, 512, 256)
+    quantized = [QuantizedTensor.quantize(w.numpy().astype(np.float32), 128, "asymmetric", "bfloat16").to("cuda")
+                 for w in dense]
+    out = nbx.moe_experts(x, route.weights, route.experts, *quantized)
+    expected = oracle("moe_experts", x, route.weights, route.experts, *quantized)
+    assert deviation(out.numpy(), expected) <= launch.screen_tolerance(out.dtype, out.device)
+

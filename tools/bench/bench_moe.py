@@ -3,7 +3,7 @@ down with the routed weight, combine) against the same layer as Hugging Face wri
 loop over the experts that got tokens), on the same GPU in one process (torch is the peer; nbx
 never imports it).
 
-    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_moe.py [--quick]
+    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_moe.py [--quick] [--int4]
 
 Layers (bfloat16, weights [E, I, H] / [E, H, I], softmax routing, top-k renormalized):
 - qwen3-30b-a3b: 128 experts, top-8, hidden 2048, expert intermediate 768
@@ -87,6 +87,26 @@ def case(name, count, k, hidden, inter, tokens, cycles):
     return mine, logits
 
 
+def int4_case(count, k, hidden, inter, tokens, cycles):
+    """W4A16 (group 128, asymmetric) expert weights: GB/s over the selected experts' int4 bytes
+    (scales and minima included), against the bf16 torch loop over the same (dequantized) values."""
+    from nbx.core.quant import QuantizedTensor
+    torch_args, _ = layer(count, k, hidden, inter, tokens)
+    quantized = [QuantizedTensor.quantize(w.float().cpu().numpy(), 128, "asymmetric", "bfloat16").to("cuda")
+                 for w in torch_args[3:]]
+    dense = [torch.from_dlpack(q.dequantize("bfloat16")) for q in quantized]
+    ours = [nbx.from_dlpack(t) for t in torch_args[:3]] + quantized
+    nbx_fn = lambda i: nbx.moe_experts(*ours)                    # noqa: E731
+    torch_fn = lambda i: hf_experts(*torch_args[:3], *dense)     # noqa: E731
+    dev = deviation(nbx_fn(0), torch_fn(0))
+    mine, peer = both(nbx_fn, torch_fn, 1, cycles)
+    hit = int(torch.unique(torch_args[2]).numel())
+    weight_bytes = hit * sum(q.nbytes for q in quantized) // count
+    gbs = weight_bytes / mine.gpu_us / 1e3
+    print(f"{'int4 g128':<14} {tokens:>6} {mine.gpu_us:9.1f} {peer.gpu_us:9.1f} {peer.gpu_us / mine.gpu_us:6.2f} "
+          f"{'':>7} {'':>6} {gbs:6.0f} {100 * gbs / PEAK_GBS:4.0f}% {'':>18} {dev:9.2e}", flush=True)
+
+
 def routing_share(name, count, k, logits, layer_us, cycles):
     from peer_timing import measure
     view = nbx.from_dlpack(logits)
@@ -102,6 +122,8 @@ def routing_share(name, count, k, logits, layer_us, cycles):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="512 tokens and one decode token only")
+    parser.add_argument("--int4", action="store_true", help="also Qwen3-30B-A3B's layer with int4 weights at "
+                        "1, 8 and 512 tokens (quantizing on the host adds about a minute)")
     args = parser.parse_args(argv)
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
     cycles = spin_cycles_per_ms()
@@ -112,6 +134,12 @@ def main(argv=None) -> int:
             if timed is not None and tokens == 512:
                 routing_share(name, count, k, logits, timed.gpu_us, cycles)
             torch.cuda.empty_cache()
+    if args.int4:
+        for tokens in (1, 8, 512):
+            try:
+                int4_case(*LAYERS["qwen3-30b-a3b"], tokens, cycles)
+            except Exception as exc:  # report and go on
+                print(f"{'int4 g128':<14} {tokens:>6} FAILED: {type(exc).__name__}: {exc}", flush=True)
     return 0
 
 
