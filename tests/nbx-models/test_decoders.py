@@ -15,7 +15,8 @@ from nbx.models import kv_cache
 from nbx.models.writer import small_config
 
 PROMPT = [1, 17, 42, 5, 99, 23, 64, 8]    # longer than Mistral's small window (5)
-FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM",
+            "Qwen3MoeForCausalLM"]
 
 
 def checkpoint(tmp_path, architecture, device, **overrides):
@@ -28,7 +29,8 @@ def checkpoint(tmp_path, architecture, device, **overrides):
 @pytest.mark.parametrize("architecture", FAMILIES)
 def test_each_decoder_family_matches_its_float64_reference_in_logits_and_greedy_tokens(tmp_path, architecture,
                                                                                       device):
-    require_ops(device, decoder_ops())
+    sparse = architecture in ("MixtralForCausalLM", "Qwen3MoeForCausalLM")
+    require_ops(device, decoder_ops() + (("moe_route", "moe_experts") if sparse else ()))
     folder = checkpoint(tmp_path, architecture, device)
     model = models.load(folder, device=device)
     dtype = model_dtype(device)

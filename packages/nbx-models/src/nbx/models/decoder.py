@@ -1,4 +1,5 @@
-"""Llama-style decoders (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3) written only with nbx ops.
+"""Llama-style decoders (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3; Mixtral and Qwen3-MoE, whose
+sparse MLPs are moe.py's) written only with nbx ops.
 
 One forward serves prefill and decode, for one sequence or several of different lengths: the
 tokens of all sequences are packed into one [tokens, hidden] matrix for the products, norms and
@@ -22,6 +23,7 @@ from .config import eos_ids
 from .graph_decode import GraphDecode
 from .graph_decode import available as graph_available
 from .kv_cache import new_cache
+from . import moe
 from .sampling import pick_tokens
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
@@ -40,6 +42,8 @@ FAMILIES = {f.architecture: f for f in (
     DecoderFamily("MistralForCausalLM"),
     DecoderFamily("Qwen2ForCausalLM", qkv_bias=True),
     DecoderFamily("Qwen3ForCausalLM", qk_norm=True),
+    DecoderFamily("MixtralForCausalLM"),                    # sparse MLPs: moe.py
+    DecoderFamily("Qwen3MoeForCausalLM", qk_norm=True),
 )}
 
 
@@ -90,6 +94,9 @@ def parameter_shapes(family: DecoderFamily, config: dict) -> dict[str, tuple[int
             shapes[p + "self_attn.q_norm.weight"] = (s.head_dim,)
             shapes[p + "self_attn.k_norm.weight"] = (s.head_dim,)
         shapes[p + "post_attention_layernorm.weight"] = (s.hidden,)
+        if i in moe.sparse_layers(family.architecture, config):
+            shapes.update(moe.shapes(family.architecture, config, p))
+            continue
         for name, shape in (("gate", (s.intermediate, s.hidden)), ("up", (s.intermediate, s.hidden)),
                             ("down", (s.hidden, s.intermediate))):
             shapes[p + f"mlp.{name}_proj.weight"] = shape
@@ -155,6 +162,7 @@ class _Layer:
     up_bias: nbx.Tensor | None
     down_bias: nbx.Tensor | None
     window: int | None
+    sparse: moe.SparseMlp | None = None   # a mixture-of-experts layer's MLP (gate, up and down are then None)
 
 
 class Decoder:
@@ -181,6 +189,7 @@ class Decoder:
         self.eos = eos_ids(config)
         self.max_positions = int(config.get("max_position_embeddings") or 2048)
         windows = layer_windows(config)
+        sparse = moe.sparse_layers(family.architecture, config)
         self.layers = []
         for i in range(s.layers):
             p = f"model.layers.{i}."
@@ -194,7 +203,8 @@ class Decoder:
                 w("self_attn.o_proj.weight"), w("self_attn.o_proj.bias"),
                 w("self_attn.q_norm.weight"), w("self_attn.k_norm.weight"), w("post_attention_layernorm.weight"),
                 w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), w("mlp.down_proj.weight"),
-                w("mlp.gate_proj.bias"), w("mlp.up_proj.bias"), w("mlp.down_proj.bias"), windows[i]))
+                w("mlp.gate_proj.bias"), w("mlp.up_proj.bias"), w("mlp.down_proj.bias"), windows[i],
+                moe.load(family.architecture, config, get, p) if i in sparse else None))
         self.norm = get("model.norm.weight", (s.hidden,))
         # tied embeddings: HF writes no lm_head (or one equal to the embeddings, which is not read)
         tied = "lm_head.weight" not in shapes
@@ -313,6 +323,9 @@ class Decoder:
         for index, layer in enumerate(self.layers):
             x = self._attention(index, layer, x, pos, step, total)
             h = nbx.rms_norm(x, (s.hidden,), layer.post_norm, self.eps)
+            if layer.sparse is not None:
+                x = x + layer.sparse(h)
+                continue
             if layer.gate_bias is None and layer.up_bias is None and not _quantized(layer.gate, layer.up):
                 inner = nbx.gated_linear(h, layer.gate, layer.up, activation=self.activation)
             else:

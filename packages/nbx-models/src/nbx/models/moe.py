@@ -1,0 +1,95 @@
+"""The sparse MLP of the mixture-of-experts decoders (Mixtral, Qwen3-MoE): their checkpoint names,
+which layers are sparse, and the block itself (nbx.moe_block: router, softmax top-k, the routed
+experts' SwiGLU MLPs). Each layer's experts are stacked at load into [E, I, H] / [E, H, I] (int4
+experts stack their words, scales and minima), the layout nbx.moe_experts reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import nbx.core as nbx
+
+
+@dataclass(frozen=True)
+class Naming:
+    """Where a family's checkpoint keeps a sparse layer: the block's module, its router, and each
+    expert's gate, up and down projections; the config keys of the expert count, top-k and width."""
+    block: str
+    gate: str
+    up: str
+    down: str
+    experts_key: str
+    inter_key: str
+
+
+NAMING = {
+    "MixtralForCausalLM": Naming("block_sparse_moe", "w1", "w3", "w2", "num_local_experts", "intermediate_size"),
+    "Qwen3MoeForCausalLM": Naming("mlp", "gate_proj", "up_proj", "down_proj", "num_experts", "moe_intermediate_size"),
+}
+
+
+def sparse_layers(architecture: str, config: dict) -> set[int]:
+    """The layers whose MLP is sparse: every one of Mixtral's; Qwen3-MoE's per decoder_sparse_step,
+    except mlp_only_layers (as transformers' Qwen3MoeDecoderLayer decides)."""
+    layers = int(config["num_hidden_layers"])
+    if architecture not in NAMING:
+        return set()
+    if architecture == "MixtralForCausalLM":
+        return set(range(layers))
+    step, dense = int(config.get("decoder_sparse_step", 1)), set(config.get("mlp_only_layers") or ())
+    if int(config.get("num_experts", 0)) <= 0:
+        return set()
+    return {i for i in range(layers) if i not in dense and (i + 1) % step == 0}
+
+
+def shapes(architecture: str, config: dict, prefix: str) -> dict[str, tuple[int, ...]]:
+    """The tensors of one sparse layer's MLP (prefix: 'model.layers.<i>.')."""
+    n = NAMING[architecture]
+    hidden, count, inter = int(config["hidden_size"]), int(config[n.experts_key]), int(config[n.inter_key])
+    found = {f"{prefix}{n.block}.gate.weight": (count, hidden)}
+    for e in range(count):
+        p = f"{prefix}{n.block}.experts.{e}."
+        found.update({p + f"{n.gate}.weight": (inter, hidden), p + f"{n.up}.weight": (inter, hidden),
+                      p + f"{n.down}.weight": (hidden, inter)})
+    return found
+
+
+def _stack(weights: list):
+    if all(isinstance(w, nbx.Tensor) for w in weights):
+        return nbx.stack(weights, axis=0)
+    first = weights[0]
+    if not all(isinstance(w, nbx.QuantizedTensor) and (w.scheme, w.group_size, w.scales.dtype) ==
+               (first.scheme, first.group_size, first.scales.dtype) for w in weights):
+        raise nbx.NotSupportedError("a layer's experts stored differently (dense and int4, or int4 of other groups): "
+                                    "nbx.models stacks them into one tensor")
+    zeros = None if first.zeros is None else nbx.stack([w.zeros for w in weights], axis=0)
+    return nbx.QuantizedTensor(nbx.stack([w.qweight for w in weights], axis=0),
+                               nbx.stack([w.scales for w in weights], axis=0), zeros, group_size=first.group_size,
+                               scheme=first.scheme, shape=(len(weights), *first.shape))
+
+
+@dataclass
+class SparseMlp:
+    router: nbx.Tensor      # [E, H]
+    gate: object            # [E, I, H] (a Tensor or an int4 QuantizedTensor)
+    up: object
+    down: object            # [E, H, I]
+    top_k: int
+    renormalize: bool
+
+    def __call__(self, h: nbx.Tensor) -> nbx.Tensor:
+        return nbx.moe_block(h, self.router, self.gate, self.up, self.down, self.top_k, renormalize=self.renormalize)
+
+
+def load(architecture: str, config: dict, get, prefix: str) -> SparseMlp:
+    """One sparse layer's MLP from the checkpoint (get(name, shape) -> tensor)."""
+    n = NAMING[architecture]
+    need = shapes(architecture, config, prefix)
+    count = int(config[n.experts_key])
+    stacked = [_stack([get(f"{prefix}{n.block}.experts.{e}.{name}.weight",
+                           need[f"{prefix}{n.block}.experts.{e}.{name}.weight"]) for e in range(count)])
+               for name in (n.gate, n.up, n.down)]
+    # Mixtral always renormalizes the chosen weights; Qwen3-MoE when norm_topk_prob
+    renormalize = architecture == "MixtralForCausalLM" or bool(config.get("norm_topk_prob", False))
+    router = get(f"{prefix}{n.block}.gate.weight", need[f"{prefix}{n.block}.gate.weight"])
+    return SparseMlp(router, *stacked, int(config["num_experts_per_tok"]), renormalize)
