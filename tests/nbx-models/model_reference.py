@@ -105,7 +105,7 @@ def decoder_logits(folder: Path, ids: list[int], weights=None) -> np.ndarray:
 def sparse_mlp(config: dict, w: dict, p: str, h: np.ndarray) -> np.ndarray:
     """Mixtral's / Qwen3-MoE's sparse block as transformers computes it: softmax over the router's
     logits, the top num_experts_per_tok (renormalized: Mixtral always, Qwen3-MoE if norm_topk_prob),
-    each chosen expert's SwiGLU MLP weighted and summed."""
+    each chosen expert's SwiGLU MLP weighted and summed, plus Qwen2-MoE's gated shared expert."""
     mixtral = p + "block_sparse_moe.gate.weight" in w
     block, names = ("block_sparse_moe", ("w1", "w3", "w2")) if mixtral else ("mlp", ("gate_proj", "up_proj", "down_proj"))
     logits = h @ w[p + block + ".gate.weight"].T
@@ -117,6 +117,11 @@ def sparse_mlp(config: dict, w: dict, p: str, h: np.ndarray) -> np.ndarray:
     if mixtral or config.get("norm_topk_prob", False):
         weights /= weights.sum(-1, keepdims=True)
     out = np.zeros_like(h)
+    if p + "mlp.shared_expert_gate.weight" in w:   # Qwen2-MoE: sigmoid(gate(h)) * shared_expert(h)
+        shared = {n: w[f"{p}mlp.shared_expert.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj")}
+        g = h @ shared["gate_proj"].T
+        out += ((g / (1 + np.exp(-g)) * (h @ shared["up_proj"].T)) @ shared["down_proj"].T
+                / (1 + np.exp(-(h @ w[p + "mlp.shared_expert_gate.weight"].T))))
     for t in range(h.shape[0]):
         for j, e in enumerate(chosen[t]):
             gate, up, down = (w[f"{p}{block}.experts.{e}.{n}.weight"] for n in names)

@@ -16,7 +16,7 @@ from nbx.models.writer import small_config
 
 PROMPT = [1, 17, 42, 5, 99, 23, 64, 8]    # longer than Mistral's small window (5)
 FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM",
-            "Qwen3MoeForCausalLM"]
+            "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"]
 
 
 def checkpoint(tmp_path, architecture, device, **overrides):
@@ -29,7 +29,7 @@ def checkpoint(tmp_path, architecture, device, **overrides):
 @pytest.mark.parametrize("architecture", FAMILIES)
 def test_each_decoder_family_matches_its_float64_reference_in_logits_and_greedy_tokens(tmp_path, architecture,
                                                                                       device):
-    sparse = architecture in ("MixtralForCausalLM", "Qwen3MoeForCausalLM")
+    sparse = architecture in ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
     require_ops(device, decoder_ops() + (("moe_route", "moe_experts") if sparse else ()))
     folder = checkpoint(tmp_path, architecture, device)
     model = models.load(folder, device=device)

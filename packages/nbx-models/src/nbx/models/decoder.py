@@ -1,4 +1,4 @@
-"""Llama-style decoders (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3; Mixtral and Qwen3-MoE, whose
+"""Llama-style decoders (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3; Mixtral, Qwen2-MoE and Qwen3-MoE, whose
 sparse MLPs are moe.py's) written only with nbx ops.
 
 One forward serves prefill and decode, for one sequence or several of different lengths: the
@@ -43,6 +43,7 @@ FAMILIES = {f.architecture: f for f in (
     DecoderFamily("Qwen2ForCausalLM", qkv_bias=True),
     DecoderFamily("Qwen3ForCausalLM", qk_norm=True),
     DecoderFamily("MixtralForCausalLM"),                    # sparse MLPs: moe.py
+    DecoderFamily("Qwen2MoeForCausalLM", qkv_bias=True),
     DecoderFamily("Qwen3MoeForCausalLM", qk_norm=True),
 )}
 

@@ -1,6 +1,6 @@
-"""The sparse MLP of the mixture-of-experts decoders (Mixtral, Qwen3-MoE): their checkpoint names,
-which layers are sparse, and the block itself (nbx.moe_block: router, softmax top-k, the routed
-experts' SwiGLU MLPs). Each layer's experts are stacked at load into [E, I, H] / [E, H, I] (int4
+"""The sparse MLP of the mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE): their
+checkpoint names, which layers are sparse, and the block itself (nbx.moe_block: router, softmax
+top-k, the routed experts' SwiGLU MLPs, Qwen2-MoE's gated shared expert). Each layer's experts are stacked at load into [E, I, H] / [E, H, I] (int4
 experts stack their words, scales and minima), the layout nbx.moe_experts reads.
 """
 from __future__ import annotations
@@ -20,16 +20,19 @@ class Naming:
     down: str
     experts_key: str
     inter_key: str
+    shared: bool = False    # a shared expert (shared_expert.*, gated by shared_expert_gate)
 
 
 NAMING = {
     "MixtralForCausalLM": Naming("block_sparse_moe", "w1", "w3", "w2", "num_local_experts", "intermediate_size"),
+    "Qwen2MoeForCausalLM": Naming("mlp", "gate_proj", "up_proj", "down_proj", "num_experts", "moe_intermediate_size",
+                                  shared=True),
     "Qwen3MoeForCausalLM": Naming("mlp", "gate_proj", "up_proj", "down_proj", "num_experts", "moe_intermediate_size"),
 }
 
 
 def sparse_layers(architecture: str, config: dict) -> set[int]:
-    """The layers whose MLP is sparse: every one of Mixtral's; Qwen3-MoE's per decoder_sparse_step,
+    """The layers whose MLP is sparse: every one of Mixtral's; Qwen2/3-MoE's per decoder_sparse_step,
     except mlp_only_layers (as transformers' Qwen3MoeDecoderLayer decides)."""
     layers = int(config["num_hidden_layers"])
     if architecture not in NAMING:
@@ -51,6 +54,10 @@ def shapes(architecture: str, config: dict, prefix: str) -> dict[str, tuple[int,
         p = f"{prefix}{n.block}.experts.{e}."
         found.update({p + f"{n.gate}.weight": (inter, hidden), p + f"{n.up}.weight": (inter, hidden),
                       p + f"{n.down}.weight": (hidden, inter)})
+    if n.shared:
+        width, p = int(config["shared_expert_intermediate_size"]), f"{prefix}{n.block}.shared_expert."
+        found.update({p + "gate_proj.weight": (width, hidden), p + "up_proj.weight": (width, hidden),
+                      p + "down_proj.weight": (hidden, width), f"{prefix}{n.block}.shared_expert_gate.weight": (1, hidden)})
     return found
 
 
@@ -76,9 +83,12 @@ class SparseMlp:
     down: object            # [E, H, I]
     top_k: int
     renormalize: bool
+    shared: tuple | None = None            # the shared expert's (gate, up, down)
+    shared_gate: nbx.Tensor | None = None  # [1, H]
 
     def __call__(self, h: nbx.Tensor) -> nbx.Tensor:
-        return nbx.moe_block(h, self.router, self.gate, self.up, self.down, self.top_k, renormalize=self.renormalize)
+        return nbx.moe_block(h, self.router, self.gate, self.up, self.down, self.top_k, renormalize=self.renormalize,
+                             shared=self.shared, shared_gate=self.shared_gate)
 
 
 def load(architecture: str, config: dict, get, prefix: str) -> SparseMlp:
@@ -91,5 +101,8 @@ def load(architecture: str, config: dict, get, prefix: str) -> SparseMlp:
                for name in (n.gate, n.up, n.down)]
     # Mixtral always renormalizes the chosen weights; Qwen3-MoE when norm_topk_prob
     renormalize = architecture == "MixtralForCausalLM" or bool(config.get("norm_topk_prob", False))
-    router = get(f"{prefix}{n.block}.gate.weight", need[f"{prefix}{n.block}.gate.weight"])
-    return SparseMlp(router, *stacked, int(config["num_experts_per_tok"]), renormalize)
+    def one(name):
+        return get(f"{prefix}{n.block}.{name}", need[f"{prefix}{n.block}.{name}"])
+    shared = tuple(one(f"shared_expert.{m}.weight") for m in ("gate_proj", "up_proj", "down_proj")) if n.shared else None
+    return SparseMlp(one("gate.weight"), *stacked, int(config["num_experts_per_tok"]), renormalize, shared,
+                     one("shared_expert_gate.weight") if n.shared else None)
