@@ -209,7 +209,7 @@ def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, sg_ptr, zg_ptr, su_ptr, zu_ptr,
         b_ptrs = wg_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n
         g_ptrs = wu_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n
         acc, acc_u = k_steps(acc, acc_u, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, 0, tl.cdiv(K, BLOCK_K), K, sx_k,
-                             sw_k, DOT, ACC, PRECISION, EVEN_K, True, BLOCK_K)
+                             sw_k, x_ptr, x_ptr, 0, 0, DOT, ACC, PRECISION, EVEN_K, True, BLOCK_K, False)
     y = act.silu(acc) * acc_u
     tl.store(h_ptr + rows[:, None] * N + rn[None, :], narrow(y, h_ptr.dtype.element_ty), mask=in_m & in_n)
 
@@ -242,7 +242,7 @@ def expert_down_kernel(h_ptr, wd_ptr, sd_ptr, zd_ptr, out_ptr, weights_ptr, sort
         a_ptrs = h_ptr + rows[:, None] * K + rk[None, :]
         b_ptrs = wd_ptr + expert * sw_e + rk[:, None] * sw_k + rn[None, :] * sw_n
         acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, tl.cdiv(K, BLOCK_K), K, 1, sw_k,
-                         DOT, ACC, PRECISION, EVEN_K, False, BLOCK_K)
+                         h_ptr, h_ptr, 0, 0, DOT, ACC, PRECISION, EVEN_K, False, BLOCK_K, False)
     routed = widen(tl.load(weights_ptr + pairs, mask=valid, other=0), ACC)
     y = acc * routed[:, None]
     tl.store(out_ptr + pairs[:, None] * N + rn[None, :], narrow(y, out_ptr.dtype.element_ty), mask=in_m & in_n)
