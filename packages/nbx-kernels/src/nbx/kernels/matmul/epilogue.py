@@ -38,7 +38,7 @@ from .fused import fused_matmul_kernel, split_epilogue_kernel
 from .kernel import SCALE_BLOCK
 from .hopper import tma_matmul_kernel
 from .linear_tuning import linear_setting
-from .tuning import stages_that_fit
+from .tuning import block_k_that_fits, stages_that_fit
 
 SPLIT_BLOCK = 1024   # elements a program of the split-K epilogue sums (a store pass: its size barely matters)
 
@@ -144,8 +144,10 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
     tma = eligible(batched, a, b, n, k, operands, dtype, aligned[0] or "x" in copies, same_up, stored) and aligned[1] \
         and not block_scaled   # the tma kernel scales after the K loop only
     precision = input_precision or ("ieee" if operands in (dtypes.float32, dtypes.float64) else None)
-    s = dict(setting) if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
-                                                                   _form(gated, scale_strides), tma, precision)
+    s = dict(setting if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
+                                                                 _form(gated, scale_strides), tma, precision))
+    facts = launch.facts(device)
+    s["block_k"] = block_k_that_fits(s["block_k"], operands.itemsize, facts)   # the dots' operands are of operands
     if s["kernel"] == "tma" and not tma:
         raise NotSupportedError(f"the tma kernel cannot read these operands through tensor descriptors (A strides "
                                 f"{a[1:]}, B strides {b[1:]}, {operands.name}, aligned {aligned}): serve it 'tiles'")
@@ -155,7 +157,7 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
                reach_m * n + reach_n, *(reach_m * abs(t[1]) + reach_n * abs(t[2]) for t in addends if t)) > INT32_MAX
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline)
-        stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), launch.facts(device))
+        stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), facts)
     acc = tl.float64 if wide64 else tl.int32 if operands is dtypes.int8 else tl.float32
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
                     GATED=gated)
