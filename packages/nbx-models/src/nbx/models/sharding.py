@@ -104,8 +104,9 @@ class ShardedWeights:
         self.bytes_read = 0
         self._fds: dict[Path, int] = {}
         self._entries = {}   # name -> (path, data_start, TensorEntry)
+        headers = {}
         for name, path in shard_files(self.folder).items():
-            header = self._header(path)
+            header = headers.get(path) or headers.setdefault(path, self._header(path))
             if name not in header.entries:
                 raise CheckpointError(f"{self.folder} places {name} in {path.name}, which does not hold it")
             self._entries[name] = (path, header.data_start, header.entries[name])
