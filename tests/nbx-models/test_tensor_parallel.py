@@ -243,3 +243,19 @@ def test_nbx_generate_with_tensor_parallel_starts_the_ranks_through_the_device_p
 def test_the_watchdog_refuses_a_timeout_that_is_not_positive():
     with pytest.raises(nbx.ArgumentError, match="seconds > 0"):
         tensor_parallel.Watchdog(AbortableCommunicator(World(1), 0), 0)
+
+
+def test_seeded_weights_split_any_way_hold_the_same_model_as_on_one_device():
+    from nbx.models.decoder import FAMILIES, Decoder
+    config = small_config("LlamaForCausalLM")
+    family = FAMILIES["LlamaForCausalLM"]
+    single = Decoder(family, config, sharding.SeededWeights(config, seed=3, dtype="float32"))
+
+    def rank(comm):
+        weights = sharding.SeededWeights(config, seed=3, dtype="float32",
+                                         plan=sharding.ShardPlan.of(config, comm.rank, comm.world_size))
+        return tensor_parallel.TensorParallelDecoder(family, config, weights, comm, timeout=30).logits(PROMPT).numpy()
+
+    outcomes, _ = run_ranks(4, rank)
+    for logits in raised(outcomes):
+        assert_close(logits, single.logits(PROMPT).numpy(), nbx.float32, CPU, "seeded shards vs the seeded model")

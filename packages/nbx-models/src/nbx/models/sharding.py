@@ -179,3 +179,37 @@ class ShardedWeights:
         for i, r in enumerate(range(rows.start, rows.stop)):
             out[i * width:(i + 1) * width] = self._pread(fd, width, offset + r * row_bytes + cols.start * item)
         return np.frombuffer(out, entry.dtype.host).reshape(rows.stop - rows.start, cols.stop - cols.start)
+
+
+class SeededWeights:
+    """Weights' interface over seeded weights drawn on the device, no checkpoint (shapes too large
+    to write, as a 70B one). Each tensor draws its own Philox stream (the seed and its index), whole,
+    and a rank keeps its plan's block: any split of the same seed holds the same model."""
+
+    def __init__(self, config: dict, seed: int, device=None, dtype="bfloat16", plan: ShardPlan | None = None):
+        from .families import parameter_shapes
+        self.plan, self.seed = plan, int(seed)
+        self.device = nbx.as_device(device)
+        self.dtype = nbx.as_dtype(dtype)
+        self._index = {name: i for i, name in enumerate(parameter_shapes(config))}
+
+    def names(self) -> list[str]:
+        return list(self._index)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._index
+
+    def get(self, name: str, shape=None) -> nbx.Tensor:
+        from .writer import draw
+        if name not in self._index:
+            raise CheckpointError(f"the seeded model has no tensor {name}")
+        values = draw(name, tuple(shape), nbx.Generator(seed=self.seed * 1_000_003 + self._index[name]), self.device)
+        rows, cols = (None, None) if self.plan is None else self.plan.slices(name)
+        if rows is not None:
+            values = values[rows]
+        if cols is not None:
+            values = values[:, cols]
+        return values.to(dtype=self.dtype).contiguous()
+
+    def optional(self, name: str, shape=None) -> nbx.Tensor | None:
+        return self.get(name, shape) if name in self._index else None
