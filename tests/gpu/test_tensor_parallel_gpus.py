@@ -125,6 +125,7 @@ def test_tensor_parallel_ranks_match_the_single_gpu_run_and_agree_on_every_token
         assert rep["greedy"] == first["greedy"] and rep["sampled"] == first["sampled"]
         assert rep["logits_sum"] == first["logits_sum"]          # the same bytes on every rank
         assert rep["bytes_read"] < 0.75 * sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    assert [rep["decode"] for rep in reports] == ["graph"] * WORLD   # the step, collectives in it, replayed
 
 
 def test_a_rank_that_exits_ends_the_others_with_rank_timeout_error_not_a_hang(folder, tmp_path):
