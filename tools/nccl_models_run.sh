@@ -16,19 +16,12 @@
 # lasts 10 minutes at most, so run them in three calls: STEPS="cpu gpu allreduce", STEPS=8b, STEPS=70b
 # (each call's summary stands alone: the 8B speedups compare runs of the same call).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/nbx-tp-run}
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-export PYTHONPATH="$(ls -d "$PWD"/packages/*/src | tr '\n' ':')${PYTHONPATH:-}"
-export PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 TRITON_INTERPRET=0
-export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/nbx-triton-cache}
-PY=${PYTHON:-python3}
-NPROC=${NPROC:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 STEPS=" ${STEPS:-cpu gpu 8b 70b allreduce} "
 step() { [[ "$STEPS" == *" $1 "* ]]; }
-export NPROC
+cd "$(dirname "$0")/.." && . tools/nccl_env.sh
+export NPROC   # the GPU test reads it: its number of ranks
+OUT=${OUT:-/tmp/nbx-tp-run}
+mkdir -p "$OUT"
 SUMMARY="$OUT/tp_summary.txt"
 BENCH="$OUT/tp_bench.log"
 : > "$SUMMARY"; : > "$BENCH"
@@ -53,22 +46,8 @@ fi
 
 if step gpu; then
 echo "== 2. tests/gpu/test_tensor_parallel_gpus.py on $NPROC ranks (torch blocked in pytest and the ranks)" | tee -a "$SUMMARY"
-cat > "$WORK/nbx_block_torch.py" <<'PYEOF'
-import sys
-
-class BlockTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"import of {name!r} blocked: the nbx GPU suite runs without torch", name=name)
-        return None
-
-sys.meta_path.insert(0, BlockTorch())
-PYEOF
-"$PY" -c "
-import sys; sys.path.insert(0, '$WORK'); import nbx_block_torch
-import pytest
-sys.exit(pytest.main(sys.argv[1:]))" -q -rfEsP --tb=short -p no:cacheprovider --durations=5 -m gpu \
-  tests/gpu/test_tensor_parallel_gpus.py > "$OUT/tp_gpu.log" 2>&1
+PYTHONPATH="$PWD/tools/torch_blocker:$PYTHONPATH" "$PY" -m pytest -p nbx_block_torch -q -rfEsP --tb=short \
+  -p no:cacheprovider --durations=5 -m gpu tests/gpu/test_tensor_parallel_gpus.py > "$OUT/tp_gpu.log" 2>&1
 echo "exit $? ($(grep -E ' in [0-9.]+s' "$OUT/tp_gpu.log" | tail -n 1))" | tee -a "$SUMMARY"
 grep -E "^(FAILED|ERROR) |ranks: logits deviation|RankTimeoutError after" "$OUT/tp_gpu.log" >> "$SUMMARY"
 fi

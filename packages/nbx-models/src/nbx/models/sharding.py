@@ -94,8 +94,23 @@ class ShardPlan:
         return None, None   # norms, q/k norms, the biases added after a reduction: whole
 
 
-class ShardedWeights:
-    """Weights' interface (get, optional, names, device, dtype) over one rank's shards."""
+class _RankWeights:
+    """Weights' interface (get, optional, names, device, dtype) over one rank's tensors; a subclass
+    fills self._names (name -> what it needs to make the tensor) and get."""
+    _names: dict
+
+    def names(self) -> list[str]:
+        return list(self._names)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._names
+
+    def optional(self, name: str, shape=None) -> nbx.Tensor | None:
+        return self.get(name, shape) if name in self._names else None
+
+
+class ShardedWeights(_RankWeights):
+    """One rank's shards, read from a checkpoint's files."""
 
     def __init__(self, folder: Path, plan: ShardPlan, device, dtype):
         self.folder, self.plan = Path(folder), plan
@@ -103,13 +118,13 @@ class ShardedWeights:
         self.dtype = None if dtype is None else nbx.as_dtype(dtype)
         self.bytes_read = 0
         self._fds: dict[Path, int] = {}
-        self._entries = {}   # name -> (path, data_start, TensorEntry)
+        self._names = {}   # name -> (path, data_start, TensorEntry)
         headers = {}
         for name, path in shard_files(self.folder).items():
             header = headers.get(path) or headers.setdefault(path, self._header(path))
             if name not in header.entries:
                 raise CheckpointError(f"{self.folder} places {name} in {path.name}, which does not hold it")
-            self._entries[name] = (path, header.data_start, header.entries[name])
+            self._names[name] = (path, header.data_start, header.entries[name])
 
     @classmethod
     def open(cls, folder, plan: ShardPlan, device=None, dtype=None) -> "ShardedWeights":
@@ -139,20 +154,14 @@ class ShardedWeights:
             os.close(fd)
         self._fds = {}
 
-    def names(self) -> list[str]:
-        return list(self._entries)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._entries
-
     def get(self, name: str, shape=None) -> nbx.Tensor:
         """This rank's shard of tensor name, whose full shape is checked against shape."""
-        if name not in self._entries:
-            if name.endswith(".weight") and name.removesuffix(".weight") + ".qweight" in self._entries:
+        if name not in self._names:
+            if name.endswith(".weight") and name.removesuffix(".weight") + ".qweight" in self._names:
                 raise nbx.NotSupportedError(f"{name} is stored as int4: tensor-parallel loading splits dense "
                                             "weights only")
             raise CheckpointError(f"the checkpoint in {self.folder} has no tensor {name}")
-        path, start, entry = self._entries[name]
+        path, start, entry = self._names[name]
         if shape is not None and tuple(entry.shape) != tuple(shape):
             raise CheckpointError(f"{name} has shape {tuple(entry.shape)}; the config implies {tuple(shape)}")
         rows, cols = self.plan.slices(name)
@@ -160,9 +169,6 @@ class ShardedWeights:
         if self.dtype is not None and entry.dtype.is_floating and entry.dtype is not self.dtype:
             host = parallel_convert(host, self.dtype.host)
         return nbx.from_numpy(host, self.device, copy=True)
-
-    def optional(self, name: str, shape=None) -> nbx.Tensor | None:
-        return self.get(name, shape) if name in self._entries else None
 
     def _read(self, fd: int, offset: int, entry, rows: slice | None, cols: slice | None) -> np.ndarray:
         """The block [rows, cols] of a tensor stored row-major at offset (rows/cols: of dims 0 and 1)."""
@@ -181,7 +187,7 @@ class ShardedWeights:
         return np.frombuffer(out, entry.dtype.host).reshape(rows.stop - rows.start, cols.stop - cols.start)
 
 
-class SeededWeights:
+class SeededWeights(_RankWeights):
     """Weights' interface over seeded weights drawn on the device, no checkpoint (shapes too large
     to write, as a 70B one). Each tensor draws its own Philox stream (the seed and its index), whole,
     and a rank keeps its plan's block: any split of the same seed holds the same model."""
@@ -191,25 +197,16 @@ class SeededWeights:
         self.plan, self.seed = plan, int(seed)
         self.device = nbx.as_device(device)
         self.dtype = nbx.as_dtype(dtype)
-        self._index = {name: i for i, name in enumerate(parameter_shapes(config))}
-
-    def names(self) -> list[str]:
-        return list(self._index)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._index
+        self._names = {name: i for i, name in enumerate(parameter_shapes(config))}
 
     def get(self, name: str, shape=None) -> nbx.Tensor:
         from .writer import draw
-        if name not in self._index:
+        if name not in self._names:
             raise CheckpointError(f"the seeded model has no tensor {name}")
-        values = draw(name, tuple(shape), nbx.Generator(seed=self.seed * 1_000_003 + self._index[name]), self.device)
+        values = draw(name, tuple(shape), nbx.Generator(seed=self.seed * 1_000_003 + self._names[name]), self.device)
         rows, cols = (None, None) if self.plan is None else self.plan.slices(name)
         if rows is not None:
             values = values[rows]
         if cols is not None:
             values = values[:, cols]
         return values.to(dtype=self.dtype).contiguous()
-
-    def optional(self, name: str, shape=None) -> nbx.Tensor | None:
-        return self.get(name, shape) if name in self._index else None
