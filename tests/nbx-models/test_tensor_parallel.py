@@ -5,7 +5,6 @@ NCCL's communicator is. tests/gpu/test_tensor_parallel_gpus.py runs the same che
 from __future__ import annotations
 
 import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
