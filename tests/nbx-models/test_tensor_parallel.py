@@ -238,6 +238,33 @@ def test_nbx_generate_with_tensor_parallel_starts_the_ranks_through_the_device_p
     assert "--seed" in argv   # sampled: one seed chosen for every rank
 
 
+def test_a_rank_of_nbx_generate_finds_its_communicator_through_the_plugin_and_only_rank_0_prints(tmp_path,
+                                                                                                 monkeypatch, capsys):
+    import queue
+
+    from nbx.core import cli
+    from nbx.core.device import get_backend
+    from nbx.models.tokenizer import CharTokenizer
+    folder = models.write_checkpoint(tmp_path / "m", small_config("LlamaForCausalLM", vocab_size=98,
+                                                                  bos_token_id=95, eos_token_id=96), seed=4)
+    CharTokenizer.write(folder)
+    want = CharTokenizer().decode(models.load(folder).generate(CharTokenizer().encode("hello"), 5))
+    world = World(2)
+    comms = queue.Queue()
+    for r in range(2):
+        comms.put(AbortableCommunicator(world, r))
+    monkeypatch.setattr(type(get_backend("cpu")), "tensor_parallel_communicator",
+                        lambda self, timeout: comms.get_nowait(), raising=False)
+    argv = ["generate", "--model", str(folder), "--prompt", "hello", "--max-new-tokens", "5", "--device", "cpu",
+            "--tensor-parallel", "2", "--tensor-parallel-rank"]
+    outcomes, _ = run_ranks(2, lambda _: cli.main(argv))
+    assert raised(outcomes) == [0, 0]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"model {folder} on 2 ranks (cpu is rank 0), float32")
+    assert lines[1] == "hello" + want and lines[2].startswith("prefill 6 tokens")
+    assert len(lines) == 5   # rank 1 printed nothing
+
+
 def test_the_watchdog_refuses_a_timeout_that_is_not_positive():
     with pytest.raises(nbx.ArgumentError, match="seconds > 0"):
         tensor_parallel.Watchdog(AbortableCommunicator(World(1), 0), 0)

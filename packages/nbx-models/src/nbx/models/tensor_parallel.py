@@ -177,7 +177,8 @@ class TensorParallelDecoder(Decoder):
 def load_tensor_parallel(folder, config: dict, family, device, dtype, tensor_parallel: int, rank, communicator,
                          timeout):
     """This process's rank of a decoder split tensor_parallel ways (nbx.models.load's tensor_parallel=)."""
-    comm = communicator if communicator is not None else find_communicator(device, timeout or DEFAULT_TIMEOUT_S)
+    timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
+    comm = communicator if communicator is not None else find_communicator(device, timeout)
     if comm.world_size != tensor_parallel:
         raise nbx.ArgumentError(f"tensor_parallel={tensor_parallel}, but the communicator has {comm.world_size} ranks")
     if rank is not None and rank != comm.rank:
@@ -187,7 +188,7 @@ def load_tensor_parallel(folder, config: dict, family, device, dtype, tensor_par
     plan = ShardPlan.of(config, comm.rank, comm.world_size)
     weights = ShardedWeights.open(folder, plan, device=comm.device, dtype=dtype)
     try:
-        model = TensorParallelDecoder(family, config, weights, comm, timeout or DEFAULT_TIMEOUT_S)
+        model = TensorParallelDecoder(family, config, weights, comm, timeout)
     finally:
         weights.close()
     model.bytes_read = weights.bytes_read   # what this rank read of the checkpoint's files
