@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from model_checks import assert_close
+from model_checks import assert_close, assert_greedy_matches
 from model_reference import decoder_logits
 from test_nccl_parallel import FakeCommunicator, World
 
@@ -80,6 +80,19 @@ def test_tensor_parallel_logits_match_the_single_device_run_and_greedy_tokens_ar
         assert tokens == want_tokens
     assert all(o[0].tobytes() == outcomes[0][0].tobytes() for o in outcomes)   # every rank, the same bytes
     assert set(world.calls) == {"all_reduce sum", "all_gather"}
+
+
+def test_bfloat16_ranks_stay_within_bfloat16s_tolerance_of_the_reference_and_decode_its_greedy_tokens(tmp_path):
+    folder = models.write_checkpoint(tmp_path / "bf16", small_config("Qwen3ForCausalLM"), seed=12, dtype="bfloat16")
+
+    def rank(comm):
+        model = models.load(folder, tensor_parallel=2, communicator=comm)
+        return model.logits(PROMPT).numpy(), model.generate(PROMPT, 4)
+
+    outcomes, _ = run_ranks(2, rank)
+    for logits, tokens in raised(outcomes):
+        assert_close(logits, decoder_logits(folder, PROMPT), nbx.bfloat16, CPU, "bfloat16 tensor-parallel logits")
+        assert_greedy_matches(tokens, decoder_logits(folder, PROMPT + tokens), len(PROMPT), nbx.bfloat16, CPU)
 
 
 def test_per_layer_a_rank_sums_once_after_attention_and_once_after_the_mlp(tmp_path):

@@ -150,11 +150,14 @@ class TensorParallelDecoder(Decoder):
         return self._sum(rows * mine.reshape(-1, 1).to(dtype=rows.dtype), "the embedding's all_reduce")
 
     def output_linear(self, x, weight, bias, residual):
-        """This rank's heads' (or intermediate block's) share of the product, summed over the ranks."""
-        y = self._sum(nbx.linear(x, weight), "an all_reduce of a layer's output")
-        if bias is not None:
-            y = y + bias
-        return residual + y
+        """This rank's heads' (or intermediate block's) share of the product, summed over the ranks.
+        Rank 0 adds the bias and the residual into its share (the fused linear of one device), so the
+        sum is the layer's output with no kernel after the collective."""
+        if self.comm.rank == 0:
+            part = nbx.linear(x, weight, bias, residual=residual)
+        else:
+            part = nbx.linear(x, weight)
+        return self._sum(part, "an all_reduce of a layer's output")
 
     def head(self, x):
         """The logits of the whole vocabulary: each rank's block, gathered in rank order."""
