@@ -297,3 +297,17 @@ def test_seeded_weights_split_any_way_hold_the_same_model_as_on_one_device():
     outcomes, _ = run_ranks(4, rank)
     for logits in raised(outcomes):
         assert_close(logits, single.logits(PROMPT).numpy(), nbx.float32, CPU, "seeded shards vs the seeded model")
+
+
+def test_nbx_models_imports_no_vendor_plugin_the_communicator_comes_in_or_through_the_backend():
+    import ast
+    from pathlib import Path
+    source = Path(models.__file__).parent
+    imported = set()
+    for path in source.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    assert not [m for m in imported if m.startswith("nbx.devices")]

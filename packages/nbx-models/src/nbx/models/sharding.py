@@ -6,9 +6,10 @@
 
 The split (Megatron's): q heads in equal blocks; KV heads in equal blocks when they divide among
 the ranks, else each KV head replicated on the ranks whose q heads read it (GQA with fewer KV heads
-than ranks); gate/up by rows and down by columns of the intermediate size; o_proj by the columns
-of the rank's heads; the embedding and lm_head by vocabulary rows. Norms, q/k norms and the biases
-added after a reduction (o_proj's, down's) are whole on every rank.
+than ranks); gate/up by rows and down by columns of the intermediate size (column- and
+row-parallel in Megatron's words: W is [out, in]); o_proj by the columns of the rank's heads; the
+embedding and lm_head by vocabulary rows. Norms, q/k norms and the biases added after a reduction
+(o_proj's, down's) are whole on every rank.
 
 Only the rank's bytes are read: a row block is one pread, a column block one pread per row (the
 file is never mapped, so no read-ahead pulls in the rest). `bytes_read` counts them.
