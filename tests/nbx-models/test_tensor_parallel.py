@@ -171,6 +171,20 @@ def test_a_rank_that_fails_ends_the_others_at_once_with_a_named_error(tmp_path):
     assert isinstance(outcomes[0], models.CollectiveFailedError) and "rank 0 of 2" in str(outcomes[0])
 
 
+def test_refused_arguments_leave_the_ranks_working(tmp_path):
+    folder = checkpoint(tmp_path)
+
+    def rank(comm):
+        model = models.load(folder, tensor_parallel=2, communicator=comm, timeout=30)
+        for bad in ([PROMPT, -1], [[500], 2]):
+            with pytest.raises((nbx.ArgumentError, nbx.IndexingError)):
+                model.generate(*bad)
+        return model.generate(PROMPT, 3)
+
+    outcomes, _ = run_ranks(2, rank)
+    assert raised(outcomes)[0] == outcomes[1] == models.load(folder).generate(PROMPT, 3)
+
+
 def test_a_rank_that_dies_is_timed_out_by_the_others_watchdog_not_waited_for(tmp_path):
     folder = checkpoint(tmp_path)
 

@@ -84,8 +84,8 @@ class Watchdog:
 
     @contextmanager
     def watching(self):
-        """Watch the block (re-entrant); a block that raises aborts the communicator, so the peers
-        waiting for this rank fail at once instead of at their timeout."""
+        """Watch the block (re-entrant); a block that fails aborts the communicator, so the peers
+        waiting for this rank fail at once instead of at their timeout (refused arguments excepted)."""
         if self.fired:
             raise self.error()
         outer = self._depth == 0
@@ -97,6 +97,8 @@ class Watchdog:
         self._depth += 1
         try:
             yield
+        except (nbx.ArgumentError, nbx.IndexingError):
+            raise   # the caller's arguments, refused before any work (alike on every rank): nothing to end
         except BaseException as exc:
             if self.fired:
                 raise self.error() from exc
