@@ -259,9 +259,10 @@ def test_nbx_generate_with_tensor_parallel_starts_the_ranks_through_the_device_p
     monkeypatch.setattr(type(get_backend("cpu")), "tensor_parallel_launch",
                         lambda self, argv, nproc: launched.append((argv, nproc)) or 0, raising=False)
     assert cli.main(["generate", "--model", str(folder), "--prompt", "hi", "--tensor-parallel", "2",
-                     "--temperature", "0.8", "--device", "cpu"]) == 0
+                     "--temperature", "0.8", "--device", "cpu", "--eager-decode"]) == 0
     argv, nproc = launched[0]
     assert nproc == 2 and argv[1:4] == ["-m", "nbx.core.cli", "generate"] and "--tensor-parallel-rank" in argv
+    assert "--eager-decode" in argv
     assert "--seed" in argv   # sampled: one seed chosen for every rank
 
 

@@ -70,7 +70,7 @@ def _rank_argv(args, seed) -> list[str]:
                         ("--device", args.device)):
         if value is not None:
             argv += [flag, str(value)]
-    return argv
+    return argv + (["--eager-decode"] if args.eager_decode else [])
 
 
 def _generate_tensor_parallel(args) -> int:
@@ -90,6 +90,7 @@ def _generate_tensor_parallel(args) -> int:
         return int(launch(_rank_argv(args, seed), args.tensor_parallel))
     comm = find_communicator(kind)
     model = load(args.model, dtype=_dtype(args, comm.device), tensor_parallel=args.tensor_parallel, communicator=comm)
+    model.graph_decoding = not args.eager_decode
     tokenizer = load_tokenizer(args.model)
     out = sys.stdout if comm.rank == 0 else io.StringIO()
     print(f"model {args.model} on {args.tensor_parallel} ranks ({device_label(comm.device)} is rank {comm.rank}), "
