@@ -153,6 +153,17 @@ def test_int4_projections_load_as_quantized_tensors_and_give_the_dequantized_mod
     assert_close(model.logits(PROMPT).numpy(), reference, nbx.float32, nbx.as_device("cpu"))
 
 
+def test_int4_experts_of_a_mixtral_stack_into_one_quantized_tensor_a_layer_and_give_the_dequantized_logits(tmp_path):
+    config = small_config("MixtralForCausalLM", num_hidden_layers=1)
+    folder = models.write_checkpoint(tmp_path / "int4-moe", config, seed=7, int4=(32, "symmetric"))
+    model = models.load(folder)
+    experts = model.layers[0].sparse
+    assert isinstance(experts.gate, nbx.QuantizedTensor) and experts.gate.shape == (4, 32, 64)
+    assert experts.down.shape == (4, 64, 32)
+    reference = decoder_logits(folder, PROMPT, weights=dequantized(read_weights_bf16_aware(folder)))
+    assert_close(model.logits(PROMPT).numpy(), reference, nbx.float32, nbx.as_device("cpu"))
+
+
 def test_bfloat16_weights_on_the_cpu_stay_within_bfloat16s_tolerance_of_the_reference(tmp_path):
     folder = models.write_checkpoint(tmp_path / "bf16", small_config("Qwen3ForCausalLM"), seed=12, dtype="bfloat16")
     model = models.load(folder)

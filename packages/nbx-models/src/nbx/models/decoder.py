@@ -135,21 +135,22 @@ def _quantized(*weights) -> bool:
     return any(isinstance(w, nbx.QuantizedTensor) for w in weights)
 
 
-def stack_rows(weights: list):
-    """The [out, in] weights (or biases) one above the other: one product gives q, k and v.
-    int4 weights stack their words, scales and minima (their groups run along the input dim)."""
+def stack_rows(weights: list, new_axis: bool = False):
+    """The [out, in] weights (or biases) one above the other: one product gives q, k and v; or,
+    new_axis, stacked along a new first dim (a layer's experts: [E, out, in]). int4 weights stack
+    their words, scales and minima (their groups run along the input dim)."""
+    join = nbx.stack if new_axis else nbx.concat
     if all(isinstance(w, nbx.Tensor) for w in weights):
-        return nbx.concat(weights, axis=0)
+        return join(weights, axis=0)
     first = weights[0]
     if not all(isinstance(w, nbx.QuantizedTensor) and (w.scheme, w.group_size, w.scales.dtype) ==
                (first.scheme, first.group_size, first.scales.dtype) for w in weights):
-        raise nbx.NotSupportedError("q, k and v projections stored differently (dense and int4, or int4 of "
-                                    "other groups): nbx.models stacks them into one product")
-    zeros = None if first.zeros is None else nbx.concat([w.zeros for w in weights], axis=0)
-    return nbx.QuantizedTensor(nbx.concat([w.qweight for w in weights], axis=0),
-                               nbx.concat([w.scales for w in weights], axis=0), zeros,
-                               group_size=first.group_size, scheme=first.scheme,
-                               shape=(sum(w.shape[0] for w in weights), first.shape[1]))
+        raise nbx.NotSupportedError("weights joined into one tensor stored differently (dense and int4, or int4 of "
+                                    "other groups): nbx.models stacks q, k and v, and a layer's experts")
+    zeros = None if first.zeros is None else join([w.zeros for w in weights], axis=0)
+    shape = (len(weights), *first.shape) if new_axis else (sum(w.shape[0] for w in weights), first.shape[1])
+    return nbx.QuantizedTensor(join([w.qweight for w in weights], axis=0), join([w.scales for w in weights], axis=0),
+                               zeros, group_size=first.group_size, scheme=first.scheme, shape=shape)
 
 
 @dataclass

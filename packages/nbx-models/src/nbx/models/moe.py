@@ -61,20 +61,6 @@ def shapes(architecture: str, config: dict, prefix: str) -> dict[str, tuple[int,
     return found
 
 
-def _stack(weights: list):
-    if all(isinstance(w, nbx.Tensor) for w in weights):
-        return nbx.stack(weights, axis=0)
-    first = weights[0]
-    if not all(isinstance(w, nbx.QuantizedTensor) and (w.scheme, w.group_size, w.scales.dtype) ==
-               (first.scheme, first.group_size, first.scales.dtype) for w in weights):
-        raise nbx.NotSupportedError("a layer's experts stored differently (dense and int4, or int4 of other groups): "
-                                    "nbx.models stacks them into one tensor")
-    zeros = None if first.zeros is None else nbx.stack([w.zeros for w in weights], axis=0)
-    return nbx.QuantizedTensor(nbx.stack([w.qweight for w in weights], axis=0),
-                               nbx.stack([w.scales for w in weights], axis=0), zeros, group_size=first.group_size,
-                               scheme=first.scheme, shape=(len(weights), *first.shape))
-
-
 @dataclass
 class SparseMlp:
     router: nbx.Tensor      # [E, H]
@@ -96,9 +82,10 @@ def load(architecture: str, config: dict, get, prefix: str) -> SparseMlp:
     n = NAMING[architecture]
     need = shapes(architecture, config, prefix)
     count = int(config[n.experts_key])
-    stacked = [_stack([get(f"{prefix}{n.block}.experts.{e}.{name}.weight",
-                           need[f"{prefix}{n.block}.experts.{e}.{name}.weight"]) for e in range(count)])
-               for name in (n.gate, n.up, n.down)]
+    from .decoder import stack_rows
+    stacked = [stack_rows([get(f"{prefix}{n.block}.experts.{e}.{name}.weight",
+                               need[f"{prefix}{n.block}.experts.{e}.{name}.weight"]) for e in range(count)],
+                          new_axis=True) for name in (n.gate, n.up, n.down)]
     # Mixtral always renormalizes the chosen weights; Qwen3-MoE when norm_topk_prob
     renormalize = architecture == "MixtralForCausalLM" or bool(config.get("norm_topk_prob", False))
     def one(name):
