@@ -152,3 +152,7 @@ class GraphCaptureError(DeviceError):
     def __init__(self, message: str, *, operation: str | None = None):
         super().__init__(message)
         self.operation = operation  # the call that broke the capture, where the driver names one
+
+
+class DuplicateRegistrationError(NbxError, RuntimeError):
+    """Two providers implement one op on one backend and neither says which serves (a priority)."""

@@ -7,9 +7,9 @@ host round trip of the covered byte span: correct but slow. fill_ uses cudaMemse
 bytes, cuMemsetD8/16/32 for 1-, 2- and 4-byte patterns, else an uploaded pattern doubled by
 device-to-device copies. Every dtype of the table is served, complex included.
 
-nbx.kernels, when installed, registers its Triton copy_/fill_ for cuda after this plugin loads,
-and dispatch then finds those; these stay the backend's own (what runs without nbx.kernels, and
-what a kernel can hand a dtype Triton has no type for).
+nbx.kernels, when installed, serves copy_ and fill_ (its Triton kernels copy any layout and cast
+on the device): these register at priority -1, the backend's own fallback, so whichever of the two
+plugins loads first the kernels' serve, and these serve without nbx.kernels.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def plan_2d(shape, dst_strides, src_strides, itemsize):
     return width, rows, dpitch, spitch
 
 
-@register("copy_", "cuda")
+@register("copy_", "cuda", priority=-1)
 def copy_(dst: Tensor, src: Tensor) -> None:
     if dst.size == 0:
         return
@@ -150,7 +150,7 @@ def write_host_values(dst: Tensor, values: np.ndarray) -> None:
     BACKEND.upload(dst.storage, start, span)
 
 
-@register("fill_", "cuda")
+@register("fill_", "cuda", priority=-1)
 def fill_(out: Tensor, value) -> None:
     if out.size == 0:
         return
