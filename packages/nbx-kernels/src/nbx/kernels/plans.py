@@ -167,38 +167,64 @@ def _at(t: Tensor, offset: int) -> Tensor:
     return Tensor(t.storage, t.dtype, (1,), (1,), t.storage_offset + offset)
 
 
-def _resolve(slot: Slot, values: dict):
-    v = values[slot.name]
-    if slot.part is not None:
-        v = v[slot.part]
+def _view(slot: Slot):
+    """The function taking a slot's value to what the kernel reads, or None (the value itself)."""
+    if slot.part is None and not slot.offset:
+        return None
     if slot.offset:
-        v = _at(v, slot.offset)
-    if isinstance(v, np.integer):  # the launcher takes Python ints
-        v = int(v)
-    elif isinstance(v, np.floating):
-        v = float(v)
+        return lambda v: _at(v if slot.part is None else v[slot.part], slot.offset)
+    return lambda v: v[slot.part]
+
+
+def _plain(v):
+    """A numpy scalar as the Python scalar the launcher takes."""
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
     return v
+
+
+_I32, _I64 = 2 ** 31, 2 ** 63
+
+
+def _slow_key(v, free: bool):
+    """(what the launcher takes, its specialisation) of a value of a kind the fast loop does not
+    name; the same keys as that loop."""
+    v = _plain(v)
+    if isinstance(v, Tensor):
+        v = v.data_ptr()
+        return v, v % 16 == 0
+    if type(v) is int:
+        width = 0 if -_I32 <= v < _I32 else 1 if -_I64 <= v < _I64 else 2
+        return v, width if free else (width, v == 1, v % 16 == 0)
+    return v, type(v)
 
 
 class _Runner:
     """One launch's runtime: its template, its slots with the specialisation rule of their kernel
-    parameters, and its compiled launchers by the slots' specialisation."""
+    parameters, and its compiled launchers by the slots' specialisation. Written for few Python
+    calls a launch: an eager decode step runs thousands of them."""
 
-    __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp")
+    __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp", "single", "grid")
 
     def __init__(self, one: Launch, device: Device):
         self.launch, self.device, self.backend = one, device, get_backend(device.type)
         self.interp = device.type == "interp"
+        self.single = self.interp or self.backend.device_count() == 1   # one device: it is always current
         self.template = list(one.args)
+        self.grid = (*one.grid, 1, 1)[:3]
         params = getattr(one.kernel, "params", None) or []
         free = {p.num for p in params if getattr(p, "do_not_specialize", False)}
-        self.slots = tuple((pos, a, pos in free) for pos, a in enumerate(one.args) if isinstance(a, Slot))
+        self.slots = tuple((pos, a.name, _view(a), pos in free) for pos, a in enumerate(one.args) if isinstance(a, Slot))
         self.compiled: dict = {}
 
     def arguments(self, values: dict) -> list:
+        """The template filled with this call's values (tensors as tensors: what the JIT takes)."""
         args = self.template.copy()
-        for pos, slot, _ in self.slots:
-            args[pos] = _resolve(slot, values)
+        for pos, name, view, _ in self.slots:
+            v = values[name]
+            args[pos] = _plain(v if view is None else view(v))
         return args
 
     def run(self, values: dict) -> None:
@@ -208,26 +234,37 @@ class _Runner:
                 one.kernel[one.grid](*self.arguments(values), **one.meta)
             return
         args, key = self.template.copy(), []
-        for pos, slot, free in self.slots:
-            v = _resolve(slot, values)
+        for pos, name, view, free in self.slots:
+            v = values[name]
+            if view is not None:
+                v = view(v)
             kind = type(v)
-            if kind is int:
-                key.append(int_width(v) if free else int_class(v))
-            elif isinstance(v, Tensor):
+            if kind is Tensor:
                 v = v.data_ptr()
                 key.append(v % 16 == 0)
-            else:
+            elif kind is int:  # Triton's int classes: width, and unless do_not_specialize, == 1 and % 16 == 0
+                width = 0 if -_I32 <= v < _I32 else 1 if -_I64 <= v < _I64 else 2
+                key.append(width if free else (width, v == 1, v % 16 == 0))
+            elif kind is float or kind is bool or v is None:
                 key.append(kind)
+            else:  # a numpy scalar, a Tensor subclass: the slow way, keyed alike
+                v, k = _slow_key(v, free)
+                key.append(k)
             args[pos] = v
-        key = tuple(key)
-        fast = self.compiled.get(key)
+        fast = self.compiled.get(tuple(key))
         if fast is None or hooks_set():
             with self.backend.device_guard(self.device):
                 compiled = one.kernel[one.grid](*self.arguments(values), **one.meta)
             if hasattr(compiled, "packed_metadata"):
-                self.compiled[key] = _Compiled(one.kernel, compiled, len(args), one.meta)
+                self.compiled[tuple(key)] = _Compiled(one.kernel, compiled, len(args), one.meta)
             return
-        _call(fast, one.grid, self.device, self.backend, args)
+        grid, index = self.grid, self.device.index
+        if self.single or self.backend.current_device() == index:
+            fast.run(grid[0], grid[1], grid[2], _stream_of(index), fast.function, fast.packed, None, None, None,
+                     *args, *fast.tail)
+            return
+        with self.backend.device_guard(self.device):
+            _call(fast, grid, self.device, self.backend, args)
 
 
 def hooks_set() -> bool:
