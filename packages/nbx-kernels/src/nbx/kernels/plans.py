@@ -29,6 +29,7 @@ import numpy as np
 import triton
 
 from nbx.core import device_files
+from nbx.core import layout as core_layout
 from nbx.core.device import Device, get_backend
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor, empty
@@ -79,6 +80,8 @@ class LaunchPlan:
     workspace: tuple[BufferSpec, ...] = ()
     copies: tuple[str, ...] = ()   # inputs read through a dense copy (workspace of the call too)
     detail: object = None          # the family's own record of its decisions (tile, path), for its cost and tests
+
+    _allocations: list = field(default_factory=list, compare=False, repr=False)  # the runtime's, made once
 
     def buffers(self) -> tuple[Buffer, ...]:
         """The outputs then the workspace, as the declared cost lists them."""
@@ -144,13 +147,27 @@ def execute(plan: LaunchPlan, values: dict) -> dict:
     for name in plan.copies:
         if values.get(name) is not None:
             values[name] = values[name].contiguous()
-    for spec in plan.outputs + plan.workspace:
-        if values.get(spec.name) is None:
-            values[spec.name] = empty(spec.shape, spec.dtype, device)
+    if plan._allocations:
+        backend, buffers = plan._allocations
+    else:
+        backend, buffers = _allocations(plan)
+    for name, nbytes, dtype, shape, strides in buffers:
+        if values.get(name) is None:  # what nbx.core.tensor.empty makes, its arguments checked once
+            values[name] = Tensor(backend.allocate(nbytes, device), dtype, shape, strides)
     for one in plan.launches:
         runner = one._runner[0] if one._runner else _make_runner(one, device)
         runner.run(values)
     return values
+
+
+def _allocations(plan: LaunchPlan) -> tuple:
+    specs = plan.outputs + plan.workspace
+    for spec in specs:  # a spec refused here is refused as empty() would
+        empty(spec.shape, spec.dtype, plan.device)
+    found = (get_backend(plan.device.type), tuple(
+        (b.name, b.nbytes, b.dtype, b.shape, core_layout.contiguous_strides(b.shape)) for b in specs))
+    plan._allocations.extend(found)
+    return found
 
 
 def int_width(value: int) -> str:

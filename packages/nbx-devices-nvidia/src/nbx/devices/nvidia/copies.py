@@ -38,23 +38,9 @@ def _check_tensor(t: Tensor, what: str) -> None:
     check_range(t.storage, start, nbytes, what)
 
 
-def merge_dims(shape, *strides_sets):
-    """Drop size-1 dims and merge neighbours that are contiguous with each other in every layout."""
-    dims = [(size, [st[i] for st in strides_sets]) for i, size in enumerate(shape) if size != 1]
-    merged: list[tuple[int, list[int]]] = []
-    for size, strides in dims:
-        if merged:
-            outer_size, outer = merged[-1]
-            if all(o == s * size for o, s in zip(outer, strides, strict=True)):
-                merged[-1] = (outer_size * size, strides)
-                continue
-        merged.append((size, strides))
-    return [m[0] for m in merged], [tuple(m[1][k] for m in merged) for k in range(len(strides_sets))]
-
-
 def plan_2d(shape, dst_strides, src_strides, itemsize):
     """(width, height, dst_pitch, src_pitch) in bytes for one cudaMemcpy2D, or None."""
-    sizes, (ds, ss) = merge_dims(shape, dst_strides, src_strides)
+    sizes, (ds, ss) = layout.collapse_dims(shape, [dst_strides, src_strides])
     if not sizes:
         return itemsize, 1, itemsize, itemsize
     if len(sizes) == 1:

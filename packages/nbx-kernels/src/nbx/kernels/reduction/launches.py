@@ -14,7 +14,7 @@ from math import prod
 import triton.language as tl
 
 from nbx.core import dtypes
-from nbx.core.dtypes import DType
+from nbx.core.dtypes import DType, computes_in  # max / min compare in it (exact)
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans
@@ -33,12 +33,7 @@ def accumulator(dtype: DType) -> DType:
         return dtypes.int64
     if dtype.kind == "uint":
         return dtypes.uint64
-    return dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
-
-
-def comparison_dtype(dtype: DType) -> DType:
-    """max / min compare in the input's own dtype, the half and float8 types widened to float32 (exact)."""
-    return dtypes.float32 if dtype.kind == "float" and dtype.itemsize < 4 else dtype
+    return dtypes.statistics_dtype(dtype)
 
 
 def extreme_identity(dtype: DType, op: int):
@@ -186,7 +181,7 @@ def extreme_index(x: Tensor, dims, keepdim: bool, values_dtype: DType | None, op
     """(values, indices) of the first extreme; values None when values_dtype is None (argmax)."""
     def build() -> LaunchPlan:
         p = _checked_plan(x, dims, keepdim, True)
-        acc, write = comparison_dtype(x.dtype), values_dtype is not None
+        acc, write = computes_in(x.dtype), values_dtype is not None
         index, best, where = Slot("indices"), Slot("best"), Slot("where")
         final_values = Slot("values") if write else index
         outputs = ((plans.output("values", p.out_shape, values_dtype),) if write else ()) + (
