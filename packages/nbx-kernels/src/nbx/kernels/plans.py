@@ -170,14 +170,14 @@ def _allocations(plan: LaunchPlan) -> tuple:
     return found
 
 
-def int_width(value: int) -> str:
-    """The type Triton passes an int as: all it specialises a do_not_specialize int on."""
-    return "i32" if -2 ** 31 <= value < 2 ** 31 else "i64" if -2 ** 63 <= value < 2 ** 63 else "u64"
+_I32, _I64 = 2 ** 31, 2 ** 63
 
 
-def int_class(value: int) -> tuple:
-    """The part of an int argument Triton specialises on: width, == 1, % 16 == 0."""
-    return (int_width(value), value == 1, value % 16 == 0)
+def int_class(value: int, free: bool = False):
+    """What Triton specialises an int argument on: its width (0: int32, 1: int64, 2: uint64) and,
+    unless the kernel lists it in do_not_specialize (free), whether it is 1 and a multiple of 16."""
+    width = 0 if -_I32 <= value < _I32 else 1 if -_I64 <= value < _I64 else 2
+    return width if free else (width, value == 1, value % 16 == 0)
 
 
 def _at(t: Tensor, offset: int) -> Tensor:
@@ -202,9 +202,6 @@ def _plain(v):
     return v
 
 
-_I32, _I64 = 2 ** 31, 2 ** 63
-
-
 def _slow_key(v, free: bool):
     """(what the launcher takes, its specialisation) of a value of a kind the fast loop does not
     name; the same keys as that loop."""
@@ -212,10 +209,7 @@ def _slow_key(v, free: bool):
     if isinstance(v, Tensor):
         v = v.data_ptr()
         return v, v % 16 == 0
-    if type(v) is int:
-        width = 0 if -_I32 <= v < _I32 else 1 if -_I64 <= v < _I64 else 2
-        return v, width if free else (width, v == 1, v % 16 == 0)
-    return v, type(v)
+    return v, int_class(v, free) if type(v) is int else type(v)
 
 
 class _Runner:
@@ -259,7 +253,7 @@ class _Runner:
             if kind is Tensor:
                 v = v.data_ptr()
                 key.append(v % 16 == 0)
-            elif kind is int:  # Triton's int classes: width, and unless do_not_specialize, == 1 and % 16 == 0
+            elif kind is int:  # int_class, written out: the hot loop of every launch
                 width = 0 if -_I32 <= v < _I32 else 1 if -_I64 <= v < _I64 else 2
                 key.append(width if free else (width, v == 1, v % 16 == 0))
             elif kind is float or kind is bool or v is None:
@@ -281,7 +275,8 @@ class _Runner:
                      *args, *fast.tail)
             return
         with self.backend.device_guard(self.device):
-            _call(fast, grid, self.device, self.backend, args)
+            fast.run(grid[0], grid[1], grid[2], _stream_of(index), fast.function, fast.packed, None, None, None,
+                     *args, *fast.tail)
 
 
 def hooks_set() -> bool:
@@ -310,17 +305,6 @@ def _stream_of(index: int) -> int:
     return triton.runtime.driver.active.get_current_stream(index)
 
 
-def _call(fast: _Compiled, grid, device: Device, backend, args) -> None:
-    """The compiled kernel's launcher on device's current stream, device made current if it is not."""
-    grid = (*grid, 1, 1)
-    stream = _stream_of(device.index)
-    if backend.device_count() == 1 or backend.current_device() == device.index:  # one device: it is current
-        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *args, *fast.tail)
-        return
-    with backend.device_guard(device):
-        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *args, *fast.tail)
-
-
 def _make_runner(one: Launch, device: Device) -> _Runner:
     runner = _Runner(one, device)
     one._runner.append(runner)
@@ -328,4 +312,4 @@ def _make_runner(one: Launch, device: Device) -> _Runner:
 
 
 __all__ = ["Slot", "BufferSpec", "Launch", "LaunchPlan", "output", "workspace", "cached", "execute", "reset",
-           "cached_count", "compiled_count", "setting_key", "int_width", "int_class", "MAX_PLANS"]
+           "cached_count", "compiled_count", "setting_key", "int_class", "MAX_PLANS"]

@@ -80,11 +80,6 @@ class Plan:
         return Cost(tuple(buffers), moved, n_in, launches if n_out else 0)
 
 
-def settings(device) -> dict:
-    """tiles.reduction of the device file in force for device."""
-    return launch.tiles("reduction", device)
-
-
 def plan(x: Tensor, dims, keepdim: bool, ordered: bool, setting=None) -> Plan:
     """ordered: the result depends on the order of the reduced dims (an index), so keep it.
     setting overrides the served (certified) one: the certifier launches this very path with it."""
@@ -92,7 +87,7 @@ def plan(x: Tensor, dims, keepdim: bool, ordered: bool, setting=None) -> Plan:
     view = layout.plan(x.shape, x.strides, dims, ordered)
     if setting is None:  # certified for the launch key (the device file's tile on interp)
         setting = tuning.setting(x.device, view, x.dtype)
-    s = {**settings(x.device), **dict(setting)}
+    s = {**launch.tiles("reduction", x.device), **dict(setting)}
     tile = layout.tile(view, s)
     merge = None
     if tile.splits > 1:

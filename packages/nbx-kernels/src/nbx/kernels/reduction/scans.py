@@ -13,13 +13,13 @@ from nbx.core.layout import contiguous_strides
 from nbx.core.dtypes import DType, computes_in
 from nbx.core.tensor import Tensor
 
-from .. import plans
+from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost
 from ..plans import Launch, LaunchPlan, Slot
 from ..types import tl_type
 from . import layout
 from .combine import Code as C
-from .launches import accumulator, extreme_identity, settings
+from .launches import accumulator, extreme_identity
 from .scan_kernels import running_extreme_kernel, scan_kernel
 
 
@@ -40,7 +40,7 @@ def plan(x: Tensor, dim: int) -> ScanPlan:
     copy = x_view is None
     if copy:  # read a contiguous copy: it shares the output's strides, which always collapse
         x_view, out_view = layout.scan_plan(shape, out_strides, out_strides, dim)
-    s = settings(x.device)
+    s = launch.tiles("reduction", x.device)
     t = layout.tile(x_view, s, split=False)
     return ScanPlan(x_view, out_view, copy, t.block_r, t.block_c, s)
 
