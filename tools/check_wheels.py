@@ -8,8 +8,8 @@
 What must hold for each wheel: no `nbx/__init__.py` nor `nbx/devices/__init__.py` (the namespace
 is shared, PEP 420); files only under the distribution's own package; METADATA name and version
 right; every nbx-* requirement pinned `==` the lock-step version; dependencies pointing one way
-(core <- memory <- autotune <- kernels; devices on core and memory); nbx-core's extras nvidia, amd
-and apple pulling exactly memory, autotune, kernels and that vendor; a vendor wheel carrying its
+(core <- memory <- autotune <- kernels; devices and models on core and memory); nbx-core's extras
+nvidia, amd and apple pulling exactly memory, autotune, kernels and that vendor (never nbx-models); a vendor wheel carrying its
 device files and certificates and its entry point in the group `nbx.devices`. Exits 1 with the
 list of problems.
 """
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENDORS = ("nvidia", "amd", "apple")
 LAYERS = ("nbx-core", "nbx-memory", "nbx-autotune", "nbx-kernels")  # each may depend on those before it
 VENDOR_DEPENDENCIES = {"nbx-core", "nbx-memory"}
+MODELS_DEPENDENCIES = {"nbx-core", "nbx-memory"}  # nbx-models: no kernel or vendor package (its speed is the plugins')
 EXTRA_MEMBERS = {"nbx-memory", "nbx-autotune", "nbx-kernels"}  # plus nbx-devices-<vendor>
 NAMESPACE_INITS = ("nbx/__init__.py", "nbx/devices/__init__.py")
 
@@ -132,6 +133,8 @@ def check_requirements(name: str, meta, version: str) -> list[str]:
                 by_extra.setdefault(extra, set()).add(dep)
     if name in LAYERS:
         allowed = set(LAYERS[:LAYERS.index(name)])
+    elif name == "nbx-models":
+        allowed = MODELS_DEPENDENCIES
     else:
         allowed = VENDOR_DEPENDENCIES
     for dep in sorted(plain - allowed):

@@ -10,7 +10,7 @@
 #   --quick:   tests/gpu only (no facts, no gpu-marked tests elsewhere, no CPU suites, no torch step)
 #   --tests:   every gpu-marked test, torch blocked, and nothing else (GPU_XDIST=N spreads the kernel tests)
 #   --bench:   every tools/bench/bench_*.py against torch and host_parts.py, nothing else -> bench_*.txt
-#              (settings as served: certified, else swept at first use; the certified-only run is
+#              (settings as served: certified, else a certified neighbour's; the certified-only run is
 #              tools/gpu_certify.sh's bench step)
 #   --backend: every step but the facts and the gpu-marked kernel tests outside tests/gpu
 set -uo pipefail

@@ -60,3 +60,20 @@ def test_the_read_flush_evicts_what_the_l2_held_so_a_run_after_it_reads_from_hbm
     warm = timing.measure(reread, timer).median_ms
     print(f"16 MiB read: {warm * 1e3:.1f} us from the L2, {cold * 1e3:.1f} us after the read flush")
     assert cold > 1.2 * warm, (warm, cold)
+
+
+def test_on_the_gpu_an_uncertified_softmax_key_is_served_a_certified_neighbours_setting_and_computes_right():
+    """(77, 768) float32: the key width=1024, elements=65536 is not certified on the H200; a neighbour serves it."""
+    import numpy as np
+
+    import nbx.core as nbx
+    from nbx import autotune
+    from nbx.autotune import serving
+    from nbx.core.reference import oracle
+    serving.reset()
+    x = nbx.asarray(np.random.default_rng(0).standard_normal((77, 768), dtype=np.float32), device="cuda:0")
+    got = nbx.softmax(x, dim=-1).numpy()
+    assert np.max(np.abs(got - np.asarray(oracle("softmax", x, -1)))) < 1e-5
+    report = serving.report()
+    assert (report.swept, report.certified, report.neighbour) == (0, 0, 1), autotune.report_line()
+    serving.reset()

@@ -1,4 +1,4 @@
-"""Serving: certified without a sweep, swept once and kept locally, certified-only mode, the run report."""
+"""Serving: certified without a sweep, swept once when asked and kept locally, certified-only mode, the run report."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ from nbx.core import device_files
 from nbx.core.errors import KeyNotCertified, LaunchKeyError
 
 LINE = ("[autotune] certified: {} key(s) served without a sweep, {} swept at runtime (kept locally), {} from the "
-        "local cache")
+        "local cache, {} from a neighbour")
 
 
 class Setup:
@@ -55,17 +55,18 @@ def test_a_certified_key_is_served_without_a_sweep_and_counted_once(setup):
     for n in (1000, 2, 65536):
         assert dict(tuner.setting(setup.tunable, n=n, dtype="float32")) == {"block": 128, "num_warps": 1}
     assert setup.timers == 0 and setup.clock.launches == 0
-    assert autotune.report_line() == LINE.format(1, 0, 0)
+    assert autotune.report_line() == LINE.format(1, 0, 0, 0)
 
 
-def test_a_key_without_a_certificate_is_swept_once_kept_locally_and_read_back_by_the_next_run(setup):
+def test_a_key_without_a_certificate_is_swept_once_when_asked_kept_locally_and_read_back_by_the_next_run(setup):
+    autotune.sweep_uncertified()
     tuner = setup.tuner()
     first = tuner.setting(setup.tunable, n=5000, dtype="float32")
     assert dict(first) == {"block": 128, "num_warps": 1}
     launches = setup.clock.launches
     assert launches > 0 and setup.timers == 1
     assert tuner.setting(setup.tunable, n=6000, dtype="float32") is first and setup.clock.launches == launches
-    assert autotune.report_line() == LINE.format(0, 1, 0)
+    assert autotune.report_line() == LINE.format(0, 1, 0, 0)
     kept = setup.tmp / "cache" / "nvidia" / "nvidia-h200-140gb" / "triton-3.6.0-cuda" / "fake_scale.json"
     assert list(store.read(kept, setup.tunable).entries) == ["n=65536,dtype=f32"]
 
@@ -73,7 +74,7 @@ def test_a_key_without_a_certificate_is_swept_once_kept_locally_and_read_back_by
     again = setup.tuner()
     assert dict(again.setting(setup.tunable, n=5000, dtype="float32")) == {"block": 128, "num_warps": 1}
     assert setup.clock.launches == launches and setup.timers == 1
-    assert autotune.report_line() == LINE.format(0, 0, 1)
+    assert autotune.report_line() == LINE.format(0, 0, 1, 0)
 
 
 def test_the_local_cache_lies_in_the_user_cache_folder(monkeypatch, tmp_path):
@@ -117,7 +118,7 @@ def test_certified_only_mode_by_api_does_not_serve_the_local_cache(setup):
         setup.tuner().setting(setup.tunable, n=5000, dtype="float32")
     autotune.require_certified(False)
     assert dict(setup.tuner().setting(setup.tunable, n=5000, dtype="float32")) == {"block": 128, "num_warps": 1}
-    assert autotune.report_line() == LINE.format(0, 0, 1)
+    assert autotune.report_line() == LINE.format(0, 0, 1, 0)
 
 
 def test_a_key_that_cannot_be_formed_is_refused_by_name_and_never_sweeps(setup):
@@ -140,24 +141,26 @@ def test_a_refused_certificate_is_not_served_and_the_report_names_it(setup):
     for entry in doc["entries"].values():
         entry["setting"]["BLOCK_HW"] = entry["setting"].pop("block")
     path.write_text(json.dumps(doc))
+    autotune.sweep_uncertified()
     with pytest.warns(AutotuneWarning, match=r"nbx.autotune refused .*fake_scale.json: names parameter\(s\) "
                                              r"\['BLOCK_HW'\] that kernel 'fake_scale' does not have"):
         assert dict(setup.tuner().setting(setup.tunable, n=1000, dtype="float32")) == {"block": 128, "num_warps": 1}
     assert setup.timers == 1  # swept: the refused file served nothing
     lines = serving.report().lines()
-    assert lines[0] == LINE.format(0, 1, 0)
+    assert lines[0] == LINE.format(0, 1, 0, 0)
     assert lines[1].startswith(f"[autotune] refused {path}: names parameter(s) ['BLOCK_HW']")
 
 
 def test_a_runtime_sweep_under_a_drifting_witness_serves_its_screened_winner_without_keeping_it(fakes, hopper,
                                                                                                 tmp_path):
     setup = Setup(fakes, hopper, tmp_path, witness_ms=lambda launches: 1.0 + 0.1 * launches)
+    autotune.sweep_uncertified()
     with pytest.warns(AutotuneWarning, match=r"timed under a drifting witness .* is not kept"):
         got = setup.tuner().setting(setup.tunable, n=1000, dtype="float32")
     assert got["block"] != fakes.WRONG_BLOCK
     assert not (tmp_path / "cache").exists()
     assert serving.report().lines()[:2] == [
-        LINE.format(0, 1, 0),
+        LINE.format(0, 1, 0, 0),
         "[autotune] 1 of the swept key(s) were timed under a drifting witness: served this run, not kept"]
 
 
@@ -167,7 +170,7 @@ def test_a_recording_run_lists_an_uncertified_key_with_the_device_files_tile_ins
     assert dict(setup.tuner().setting(setup.tunable, n=1000, dtype="float32")) == {"block": 1024, "num_warps": 4}
     assert setup.timers == 0 and not (setup.tmp / "cache").exists()
     assert serving.report().lines() == [
-        LINE.format(0, 0, 0),
+        LINE.format(0, 0, 0, 0),
         "[autotune] 1 key(s) took the device file's tile without a sweep (a device that does not sweep, or "
         "NBX_AUTOTUNE_NO_SWEEP=1 while recording)"]
 
@@ -177,7 +180,7 @@ def test_the_interpreter_device_takes_the_device_files_tile_and_forms_no_key(set
     tuner = Tuner(interp, None, certificates=CertificateStore([], False), cache=CertificateStore([], False),
                   timer_factory=setup.timer)
     assert dict(tuner.setting(setup.tunable, n=1000, dtype="float32")) == {"block": 1024, "num_warps": 4}
-    assert setup.timers == 0 and autotune.report_line() == LINE.format(0, 0, 0)
+    assert setup.timers == 0 and autotune.report_line() == LINE.format(0, 0, 0, 0)
 
 
 def test_the_module_level_setting_serves_through_the_devices_tuner_and_records_keys(setup, monkeypatch):
@@ -219,7 +222,7 @@ def test_a_recorded_certified_only_run_serves_every_key_and_prints_the_report_at
     assert done.returncode == 0, done.stderr
     assert "{'block': 128, 'num_warps': 1}" in done.stdout
     assert f"nbx autotune record: 1 key(s) in {keys_file} (the command exited with 0)" in done.stdout
-    assert LINE.format(1, 0, 0) in done.stderr.splitlines()
+    assert LINE.format(1, 0, 0, 0) in done.stderr.splitlines()
     assert [r.key for r in records.load(keys_file)] == ["n=65536,dtype=f32"]
 
 
@@ -228,3 +231,18 @@ def test_warnings_of_a_clean_run_are_none(setup):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         setup.tuner().setting(setup.tunable, n=1000, dtype="float32")
+
+
+def test_the_report_line_says_plainly_when_the_installed_compiler_has_no_certificates(setup):
+    from nbx.autotune.device_class import Identity
+    setup.certify(1000)  # made under triton-3.6.0-cuda
+    newer = Identity("nvidia", "nvidia-h200-140gb", "triton-3.9.0-cuda")
+    tuner = Tuner(setup.facts, newer, certificates=CertificateStore([setup.tmp / "certs"], False),
+                  cache=CertificateStore([setup.tmp / "cache"], False), timer_factory=setup.timer, warmup=0, repeats=1)
+    autotune.sweep_uncertified()  # asked for: a key without any certificate of this compiler is swept
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AutotuneWarning)
+        tuner.setting(setup.tunable, n=1000, dtype="float32")
+    assert autotune.report_line() == LINE.format(0, 1, 0, 0) + (
+        "; no certificates for the installed compiler triton-3.9.0-cuda on nvidia-h200-140gb (they are for "
+        "triton-3.6.0-cuda): each key takes the device file's setting after an oracle check, or is refused in certified-only mode")

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import nbx.core as nbx
 from nbx.core import cli, cli_info
 from nbx.core.errors import MissingFactError
 
@@ -111,5 +112,41 @@ def test_info_shows_the_refusal_when_no_device_file_applies(monkeypatch):
     def in_force(device=None):
         raise MissingFactError("no device file matches 'NVIDIA Z100'")
     monkeypatch.setattr(device_files, "in_force", in_force)
-    monkeypatch.setattr(cli_info, "_gpu_devices", lambda: [])
-    assert cli_info.device_file_lines() == ["MissingFactError: no device file matches 'NVIDIA Z100'"]
+    monkeypatch.setattr(cli_info, "_gpu_devices", lambda: ["cuda:0"])
+    assert cli_info.device_file_lines() == ["cuda:0: MissingFactError: no device file matches 'NVIDIA Z100'"]
+
+
+def test_info_says_no_gpu_backend_plainly_on_a_cpu_only_install(monkeypatch):
+    from nbx.core import device
+    monkeypatch.setattr(cli_info, "backends", lambda: {"cpu": device.get_backend("cpu")})
+    assert cli_info.device_file_lines() == ["none (no GPU backend)"]
+
+
+def test_info_gives_a_gpu_backend_without_a_device_its_one_line_reason(monkeypatch):
+    class Driverless:
+        indexed, host_accessible = True, False
+
+        def device_count(self):
+            raise nbx.DeviceError("no NVIDIA driver found on this machine\nsecond line")
+    monkeypatch.setattr(cli_info, "backends", lambda: {"cuda": Driverless()})
+    assert cli_info.device_file_lines() == [
+        "none (no GPU device: cuda: DeviceError: no NVIDIA driver found on this machine)"]
+
+
+def test_nbx_version_prints_the_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"nbx {nbx.__version__}"
+
+
+@pytest.mark.parametrize("installed, says", [
+    ("3.6.0", "the installed Triton 3.6.0 is served them"),
+    ("3.9.0", "the installed Triton 3.9.0 has NO certificates: no certified setting is served, each launch key "
+              "takes the device file's setting after an oracle check"),
+    (None, "no Triton installed")])
+def test_info_says_whether_the_installed_triton_has_certificates(monkeypatch, installed, says):
+    monkeypatch.setattr(cli_info, "installed_triton", lambda: installed)
+    line = cli_info._compiler_line(["triton-3.6.0-cuda"])
+    assert line.startswith("  made under triton-3.6.0-cuda; ") and says in line
+    if installed == "3.9.0":
+        assert line.endswith("install triton==3.6.0 to be served them")

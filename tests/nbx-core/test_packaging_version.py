@@ -41,13 +41,13 @@ def test_every_distribution_agrees_with_the_version_file():
 
 
 def test_every_distribution_has_a_pyproject_and_a_version_module():
-    assert len(bump_version.pyprojects(ROOT)) == 7
-    assert len(bump_version.version_modules(ROOT)) == 7
+    assert len(bump_version.pyprojects(ROOT)) == 8
+    assert len(bump_version.version_modules(ROOT)) == 8
 
 
 def test_bump_writes_version_file_pyprojects_pins_and_version_modules(repo_copy: Path):
     changed = bump_version.bump("2.3.4rc1", repo_copy)
-    assert len(changed) == 1 + 7 + 7
+    assert len(changed) == 1 + 8 + 8
     assert (repo_copy / "VERSION").read_text() == "2.3.4rc1\n"
     core = (repo_copy / "packages/nbx-core/pyproject.toml").read_text()
     assert 'version = "2.3.4rc1"' in core

@@ -106,3 +106,19 @@ def test_an_sdist_that_stores_a_symlink_is_named(tmp_path: Path):
     assert check_wheels.check_sdist(path, VERSION) == [
         f"{path.name}: {top}/src/nbx/devices/amd/data/devices is a link; "
         "building from the sdist elsewhere would lose it"]
+
+
+def test_the_built_models_wheel_passes_and_pulls_only_nbx_core(tmp_path: Path):
+    assert check_wheels.build(["nbx-models"], tmp_path, isolation=False) == []
+    assert check_wheels.check_dist(tmp_path, ["nbx-models"]) == []
+    wheel = zipfile.ZipFile(next(tmp_path.glob("nbx_models-*.whl")))
+    meta, _ = check_wheels.read_metadata(wheel)
+    assert [r for r in meta.get_all("Requires-Dist") if r.startswith("nbx-")] == [f"nbx-core=={VERSION}"]
+    assert "nbx/models/cli.py" in wheel.namelist()
+
+
+def test_a_models_wheel_that_depends_on_the_kernels_is_named(tmp_path: Path):
+    wheel = make_wheel(tmp_path, "nbx-models", requires=[f"nbx-kernels=={VERSION}"], files=["nbx/models/version.py"])
+    found = check_wheels.check_wheel(wheel, VERSION, ROOT)
+    assert found == [f"{wheel.name}: nbx-models: depends on nbx-kernels, against the one-way order "
+                     "nbx-core <- nbx-memory <- nbx-autotune <- nbx-kernels"]

@@ -39,7 +39,8 @@ def fresh_machine_commands() -> list[str]:
 
 def test_the_readme_gives_the_main_job_and_the_test_suite_commands():
     main_job, test_suite = fresh_machine_commands()
-    assert "nbx info" in main_job and "nbx demo-cpu" in main_job
+    assert "pip install -e packages/nbx-core -e packages/nbx-models" in main_job
+    assert main_job.endswith("&& nbx demo")
     assert test_suite.endswith("hatch test")
 
 

@@ -143,3 +143,38 @@ def test_the_real_runtime_names_its_error_codes_where_one_is_installed():
     assert rt.error_name(2) == "cudaErrorMemoryAllocation"
     assert rt.error_name(101) == "cudaErrorInvalidDevice"
     assert rt.error("cudaMalloc", 2).name == "cudaErrorMemoryAllocation"
+
+
+class _DriverlessCudart:
+    """A libcudart on a machine without any NVIDIA driver: every call answers cudaErrorInsufficientDriver."""
+
+    def __getattr__(self, name):
+        answers = {"cudaGetErrorName": lambda code: b"cudaErrorInsufficientDriver",
+                   "cudaGetErrorString": lambda code: b"CUDA driver version is insufficient for CUDA runtime version",
+                   "cudaGetLastError": lambda: 0}
+        fn = answers.get(name, lambda *args: runtime.ERROR_INSUFFICIENT_DRIVER)
+        setattr(self, name, fn)  # a plain function: CudaRuntime may set its argtypes
+        return fn
+
+
+def test_no_driver_at_all_is_said_in_one_line_as_a_device_error_not_as_an_old_driver(no_cuda, monkeypatch):
+    from nbx.core.errors import DeviceError
+    from nbx.devices.nvidia.errors import NvidiaDriverNotFound
+    monkeypatch.setattr(runtime, "_runtime", runtime.CudaRuntime(_DriverlessCudart(), "libcudart.so.13"))
+    monkeypatch.setattr(runtime, "_count", None)
+    with pytest.raises(NvidiaDriverNotFound) as info:
+        runtime.device_count()
+    text = str(info.value)
+    assert isinstance(info.value, DeviceError) and isinstance(info.value, CudaError)
+    assert "\n" not in text and "insufficient" not in text
+    assert text.startswith("no NVIDIA driver found on this machine (the driver library libcuda opens nowhere; "
+                           "looked for libcuda.so.1, libcuda.so, ")
+    assert info.value.code == runtime.ERROR_INSUFFICIENT_DRIVER
+
+
+def test_an_old_driver_that_opens_keeps_cudas_own_insufficient_driver_error(monkeypatch):
+    monkeypatch.setattr(runtime, "_runtime", runtime.CudaRuntime(_DriverlessCudart(), "libcudart.so.13"))
+    monkeypatch.setattr(runtime, "_count", None)
+    monkeypatch.setattr(library, "open_library", lambda kind: (object(), "libcuda.so.1"))
+    with pytest.raises(CudaError, match="cudaErrorInsufficientDriver \\(35\\): CUDA driver version is insufficient"):
+        runtime.device_count()

@@ -586,5 +586,5 @@ def test_copy_and_fill_on_cuda_are_served_by_nbx_kernels_over_the_backends_own_f
     however nbx was installed (entry points or a source tree load the plugins in either order)."""
     for op in ("copy_", "fill_"):
         monkeypatch.delitem(dispatch._IMPLEMENTATIONS, (op, "cuda"))   # the fixture's pin to the backend's
-        assert dispatch.provider(op, "cuda") == "nbx.kernels"
+        assert dispatch.provider(op, "cuda") == "nbx.kernels.elementwise"
         assert {r.provider for r in dispatch._REGISTRATIONS[op, "cuda"]} == {"nbx.devices.nvidia.copies"}

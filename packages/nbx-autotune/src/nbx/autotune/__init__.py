@@ -1,8 +1,9 @@
 """nbx.autotune: certified kernel settings.
 
 A kernel declares what it tunes (`Tunable`), and its wrapper asks `setting(tunable, device, **key)`
-at each launch: the certified setting of the launch key, else the local cache's, else one sweep
-(screen against the float64 oracle, timing under a witness) kept in the local cache. The `nbx
+at each launch: the certified setting of the launch key, else the local cache's, else the setting
+of its nearest certified neighbour, screened against the float64 oracle on the key's own launch
+(a sweep, timed here and kept locally, only when asked: sweep_uncertified()). The `nbx
 autotune` command records keys, certifies them, checks certificate files and reports coverage.
 docs/autotune.md describes the method and how a kernel family adopts it.
 """
@@ -25,6 +26,8 @@ from .serving import (
     require_certified,
     reset,
     setting,
+    sweep_uncertified,
+    sweeps_asked,
 )
 from .store import add_tree as add_certificate_dir
 from .version import __version__
@@ -33,5 +36,5 @@ __all__ = [
     "Tunable", "declare", "declared", "lookup", "shared_memory", "registers", "all_of", "Identity",
     "LaunchKey", "form_key", "TensorWorkload", "Workload", "AutotuneWarning", "Tuner", "setting",
     "certified_only", "require_certified", "load_census", "report_line", "print_report", "report_at_exit",
-    "install", "reset", "add_certificate_dir", "__version__",
+    "install", "reset", "add_certificate_dir", "sweep_uncertified", "sweeps_asked", "__version__",
 ]

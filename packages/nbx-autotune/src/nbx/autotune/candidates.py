@@ -81,16 +81,21 @@ class Tunable:
         if default is not None and default not in space:
             space.insert(0, default)  # the device file's tile is always compared
         for setting in space:
-            reason = device_limits(setting, facts)
-            if reason is None and self.constraint is not None:
-                reason = _verdict(self.constraint(setting, facts), "the kernel's constraint")
-            if reason is None and self.fits is not None and rep is not None:
-                reason = _verdict(self.fits(setting, rep, facts), "the key")
+            reason = self.refusal(setting, facts, rep)
             if reason is None:
                 kept.append(setting)
             else:
                 pruned.append((setting, reason))
         return kept, pruned
+
+    def refusal(self, setting: Mapping, facts, rep: Mapping | None = None) -> str | None:
+        """Why the device's facts, the kernel's constraint or the key (rep) prune a setting, or None."""
+        reason = device_limits(setting, facts)
+        if reason is None and self.constraint is not None:
+            reason = _verdict(self.constraint(setting, facts), "the kernel's constraint")
+        if reason is None and self.fits is not None and rep is not None:
+            reason = _verdict(self.fits(setting, rep, facts), "the key")
+        return reason
 
     def default(self, facts) -> dict:
         """The device file's tile for this kernel (default_from), restricted to the tuned parameters."""

@@ -66,13 +66,13 @@ class LaunchKey:
     observed: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
 
     def __str__(self) -> str:
-        return ",".join(f"{name}={_spell(value)}" for name, value in self.fields)
+        return ",".join(f"{name}={spell(value)}" for name, value in self.fields)
 
     def values(self) -> dict:
         return dict(self.fields)
 
 
-def _spell(value) -> str:
+def spell(value) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
@@ -202,6 +202,32 @@ def representative(key: LaunchKey, spec, facts) -> dict:
                         f"{LADDERS[kind]!r}, which has no top value, and no observed size was recorded for it; "
                         f"record the launch (nbx autotune record) so the keys file carries the size")
                 value = key.observed[name]
+        elif kind == "dtype":
+            value = _BY_KEY_SPELLING[value]
+        rep[name] = value
+    return rep
+
+
+# Triton specializes an integer argument divisible by 16 (and one equal to 1) into its own compiled
+# kernel: a screen on sizes that are multiples of 16 compiles the variant most launches take.
+ALIGN = 16
+
+
+def smallest(key: LaunchKey, spec, facts) -> dict:
+    """The key's smallest launch: each classed size at the smallest multiple of ALIGN in its class (the
+    smallest size where the class holds none), dtypes as DType objects.
+
+    A setting served to a key it was not proven on (a neighbour's) is screened on this instance.
+    """
+    from .space import smallest_in_class
+    kinds = dict(check_spec(key.kernel, spec))
+    rep = {}
+    for name, value in key.fields:
+        kind = kinds[name]
+        if kind in LADDERS:
+            low = smallest_in_class(_ladder(key.kernel, name, kind, facts), value)
+            aligned = -(-low // ALIGN) * ALIGN
+            value = aligned if aligned <= value else low
         elif kind == "dtype":
             value = _BY_KEY_SPELLING[value]
         rep[name] = value

@@ -138,12 +138,14 @@ def fills(dtype: DType) -> tuple:
     return (complex("nan+nanj"),) if dtype.kind == "complex" else (float("nan"),)
 
 
-def run(workload: Workload, settings: list[dict], facts) -> ScreenResult:
-    """Screen each setting on the workload; the verdicts in the order given."""
+def run(workload: Workload, settings: list[dict], facts, max_bytes_fact: str = "autotune.screen_max_bytes"
+        ) -> ScreenResult:
+    """Screen each setting on the workload; the verdicts in the order given. max_bytes_fact: the device
+    fact bounding the rows compared (a neighbour's check reads autotune.neighbour_screen_max_bytes)."""
     dtype = dtypes.as_dtype(workload.out_dtype)
     bound = tolerance(facts, dtype)
     exact = dtype.kind in EXACT_KINDS
-    spans = windows(tuple(workload.out_shape), dtype.itemsize, facts.value("autotune.screen_max_bytes"))
+    spans = windows(tuple(workload.out_shape), dtype.itemsize, facts.value(max_bytes_fact))
     references = [np.asarray(workload.reference_rows(rows)) for rows in spans]
     verdicts = []
     for setting in settings:

@@ -1,4 +1,4 @@
-"""Serving settings at launch: certified first, then the local cache, then one sweep at first use.
+"""Serving settings at launch: certified first, then the local cache, then a certified neighbour's setting.
 
     cfg = nbx.autotune.setting(ELEMENTWISE, device, n=n, dtype=out.dtype, dense=True)
     kernel[grid](..., BLOCK=cfg["block"], num_warps=cfg["num_warps"])
@@ -10,7 +10,10 @@ key that cannot be formed, into KeyNotCertified naming the kernel, the key and w
 `autotune.sweeps: false` (Triton's interpreter) is served the device file's tile, no key formed.
 
 Every run can print its report line (report_line()); NBX_AUTOTUNE_REPORT=1 prints it at exit:
-    [autotune] certified: N key(s) served without a sweep, M swept at runtime (kept locally), K from the local cache
+    [autotune] certified: N key(s) served without a sweep, M swept at runtime (kept locally), K from the local cache, J from a neighbour
+A key with neither is served the setting of its nearest certified neighbour, screened first against
+the float64 oracle on the key's own smallest launch (neighbours.py); it is swept (timed here, kept
+locally) only when asked: sweep_uncertified(), NBX_AUTOTUNE_SWEEP=1, or `nbx autotune sweep`.
 NBX_AUTOTUNE_RECORD=<keys file> writes every key the run formed into that file at exit;
 NBX_AUTOTUNE_NO_SWEEP=1 (set by `nbx autotune record`) serves a key with neither a certified nor a
 local setting the device file's tile instead of sweeping it, and the report says how many.
@@ -29,7 +32,7 @@ from nbx.core import device_files
 from nbx.core.device import as_device
 from nbx.core.errors import CertificateError, KeyNotCertified, LaunchKeyError
 
-from . import device_class, keys, records, store, sweep, timing
+from . import device_class, keys, neighbours, records, store, sweep, timing
 
 ENV_CERTIFIED_ONLY = "NBX_AUTOTUNE_CERTIFIED_ONLY"
 ENV_REPORT = "NBX_AUTOTUNE_REPORT"
@@ -37,6 +40,7 @@ ENV_RECORD = "NBX_AUTOTUNE_RECORD"
 ENV_CENSUS = "NBX_AUTOTUNE_CENSUS"
 ENV_CACHE = "NBX_CACHE_DIR"
 ENV_NO_SWEEP = "NBX_AUTOTUNE_NO_SWEEP"  # `nbx autotune record` sets it: keys are listed, not swept
+ENV_SWEEP = "NBX_AUTOTUNE_SWEEP"        # `nbx autotune record --sweep` sets it for its command
 
 
 class AutotuneWarning(UserWarning):
@@ -65,6 +69,8 @@ class Report:
 
     def __init__(self):
         self.certified = self.swept = self.local = self.defaults = self.unkept = 0
+        self.neighbour = self.untuned = self.neighbours_refused = 0
+        self.from_neighbour: dict = {}   # (kernel, key) -> the certified key whose setting serves it
         self.stores: list[store.CertificateStore] = []
         self._lock = threading.Lock()
 
@@ -73,8 +79,20 @@ class Report:
             setattr(self, source, getattr(self, source) + 1)
 
     def line(self) -> str:
-        return (f"[autotune] certified: {self.certified} key(s) served without a sweep, {self.swept} swept at "
-                f"runtime (kept locally), {self.local} from the local cache")
+        text = (f"[autotune] certified: {self.certified} key(s) served without a sweep, {self.swept} swept at "
+                f"runtime (kept locally), {self.local} from the local cache, {self.neighbour} from a neighbour")
+        for (device_class_, compiler), others in sorted(self.other_compilers().items()):
+            text += (f"; no certificates for the installed compiler {compiler} on {device_class_} (they are "
+                     f"for {', '.join(sorted(others))}): each key takes the device file's setting after an "
+                     f"oracle check, or is refused in certified-only mode")
+        return text
+
+    def other_compilers(self) -> dict[tuple[str, str], set[str]]:
+        merged: dict[tuple[str, str], set[str]] = {}
+        for s in self.stores:
+            for where, others in s.other_compilers.items():
+                merged.setdefault(where, set()).update(others)
+        return merged
 
     def refusals(self) -> list[store.Refusal]:
         seen = []
@@ -87,6 +105,12 @@ class Report:
         if self.defaults:
             out.append(f"[autotune] {self.defaults} key(s) took the device file's tile without a sweep "
                        f"(a device that does not sweep, or {ENV_NO_SWEEP}=1 while recording)")
+        if self.untuned:
+            out.append(f"[autotune] {self.untuned} key(s) had no certified neighbour that passed their screen and "
+                       f"took the device file's tile, screened alike")
+        if self.neighbours_refused:
+            out.append(f"[autotune] {self.neighbours_refused} neighbour setting(s) failed a key's screen against "
+                       f"the float64 oracle and were not served")
         if self.unkept:
             out.append(f"[autotune] {self.unkept} of the swept key(s) were timed under a drifting witness: served "
                        f"this run, not kept")
@@ -99,6 +123,7 @@ class _Process:
 
     def __init__(self):
         self.certified_only: bool | None = None   # None: read NBX_AUTOTUNE_CERTIFIED_ONLY
+        self.sweeps: bool | None = None           # None: read NBX_AUTOTUNE_SWEEP
         self.census: set | None = None
         self.census_loaded_from_env = False
         self.report = Report()
@@ -119,6 +144,17 @@ def certified_only() -> bool:
 def require_certified(on: bool = True) -> None:
     """Certified-only mode for this process (over NBX_AUTOTUNE_CERTIFIED_ONLY)."""
     _process.certified_only = bool(on)
+
+
+def sweeps_asked() -> bool:
+    mode = _process.sweeps
+    return _truthy(ENV_SWEEP) if mode is None else mode
+
+
+def sweep_uncertified(on: bool = True) -> None:
+    """Sweep a key with neither a certified nor a local setting at first use (timed on this machine, kept
+    locally) instead of serving it a certified neighbour's setting. Off unless asked."""
+    _process.sweeps = bool(on)
 
 
 def load_census(source) -> int:
@@ -252,10 +288,24 @@ class Tuner:
             entry, source = self._entries(self.cache, tunable).get(text), "local"
         if entry is None and _truthy(ENV_NO_SWEEP):
             entry, source = store.Entry(tunable.default(self.facts), {}), "defaults"
-        if entry is None:
+        if entry is None and sweeps_asked():
             entry, source = self._sweep(tunable, key), "swept"
+        if entry is None:
+            entry, source = self._from_neighbour(tunable, key)
         _process.report.count(source)
         return MappingProxyType(dict(entry.setting))
+
+    def _from_neighbour(self, tunable, key: keys.LaunchKey):
+        """The nearest certified neighbour's setting that passes this key's screen; else the device file's
+        tile, screened alike (neighbours.py)."""
+        choice, work = neighbours.choose(tunable, key, self._entries(self.certificates, tunable), self.facts,
+                                         self.device)
+        with _process.report._lock:
+            _process.report.neighbours_refused += sum(1 for _, why in choice.refused if "screen:" in why)
+        if choice.entry is not None:
+            _process.report.from_neighbour[(tunable.name, str(key))] = choice.key
+            return choice.entry, "neighbour"
+        return neighbours.default_checked(tunable, key, self.facts, self.device, work), "untuned"
 
     def _not_certified(self, tunable, text: str) -> KeyNotCertified:
         census = _census()
@@ -316,7 +366,8 @@ def install(device, tuner_: Tuner) -> None:
 
 
 def setting(tunable, device, **inputs):
-    """The kernel's setting for this launch on device: certified, from the local cache, or swept once."""
+    """The kernel's setting for this launch on device: certified, from the local cache, a certified
+    neighbour's (screened on this key), or swept once when asked."""
     return tuner(device).setting(tunable, **inputs)
 
 

@@ -325,6 +325,8 @@ class CertificateStore:
         self._cache: dict[tuple, dict[str, Entry]] = {}
         self._lock = threading.Lock()
         self.refusals: list[Refusal] = []
+        # (device class, compiler of this process) -> the compilers certificates were made under instead
+        self.other_compilers: dict[tuple[str, str], set[str]] = {}
 
     def folders(self, vendor: str) -> list[Path]:
         """Vendor-level folders in the order they are consulted (an earlier one's key wins)."""
@@ -377,6 +379,8 @@ class CertificateStore:
         if not found_any:
             for folder in self.folders(identity.vendor):
                 for other in sorted((Path(folder) / identity.device_class).glob(f"*/{tunable.name}.json")):
+                    self.other_compilers.setdefault((identity.device_class, identity.compiler),
+                                                    set()).add(other.parent.name)
                     self._refused(other, f"made under compiler {other.parent.name!r}; this process compiles with "
                                          f"{identity.compiler!r}, and a setting is served only under the compiler "
                                          f"that proved it: certify it again")

@@ -20,7 +20,10 @@ from .reference import oracle
 from .safetensors import load_safetensors, save_safetensors
 from .tensor import Tensor, from_numpy
 from .dlpack import from_dlpack
+from . import graph  # nbx.graph.capture: steps captured once and replayed
 from . import operators as _operators  # installs Python operators on Tensor  # noqa: F401
 from .version import __version__
+from importlib import import_module as _import_module
+linalg = _import_module(".linalg", __name__)  # nbx.linalg (by path: the star import above binds ops.linalg)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,5 +1,6 @@
 """The `nbx` command.
 
+    nbx --version   the version of nbx-core (every distribution moves in lock-step)
     nbx info        what is installed: distributions and versions, backends and their devices,
                     plugin load errors, the device file in force, certificate coverage
     nbx demo-cpu    a short computation on the CPU, checked against the float64 oracle
@@ -64,7 +65,9 @@ def _distribution_cli_modules() -> list[tuple[str, object]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .version import __version__
     parser = argparse.ArgumentParser(prog="nbx", description="nbx: a torch-free tensor library for inference.")
+    parser.add_argument("--version", action="version", version=f"nbx {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = sub.add_parser("info", help="installed distributions, backends, devices, device files, certificates")
     info.set_defaults(func=lambda args: print_info())

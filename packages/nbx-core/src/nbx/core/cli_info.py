@@ -132,11 +132,29 @@ def _gpu_devices() -> list[str]:
     return found
 
 
+def _no_gpu_device_reasons() -> list[str]:
+    """Each GPU backend's one-line account of why it has no device."""
+    found = []
+    for name, backend in sorted(backends().items()):
+        if backend.indexed and not backend.host_accessible:
+            try:
+                count = backend.device_count()
+            except Exception as exc:
+                found.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                continue
+            if not count:
+                found.append(f"{name}: no device found")
+    return found
+
+
 def device_file_lines() -> list[str]:
     """The device file in force for each GPU device; with none, the loader's own account of why."""
     from . import device_files
+    if not _gpu_devices():  # the CPU runs numpy references and needs no device file: nothing is wrong
+        why = _no_gpu_device_reasons()
+        return [f"none (no GPU device: {'; '.join(why)})" if why else "none (no GPU backend)"]
     lines = []
-    for device in _gpu_devices() or [None]:
+    for device in _gpu_devices():
         label = f"{device}: " if device else ""
         try:
             facts = device_files.in_force(device)
@@ -168,7 +186,32 @@ def certificate_lines() -> list[str]:
             classes[device_class] = classes.get(device_class, 0) + 1
         summary = ", ".join(f"{c}: {n}" for c, n in sorted(classes.items())) or "none yet"
         lines.append(f"{vendor}: {sum(classes.values())} kernel certificate(s) ({summary})")
+        compilers = sorted({cert.parent.name for cert in root.glob("*/*/*.json")})
+        if compilers:
+            lines.append(_compiler_line(compilers))
     return lines or ["no vendor distribution found (pip install \"nbx-core[nvidia]\" for NVIDIA GPUs)"]
+
+
+def installed_triton() -> str | None:
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _compiler_line(compilers: list[str]) -> str:
+    """Whether the installed Triton is one the certificates were proven under, and what follows if not."""
+    versions = sorted({c.split("-")[1] for c in compilers if c.count("-") >= 2})
+    made = f"made under {', '.join(compilers)}"
+    triton = installed_triton()
+    if triton is None:
+        return f"  {made}; no Triton installed, so no kernel runs here (install nbx-kernels)"
+    if triton in versions:
+        return f"  {made}; the installed Triton {triton} is served them"
+    return (f"  {made}; the installed Triton {triton} has NO certificates: no certified setting is served, "
+            f"each launch key takes the device file's setting after an oracle check (nothing is swept "
+            f"unasked), or is refused in certified-only mode; install triton=={versions[-1]} to be served them" if versions else
+            f"  {made}; the installed Triton {triton} has no certificates")
 
 
 def print_info(out=None) -> int:

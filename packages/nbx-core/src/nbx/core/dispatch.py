@@ -10,13 +10,17 @@ implementation up for the device its operands live on, and a missing one is refu
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 from .device import Device
 from .errors import DuplicateRegistrationError, NotSupportedError
 
 TRITON = "triton"   # the target of implementations that serve every backend running Triton kernels
+_OBSERVER = threading.local()  # .current: nbx.core.graph's recorder while one runs on this thread
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,29 @@ def implementation(op: str, device: Device) -> Callable:
         raise NotSupportedError(
             f"{op} is not implemented on {device.type} yet "
             f"(backends implementing it: {sorted(b for o, b in _REGISTRATIONS if o == op)})")
-    return fn
+    observer = getattr(_OBSERVER, "current", None)
+    return fn if observer is None else partial(observer.record, op, fn)
+
+
+@contextmanager
+def observed(observer):
+    """While the block runs, this thread's work is shown to observer (nbx.core.graph's recorder, which
+    prices, plans and checks a step being captured); other threads are not observed:
+    - every implementation is called as observer.record(op, fn, *args, **kwargs);
+    - every storage tensor.empty makes is passed to observer.allocated(storage);
+    - every host read (Tensor.numpy and what uses it) and upload is passed to
+      observer.host_access(tensor, what) before it happens."""
+    outer = getattr(_OBSERVER, "current", None)
+    _OBSERVER.current = observer
+    try:
+        yield
+    finally:
+        _OBSERVER.current = outer
+
+
+def observer():
+    """The observer of this thread's work (dispatch.observed), or None."""
+    return getattr(_OBSERVER, "current", None)
 
 
 def provider(op: str, device_type: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import sys
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -108,16 +109,33 @@ _get_destructor = ctypes.PYFUNCTYPE(c_void_p, ctypes.py_object)(("PyCapsule_GetD
 _is_valid_raw = ctypes.PYFUNCTYPE(c_int, c_void_p, c_char_p)(("PyCapsule_IsValid", _api))
 _get_pointer_raw = ctypes.PYFUNCTYPE(c_void_p, c_void_p, c_char_p)(("PyCapsule_GetPointer", _api))
 
-_EXPORTS: dict[int, tuple] = {}   # struct address -> (struct, shape, strides, storage)
+_EXPORTS: dict[int, tuple] = {}   # struct address -> (struct, shape, strides, holder): the Python-deleter path
+
+
+class _Export:
+    """What an exported struct owns: the tensor's storage, released when the consumer's deleter runs.
+
+    Its count is live_exports(). It is dropped either by numpy's C deleter (Py_XDECREF of the
+    struct's manager_ctx) or by the Python deleter's registry; either way __del__ runs as a
+    finalizer, which CPython shields from an exception in flight.
+    """
+    live = 0
+
+    def __init__(self, storage):
+        self.storage = storage
+        _Export.live += 1
+
+    def __del__(self):
+        _Export.live -= 1
 
 
 def _delete_export(address) -> None:
-    """The deleter of every struct nbx exports.
+    """The Python deleter, used only where numpy's C deleter cannot be borrowed (see _c_deleter).
 
     It runs as a C callback, possibly while the consumer has an exception in flight: so no calls
     (a call would turn that exception into a SystemError), no lock (the GIL makes each dict
-    operation atomic), nothing that can raise. Dropping the entry may free the storage; CPython
-    saves an in-flight exception around the finalizers that runs.
+    operation atomic), nothing that can raise. Even so, ctypes reports an exception in flight at
+    that moment as a SystemError: the C deleter is why the usual path never gets here.
     """
     if address in _EXPORTS:
         del _EXPORTS[address]
@@ -132,35 +150,66 @@ def _capsule_destructor(capsule) -> None:
 
 _DELETER = DELETER(_delete_export)
 _DESTRUCTOR = CFUNCTYPE(None, c_void_p)(_capsule_destructor)
-_capsule_destructors: dict[bytes, int] = {}
+_capsule_destructors: dict[bytes, int | None] = {}
+_c_deleters: dict[bytes, int | None] = {}
+_mem_malloc = ctypes.PYFUNCTYPE(c_void_p, ctypes.c_size_t)(("PyMem_Malloc", _api))
+_incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", _api))
+_STRUCTS = {_VERSIONED: DLManagedTensorVersioned, _LEGACY: DLManagedTensor}
 
 
-def _destructor_for(name: bytes) -> int:
-    """The C function that destroys an unconsumed capsule: numpy's own DLPack capsule destructor.
+def _numpy_sample(name: bytes):
+    """A capsule numpy exported (its destructor and its struct's deleter are C), or None."""
+    try:
+        sample = np.empty(0).__dlpack__(max_version=(1, 0)) if name == _VERSIONED else np.empty(0).__dlpack__()
+    except (TypeError, BufferError):
+        return None
+    return sample if _is_valid(sample, name) else None
 
-    A capsule may be dropped while an exception is in flight (a consumer refusing it, say numpy
-    given a CUDA capsule); Python code cannot run then without tripping over it, so the
-    destructor is C that reads the capsule without Python calls and calls the struct's deleter:
-    numpy's generic DLPack destructors do that (they call managed->deleter, ours, unless the
-    capsule was renamed 'used_...'). Our deleter is a Python callback all the same, and ctypes
-    reports an exception in flight at that moment as a SystemError: a consumer that refuses a
-    capsule (numpy given a CUDA one) surfaces as "SystemError ... returned NULL without setting
-    an exception", its own message printed just before. The export is released either way.
-    Without numpy's destructors, a Python destructor serves (it leaks the export in that case).
+
+def _destructor_for(name: bytes) -> int | None:
+    """numpy's C destructor of an unconsumed capsule (it calls the struct's deleter), else None.
+
+    A capsule may be dropped while an exception is in flight (a consumer refusing it: numpy given
+    a bfloat16 or a CUDA capsule). Python code cannot run then without turning that exception into
+    a SystemError, so the destructor and the deleter it calls must be C: numpy's are.
     """
     if name not in _capsule_destructors:
-        try:
-            sample = np.empty(0).__dlpack__(max_version=(1, 0)) if name == _VERSIONED else np.empty(0).__dlpack__()
-            found = _get_destructor(sample) if _is_valid(sample, name) else None
-        except (TypeError, BufferError):
-            found = None
-        _capsule_destructors[name] = found or ctypes.cast(_DESTRUCTOR, c_void_p).value
+        sample = _numpy_sample(name)
+        _capsule_destructors[name] = _get_destructor(sample) if sample is not None else None
     return _capsule_destructors[name]
+
+
+def _c_deleter(name: bytes) -> int | None:
+    """numpy's C deleter of its own exported structs, checked to do what nbx relies on; else None.
+
+    numpy's deleter (numpy >= 1.22, versioned structs from 2.1) frees the struct with PyMem_Free
+    (shape and strides in the same allocation) and Py_XDECREFs manager_ctx, taking the GIL itself:
+    so a struct allocated with PyMem_Malloc whose manager_ctx holds a reference to an _Export is
+    released by it from any thread, exception in flight or not. It is tried once on a probe first.
+    """
+    if name not in _c_deleters:
+        found = None
+        struct = _STRUCTS[name]
+        sample = _numpy_sample(name) if _destructor_for(name) else None
+        if sample is not None:
+            address = _get_pointer(sample, name)
+            candidate = c_void_p.from_address(address + struct.deleter.offset).value
+            probe = object()
+            block = _mem_malloc(ctypes.sizeof(struct))
+            if candidate and block:
+                ctypes.memset(block, 0, ctypes.sizeof(struct))
+                c_void_p.from_address(block + struct.manager_ctx.offset).value = id(probe)
+                _incref(probe)
+                before = sys.getrefcount(probe)
+                CFUNCTYPE(None, c_void_p)(candidate)(block)
+                found = candidate if sys.getrefcount(probe) == before - 1 else None
+        _c_deleters[name] = found
+    return _c_deleters[name]
 
 
 def live_exports() -> int:
     """Structs handed out whose deleter has not run yet (for tests and leak checks)."""
-    return len(_EXPORTS)
+    return _Export.live
 
 
 # ---- devices ---------------------------------------------------------------------------------
@@ -214,23 +263,37 @@ def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=
 
 
 def _capsule(t: Tensor, versioned: bool, flags: int):
-    ndim = t.ndim
-    shape = (c_int64 * max(ndim, 1))(*t.shape)
-    strides = (c_int64 * max(ndim, 1))(*t.strides)
-    device_type, device_id = dlpack_device(t.device)
-    tensor = DLTensor(data=t.data_ptr() or None, device=DLDevice(device_type, device_id), ndim=ndim,
-                      dtype=DLDataType(*t.dtype.dlpack), shape=ctypes.cast(shape, POINTER(c_int64)),
-                      strides=ctypes.cast(strides, POINTER(c_int64)), byte_offset=0)
-    if versioned:
-        managed = DLManagedTensorVersioned(version=DLPackVersion(*VERSION), manager_ctx=None,
-                                           deleter=_DELETER, flags=flags, dl_tensor=tensor)
-        name = _VERSIONED
+    ndim, n = t.ndim, max(t.ndim, 1)
+    name = _VERSIONED if versioned else _LEGACY
+    struct = _STRUCTS[name]
+    holder = _Export(t.storage)
+    deleter = _c_deleter(name)
+    if deleter is not None:  # one PyMem block: the struct, then shape and strides (numpy's layout)
+        address = _mem_malloc(ctypes.sizeof(struct) + 2 * n * ctypes.sizeof(c_int64))
+        if not address:
+            raise MemoryError("PyMem_Malloc refused a DLPack struct")
+        managed = struct.from_address(address)
+        ctypes.memset(address, 0, ctypes.sizeof(struct))
+        shape = (c_int64 * n).from_address(address + ctypes.sizeof(struct))
+        strides = (c_int64 * n).from_address(address + ctypes.sizeof(struct) + n * ctypes.sizeof(c_int64))
     else:
-        managed = DLManagedTensor(dl_tensor=tensor, manager_ctx=None, deleter=_DELETER)
-        name = _LEGACY
-    address = ctypes.addressof(managed)
-    _EXPORTS[address] = (managed, shape, strides, t.storage)
-    return _capsule_new(address, name, _destructor_for(name))
+        managed, shape, strides = struct(), (c_int64 * n)(), (c_int64 * n)()
+        address = ctypes.addressof(managed)
+    shape[:ndim], strides[:ndim] = t.shape, t.strides
+    device_type, device_id = dlpack_device(t.device)
+    managed.dl_tensor = DLTensor(data=t.data_ptr() or None, device=DLDevice(device_type, device_id), ndim=ndim,
+                                 dtype=DLDataType(*t.dtype.dlpack), shape=ctypes.cast(shape, POINTER(c_int64)),
+                                 strides=ctypes.cast(strides, POINTER(c_int64)), byte_offset=0)
+    if versioned:
+        managed.version, managed.flags = DLPackVersion(*VERSION), flags
+    if deleter is not None:
+        c_void_p.from_address(address + struct.manager_ctx.offset).value = id(holder)
+        c_void_p.from_address(address + struct.deleter.offset).value = deleter
+        _incref(holder)  # the struct's reference, dropped by the deleter
+    else:
+        managed.deleter = _DELETER
+        _EXPORTS[address] = (managed, shape, strides, holder)
+    return _capsule_new(address, name, _destructor_for(name) or ctypes.cast(_DESTRUCTOR, c_void_p).value)
 
 
 # ---- import ----------------------------------------------------------------------------------

@@ -33,6 +33,20 @@ class DType:
     def __str__(self) -> str:
         return f"nbx.{self.name}"
 
+    def __eq__(self, other) -> bool:
+        """Equal to itself and to every spelling of itself, as numpy's dtypes compare:
+        nbx.float32 == np.float32 == "float32" == "f4"; anything that is no dtype is unequal."""
+        if other is self:
+            return True
+        if type(other) is DType:
+            return False
+        try:
+            return as_dtype(other) is self
+        except (UnknownDTypeError, TypeError, ValueError):
+            return False
+
+    __hash__ = object.__hash__  # one object per dtype: hash by identity, as before __eq__ existed
+
     __repr__ = __str__
 
     def __reduce__(self):  # pickles as a lookup, so the one object per dtype survives
@@ -90,23 +104,42 @@ DEFAULT_COMPLEX = TABLE["complex64"]
 INDEX = TABLE["int64"]
 
 
+# Short spellings users bring from torch and the ML libraries. numpy's own strings ("f4", "<i8",
+# "float64", "double") are read by numpy below; torch's "float" (float32) and "long" (int64) are
+# listed here because numpy would read "float" as float64. The Python types map as numpy maps them.
+ALIASES = {
+    "bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16",
+    "fp32": "float32", "f32": "float32", "float": "float32", "fp64": "float64", "f64": "float64",
+    "double": "float64", "fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "float8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2", "int": "int64", "long": "int64", "short": "int16",
+    "cfloat": "complex64", "cdouble": "complex128",
+}
+_PYTHON_TYPES = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
+
+
 def as_dtype(value: Any) -> DType:
-    """The table's DType for a DType, a name, a numpy dtype or scalar type; else a named error."""
+    """The table's DType for a DType, a name or alias (ALIASES), a numpy dtype, scalar type or
+    string ("f4"), or a Python type (float is float64, int int64, as numpy maps them); else a
+    named error."""
     if isinstance(value, DType):
         return value
     if isinstance(value, str):
-        name = value.removeprefix("nbx.")
+        if value.startswith("nbx."):  # nbx's own spelling (str(nbx.float32)): the table's names only
+            name, host = value.removeprefix("nbx."), None
+        else:
+            name = ALIASES.get(value, value)
+            try:
+                host = None if name in TABLE else np.dtype(name)
+            except TypeError:
+                host = None
         if name in TABLE:
             return TABLE[name]
-        raise UnknownDTypeError(f"unknown dtype {value!r}: the dtype table holds {sorted(TABLE)}")
-    if value is bool:
-        return TABLE["bool"]
-    if value is int:
-        return DEFAULT_INT
-    if value is float:
-        return DEFAULT_FLOAT
-    if value is complex:
-        return TABLE["complex128"]
+        if host is not None and host in _BY_HOST:
+            return _BY_HOST[host]
+        raise UnknownDTypeError(f"unknown dtype {value!r}: the dtype table holds {sorted(TABLE)}, "
+                                f"and the aliases {sorted(ALIASES)}")
+    if value in _PYTHON_TYPES and isinstance(value, type):
+        return TABLE[_PYTHON_TYPES[value]]
     try:
         host = np.dtype(value)
     except TypeError:

@@ -46,8 +46,16 @@ class NotSupportedError(NbxError, NotImplementedError):
     """A feature nbx does not implement (yet) for this backend, dtype or argument."""
 
 
+class MissingFunctionError(NotSupportedError, AttributeError):
+    """A name the Array API namespace lacks: an AttributeError too, so hasattr and getattr(..., None) work."""
+
+
 class FileFormatError(NbxError, ValueError):
     """A malformed or truncated file (safetensors header, device file, certificate)."""
+
+
+class PathNotFoundError(NbxError, FileNotFoundError):
+    """A file or folder that is not there (a save into a missing folder)."""
 
 
 class DLPackError(NbxError, BufferError):
@@ -152,6 +160,10 @@ class GraphCaptureError(DeviceError):
     def __init__(self, message: str, *, operation: str | None = None):
         super().__init__(message)
         self.operation = operation  # the call that broke the capture, where the driver names one
+
+
+class DataDependentShapeError(GraphCaptureError):
+    """A captured step whose outputs changed shape or dtype between two runs of the same captured key."""
 
 
 class DuplicateRegistrationError(NbxError, RuntimeError):

@@ -1,8 +1,10 @@
 """__getitem__ and __setitem__: basic indices make views; integer arrays and masks gather.
 
 Basic indices are ints, slices with any step (negative steps and bounds included), None and
-Ellipsis. Integer-array and boolean-mask indices run on the CPU (numpy's semantics); on other
-devices they need the gather kernels and are refused by name until those exist.
+Ellipsis. Integer-array and boolean-mask indices follow numpy's semantics on host memory (cpu,
+interp). On other devices one integer array among basic indices is a take along its dim (the
+gather kernel, numpy's transposition rule kept); several arrays, boolean masks and advanced
+__setitem__ there are refused by name until their kernels exist.
 """
 from __future__ import annotations
 
@@ -73,10 +75,67 @@ def _host_key(t: Tensor, key: tuple) -> tuple:
     return tuple(out)
 
 
+def _one_array_take(t: Tensor, key: tuple):
+    """x[..., array, ...] with one integer array among basic indices, as a take of the basic view;
+    None when the key is of another kind."""
+    from .ops.creation import asarray
+    arrays = [i for i, k in enumerate(key) if _is_advanced(k)]
+    if len(arrays) != 1:
+        return None
+    where, index = arrays[0], key[arrays[0]]
+    if isinstance(index, (list, np.ndarray)):
+        index = asarray(index, device=t.device)
+    if not isinstance(index, Tensor) or not index.dtype.is_integer:
+        return None
+    view = basic_view(t, key[:where] + (slice(None),) + key[where + 1:])
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    dim = sum(1 if k is None or isinstance(k, slice) else t.ndim - consumed if k is Ellipsis else 0
+              for k in key[:where])
+    from .ops.gather import take
+    out = take(view, index, axis=dim)
+    ints = [i for i, k in enumerate(key) if not isinstance(k, slice) and k is not None and k is not Ellipsis]
+    if ints != list(range(ints[0], ints[-1] + 1)) and dim:  # separated advanced indices: their dims go first
+        moved = list(range(dim, dim + index.ndim))
+        out = out.permute(moved + [d for d in range(out.ndim) if d not in moved])
+    return out
+
+
+def _one_array_put(t: Tensor, key: tuple, value) -> bool:
+    """x[..., index, ...] = value for one 0-d or 1-D integer index among basic indices with no
+    int beside it: an index_copy of the basic view (the last duplicate wins, as numpy's), written
+    back only once every index has been checked. False when the key is of another kind."""
+    from .ops.creation import asarray
+    from .ops.gather import index_copy
+    arrays = [i for i, k in enumerate(key) if _is_advanced(k)]
+    plain = all(isinstance(k, slice) or k is None or k is Ellipsis for i, k in enumerate(key) if i not in arrays)
+    if len(arrays) != 1 or not plain:
+        return False
+    where, index = arrays[0], key[arrays[0]]
+    if isinstance(index, (list, np.ndarray)):
+        index = asarray(index, device=t.device)
+    if not isinstance(index, Tensor) or not index.dtype.is_integer or index.ndim > 1:
+        return False
+    view = basic_view(t, key[:where] + (slice(None),) + key[where + 1:])
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    dim = sum(1 if k is None or isinstance(k, slice) else t.ndim - consumed for k in key[:where])
+    flat = index.reshape(-1)
+    shape = view.shape[:dim] + (flat.shape[0],) + view.shape[dim + 1:]
+    src = value if isinstance(value, Tensor) else asarray(value, dtype=t.dtype, device=t.device)
+    src = src.to(dtype=t.dtype) if src.dtype is not t.dtype else src
+    if index.ndim == 0:
+        src = src.unsqueeze(dim) if src.ndim == len(shape) - 1 else src
+    view._copy_from(index_copy(view, dim, flat, src.broadcast_to(shape).contiguous()))
+    return True
+
+
 def getitem(t: Tensor, key) -> Tensor:
     key = _as_tuple(key)
     if not any(_is_advanced(k) for k in key):
         return basic_view(t, key)
+    if t.storage.host is None:
+        taken = _one_array_take(t, key)
+        if taken is not None:
+            return taken
     from .tensor import from_numpy
     try:
         result = t._host_view()[_host_key(t, key)]
@@ -92,6 +151,8 @@ def setitem(t: Tensor, key, value) -> None:
     key = _as_tuple(key)
     if isinstance(value, Tensor) and value.device != t.device:
         raise CrossDeviceError(f"assigning a tensor on {value.device} into a tensor on {t.device}; copy it with .to()")
+    if any(_is_advanced(k) for k in key) and t.storage.host is None and _one_array_put(t, key, value):
+        return
     if any(_is_advanced(k) for k in key):
         host_key = _host_key(t, key)
         src = value.numpy() if isinstance(value, Tensor) else np.asarray(value)

@@ -1,8 +1,9 @@
 """The Array API namespace that Tensor.__array_namespace__ returns.
 
 It renames nbx's front-ends to the standard's spellings (axis/keepdims, permute_dims,
-cumulative_sum, ...). A function of the standard that nbx does not implement yet is refused by
-name (NotSupportedError) when it is looked up, never approximated.
+cumulative_sum, ...). A name it lacks raises MissingFunctionError, a NotSupportedError that is
+also an AttributeError, so hasattr(xp, name) and getattr(xp, name, None) answer as they should.
+`import nbx.core.array_api as xp` is the same namespace as a module.
 """
 from __future__ import annotations
 
@@ -11,19 +12,14 @@ import types
 
 from . import dtypes, ops
 from .device import CPU
-from .errors import NotSupportedError, PromotionError
+from .errors import DeviceError, MissingFunctionError, NotSupportedError, PromotionError
 from .promotion import promote_types, result_type
 from .tensor import Tensor
 
 API_VERSION = "2024.12"
 
-# Standard names nbx does not implement yet: looking one up raises NotSupportedError.
-NOT_YET = {
-    "meshgrid", "tril", "triu", "take", "take_along_axis", "tensordot", "vecdot", "concat",
-    "flip", "repeat", "roll", "stack", "tile", "count_nonzero", "nonzero", "searchsorted",
-    "unique_all", "unique_counts", "unique_inverse", "unique_values", "argsort", "sort",
-    "cumulative_prod", "diff",
-}
+# Standard names nbx does not implement yet: looking one up raises MissingFunctionError.
+NOT_YET: set[str] = set()
 
 _ELEMENTWISE_RENAMES = {"clip": "clamp"}
 
@@ -68,18 +64,45 @@ def can_cast(from_, to) -> bool:
         return False
 
 
-def _cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
-    out = ops.cumsum(x, dim=axis, dtype=dtype)
-    if include_initial:
-        raise NotSupportedError("cumulative_sum(include_initial=True) needs concat, which is not implemented yet")
-    return out
+def _cumulative(name):
+    fn = getattr(ops, name)
+
+    def cumulative(x, /, *, axis=None, dtype=None, include_initial=False):
+        out = fn(x, dim=axis, dtype=dtype)
+        if include_initial:
+            dim = 0 if axis is None else axis
+            shape = list(out.shape)
+            shape[dim] = 1
+            first = ops.full(tuple(shape), 0 if name == "cumsum" else 1, dtype=out.dtype, device=out.device)
+            out = ops.concat([first, out], axis=dim)
+        return out
+    cumulative.__name__ = {"cumsum": "cumulative_sum", "cumprod": "cumulative_prod"}[name]
+    return cumulative
 
 
-def _reshape(x, /, shape, *, copy=None):
-    if copy is False:
-        return x.view(*shape)
-    out = x.reshape(*shape)
-    return out.clone() if copy and out.storage is x.storage else out
+def _count_nonzero(x, /, *, axis=None, keepdims=False):
+    return ops.count_nonzero(x, dim=axis, keepdim=keepdims)
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    """sum(conj(x1) * x2) over axis, the operands broadcast."""
+    return ops.sum(ops.conj(x1) * x2 if x1.dtype.is_complex else x1 * x2, dim=axis)
+
+
+def tensordot(x1, x2, /, *, axes=2):
+    """Contraction of x1's last (or listed) axes with x2's first (or listed) ones, through matmul."""
+    if isinstance(axes, int):
+        if axes < 0:
+            raise NotSupportedError(f"tensordot axes={axes} is negative")
+        a1, a2 = list(range(x1.ndim - axes, x1.ndim)), list(range(axes))
+    else:
+        a1, a2 = [a % x1.ndim for a in axes[0]], [a % x2.ndim for a in axes[1]]
+    free1 = [d for d in range(x1.ndim) if d not in a1]
+    free2 = [d for d in range(x2.ndim) if d not in a2]
+    k = math.prod(x1.shape[d] for d in a1)
+    left = x1.permute(free1 + a1).reshape(math.prod(x1.shape[d] for d in free1), k)
+    right = x2.permute(a2 + free2).reshape(k, math.prod(x2.shape[d] for d in free2))
+    return ops.matmul(left, right).reshape(*[x1.shape[d] for d in free1], *[x2.shape[d] for d in free2])
 
 
 def _moveaxis(x, source, destination, /):
@@ -111,8 +134,16 @@ class _Info:
                 "integral": dtypes.DEFAULT_INT, "indexing": dtypes.INDEX}
 
     def devices(self):
+        """Every device that exists here; a backend whose driver is missing has none (it is not an error)."""
         from .device import Device, backends
-        return [Device(name, 0 if b.indexed else None) for name, b in backends().items() if b.device_count()]
+        found = []
+        for name, b in backends().items():
+            try:
+                count = b.device_count()
+            except (DeviceError, OSError):  # a plugin installed on a machine without its driver
+                continue
+            found += [Device(name, i) for i in range(count)] if b.indexed else [Device(name)] if count else []
+        return found
 
     def dtypes(self, *, device=None, kind=None):
         return {n: d for n, d in dtypes.TABLE.items() if kind is None or isdtype(d, kind)}
@@ -121,8 +152,8 @@ class _Info:
 class ArrayNamespace(types.SimpleNamespace):
     def __getattr__(self, name):
         if name in NOT_YET:
-            raise NotSupportedError(f"the Array API function {name} is not implemented in nbx yet")
-        raise AttributeError(f"the Array API namespace has no {name!r}")
+            raise MissingFunctionError(f"the Array API function {name} is not implemented in nbx yet")
+        raise MissingFunctionError(f"the Array API namespace has no {name!r}")
 
 
 def _build() -> ArrayNamespace:
@@ -139,10 +170,16 @@ def _build() -> ArrayNamespace:
         astype=lambda x, dtype, /, *, copy=True, device=None: x.to(device=device, dtype=dtype, copy=copy),
         can_cast=can_cast, finfo=dtypes.finfo, iinfo=dtypes.iinfo, isdtype=isdtype, result_type=result_type,
         matmul=ops.matmul, matrix_transpose=lambda x, /: x.mT, where=ops.where,
-        broadcast_to=lambda x, /, shape: x.broadcast_to(shape), broadcast_arrays=_broadcast_arrays,
-        expand_dims=lambda x, /, *, axis=0: x.unsqueeze(axis), permute_dims=lambda x, /, axes: x.permute(axes),
-        reshape=_reshape, squeeze=lambda x, /, axis: x.squeeze(axis), moveaxis=_moveaxis,
-        unstack=lambda x, /, *, axis=0: x.unbind(axis), cumulative_sum=_cumulative_sum,
+        broadcast_to=ops.broadcast_to, broadcast_arrays=_broadcast_arrays,
+        expand_dims=ops.expand_dims, permute_dims=ops.permute_dims,
+        reshape=ops.reshape, squeeze=lambda x, /, axis: x.squeeze(axis), moveaxis=_moveaxis,
+        unstack=lambda x, /, *, axis=0: x.unbind(axis), cumulative_sum=_cumulative("cumsum"),
+        cumulative_prod=_cumulative("cumprod"), count_nonzero=_count_nonzero, vecdot=vecdot, tensordot=tensordot,
+        concat=ops.concat, stack=ops.stack, flip=ops.flip, roll=ops.roll, repeat=ops.repeat, tile=ops.tile,
+        tril=ops.tril, triu=ops.triu, meshgrid=ops.meshgrid, diff=ops.diff, take=ops.take,
+        take_along_axis=ops.take_along_axis, nonzero=ops.nonzero, searchsorted=ops.searchsorted,
+        sort=ops.sort, argsort=ops.argsort, unique_all=ops.unique_all, unique_counts=ops.unique_counts,
+        unique_inverse=ops.unique_inverse, unique_values=ops.unique_values,
         __array_namespace_info__=_Info,
     )
     ns["bool"] = dtypes.bool_

@@ -1,8 +1,13 @@
 """Type promotion by the Array API standard's table (promotion.yml), with weak Python scalars.
 
+Mixed kinds, which the standard leaves open, follow torch and JAX (promotion.yml's mixed_kinds):
+an integer dtype with a floating or complex dtype gives the floating operand's dtype.
+
 A Python scalar does not take part in the dtype lattice: it adopts the tensor's dtype when its kind
 fits (bool with bool; int with integer, floating and complex; float with floating and complex;
-complex with complex) and is refused by name otherwise, or when an int does not fit the dtype.
+complex with complex). A Python float with an integer tensor gives the default float dtype
+(float32), a Python complex the default complex dtype, as numpy, torch and JAX do. Anything else
+is refused by name, and so is an int that does not fit an integer tensor's dtype.
 """
 from __future__ import annotations
 
@@ -30,6 +35,10 @@ def _load() -> dict[tuple[DType, DType], DType]:
                 table[names[row_abbr], names[col_abbr]] = names[cell]
     for a, b, result in spec["extension"]:
         table[names[a], names[b]] = table[names[b], names[a]] = names[result]
+    winners = spec["mixed_kinds"]["integer_with"]
+    for integer in (d for d in dtypes.TABLE.values() if d.is_integer):
+        for wide in (d for d in dtypes.TABLE.values() if d.kind in winners):
+            table[integer, wide] = table[wide, integer] = wide
     return table
 
 
@@ -51,8 +60,19 @@ def result_type(*operands) -> DType:
     for other in arrays[1:]:
         result = promote_types(result, other)
     for scalar in scalars:
-        check_scalar(scalar, result)
+        result = _with_scalar(scalar, result)
     return result
+
+
+def _with_scalar(value, dtype: DType) -> DType:
+    """dtype after meeting a Python scalar: a float or complex lifts an integer dtype to the default."""
+    if dtype.is_integer and not isinstance(value, bool):
+        if isinstance(value, float):
+            return dtypes.DEFAULT_FLOAT
+        if isinstance(value, complex):
+            return dtypes.DEFAULT_COMPLEX
+    check_scalar(value, dtype)
+    return dtype
 
 
 def promote_types(a: DType, b: DType) -> DType:

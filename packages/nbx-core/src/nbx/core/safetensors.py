@@ -21,7 +21,7 @@ import numpy as np
 from . import dtypes
 from .device import CPU, as_device
 from .dtypes import DType
-from .errors import DTypeError, FileFormatError, NotSupportedError
+from .errors import DTypeError, FileFormatError, NotSupportedError, PathNotFoundError
 from .host import parallel_convert
 from .safetensors_format import (LENGTH_BYTES, TensorEntry, build_header, parse_header,
                                  read_header_length, safetensors_code)
@@ -53,7 +53,7 @@ class SafetensorsFile(Mapping):
             raise DTypeError(f"dtype= converts floating-point tensors; {self.dtype.name} is not floating")
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            length = read_header_length(f.read(LENGTH_BYTES), size, self.path)
+            length = read_header_length(f.read(LENGTH_BYTES), size, self.path, lambda: f.read(1))
             raw = f.read(length)
             if len(raw) != length:  # the file shrank under us
                 raise FileFormatError(f"{self.path}: header of {length} bytes could not be read in full: truncated?")
@@ -175,6 +175,8 @@ def _as_host_array(name: str, value) -> tuple[DType, np.ndarray]:
 
 def _write_atomically(path: str, header: bytes, arrays: list[np.ndarray]) -> None:
     folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # else the error would name the temporary file
+        raise PathNotFoundError(f"cannot save {path}: the folder {folder} does not exist")
     temp = _create_temp(folder, os.path.basename(path))
     try:
         with open(temp, "wb") as f:

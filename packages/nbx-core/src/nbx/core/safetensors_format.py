@@ -45,11 +45,22 @@ class Header:
     data_start: int  # file offset of the data region
 
 
-def read_header_length(prefix: bytes, file_size: int, path) -> int:
-    """The header's byte length from the file's first 8 bytes, refused unless it fits the file."""
+def read_header_length(prefix: bytes, file_size: int, path, next_byte=lambda: b"") -> int:
+    """The header's byte length from the file's first 8 bytes, refused unless it fits the file.
+
+    next_byte reads the 9th byte, asked only of a length that cannot be a header's: with no JSON
+    object after it, the file is of another format (a config.json, say), and the error says so.
+    """
     if file_size < LENGTH_BYTES:
         raise FileFormatError(f"{path}: file is {file_size} bytes, shorter than the 8-byte header length")
     (length,) = struct.unpack("<Q", prefix[:LENGTH_BYTES])
+    plausible = length <= MAX_HEADER_BYTES and LENGTH_BYTES + length <= file_size
+    if not plausible:
+        start = prefix[:LENGTH_BYTES] + next_byte()
+        if start[LENGTH_BYTES:] != b"{":
+            raise FileFormatError(
+                f"{path}: not a safetensors file (a safetensors file starts with an 8-byte little-endian "
+                f"header length and a JSON object; this one starts with {start!r})")
     if length > MAX_HEADER_BYTES:
         raise FileFormatError(
             f"{path}: header length {length} exceeds the {MAX_HEADER_BYTES}-byte limit of the format")

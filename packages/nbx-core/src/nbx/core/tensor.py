@@ -12,8 +12,9 @@ import numpy as np
 from . import dtypes, layout
 from .layout import as_c_contiguous
 from .device import CPU, Device, as_device, get_backend
+from .dispatch import observer as work_observer
 from .dtypes import DType
-from .errors import IndexingError, NotSupportedError, ShapeError, ViewError
+from .errors import IndexingError, NotSupportedError, ShapeError, UnknownDTypeError, ViewError
 from .storage import Storage, host_bytes
 
 
@@ -258,6 +259,9 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A numpy array: a view of host memory (cpu), else a copy brought to the host."""
+        watching = work_observer()
+        if watching is not None:  # inside a step being captured: a host read is refused on every device
+            watching.host_access(self, "numpy()")
         if self._storage.host is not None:
             return self._host_view()
         lo, hi = layout.element_span(self.shape, self._strides, self._offset)
@@ -292,7 +296,7 @@ class Tensor:
 
     def to(self, *args, device=None, dtype=None, copy: bool = False) -> "Tensor":
         for arg in args:
-            if isinstance(arg, (DType, type)) or (isinstance(arg, str) and arg.removeprefix("nbx.") in dtypes.TABLE):
+            if isinstance(arg, (DType, type, np.dtype)) or (isinstance(arg, str) and _names_a_dtype(arg)):
                 dtype = arg
             else:
                 device = arg
@@ -364,7 +368,12 @@ class Tensor:
 
     def __repr__(self) -> str:
         prefix = "Tensor("
-        body = np.array2string(self.numpy(), separator=", ", prefix=prefix, threshold=1000)
+        values = self.numpy()
+        if self.dtype.kind == "float" and values.dtype.type not in (np.float16, np.float32, np.float64):
+            # numpy's printer takes ml_dtypes' bfloat16 and float8 for integers ("1, 2"): print their
+            # values (exact in float32) in numpy's style for float32
+            values = values.astype(np.float32)
+        body = np.array2string(values, separator=", ", prefix=prefix, threshold=1000)
         extras = [f"shape={self.shape}"] if self.size == 0 and self.ndim != 1 else []
         if self.dtype not in (dtypes.DEFAULT_FLOAT, dtypes.DEFAULT_INT, dtypes.bool_) or self.size == 0:
             extras.append(f"dtype={self.dtype.name}")
@@ -386,6 +395,14 @@ class Tensor:
         from .dlpack import dlpack_device
         return dlpack_device(self.device)
 
+    def type_as(self, other: "Tensor") -> "Tensor":
+        """self in other's dtype (torch's type_as; the device stays self's)."""
+        return self.to(dtype=other.dtype)
+
+    def copy(self) -> "Tensor":
+        """A new tensor with self's values (numpy's spelling of clone)."""
+        return self.clone()
+
     @property
     def __cuda_array_interface__(self):
         if self.device.type != "cuda":
@@ -395,11 +412,39 @@ class Tensor:
                 "strides": tuple(s * item for s in self._strides), "version": 3}
 
 
+# Casts by torch's names, each self.to(dtype): no copy when the tensor already has that dtype.
+_CASTS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
+          "int": "int32", "long": "int64", "bool": "bool"}
+
+
+def _cast_method(name: str, dtype: DType):
+    def cast(self) -> Tensor:
+        return self.to(dtype=dtype)
+    cast.__name__, cast.__qualname__ = name, f"Tensor.{name}"
+    cast.__doc__ = f"self as {dtype.name} (torch's Tensor.{name}; no copy when it is {dtype.name} already)."
+    return cast
+
+
+for _name, _dtype in _CASTS.items():
+    setattr(Tensor, _name, _cast_method(_name, dtypes.TABLE[_dtype]))
+
+
+def _names_a_dtype(text: str) -> bool:
+    try:
+        dtypes.as_dtype(text)
+    except UnknownDTypeError:
+        return False
+    return True
+
+
 def empty(shape, dtype=None, device=None) -> Tensor:
     dt = dtypes.DEFAULT_FLOAT if dtype is None else dtypes.as_dtype(dtype)
     dev = as_device(device)
     shape = layout.as_shape(shape)
     storage = get_backend(dev.type).allocate(prod(shape) * dt.itemsize, dev)
+    watching = work_observer()
+    if watching is not None:  # a step being captured plans its memory (nbx.core.graph_memory)
+        watching.allocated(storage)
     return Tensor(storage, dt, shape)
 
 
@@ -416,6 +461,9 @@ def from_numpy(arr: np.ndarray, device=None, copy: bool | None = None) -> Tensor
     if copy is False:
         raise ViewError(f"a numpy array cannot be viewed on {dev} without a copy (copy=False)")
     out = empty(arr.shape, dt, dev)
+    watching = work_observer()
+    if watching is not None and dev != CPU:
+        watching.host_access(out, f"an upload from host memory to {dev}")
     backend.upload(out._storage, 0, as_c_contiguous(arr.astype(dt.host, copy=False)))
     return out
 

@@ -11,7 +11,8 @@ import importlib
 
 from .version import __version__
 
-FAMILIES = ("elementwise", "random", "softmax", "reduction", "norm", "matmul")
+FAMILIES = ("elementwise", "random", "softmax", "reduction", "norm", "matmul", "gather", "sort", "copies", "sampling",
+            "attention")
 
 
 def register() -> None:

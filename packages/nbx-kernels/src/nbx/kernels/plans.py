@@ -31,6 +31,7 @@ import triton
 from nbx.core import device_files
 from nbx.core import layout as core_layout
 from nbx.core.device import Device, get_backend
+from nbx.core.dispatch import observer
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor, empty
 
@@ -151,9 +152,13 @@ def execute(plan: LaunchPlan, values: dict) -> dict:
         backend, buffers = plan._allocations
     else:
         backend, buffers = _allocations(plan)
+    watching = observer()
     for name, nbytes, dtype, shape, strides in buffers:
         if values.get(name) is None:  # what nbx.core.tensor.empty makes, its arguments checked once
-            values[name] = Tensor(backend.allocate(nbytes, device), dtype, shape, strides)
+            storage = backend.allocate(nbytes, device)
+            if watching is not None:  # a step being captured plans its memory, as empty() tells it
+                watching.allocated(storage)
+            values[name] = Tensor(storage, dtype, shape, strides)
     for one in plan.launches:
         runner = one._runner[0] if one._runner else _make_runner(one, device)
         runner.run(values)

@@ -10,6 +10,6 @@ def implements(*ops: str) -> Callable:
     (`runs_triton_kernels`: cuda, hip, metal, and interp, Triton's interpreter on host memory)."""
     def decorate(fn: Callable) -> Callable:
         for op in ops:
-            dispatch.register(op, dispatch.TRITON, provider="nbx.kernels")(fn)
+            dispatch.register(op, dispatch.TRITON)(fn)   # the provider: fn's module (a family)
         return fn
     return decorate

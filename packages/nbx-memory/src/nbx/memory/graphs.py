@@ -187,11 +187,12 @@ class _Resources:
         self.support, self.source, self.pool = support, source, pool
         self.graph = self.executable = None
         self.streams: list = []  # streams the graph was launched on (synchronized before its memory goes)
+        self.last_stream = None
 
     def __call__(self) -> None:
         for stream in self.streams:
             self.support.synchronize(stream)
-        self.streams = []
+        self.streams, self.last_stream = [], None
         if self.graph is not None or self.executable is not None:
             self.support.destroy(self.graph, self.executable)
             self.graph = self.executable = None
@@ -216,13 +217,15 @@ class Graph:
 
     def replay(self, stream=None):
         """Launch the captured sequence on stream (the device's current stream by default); returns outputs."""
-        if not self._finalizer.alive:
-            raise ArgumentError("replay of a closed graph")
         res = self._resources
+        if res.executable is None:
+            raise ArgumentError("replay of a closed graph")
         stream = res.support.current_stream(self.device) if stream is None else stream
         res.support.launch(res.executable, stream)
-        if stream not in res.streams:
-            res.streams.append(stream)
+        if stream is not res.last_stream:  # the same stream object again: already remembered
+            res.last_stream = stream
+            if stream not in res.streams:
+                res.streams.append(stream)
         self.replays += 1
         return self.outputs
 

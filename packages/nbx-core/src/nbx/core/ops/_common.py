@@ -1,13 +1,16 @@
 """What every op front-end does first: operands to tensors, one device, dtype checks."""
 from __future__ import annotations
 
+import functools
+import inspect
+
 import numpy as np
 
 from .. import dtypes
 from ..layout import as_c_contiguous
 from ..device import CPU, Device
 from ..dtypes import DType
-from ..errors import CrossDeviceError, DTypeError
+from ..errors import ArgumentError, CrossDeviceError, DTypeError
 from ..tensor import Tensor
 
 SCALARS = (bool, int, float, complex)
@@ -73,3 +76,24 @@ def wrap(arr: np.ndarray, dtype: DType, device: Device = CPU) -> Tensor:
 def default_float_for(dtype: DType) -> DType:
     """Integer and bool inputs of floating functions compute in the default float dtype."""
     return dtype if dtype.kind in ("float", "complex") else dtypes.DEFAULT_FLOAT
+
+
+_NUMPY_SPELLINGS = {"axis": "dim", "keepdims": "keepdim"}
+
+
+def accepts_axis(fn):
+    """fn, also taking numpy's spellings axis= and keepdims= for its dim= and keepdim= (torch's)."""
+    params = inspect.signature(fn).parameters
+    if "dim" not in params or "axis" in params:
+        return fn
+
+    @functools.wraps(fn)
+    def front_end(*args, **kw):
+        if kw and ("axis" in kw or "keepdims" in kw):
+            for numpy_name, name in _NUMPY_SPELLINGS.items():
+                if numpy_name in kw:
+                    if name in kw:
+                        raise ArgumentError(f"{fn.__name__} got both {name}= and {numpy_name}=; pass one")
+                    kw[name] = kw.pop(numpy_name)
+        return fn(*args, **kw)
+    return front_end

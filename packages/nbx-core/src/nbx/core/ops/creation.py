@@ -8,7 +8,7 @@ import numpy as np
 from .. import dtypes, layout
 from ..device import CPU, as_device
 from ..dispatch import implementation, register
-from ..errors import DTypeError, NotSupportedError
+from ..errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
 from ..promotion import check_scalar
 from ..tensor import Tensor, empty, from_numpy
 
@@ -122,15 +122,36 @@ def _from_python(obj, dt):
     """Python scalars and nested sequences: the standard's default dtypes, or dt when given."""
     if dt is not None:
         wide = {"float": np.float64, "complex": np.complex128}.get(dt.kind, dt.host)
-        return np.asarray(obj, dtype=wide).astype(dt.host)
+        return _nested_array(obj, wide).astype(dt.host)
     if isinstance(obj, (bool, int, float, complex)):
         return np.asarray(obj, dtype=_scalar_dtype(obj).host)
-    arr = np.asarray(obj)
+    arr = _nested_array(obj, None)
     default = {"f": dtypes.DEFAULT_FLOAT, "i": dtypes.DEFAULT_INT, "u": dtypes.DEFAULT_INT,
                "c": dtypes.DEFAULT_COMPLEX, "b": dtypes.bool_}.get(arr.dtype.kind)
     if default is None:
         raise DTypeError(f"cannot make a tensor from {type(obj).__name__} of numpy dtype {arr.dtype}")
     return arr.astype(default.host, copy=False)
+
+
+def _nested_array(obj, dtype) -> np.ndarray:
+    try:
+        return np.asarray(obj, dtype=dtype)
+    except ValueError as error:
+        uneven = _uneven_rows(obj) if isinstance(obj, (list, tuple)) else None
+        if uneven is not None:
+            raise ShapeError(f"a nested sequence whose rows have different lengths is ragged and makes no "
+                             f"tensor (row lengths at the first uneven level: {uneven})") from None
+        raise ArgumentError(f"cannot make a tensor from this {type(obj).__name__}: {error}") from None
+
+
+def _uneven_rows(obj) -> list | None:
+    """The row lengths at the first level of a nested sequence where they differ; None if none do."""
+    rows = [r for r in obj if isinstance(r, (list, tuple))]
+    if not rows:
+        return None
+    if len(rows) != len(obj) or len({len(r) for r in rows}) > 1:
+        return [len(r) if isinstance(r, (list, tuple)) else "scalar" for r in obj]
+    return _uneven_rows([x for r in rows for x in r])
 
 
 # ---- CPU implementations ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import dtypes, reference
+from .. import dtypes, layout, reference
 from ..dispatch import implementation, register
 from ..dtypes import DType
 from ..errors import DTypeError
@@ -135,7 +135,13 @@ def _make_front_end(op: Elementwise):
     return front_end
 
 
+def _check_broadcast(*operands) -> None:
+    """Shapes that do not broadcast: the same ShapeError the kernels raise, not numpy's ValueError."""
+    layout.broadcast_shapes(*(o.shape for o in operands if isinstance(o, Tensor)))
+
+
 def _cpu(op: Elementwise, operands, out_dtype: DType) -> Tensor:
+    _check_broadcast(*operands)
     return wrap(_REFS[op.name](*operands), out_dtype)
 
 
@@ -148,7 +154,13 @@ for _op in OPS.values():
 
 
 # ---- where, clamp, casts -------------------------------------------------------------------------
-def where(condition, x1, x2) -> Tensor:
+def where(condition, x1=None, x2=None):
+    """x1 where condition, else x2; with the condition alone, nonzero(condition) (numpy's one-argument form)."""
+    if x1 is None and x2 is None:
+        from .gather import nonzero
+        return nonzero(condition)
+    if x1 is None or x2 is None:
+        raise DTypeError("where takes a condition alone or with both x1 and x2")
     if not isinstance(condition, Tensor) or condition.dtype is not dtypes.bool_:
         raise DTypeError("where's condition must be a bool tensor")
     operands = (condition, x1, x2)
@@ -165,6 +177,7 @@ def _where_reference(condition, x1, x2, precision=reference.NATIVE):
 
 @register("where", "cpu")
 def _where_cpu(condition, x1, x2, dtype: DType) -> Tensor:
+    _check_broadcast(condition, x1, x2)
     return wrap(_where_reference(condition, x1, x2), dtype)
 
 
@@ -192,6 +205,7 @@ def _clamp_reference(x, min=None, max=None, precision=reference.NATIVE):
 
 @register("clamp", "cpu")
 def _clamp_cpu(x, min, max) -> Tensor:
+    _check_broadcast(x, min, max)
     return wrap(_clamp_reference(x, min, max), x.dtype)
 
 

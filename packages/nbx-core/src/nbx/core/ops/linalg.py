@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import reference
 from ..dispatch import implementation, register
-from ..errors import ShapeError
+from ..errors import NotSupportedError, ShapeError
 from ..promotion import result_type
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
@@ -31,6 +31,12 @@ def matmul(x1: Tensor, x2: Tensor) -> Tensor:
     device = common_device(x1, x2)
     dtype = result_type(x1, x2)
     check_category("matmul", dtype, "numeric")
+    for what, operand in (("x1", x1), ("x2", x2)):  # refused alike on every device: the kernels
+        if operand.dtype.is_integer:                  # compute floating products only
+            raise NotSupportedError(
+                f"matmul of integer tensors is refused on every device: matmul does not take "
+                f"{operand.dtype.name} ({what}); it computes products of float16, bfloat16, float32 and "
+                f"float64 (complex too on the cpu); cast with .float()")
     _matmul_shape(x1.shape, x2.shape)
     return implementation("matmul", device)(x1, x2, dtype)
 

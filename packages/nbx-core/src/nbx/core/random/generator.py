@@ -35,7 +35,12 @@ def _as_offset(offset) -> int:
 
 
 class Generator:
-    """A counter-based random stream: Philox4x32-10 keyed by seed, positioned at offset."""
+    """A counter-based random stream: Philox4x32-10 keyed by seed, positioned at offset.
+
+    A seed is any integer in [-2**63, 2**64). A negative seed wraps to uint64 as torch's
+    manual_seed does (and as the kernels' seed.to(tl.uint64) would): Generator(seed=-1).seed is
+    2**64 - 1, and both name the same stream. Anything outside that range is an ArgumentError.
+    """
 
     def __init__(self, seed: int = DEFAULT_SEED, offset: int = 0):
         self._lock = threading.Lock()

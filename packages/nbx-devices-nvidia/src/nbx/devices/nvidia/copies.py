@@ -74,8 +74,9 @@ def copy_(dst: Tensor, src: Tensor) -> None:
     if src.dtype is not dst.dtype:
         write_host_values(dst, src.numpy().astype(dst.dtype.host))  # no cast kernel yet: via the host
         return
-    if all(s == 0 for s, n in zip(src.strides, src.shape, strict=True) if n != 1):
-        fill_(dst, src._view((), (), src.storage_offset).numpy())  # a broadcast scalar
+    if src.size > 1 and all(s == 0 for s, n in zip(src.strides, src.shape, strict=True) if n != 1):
+        # a broadcast scalar (one element is copied on the device: a read-back would break a graph capture)
+        fill_(dst, src._view((), (), src.storage_offset).numpy())
         return
     if src.storage is dst.storage and _overlap(dst, src):
         if dst.strides == src.strides and dst.storage_offset == src.storage_offset:

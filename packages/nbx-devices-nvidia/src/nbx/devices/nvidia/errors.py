@@ -33,6 +33,18 @@ class CudaError(DeviceError):
         super().__init__(text)
 
 
+class NvidiaDriverNotFound(CudaError):
+    """No NVIDIA driver on this machine: the runtime answers 'insufficient driver' and libcuda opens nowhere."""
+
+    def __init__(self, function: str, code: int, name: str, tried: list[str]):
+        self.tried = list(tried)
+        super().__init__(function, code, name)
+        looked = ", ".join(place.split(" (")[0] for place in self.tried)
+        self.args = (f"no NVIDIA driver found on this machine (the driver library libcuda opens nowhere; looked "
+                     f"for {looked}), so {function} answered {name}: cuda devices need an NVIDIA GPU with its "
+                     f"driver; use the 'cpu' device (or 'interp') here",)
+
+
 class CopyOutOfBoundsError(DeviceError, IndexError):
     """A copy whose byte range lies outside its storage; refused before the driver is called."""
 

@@ -16,6 +16,7 @@ The graph functions are declared on the runtime library at first use, so a runti
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from ctypes import POINTER, byref, c_int, c_size_t, c_ulonglong, c_void_p
 
@@ -159,8 +160,20 @@ class CudaCapture:
         return executable.value
 
     def launch(self, executable, stream: Stream) -> None:
-        with runtime.device_guard(stream.device):
-            _rt().call("cudaGraphLaunch", executable, stream.handle)
+        # a replay's host cost is the point of a graph: no context manager and no new ctypes objects
+        # on the common path (the stream's device already current), the guard only otherwise
+        rt = _rt()
+        device = _LAUNCH.__dict__.get("device")
+        if device is None:
+            device = _LAUNCH.device = c_int()
+        rt.lib.cudaGetDevice(byref(device))
+        if device.value != stream.device:
+            with runtime.device_guard(stream.device):
+                rt.call("cudaGraphLaunch", executable, stream.handle)
+            return
+        code = rt.lib.cudaGraphLaunch(executable, stream.handle)
+        if code != runtime.SUCCESS:
+            raise rt.error("cudaGraphLaunch", code)
 
     def destroy(self, graph, executable) -> None:
         if executable:
@@ -181,6 +194,7 @@ class CudaCapture:
         return DriverSource(_malloc_in_capture, runtime.free, device.index, runtime.memory_info)
 
 
+_LAUNCH = threading.local()  # .device: the c_int cudaGetDevice writes, one per thread
 CAPTURE = CudaCapture()
 
 

@@ -15,11 +15,12 @@ import numpy as np
 from nbx.core.errors import DeviceError, OutOfMemoryError
 
 from . import library
-from .errors import CudaError
+from .errors import CudaError, CudaLibraryNotFound, NvidiaDriverNotFound
 
 SUCCESS = 0
 ERROR_MEMORY_ALLOCATION = 2
 ERROR_CUDART_UNLOADING = 4
+ERROR_INSUFFICIENT_DRIVER = 35
 ERROR_NO_DEVICE = 100
 ERROR_NOT_READY = 600
 ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
@@ -94,6 +95,11 @@ class CudaRuntime:
         name = self.error_name(code)
         text = self.lib.cudaGetErrorString(code)
         self.lib.cudaGetLastError()  # a non-sticky error must not resurface in the next call
+        if code == ERROR_INSUFFICIENT_DRIVER:  # reads as "upgrade your driver"; with no driver at all, say so
+            try:
+                library.open_library("driver")
+            except CudaLibraryNotFound as missing:
+                return NvidiaDriverNotFound(function, code, name, missing.tried)
         return CudaError(function, code, name, text.decode() if text else "", context)
 
     def call(self, function: str, *args, context: str = "") -> None:

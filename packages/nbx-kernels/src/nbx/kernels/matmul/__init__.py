@@ -184,11 +184,21 @@ def matmul_cost(x1: Tensor, x2: Tensor) -> Cost:
     return Cost(buffers, x1.nbytes + x2.nbytes + out_bytes, 2 * p.m * p.n * p.k * entries, p.launches)
 
 
+def by_weight(x1: Tensor, x2: Tensor) -> bool:
+    """A product of a 2-D x2 (a weight) with rows of x1: the fused kernel's (epilogue.py), whose
+    certified setting splits K for decode rows; batched products take the tiled kernel."""
+    return x2.ndim == 2
+
+
 @implements("matmul")
 def _matmul(x1: Tensor, x2: Tensor, dtype: DType) -> Tensor:
+    if by_weight(x1, x2):
+        return epilogue.launch_linear(x1, x2.mT, dtype=dtype)
     return launch_matmul(x1, x2, dtype)
 
 
-declares("matmul")(lambda x1, x2: matmul_cost(x1, x2))
+declares("matmul")(lambda x1, x2: epilogue.linear_cost(x1, x2.mT) if by_weight(x1, x2) else matmul_cost(x1, x2))
+
+from . import epilogue, int4  # noqa: E402,F401  (linear, gated_linear; linear_int4)
 
 __all__ = ["launch_matmul", "matmul_cost", "plan", "result_shape", "check_dtypes", "SUPPORTED"]

@@ -21,9 +21,10 @@ from ..elementwise.casts import COMPILED, narrow, widen
 
 @triton.jit
 def _dot_operand(x, DOT: tl.constexpr):
-    """A loaded tile in the dot's element type (float32 for bfloat16 in the interpreter)."""
-    if DOT == tl.bfloat16:
-        if COMPILED:  # both operands are bfloat16 (no other dtype promotes to it)
+    """A loaded tile in the dot's element type (float32 for bfloat16 and float8 in the
+    interpreter, whose numpy has neither: float32 holds their products exactly)."""
+    if DOT == tl.bfloat16 or DOT == tl.float8e4nv or DOT == tl.float8e5:
+        if COMPILED:  # both operands are of DOT (no other dtype promotes to it; scaled fp8 takes one type)
             y = x
         else:
             y = widen(x, tl.float32)
@@ -47,10 +48,84 @@ def _grouped_tile(t, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M
 
 
 @triton.jit
+def tile_offsets(tile_m, tile_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 WIDE: tl.constexpr):
+    """The rows and columns of tile (tile_m, tile_n) and the K offsets of a step (int64 when WIDE)."""
+    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    if WIDE:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rk = rk.to(tl.int64)
+    return rm, rn, rk
+
+
+@triton.jit
 def _batch_offset(b, D1, D2, s0, s1, s2):
     """The element offset of batch entry b (int64) over batch dims (D0, D1, D2) with strides s."""
     b = b.to(tl.int64)
     return (b // (D1 * D2)) * s0 + ((b // D2) % D1) * s1 + (b % D2) * s2
+
+
+@triton.jit
+def load_operand(ptrs, mask, DOT: tl.constexpr):
+    """A tile of an operand, 0 where masked, in the dot's element type (_dot_operand). The
+    interpreter cannot cast the fill value to float8: its float8 tiles are widened, then filled."""
+    if (DOT == tl.float8e4nv or DOT == tl.float8e5) and not COMPILED:
+        y = tl.where(mask, _dot_operand(tl.load(ptrs, mask=mask), DOT), 0.0)
+    elif DOT == tl.int8:
+        y = tl.load(ptrs, mask=mask, other=0)
+    else:
+        y = _dot_operand(tl.load(ptrs, mask=mask, other=0.0), DOT)
+    return y
+
+
+@triton.jit
+def round_tf32(x):
+    """float32 x rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as
+    nbx.core.ops.products.round_tf32: the operands a "tf32" product multiplies exactly, the same
+    on every device (the tensor cores then drop only zero bits)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    return tl.where((bits & 0x7F800000) != 0x7F800000, rounded, x)   # infinities and NaNs kept
+
+
+@triton.jit
+def _tf32_operand(x, PRECISION: tl.constexpr):
+    if PRECISION == "tf32":
+        x = round_tf32(x)
+    return x
+
+
+@triton.jit
+def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+            DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
+            GATED: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += A @ B over K steps first .. first + steps of BLOCK_K (the pointers at step 0); GATED:
+    acc_g += A @ G too, from the same A tile (G read with B's strides). PRECISION: tl.dot's
+    input_precision (None: Triton's default for the operand type)."""
+    a_ptrs += first * BLOCK_K * sak
+    b_ptrs += first * BLOCK_K * sbk
+    g_ptrs += first * BLOCK_K * sbk
+    for k in range(first, first + steps):
+        if EVEN_K:
+            a_mask = in_m
+            b_mask = in_n
+        else:
+            k_left = K - k * BLOCK_K
+            a_mask = in_m & (rk[None, :] < k_left)
+            b_mask = (rk[:, None] < k_left) & in_n
+        a = _tf32_operand(load_operand(a_ptrs, a_mask, DOT), PRECISION)
+        b = _tf32_operand(load_operand(b_ptrs, b_mask, DOT), PRECISION)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
+        if GATED:
+            g = _tf32_operand(load_operand(g_ptrs, b_mask, DOT), PRECISION)
+            acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
+            g_ptrs += BLOCK_K * sbk
+        a_ptrs += BLOCK_K * sak
+        b_ptrs += BLOCK_K * sbk
+    return acc, acc_g
 
 
 @triton.jit
@@ -69,35 +144,20 @@ def matmul_kernel(
     b_ptr += _batch_offset(batch, D1, D2, sb0, sb1, sb2)
     c_ptr += batch.to(tl.int64) * M * N
 
-    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    if WIDE:
-        rm = rm.to(tl.int64)
-        rn = rn.to(tl.int64)
-        rk = rk.to(tl.int64)
+    rm, rn, rk = tile_offsets(tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WIDE)
     a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
     b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
     in_m = (rm < M)[:, None]
     in_n = (rn < N)[None, :]
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=in_m, other=0)
-            b = tl.load(b_ptrs, mask=in_n, other=0)
-        else:
-            k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=in_m & (rk[None, :] < k_left), other=0)
-            b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & in_n, other=0)
-        a = _dot_operand(a, DOT)
-        b = _dot_operand(b, DOT)
-        if IEEE:
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=ACC)
-        else:
-            acc = tl.dot(a, b, acc, out_dtype=ACC)
-        a_ptrs += BLOCK_K * sak
-        b_ptrs += BLOCK_K * sbk
+    steps = tl.cdiv(K, BLOCK_K)
+    if IEEE:
+        acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, steps, K, sak, sbk,
+                         DOT, ACC, "ieee", EVEN_K, False, BLOCK_K)
+    else:
+        acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, steps, K, sak, sbk,
+                         DOT, ACC, None, EVEN_K, False, BLOCK_K)
 
     c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
     tl.store(c_ptrs, narrow(acc, c_ptr.dtype.element_ty), mask=in_m & in_n)

@@ -1,0 +1,231 @@
+"""A model's census: the launch keys a model will form, listed from its config.json and a plan, not run.
+
+    launches = census.launches(census.read_config("ckpt/config.json"), census.Plan(batch=(1, 8), prompt=(512,)))
+    recs = census.records(launches, facts)       # KeyRecords: what `certify --model` and `coverage --model` read
+
+The model is read from Hugging Face config fields: a Llama-style decoder (`*ForCausalLM`, or
+model_type llama, mistral, qwen2, qwen3: hidden_size, intermediate_size, num_attention_heads,
+num_key_value_heads, head_dim, vocab_size, torch_dtype) or a BERT-style encoder (model_type bert,
+roberta, xlm-roberta, electra: hidden_size, intermediate_size, vocab_size, hidden_act). The plan
+says which batches and prompt lengths run, and whether decode steps follow (a decoder's one-token
+steps, `new_tokens` > 0). Each forward of T = batch x length tokens launches, per layer, in the
+order the reference blocks run them:
+
+    decoder  rms_norm (T, H); matmul q, k, v, o against weights stored (out, in) and read
+             transposed ("nt"); add (residual); rms_norm; matmul gate, up; silu; multiply; matmul
+             down; add. Then rms_norm, the last position's lm_head (batch, H) x (V, H)^T and a
+             softmax over the vocabulary (sampling).
+    encoder  add, add (word + position + type embeddings), layer_norm; matmul q, k, v, o with their
+             bias adds (a broadcast operand: a strided elementwise key); add; layer_norm; matmul
+             intermediate, bias add, gelu (the compute-bound elementwise tunable); matmul output,
+             bias add; add; layer_norm. Then the pooler's matmul, bias add and tanh.
+
+Attention itself (scores, their softmax, rotary embeddings) is the attention family's: its keys
+join the census when it declares a Tunable. Layers repeat the same launches, so one layer stands
+for all. Keys are formed with the kernels' own declarations (their Tunables) and the device
+file's ladders, as the wrappers form them; tests/nbx-autotune/test_autotune_census.py runs the
+listed ops and checks the wrappers form exactly these keys.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nbx.core.errors import ArgumentError, FileFormatError, NotSupportedError
+
+from . import keys, records
+
+DECODER_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "electra"})
+# the elementwise ops whose arithmetic bounds them, ranked on their own tunable (elementwise/tuning.py)
+COMPUTE_BOUND = frozenset({"gelu"})
+
+
+@dataclass(frozen=True)
+class Model:
+    kind: str            # "decoder" | "encoder"
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    dtype: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    batch: tuple[int, ...] = (1,)
+    prompt: tuple[int, ...] = (128,)
+    new_tokens: int = 0
+    dtype: str | None = None   # None: the checkpoint's torch_dtype
+
+    def __post_init__(self):
+        for name in ("batch", "prompt"):
+            values = getattr(self, name)
+            if not values or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
+                raise ArgumentError(f"a census plan's {name} is a list of sizes >= 1, got {values!r}")
+        if not isinstance(self.new_tokens, int) or self.new_tokens < 0:
+            raise ArgumentError(f"a census plan's new_tokens is an integer >= 0, got {self.new_tokens!r}")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a tunable kernel: the nbx op, its operands' shapes, the kernel and its key's inputs."""
+
+    op: str
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: str
+    kernel: str
+    inputs: dict = field(hash=False, compare=False)
+
+
+def _field(config: dict, path, *names, default=None):
+    for name in names:
+        if name in config:
+            value = config[name]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise FileFormatError(f"{path}: {name} is {value!r}, a model's size is an integer >= 1")
+            return value
+    if default is not None:
+        return default
+    raise FileFormatError(f"{path}: states none of {list(names)}, which a census of this model needs")
+
+
+def read_config(source) -> Model:
+    """The model a Hugging Face config.json (a path, a checkpoint folder, or the parsed dict) describes."""
+    if isinstance(source, dict):
+        config, path = source, "config"
+    else:
+        path = Path(source)
+        path = path / "config.json" if path.is_dir() else path
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise FileFormatError(f"{path}: cannot be read as a model's config.json: {exc}") from exc
+    model_type = str(config.get("model_type", ""))
+    architectures = [str(a) for a in config.get("architectures") or ()]
+    if model_type in DECODER_TYPES or (model_type not in ENCODER_TYPES
+                                       and any(a.endswith("ForCausalLM") for a in architectures)):
+        kind = "decoder"
+    elif model_type in ENCODER_TYPES:
+        kind = "encoder"
+    else:
+        raise NotSupportedError(f"{path}: model_type {model_type!r} (architectures {architectures}) is neither a "
+                                f"Llama-style decoder ({sorted(DECODER_TYPES)}, *ForCausalLM) nor a BERT-style "
+                                f"encoder ({sorted(ENCODER_TYPES)}); the census lists no other model")
+    hidden = _field(config, path, "hidden_size")
+    heads = _field(config, path, "num_attention_heads")
+    act = config.get("hidden_act", "silu" if kind == "decoder" else "gelu")
+    if (kind, act) not in (("decoder", "silu"), ("encoder", "gelu")):
+        raise NotSupportedError(f"{path}: hidden_act {act!r} in a {kind}; the census knows silu decoders and gelu "
+                                f"encoders")
+    dtype = config.get("torch_dtype") or config.get("dtype") or "float32"
+    return Model(kind, hidden, _field(config, path, "intermediate_size"), heads,
+                 _field(config, path, "num_key_value_heads", default=heads),
+                 _field(config, path, "head_dim", default=max(1, hidden // heads)),
+                 _field(config, path, "vocab_size"), str(dtype), str(config.get("_name_or_path", "")))
+
+
+def _linear(out: list, tokens: int, inputs: int, outputs: int, dtype: str, bias: bool = False) -> None:
+    out.append(("matmul", ((tokens, inputs), (outputs, inputs)), dtype))
+    if bias:
+        out.append(("add", ((tokens, outputs), (outputs,)), dtype))
+
+
+def _decoder_forward(m: Model, batch: int, tokens: int, dtype: str) -> list:
+    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    out = [("rms_norm", ((tokens, m.hidden),), dtype)]
+    for width in (q, kv, kv):
+        _linear(out, tokens, m.hidden, width, dtype)
+    _linear(out, tokens, q, m.hidden, dtype)
+    out += [("add", ((tokens, m.hidden), (tokens, m.hidden)), dtype), ("rms_norm", ((tokens, m.hidden),), dtype)]
+    _linear(out, tokens, m.hidden, m.intermediate, dtype)
+    _linear(out, tokens, m.hidden, m.intermediate, dtype)
+    out += [("silu", ((tokens, m.intermediate),), dtype),
+            ("multiply", ((tokens, m.intermediate), (tokens, m.intermediate)), dtype)]
+    _linear(out, tokens, m.intermediate, m.hidden, dtype)
+    out += [("add", ((tokens, m.hidden), (tokens, m.hidden)), dtype), ("rms_norm", ((tokens, m.hidden),), dtype)]
+    _linear(out, batch, m.hidden, m.vocab, dtype)
+    out.append(("softmax", ((batch, m.vocab),), dtype))
+    return out
+
+
+def _encoder_forward(m: Model, batch: int, tokens: int, dtype: str) -> list:
+    h = (tokens, m.hidden)
+    out = [("add", (h, h), dtype), ("add", (h, h), dtype), ("layer_norm", (h,), dtype)]
+    for _ in range(4):
+        _linear(out, tokens, m.hidden, m.hidden, dtype, bias=True)
+    out += [("add", (h, h), dtype), ("layer_norm", (h,), dtype)]
+    _linear(out, tokens, m.hidden, m.intermediate, dtype, bias=True)
+    out.append(("gelu", ((tokens, m.intermediate),), dtype))
+    _linear(out, tokens, m.intermediate, m.hidden, dtype, bias=True)
+    out += [("add", (h, h), dtype), ("layer_norm", (h,), dtype)]
+    _linear(out, batch, m.hidden, m.hidden, dtype, bias=True)
+    out.append(("tanh", ((batch, m.hidden),), dtype))
+    return out
+
+
+def key_inputs(op: str, shapes, dtype: str) -> tuple[str, dict]:
+    """(kernel, its key's inputs) of one launch, as the wrapper forms them (the kernels' tuning.py)."""
+    if op == "matmul":
+        (m, k), (n, _) = shapes
+        # the weight (n, k) read transposed: its last dim, N, is k apart ("t"); the activations dense ("n")
+        return "matmul", {"m": m, "n": n, "k": k, "dtype": dtype, "layout": "n" + ("t" if n > 1 and k > 1 else "n")}
+    if op in ("softmax", "rms_norm", "layer_norm"):
+        *rows, n = shapes[0]
+        count = 1
+        for r in rows:
+            count *= r
+        kernel = "softmax" if op == "softmax" else "norm"
+        return kernel, {"width": 1 << (max(n, 1) - 1).bit_length(), "elements": count * n, "dtype": dtype,
+                        "strided": False}
+    out_shape = shapes[0]
+    n = 1
+    for d in out_shape:
+        n *= d
+    broadcast = any(tuple(s) != tuple(out_shape) for s in shapes[1:])
+    return ("elementwise_heavy" if op in COMPUTE_BOUND else "elementwise"), {"n": n, "dtype": dtype,
+                                                                            "strided": broadcast}
+
+
+def launches(model: Model, plan: Plan) -> list[Launch]:
+    """Every distinct launch the plan's forwards make (prefill of each batch x prompt, then decode steps)."""
+    dtype = plan.dtype or model.dtype
+    forward = _decoder_forward if model.kind == "decoder" else _encoder_forward
+    seen: dict = {}
+    for batch in plan.batch:
+        token_counts = [batch * p for p in plan.prompt]
+        if model.kind == "decoder" and plan.new_tokens:
+            token_counts.append(batch)  # a decode step: one token per sequence
+        for tokens in token_counts:
+            for op, shapes, dt in forward(model, batch, tokens, dtype):
+                kernel, inputs = key_inputs(op, shapes, dt)
+                launch = Launch(op, tuple(tuple(s) for s in shapes), dt, kernel, inputs)
+                seen.setdefault(launch, launch)
+    return list(seen)
+
+
+def records_of(found: list[Launch], facts, tunables: dict) -> list[records.KeyRecord]:
+    """The keys of these launches as a census keys file lists them (no device class or compiler)."""
+    out = []
+    for launch in found:
+        tunable = tunables.get(launch.kernel)
+        if tunable is None:
+            raise ArgumentError(f"the census lists kernel {launch.kernel!r}, which no installed kernel declares "
+                                f"(declared: {sorted(tunables)}); install nbx-kernels")
+        key = keys.form(tunable.name, tunable.key_fields, facts, **launch.inputs)
+        out.append(records.KeyRecord(key.kernel, str(key), facts.name, None, None, dict(key.observed)))
+    return records.merge(out)
+
+
+def plan_from_args(batch: str, prompt: str, new_tokens: int, dtype: str | None) -> Plan:
+    """A plan from the command line's comma-separated lists ("1,8", "128,2048")."""
+    def sizes(text: str, name: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise ArgumentError(f"--{name} is a comma-separated list of sizes, got {text!r}") from None
+    return Plan(sizes(batch, "batch"), sizes(prompt, "prompt"), new_tokens, dtype)

@@ -1,0 +1,95 @@
+"""A key with no certificate is served the setting of its nearest certified neighbour, screened first.
+
+Nearest (space.distance): the certified keys of the same kernel with the same dtype, flag and label
+fields (the same family, dtype and layout), ranked by the octaves between their size fields'
+classes, summed over the fields; at equal distance the neighbour above wins (its tile was chosen for more
+work, and a smaller launch of a bandwidth-bound kernel loses less to a larger tile than the
+reverse loses to a smaller one), then the key's text (a fixed order, so every run picks alike).
+
+Before it is served, the neighbour's setting is pruned as a sweep of this key would prune it
+(device limits, the kernel's constraint, `fits` at the key's representative) and screened once
+against the float64 oracle on this key's own smallest launch (keys.smallest: sizes at the
+smallest multiple of 16 in their classes), comparing at most
+`autotune.neighbour_screen_max_bytes` of output rows. A setting that fails is never served: the
+next neighbour is tried. Nothing is timed.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from nbx.core.errors import LaunchKeyError, ScreenRefusal
+
+from . import keys, screen, space
+from .store import Entry
+
+MAX_BYTES_FACT = "autotune.neighbour_screen_max_bytes"
+
+
+@dataclass
+class Choice:
+    """The neighbour served (None: no neighbour passed), and every one tried before it, with why not."""
+
+    key: str | None = None
+    entry: Entry | None = None
+    deviation: float | None = None
+    refused: list = field(default_factory=list)   # (neighbour key, reason)
+
+
+def ranked(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts) -> list[tuple[str, Entry]]:
+    """The certified neighbours of key, nearest first."""
+    found = []
+    for text, entry in certified.items():
+        try:
+            other = keys.parse(tunable.name, tunable.key, text, facts)
+        except LaunchKeyError:
+            continue  # classed on another ladder: the store refuses such a file whole
+        apart = space.distance(tunable.key, key, other)
+        if apart is not None and other != key:
+            found.append((apart[0], -apart[1], text, entry))
+    found.sort(key=lambda item: item[:3])
+    return [(text, entry) for _, _, text, entry in found]
+
+
+def screen_one(work, setting, facts) -> screen.Verdict:
+    return screen.run(work, [dict(setting)], facts, MAX_BYTES_FACT).verdicts[0]
+
+
+def choose(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts, device) -> tuple[Choice, object]:
+    """The nearest neighbour whose setting passes this key's screen, and the workload it was screened on
+    (None when no neighbour came to be screened)."""
+    choice, work, failed = Choice(), None, []
+    try:
+        top = keys.representative(key, tunable.key, facts)
+    except LaunchKeyError:
+        top = None  # an unbounded class without an observed size: `fits` is not asked
+    for text, entry in ranked(tunable, key, certified, facts):
+        setting = dict(entry.setting)
+        reason = tunable.refusal(setting, facts, top)
+        if reason is None and setting in failed:
+            reason = "the same setting failed this key's screen already"
+        if reason is None:
+            if work is None:
+                work = tunable.workload(keys.smallest(key, tunable.key, facts), device)
+            verdict = screen_one(work, setting, facts)
+            if verdict.passed:
+                choice.key, choice.entry, choice.deviation = text, entry, verdict.deviation
+                return choice, work
+            failed.append(setting)
+            reason = f"failed this key's screen: {verdict.reason}"
+        choice.refused.append((text, reason))
+    return choice, work
+
+
+def default_checked(tunable, key: keys.LaunchKey, facts, device, work=None) -> Entry:
+    """The device file's tile for a key no neighbour serves, screened alike; refused by name if it fails."""
+    setting = tunable.default(facts)
+    if work is None:
+        work = tunable.workload(keys.smallest(key, tunable.key, facts), device)
+    verdict = screen_one(work, setting, facts)
+    if not verdict.passed:
+        raise ScreenRefusal(f"kernel {tunable.name!r} key {str(key)!r}: no certified neighbour passed its screen "
+                            f"and the device file's tile {setting} fails it too ({verdict.reason}); certify the "
+                            f"key (nbx autotune certify) or sweep it (nbx autotune sweep)")
+    return Entry(setting, {})
+

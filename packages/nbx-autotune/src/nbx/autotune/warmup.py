@@ -1,0 +1,127 @@
+"""Compiling ahead: run each launch of a census (or a keys file) once, so Triton's caches hold its kernels.
+
+    nbx warmup --model ckpt/ --batch 1,8 --prompt 512 --new-tokens 1 --jobs 8
+    nbx warmup --keys keys.json --jobs 8
+
+Each launch is served its setting as a run would serve it (certified, or a neighbour's, screened)
+and launched once at its own shapes, which compiles the kernels it takes, with the specializations
+a run of those shapes takes (Triton specializes integer arguments divisible by 16 and equal to 1),
+into Triton's on-disk cache (`triton.knobs.cache.dir`: $TRITON_CACHE_DIR, else ~/.triton/cache).
+A later process loads them from there instead of compiling. With --jobs N the launches are split
+over N processes at once (compiling is CPU-bound and each process compiles alone).
+
+log_compiles() prints a line for every kernel Triton compiles (or loads from its disk cache) in
+this process, and says when a kernel is compiled again for another specialization: a recompile a
+run did not expect is a specialization to look at (a size that should not be a constexpr).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+from nbx.core.errors import ArgumentError
+
+from . import keys
+
+EPS = 1e-6
+
+
+def run_launch(launch, device) -> None:
+    """Run one census launch (census.Launch) through nbx's ops on device, on zero-filled operands."""
+    import nbx.core as nbx
+    shapes, dtype, op = launch.shapes, launch.dtype, launch.op
+    operands = [nbx.zeros(*s, dtype=dtype, device=device) for s in shapes]
+    if op == "matmul":
+        nbx.matmul(operands[0], operands[1].mT)
+    elif op in ("add", "multiply"):
+        getattr(nbx, op)(operands[0], operands[1])
+    elif op in ("silu", "gelu", "tanh"):
+        getattr(nbx, op)(operands[0])
+    elif op == "softmax":
+        nbx.softmax(operands[0], dim=-1)
+    elif op in ("rms_norm", "layer_norm"):
+        n = shapes[0][-1]
+        weight = nbx.ones(n, dtype=dtype, device=device)
+        if op == "rms_norm":
+            nbx.rms_norm(operands[0], (n,), weight, EPS)
+        else:
+            nbx.layer_norm(operands[0], (n,), weight, nbx.zeros(n, dtype=dtype, device=device), EPS)
+    else:
+        raise ArgumentError(f"nbx warmup: the census op {op!r} has no launch here")
+
+
+def run_record(record, tunables: dict, facts, device) -> None:
+    """Launch a keys file's key once: its kernel's workload at the largest sizes recorded (else its classes'
+    tops), with the setting a run serves it."""
+    from . import serving
+    tunable = tunables.get(record.kernel)
+    if tunable is None or tunable.workload is None:
+        raise ArgumentError(f"nbx warmup: no installed kernel declares {record.kernel!r} with a workload")
+    key = keys.parse(record.kernel, tunable.key, record.key, facts, record.observed)
+    instance = dict(keys.representative(key, tunable.key, facts), **record.observed)
+    setting = serving.setting(tunable, device, **instance)
+    tunable.workload(instance, device).launch(dict(setting))
+
+
+def warm(items, run, shard: int = 0, shards: int = 1, progress=sys.stderr) -> int:
+    """Run run(item) for this shard's items (index modulo shards); the number run."""
+    mine = list(items)[shard::shards]
+    began = time.monotonic()
+    for done, item in enumerate(mine, 1):
+        run(item)
+        if progress is not None:
+            print(f"nbx warmup: shard {shard}: {done}/{len(mine)} ({time.monotonic() - began:.1f} s)",
+                  file=progress, flush=True)
+    return len(mine)
+
+
+def run_shards(command: list[str], jobs: int, flag: str = "--shard") -> list[int]:
+    """Run `command <flag> i` for i < jobs at once (each its own process) and wait; their exit codes."""
+    procs = [subprocess.Popen(command + [flag, str(i)]) for i in range(jobs)]
+    return [p.wait() for p in procs]
+
+
+# ---- the compile log -------------------------------------------------------------------------------
+
+class CompileLog:
+    """Counts Triton's compiles per kernel function in this process and prints each one."""
+
+    def __init__(self, file=None):
+        self.file = file
+        self.counts: Counter = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, *, key, repr, fn, compile, is_manual_warmup, already_compiled, **_):
+        name = f"{getattr(fn, 'module', '?')}.{getattr(fn, 'name', '?')}"
+        with self._lock:
+            self.counts[name] += 1
+            nth = self.counts[name]
+        again = f" (specialization {nth} of this kernel in this process)" if nth > 1 else ""
+        print(f"[nbx compile] {repr}{again}", file=self.file or sys.stderr, flush=True)
+        return None
+
+
+_installed: CompileLog | None = None
+
+
+def log_compiles(on: bool = True, file=None) -> CompileLog | None:
+    """Print every kernel Triton compiles in this process (Triton's jit_post_compile_hook); off again with False."""
+    global _installed
+    import triton
+    knobs = triton.knobs.runtime
+    if on:
+        _installed = CompileLog(file)
+        knobs.jit_post_compile_hook = _installed
+    elif _installed is not None and knobs.jit_post_compile_hook is _installed:
+        knobs.jit_post_compile_hook = None
+        _installed = None
+    return _installed
+
+
+def cache_dir() -> str:
+    """Where Triton keeps compiled kernels on disk (what `nbx warmup` fills and a fleet can ship)."""
+    import triton
+    return str(triton.knobs.cache.dir)

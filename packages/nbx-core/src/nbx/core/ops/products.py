@@ -1,0 +1,448 @@
+"""The matrix products of inference graphs: linear, addmm, bmm, baddbmm, gated_linear, einsum.
+
+linear(x, weight, bias) reads weight in [out, in] layout, as checkpoints store it, and is
+x @ weight.T + bias over any leading dims of x. Its keywords are the epilogue a kernel fuses into
+the product's store (one pass over the output):
+
+    y = activation(alpha * (x @ weight.T) + bias) + beta * residual
+
+bias is [out] or any shape that broadcasts to the result (a per-row bias [rows, out] of any number
+of rows); residual broadcasts the same way; activation is None, "relu", "gelu", "gelu_tanh" or
+"silu". gated_linear(x, w_gate, w_up) is the gated pair of a SwiGLU MLP,
+activation(x @ w_gate.T) * (x @ w_up.T), which a kernel computes from one pass over x.
+addmm and baddbmm are torch's beta * input + alpha * (mat1 @ mat2) and bmm its batched product of
+3-D operands of equal batch; they and linear share one implementation per backend ("linear"
+receives every epilogue, addmm is linear with residual=input). einsum contracts by permuting,
+reshaping and calling matmul (numpy's subscripts, two operands or one, no repeated index inside an
+operand).
+
+The CPU implementations are the references (float32 for half types, rounded once to the output
+dtype); the oracle computes them in float64. The output dtype is the promoted dtype of the
+operands (out_dtype overrides it: the fused output cast).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import reference
+from ..dispatch import implementation, register
+from ..dtypes import DType, as_dtype
+from ..errors import ArgumentError, DTypeError, ShapeError
+from ..layout import broadcast_shapes
+from ..promotion import result_type
+from ..tensor import Tensor
+from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
+from .linalg import _matmul_shape, matmul
+
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+
+
+def _tensors(op: str, **named) -> None:
+    for name, value in named.items():
+        if not isinstance(value, Tensor):
+            raise ShapeError(f"{op}'s {name} is a tensor, not {type(value).__name__}")
+
+
+def _number(op: str, name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ArgumentError(f"{op}'s {name} is a finite Python int or float, got {value!r}")
+    return float(value)
+
+
+def _activation(op: str, activation):
+    if activation not in ACTIVATIONS:
+        raise ArgumentError(f"{op}'s activation is one of {', '.join(map(str, ACTIVATIONS))}, got {activation!r}")
+    return activation
+
+
+def _out_dtype(op: str, operands, out_dtype) -> DType:
+    dtype = result_type(*operands) if out_dtype is None else as_dtype(out_dtype)
+    check_category(op, result_type(*operands), "real_floating")
+    check_category(op, dtype, "real_floating")
+    return dtype
+
+
+INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
+
+
+def _input_precision(op: str, name, operands: DType):
+    if name is None:
+        return None
+    if name not in INPUT_PRECISIONS:
+        raise ArgumentError(f"{op}'s input_precision is one of {', '.join(INPUT_PRECISIONS)}, got {name!r}")
+    if operands.name != "float32":
+        raise ArgumentError(f"{op}'s input_precision says how float32 operands are multiplied; "
+                            f"{operands.name} operands take none")
+    return name
+
+
+def round_tf32(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (10 mantissa bits), to nearest with ties away from zero
+    (cvt.rna.tf32.f32): infinities and NaNs kept."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    bits = a.view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(a), rounded, a)
+
+
+def _addend(op: str, name: str, t, shape: tuple) -> None:
+    """bias or residual: a tensor broadcast to the result's shape (never the other way)."""
+    if t is None:
+        return
+    _tensors(op, **{name: t})
+    try:
+        if broadcast_shapes(t.shape, shape) == shape:
+            return
+    except ShapeError:
+        pass
+    raise ShapeError(f"{op}'s {name} of shape {t.shape} does not broadcast to the result's {shape}")
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=None, residual=None,
+           alpha=1.0, beta=1.0, out_dtype=None, input_precision=None) -> Tensor:
+    """activation(alpha * (x @ weight.T) + bias) + beta * residual; weight is [out, in], a float
+    tensor or a grouped int4 QuantizedTensor (W4A16: dequantized inside the product).
+
+    input_precision (float32 operands only, asked per call): "ieee" (the default: float32
+    products), "tf32" (operands rounded to TF32, to nearest with ties away from zero, then
+    multiplied exactly and summed in float32) or "tf32x3" (each operand split into two TF32
+    parts, three products: close to float32 at TF32 speed)."""
+    from ..quant import QuantizedTensor
+    if isinstance(weight, QuantizedTensor):
+        return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
+    _tensors("linear", x=x, weight=weight)
+    _check_linear(x, tuple(weight.shape), bias, residual)
+    if x.dtype.name == "int8" or weight.dtype.name == "int8":
+        return _linear_int8(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision)
+    operands = [t for t in (x, weight, bias, residual) if t is not None]
+    device = common_device(*operands)
+    dtype = _out_dtype("linear", operands, out_dtype)
+    precision = _input_precision("linear", input_precision, result_type(x, weight))
+    return implementation("linear", device)(x, weight, bias, _activation("linear", activation), residual,
+                                            _number("linear", "alpha", alpha), _number("linear", "beta", beta), dtype,
+                                            input_precision=precision)
+
+
+def _check_linear(x: Tensor, w_shape: tuple, bias, residual) -> None:
+    """x [..., in] against a weight [out, in]; bias and residual broadcast to the result."""
+    if len(w_shape) != 2:
+        raise ShapeError(f"linear's weight is [out, in] (2-D), got shape {w_shape}")
+    if x.ndim < 1 or x.shape[-1] != w_shape[1]:
+        raise ShapeError(f"linear of x {x.shape} with weight {w_shape}: x's last dim must be in={w_shape[1]}")
+    shape = tuple(x.shape[:-1]) + (w_shape[0],)
+    _addend("linear", "bias", bias, shape)
+    _addend("linear", "residual", residual, shape)
+
+
+def _linear_int8(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision) -> Tensor:
+    """int8 x int8 -> int32: exact sums of exact products, no epilogue (quantized activations are
+    rescaled by the caller, in float)."""
+    if x.dtype.name != "int8" or weight.dtype.name != "int8":
+        raise DTypeError(f"linear multiplies int8 by int8 only, got {x.dtype.name} and {weight.dtype.name}")
+    if (out_dtype is not None and as_dtype(out_dtype).name != "int32") or bias is not None or residual is not None \
+            or activation is not None or alpha != 1.0 or beta != 1.0 or input_precision is not None:
+        raise ArgumentError("linear of int8 operands gives their int32 product alone: no out_dtype but int32, no "
+                            "bias, activation, residual, alpha, beta or input_precision")
+    device = common_device(x, weight)
+    return implementation("linear", device)(x, weight, None, None, None, 1.0, 1.0, as_dtype("int32"))
+
+
+def _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype) -> Tensor:
+    _tensors("linear", x=x)
+    _check_linear(x, tuple(weight.shape), bias, residual)
+    operands = [t for t in (x, bias, residual) if t is not None]
+    device = common_device(*operands, weight.qweight)
+    dtype = _out_dtype("linear", operands, out_dtype)
+    return implementation("linear_int4", device)(x, weight, bias, _activation("linear", activation), residual,
+                                                 _number("linear", "alpha", alpha), _number("linear", "beta", beta),
+                                                 dtype)
+
+
+def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, *, activation="silu", out_dtype=None) -> Tensor:
+    """activation(x @ w_gate.T) * (x @ w_up.T): the gated pair of a SwiGLU (GeGLU) MLP."""
+    _tensors("gated_linear", x=x, w_gate=w_gate, w_up=w_up)
+    if w_gate.ndim != 2 or w_gate.shape != w_up.shape:
+        raise ShapeError(f"gated_linear's weights are two [out, in] matrices of one shape, got {w_gate.shape} "
+                         f"and {w_up.shape}")
+    if x.ndim < 1 or x.shape[-1] != w_gate.shape[1]:
+        raise ShapeError(f"gated_linear of x {x.shape} with weights {w_gate.shape}: x's last dim must be "
+                         f"in={w_gate.shape[1]}")
+    if activation is None:
+        raise ArgumentError("gated_linear's activation names the gate's function (silu for SwiGLU); None is not one")
+    device = common_device(x, w_gate, w_up)
+    dtype = _out_dtype("gated_linear", [x, w_gate, w_up], out_dtype)
+    return implementation("gated_linear", device)(x, w_gate, w_up, _activation("gated_linear", activation), dtype)
+
+
+FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+
+
+def scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, bias: Tensor | None = None, *,
+                  activation=None, residual=None, out_dtype="bfloat16") -> Tensor:
+    """(x @ weight.T) * scale_x * scale_w (+ bias, activation, residual as linear's): float8
+    operands with float32 scales, one a tensor (size 1) or one a row: scale_x [rows] (or
+    [rows, 1]) of x's rows, scale_w [out] (or [out, 1]) of the weight's, as torch._scaled_mm
+    takes them. The product accumulates in float32; out_dtype is bfloat16 unless asked."""
+    _tensors("scaled_linear", x=x, weight=weight, scale_x=scale_x, scale_w=scale_w)
+    if x.dtype.name not in FLOAT8 or weight.dtype.name not in FLOAT8:
+        raise DTypeError(f"scaled_linear multiplies float8 operands, got {x.dtype.name} and {weight.dtype.name}")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"scaled_linear of x {x.shape} with weight {weight.shape} (weight [out, in], x [..., in])")
+    rows = math.prod(x.shape[:-1])
+    for name, scale, count in (("scale_x", scale_x, rows), ("scale_w", scale_w, weight.shape[0])):
+        if scale.dtype.name != "float32":
+            raise DTypeError(f"scaled_linear's {name} is float32, got {scale.dtype.name}")
+        if scale.size not in (1, count) or (scale.size == count and scale.ndim > 1 and scale.shape[-1] != 1):
+            raise ShapeError(f"scaled_linear's {name} of shape {scale.shape} is neither one scale nor one for each of "
+                             f"the {count} rows it scales")
+    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
+    _addend("scaled_linear", "bias", bias, shape)
+    _addend("scaled_linear", "residual", residual, shape)
+    device = common_device(*(t for t in (x, weight, scale_x, scale_w, bias, residual) if t is not None))
+    dtype = as_dtype(out_dtype)
+    check_category("scaled_linear", dtype, "real_floating")
+    flat = [s.reshape(-1).contiguous() for s in (scale_x, scale_w)]
+    return implementation("scaled_linear", device)(x, weight, *flat, bias, _activation("scaled_linear", activation),
+                                                   residual, dtype)
+
+
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1.0, alpha=1.0) -> Tensor:  # noqa: A002
+    """beta * input + alpha * (mat1 @ mat2), mat1 and mat2 2-D, input broadcast to the result."""
+    _tensors("addmm", input=input, mat1=mat1, mat2=mat2)
+    if mat1.ndim != 2 or mat2.ndim != 2:
+        raise ShapeError(f"addmm multiplies two matrices, got shapes {mat1.shape} and {mat2.shape}")
+    return _add_product("addmm", input, mat1, mat2, beta, alpha)
+
+
+def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1.0, alpha=1.0) -> Tensor:  # noqa: A002
+    """beta * input + alpha * (batch1 @ batch2) over a batch of equal size in both (3-D)."""
+    _tensors("baddbmm", input=input, batch1=batch1, batch2=batch2)
+    _check_bmm("baddbmm", batch1, batch2)
+    return _add_product("baddbmm", input, batch1, batch2, beta, alpha)
+
+
+def _add_product(op, input, x1, x2, beta, alpha):  # noqa: A002
+    shape = _matmul_shape(x1.shape, x2.shape)
+    _addend(op, "input", input, shape)
+    beta, alpha = _number(op, "beta", beta), _number(op, "alpha", alpha)
+    device = common_device(input, x1, x2)
+    dtype = _out_dtype(op, [input, x1, x2], None)
+    # linear's weight is [out, in]: mat2 is read through its transpose, a view
+    return implementation("linear", device)(x1, x2.mT, None, None, None if beta == 0 else input, alpha, beta, dtype)
+
+
+def _check_bmm(op, x1, x2):
+    if x1.ndim != 3 or x2.ndim != 3 or x1.shape[0] != x2.shape[0]:
+        raise ShapeError(f"{op} multiplies two 3-D batches of equal size, got shapes {x1.shape} and {x2.shape}")
+
+
+def bmm(x1: Tensor, x2: Tensor) -> Tensor:
+    """The batched product of two 3-D tensors of equal batch size (no broadcasting)."""
+    _tensors("bmm", x1=x1, x2=x2)
+    _check_bmm("bmm", x1, x2)
+    return matmul(x1, x2)
+
+
+# ---- references ------------------------------------------------------------------------------
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def apply_activation(a: np.ndarray, activation) -> np.ndarray:
+    """The epilogue's activation on a host array (the definitions of nbx's elementwise ops)."""
+    if activation is None:
+        return a
+    with np.errstate(all="ignore"):
+        if activation == "relu":
+            return np.maximum(a, 0)
+        if activation == "silu":
+            return a / (1 + np.exp(-a))
+        if activation == "gelu_tanh":
+            return 0.5 * a * (1 + np.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a ** 3)))
+        erf = np.vectorize(math.erf, otypes=[np.float64])
+        return 0.5 * a * (1 + erf(a / math.sqrt(2)).astype(a.dtype))
+
+
+def _host(t, compute):
+    return None if t is None else t.numpy().astype(compute, copy=False)
+
+
+def _compute(dtype, precision):
+    return oracle_dtype(dtype) if precision == reference.FLOAT64 else compute_dtype(dtype)
+
+
+def _linear_reference(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
+                      precision=reference.NATIVE, input_precision=None):
+    dtype = result_type(*(t for t in (x, weight, bias, residual) if t is not None))
+    compute = np.dtype(np.int64) if dtype.kind == "int" else _compute(dtype, precision)   # int8 products: exact
+    a, w = _host(x, compute), _host(weight, compute)
+    if input_precision == "tf32":  # the products of TF32-rounded operands, exact in float64
+        a, w = round_tf32(a).astype(compute), round_tf32(w).astype(compute)
+    y = alpha * np.matmul(a, np.swapaxes(w, -1, -2))
+    if bias is not None:
+        y = y + _host(bias, compute)
+    y = apply_activation(y, activation)
+    if residual is not None:
+        y = y + beta * _host(residual, compute)
+    return y
+
+
+def _linear_int4_reference(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0,
+                           out_dtype=None, precision=reference.NATIVE):
+    """The int4 weight dequantized (float64 for the oracle, else x's compute dtype), then linear."""
+    dtype = result_type(*(t for t in (x, bias, residual) if t is not None))
+    dense = weight.dequantize("float64" if precision == reference.FLOAT64 else compute_dtype(dtype))
+    return _linear_reference(x, dense, bias, activation, residual, alpha, beta, precision=precision)
+
+
+def _scaled_reference(x, weight, scale_x, scale_w, bias=None, activation=None, residual=None, out_dtype=None,
+                      precision=reference.NATIVE):
+    compute = np.float64 if precision == reference.FLOAT64 else np.float32
+    a = _host(x, compute).reshape(-1, x.shape[-1]) * _host(scale_x, compute).reshape(-1, 1)
+    w = _host(weight, compute) * _host(scale_w, compute).reshape(-1, 1)
+    y = (a @ w.T).reshape(tuple(x.shape[:-1]) + (weight.shape[0],))
+    if bias is not None:
+        y = y + _host(bias, compute)
+    y = apply_activation(y, activation)
+    return y if residual is None else y + _host(residual, compute)
+
+
+def _gated_reference(x, w_gate, w_up, activation="silu", out_dtype=None, precision=reference.NATIVE):
+    compute = _compute(result_type(x, w_gate, w_up), precision)
+    a = _host(x, compute)
+    return apply_activation(np.matmul(a, _host(w_gate, compute).T), activation) * np.matmul(a, _host(w_up, compute).T)
+
+
+def _addmm_reference(input, x1, x2, beta=1.0, alpha=1.0, precision=reference.NATIVE):  # noqa: A002
+    compute = _compute(result_type(input, x1, x2), precision)
+    product = alpha * np.matmul(_host(x1, compute), _host(x2, compute))
+    return product if beta == 0 else beta * _host(input, compute) + product
+
+
+def _bmm_reference(x1, x2, precision=reference.NATIVE):
+    compute = _compute(result_type(x1, x2), precision)
+    return np.matmul(_host(x1, compute), _host(x2, compute))
+
+
+reference.register("linear", _linear_reference)
+reference.register("gated_linear", _gated_reference)
+reference.register("linear_int4", _linear_int4_reference)
+reference.register("scaled_linear", _scaled_reference)
+reference.register("addmm", _addmm_reference)
+reference.register("baddbmm", _addmm_reference)
+reference.register("bmm", _bmm_reference)
+
+
+@register("linear", "cpu")
+def _linear_cpu(x, weight, bias, activation, residual, alpha, beta, dtype, input_precision=None) -> Tensor:
+    return wrap(_linear_reference(x, weight, bias, activation, residual, alpha, beta,
+                                  input_precision=input_precision), dtype)
+
+
+@register("scaled_linear", "cpu")
+def _scaled_cpu(x, weight, scale_x, scale_w, bias, activation, residual, dtype) -> Tensor:
+    return wrap(_scaled_reference(x, weight, scale_x, scale_w, bias, activation, residual), dtype)
+
+
+@register("linear_int4", "cpu")
+def _linear_int4_cpu(x, weight, bias, activation, residual, alpha, beta, dtype) -> Tensor:
+    return wrap(_linear_int4_reference(x, weight, bias, activation, residual, alpha, beta), dtype)
+
+
+@register("gated_linear", "cpu")
+def _gated_cpu(x, w_gate, w_up, activation, dtype) -> Tensor:
+    return wrap(_gated_reference(x, w_gate, w_up, activation), dtype)
+
+
+# ---- einsum ----------------------------------------------------------------------------------
+def _parse(subscripts: str, operands) -> tuple[list[str], str]:
+    if not isinstance(subscripts, str):
+        raise ArgumentError(f"einsum's subscripts are a string, got {type(subscripts).__name__}")
+    spec = subscripts.replace(" ", "")
+    inputs, arrow, output = spec.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands) or not 1 <= len(terms) <= 2:
+        raise ArgumentError(f"einsum {subscripts!r}: {len(terms)} terms for {len(operands)} operands "
+                            f"(nbx's einsum takes one or two operands)")
+    if "." in spec:
+        width = max((t.ndim for t in operands), default=0)
+        free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec][:width]
+        terms = [_expand_ellipsis(term, t.ndim, free) for term, t in zip(terms, operands, strict=True)]
+        if arrow and "..." in output:
+            longest = max(terms, key=lambda term: sum(c in free for c in term))
+            output = output.replace("...", "".join(c for c in longest if c in free))
+        elif arrow:
+            output = output.replace("...", "")
+    for term, t in zip(terms, operands, strict=True):
+        if not term.isalpha() or len(term) != t.ndim:
+            raise ShapeError(f"einsum term {term!r} does not name the {t.ndim} dims of an operand of shape {t.shape}")
+        if len(set(term)) != len(term):
+            raise ArgumentError(f"einsum term {term!r} repeats an index (a diagonal), which nbx's einsum does not take")
+    if not arrow:  # numpy's implicit output: the indices seen once, in alphabetical order
+        joined = "".join(terms)
+        output = "".join(sorted(c for c in set(joined) if joined.count(c) == 1))
+    if len(set(output)) != len(output) or any(c not in "".join(terms) for c in output):
+        raise ArgumentError(f"einsum output {output!r} repeats an index or names one no operand has")
+    return terms, output
+
+
+def _expand_ellipsis(term: str, ndim: int, free: list[str]) -> str:
+    if "..." not in term:
+        return term
+    named = len(term) - 3
+    return term.replace("...", "".join(free[len(free) - (ndim - named):]) if ndim > named else "")
+
+
+def _sizes(terms, operands) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for term, t in zip(terms, operands, strict=True):
+        for c, s in zip(term, t.shape, strict=True):
+            if sizes.setdefault(c, s) != s:
+                raise ShapeError(f"einsum index {c!r} has sizes {sizes[c]} and {s}")
+    return sizes
+
+
+def _sum_out(t: Tensor, term: str, keep: set) -> tuple[Tensor, str]:
+    """t with the indices not in keep summed away."""
+    gone = [i for i, c in enumerate(term) if c not in keep]
+    if not gone:
+        return t, term
+    from .reductions import sum as sum_
+    return sum_(t, dim=tuple(gone)), "".join(c for c in term if c in keep)
+
+
+def einsum(subscripts: str, *operands: Tensor) -> Tensor:
+    """numpy's einsum for one or two operands: batch, contracted and free indices through matmul."""
+    for i, t in enumerate(operands):
+        _tensors("einsum", **{f"operand {i}": t})
+    terms, output = _parse(subscripts, operands)
+    sizes = _sizes(terms, operands)
+    if len(operands) == 1:
+        t, term = _sum_out(operands[0], terms[0], set(output))
+        return t.permute([term.index(c) for c in output])
+    (a, b), (ta, tb) = operands, terms
+    a, ta = _sum_out(a, ta, set(output) | set(tb))
+    b, tb = _sum_out(b, tb, set(output) | set(ta))
+    batch = [c for c in output if c in ta and c in tb]
+    left = [c for c in output if c in ta and c not in tb]
+    right = [c for c in output if c in tb and c not in ta]
+    inner = [c for c in ta if c in tb and c not in output]
+    mat_a = a.permute([ta.index(c) for c in batch + left + inner]).reshape(
+        *(sizes[c] for c in batch), math.prod(sizes[c] for c in left), math.prod(sizes[c] for c in inner))
+    mat_b = b.permute([tb.index(c) for c in batch + inner + right]).reshape(
+        *(sizes[c] for c in batch), math.prod(sizes[c] for c in inner), math.prod(sizes[c] for c in right))
+    product = matmul(mat_a, mat_b).reshape(*(sizes[c] for c in batch + left + right))
+    order = batch + left + right
+    return product.permute([order.index(c) for c in output])
+
+
+def _einsum_reference(subscripts, *operands, precision=reference.NATIVE):
+    compute = _compute(result_type(*operands), precision)
+    return np.einsum(subscripts, *(_host(t, compute) for t in operands))
+
+
+reference.register("einsum", _einsum_reference)
+
+
+__all__ = ["linear", "scaled_linear", "gated_linear", "addmm", "baddbmm", "bmm", "einsum", "ACTIVATIONS", "INPUT_PRECISIONS"]

@@ -1,0 +1,211 @@
+"""rotary_embedding: one kernel that rotates a block of tokens (all heads) and, fused, writes the
+result into a paged cache's slots (and V beside it), which saves the separate pass of a cache write.
+
+Dim a of each pair is i (half-split) or 2i (interleaved), dim b is i + rotary_dim/2 or 2i + 1:
+out[a] = x[a] cos[a] - x[b] sin[a], out[b] = x[b] cos[b] + x[a] sin[b], HF's formula with its
+tables. Dims past rotary_dim are copied. A token whose position is outside the table gets NaN in
+its rotated dims (the host cannot check without waiting for the device). float32 arithmetic,
+one rounding at the store.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import triton
+import triton.language as tl
+
+from nbx.core.errors import NotSupportedError
+from nbx.core.tensor import Tensor
+
+from .. import launch, plans
+from ..cost import Buffer, Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
+from ..elementwise.casts import narrow, widen
+from ..registry import implements
+from . import tuning
+
+
+@triton.jit
+def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_out_ptr,
+                tokens, heads, max_positions, out_rows, sxt, sxh, sct, sot, soh, svt, svh, svot, svoh,
+                HALF: tl.constexpr, DIM: tl.constexpr, V_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
+                SLOTS: tl.constexpr, COPY_V: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
+                BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Grid: (cdiv(tokens, BLOCK_TOKENS),). SLOTS: out row of token t is slot[t] (a paged cache's
+    row), else t; a slot outside 0 .. out_rows - 1 (-1: padding) is not written. COPY_V: v's row t
+    copied to v_out's row of the same slot. HALF 0: nothing rotated (a plain cache write)."""
+    pid = tl.program_id(0)
+    t = pid * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
+    h = tl.arange(0, BLOCK_H)
+    i = tl.arange(0, BLOCK_R)
+    t_ok = t < tokens
+    pos = tl.load(pos_ptr + t, mask=t_ok, other=0).to(tl.int64)
+    in_table = (pos >= 0) & (pos < max_positions)
+    pos = tl.where(in_table, pos, 0)
+    row = t.to(tl.int64)
+    if SLOTS:
+        row = tl.load(slot_ptr + t, mask=t_ok, other=-1).to(tl.int64)
+        t_ok = t_ok & (row >= 0) & (row < out_rows)
+        row = tl.where(t_ok, row, 0)
+    if INTERLEAVED:
+        a = 2 * i
+        b = 2 * i + 1
+    else:
+        a = i
+        b = i + HALF
+    ok = t_ok[:, None, None] & (h[None, :, None] < heads) & (i[None, None, :] < HALF)
+    x_rows = x_ptr + t.to(tl.int64)[:, None, None] * sxt + h[None, :, None] * sxh
+    xa = widen(tl.load(x_rows + a[None, None, :], mask=ok, other=0.0), tl.float32)
+    xb = widen(tl.load(x_rows + b[None, None, :], mask=ok, other=0.0), tl.float32)
+    c_rows = pos[:, None, None] * sct
+    table_ok = t_ok[:, None, None] & (i[None, None, :] < HALF)
+    ca = widen(tl.load(cos_ptr + c_rows + a[None, None, :], mask=table_ok, other=0.0), tl.float32)
+    cb = widen(tl.load(cos_ptr + c_rows + b[None, None, :], mask=table_ok, other=0.0), tl.float32)
+    sa = widen(tl.load(sin_ptr + c_rows + a[None, None, :], mask=table_ok, other=0.0), tl.float32)
+    sb = widen(tl.load(sin_ptr + c_rows + b[None, None, :], mask=table_ok, other=0.0), tl.float32)
+    bad = (~in_table)[:, None, None]
+    out_a = tl.where(bad, float("nan"), xa * ca - xb * sa)
+    out_b = tl.where(bad, float("nan"), xb * cb + xa * sb)
+    o_rows = out_ptr + row[:, None, None] * sot + h[None, :, None] * soh
+    tl.store(o_rows + a[None, None, :], narrow(out_a, out_ptr.dtype.element_ty), mask=ok)
+    tl.store(o_rows + b[None, None, :], narrow(out_b, out_ptr.dtype.element_ty), mask=ok)
+    if DIM > 2 * HALF:  # the dims past rotary_dim pass through
+        p = 2 * HALF + tl.arange(0, BLOCK_P)
+        pass_ok = t_ok[:, None, None] & (h[None, :, None] < heads) & (p[None, None, :] < DIM)
+        kept = tl.load(x_rows + p[None, None, :], mask=pass_ok, other=0.0)
+        tl.store(o_rows + p[None, None, :], narrow(widen(kept, tl.float32), out_ptr.dtype.element_ty), mask=pass_ok)
+    if COPY_V:
+        e = tl.arange(0, BLOCK_V)
+        v_ok = t_ok[:, None, None] & (h[None, :, None] < heads) & (e[None, None, :] < V_DIM)
+        vals = tl.load(v_ptr + t.to(tl.int64)[:, None, None] * svt + h[None, :, None] * svh + e[None, None, :],
+                       mask=v_ok, other=0.0)
+        tl.store(v_out_ptr + row[:, None, None] * svot + h[None, :, None] * svoh + e[None, None, :],
+                 narrow(widen(vals, tl.float32), v_out_ptr.dtype.element_ty), mask=v_ok)
+
+
+def _pow2(n: int) -> int:
+    return tuning.pow2_at_least(n, 1)
+
+
+def _flat_tokens(x: Tensor) -> Tensor:
+    """(*tokens, heads, dim) -> (tokens, heads, dim), the dim at unit stride."""
+    x = x.reshape(prod(x.shape[:-2]), x.shape[-2], x.shape[-1]) if x.ndim != 3 else x
+    return x if x.shape[-1] <= 1 or x.strides[-1] == 1 else x.contiguous()
+
+
+def _table(t: Tensor) -> Tensor:
+    return t if t.strides[-1] == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _build(x_layout, table, v_layout, target, v_target, interleaved, device, setting) -> LaunchPlan:
+    """The rope launch. x_layout, v_layout: (shape, strides, dtype) of the (tokens, heads, dim)
+    inputs; table: (shape, row stride) of cos/sin or None (no rotation); target, v_target: the row
+    and head strides of the cache rows written through slots, or None (a new output)."""
+    (tokens, heads, dim), x_strides, dtype = x_layout
+    if setting is None:
+        setting = tuning.rope_setting(device, tokens * heads * dim, dim, dtype)
+    half, max_positions, table_stride = (0, 1, 0) if table is None else (table[0][1] // 2, table[0][0], table[1])
+    outputs = ()
+    if target is None:
+        outputs = (plans.output("out", (tokens, heads, dim), dtype),)
+        target = (heads * dim, dim)
+    rows = Slot("out_rows")
+    v_dim, v_strides = (dim, x_strides) if v_layout is None else (v_layout[0][2], v_layout[1])
+    v_target = target if v_target is None else v_target
+    block = setting["block_tokens"]
+    args = (Slot("x"), Slot("cos"), Slot("sin"), Slot("positions"), Slot("out"), Slot("slots"), Slot("v"),
+            Slot("v_out"), tokens, heads, max_positions, rows, x_strides[0], x_strides[1], table_stride, *target,
+            v_strides[0], v_strides[1], *v_target)
+    meta = dict(HALF=half, DIM=dim, V_DIM=v_dim, INTERLEAVED=bool(interleaved), SLOTS=not outputs,
+                COPY_V=v_layout is not None, BLOCK_TOKENS=block, BLOCK_H=_pow2(heads), BLOCK_R=_pow2(max(half, 1)),
+                BLOCK_P=_pow2(max(dim - 2 * half, 1)), BLOCK_V=_pow2(v_dim), num_warps=setting["num_warps"])
+    return LaunchPlan(device, (Launch(rope_kernel, (triton.cdiv(tokens, block),), args, meta),), outputs)
+
+
+def _described(t: Tensor) -> tuple:
+    return (tuple(t.shape), tuple(t.strides), t.dtype)
+
+
+def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slots=None, cache=None, v=None,
+                v_cache=None):
+    """rotary_embedding of x into out (new, or a given contiguous one), or, with slots, into
+    cache's rows slots[t] (cache: (rows, heads, dim), a view of a paged cache's blocks), v copied
+    into v_cache alike. cos None: nothing rotated (kv_cache_write)."""
+    if x.dtype.name not in ("float16", "bfloat16", "float32"):
+        raise NotSupportedError(f"rotary_embedding on {x.device.type} takes float16, bfloat16 or float32; got "
+                                f"{x.dtype.name}")
+    device = x.device
+    flat = _flat_tokens(x)
+    tokens, heads, dim = flat.shape
+    if slots is None:
+        out = launch.output(x.shape, x.dtype, device, out)
+    if tokens == 0 or heads == 0:
+        return out
+    table = None
+    if cos is not None:
+        cos, sin = _table(cos), _table(sin)
+        if cos.strides != sin.strides:
+            cos, sin = cos.contiguous(), sin.contiguous()
+        table = (tuple(cos.shape), cos.strides[0], cos.dtype, sin.dtype)
+    vv = None if v is None else _flat_tokens(v)
+    target = None if cache is None else tuple(cache.strides[:2])
+    v_target = None if v_cache is None else tuple(v_cache.strides[:2])
+    signature = (_described(flat), table, None if vv is None else _described(vv), target, v_target, bool(interleaved),
+                 device, plans.setting_key(setting))
+    plan = plans.cached("rotary_embedding", signature, lambda: _build(
+        _described(flat), table and table[:2], None if vv is None else _described(vv), target, v_target,
+        interleaved, device, setting))
+    pos = _unit(positions.reshape(tokens)) if positions is not None else _unit(slots)
+    values = {"x": flat, "cos": cos if cos is not None else flat, "sin": sin if sin is not None else flat,
+              "positions": pos, "out": cache if cache is not None else out.reshape(tokens, heads, dim),
+              "slots": _unit(slots) if slots is not None else pos, "v": vv if vv is not None else flat,
+              "v_out": v_cache if v_cache is not None else flat,
+              "out_rows": cache.shape[0] if cache is not None else tokens}
+    plans.execute(plan, values)
+    return out
+
+
+def _unit(t: Tensor) -> Tensor:
+    """Positions or slots as int32 (what the kernel's arithmetic takes) at unit stride."""
+    from nbx.core import dtypes
+    if t.dtype is not dtypes.int32:
+        t = t.to(dtype=dtypes.int32)
+    return t if t.shape[0] <= 1 or t.strides[0] == 1 else t.contiguous()
+
+
+def cache_rows(cache: Tensor) -> Tensor:
+    """A (num_blocks, block_tokens, heads, dim) cache as (rows, heads, dim), refused where its
+    blocks and their tokens do not merge into one strided dim."""
+    if cache.strides[0] != cache.shape[1] * cache.strides[1] or (cache.shape[3] > 1 and cache.strides[3] != 1):
+        raise NotSupportedError(f"a paged cache's blocks and tokens must merge into rows (strides {cache.strides} "
+                                f"of shape {tuple(cache.shape)}): allocate it contiguous")
+    return cache._view((cache.shape[0] * cache.shape[1], cache.shape[2], cache.shape[3]), cache.strides[1:])
+
+
+@implements("kv_cache_write")
+def _kv_cache_write(k, v, k_cache, v_cache, slots):
+    launch_rope(k, None, None, None, False, slots=slots, cache=cache_rows(k_cache), v=v, v_cache=cache_rows(v_cache))
+
+
+@implements("rotary_kv_cache_write")
+def _rotary_kv_cache_write(k, v, cos, sin, positions, k_cache, v_cache, slots, interleaved):
+    launch_rope(k, cos, sin, positions, interleaved, slots=slots, cache=cache_rows(k_cache), v=v,
+                v_cache=cache_rows(v_cache))
+
+
+@implements("rotary_embedding")
+def _rotary(x, cos, sin, positions, interleaved):
+    return launch_rope(x, cos, sin, positions, interleaved)
+
+
+def rope_cost(x, cos, sin, positions, interleaved=False) -> Cost:
+    """The output; x read and written once, each token's cos and sin rows once, its position."""
+    rotary_dim = cos.shape[1]
+    tokens = prod(x.shape[:-2])
+    moved = 2 * x.nbytes + tokens * (2 * rotary_dim * cos.dtype.itemsize + positions.dtype.itemsize)
+    return Cost((Buffer("out", x.nbytes),), moved, 3 * x.size * rotary_dim // max(x.shape[-1], 1))
+
+
+declares("rotary_embedding")(rope_cost)
+
+__all__ = ["launch_rope", "rope_kernel", "rope_cost"]

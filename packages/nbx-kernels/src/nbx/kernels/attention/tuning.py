@@ -1,0 +1,163 @@
+"""Certified settings of the attention kernels: the flash prefill tile, the decode split, the rope
+tile.
+
+attention: block_m query rows (tokens x the heads of a KV group) by block_n keys a step, warps and
+pipeline stages; candidates are pruned by the shared memory a stage's K and V blocks and the q tile
+take at the key's head dims. Its key: the query and key lengths on the dims ladder, the head dims,
+the group (query heads per KV head), the dtype, and whether it is causal.
+
+attention_decode: block_n keys a step and the warps of the split-K decode; how many splits is
+derived from the device file's `programs` (enough programs to fill the device) and the context.
+Its key: the context on the dims ladder, the query rows a program takes, the head dim, the dtype.
+
+rope: tokens a program and warps. Its key: the element count class and the dtype.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nbx import autotune
+from nbx.core.dtypes import as_dtype
+from nbx.core.ops.creation import asarray
+from nbx.core.reference import oracle
+
+PREFILL_PARAMS = {"block_m": (64, 128), "block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3)}
+PREFILL_KEY = {"q_len": "dims", "k_len": "dims", "head_dim": "exact", "v_dim": "exact", "group": "exact",
+               "dtype": "dtype", "causal": "flag"}
+DECODE_PARAMS = {"block_n": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3)}
+DECODE_KEY = {"k_len": "dims", "rows": "exact", "head_dim": "exact", "dtype": "dtype", "paged": "flag"}
+ROPE_PARAMS = {"block_tokens": (1, 2, 4, 8), "num_warps": (1, 2, 4)}
+ROPE_KEY = {"elements": "elements", "head_dim": "exact", "dtype": "dtype"}
+
+
+def pow2_at_least(n: int, floor: int = 16) -> int:
+    return max(floor, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+
+
+def prefill_stage_bytes(setting, head_dim: int, v_dim: int, itemsize: int = 2) -> int:
+    """Shared memory of the prefill kernel: the q tile, and a K and a V block per stage."""
+    d, dv = pow2_at_least(head_dim), pow2_at_least(v_dim)
+    return itemsize * (setting["block_m"] * d + max(1, setting["num_stages"]) * setting["block_n"] * (d + dv))
+
+
+def _prefill_fits(setting, rep, facts):
+    limit = facts.value("memory.max_shared_memory_per_block")
+    used = prefill_stage_bytes(setting, rep["head_dim"], rep["v_dim"], as_dtype(rep["dtype"]).itemsize)
+    if used > limit:
+        return f"the q tile and {setting['num_stages']} K/V stages take {used} bytes, above {limit}"
+    if setting["block_m"] > min(PREFILL_PARAMS["block_m"]) and setting["block_m"] // 2 >= rep["q_len"] * rep["group"]:
+        return f"block_m {setting['block_m']} covers {rep['q_len'] * rep['group']} query rows twice over"
+    return True
+
+
+def _decode_fits(setting, rep, facts):
+    if setting["block_n"] > min(DECODE_PARAMS["block_n"]) and setting["block_n"] // 2 >= rep["k_len"]:
+        return f"block_n {setting['block_n']} covers a context of {rep['k_len']} twice over"
+    return True
+
+
+def _sin(shape, phase):
+    return np.sin(phase * np.arange(int(np.prod(shape)), dtype=np.float64) + 0.3).reshape(shape)
+
+
+def prefill_workload(rep, device):
+    from . import launch_sdpa
+    from .. import launch
+    hk = 2
+    hq = hk * rep["group"]
+    dtype = rep["dtype"]
+    q = asarray(_sin((1, hq, rep["q_len"], rep["head_dim"]), 0.37).astype(dtype.host), device=device)
+    k = asarray(_sin((1, hk, rep["k_len"], rep["head_dim"]), 0.21).astype(dtype.host), device=device)
+    v = asarray(_sin((1, hk, rep["k_len"], rep["v_dim"]), 0.13).astype(dtype.host), device=device)
+    from nbx.core.ops.attention import AttentionOptions
+    options = AttentionOptions(1.0 / math.sqrt(rep["head_dim"]), bool(rep["causal"]), "bottom_right")
+    out = launch.output((1, hq, rep["q_len"], rep["v_dim"]), dtype, device)
+    expected = np.asarray(oracle("scaled_dot_product_attention", q, k, v, None, None, options))
+    return autotune.TensorWorkload(out, lambda setting: launch_sdpa(q, k, v, None, None, options, out=out,
+                                                                    setting=setting),
+                                   lambda rows: expected[rows])
+
+
+def decode_workload(rep, device):
+    """One query token of rep["rows"] heads a KV head over a context of k_len, from a contiguous
+    cache or (paged) a cache of the device file's blocks in table order."""
+    from . import launch_paged, launch_sdpa
+    from .. import launch
+    from nbx.core.ops.attention import AttentionOptions
+    hk, dtype, d, n = 8, rep["dtype"], rep["head_dim"], rep["k_len"]
+    hq = rep["rows"] * hk
+    q = asarray(_sin((1, hq, 1, d), 0.37).astype(dtype.host), device=device)
+    k = asarray(_sin((1, hk, n, d), 0.21).astype(dtype.host), device=device)
+    v = asarray(_sin((1, hk, n, d), 0.13).astype(dtype.host), device=device)
+    options = AttentionOptions(1.0 / math.sqrt(d), alignment="bottom_right")
+    expected = np.asarray(oracle("scaled_dot_product_attention", q, k, v, None, None, options))
+    if not rep["paged"]:
+        out = launch.output((1, hq, 1, d), dtype, device)
+        return autotune.TensorWorkload(out, lambda setting: launch_sdpa(q, k, v, None, None, options, out=out,
+                                                                        decode_setting=setting),
+                                       lambda rows: expected[rows])
+    bt = launch.tiles("kv_cache", device)["block_tokens"]
+    blocks = -(-n // bt)
+
+    def paged(t):  # (1, hk, n, d) -> (blocks, bt, hk, d), the tail block zero
+        a = np.zeros((blocks * bt, hk, d), dtype.host)
+        a[:n] = t.numpy()[0].transpose(1, 0, 2)
+        return asarray(a.reshape(blocks, bt, hk, d), device=device)
+
+    kc, vc = paged(k), paged(v)
+    table = asarray(np.arange(blocks, dtype=np.int32)[None, :], device=device)
+    lens = asarray(np.array([n], dtype=np.int32), device=device)
+    qp = asarray(np.ascontiguousarray(q.numpy().transpose(0, 2, 1, 3)), device=device)  # (1, 1, hq, d)
+    out = launch.output((1, 1, hq, d), dtype, device)
+    flipped = expected.transpose(0, 2, 1, 3)
+    return autotune.TensorWorkload(out, lambda setting: launch_paged(qp, kc, vc, table, lens, None, None, options,
+                                                                     False, n, out=out, decode_setting=setting),
+                                   lambda rows: flipped[rows])
+
+
+def rope_workload(rep, device):
+    from .rope import launch_rope
+    from .. import launch
+    dtype, d = rep["dtype"], rep["head_dim"]
+    heads = 8
+    tokens = max(1, rep["elements"] // (heads * d))
+    x = asarray(_sin((tokens, heads, d), 0.37).astype(dtype.host), device=device)
+    angles = np.arange(tokens)[:, None] * (1e-4 ** (np.arange(0, d, 2) / d))[None, :]
+    cos = asarray(np.cos(np.concatenate([angles, angles], 1)).astype(np.float32), device=device)
+    sin = asarray(np.sin(np.concatenate([angles, angles], 1)).astype(np.float32), device=device)
+    positions = asarray(np.arange(tokens, dtype=np.int32), device=device)
+    out = launch.output(x.shape, dtype, device)
+    expected = np.asarray(oracle("rotary_embedding", x, cos, sin, positions, False))
+    return autotune.TensorWorkload(out, lambda setting: launch_rope(x, cos, sin, positions, False, out=out,
+                                                                    setting=setting),
+                                   lambda rows: expected[rows])
+
+
+ATTENTION = autotune.declare(autotune.Tunable(
+    "attention", params=PREFILL_PARAMS, key=PREFILL_KEY, default_from="tiles.attention", workload=prefill_workload,
+    fits=_prefill_fits))
+ATTENTION_DECODE = autotune.declare(autotune.Tunable(
+    "attention_decode", params=DECODE_PARAMS, key=DECODE_KEY, default_from="tiles.attention_decode",
+    workload=decode_workload, fits=_decode_fits))
+ROPE = autotune.declare(autotune.Tunable(
+    "rope", params=ROPE_PARAMS, key=ROPE_KEY, default_from="tiles.rope", workload=rope_workload))
+
+
+def prefill_setting(device, q_len, k_len, head_dim, v_dim, group, dtype, causal):
+    return autotune.setting(ATTENTION, device, q_len=q_len, k_len=k_len, head_dim=head_dim, v_dim=v_dim,
+                            group=group, dtype=dtype, causal=causal)
+
+
+def decode_setting(device, k_len, rows, head_dim, dtype, paged):
+    return autotune.setting(ATTENTION_DECODE, device, k_len=k_len, rows=rows, head_dim=head_dim, dtype=dtype,
+                            paged=paged)
+
+
+def rope_setting(device, elements, head_dim, dtype):
+    return autotune.setting(ROPE, device, elements=elements, head_dim=head_dim, dtype=dtype)
+
+
+__all__ = ["ATTENTION", "ATTENTION_DECODE", "ROPE", "prefill_setting", "decode_setting", "rope_setting",
+           "pow2_at_least", "prefill_stage_bytes"]

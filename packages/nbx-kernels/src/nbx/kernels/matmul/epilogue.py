@@ -1,0 +1,333 @@
+"""linear, addmm, baddbmm and gated_linear on the kernel devices: one fused launch (fused.py).
+
+The front-ends (nbx.core.ops.products) hand every product with an epilogue to "linear":
+x [..., K] (or a batch [B, M, K]) times weight [N, K] (or [B, N, K]) read through its transpose
+in place, bias and residual broadcast to the result. A 2-D weight takes every leading dim of x as
+rows: x is viewed as (rows, K), copied only where its strides cannot merge; bias and residual are
+read through their strides over the result (stride 0 where broadcast), copied only where
+broadcast leading dims cannot merge into rows. The plan (pure: layouts and the served setting in,
+launch constants out) is kept per call layout.
+
+Decode rows: the certified setting of the key decides the tile and split_k; with split_k > 1 the
+products land in float32 (float64) partials, workspace of the call, and a second launch sums them
+in a fixed order and applies the epilogue. K == 0 runs the same launch (no K steps): the epilogue
+of a zero product.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import triton.language as tl
+
+from nbx.core import dtypes, layout
+from nbx.core.dtypes import DType
+from nbx.core.errors import NotSupportedError
+from nbx.core.promotion import result_type
+from nbx.core.tensor import Tensor
+
+from .. import launch, plans
+from ..elementwise.casts import COMPILED
+from ..cost import LAUNCH, Buffer, Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
+from ..registry import implements
+from ..rows import float_bits
+from ..types import tl_type
+from . import INT32_MAX, check_dtypes
+from .fused import fused_matmul_kernel, split_epilogue_kernel
+from .hopper import tma_matmul_kernel
+from .linear_tuning import linear_setting
+from .tuning import stages_that_fit
+
+SPLIT_BLOCK = 1024   # elements a program of the split-K epilogue sums (a store pass: its size barely matters)
+
+
+@dataclass(frozen=True)
+class LinearPlan:
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: tuple             # (batch, row, k) strides of A after any copy
+    b: tuple             # (batch, k, n) strides of B (the weight's transpose)
+    bias: tuple | None   # (batch, row, n) strides of the bias over the result
+    residual: tuple | None
+    copies: tuple        # operands read through a dense copy: "x", "bias", "residual"
+    split_k: int
+    meta: tuple          # the kernel's constants and launch options
+    split_meta: tuple    # the split epilogue's constants
+    tma: bool = False    # the persistent descriptor kernel (hopper.py) instead of the pointer kernel
+    scales: tuple | None = None   # (x scale, weight scale) strides of a scaled (float8) product
+    out_shape: tuple = ()
+    dtype: DType | None = None
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        meta = dict(self.meta)
+        tiles = -(-self.m // meta["BLOCK_M"]) * -(-self.n // meta["BLOCK_N"])
+        if self.tma:
+            return (min(tiles, meta["PROGRAMS"]),)
+        return (self.batch * tiles, self.split_k)
+
+    def partial_shape(self, gated: bool) -> tuple[int, ...]:
+        return ((2 if gated else 1), self.batch, self.split_k, self.m, self.n) if self.split_k > 1 else (0,)
+
+
+def out_shape(x_shape, w_shape) -> tuple[int, ...]:
+    return tuple(x_shape[:-1]) + (w_shape[-2],)
+
+
+def _rows(shape, strides, rows: int, width: int):
+    """(row, column) strides of a tensor viewed as (rows, width), or None when a copy is needed."""
+    found = layout.view_strides(tuple(shape), tuple(strides), (rows, width))
+    return None if found is None else tuple(found)
+
+
+def _addend_strides(shape, strides, out: tuple, batched: bool, rows: int):
+    """An addend's (batch, row, n) strides over the result, or None where it must be copied."""
+    broadcast = layout.broadcast_strides(tuple(shape), tuple(strides), out)
+    if batched:
+        return tuple(broadcast)
+    flat = _rows(out, broadcast, rows, out[-1])
+    return None if flat is None else (0, *flat)
+
+
+TMA_DTYPES = ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2", "int8")
+FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+SCALED_OUTPUTS = ("float16", "bfloat16", "float32")
+TMA_ALIGN = 16       # bytes: a descriptor's base and row strides
+
+
+def eligible(batched: bool, a, b, n: int, k: int, operands: DType, dtype: DType, aligned: bool, same_up: bool) -> bool:
+    """Whether the operands can be read (and C written) through tensor descriptors: no batch, a
+    non-empty K, A's K and one of B's dims at unit stride, row strides and bases 16-byte aligned."""
+    if batched or k == 0 or not aligned or not same_up or operands.name not in TMA_DTYPES or a[2] != 1:
+        return False
+    if 1 not in (b[1], b[2]):
+        return False
+    row = b[2] if b[1] == 1 else b[1]
+    return all(s * operands.itemsize % TMA_ALIGN == 0 for s in (a[1], row)) and n * dtype.itemsize % TMA_ALIGN == 0
+
+
+def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, operands: DType, dtype: DType,
+          gated: bool, activation, device, setting, aligned: tuple = (True, True), same_up: bool = True,
+          input_precision=None, scale_strides=None) -> LinearPlan:
+    shape = out_shape(x_shape, w_shape)
+    n, k = w_shape[-2], w_shape[-1]
+    batched = len(w_shape) == 3
+    batch = w_shape[0] if batched else 1
+    m = x_shape[-2] if batched else prod(x_shape[:-1])
+    copies = []
+    if batched:
+        a = tuple(x_strides)
+    else:
+        flat = _rows(x_shape, x_strides, m, k)
+        if flat is None:
+            copies.append("x")
+            flat = (k, 1)
+        a = (0, *flat)
+    b = (w_strides[0] if batched else 0, w_strides[-1], w_strides[-2])
+    addends = []
+    for name, found in (("bias", bias_layout), ("residual", res_layout)):
+        strides = None if found is None else _addend_strides(*found, shape, batched, m)
+        if found is not None and strides is None:
+            copies.append(name)
+            strides = _addend_strides(shape, layout.contiguous_strides(shape), shape, batched, m)
+        addends.append(strides)
+    tma = eligible(batched, a, b, n, k, operands, dtype, aligned[0] or "x" in copies, same_up) and aligned[1]
+    precision = input_precision or ("ieee" if operands in (dtypes.float32, dtypes.float64) else None)
+    s = dict(setting) if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
+                                                                   _form(gated, scale_strides), tma, precision)
+    if s["kernel"] == "tma" and not tma:
+        raise NotSupportedError(f"the tma kernel cannot read these operands through tensor descriptors (A strides "
+                                f"{a[1:]}, B strides {b[1:]}, {operands.name}, aligned {aligned}): serve it 'tiles'")
+    wide64 = operands is dtypes.float64
+    reach_m, reach_n, reach_k = m + s["block_m"], n + s["block_n"], k + s["block_k"]
+    wide = max(reach_m * abs(a[1]) + reach_k * abs(a[2]), reach_k * abs(b[1]) + reach_n * abs(b[2]),
+               reach_m * n + reach_n, *(reach_m * abs(t[1]) + reach_n * abs(t[2]) for t in addends if t)) > INT32_MAX
+    stages = s["num_stages"]
+    if COMPILED:  # the interpreter has no shared memory (and no pipeline)
+        stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), launch.facts(device))
+    acc = tl.float64 if wide64 else tl.int32 if operands is dtypes.int8 else tl.float32
+    epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
+                    GATED=gated)
+    meta = dict(SCALED=scale_strides is not None, DOT=tl_type(operands), ACC=acc, PRECISION=precision, EVEN_K=k % s["block_k"] == 0, WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
+                BLOCK_K=s["block_k"], GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
+                num_warps=s["num_warps"], num_stages=stages)
+    split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue)
+    if s["kernel"] == "tma":
+        for name in ("EVEN_K", "WIDE", "SPLIT_K"):
+            del meta[name]
+        meta.update(B_KMAJOR=b[1] == 1, PROGRAMS=s["programs"], WARP_SPECIALIZE=bool(s["warp_specialize"]))
+    return LinearPlan(batch, m, n, k, a, b, addends[0], addends[1], tuple(copies), s["split_k"],
+                      tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma", scale_strides, shape, dtype)
+
+
+def _form(gated: bool, scale_strides) -> str:
+    return "gated" if gated else "scaled" if scale_strides is not None else "plain"
+
+
+def _layout(t: Tensor | None):
+    return None if t is None else (tuple(t.shape), tuple(t.strides))
+
+
+def _operand_dtype(x: Tensor, weight: Tensor, up: Tensor | None, dtype: DType, scaled: bool = False) -> DType:
+    if scaled:
+        if x.dtype.name not in FLOAT8 or x.dtype is not weight.dtype or dtype.name not in SCALED_OUTPUTS:
+            raise NotSupportedError(f"a scaled product on {x.device.type} multiplies two float8 operands of one type "
+                                    f"into {', '.join(SCALED_OUTPUTS)}; got {x.dtype.name} x {weight.dtype.name} -> "
+                                    f"{dtype.name}")
+        return x.dtype
+    if x.dtype is dtypes.int8 and weight.dtype is dtypes.int8 and dtype is dtypes.int32 and up is None:
+        return dtypes.int8   # int8 x int8 -> int32
+    operands = result_type(*(t for t in (x, weight, up) if t is not None))
+    check_dtypes(x.dtype, weight.dtype, operands, x.device)
+    check_dtypes(operands, operands, dtype, x.device)
+    if dtype is dtypes.float64 and operands is not dtypes.float64:
+        raise NotSupportedError(f"linear accumulates {operands.name} operands in float32; a float64 result needs "
+                                f"float64 operands")
+    return operands
+
+
+def _aligned(t: Tensor | None) -> bool:
+    return t is None or t.data_ptr() % TMA_ALIGN == 0
+
+
+def _scale_strides(scales):
+    """(x scale, weight scale) strides: 0 for one scale a tensor, 1 for one a row (column)."""
+    return None if scales is None else tuple(0 if t.size == 1 else 1 for t in scales)
+
+
+def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: bool, scaled: bool) -> LaunchPlan:
+    """The plan's launches: every tensor a Slot of the call's values ("x", "weight", "up", "bias",
+    "residual", "xs", "ws", "out", the split's "part"), alpha and beta per-call Slots of their bits;
+    an absent operand's pointer is x's (its constant turns the reads off)."""
+    x = Slot("x")
+    bias, residual = Slot("bias") if has_bias else x, Slot("residual") if has_res else x
+    xs, ws = (Slot("xs"), Slot("ws")) if scaled else (x, x)
+    up = Slot("up") if gated else Slot("weight")
+    bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
+    scale_s = p.scales or (0, 0)
+    scalars = (Slot("alpha"), Slot("beta"))
+    meta = dict(p.meta)
+    if p.tma:
+        args = (x, Slot("weight"), up, Slot("out"), bias, residual, xs, ws, p.m, p.n, p.k, p.a[1],
+                p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scale_s, *scalars)
+        launches = (Launch(tma_matmul_kernel, p.grid, args, meta),)
+    else:
+        part = Slot("part") if p.split_k > 1 else Slot("out")
+        args = (x, Slot("weight"), up, Slot("out"), part, bias, residual, xs, ws, p.m, p.n, p.k, *p.a, *p.b,
+                *bias_s, *res_s, *scale_s, *scalars)
+        launches = (Launch(fused_matmul_kernel, p.grid, args, meta),)
+        if p.split_k > 1:
+            total = p.batch * p.m * p.n
+            launches += (Launch(split_epilogue_kernel, (-(-total // SPLIT_BLOCK),),
+                                (Slot("part"), Slot("out"), bias, residual, p.m, p.n, p.batch, *bias_s, *res_s,
+                                 *scalars), dict(p.split_meta)),)
+    shape = p.out_shape
+    part_dtype = {tl.float64: dtypes.float64, tl.int32: dtypes.int32}.get(meta["ACC"], dtypes.float32)
+    work = (plans.workspace("part", p.partial_shape(gated), part_dtype),) if p.split_k > 1 and not p.tma else ()
+    return LaunchPlan(device, launches, (plans.output("out", shape, p.dtype),), work, p.copies, detail=p)
+
+
+def launch_plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None,
+                out: Tensor | None = None, input_precision=None, scales=None) -> LaunchPlan:
+    """The launches of one call (out: the output it writes; a new one is aligned), kept per call
+    layout in the one plan cache."""
+    dtype = result_type(x, weight) if dtype is None and scales is None else dtype
+    operands = _operand_dtype(x, weight, up, dtype, scales is not None)
+    aligned = (_aligned(x), _aligned(weight) and _aligned(up) and _aligned(out))
+    same_up = up is None or tuple(up.strides) == tuple(weight.strides)
+    signature = (tuple(x.shape), tuple(x.strides), tuple(weight.shape), tuple(weight.strides), _layout(bias),
+                 _layout(residual), operands, dtype, up is not None, activation, x.device, plans.setting_key(setting),
+                 aligned, same_up, input_precision, _scale_strides(scales))
+
+    def build() -> LaunchPlan:
+        p = _decide(*signature)
+        return _launches(p, x.device, up is not None, bias is not None, residual is not None, scales is not None)
+    return plans.cached("linear", signature, build)
+
+
+def plan(*args, **kwargs) -> "LinearPlan":
+    """The decisions of one call (tile, kernel, split, copies, strides): launch_plan's detail."""
+    return launch_plan(*args, **kwargs).detail
+
+
+def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation=None,
+                  residual: Tensor | None = None, alpha: float = 1.0, beta: float = 1.0, dtype: DType | None = None,
+                  up: Tensor | None = None, out: Tensor | None = None, setting=None, input_precision=None,
+                  scales: tuple | None = None) -> Tensor:
+    """activation(alpha * (x @ weight.T) + bias) + beta * residual, or with up (the gated form)
+    activation(x @ weight.T) * (x @ up.T) + beta * residual, into out (new, or a given contiguous
+    one). scales: (x's, the weight's) float32 scales of float8 operands, each one a tensor (size
+    1) or one a row (a contiguous [rows] / [N]), multiplying the product before the epilogue.
+    setting overrides the served one (the certifier's)."""
+    device = x.device
+    dtype = (result_type(x, weight) if scales is None else dtypes.bfloat16) if dtype is None else dtype
+    shape = out_shape(x.shape, weight.shape)
+    out = launch.output(shape, dtype, device, out)
+    if out.size == 0:
+        return out
+    lp = launch_plan(x, weight, bias, residual, up, activation, dtype, setting, out, input_precision, scales)
+    copies = lp.copies
+    values = {"x": x, "weight": weight, "up": up, "out": out, "alpha": float_bits(alpha), "beta": float_bits(beta),
+              "bias": bias.broadcast_to(shape) if "bias" in copies else bias,
+              "residual": residual.broadcast_to(shape) if "residual" in copies else residual}
+    if scales is not None:
+        values["xs"], values["ws"] = scales
+    plans.execute(lp, values)
+    return out
+
+
+def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None,
+                up=None, input_precision=None, scales=None) -> Cost:
+    """The output, the split partials and any dense copies; every operand read once, the output
+    written once (the partials written and read once more); 2 m n k flops a weight (two gated)."""
+    dtype = (result_type(x, weight) if scales is None else dtypes.bfloat16) if dtype is None else dtype
+    _operand_dtype(x, weight, up, dtype, scales is not None)
+    shape = out_shape(x.shape, weight.shape)
+    out_bytes = prod(shape) * dtype.itemsize
+    buffers = [Buffer("out", out_bytes)]
+    if out_bytes == 0:
+        return Cost(tuple(buffers), 0, 0, launches=0)
+    p = plan(x, weight, bias, residual, up, activation, dtype, input_precision=input_precision, scales=scales)
+    copied = {"x": x, "bias": bias, "residual": residual}
+    for name in p.copies:
+        nbytes = (prod(shape) * copied[name].dtype.itemsize if name != "x" else x.nbytes)
+        buffers.append(Buffer(f"{name}_contiguous", nbytes, LAUNCH))
+    read = sum(t.nbytes for t in (x, weight, bias, residual, up, *(scales or ())) if t is not None)
+    moved = read + out_bytes
+    if p.split_k > 1:
+        part_bytes = prod(p.partial_shape(up is not None)) * (8 if dict(p.meta)["ACC"] == tl.float64 else 4)
+        buffers.append(Buffer("partials", part_bytes, LAUNCH))
+        moved += 2 * part_bytes
+    flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1)
+    return Cost(tuple(buffers), moved, flops, launches=2 if p.split_k > 1 and not p.tma else 1)
+
+
+@implements("linear")
+def _linear(x: Tensor, weight: Tensor, bias, activation, residual, alpha: float, beta: float, dtype: DType,
+            input_precision=None) -> Tensor:
+    return launch_linear(x, weight, bias, activation, residual, alpha, beta, dtype, input_precision=input_precision)
+
+
+@implements("gated_linear")
+def _gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, activation, dtype: DType) -> Tensor:
+    return launch_linear(x, w_gate, activation=activation, dtype=dtype, up=w_up)
+
+
+declares("linear")(lambda x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None,
+                   input_precision=None: linear_cost(x, weight, bias, activation, residual, alpha, beta, dtype,
+                                                     input_precision=input_precision))
+@implements("scaled_linear")
+def _scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, bias, activation, residual,
+                   dtype: DType) -> Tensor:
+    return launch_linear(x, weight, bias, activation, residual, dtype=dtype, scales=(scale_x, scale_w))
+
+
+declares("scaled_linear")(lambda x, weight, scale_x, scale_w, bias=None, activation=None, residual=None, dtype=None:
+                          linear_cost(x, weight, bias, activation, residual, dtype=dtype, scales=(scale_x, scale_w)))
+declares("gated_linear")(lambda x, w_gate, w_up, activation="silu", dtype=None:
+                         linear_cost(x, w_gate, activation=activation, dtype=dtype, up=w_up))
+
+__all__ = ["launch_linear", "linear_cost", "plan", "LinearPlan", "out_shape"]

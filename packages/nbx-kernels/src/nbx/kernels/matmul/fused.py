@@ -1,0 +1,150 @@
+"""The product with its epilogue fused into the store, split over K where a few tiles cover M x N.
+
+    y = activation(alpha * (A @ B) + bias) + beta * residual            (plain)
+    y = activation(A @ B) * (A @ G) + beta * residual                   (GATED: SwiGLU's pair)
+
+A is (batch, M, K), B and G (batch, K, N) read through element strides (linear's weight [N, K] is
+B read through its transpose, in place); bias and residual are read through strides over
+(batch, M, N), 0 where they broadcast (a bias [N] has row stride 0, a per-row bias [M, N] does
+not). The epilogue computes in the accumulator's type (float32; float64 for float64) and rounds
+once to C's dtype, as the reference does.
+
+Split K (SPLIT_K > 1): decode rows (M of 1 to 64) give a few tiles, too few programs to stream
+the weight at the memory's bandwidth. Program (tile, s) then sums K steps s * per .. (s + 1) * per
+into a float32 partial, and `split_epilogue_kernel` adds the SPLIT_K partials of each element in
+the order s = 0, 1, ... (no atomics: the same bits every run) and applies the epilogue.
+"""
+import triton
+import triton.language as tl
+
+from ..elementwise import activations as act
+from ..elementwise.casts import narrow, widen
+from ..rows import float_argument
+from .kernel import _grouped_tile, k_steps, tile_offsets
+
+
+@triton.jit
+def _activate(y, ACTIVATION: tl.constexpr):
+    if ACTIVATION == "relu":
+        y = act.relu(y)
+    elif ACTIVATION == "silu":
+        y = act.silu(y)
+    elif ACTIVATION == "gelu":
+        y = act.gelu(y)
+    elif ACTIVATION == "gelu_tanh":
+        y = act.gelu_tanh(y)
+    return y
+
+
+@triton.jit
+def _addend(ptr, batch, rm, rn, s0, sm, sn, mask, ACC: tl.constexpr):
+    return widen(tl.load(ptr + batch * s0 + rm * sm + rn * sn, mask=mask, other=0), ACC)
+
+
+@triton.jit
+def epilogue(acc, acc_g, batch, rm, rn, mask, bias_ptr, sbias0, sbias_m, sbias_n, res_ptr, sres0, sres_m, sres_n,
+             alpha, beta, ACC: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+             HAS_RES: tl.constexpr, GATED: tl.constexpr):
+    """The fused epilogue on accumulators at rows rm and columns rn (shaped to broadcast)."""
+    if ACC == tl.int32:  # int8 products: the exact sums alone
+        y = acc
+    elif GATED:
+        y = _activate(acc, ACTIVATION) * acc_g
+    else:
+        y = acc * alpha
+        if HAS_BIAS:
+            y += _addend(bias_ptr, batch, rm, rn, sbias0, sbias_m, sbias_n, mask, ACC)
+        y = _activate(y, ACTIVATION)
+    if HAS_RES:
+        y += beta * _addend(res_ptr, batch, rm, rn, sres0, sres_m, sres_n, mask, ACC)
+    return y
+
+
+@triton.jit
+def scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED: tl.constexpr):
+    """SCALED (float8 operands): acc times x's scale of each row and the weight's of each column
+    (stride 0: one scale for the tensor)."""
+    if SCALED:
+        acc = acc * tl.load(xs_ptr + rm * sxs, mask=rm < M, other=0)[:, None]
+        acc = acc * tl.load(ws_ptr + rn * sws, mask=rn < N, other=0)[None, :]
+    return acc
+
+
+@triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
+def fused_matmul_kernel(
+    a_ptr, b_ptr, g_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, xs_ptr, ws_ptr, M, N, K,
+    sa0, sam, sak, sb0, sbk, sbn, sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, sxs, sws, alpha_bits, beta_bits,
+    DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
+    GATED: tl.constexpr, SCALED: tl.constexpr,
+):
+    """Grid: (batch * tiles of M x N, SPLIT_K). C is contiguous (batch, M, N); the partials are
+    (2 if GATED else 1, batch, SPLIT_K, M, N) of ACC."""
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    batch = (pid // tiles).to(tl.int64)
+    tile_m, tile_n = _grouped_tile(pid % tiles, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    a_ptr += batch * sa0
+    b_ptr += batch * sb0
+    g_ptr += batch * sb0
+
+    rm, rn, rk = tile_offsets(tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WIDE)
+    in_m = (rm < M)[:, None]
+    in_n = (rn < N)[None, :]
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    g_ptrs = g_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+
+    total = tl.cdiv(K, BLOCK_K)
+    per = tl.cdiv(total, SPLIT_K)
+    first = split * per
+    steps = tl.minimum(per, total - first)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+                         DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K)
+    acc = scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED)  # per split: the scales distribute
+
+    mask = in_m & in_n
+    at = rm[:, None] * N + rn[None, :]
+    if SPLIT_K == 1:
+        y = epilogue(acc, acc_g, batch, rm[:, None], rn[None, :], mask, bias_ptr, sbias0, sbias_m, sbias_n,
+                     res_ptr, sres0, sres_m, sres_n, float_argument(alpha_bits).to(ACC),
+                     float_argument(beta_bits).to(ACC), ACC, HAS_BIAS, ACTIVATION, HAS_RES, GATED)
+        tl.store(c_ptr + batch * M * N + at, narrow(y, c_ptr.dtype.element_ty), mask=mask)
+    else:
+        part = part_ptr + (batch * SPLIT_K + split) * M * N + at
+        tl.store(part, acc, mask=mask)
+        if GATED:
+            tl.store(part + tl.num_programs(0) // tiles * SPLIT_K * M * N, acc_g, mask=mask)
+
+
+@triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
+def split_epilogue_kernel(
+    part_ptr, c_ptr, bias_ptr, res_ptr, M, N, BATCH,
+    sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, alpha_bits, beta_bits,
+    ACC: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr, GATED: tl.constexpr,
+):
+    """Grid: (cdiv(BATCH * M * N, BLOCK),): the partials of each element summed in split order."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mn = M * N
+    mask = i < BATCH * mn
+    batch = i // mn
+    at = i % mn
+    rm = at // N
+    rn = at % N
+    base = part_ptr + batch * SPLIT_K * mn + at
+    gate_half = BATCH * SPLIT_K * mn
+    acc = tl.zeros((BLOCK,), dtype=ACC)
+    acc_g = tl.zeros((BLOCK,), dtype=ACC)
+    for s in tl.static_range(SPLIT_K):
+        acc += tl.load(base + s * mn, mask=mask, other=0)
+        if GATED:
+            acc_g += tl.load(base + gate_half + s * mn, mask=mask, other=0)
+    y = epilogue(acc, acc_g, batch, rm, rn, mask, bias_ptr, sbias0, sbias_m, sbias_n, res_ptr, sres0, sres_m,
+                 sres_n, float_argument(alpha_bits).to(ACC), float_argument(beta_bits).to(ACC), ACC, HAS_BIAS,
+                 ACTIVATION, HAS_RES, GATED)
+    tl.store(c_ptr + i, narrow(y, c_ptr.dtype.element_ty), mask=mask)

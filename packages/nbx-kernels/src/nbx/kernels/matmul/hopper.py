@@ -1,0 +1,78 @@
+"""The fused product through tensor descriptors (TMA on Hopper), in persistent programs.
+
+PROGRAMS programs walk the tiles of C in the grouped order of `kernel._grouped_tile` (GROUP_M
+tile rows at a time, so the tiles in flight share their A rows and B columns in L2), program p
+taking tiles p, p + PROGRAMS, ... (`tl.range(..., flatten=True)` lets Triton pipeline the K steps
+of one tile into the next). Every tile of A, B (and G) is loaded through a device-side tensor
+descriptor (`tl.make_tensor_descriptor`: on sm_90 a TMA copy into shared memory, the operand
+wgmma reads; its descriptor lives in global scratch, which Triton asks of the allocator nbx's
+CUDA driver sets: triton_driver.scratch_allocator, nbx memory) and C is stored through one.
+Out-of-range rows and columns of a tile read as zeros and are not written: no masks.
+
+Descriptors need a unit-stride last dim and 16-byte aligned bases and row strides: A read along K
+(layout "n?"), B along K (a linear weight [N, K], "nt") or along N ("nn"), C contiguous, no batch
+(`eligible` in epilogue.py decides, and the launch key carries it). WARP_SPECIALIZE asks Triton to
+split the K loop into producer (TMA) and consumer (wgmma) warps where it can; whether that is
+faster is measured per key, as every other parameter. The epilogue is fused.epilogue, the same
+as the pointer kernel's; bias and residual are read through pointers (they may be broadcast).
+"""
+import triton
+import triton.language as tl
+
+from ..elementwise.casts import narrow
+from ..rows import float_argument
+from .fused import epilogue, scaled
+from .kernel import _dot_operand, _grouped_tile, _tf32_operand
+
+
+@triton.jit
+def _b_tile(desc, tile_n, k, B_KMAJOR: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The (BLOCK_K, BLOCK_N) tile of B at step k, from a K-major ([N, K]) or an N-major ([K, N]) matrix."""
+    if B_KMAJOR:
+        b = desc.load([tile_n * BLOCK_N, k * BLOCK_K]).T
+    else:
+        b = desc.load([k * BLOCK_K, tile_n * BLOCK_N])
+    return b
+
+
+@triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
+def tma_matmul_kernel(
+    a_ptr, b_ptr, g_ptr, c_ptr, bias_ptr, res_ptr, xs_ptr, ws_ptr, M, N, K, sam, sb,
+    sbias_m, sbias_n, sres_m, sres_n, sxs, sws, alpha_bits, beta_bits,
+    DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, B_KMAJOR: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    HAS_RES: tl.constexpr, GATED: tl.constexpr, SCALED: tl.constexpr,
+):
+    """Grid: (min(tiles, PROGRAMS),). sb: B's row stride ([N, K]: along N; [K, N]: along K)."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[sam, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_KMAJOR:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[sb, 1], block_shape=[BLOCK_N, BLOCK_K])
+        g_desc = tl.make_tensor_descriptor(g_ptr, shape=[N, K], strides=[sb, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[sb, 1], block_shape=[BLOCK_K, BLOCK_N])
+        g_desc = tl.make_tensor_descriptor(g_ptr, shape=[K, N], strides=[sb, 1], block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    alpha = float_argument(alpha_bits).to(ACC)
+    beta = float_argument(beta_bits).to(ACC)
+
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    steps = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), tiles, PROGRAMS, flatten=True, warp_specialize=WARP_SPECIALIZE):
+        tile_m, tile_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+        for k in range(steps):
+            a = _tf32_operand(_dot_operand(a_desc.load([tile_m * BLOCK_M, k * BLOCK_K]), DOT), PRECISION)
+            b = _tf32_operand(_dot_operand(_b_tile(b_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT), PRECISION)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
+            if GATED:
+                g = _tf32_operand(_dot_operand(_b_tile(g_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT), PRECISION)
+                acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
+        rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rm < M)[:, None] & (rn < N)[None, :]
+        acc = scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED)
+        y = epilogue(acc, acc_g, 0, rm[:, None], rn[None, :], mask, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0,
+                     sres_m, sres_n, alpha, beta, ACC, HAS_BIAS, ACTIVATION, HAS_RES, GATED)
+        c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], narrow(y, c_ptr.dtype.element_ty))

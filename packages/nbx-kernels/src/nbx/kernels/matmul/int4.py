@@ -1,0 +1,209 @@
+"""linear with a grouped int4 QuantizedTensor weight (W4A16) on the kernel devices: quantized.py.
+
+x [..., K] is viewed as (rows, K) (copied only where its strides cannot merge); bias and residual
+are read through their strides, as epilogue.py reads them. Decode rows and prefill take the same
+kernel; the certified setting of the key (the tile, split_k) tells them apart.
+
+The tunable `linear_int4`: the float product's tile parameters (its device file record,
+tiles.linear, is the default), keyed by M, N, K, the activations' dtype and the group size.
+block_k must divide the group (a K tile lies in one group): larger candidates are pruned, and a
+served tile whose block_k does not divide the group runs with block_k = the group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+import triton.language as tl
+
+from nbx import autotune
+from nbx.core import dtypes
+from nbx.core.dtypes import DType, as_dtype
+from nbx.core.errors import NotSupportedError
+from nbx.core.quant import QuantizedTensor
+from nbx.core.reference import oracle
+from nbx.core.tensor import Tensor
+
+from .. import launch, plans
+from ..cost import LAUNCH, Buffer, Cost, declares
+from ..elementwise.casts import COMPILED
+from ..plans import Launch, LaunchPlan, Slot
+from ..registry import implements
+from ..rows import float_bits
+from ..types import tl_type
+from . import INT32_MAX
+from .epilogue import SPLIT_BLOCK, _addend_strides, _rows
+from .fused import split_epilogue_kernel
+from .linear_tuning import PARAMS as LINEAR_PARAMS, tile_fits
+from .quantized import int4_matmul_kernel
+from .tuning import _warps_for_tile, stages_that_fit
+
+ACTIVATIONS_DTYPES = ("float16", "bfloat16", "float32")
+PARAMS = {p: LINEAR_PARAMS[p] for p in ("block_m", "block_n", "block_k", "split_k", "group_m", "num_warps",
+                                        "num_stages")}
+KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "group": "exact"}
+
+
+def _fits(setting, rep, facts):
+    if rep["group"] % setting["block_k"]:
+        return f"block_k {setting['block_k']} does not divide the group size {rep['group']}"
+    return tile_fits(setting, rep)
+
+
+def int4_workload(rep, device):
+    from nbx.core.ops.creation import asarray
+    m, n, k, dtype = rep["m"], rep["n"], rep["k"], as_dtype(rep["dtype"])
+    x = asarray((np.sin(0.37 * np.arange(m * k) + 0.5)).reshape(m, k).astype(dtype.host), device=device)
+    dense = (np.sin(0.21 * np.arange(n * k) + 0.5) / np.sqrt(k)).reshape(n, k)
+    weight = QuantizedTensor.quantize(dense, rep["group"], "asymmetric", "bfloat16").to(device)
+    out = launch.output((m, n), dtype, device)
+    return autotune.TensorWorkload(
+        out, lambda setting: launch_linear_int4(x, weight, out=out, setting=setting),
+        lambda rows: np.asarray(oracle("linear_int4", x[rows], weight)))
+
+
+LINEAR_INT4 = autotune.declare(autotune.Tunable(
+    "linear_int4", params=PARAMS, key=KEY, default_from="tiles.linear", workload=int4_workload,
+    constraint=_warps_for_tile, fits=_fits))
+
+
+@dataclass(frozen=True)
+class Int4Plan:
+    m: int
+    n: int
+    k: int
+    a: tuple
+    bias: tuple | None
+    residual: tuple | None
+    copies: tuple
+    split_k: int
+    meta: tuple
+    split_meta: tuple
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        meta = dict(self.meta)
+        return (-(-self.m // meta["BLOCK_M"]) * -(-self.n // meta["BLOCK_N"]), self.split_k)
+
+
+def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, res_layout, operands: DType,
+            dtype: DType, activation, device, setting) -> LaunchPlan:
+    """The tile, the copies and the launches of one call layout."""
+    n, k = w_shape
+    m = prod(x_shape[:-1])
+    shape = tuple(x_shape[:-1]) + (n,)
+    copies = []
+    a = _rows(x_shape, x_strides, m, k)
+    if a is None:
+        copies.append("x")
+        a = (k, 1)
+    addends = []
+    for name, found in (("bias", bias_layout), ("residual", res_layout)):
+        strides = None if found is None else _addend_strides(*found, shape, False, m)
+        if found is not None and strides is None:
+            copies.append(name)
+            strides = (0, n, 1)
+        addends.append(strides)
+    s = dict(setting) if setting is not None else autotune.setting(LINEAR_INT4, device, m=m, n=n, k=k,
+                                                                   dtype=operands, group=group)
+    block_k = s["block_k"] if group % s["block_k"] == 0 else group
+    stages = stages_that_fit(s, operands.itemsize, 1, launch.facts(device)) if COMPILED else s["num_stages"]
+    wide = max((m + s["block_m"]) * abs(a[0]) + (k + block_k) * abs(a[1]), (n + s["block_n"]) * (k // 2 + 1),
+               (m + s["block_m"]) * n) > INT32_MAX
+    epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None)
+    meta = dict(DOT=tl_type(operands), PRECISION="ieee" if operands is dtypes.float32 else None, GROUP=group,
+                SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric", WIDE=wide, BLOCK_M=s["block_m"],
+                BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
+                num_warps=s["num_warps"], num_stages=stages)
+    split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=False, **epilogue)
+    p = Int4Plan(m, n, k, a, addends[0], addends[1], tuple(copies), s["split_k"], tuple(meta.items()),
+                 tuple(split_meta.items()))
+    x = Slot("x")
+    bias, residual = Slot("bias") if bias_layout else x, Slot("residual") if res_layout else x
+    bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
+    scalars = (Slot("alpha"), Slot("beta"))
+    part = Slot("part") if p.split_k > 1 else Slot("out")
+    args = (x, Slot("qweight"), Slot("scales"), Slot("zeros"), Slot("out"), part, bias, residual, m, n, k, *a,
+            Slot("q_stride"), Slot("s_stride"), *bias_s[1:], *res_s[1:], *scalars)
+    launches = (Launch(int4_matmul_kernel, p.grid, args, dict(p.meta)),)
+    work = ()
+    if p.split_k > 1:
+        launches += (Launch(split_epilogue_kernel, (-(-m * n // SPLIT_BLOCK),),
+                            (Slot("part"), Slot("out"), bias, residual, m, n, 1, *bias_s, *res_s, *scalars),
+                            dict(p.split_meta)),)
+        work = (plans.workspace("part", (p.split_k, m, n), dtypes.float32),)
+    return LaunchPlan(device, launches, (plans.output("out", shape, dtype),), work, p.copies, detail=p)
+
+
+def _check(x: Tensor, weight: QuantizedTensor, dtype: DType) -> DType:
+    if x.dtype.name not in ACTIVATIONS_DTYPES or dtype.name not in ACTIVATIONS_DTYPES + ("float64",):
+        raise NotSupportedError(f"linear with an int4 weight on {x.device.type} multiplies float16, bfloat16 or "
+                                f"float32 activations, not {x.dtype.name} (result {dtype.name})")
+    if dtype is dtypes.float64:
+        raise NotSupportedError("linear with an int4 weight accumulates in float32; a float64 result is refused")
+    return x.dtype
+
+
+def launch_plan(x, weight: QuantizedTensor, bias=None, residual=None, activation=None, dtype=None,
+                setting=None) -> LaunchPlan:
+    dtype = x.dtype if dtype is None else dtype
+    operands = _check(x, weight, dtype)
+    layout = lambda t: None if t is None else (tuple(t.shape), tuple(t.strides))  # noqa: E731
+    signature = (tuple(x.shape), tuple(x.strides), tuple(weight.shape), weight.group_size, weight.scheme,
+                 layout(bias), layout(residual), operands, dtype, activation, x.device, plans.setting_key(setting))
+    return plans.cached("linear_int4", signature, lambda: _decide(*signature))
+
+
+def plan(*args, **kwargs) -> Int4Plan:
+    return launch_plan(*args, **kwargs).detail
+
+
+def launch_linear_int4(x: Tensor, weight: QuantizedTensor, bias=None, activation=None, residual=None,
+                       alpha: float = 1.0, beta: float = 1.0, dtype: DType | None = None, out: Tensor | None = None,
+                       setting=None) -> Tensor:
+    device = x.device
+    dtype = x.dtype if dtype is None else dtype
+    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
+    out = launch.output(shape, dtype, device, out)
+    if out.size == 0:
+        return out
+    lp = launch_plan(x, weight, bias, residual, activation, dtype, setting)
+    copies = lp.copies
+    q, scales = weight.qweight, weight.scales
+    plans.execute(lp, {"x": x, "qweight": q, "scales": scales, "zeros": scales if weight.zeros is None else weight.zeros,
+                       "q_stride": q.strides[0], "s_stride": scales.strides[0], "out": out,
+                       "bias": bias.broadcast_to(shape) if "bias" in copies else bias,
+                       "residual": residual.broadcast_to(shape) if "residual" in copies else residual,
+                       "alpha": float_bits(alpha), "beta": float_bits(beta)})
+    return out
+
+
+def linear_int4_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None) -> Cost:
+    """The output and any split partials; x, the packed weight, its scales (and minima) and the
+    addends read once: a decode launch moves about a quarter of its float16 weight's bytes."""
+    dtype = x.dtype if dtype is None else dtype
+    _check(x, weight, dtype)
+    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
+    out_bytes = prod(shape) * dtype.itemsize
+    buffers = [Buffer("out", out_bytes)]
+    if out_bytes == 0:
+        return Cost(tuple(buffers), 0, 0, launches=0)
+    p = plan(x, weight, bias, residual, activation, dtype)
+    copied = {"x": x.nbytes, "bias": out_bytes, "residual": out_bytes}
+    buffers += [Buffer(f"{name}_contiguous", copied[name], LAUNCH) for name in p.copies]
+    moved = x.nbytes + weight.nbytes + out_bytes + sum(t.nbytes for t in (bias, residual) if t is not None)
+    if p.split_k > 1:
+        buffers.append(Buffer("partials", p.split_k * p.m * p.n * 4, LAUNCH))
+        moved += 2 * p.split_k * p.m * p.n * 4
+    return Cost(tuple(buffers), moved, 2 * p.m * p.n * p.k, launches=2 if p.split_k > 1 else 1)
+
+
+@implements("linear_int4")
+def _linear_int4(x, weight, bias, activation, residual, alpha, beta, dtype):
+    return launch_linear_int4(x, weight, bias, activation, residual, alpha, beta, dtype)
+
+
+declares("linear_int4")(linear_int4_cost)
+
+__all__ = ["launch_linear_int4", "linear_int4_cost", "plan", "LINEAR_INT4"]

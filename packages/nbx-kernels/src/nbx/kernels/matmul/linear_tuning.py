@@ -1,0 +1,185 @@
+"""Certified settings of the fused product (fused.py): linear, addmm, baddbmm, gated_linear.
+
+Tuned: the tile (block_m x block_n stepping K by block_k, block_m down to 16 for decode rows),
+split_k (how many programs share one tile's K: 1 is the plain tiled product; more lets a few tiles
+of decode rows keep every SM streaming the weight), warps and stages; group_m has one value.
+Whether decode rows take a split-K launch is this certified parameter, never an `if` on M.
+
+The launch key: M, N, K classed on the dims ladder, the output dtype, the operands' layout (as
+matmul's: a linear weight [N, K] is B = weight.T, layout "nt"), and the form, "plain" or "gated"
+(two accumulators: twice the registers a tile holds). Bias, activation and residual cost the same
+store pass at any tile, so they are not in the key.
+
+Pruned: what matmul prunes (shared memory of the stages, eight warps on small tiles, a tile twice
+the key's size), a split whose share of K is under two block_k steps, and splits of launches that
+already have many tiles (tiles x split_k above SPLIT_TILES_MAX: more programs than the split can
+pay for in partial traffic).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nbx import autotune
+from nbx.core.reference import oracle
+
+from nbx.core.dtypes import as_dtype
+
+from .tuning import _warps_for_tile, representative_operands, stage_bytes, stages_that_fit
+
+PARAMS = {"kernel": ("tiles", "tma"), "block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256),
+          "block_k": (32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
+          "programs": (132,), "warp_specialize": (0, 1)}
+KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label", "form": "label", "tma": "flag",
+       "precision": "label"}
+WGMMA_ROWS = 64      # a warpgroup's wgmma covers 64 rows: the tma kernel's smallest tile
+DECODE_M = 64        # decode rows: the keys whose few tiles may split K
+PREFILL_M = 1024     # from here on, only the widest tiles (128 rows, 128 or 256 columns) keep the tensor cores fed
+WIDE_N = 1024        # from here on, 32-column tiles read each A tile too often
+FORMS = ("plain", "gated", "scaled")
+SPLIT_TILES_MAX = 1024
+
+
+def _gated_stage_bytes(setting, itemsize: int) -> int:
+    """One stage of the gated form: the A tile and two B tiles."""
+    return setting["block_k"] * (setting["block_m"] + 2 * setting["block_n"]) * itemsize
+
+
+def tile_fits(setting, rep) -> str | bool:
+    """The rules on the tile and the split a key's sizes decide (shared with linear_int4):
+    a tile dimension twice the key's size, tiles too small for their M or N, K steps too short to
+    pipeline, and split K outside decode rows or where it leaves a program too few steps."""
+    for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
+        value = setting[block]
+        if value > min(PARAMS[block]) and value // 2 >= rep[size]:
+            return f"{block} {value} covers {size}={rep[size]} twice over"
+    if setting["block_m"] < WGMMA_ROWS and rep["m"] >= 2 * WGMMA_ROWS:
+        return f"block_m {setting['block_m']} on m={rep['m']} reuses each B tile too little"
+    if rep["m"] >= PREFILL_M and (setting["block_m"] < max(PARAMS["block_m"]) or setting["block_n"] < 128):
+        return f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: prefill takes 128 x 128 or wider"
+    if setting["block_n"] == min(PARAMS["block_n"]) and rep["n"] >= WIDE_N:
+        return f"block_n {setting['block_n']} on n={rep['n']} reads each A tile too often"
+    if setting["block_k"] == min(PARAMS["block_k"]) and as_dtype(rep["dtype"]).itemsize <= 2 and \
+            rep["k"] >= 16 * setting["block_k"]:
+        return f"block_k {setting['block_k']} of 16-bit operands on k={rep['k']}: steps too short to pipeline"
+    split = setting["split_k"]
+    if split == 1:
+        return True
+    if rep["m"] > DECODE_M:
+        return f"split_k {split} on m={rep['m']}: K is split for decode rows (m <= {DECODE_M}) only"
+    if rep["k"] < 2 * split * setting["block_k"]:
+        return f"split_k {split} leaves under two block_k {setting['block_k']} steps of k={rep['k']} a program"
+    tiles = math.ceil(rep["m"] / setting["block_m"]) * math.ceil(rep["n"] / setting["block_n"])
+    if tiles * split > SPLIT_TILES_MAX:
+        return f"{tiles} tiles x split_k {split} pass {SPLIT_TILES_MAX} programs"
+    return True
+
+
+def _kernel_fits(setting, facts):
+    """The tma kernel only where the device has descriptor copies, unsplit, on wgmma-sized tiles;
+    warp specialisation is the tma kernel's alone."""
+    if setting["kernel"] == "tiles":
+        return True if not setting["warp_specialize"] else "warp_specialize is a parameter of the tma kernel"
+    if not facts.value("matrix_unit.tma"):
+        return "matrix_unit.tma is false: no tensor-descriptor copies"
+    if setting["split_k"] > 1:
+        return "the tma kernel does not split K"
+    if setting["block_m"] < WGMMA_ROWS:
+        return f"the tma kernel's tile has at least {WGMMA_ROWS} rows (one warpgroup's wgmma)"
+    return True
+
+
+def _fits(setting, rep, facts):
+    """The key's tile rules, the tma kernel only for keys it can read, and the stages (the gated
+    form's second B tile included) in shared memory."""
+    if setting["kernel"] == "tma" and not rep["tma"]:
+        return "the key's operands cannot be read through tensor descriptors"
+    found = tile_fits(setting, rep)
+    if found is not True:
+        return found
+    itemsize = as_dtype(rep["dtype"]).itemsize
+    limit = facts.value("memory.max_shared_memory_per_block")
+    if stages_that_fit(setting, itemsize, itemsize, facts) < setting["num_stages"]:
+        return (f"{setting['num_stages']} stages of {as_dtype(rep['dtype']).name} operands pass "
+                f"memory.max_shared_memory_per_block {limit}")
+    if rep["form"] == "gated" and setting["num_stages"] * _gated_stage_bytes(setting, itemsize) > limit:
+        return f"{setting['num_stages']} stages of a gated tile pass memory.max_shared_memory_per_block {limit}"
+    return True
+
+
+def launch_key(m, n, k, dtype, a_strides, b_strides, form: str, tma: bool = False, precision=None) -> dict:
+    """matmul's key, the form, whether the call's operands can be read through tensor descriptors
+    (epilogue.eligible: unit-stride rows, 16-byte aligned, no batch), and how float32 operands are
+    multiplied (ieee, tf32, tf32x3; none for 16-bit operands)."""
+    from .tuning import launch_key as matmul_key
+    return {**matmul_key(m, n, k, dtype, a_strides, b_strides), "form": form, "tma": bool(tma),
+            "precision": precision or "none"}
+
+
+def _unaligned(t):
+    """t's values (a dense matrix) one element past an aligned base: a call no descriptor reads."""
+    from nbx.core.ops.creation import asarray
+    host = t.numpy()
+    return asarray(np.concatenate([np.zeros(1, host.dtype), host.ravel()]), device=t.device)[1:].reshape(*t.shape)
+
+
+def _int8_operands(rep, device):
+    """An int32 key's operands: int8 values in -7..7 of the key's sizes and layout."""
+    from .tuning import operand
+    m, n, k, int8 = rep["m"], rep["n"], rep["k"], as_dtype("int8")
+    a = operand((np.arange(m * k) % 15 - 7).reshape(m, k), int8, rep["layout"][0] == "t", device)
+    b = operand((np.arange(k * n) * 7 % 15 - 7).reshape(k, n), int8, rep["layout"][1] == "t", device)
+    return a, b
+
+
+def _float8(t):
+    """t's values as float8_e4m3fn in t's layout (a transposed view stays one)."""
+    if t.strides[-1] == 1 or t.shape[-1] == 1:
+        return t.to(dtype="float8_e4m3fn")
+    return t.mT.to(dtype="float8_e4m3fn").mT
+
+
+def linear_workload(rep, device):
+    from .. import launch
+    from .epilogue import launch_linear
+    a, b = representative_operands(rep, device) if as_dtype(rep["dtype"]).name != "int32" else _int8_operands(rep, device)
+    if not rep["tma"] and rep["layout"][0] == "n":
+        a = _unaligned(a)
+    gated = rep["form"] == "gated"
+    up = b if gated else None   # the gated form's two weights: one tensor read twice (timing and oracle alike)
+    out = launch.output((rep["m"], rep["n"]), rep["dtype"], device)
+
+    precision = None if rep["precision"] in ("none", "ieee") else rep["precision"]
+    scales = None
+    if rep["form"] == "scaled":   # float8_e4m3fn operands of the key's layout, per-row scales
+        from nbx.core.ops.creation import asarray
+        a, b = _float8(a), _float8(b)
+        scales = (asarray(np.linspace(0.5, 1.5, rep["m"]).astype(np.float32), device=device),
+                  asarray(np.linspace(1.0, 2.0, rep["n"]).astype(np.float32), device=device))
+
+    def run(setting):
+        launch_linear(a, b.mT, activation="silu" if gated else None, dtype=as_dtype(rep["dtype"]),
+                      up=up.mT if gated else None, out=out, setting=setting, input_precision=precision, scales=scales)
+
+    def reference(rows):
+        if gated:
+            return np.asarray(oracle("gated_linear", a[rows], b.mT, up.mT, "silu"))
+        if scales is not None:
+            return np.asarray(oracle("scaled_linear", a[rows], b.mT, scales[0][rows], scales[1]))
+        return np.asarray(oracle("linear", a[rows], b.mT, input_precision=precision))
+    return autotune.TensorWorkload(out, run, reference)
+
+
+LINEAR = autotune.declare(autotune.Tunable(
+    "linear", params=PARAMS, key=KEY, default_from="tiles.linear", workload=linear_workload,
+    constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps_for_tile,
+                               _kernel_fits),
+    fits=_fits))
+
+
+def linear_setting(device, m, n, k, dtype, a_strides, b_strides, form: str, tma: bool, precision=None):
+    return autotune.setting(LINEAR, device, **launch_key(m, n, k, dtype, a_strides, b_strides, form, tma, precision))
+
+
+__all__ = ["LINEAR", "PARAMS", "KEY", "FORMS", "launch_key", "linear_setting", "SPLIT_TILES_MAX"]

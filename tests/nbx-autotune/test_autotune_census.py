@@ -1,0 +1,121 @@
+"""A model's census: the keys listed from config.json and a plan are the keys its launches form; warm-up runs them."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+from nbx.autotune import Identity, Tuner, census, declared, install, records, serving, warmup
+from nbx.autotune.store import CertificateStore
+from nbx.core.device import as_device, discover_plugins
+from nbx.core.errors import FileFormatError, NotSupportedError
+
+LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "num_hidden_layers": 32, "vocab_size": 128256, "torch_dtype": "bfloat16", "hidden_act": "silu"}
+TINY_DECODER = {"model_type": "qwen2", "hidden_size": 48, "intermediate_size": 80, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "vocab_size": 200, "torch_dtype": "float32"}
+TINY_ENCODER = {"model_type": "bert", "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+                "vocab_size": 100, "torch_dtype": "float32", "hidden_act": "gelu"}
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    discover_plugins()
+    return declared()
+
+
+def test_a_decoders_config_gives_its_shapes_and_an_unknown_model_is_refused_by_name(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    model = census.read_config(tmp_path)
+    assert (model.kind, model.hidden, model.kv_heads, model.head_dim, model.dtype) == (
+        "decoder", 4096, 8, 128, "bfloat16")
+    assert census.read_config(TINY_ENCODER).kind == "encoder"
+    with pytest.raises(NotSupportedError, match=r"model_type 't5'.*neither a Llama-style decoder"):
+        census.read_config({"model_type": "t5", "architectures": ["T5ForConditionalGeneration"]})
+    with pytest.raises(FileFormatError, match=r"states none of \['intermediate_size'\]"):
+        census.read_config({k: v for k, v in LLAMA_8B.items() if k != "intermediate_size"})
+
+
+def test_a_llama_8b_census_lists_its_projections_norms_and_activations_at_prefill_and_decode(hopper, kernels):
+    found = census.launches(census.read_config(LLAMA_8B), census.Plan(batch=(1,), prompt=(512,), new_tokens=1))
+    listed = {(r.kernel, r.key): r.observed for r in census.records_of(found, hopper, kernels)}
+    assert ("matmul", "m=512,n=14336,k=4096,dtype=bf16,layout=nt") in listed          # gate, up
+    assert ("matmul", "m=1,n=4096,k=14336,dtype=bf16,layout=nt") in listed            # down, decoding
+    assert listed[("matmul", "m=1,n=131072,k=4096,dtype=bf16,layout=nt")] == {"m": 1, "n": 128256, "k": 4096}
+    assert ("norm", "width=4096,elements=8388608,dtype=bf16,strided=0") in listed
+    assert ("elementwise", "n=8388608,dtype=bf16,strided=0") in listed                 # silu and multiply
+    assert ("softmax", "width=131072,elements=1048576,dtype=bf16,strided=0") in listed  # sampling
+    assert len(listed) == 14
+
+
+def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_launches_run(hopper, kernels, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.setenv("NBX_AUTOTUNE_RECORD", str(tmp_path / "recorded.json"))
+    monkeypatch.setenv("NBX_AUTOTUNE_NO_SWEEP", "1")   # the device file's tile: nothing screened or timed
+    serving.reset()
+    device = as_device("interp")
+    tuner = Tuner(hopper, Identity("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda"), device=device,
+                  certificates=CertificateStore([], False), cache=CertificateStore([], False))
+    install(device, tuner)
+    plan = census.Plan(batch=(2,), prompt=(3,), new_tokens=1)
+    listed = set()
+    for config in (TINY_DECODER, TINY_ENCODER):
+        found = census.launches(census.read_config(config), plan)
+        listed |= {(r.kernel, r.key) for r in census.records_of(found, hopper, kernels)}
+        assert warmup.warm(found, lambda launch: warmup.run_launch(launch, device), progress=None) == len(found)
+    serving._flush_recorder()
+    formed = {(r.kernel, r.key) for r in records.load(tmp_path / "recorded.json")}
+    assert formed == listed and {k for k, _ in formed} == {"matmul", "norm", "elementwise", "elementwise_heavy",
+                                                           "softmax"}
+
+
+def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certified_neighbour(tmp_path, capsys):
+    from nbx.core import cli
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    assert cli.main(["autotune", "coverage", "--model", str(tmp_path), "--batch", "1", "--prompt", "512", "--arch",
+                     "sm_90", "--device-class", "nvidia-h200-140gb", "--compiler", "triton-3.6.0-cuda"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 14 key(s) certified")
+    assert ("missing  norm width=4096,elements=8388608,dtype=bf16,strided=0 (nvidia-h200-140gb, triton-3.6.0-cuda): "
+            "not certified; nearest certified neighbour width=4096,elements=16777216,dtype=bf16,strided=0 "
+            "(1.00 octave(s) away)") in lines
+
+
+def test_warmup_of_a_model_splits_its_launches_over_shards_that_together_run_each_once(tmp_path, capsys):
+    from nbx.core import cli
+    (tmp_path / "config.json").write_text(json.dumps(TINY_ENCODER))
+    launches = len(census.launches(census.read_config(TINY_ENCODER), census.Plan(batch=(1,), prompt=(2,))))
+    counts = []
+    for shard in (0, 1):  # what `--jobs 2` starts as two processes, run here one after the other
+        assert cli.main(["warmup", "--model", str(tmp_path), "--device", "interp", "--batch", "1", "--prompt", "2",
+                         "--jobs", "2", "--shard", str(shard)]) == 0
+        line = capsys.readouterr().out.splitlines()[-1]
+        assert line.startswith("nbx warmup: ") and "Triton's cache: " in line
+        counts.append(int(line.split()[2]))
+    assert counts == [(launches + 1) // 2, launches // 2]
+
+
+def test_shards_run_as_processes_at_once_and_report_their_exit_codes(tmp_path):
+    code = f"import sys, pathlib; pathlib.Path(r'{tmp_path}', sys.argv[2]).touch(); sys.exit(int(sys.argv[2]))"
+    assert warmup.run_shards([sys.executable, "-c", code], 3) == [0, 1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0", "1", "2"]
+
+
+def test_the_compile_log_prints_each_compile_and_counts_a_kernels_specializations():
+    out = io.StringIO()
+    log = warmup.CompileLog(out)
+    fn = type("Fn", (), {"module": "nbx.kernels.softmax.rows", "name": "softmax_rows"})()
+    for n in ("i32", "i32 (divisible by 16)"):
+        log(key=None, repr=f"softmax_rows[num_warps=8](n: {n})", fn=fn, compile={}, is_manual_warmup=False,
+            already_compiled=False)
+    assert out.getvalue().splitlines() == [
+        "[nbx compile] softmax_rows[num_warps=8](n: i32)",
+        "[nbx compile] softmax_rows[num_warps=8](n: i32 (divisible by 16)) (specialization 2 of this kernel in this "
+        "process)"]
+    import triton
+    installed = warmup.log_compiles(file=out)
+    assert triton.knobs.runtime.jit_post_compile_hook is installed
+    warmup.log_compiles(False)
+    assert triton.knobs.runtime.jit_post_compile_hook is None

@@ -1,0 +1,147 @@
+"""Neighbour serving: a key with no certificate takes its nearest certified neighbour's setting, screened first."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from nbx import autotune
+from nbx.autotune import keys, serving, store, sweep
+from nbx.autotune.candidates import Tunable
+from nbx.autotune.serving import Tuner
+from nbx.autotune.store import CertificateStore, Entry
+from nbx.core.errors import KeyNotCertified, ScreenRefusal
+
+LINE = ("[autotune] certified: {} key(s) served without a sweep, {} swept at runtime (kept locally), {} from the "
+        "local cache, {} from a neighbour")
+WRONG = 100  # this block writes x * 2 + 1: it fails the oracle on every launch
+
+
+class Workload:
+    """out = 2 x, except under the wrong block; each instance the screen ran on is kept in `seen`."""
+
+    def __init__(self, rep, seen):
+        n, dtype = rep["n"], rep["dtype"]
+        seen.append((n, dtype.name))
+        self.out_dtype, self.out_shape = dtype, (n,)
+        self.x = (np.arange(n) % 31 - 15).astype(dtype.host)
+        self.out = np.empty(n, dtype.host)
+
+    def fill_output(self, value):
+        self.out[...] = value
+
+    def launch(self, setting):
+        self.out[...] = self.x * 2 + (1 if setting["block"] == WRONG else 0)
+
+    def output_rows(self, rows):
+        return self.out[rows].copy()
+
+    def reference_rows(self, rows):
+        return self.x[rows].astype(np.float64) * 2
+
+
+class Bench:
+    def __init__(self, fakes, facts, tmp_path):
+        self.fakes, self.facts, self.tmp = fakes, facts, tmp_path
+        self.seen, self.timers = [], 0
+        self.tunable = Tunable("fake_double", params={"block": (64, 128, WRONG), "num_warps": (1, 2)},
+                               key={"n": "elements", "dtype": "dtype"}, default_from="tiles.elementwise",
+                               workload=lambda rep, device: Workload(rep, self.seen))
+        clock = fakes.Clock()
+        template = fakes.make_tunable(clock, name="fake_double", default_from="tiles.elementwise")
+        key = keys.form(template.name, template.key, facts, n=1000, dtype="float32")
+        self.proof = sweep.prove(template, key, facts, None, fakes.FakeTimer(clock), warmup=0, repeats=1).proof
+
+    def certify(self, n: int, block: int, dtype: str = "float32") -> str:
+        """Write a certified entry for the key of n elements with this block (its proof a real one's)."""
+        key = str(keys.form(self.tunable.name, self.tunable.key, self.facts, n=n, dtype=dtype))
+        path = store.path_in(self.tmp / "certs" / "nvidia", self.fakes.IDENTITY, self.tunable.name)
+        store.write(path, store.header(self.tunable, self.fakes.IDENTITY),
+                    {key: Entry({"block": block, "num_warps": 1}, dict(self.proof, dtype=dtype))}, self.tunable)
+        return key
+
+    def timer(self):
+        self.timers += 1
+        raise AssertionError("a neighbour is never timed")
+
+    def tuner(self) -> Tuner:
+        return Tuner(self.facts, self.fakes.IDENTITY, certificates=CertificateStore([self.tmp / "certs"], False),
+                     cache=CertificateStore([self.tmp / "cache"], False), timer_factory=self.timer, warmup=0,
+                     repeats=1)
+
+
+@pytest.fixture
+def bench(fakes, hopper, tmp_path):
+    return Bench(fakes, hopper, tmp_path)
+
+
+def test_a_key_without_a_certificate_is_served_its_nearest_certified_neighbours_setting_screened_never_timed(bench):
+    bench.certify(1000, 64)            # n=65536: one rung below the launch's class
+    bench.certify(20_000_000, 128)     # n=68719476736: three rungs above
+    bench.certify(500_000, WRONG, "float16")  # the launch's own class in another dtype: no neighbour
+    got = bench.tuner().setting(bench.tunable, n=100_000, dtype="float32")
+    assert dict(got) == {"block": 64, "num_warps": 1}
+    assert bench.seen == [(65552, "float32")]   # screened once, on the key's smallest launch (a multiple of 16)
+    assert bench.timers == 0 and not (bench.tmp / "cache").exists()
+    assert autotune.report_line() == LINE.format(0, 0, 0, 1)
+    assert serving.report().from_neighbour == {("fake_double", "n=1048576,dtype=f32"): "n=65536,dtype=f32"}
+
+
+def test_at_equal_rungs_the_neighbour_above_serves(bench):
+    bench.certify(1000, 64)          # n=65536, one rung below 1 Mi
+    bench.certify(5_000_000, 128)    # n=8388608, one rung above
+    assert dict(bench.tuner().setting(bench.tunable, n=100_000, dtype="float32"))["block"] == 128
+
+
+def test_a_neighbour_refused_by_the_oracle_is_never_served_and_the_next_one_is(bench):
+    bench.certify(1000, WRONG)         # nearest, but wrong
+    bench.certify(20_000_000, 128)
+    got = bench.tuner().setting(bench.tunable, n=100_000, dtype="float32")
+    assert dict(got) == {"block": 128, "num_warps": 1}
+    assert bench.seen == [(65552, "float32")]  # one workload, both settings screened on it
+    assert serving.report().lines() == [
+        LINE.format(0, 0, 0, 1),
+        "[autotune] 1 neighbour setting(s) failed a key's screen against the float64 oracle and were not served"]
+
+
+def test_a_key_no_neighbour_serves_takes_the_device_files_tile_screened_and_says_so(bench):
+    bench.certify(1000, WRONG)
+    got = bench.tuner().setting(bench.tunable, n=100_000, dtype="float32")
+    assert dict(got) == {"block": 1024, "num_warps": 4}   # tiles.elementwise of hopper.yml
+    assert serving.report().lines()[:2] == [
+        LINE.format(0, 0, 0, 0),
+        "[autotune] 1 key(s) had no certified neighbour that passed their screen and took the device file's tile, "
+        "screened alike"]
+
+
+def test_a_device_tile_that_fails_the_screen_is_refused_by_name(bench, fakes, hopper):
+    bench.tunable = Tunable("fake_double", params={"block": (64, WRONG), "num_warps": (1, 4)},
+                            key={"n": "elements", "dtype": "dtype"}, default_from="tiles.elementwise",
+                            workload=lambda rep, device: Workload(rep, bench.seen))
+    tuner = Tuner(fakes.Overlay(hopper, tiles__elementwise={"block": WRONG, "num_warps": 4}), fakes.IDENTITY,
+                  certificates=CertificateStore([bench.tmp / "certs"], False),
+                  cache=CertificateStore([bench.tmp / "cache"], False), timer_factory=bench.timer)
+    with pytest.raises(ScreenRefusal, match=r"no certified neighbour passed its screen and the device file's tile "
+                                            r"\{'block': 100, 'num_warps': 4\} fails it too"):
+        tuner.setting(bench.tunable, n=100, dtype="float32")
+
+
+def test_certified_only_mode_refuses_a_key_a_neighbour_could_serve(bench):
+    bench.certify(1000, 64)
+    autotune.require_certified()
+    with pytest.raises(KeyNotCertified, match=r"no certified setting for key 'n=1048576,dtype=f32'"):
+        bench.tuner().setting(bench.tunable, n=100_000, dtype="float32")
+    assert bench.seen == [] and autotune.report_line() == LINE.format(0, 0, 0, 0)
+
+
+def test_a_sweep_runs_only_when_asked(bench, fakes, hopper, tmp_path):
+    clock = fakes.Clock()
+    tunable = fakes.make_tunable(clock, default_from="tiles.elementwise")
+    timers = []
+    tuner = Tuner(hopper, fakes.IDENTITY, certificates=CertificateStore([tmp_path / "none"], False),
+                  cache=CertificateStore([tmp_path / "cache"], False),
+                  timer_factory=lambda: timers.append(1) or fakes.FakeTimer(clock), warmup=0, repeats=1)
+    with pytest.raises(ScreenRefusal):  # no neighbour; the fake's timing table has no 1024 block: its tile fails
+        tuner.setting(tunable, n=1000, dtype="float32")
+    assert timers == []
+    autotune.sweep_uncertified()
+    assert dict(tuner.setting(tunable, n=1000, dtype="float32")) == {"block": 128, "num_warps": 1}
+    assert timers == [1] and autotune.report_line() == LINE.format(0, 1, 0, 0)

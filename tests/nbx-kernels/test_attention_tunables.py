@@ -1,0 +1,56 @@
+"""The attention family's tunables: declared over the device files' tiles, their candidates pruned
+by shared memory, and their workloads (the wrappers' own paths) passing the screen on interp."""
+import pytest
+
+import nbx.core as nbx
+from nbx import autotune
+from nbx.autotune import screen
+from nbx.core import device_files
+from nbx.kernels import launch
+
+TUNABLES = ("attention", "attention_decode", "rope")
+
+
+@pytest.fixture(scope="module")
+def interp():
+    from nbx import kernels
+    kernels.register()
+    return nbx.as_device("interp")
+
+
+def test_each_attention_tunable_takes_its_default_from_every_device_file(interp):
+    for name in TUNABLES:
+        tunable = autotune.lookup(name)
+        for facts in (device_files.for_arch("sm_90"), device_files.for_arch("sm_80"), launch.facts(interp)):
+            assert set(tunable.default(facts)) == set(tunable.params)
+        hopper = device_files.for_arch("sm_90")
+        assert tunable.default(hopper) in tunable.candidates(hopper, None)[0]
+
+
+def test_prefill_candidates_whose_tiles_pass_shared_memory_at_head_dim_256_are_pruned():
+    tunable = autotune.lookup("attention")
+    rep = {"q_len": 4096, "k_len": 4096, "head_dim": 256, "v_dim": 256, "group": 4, "dtype": nbx.bfloat16,
+           "causal": True}
+    kept, pruned = tunable.candidates(device_files.for_arch("sm_90"), rep)
+    assert kept and any("shared" in reason or "bytes" in reason for _, reason in pruned)
+    assert all(s["block_m"] * 256 * 2 + s["num_stages"] * s["block_n"] * 512 * 2 <= 232448 for s in kept)
+
+
+WORKLOADS = [
+    ("attention", {"q_len": 20, "k_len": 20, "head_dim": 16, "v_dim": 16, "group": 2, "dtype": "bfloat16",
+                   "causal": True}),
+    ("attention_decode", {"k_len": 40, "rows": 4, "head_dim": 16, "dtype": "float32", "paged": False}),
+    ("attention_decode", {"k_len": 37, "rows": 2, "head_dim": 16, "dtype": "bfloat16", "paged": True}),
+    ("rope", {"elements": 8 * 16 * 5, "head_dim": 16, "dtype": "bfloat16"}),
+]
+
+
+@pytest.mark.parametrize("name,rep", WORKLOADS, ids=[f"{w[0]}-{w[1]['dtype']}" for w in WORKLOADS])
+def test_the_first_and_last_candidates_pass_the_screen_on_the_workload(interp, name, rep):
+    tunable = autotune.lookup(name)
+    rep = {**rep, "dtype": nbx.as_dtype(rep["dtype"])}
+    kept, _ = tunable.candidates(device_files.for_arch("sm_90"), rep)
+    chosen = kept[:1] + kept[-1:]
+    result = screen.run(tunable.workload(rep, interp), chosen, launch.facts(interp))
+    assert not result.excluded, [v.reason for v in result.excluded]
+    assert len(result.passed) == len(chosen)

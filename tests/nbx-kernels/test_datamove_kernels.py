@@ -1,0 +1,160 @@
+"""Data movement, indexing, sorting and sampling kernels against the numpy references (exact: they
+move bits, or draw the same tokens), on interp in CI and on the GPU (marked gpu, larger shapes)."""
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.errors import IndexingError
+from nbx.kernels import launch
+from nbx.kernels.cost import price
+
+rng = np.random.default_rng(23)
+
+
+def both(array, device, dtype=None):
+    host = nbx.asarray(array) if dtype is None else nbx.asarray(array).to(dtype=dtype)
+    return host, host.to(device)
+
+
+def same(got, expected):
+    assert got.dtype is expected.dtype and got.shape == expected.shape
+    np.testing.assert_array_equal(got.numpy().astype(np.float64) if got.dtype.kind == "float" else got.numpy(),
+                                  expected.numpy().astype(np.float64) if expected.dtype.kind == "float" else expected.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "bool", "complex64", "float64"])
+def test_take_embedding_and_take_along_axis_move_every_dtype_bit_for_bit(device, dtype):
+    c, d = both(rng.standard_normal((3, 70, 5)) > 0 if dtype == "bool" else rng.standard_normal((3, 70, 5)), device, dtype)
+    ids = rng.integers(-70, 70, (2, 3))
+    same(nbx.take(d, nbx.asarray(ids).to(device), axis=1), nbx.take(c, nbx.asarray(ids), axis=1))
+    same(nbx.embedding(nbx.asarray(ids % 70).to(device), d[0]), nbx.embedding(nbx.asarray(ids % 70), c[0]))
+    along = rng.integers(-70, 70, (3, 9, 5))
+    if dtype != "complex128":
+        same(nbx.take_along_axis(d, nbx.asarray(along).to(device), axis=1),
+             nbx.take_along_axis(c, nbx.asarray(along), axis=1))
+    same(d[:, [4, -1]].to("cpu"), c[:, [4, -1]])  # one integer array of __getitem__ is a take there
+
+
+def test_an_out_of_range_index_is_refused_after_the_launch_and_nothing_is_written_out_of_bounds(device):
+    _, d = both(rng.standard_normal((4, 6)), device, "float32")
+    for bad in ([4], [-5], [0, 1, 99]):
+        with pytest.raises(IndexingError, match="out of range"):
+            nbx.take(d, nbx.asarray(bad).to(device), axis=0)
+    with pytest.raises(IndexingError):
+        nbx.take_along_axis(d, nbx.asarray([[6]]).to(device), axis=1)
+    with pytest.raises(IndexingError):
+        nbx.scatter(d, 0, nbx.asarray([[4]]).to(device), 1.0)
+
+
+@pytest.mark.parametrize("reduce", [None, "sum", "prod", "mean", "amax", "amin"])
+def test_scatter_is_deterministic_and_matches_the_reference_for_every_reduction(device, reduce, check):
+    x = rng.standard_normal((7, 5)).astype(np.float32)
+    idx = rng.integers(-7, 7, (40, 5))
+    src = rng.standard_normal((40, 5)).astype(np.float32)
+    for include_self in (True, False):
+        args = (nbx.asarray(x).to(device), 0, nbx.asarray(idx).to(device), nbx.asarray(src).to(device))
+        first = nbx.scatter(*args, reduce=reduce, include_self=include_self)
+        again = nbx.scatter(*args, reduce=reduce, include_self=include_self)
+        np.testing.assert_array_equal(first.numpy(), again.numpy())
+        check(first, nbx.oracle("scatter", nbx.asarray(x), 0, nbx.asarray(idx), nbx.asarray(src), reduce and
+                                {"sum": "sum", "prod": "prod", "mean": "mean", "amax": "amax", "amin": "amin"}[reduce],
+                                include_self), device)
+    same(nbx.index_add(nbx.zeros(4, 3).to(device), 0, nbx.asarray([1, 1, 3]).to(device), nbx.ones(3, 3).to(device)),
+         nbx.index_add(nbx.zeros(4, 3), 0, nbx.asarray([1, 1, 3]), nbx.ones(3, 3)))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+def test_pad_of_every_mode_with_crops_matches_the_reference(device, mode):
+    c, d = both(rng.standard_normal((3, 6, 5)), device, "bfloat16")
+    same(nbx.pad(d, (2, -1, 3, 1), mode=mode), nbx.pad(c, (2, -1, 3, 1), mode=mode))
+
+
+def test_concat_stack_flip_roll_repeat_tile_and_triangles_match_the_reference(device):
+    c, d = both(rng.standard_normal((3, 6, 5)), device, "bfloat16")
+    same(nbx.concat([d, d[:, :2]], axis=1), nbx.concat([c, c[:, :2]], axis=1))
+    same(nbx.stack([d, d], axis=-1), nbx.stack([c, c], axis=-1))
+    same(nbx.flip(d, axis=(0, 2)), nbx.flip(c, axis=(0, 2)))
+    same(nbx.roll(d, (1, -2), axis=(0, 2)), nbx.roll(c, (1, -2), axis=(0, 2)))
+    same(nbx.repeat(d, nbx.asarray([1, 0, 2]).to(device), axis=0), nbx.repeat(c, nbx.asarray([1, 0, 2]), axis=0))
+    same(nbx.tile(d, (2, 1, 3)), nbx.tile(c, (2, 1, 3)))
+    same(nbx.tril(d, k=1), nbx.tril(c, k=1))
+    same(nbx.triu(d, k=-1), nbx.triu(c, k=-1))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "uint8"])
+def test_sort_and_argsort_are_stable_both_ways_with_nans_largest(device, dtype):
+    a = rng.integers(0, 6, (3, 40)).astype(np.float32)
+    if dtype.startswith(("float", "bfloat")):
+        a[0, 3] = a[2, 30] = np.nan
+    c, d = both(a, device, dtype)
+    for axis in (0, 1) if dtype == "float32" else (1,):
+        for descending in (False, True):
+            same(nbx.argsort(d, axis=axis, descending=descending), nbx.argsort(c, axis=axis, descending=descending))
+            same(nbx.sort(d, axis=axis, descending=descending), nbx.sort(c, axis=axis, descending=descending))
+
+
+def test_topk_of_rows_longer_than_one_program_reduces_chunks_and_breaks_ties_by_index(device):
+    limit = launch.tiles("sort", device)["max_block_n"]
+    a = rng.integers(0, 50, (3, 2 * limit + 37)).astype(np.float32)  # many ties
+    c, d = both(a, device, "float32")
+    for k in (1, 7, limit // 2):
+        for largest in (True, False):
+            got, ref = nbx.topk(d, k, largest=largest), nbx.topk(c, k, largest=largest)
+            same(got.values, ref.values)
+            same(got.indices, ref.indices)
+    assert price("topk", d, 7).allocated > 0
+
+
+def test_rows_longer_than_one_program_sort_through_the_global_bitonic_merge(device):
+    limit = launch.tiles("sort", device)["max_block_n"]
+    a = rng.integers(0, 30, (2, 4 * limit + 5)).astype(np.float32)
+    a[0, 5] = a[1, -1] = np.nan
+    c, d = both(a, device, "float32")
+    for descending in (False, True):
+        same(nbx.argsort(d, descending=descending), nbx.argsort(c, descending=descending))
+        same(nbx.sort(d, descending=descending), nbx.sort(c, descending=descending))
+    with pytest.raises(nbx.DTypeError, match="at most 32 bits"):
+        nbx.sort(nbx.asarray([3, 1]).to(device))
+
+
+def test_the_sampling_kernel_draws_the_tokens_of_the_reference(device):
+    block = launch.tiles("sampling", device)["block"]
+    logits = (rng.standard_normal((2, 2 * block + 11)) * 3).astype(np.float32)
+    c, d = both(logits, device, "bfloat16")
+    for options in ({}, {"top_k": 9, "top_p": 0.9, "min_p": 0.02, "temperature": 0.7}):
+        expected = nbx.sample(c, generator=nbx.Generator(seed=3), **options)
+        got = nbx.sample(d, generator=nbx.Generator(seed=3), **options)
+        assert got.device == device and got.tolist() == expected.tolist()
+    assert nbx.sample(d, temperature=0).tolist() == nbx.argmax(c, dim=-1).tolist()
+
+
+@pytest.mark.gpu
+def test_vocabulary_sized_embedding_topk_and_sampling_on_the_gpu():
+    device = nbx.as_device("cuda")
+    weight = nbx.randn(151936, 256, generator=nbx.Generator(seed=1)).to(dtype=nbx.bfloat16)
+    ids = nbx.asarray(rng.integers(0, 151936, (8192,)))
+    same(nbx.embedding(ids.to(device), weight.to(device)), nbx.embedding(ids, weight))
+    logits = nbx.randn(64, 151936, generator=nbx.Generator(seed=2))
+    for k in (1, 50, 1024):
+        got, ref = nbx.topk(logits.to(device), k), nbx.topk(logits, k)
+        same(got.values, ref.values)
+        same(got.indices, ref.indices)
+    on_gpu = logits.to(device).to(dtype=nbx.bfloat16)
+    got = nbx.sample(on_gpu, top_p=0.9, generator=nbx.Generator(seed=4))
+    expected = nbx.sample(on_gpu.to("cpu"), top_p=0.9, generator=nbx.Generator(seed=4))
+    assert got.tolist() == expected.tolist()
+
+
+def test_one_integer_array_of_getitem_and_setitem_runs_as_a_take_and_a_scatter_leaving_bad_writes_unchanged(device):
+    from nbx.core import indexing
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    d = nbx.asarray(a).to(device)
+    idx = nbx.asarray([5, -1, 0]).to(device)
+    np.testing.assert_array_equal(indexing._one_array_take(d, (slice(1, 3), idx)).numpy(), a[1:3, [5, -1, 0]])
+    assert indexing._one_array_put(d, (slice(None), nbx.asarray([1, 3]).to(device)), 2.0)
+    expected = a.copy()
+    expected[:, [1, 3]] = 2.0
+    np.testing.assert_array_equal(d.numpy(), expected)
+    with pytest.raises(IndexingError):
+        indexing._one_array_put(d, (nbx.asarray([0, 9]).to(device),), 5.0)
+    np.testing.assert_array_equal(d.numpy(), expected)

@@ -1,0 +1,96 @@
+"""linear with a grouped int4 weight (W4A16) on the kernel devices: asymmetric and symmetric,
+group sizes 32/64/128, decode rows and prefill, split K, the epilogue, against dequantize-then-
+matmul on the float64 oracle; the refusals; the declared cost; the tunable's pruning."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core import device_files
+from nbx.core.quant import QuantizedTensor
+from nbx.kernels.cost import price
+from nbx.kernels.matmul import int4
+
+rng = np.random.default_rng(4)
+TILE = {"block_m": 16, "block_n": 32, "block_k": 32, "split_k": 1, "group_m": 2, "num_warps": 4, "num_stages": 1}
+
+
+def weight(device, n, k, group, scheme="asymmetric", scale_dtype="bfloat16"):
+    return QuantizedTensor.quantize(rng.standard_normal((n, k)) * 0.1, group, scheme, scale_dtype).to(device)
+
+
+def on(device, shape, dtype="bfloat16"):
+    return nbx.asarray(rng.standard_normal(shape).astype(nbx.as_dtype(dtype).host), device=device)
+
+
+@pytest.mark.parametrize("scheme", ["asymmetric", "symmetric"])
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_int4_products_match_dequantize_then_matmul_on_the_oracle(device, check, scheme, group):
+    w = weight(device, 40, 256, group, scheme)
+    for rows in (1, 7):
+        x = on(device, (rows, 256))
+        out = nbx.linear(x, w)
+        assert out.dtype is nbx.bfloat16 and out.shape == (rows, 40)
+        check(out, nbx.oracle("linear_int4", x, w), device)
+
+
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_prefill_rows_split_k_and_the_epilogue_with_int4_weights(device, check, split_k):
+    w, b, r = weight(device, 48, 128, 32, scale_dtype="float16"), on(device, (48,), "float32"), on(device, (33, 48))
+    x = on(device, (33, 128), "float16")
+    setting = {**TILE, "split_k": split_k}
+    out = int4.launch_linear_int4(x, w, b, "silu", r, 0.5, 2.0, nbx.float16, setting=setting)
+    check(out, nbx.oracle("linear_int4", x, w, b, "silu", r, 0.5, 2.0), device)
+    x32 = on(device, (3, 2, 128), "float32")
+    check(nbx.linear(x32, w, b), nbx.oracle("linear_int4", x32, w, b), device)
+
+
+def test_int4_refusals_and_the_declared_cost(device):
+    w = weight(device, 32, 64, 32)
+    with pytest.raises(nbx.errors.ShapeError, match="last dim must be in=64"):
+        nbx.linear(on(device, (2, 32)), w)
+    with pytest.raises(nbx.errors.NotSupportedError, match="not float64"):
+        nbx.linear(on(device, (2, 64), "float64"), w)
+    with pytest.raises(nbx.errors.ShapeError, match="group size 48 does not divide"):
+        QuantizedTensor.quantize(np.ones((4, 64)), 48)
+    x = on(device, (2, 64))
+    cost = price("linear_int4", x, w)
+    assert cost.allocated == 2 * 32 * 2 and cost.flops == 2 * 2 * 32 * 64
+    assert cost.bytes_moved == x.nbytes + w.nbytes + 2 * 32 * 2
+    assert w.nbytes < 32 * 64 * 2 / 3     # a third of the bfloat16 weight (packed bytes, scales, minima)
+
+
+def test_the_int4_tunable_prunes_block_k_that_does_not_divide_the_group():
+    hopper = device_files.for_arch("sm_90")
+    kept, pruned = int4.LINEAR_INT4.candidates(hopper, {"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16",
+                                                        "group": 64})
+    assert kept and {s["block_k"] for s in kept} <= {32, 64} and {s["block_m"] for s in kept} == {16}
+    assert any("does not divide the group size 64" in why for _, why in pruned)
+    assert {s["split_k"] for s in kept} == {1, 2, 4, 8}
+
+
+def test_the_int4_workload_passes_the_screen_for_a_decode_and_a_split_candidate():
+    from nbx import kernels
+    from nbx.autotune import screen
+    from nbx.kernels import launch
+    kernels.register()
+    interp = nbx.as_device("interp")
+    rep = {"m": 2, "n": 40, "k": 128, "dtype": nbx.bfloat16, "group": 32}
+    kept, _ = int4.LINEAR_INT4.candidates(device_files.for_arch("sm_90"), rep)
+    chosen = kept[:1] + [s for s in kept if s["split_k"] == 2][:1]
+    result = screen.run(int4.LINEAR_INT4.workload(rep, interp), chosen, launch.facts(interp))
+    assert not result.excluded and len(result.passed) == 2
+
+
+gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)
+
+
+@gpu_only
+@pytest.mark.parametrize("rows,split_k", [(1, 4), (16, 2), (512, 1)])
+def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, rows, split_k):
+    w = weight(device, 4096, 4096, 128)
+    x = on(device, (rows, 4096))
+    setting = {"block_m": 16 if rows <= 16 else 128, "block_n": 64 if rows <= 16 else 128, "block_k": 128,
+               "split_k": split_k, "group_m": 8, "num_warps": 4 if rows <= 16 else 8, "num_stages": 3}
+    check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)

@@ -1,0 +1,68 @@
+"""Model tests run on the CPU, on `interp` (Triton's interpreter: tiny configs) and on the GPU
+(marked gpu, bfloat16). Outputs are compared with float64 references at the device file's
+tolerance for the model's dtype; the CPU, whose references compute half types in float32 as the
+kernels do, is held to the interp device file's figures."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.reference import deviation
+
+# The ops a model calls on a device; on interp each must have its kernel, else the case says which
+# ones are missing (xfail, shown in the summary) instead of failing inside the model.
+DECODER_OPS = ("take", "rms_norm", "linear", "gated_linear", "rotary_embedding", "argmax")
+
+
+def decoder_ops() -> tuple[str, ...]:
+    """DECODER_OPS and those of the KV cache nbx.models will use on this build."""
+    from nbx.models import kv_cache
+    if kv_cache._paged_cache_class() is not None:
+        return DECODER_OPS + ("paged_attention", "rotary_kv_cache_write")
+    return DECODER_OPS + ("scaled_dot_product_attention", "copy_")
+
+
+ENCODER_OPS = ("take", "layer_norm", "linear", "scaled_dot_product_attention", "copy_", "mean",
+               "vector_norm")
+
+
+def model_dtype(device) -> nbx.DType:
+    return nbx.bfloat16 if device.type == "cuda" else nbx.float32
+
+
+def tolerance(dtype, device) -> float:
+    from nbx.kernels import launch
+    return launch.screen_tolerance(nbx.as_dtype(dtype), nbx.as_device("interp") if device.type == "cpu" else device)
+
+
+def assert_close(got, expected, dtype, device, what="output"):
+    dev = deviation(np.asarray(got), np.asarray(expected))
+    tol = tolerance(dtype, device)
+    assert dev <= tol, f"{what}: deviation {dev:.3g} from the float64 reference exceeds {dtype.name}'s {tol:.3g}"
+
+
+def require_ops(device, ops) -> None:
+    from nbx.core.dispatch import implementation
+    if device.type == "cpu":
+        return
+    missing = []
+    for op in ops:
+        try:
+            implementation(op, device)
+        except nbx.NotSupportedError:
+            missing.append(op)
+    if missing:
+        pytest.xfail(f"{device.type} has no kernel for {missing} on this build (issues 17 and 19)")
+
+
+def assert_greedy_matches(tokens, reference_logits, prompt_len, dtype, device):
+    """Each generated token is the reference's argmax after the tokens before it, except at a
+    near-tie (the reference's top two within the dtype's tolerance of its largest logit)."""
+    tol = tolerance(dtype, device) * np.max(np.abs(reference_logits))
+    for step, token in enumerate(tokens):
+        row = reference_logits[prompt_len - 1 + step]
+        best = int(np.argmax(row))
+        if token != best:
+            assert row[best] - row[token] <= 2 * tol, (
+                f"step {step}: generated {token}, the reference's argmax is {best} by {row[best] - row[token]:.3g}")

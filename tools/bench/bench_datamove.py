@@ -1,0 +1,126 @@
+"""Data movement, gathers, scatters, sorting, top-k and the sampling step: nbx against torch on the
+same GPU, in one process (torch is the peer here; nbx itself never imports it).
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_datamove.py
+
+Timing as bench_softmax_norm.py (peer_timing.both): GPU us a call back to back behind a spin, host
+us a call, and the cold single call after an L2 flush. TB/s counts the bytes an op must move once.
+ratio = torch time / nbx time (above 1: nbx faster). The first line is the copy ceiling: a clone of
+256 MiB. Ops nbx refuses (a named error: e.g. a full sort of rows longer than tiles.sort) print
+FAILED with the error and the run goes on.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import nbx.core as nbx
+from peer_timing import allocator_name, both, spin_cycles_per_ms
+
+L2_FLUSH_BYTES = 256 << 20
+
+
+def view(t):
+    return nbx.from_dlpack(t)
+
+
+def copies_of(make, nbytes):
+    n = max(1, -(-L2_FLUSH_BYTES // max(nbytes, 1)))
+    ts = [make() for _ in range(n)]
+    return ts, [view(t) for t in ts], n
+
+
+def cases():
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    bf = torch.bfloat16
+    big = (8192, 16384)  # 256 MiB of bf16
+    xs, nx, c = copies_of(lambda: torch.randn(big, device="cuda", dtype=bf, generator=gen), 256 << 20)
+    nb = 256 << 20
+    yield "clone", f"{big} bf16", 2 * nb, c, lambda i: nx[i].clone(), lambda i: xs[i].clone()
+    yield "cat", f"2 x {big[0] // 2, big[1]} bf16", 2 * nb, c, \
+        lambda i: nbx.concat([nx[i][: big[0] // 2], nx[i][big[0] // 2:]], axis=1), \
+        lambda i: torch.cat([xs[i][: big[0] // 2], xs[i][big[0] // 2:]], dim=1)
+    yield "pad", f"{big} bf16 (1,1,1,1)", 2 * nb, c, lambda i: nbx.pad(nx[i], (1, 1, 1, 1)), \
+        lambda i: F.pad(xs[i], (1, 1, 1, 1))
+    yield "pad reflect", f"{big} bf16 (3,3)", 2 * nb, c, lambda i: nbx.pad(nx[i], (3, 3), mode="reflect"), \
+        lambda i: F.pad(xs[i], (3, 3), mode="reflect")
+    yield "flip", f"{big} bf16 axis 1", 2 * nb, c, lambda i: nbx.flip(nx[i], axis=1), lambda i: torch.flip(xs[i], (1,))
+    yield "roll", f"{big} bf16 shift 7", 2 * nb, c, lambda i: nbx.roll(nx[i], 7, axis=1), \
+        lambda i: torch.roll(xs[i], 7, 1)
+    yield "transpose", f"{big} bf16 .T", 2 * nb, c, lambda i: nx[i].T.contiguous(), lambda i: xs[i].T.contiguous()
+    heads = (32, 4096, 128)
+    hs, nh, ch = copies_of(lambda: torch.randn(heads, device="cuda", dtype=bf, generator=gen), 32 * 4096 * 128 * 2)
+    hb = 32 * 4096 * 128 * 2
+    yield "head transpose", f"{heads} bf16 (1,0,2)", 2 * hb, ch, lambda i: nh[i].permute(1, 0, 2).contiguous(), \
+        lambda i: hs[i].permute(1, 0, 2).contiguous()
+    cache = torch.randn((32, 4096, 128), device="cuda", dtype=bf, generator=gen)
+    new = torch.randn((32, 1, 128), device="cuda", dtype=bf, generator=gen)
+    yield "kv append", "[32,4096,128] + [32,1,128] bf16", 2 * hb, 1, \
+        lambda i: nbx.concat([view(cache), view(new)], axis=1), lambda i: torch.cat([cache, new], dim=1)
+    weight = torch.randn((151936, 4096), device="cuda", dtype=bf, generator=gen)
+    nw = view(weight)
+    for n_ids in (1, 64, 1024, 8192):
+        ids = torch.randint(0, 151936, (n_ids,), device="cuda", generator=gen)
+        ni = view(ids)
+        yield "embedding", f"151936x4096 bf16, {n_ids} ids", 2 * n_ids * 4096 * 2, 1, \
+            lambda i, ni=ni: nbx.embedding(ni, nw), lambda i, ids=ids: F.embedding(ids, weight)
+    target = torch.zeros((151936, 64), device="cuda", dtype=torch.float32)
+    rows = torch.randint(0, 151936, (8192, 1), device="cuda", generator=gen).expand(8192, 64).contiguous()
+    src = torch.randn((8192, 64), device="cuda", generator=gen)
+    yield "scatter-add", "[151936,64] f32 <- 8192 rows", 3 * 8192 * 64 * 4, 1, \
+        lambda i: nbx.scatter(view(target), 0, view(rows), view(src), reduce="sum"), \
+        lambda i: target.scatter_add(0, rows, src)
+    keys = torch.randn(1 << 24, device="cuda", generator=gen)
+    yield "sort", "2^24 f32", 2 * keys.numel() * 4, 1, lambda i: nbx.sort(view(keys)), lambda i: torch.sort(keys)
+    for shape in ((1, 151936), (64, 151936)):
+        logits = torch.randn(shape, device="cuda", generator=gen)
+        nl = view(logits)
+        for k in (1, 50, 1024):
+            yield "topk", f"{shape} f32 k={k}", logits.numel() * 4, 1, \
+                lambda i, nl=nl, k=k: nbx.topk(nl, k), lambda i, logits=logits, k=k: torch.topk(logits, k)
+    step = torch.randn((64, 151936), device="cuda", dtype=bf, generator=gen) * 3
+    ns = view(step)
+    g = nbx.Generator(seed=0)
+
+    def torch_step(i):
+        probs = torch.softmax(step.float() / 0.7, -1)
+        ordered, order = torch.sort(probs, descending=True)
+        mass = torch.cumsum(ordered, -1)
+        ordered[(mass - ordered) > 0.9] = 0
+        return order.gather(-1, torch.multinomial(ordered, 1))
+
+    yield "sample top-p", "[64,151936] bf16 T=0.7 p=0.9", step.numel() * 2, 1, \
+        lambda i: nbx.sample(ns, temperature=0.7, top_p=0.9, generator=g), torch_step
+
+
+def first(result):
+    return result[0] if isinstance(result, tuple) else result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", nargs="*", help="only these ops")
+    args = parser.parse_args(argv)
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
+    cycles = spin_cycles_per_ms()
+    print(f"{'op':<15} {'case':<34} {'nbx us':>9} {'torch us':>9} {'nbx TB/s':>9} {'torch TB/s':>10} {'ratio':>6} "
+          f"{'host us nbx/torch':>18} {'cold us nbx/torch':>18}")
+    for op, case, nbytes, copies, nbx_fn, torch_fn in cases():
+        if args.ops and op not in args.ops:
+            continue
+        try:
+            ours, peer = both(nbx_fn, torch_fn, copies, cycles)
+        except Exception as exc:  # one refused case must not hide the rest
+            print(f"{op:<15} {case:<34} FAILED: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        print(f"{op:<15} {case:<34} {ours.gpu_us:9.1f} {peer.gpu_us:9.1f} {nbytes / ours.gpu_us / 1e6:9.2f} "
+              f"{nbytes / peer.gpu_us / 1e6:10.2f} {peer.gpu_us / ours.gpu_us:6.2f} "
+              f"{ours.host_us:8.1f}/{peer.host_us:<8.1f} {ours.cold_us:8.1f}/{peer.cold_us:<9.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
