@@ -18,7 +18,7 @@ def load_tool():
 
 def test_every_distribution_gets_its_page_of_the_api_reference(tmp_path, source_env):
     dists = load_tool().distributions()
-    assert set(dists) == {p.name for p in (ROOT / "packages").glob("nbx-*")} and len(dists) == 7
+    assert set(dists) == {p.name for p in (ROOT / "packages").glob("nbx-*")} and "nbx-core" in dists
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "api_docs.py"), "--out", str(tmp_path)],
                           capture_output=True, text=True, env=source_env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
