@@ -9,9 +9,9 @@ else in the template is fixed by the plan.
 
 `execute(plan, values)` runs any plan. On a GPU a launch's first call goes through Triton's JIT;
 its repeats call the compiled kernel's launcher directly, found by what Triton specialises each
-slot on, read from the kernel's own signature: a pointer by its 16-byte alignment, an int by its
-width and (unless the kernel lists it in `do_not_specialize`) by being 1 or a multiple of 16, any
-other scalar by its type. A family never restates those rules.
+slot on, read from the kernel's own signature: a pointer by its element type and its 16-byte
+alignment, an int by its width and (unless the kernel lists it in `do_not_specialize`) by being 1
+or a multiple of 16, any other scalar by its type. A family never restates those rules.
 
 `cached(op, signature, build)` keeps plans in one bounded cache keyed by (op, signature,
 generation). The signature is the family's: everything `build` reads (the tensors' shapes,
@@ -212,8 +212,7 @@ def _slow_key(v, free: bool):
     name; the same keys as that loop."""
     v = _plain(v)
     if isinstance(v, Tensor):
-        v = v.data_ptr()
-        return v, v % 16 == 0
+        return v.data_ptr(), (v.dtype, v.data_ptr() % 16 == 0)
     return v, int_class(v, free) if type(v) is int else type(v)
 
 
@@ -255,7 +254,8 @@ class _Runner:
             if view is not None:
                 v = view(v)
             kind = type(v)
-            if kind is Tensor:
+            if kind is Tensor:  # Triton types a pointer by its element type too
+                key.append(v.dtype)
                 v = v.data_ptr()
                 key.append(v % 16 == 0)
             elif kind is int:  # int_class, written out: the hot loop of every launch

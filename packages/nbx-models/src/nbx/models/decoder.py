@@ -169,10 +169,13 @@ class Decoder:
     kind = "decoder"
     graph_decoding = True   # decode steps replay a captured graph where nbx.graph and the paged cache are
 
-    def __init__(self, family: DecoderFamily, config: dict, weights: Weights):
+    def __init__(self, family: DecoderFamily, config: dict, weights: Weights, local_shapes=None):
+        """local_shapes: the sizes this process holds (a tensor-parallel rank's share of the heads,
+        the MLP and the vocabulary; weights then hands out that rank's shards). Default: all of them."""
         self.family, self.config = family, config
         self.device = weights.device
-        self.shapes = s = Shapes.of(config)
+        self.shapes = s = local_shapes or Shapes.of(config)
+        self.vocab = int(config["vocab_size"])
         shapes = parameter_shapes(family, config)
         get = weights.get
         self.embed = get("model.embed_tokens.weight", shapes["model.embed_tokens.weight"])
@@ -305,7 +308,7 @@ class Decoder:
         ids = nbx.asarray([t for seq in sequences for t in seq], dtype=nbx.int64, device=self.device)
         pos = nbx.asarray(positions, dtype=nbx.int64, device=self.device)
         step = cache.begin(seqs, lengths)
-        x = self.layers_forward(nbx.embedding(ids, self.embed), pos, step, total)
+        x = self.layers_forward(self.embed_rows(ids), pos, step, total)
         cache.end()
         if last_only:
             last = nbx.asarray([a + n - 1 for a, n in zip(starts, lengths)], dtype=nbx.int64, device=self.device)
@@ -326,12 +329,21 @@ class Decoder:
             else:
                 inner = (nbx.linear(h, layer.gate, layer.gate_bias, activation=self.activation)
                          * nbx.linear(h, layer.up, layer.up_bias))
-            x = nbx.linear(inner, layer.down, layer.down_bias, residual=x)
+            x = self.output_linear(inner, layer.down, layer.down_bias, x)
         return x
 
     def head(self, x):
         """The final norm and the lm_head: logits of each row of x."""
         return nbx.linear(nbx.rms_norm(x, (self.shapes.hidden,), self.norm, self.eps), self.lm_head)
+
+    # what a tensor-parallel rank does differently (tensor_parallel.py overrides these three)
+    def embed_rows(self, ids):
+        """The embedding rows of token ids [tokens] -> [tokens, hidden]."""
+        return nbx.embedding(ids, self.embed)
+
+    def output_linear(self, x, weight, bias, residual):
+        """residual + x @ weight.T + bias: the attention's output and the MLP's down projection."""
+        return nbx.linear(x, weight, bias, residual=residual)
 
     def _attention(self, index, layer: _Layer, x, pos, step, total):
         s = self.shapes
@@ -347,7 +359,7 @@ class Decoder:
         q = nbx.rotary_embedding(q, self._cos, self._sin, pos)
         window = None if layer.window is None else (layer.window - 1, 0)
         out = step.attend(index, q, k, v, self._cos, self._sin, pos, window)
-        return nbx.linear(out.reshape(total, s.heads * s.head_dim), layer.wo, layer.bo, residual=x)
+        return self.output_linear(out.reshape(total, s.heads * s.head_dim), layer.wo, layer.bo, x)
 
     def _ensure_rope(self, positions: int) -> None:
         """cos/sin tables covering positions; grown by doubling (a real model's max_position_embeddings
@@ -363,7 +375,7 @@ class Decoder:
         ids = [int(t) for t in token_ids]
         if not ids:
             raise nbx.ArgumentError("a sequence needs at least one token id")
-        bad = [t for t in ids if not 0 <= t < self.shapes.vocab]
+        bad = [t for t in ids if not 0 <= t < self.vocab]
         if bad:
-            raise nbx.IndexingError(f"token ids {bad[:5]} are outside the vocabulary of {self.shapes.vocab}")
+            raise nbx.IndexingError(f"token ids {bad[:5]} are outside the vocabulary of {self.vocab}")
         return ids

@@ -43,7 +43,7 @@ def small_config(architecture: str, **overrides) -> dict:
     return {"architectures": [architecture], **SMALL.get(architecture, SMALL["BertModel"]), **overrides}
 
 
-def _draw(name: str, shape: tuple[int, ...], generator, device) -> nbx.Tensor:
+def draw(name: str, shape: tuple[int, ...], generator, device) -> nbx.Tensor:
     """Weights whose forward stays well scaled: norms near 1, small biases, products ~1/sqrt(fan-in)."""
     values = nbx.randn(*shape, dtype=nbx.float32, device=device, generator=generator)
     if name.endswith("norm.weight") or name.endswith("LayerNorm.weight"):
@@ -79,7 +79,7 @@ def write_checkpoint(folder, config: dict, *, seed: int = 0, dtype="float32", sh
     generator = nbx.Generator(seed=seed)
     tensors = {}
     for name, shape in shapes.items():
-        values = _draw(name, shape, generator, device)
+        values = draw(name, shape, generator, device)
         if int4 is not None and _projection(name, shape):
             quantized = nbx.QuantizedTensor.quantize(values.to("cpu"), int4[0], int4[1], scale_dtype=dtype)
             tensors.update(quantized.to_safetensors_dict(name.removesuffix(".weight")))
