@@ -579,3 +579,12 @@ def test_nbx_triton_driver_answers_device_stream_and_target_from_nbx(sim):
     assert cache.nbytes == 256 << 20 and not cache.numpy()[:: 1 << 16].any()
     scratch = triton_driver.scratch_allocator(1000, 128, 0)
     assert scratch.data_ptr() % 128 == 0
+
+
+def test_copy_and_fill_on_cuda_are_served_by_nbx_kernels_over_the_backends_own_fallback(sim, monkeypatch):
+    """Both register copy_ and fill_ for cuda; the backend's at priority -1, so the kernels' serve
+    however nbx was installed (entry points or a source tree load the plugins in either order)."""
+    for op in ("copy_", "fill_"):
+        monkeypatch.delitem(dispatch._IMPLEMENTATIONS, (op, "cuda"))   # the fixture's pin to the backend's
+        assert dispatch.provider(op, "cuda") == "nbx.kernels.elementwise"
+        assert {r.provider for r in dispatch._REGISTRATIONS[op, "cuda"]} == {"nbx.devices.nvidia.copies"}

@@ -57,7 +57,7 @@ def test_elementwise_keys_class_the_element_count_on_the_h200_ladder(n, dtype, s
 
 
 def test_row_keys_round_the_width_up_to_a_power_of_two():
-    from nbx.kernels.softmax.tuning import ROW_KEY
+    from nbx.kernels.rows import ROW_KEY
     key = keys.form("softmax", ROW_KEY, _hopper(), width=8192, elements=32 * 151936, dtype="float16",
                     strided=False)
     assert str(key) == "width=8192,elements=8388608,dtype=f16,strided=0"

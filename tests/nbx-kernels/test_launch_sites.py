@@ -7,7 +7,7 @@ import pytest
 
 import nbx.core as nbx
 from nbx.kernels import plans
-from nbx.kernels.softmax import float_bits
+from nbx.kernels.rows import float_bits
 
 rng = np.random.default_rng(5)
 

@@ -9,7 +9,7 @@ from nbx.core.errors import DTypeError, ShapeError
 from nbx.kernels import launch
 from nbx.kernels.cost import price
 from nbx.kernels.norm import plan
-from nbx.kernels.softmax.rows import LOOPED, ONE_PASS, SPLIT
+from nbx.kernels.rows import LOOPED, ONE_PASS, SPLIT
 
 # shapes here are chosen from the device file's tiles to take each path: serve those tiles
 pytestmark = pytest.mark.usefixtures("device_file_settings")

@@ -72,6 +72,7 @@ class Backend(Protocol):
     name: str
     indexed: bool           # devices are numbered (cuda:0, cuda:1) or not (cpu, interp)
     host_accessible: bool   # storage is host memory numpy can view without a copy
+    # optional: runs_triton_kernels = True takes the implementations registered for dispatch.TRITON
 
     def device_count(self) -> int: ...
     def current_device(self) -> int: ...
@@ -92,6 +93,8 @@ def register_backend(backend: Backend) -> None:
     if not isinstance(backend, Backend):
         raise DeviceError(f"{backend!r} does not implement the Backend protocol")
     _BACKENDS[backend.name] = backend
+    from . import dispatch
+    dispatch.forget_resolved()  # a backend running Triton kernels takes the TRITON registrations
 
 
 def get_backend(kind: str) -> Backend:

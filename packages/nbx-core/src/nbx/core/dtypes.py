@@ -176,6 +176,18 @@ def from_key(key: str) -> DType:
         raise UnknownDTypeError(f"autotune key dtype spelling {key!r} is not in nbx's dtype table") from None
 
 
+def computes_in(dtype: DType) -> DType:
+    """The dtype arithmetic on dtype runs in: float32 for the half and float8 types (one rounding
+    at the store), else dtype itself. The one statement of the rule: CPU references and kernels read it."""
+    return TABLE["float32"] if dtype.kind == "float" and dtype.itemsize < 4 else dtype
+
+
+def statistics_dtype(dtype: DType) -> DType:
+    """The dtype a row's statistics (softmax's max and sum, a norm's moments) and a random draw's
+    arithmetic are kept in: float64 for float64, else float32."""
+    return TABLE["float64"] if dtype is TABLE["float64"] else TABLE["float32"]
+
+
 def iinfo(dtype: Any) -> np.iinfo:
     dt = as_dtype(dtype)
     if not dt.is_integer:

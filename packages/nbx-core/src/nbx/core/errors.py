@@ -164,3 +164,7 @@ class GraphCaptureError(DeviceError):
 
 class DataDependentShapeError(GraphCaptureError):
     """A captured step whose outputs changed shape or dtype between two runs of the same captured key."""
+
+
+class DuplicateRegistrationError(NbxError, RuntimeError):
+    """Two providers implement one op on one backend and neither says which serves (a priority)."""

@@ -55,6 +55,22 @@ def is_contiguous(shape: Shape, strides: Shape) -> bool:
     return True
 
 
+def collapse_dims(shape, strides_list) -> tuple[Shape, list[Shape]]:
+    """shape walked by every layout of strides_list with the fewest dims: size-1 dims vanish and
+    adjacent dims merge where every layout walks them as one (stride[i] == stride[i+1] * size[i+1]).
+    The one collapse every launch planner (elementwise, rows, reductions, matmul batches, copies) uses."""
+    merged: list[tuple[int, list[int]]] = []
+    for i, size in enumerate(shape):
+        if size == 1:
+            continue
+        st = [s[i] for s in strides_list]
+        if merged and all(p == c * size for p, c in zip(merged[-1][1], st)):
+            merged[-1] = (merged[-1][0] * size, st)
+        else:
+            merged.append((size, st))
+    return tuple(size for size, _ in merged), [tuple(st[k] for _, st in merged) for k in range(len(strides_list))]
+
+
 def normalize_dim(dim: int, ndim: int) -> int:
     dim = int(dim.__index__())
     lo = -max(ndim, 1)

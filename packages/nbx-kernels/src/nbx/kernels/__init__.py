@@ -2,7 +2,7 @@
 
 nbx.core finds this distribution through the entry-point group `nbx.kernels` (or, in a source tree,
 by importing it) and calls `register()`: every op family registers its implementations for the
-device types that run Triton kernels (registry.KERNEL_DEVICE_TYPES), and the `interp` device is
+backends that declare `runs_triton_kernels` (nbx.core.dispatch.TRITON), and the `interp` device is
 registered when Triton's interpreter is on.
 """
 from __future__ import annotations

@@ -24,6 +24,8 @@ def interpreter_active() -> bool:
 class InterpBackend(HostMemoryBackend):
     """Host memory for tensors whose op implementations are interpreted Triton kernels."""
 
+    runs_triton_kernels = True
+
     def __init__(self):
         super().__init__(NAME)
 

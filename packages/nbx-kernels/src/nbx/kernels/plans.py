@@ -29,7 +29,9 @@ import numpy as np
 import triton
 
 from nbx.core import device_files
+from nbx.core import layout as core_layout
 from nbx.core.device import Device, get_backend
+from nbx.core.dispatch import observer
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor, empty
 
@@ -79,6 +81,8 @@ class LaunchPlan:
     workspace: tuple[BufferSpec, ...] = ()
     copies: tuple[str, ...] = ()   # inputs read through a dense copy (workspace of the call too)
     detail: object = None          # the family's own record of its decisions (tile, path), for its cost and tests
+
+    _allocations: list = field(default_factory=list, compare=False, repr=False)  # the runtime's, made once
 
     def buffers(self) -> tuple[Buffer, ...]:
         """The outputs then the workspace, as the declared cost lists them."""
@@ -144,61 +148,98 @@ def execute(plan: LaunchPlan, values: dict) -> dict:
     for name in plan.copies:
         if values.get(name) is not None:
             values[name] = values[name].contiguous()
-    for spec in plan.outputs + plan.workspace:
-        if values.get(spec.name) is None:
-            values[spec.name] = empty(spec.shape, spec.dtype, device)
+    if plan._allocations:
+        backend, buffers = plan._allocations
+    else:
+        backend, buffers = _allocations(plan)
+    watching = observer()
+    for name, nbytes, dtype, shape, strides in buffers:
+        if values.get(name) is None:  # what nbx.core.tensor.empty makes, its arguments checked once
+            storage = backend.allocate(nbytes, device)
+            if watching is not None:  # a step being captured plans its memory, as empty() tells it
+                watching.allocated(storage)
+            values[name] = Tensor(storage, dtype, shape, strides)
     for one in plan.launches:
         runner = one._runner[0] if one._runner else _make_runner(one, device)
         runner.run(values)
     return values
 
 
-def int_width(value: int) -> str:
-    """The type Triton passes an int as: all it specialises a do_not_specialize int on."""
-    return "i32" if -2 ** 31 <= value < 2 ** 31 else "i64" if -2 ** 63 <= value < 2 ** 63 else "u64"
+def _allocations(plan: LaunchPlan) -> tuple:
+    specs = plan.outputs + plan.workspace
+    for spec in specs:  # a spec refused here is refused as empty() would
+        empty(spec.shape, spec.dtype, plan.device)
+    found = (get_backend(plan.device.type), tuple(
+        (b.name, b.nbytes, b.dtype, b.shape, core_layout.contiguous_strides(b.shape)) for b in specs))
+    plan._allocations.extend(found)
+    return found
 
 
-def int_class(value: int) -> tuple:
-    """The part of an int argument Triton specialises on: width, == 1, % 16 == 0."""
-    return (int_width(value), value == 1, value % 16 == 0)
+_I32, _I64 = 2 ** 31, 2 ** 63
+
+
+def int_class(value: int, free: bool = False):
+    """What Triton specialises an int argument on: its width (0: int32, 1: int64, 2: uint64) and,
+    unless the kernel lists it in do_not_specialize (free), whether it is 1 and a multiple of 16."""
+    width = 0 if -_I32 <= value < _I32 else 1 if -_I64 <= value < _I64 else 2
+    return width if free else (width, value == 1, value % 16 == 0)
 
 
 def _at(t: Tensor, offset: int) -> Tensor:
     return Tensor(t.storage, t.dtype, (1,), (1,), t.storage_offset + offset)
 
 
-def _resolve(slot: Slot, values: dict):
-    v = values[slot.name]
-    if slot.part is not None:
-        v = v[slot.part]
+def _view(slot: Slot):
+    """The function taking a slot's value to what the kernel reads, or None (the value itself)."""
+    if slot.part is None and not slot.offset:
+        return None
     if slot.offset:
-        v = _at(v, slot.offset)
-    if isinstance(v, np.integer):  # the launcher takes Python ints
-        v = int(v)
-    elif isinstance(v, np.floating):
-        v = float(v)
+        return lambda v: _at(v if slot.part is None else v[slot.part], slot.offset)
+    return lambda v: v[slot.part]
+
+
+def _plain(v):
+    """A numpy scalar as the Python scalar the launcher takes."""
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
     return v
+
+
+def _slow_key(v, free: bool):
+    """(what the launcher takes, its specialisation) of a value of a kind the fast loop does not
+    name; the same keys as that loop."""
+    v = _plain(v)
+    if isinstance(v, Tensor):
+        return v.data_ptr(), (v.dtype, v.data_ptr() % 16 == 0)
+    return v, int_class(v, free) if type(v) is int else type(v)
 
 
 class _Runner:
     """One launch's runtime: its template, its slots with the specialisation rule of their kernel
-    parameters, and its compiled launchers by the slots' specialisation."""
+    parameters, and its compiled launchers by the slots' specialisation. Written for few Python
+    calls a launch: an eager decode step runs thousands of them."""
 
-    __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp")
+    __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp", "single", "grid")
 
     def __init__(self, one: Launch, device: Device):
         self.launch, self.device, self.backend = one, device, get_backend(device.type)
         self.interp = device.type == "interp"
+        self.single = self.interp or self.backend.device_count() == 1   # one device: it is always current
         self.template = list(one.args)
+        self.grid = (*one.grid, 1, 1)[:3]
         params = getattr(one.kernel, "params", None) or []
         free = {p.num for p in params if getattr(p, "do_not_specialize", False)}
-        self.slots = tuple((pos, a, pos in free) for pos, a in enumerate(one.args) if isinstance(a, Slot))
+        self.slots = tuple((pos, a.name, _view(a), pos in free) for pos, a in enumerate(one.args) if isinstance(a, Slot))
         self.compiled: dict = {}
 
     def arguments(self, values: dict) -> list:
+        """The template filled with this call's values (tensors as tensors: what the JIT takes)."""
         args = self.template.copy()
-        for pos, slot, _ in self.slots:
-            args[pos] = _resolve(slot, values)
+        for pos, name, view, _ in self.slots:
+            v = values[name]
+            args[pos] = _plain(v if view is None else view(v))
         return args
 
     def run(self, values: dict) -> None:
@@ -208,27 +249,39 @@ class _Runner:
                 one.kernel[one.grid](*self.arguments(values), **one.meta)
             return
         args, key = self.template.copy(), []
-        for pos, slot, free in self.slots:
-            v = _resolve(slot, values)
+        for pos, name, view, free in self.slots:
+            v = values[name]
+            if view is not None:
+                v = view(v)
             kind = type(v)
-            if kind is int:
-                key.append(int_width(v) if free else int_class(v))
-            elif isinstance(v, Tensor):   # Triton types a pointer by its element type too
+            if kind is Tensor:  # Triton types a pointer by its element type too
                 key.append(v.dtype)
                 v = v.data_ptr()
                 key.append(v % 16 == 0)
-            else:
+            elif kind is int:  # int_class, written out: the hot loop of every launch
+                width = 0 if -_I32 <= v < _I32 else 1 if -_I64 <= v < _I64 else 2
+                key.append(width if free else (width, v == 1, v % 16 == 0))
+            elif kind is float or kind is bool or v is None:
                 key.append(kind)
+            else:  # a numpy scalar, a Tensor subclass: the slow way, keyed alike
+                v, k = _slow_key(v, free)
+                key.append(k)
             args[pos] = v
-        key = tuple(key)
-        fast = self.compiled.get(key)
+        fast = self.compiled.get(tuple(key))
         if fast is None or hooks_set():
             with self.backend.device_guard(self.device):
                 compiled = one.kernel[one.grid](*self.arguments(values), **one.meta)
             if hasattr(compiled, "packed_metadata"):
-                self.compiled[key] = _Compiled(one.kernel, compiled, len(args), one.meta)
+                self.compiled[tuple(key)] = _Compiled(one.kernel, compiled, len(args), one.meta)
             return
-        _call(fast, one.grid, self.device, self.backend, args)
+        grid, index = self.grid, self.device.index
+        if self.single or self.backend.current_device() == index:
+            fast.run(grid[0], grid[1], grid[2], _stream_of(index), fast.function, fast.packed, None, None, None,
+                     *args, *fast.tail)
+            return
+        with self.backend.device_guard(self.device):
+            fast.run(grid[0], grid[1], grid[2], _stream_of(index), fast.function, fast.packed, None, None, None,
+                     *args, *fast.tail)
 
 
 def hooks_set() -> bool:
@@ -257,17 +310,6 @@ def _stream_of(index: int) -> int:
     return triton.runtime.driver.active.get_current_stream(index)
 
 
-def _call(fast: _Compiled, grid, device: Device, backend, args) -> None:
-    """The compiled kernel's launcher on device's current stream, device made current if it is not."""
-    grid = (*grid, 1, 1)
-    stream = _stream_of(device.index)
-    if backend.device_count() == 1 or backend.current_device() == device.index:  # one device: it is current
-        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *args, *fast.tail)
-        return
-    with backend.device_guard(device):
-        fast.run(grid[0], grid[1], grid[2], stream, fast.function, fast.packed, None, None, None, *args, *fast.tail)
-
-
 def _make_runner(one: Launch, device: Device) -> _Runner:
     runner = _Runner(one, device)
     one._runner.append(runner)
@@ -275,4 +317,4 @@ def _make_runner(one: Launch, device: Device) -> _Runner:
 
 
 __all__ = ["Slot", "BufferSpec", "Launch", "LaunchPlan", "output", "workspace", "cached", "execute", "reset",
-           "cached_count", "compiled_count", "setting_key", "int_width", "int_class", "MAX_PLANS"]
+           "cached_count", "compiled_count", "setting_key", "int_class", "MAX_PLANS"]

@@ -5,15 +5,11 @@ from collections.abc import Callable
 
 from nbx.core import dispatch
 
-# Device types whose ops run nbx's Triton kernels. `interp` is Triton's interpreter on host memory.
-KERNEL_DEVICE_TYPES = ("cuda", "hip", "metal", "interp")
-
-
 def implements(*ops: str) -> Callable:
-    """Decorator: fn implements each op for every device type that runs Triton kernels."""
+    """Decorator: fn implements each op for every backend that declares it runs Triton kernels
+    (`runs_triton_kernels`: cuda, hip, metal, and interp, Triton's interpreter on host memory)."""
     def decorate(fn: Callable) -> Callable:
         for op in ops:
-            for device_type in KERNEL_DEVICE_TYPES:
-                dispatch.register(op, device_type)(fn)
+            dispatch.register(op, dispatch.TRITON)(fn)   # the provider: fn's module (a family)
         return fn
     return decorate

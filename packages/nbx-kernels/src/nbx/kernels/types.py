@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from nbx.core.dtypes import DType
+from nbx.core.dtypes import DType, computes_in
 from nbx.core.errors import DTypeError
 
 # the dtype table's `triton` spelling -> the triton.language attribute
@@ -22,7 +22,5 @@ def tl_type(dtype: DType):
 
 
 def compute_type(dtype: DType):
-    """float32 for the half and float8 types (one rounding at the store), else the dtype itself."""
-    if dtype.kind == "float" and dtype.itemsize < 4:
-        return tl.float32
-    return tl_type(dtype)
+    """The Triton type a kernel computes dtype in (nbx.core.dtypes.computes_in)."""
+    return tl_type(computes_in(dtype))

@@ -44,10 +44,8 @@ def check_category(op: str, dtype: DType, category: str) -> None:
 
 
 def compute_dtype(dtype: DType) -> np.dtype:
-    """The host dtype a CPU reference computes in: fp32 for the half and float8 types."""
-    if dtype.kind == "float" and dtype.itemsize < 4:
-        return np.dtype(np.float32)
-    return dtype.host
+    """The host dtype a CPU reference computes in (dtypes.computes_in)."""
+    return dtypes.computes_in(dtype).host
 
 
 def host_operand(value, compute: np.dtype) -> np.ndarray:

@@ -25,6 +25,7 @@ def check_range(storage: Storage, byte_offset: int, nbytes: int, what: str) -> N
 
 class HipBackend:
     name = "hip"
+    runs_triton_kernels = True   # nbx.kernels' implementations serve it (nbx.core.dispatch.TRITON)
     indexed = True
     host_accessible = False
     dlpack_device_type = 10  # kDLROCM

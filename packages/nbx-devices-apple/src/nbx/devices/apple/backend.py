@@ -27,6 +27,7 @@ def check_range(storage: Storage, byte_offset: int, nbytes: int, what: str) -> N
 
 class MetalBackend:
     name = "metal"
+    runs_triton_kernels = True   # nbx.kernels' implementations serve it (nbx.core.dispatch.TRITON)
     indexed = True
     host_accessible = False   # the bytes are host memory, but only safe to read once the stream is done
     dlpack_device_type = 8    # kDLMetal

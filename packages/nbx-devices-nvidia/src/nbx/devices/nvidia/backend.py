@@ -26,6 +26,7 @@ def check_range(storage: Storage, byte_offset: int, nbytes: int, what: str) -> N
 
 class CudaBackend:
     name = "cuda"
+    runs_triton_kernels = True   # nbx.kernels' implementations serve it (nbx.core.dispatch.TRITON)
     indexed = True
     host_accessible = False
     dlpack_device_type = 2  # kDLCUDA

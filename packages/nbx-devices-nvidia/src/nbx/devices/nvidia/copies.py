@@ -7,9 +7,9 @@ host round trip of the covered byte span: correct but slow. fill_ uses cudaMemse
 bytes, cuMemsetD8/16/32 for 1-, 2- and 4-byte patterns, else an uploaded pattern doubled by
 device-to-device copies. Every dtype of the table is served, complex included.
 
-nbx.kernels, when installed, registers its Triton copy_/fill_ for cuda after this plugin loads,
-and dispatch then finds those; these stay the backend's own (what runs without nbx.kernels, and
-what a kernel can hand a dtype Triton has no type for).
+nbx.kernels, when installed, serves copy_ and fill_ (its Triton kernels copy any layout and cast
+on the device): these register at priority -1, the backend's own fallback, so whichever of the two
+plugins loads first the kernels' serve, and these serve without nbx.kernels.
 """
 from __future__ import annotations
 
@@ -38,23 +38,9 @@ def _check_tensor(t: Tensor, what: str) -> None:
     check_range(t.storage, start, nbytes, what)
 
 
-def merge_dims(shape, *strides_sets):
-    """Drop size-1 dims and merge neighbours that are contiguous with each other in every layout."""
-    dims = [(size, [st[i] for st in strides_sets]) for i, size in enumerate(shape) if size != 1]
-    merged: list[tuple[int, list[int]]] = []
-    for size, strides in dims:
-        if merged:
-            outer_size, outer = merged[-1]
-            if all(o == s * size for o, s in zip(outer, strides, strict=True)):
-                merged[-1] = (outer_size * size, strides)
-                continue
-        merged.append((size, strides))
-    return [m[0] for m in merged], [tuple(m[1][k] for m in merged) for k in range(len(strides_sets))]
-
-
 def plan_2d(shape, dst_strides, src_strides, itemsize):
     """(width, height, dst_pitch, src_pitch) in bytes for one cudaMemcpy2D, or None."""
-    sizes, (ds, ss) = merge_dims(shape, dst_strides, src_strides)
+    sizes, (ds, ss) = layout.collapse_dims(shape, [dst_strides, src_strides])
     if not sizes:
         return itemsize, 1, itemsize, itemsize
     if len(sizes) == 1:
@@ -73,7 +59,7 @@ def plan_2d(shape, dst_strides, src_strides, itemsize):
     return width, rows, dpitch, spitch
 
 
-@register("copy_", "cuda")
+@register("copy_", "cuda", priority=-1)
 def copy_(dst: Tensor, src: Tensor) -> None:
     if dst.size == 0:
         return
@@ -151,7 +137,7 @@ def write_host_values(dst: Tensor, values: np.ndarray) -> None:
     BACKEND.upload(dst.storage, start, span)
 
 
-@register("fill_", "cuda")
+@register("fill_", "cuda", priority=-1)
 def fill_(out: Tensor, value) -> None:
     if out.size == 0:
         return

@@ -34,17 +34,15 @@ def launch_elementwise(fn, operands, out_dtype: DType, work_dtype: DType, out: T
 
 def _launch(plan, operands, out_dtype: DType, work_dtype: DType, out, compute=None, setting=None) -> Tensor:
     detail = plan.detail
+    if detail.grid is not None:
+        return callsite.run(plan, out, operands)
     if out is None:
         out = launch.output(detail.shape, out_dtype, detail.device)
-    if detail.n == 0:
-        return out
-    if detail.grid is None:  # more dims than the kernel indexes, even collapsed: one launch per outer index
+    if detail.n:  # more dims than the kernel indexes, even collapsed: one launch per outer index
         wide = [o.broadcast_to(detail.shape) if isinstance(o, Tensor) else o for o in operands]
         for i in range(detail.shape[0]):
             launch_elementwise(detail.fn, [o[i] if isinstance(o, Tensor) else o for o in wide], out_dtype, work_dtype,
                                out[i], compute, setting)
-        return out
-    callsite.run(plan, out, operands)
     return out
 
 

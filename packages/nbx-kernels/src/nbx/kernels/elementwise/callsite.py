@@ -96,9 +96,11 @@ class Plan:
         self.meta["num_warps"] = setting["num_warps"]
         self.grid = (triton.cdiv(self.n, block),)
 
-    def launch_plan(self) -> LaunchPlan:
-        launches = () if self.grid is None else (Launch(elementwise_kernel, self.grid, tuple(self.template), self.meta),)
-        return LaunchPlan(self.device, launches, detail=self)
+    def launch_plan(self, out_dtype: DType) -> LaunchPlan:
+        if self.grid is None:  # nothing to launch (empty), or launched per outer index (elementwise._launch)
+            return LaunchPlan(self.device, (), detail=self)
+        return LaunchPlan(self.device, (Launch(elementwise_kernel, self.grid, tuple(self.template), self.meta),),
+                          (plans.output("out", self.shape, out_dtype),), detail=self)
 
 
 def _extent(sizes, strides) -> int:
@@ -118,7 +120,7 @@ def launch_plan(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor |
            tuple(_operand_key(o) for o in operands), plans.setting_key(setting))
     return plans.cached("elementwise", key, lambda: Plan(
         fn, operands, out_dtype, compute_type(work_dtype) if compute is None else compute, out, device,
-        setting).launch_plan())
+        setting).launch_plan(out_dtype))
 
 
 def op_plan(op, operands, out_dtype: DType, pick) -> LaunchPlan:
@@ -130,7 +132,7 @@ def op_plan(op, operands, out_dtype: DType, pick) -> LaunchPlan:
         fn, work, taken = pick(op, operands)
         plan = Plan(fn, taken, out_dtype, compute_type(work), None, _device_of(operands, None), None)
         plan.work, plan.tensor_scalars = work, any(a is not b for a, b in zip(taken, operands))
-        return plan.launch_plan()
+        return plan.launch_plan(out_dtype)
     return plans.cached("elementwise", key, build)
 
 
@@ -140,8 +142,9 @@ def plan_for(fn, operands, out_dtype: DType, work_dtype: DType, out: Tensor | No
     return launch_plan(fn, operands, out_dtype, work_dtype, out, compute, setting).detail
 
 
-def run(plan: LaunchPlan, out: Tensor, operands) -> None:
-    """Launch plan's kernel writing out (its compiled launcher called directly on repeats)."""
+def run(plan: LaunchPlan, out: Tensor | None, operands) -> Tensor:
+    """Launch plan's kernel writing out (a new one when None); its compiled launcher is called
+    directly on repeats."""
     values = dict(zip(OPERANDS, operands))
     values["out"] = out
-    plans.execute(plan, values)
+    return plans.execute(plan, values)["out"]

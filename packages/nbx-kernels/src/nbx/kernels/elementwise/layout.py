@@ -6,22 +6,9 @@ serves any rank up to MAX_RANK without a contiguous copy of any operand.
 """
 from __future__ import annotations
 
+from nbx.core.layout import collapse_dims as collapse
+
 MAX_RANK = 4
-
-
-def collapse(shape: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-    dims = [(size, [s[i] for s in strides]) for i, size in enumerate(shape) if size != 1]
-    merged: list[tuple[int, list[int]]] = []
-    for size, st in dims:
-        if merged:
-            prev_size, prev_st = merged[-1]
-            if all(p == c * size for p, c in zip(prev_st, st)):
-                merged[-1] = (prev_size * size, st)
-                continue
-        merged.append((size, st))
-    new_shape = tuple(size for size, _ in merged)
-    new_strides = [tuple(st[k] for _, st in merged) for k in range(len(strides))]
-    return new_shape, new_strides
 
 
 def padded(shape: tuple[int, ...], strides: list[tuple[int, ...]]):

@@ -19,7 +19,7 @@ from nbx.core import dtypes
 from nbx.core.dispatch import implementation
 from nbx.core.dtypes import DType
 from nbx.core.errors import NotSupportedError
-from nbx.core.layout import broadcast_shapes
+from nbx.core.layout import broadcast_shapes, collapse_dims
 from nbx.core.promotion import result_type
 from nbx.core.tensor import Tensor
 
@@ -62,19 +62,9 @@ def _batch_strides(shape, strides, batch) -> list[int]:
 
 
 def _merged_batch(batch, a_strides, b_strides, c_strides) -> list[tuple[int, int, int, int]]:
-    """(size, a stride, b stride, c stride) per batch dim, size-1 dims dropped and adjacent dims
-    merged where every operand's strides allow."""
-    dims: list[tuple[int, int, int, int]] = []
-    for size, sa, sb, sc in zip(batch, a_strides, b_strides, c_strides, strict=True):
-        if size == 1:
-            continue
-        if dims:
-            p_size, pa, pb, pc = dims[-1]
-            if pa == sa * size and pb == sb * size and pc == sc * size:
-                dims[-1] = (p_size * size, sa, sb, sc)
-                continue
-        dims.append((size, sa, sb, sc))
-    return dims
+    """(size, a stride, b stride, c stride) per batch dim, collapsed (nbx.core.layout.collapse_dims)."""
+    sizes, strides = collapse_dims(batch, [a_strides, b_strides, c_strides])
+    return list(zip(sizes, *strides))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from ..elementwise.casts import COMPILED
 from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
-from ..softmax import float_bits
+from ..rows import float_bits
 from ..types import tl_type
 from . import INT32_MAX, check_dtypes
 from .fused import fused_matmul_kernel, split_epilogue_kernel

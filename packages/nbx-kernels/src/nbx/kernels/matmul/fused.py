@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
-from ..softmax.rows import float_argument
+from ..rows import float_argument
 from .kernel import SCALE_BLOCK, _grouped_tile, k_steps, tile_offsets
 
 

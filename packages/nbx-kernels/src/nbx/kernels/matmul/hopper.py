@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from ..elementwise.casts import narrow
-from ..softmax.rows import float_argument
+from ..rows import float_argument
 from .fused import epilogue, scaled
 from .kernel import _dot_operand, _grouped_tile, _tf32_operand
 

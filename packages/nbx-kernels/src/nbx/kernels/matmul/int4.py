@@ -31,7 +31,7 @@ from ..cost import LAUNCH, Buffer, Cost, declares
 from ..elementwise.casts import COMPILED
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
-from ..softmax import float_bits
+from ..rows import float_bits
 from ..types import tl_type
 from . import INT32_MAX
 from .epilogue import SPLIT_BLOCK, _addend_strides, _rows

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ..elementwise.casts import narrow, widen
-from ..softmax.rows import float_argument
+from ..rows import float_argument
 from .fused import epilogue
 from .kernel import _dot_operand, _grouped_tile
 

@@ -1,6 +1,6 @@
 """layer_norm, rms_norm, group_norm, batch_norm (inference) and the fused add_rms_norm.
 
-Each reads its input as rows (softmax/rows.py) in place: layer and RMS norm's trailing dims, a
+Each reads its input as rows (nbx/kernels/rows.py) in place: layer and RMS norm's trailing dims, a
 group's channels and positions, batch norm's positions of one (sample, channel). A layout whose
 normalized dims do not merge into one stride, or whose row dims keep more than three dims, is read
 through a dense copy; so are non-contiguous weights, biases and running statistics. The copies
@@ -11,17 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from nbx.core.dtypes import DType
+from nbx.core.dtypes import DType, statistics_dtype
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
-from ..softmax import float_bits, work_dtype
-from ..softmax.rows import (LOOPED, SPLIT, Blocks, Rows, as_rows, blocks, contiguous_strides, is_strided,
-                            merged_stride, pow2_at_least, row_path, wide_columns)
-from ..softmax.tuning import row_setting
+from ..rows import (LOOPED, SPLIT, Blocks, Rows, as_rows, blocks, contiguous_strides, float_bits, is_strided,
+                    merged_stride, pow2_at_least, row_path, row_setting, wide_columns)
 from ..types import compute_type
 from .kernel import channel_affine_kernel, norm_chunk_stats_kernel, norm_chunk_write_kernel, norm_rows_kernel
 from .tuning import NORM
@@ -69,7 +67,7 @@ def _decide(shape, inputs, params, dtype: DType, keep: int, groups, device, fami
         setting = row_setting(NORM, device, layout.rows, layout.n, dtype, strided)
     tile = blocks(layout.rows, layout.n, strided, {**launch.tiles("norm", device), **dict(setting)})
     path = LOOPED if family == "batch_norm" else row_path(tile, device)
-    return Plan(layout, tile, path, tuple(copies), work_dtype(dtype))
+    return Plan(layout, tile, path, tuple(copies), statistics_dtype(dtype))
 
 
 def plan(inputs: dict, params: dict, keep: int, groups: int | None = None, batch_norm: bool = False,

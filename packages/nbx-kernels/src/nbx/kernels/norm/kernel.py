@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ..elementwise.casts import narrow
-from ..softmax.rows import columns, float_argument, row_offsets
+from ..rows import columns, float_argument, row_offsets
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Certified settings of the norm kernels: the row tunable of softmax/tuning.py, screened on an
+"""Certified settings of the norm kernels: the row tunable of rows.py, screened on an
 RMS norm with a weight (every norm, the fused add + RMS norm and batch norm launch the same tile)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from nbx import autotune
 from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 
-from ..softmax.tuning import ROW_KEY, ROW_PARAMS, representative_rows
+from ..rows import ROW_KEY, ROW_PARAMS, representative_rows
 
 EPS = 1e-6
 

@@ -48,6 +48,7 @@ from ..cost import Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..elementwise import layout
 from ..registry import implements
+from ..types import tl_type
 from . import kernel as k
 
 TILES = "elementwise"  # a random launch is one element per lane like an elementwise one
@@ -72,8 +73,8 @@ def _float_words(value: float, compute) -> tuple[int, int]:
 
 
 def _compute(dtype: DType):
-    """float64 outputs do their arithmetic in float64, every other dtype in float32 (as the host)."""
-    return tl.float64 if dtype is dtypes.float64 else tl.float32
+    """The Triton type a draw's arithmetic runs in (nbx.core.dtypes.statistics_dtype, as the host)."""
+    return tl_type(dtypes.statistics_dtype(dtype))
 
 
 def _below_one(dtype: DType) -> float:

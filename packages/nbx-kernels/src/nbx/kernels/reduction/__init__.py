@@ -13,7 +13,7 @@ import math
 
 from nbx.core import dtypes
 from nbx.core import layout as core_layout
-from nbx.core.dtypes import DType
+from nbx.core.dtypes import DType, computes_in
 from nbx.core.ops.reductions import _out_dtype
 from nbx.core.ops.reductions_more import real_dtype
 from nbx.core.tensor import Tensor
@@ -54,7 +54,7 @@ def _accumulation(name: str, x_dtype: DType, out_dtype: DType, ord: float = 2.0)
     if name == "mean":
         return C.ADD, C.VALUE, C.MEAN, _float_accumulator(x_dtype, out_dtype), 0
     if name in ("max", "min"):
-        op, acc = (C.MAX if name == "max" else C.MIN), L.comparison_dtype(x_dtype)
+        op, acc = (C.MAX if name == "max" else C.MIN), computes_in(x_dtype)
         return op, C.VALUE, C.KEEP, acc, L.extreme_identity(acc, op)
     if name in ("any", "all"):
         return (C.MAX, C.NONZERO, C.KEEP, dtypes.int32, 0) if name == "any" else \
@@ -161,7 +161,7 @@ def _extreme_index_cost(with_values: bool):
     def cost(x: Tensor, dim=None, keepdim: bool = False) -> Cost:
         dims = None if dim is None else _dims(x, dim)
         outputs = ([("values", x.dtype)] if with_values else []) + [("indices", dtypes.INDEX)]
-        state = [L.comparison_dtype(x.dtype), dtypes.INDEX]
+        state = [computes_in(x.dtype), dtypes.INDEX]
         return L.plan(x, dims, keepdim, ordered=True).cost(x, outputs, state)
     return cost
 

@@ -14,7 +14,7 @@ from math import prod
 import triton.language as tl
 
 from nbx.core import dtypes
-from nbx.core.dtypes import DType
+from nbx.core.dtypes import DType, computes_in  # max / min compare in it (exact)
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans
@@ -33,12 +33,7 @@ def accumulator(dtype: DType) -> DType:
         return dtypes.int64
     if dtype.kind == "uint":
         return dtypes.uint64
-    return dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
-
-
-def comparison_dtype(dtype: DType) -> DType:
-    """max / min compare in the input's own dtype, the half and float8 types widened to float32 (exact)."""
-    return dtypes.float32 if dtype.kind == "float" and dtype.itemsize < 4 else dtype
+    return dtypes.statistics_dtype(dtype)
 
 
 def extreme_identity(dtype: DType, op: int):
@@ -85,11 +80,6 @@ class Plan:
         return Cost(tuple(buffers), moved, n_in, launches if n_out else 0)
 
 
-def settings(device) -> dict:
-    """tiles.reduction of the device file in force for device."""
-    return launch.tiles("reduction", device)
-
-
 def plan(x: Tensor, dims, keepdim: bool, ordered: bool, setting=None) -> Plan:
     """ordered: the result depends on the order of the reduced dims (an index), so keep it.
     setting overrides the served (certified) one: the certifier launches this very path with it."""
@@ -97,7 +87,7 @@ def plan(x: Tensor, dims, keepdim: bool, ordered: bool, setting=None) -> Plan:
     view = layout.plan(x.shape, x.strides, dims, ordered)
     if setting is None:  # certified for the launch key (the device file's tile on interp)
         setting = tuning.setting(x.device, view, x.dtype)
-    s = {**settings(x.device), **dict(setting)}
+    s = {**launch.tiles("reduction", x.device), **dict(setting)}
     tile = layout.tile(view, s)
     merge = None
     if tile.splits > 1:
@@ -186,7 +176,7 @@ def extreme_index(x: Tensor, dims, keepdim: bool, values_dtype: DType | None, op
     """(values, indices) of the first extreme; values None when values_dtype is None (argmax)."""
     def build() -> LaunchPlan:
         p = _checked_plan(x, dims, keepdim, True)
-        acc, write = comparison_dtype(x.dtype), values_dtype is not None
+        acc, write = computes_in(x.dtype), values_dtype is not None
         index, best, where = Slot("indices"), Slot("best"), Slot("where")
         final_values = Slot("values") if write else index
         outputs = ((plans.output("values", p.out_shape, values_dtype),) if write else ()) + (

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+from nbx.core.layout import collapse_dims
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -51,16 +53,9 @@ class Rows:
 
 
 def collapse(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """(size, stride) dims, size-1 dims dropped, adjacent dims merged when one stride walks both."""
-    merged: list[tuple[int, int]] = []
-    for size, stride in pairs:
-        if size == 1:
-            continue
-        if merged and merged[-1][1] == stride * size:
-            merged[-1] = (merged[-1][0] * size, stride)
-        else:
-            merged.append((size, stride))
-    return merged
+    """(size, stride) dims, collapsed (nbx.core.layout.collapse_dims)."""
+    sizes, (strides,) = collapse_dims([size for size, _ in pairs], [[stride for _, stride in pairs]])
+    return list(zip(sizes, strides))
 
 
 def kept_rows(pairs: list[tuple[int, int]]) -> tuple[int, int, int] | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from nbx.core import dtypes
 from nbx.core.layout import contiguous_strides
-from nbx.core.dtypes import DType
+from nbx.core.dtypes import DType, computes_in
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans
@@ -19,7 +19,7 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..types import tl_type
 from . import layout
 from .combine import Code as C
-from .launches import accumulator, comparison_dtype, extreme_identity, settings
+from .launches import accumulator, extreme_identity
 from .scan_kernels import running_extreme_kernel, scan_kernel
 
 
@@ -40,7 +40,7 @@ def plan(x: Tensor, dim: int) -> ScanPlan:
     copy = x_view is None
     if copy:  # read a contiguous copy: it shares the output's strides, which always collapse
         x_view, out_view = layout.scan_plan(shape, out_strides, out_strides, dim)
-    s = settings(x.device)
+    s = launch.tiles("reduction", x.device)
     t = layout.tile(x_view, s, split=False)
     return ScanPlan(x_view, out_view, copy, t.block_r, t.block_c, s)
 
@@ -70,7 +70,7 @@ def accumulating_scan(x: Tensor, dim: int, out_dtype: DType, op: int) -> Tensor:
 
 def running_extreme(x: Tensor, dim: int, op: int) -> tuple[Tensor, Tensor]:
     """cummax (op MAX) or cummin (MIN): the running extreme and the index holding it."""
-    acc = comparison_dtype(x.dtype)
+    acc = computes_in(x.dtype)
     values = _scan(running_extreme_kernel, x, dim, (plans.output("values", x.shape, x.dtype),
                                                     plans.output("indices", x.shape, dtypes.INDEX)),
                    op, extreme_identity(acc, op), acc)

@@ -5,7 +5,7 @@ launch aims for before it splits long rows into column ranges. A block wider tha
 several rows (layout.tile): 8192 and 16384 give a 4096-long bfloat16 row's program 2 or 4 rows,
 16-32 KiB a step; the certifier keeps them where they time faster (for bfloat16 4096 x 4096 the
 H200 kept 1024 with split rows). The launch key, as for the row
-kernels (softmax/tuning.py): the reduced length rounded up to a power of two, the element count's
+kernels (rows.py): the reduced length rounded up to a power of two, the element count's
 class, the input dtype, and whether the reduced dim is read across its stride while the kept rows
 are adjacent. The representative launch is a sum over the key's rows.
 """
@@ -16,8 +16,7 @@ import numpy as np
 from nbx import autotune
 from nbx.core.reference import oracle
 
-from ..softmax.tuning import ROW_KEY, representative_rows
-from ..softmax.rows import pow2_at_least
+from ..rows import ROW_KEY, pow2_at_least, representative_rows
 from .layout import Rows
 
 

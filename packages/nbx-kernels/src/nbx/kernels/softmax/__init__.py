@@ -1,6 +1,6 @@
 """softmax, log_softmax and scaled_masked_softmax over any dim, for rows of any length.
 
-The reduced dim is read in place through its stride (rows.py); a row that fits max_block_n is one
+The reduced dim is read in place through its stride (nbx/kernels/rows.py); a row that fits max_block_n is one
 pass, a longer one is walked twice by its program or, when the rows are too few to fill the
 device, split over programs (kernel.py). Half types compute in fp32. Each call's
 cost (output, the partials of split rows, any contiguous copy) is declared from the same plan the
@@ -8,11 +8,10 @@ launch follows.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-from nbx.core import dtypes, layout as core_layout
-from nbx.core.dtypes import DType
+from nbx.core import layout as core_layout
+from nbx.core.dtypes import DType, statistics_dtype
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans
@@ -23,20 +22,10 @@ from ..types import compute_type
 from .kernel import (ADDITIVE_MASK, KEEP_MASK, NO_MASK, chunk_stats_kernel, chunk_write_kernel,
                      softmax_rows_kernel)
 from . import tuning
-from .rows import (SPLIT, Blocks, Rows, as_rows, blocks, contiguous_strides, is_strided, pow2_at_least, row_path,
-                   wide_columns)
+from ..rows import (SPLIT, Blocks, Rows, as_rows, blocks, contiguous_strides, float_bits, is_strided, pow2_at_least,
+                    row_path, wide_columns)
 
 FLOPS_PER_ELEMENT = 5   # scale or mask, max, subtract, exp, sum, divide: about five a pass
-
-
-def work_dtype(dtype: DType) -> DType:
-    """The dtype of a kernel's statistics: float64 for float64, else float32."""
-    return dtypes.float64 if dtype is dtypes.float64 else dtypes.float32
-
-
-def float_bits(value: float) -> int:
-    """A Python float as the int64 of its float64 bits (see rows.float_argument)."""
-    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
 
 
 @dataclass(frozen=True)
@@ -60,7 +49,7 @@ def _decide(shape, x_strides, dtype: DType, dim: int, mask_strides, device, sett
     if setting is None:  # certified for the launch key (the device file's tile on interp)
         setting = tuning.row_setting(tuning.SOFTMAX, device, layout.rows, layout.n, dtype, strided)
     tile = blocks(layout.rows, layout.n, strided, {**launch.tiles("softmax", device), **dict(setting)})
-    return Plan(layout, tile, row_path(tile, device), copies, work_dtype(dtype))
+    return Plan(layout, tile, row_path(tile, device), copies, statistics_dtype(dtype))
 
 
 def _build(shape, x_strides, dtype: DType, device, dim: int, log: bool, scaled: bool, mask_strides, mask_dtype,
@@ -170,4 +159,4 @@ declares("log_softmax")(lambda x, dim=-1: softmax_cost(x, dim))
 declares("scaled_masked_softmax")(
     lambda x, scale=1.0, mask=None, dim=-1: softmax_cost(x, dim, _broadcast_mask(x, mask)))
 
-__all__ = ["launch_softmax", "softmax_cost", "plan", "launch_plan", "work_dtype", "float_bits"]
+__all__ = ["launch_softmax", "softmax_cost", "plan", "launch_plan"]

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ..elementwise.casts import narrow
-from .rows import columns, float_argument, row_offsets
+from ..rows import columns, float_argument, row_offsets
 
 NO_MASK, KEEP_MASK, ADDITIVE_MASK = 0, 1, 2
 

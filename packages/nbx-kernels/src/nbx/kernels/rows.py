@@ -1,38 +1,34 @@
-"""A tensor read as rows: the reduced dim is the row (read in place through its stride, so any dim
+"""The row machinery softmax, the norms and the reductions' row tunings share.
+
+A tensor read as rows: the reduced dim is the row (read in place through its stride, so any dim
 can be reduced without moving it), every other dim indexes rows.
 
 The row dims of all tensors of a launch (input, output, mask) collapse together to at most
 MAX_BATCH_DIMS dims, which the kernels index through their own strides; a layout that keeps more
-is read through a contiguous copy, which the launch's cost declares. The norm family reads its
-rows the same way.
+is read through a contiguous copy, which the launch's cost declares.
+
+The row tunable's parameters and key (`ROW_PARAMS`, `ROW_KEY`, `row_setting`): what is tuned is
+the tile of a full-width row (`max_block_n`, whose power of two also decides when a row is walked
+in pieces) and its warps (`num_warps`; narrower tiles take proportionally fewer, `blocks`). The
+launch key: the row's width rounded up to a power of two (the tile a row takes), the element
+count's class (a few rows are launch-bound, many are bandwidth-bound), the dtype, and whether the
+rows are read across their stride (a reduced dim that is not the innermost). The representative
+launch of a key is width-long rows, as many as the class's top count of elements holds.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from math import isqrt, prod
 
+import numpy as np
 import triton
 import triton.language as tl
 
-from nbx.core.layout import contiguous_strides
-
-
+from nbx import autotune
+from nbx.core.layout import collapse_dims, contiguous_strides
 
 MAX_BATCH_DIMS = 3
-
-
-def _collapse(sizes, strides_list):
-    """Adjacent dims merge when every tensor walks them as one; size-1 dims vanish."""
-    merged: list[tuple[int, list[int]]] = []
-    for i, size in enumerate(sizes):
-        if size == 1:
-            continue
-        st = [s[i] for s in strides_list]
-        if merged and all(p == c * size for p, c in zip(merged[-1][1], st)):
-            merged[-1] = (merged[-1][0] * size, st)
-        else:
-            merged.append((size, st))
-    return [size for size, _ in merged], [[st[k] for _, st in merged] for k in range(len(strides_list))]
 
 
 @dataclass(frozen=True)
@@ -45,7 +41,7 @@ class Rows:
 
 def merged_stride(sizes, strides) -> int | None:
     """The one stride that walks dims sizes (with strides) as a single dim, or None."""
-    merged_sizes, merged = _collapse(list(sizes), [list(strides)])
+    merged_sizes, merged = collapse_dims(sizes, [strides])
     if not merged_sizes:
         return 1
     return merged[0][0] if len(merged_sizes) == 1 else None
@@ -57,13 +53,13 @@ def as_rows(shape, strides_list, dim: int) -> Rows | None:
     shape = tuple(shape)
     n = shape[dim] if shape else 1
     keep = [i for i in range(len(shape)) if i != dim]
-    sizes, strides = _collapse([shape[i] for i in keep], [[st[i] for i in keep] for st in strides_list])
+    sizes, strides = collapse_dims([shape[i] for i in keep], [[st[i] for i in keep] for st in strides_list])
     if len(sizes) > MAX_BATCH_DIMS:
         return None
     lead = MAX_BATCH_DIMS - len(sizes)
     batch = (1,) * lead + tuple(sizes)
     columns = [st[dim] if shape and n > 1 else 1 for st in strides_list]
-    per_tensor = tuple(tuple([0] * lead + st) + (col,) for st, col in zip(strides, columns))
+    per_tensor = tuple((0,) * lead + st + (col,) for st, col in zip(strides, columns))
     return Rows(prod(batch), n, batch, per_tensor)
 
 
@@ -125,7 +121,7 @@ def row_path(tile: Blocks, device) -> str:
     """
     if tile.chunks == 1:
         return ONE_PASS
-    from .. import launch
+    from . import launch
     reduction = launch.tiles("reduction", device)
     filling = reduction["programs"] * reduction["num_warps"]
     return LOOPED if tile.row_tiles * tile.num_warps >= filling else SPLIT
@@ -163,6 +159,40 @@ def float_argument(bits):
     return bits.to(tl.int64).to(tl.float64, bitcast=True)
 
 
+def float_bits(value: float) -> int:
+    """A Python float as the int64 of its float64 bits (see float_argument)."""
+    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
+# 16 warps at 8192 is the device file's tile; fewer than 8 warps over a full tile spill registers
+ROW_PARAMS = {"num_warps": (8, 16, 32), "max_block_n": (8192, 16384)}
+ROW_KEY = {"width": "exact", "elements": "elements", "dtype": "dtype", "strided": "flag"}
+
+
+def row_setting(tunable, device, rows: int, n: int, dtype, strided: bool):
+    """The served setting for rows x n of dtype (strided: rows read across the reduced dim's stride)."""
+    return autotune.setting(tunable, device, width=pow2_at_least(n), elements=rows * n, dtype=dtype,
+                            strided=strided)
+
+
+def representative_rows(rep, device, positive: bool = False):
+    """(x, rows, n): the key's rows x n input of its dtype, laid out as the key says. positive:
+    values in [0.5, 2.5], so that a sum's result is not a cancellation (its relative error is then
+    the order of summation's, which the screen's tolerance is derived for)."""
+    from nbx.core.ops.creation import asarray
+    n = rep["width"]
+    rows = max(1, rep["elements"] // n)
+    dtype = rep["dtype"]
+    wave = np.sin(0.37 * np.arange(rows * n)).reshape(rows, n)
+    values = 1.5 + wave if positive else 4.0 * wave
+    if rep["strided"]:  # rows adjacent, a row's elements a stride apart: the transpose of (n, rows)
+        x = asarray(np.ascontiguousarray(values.T).astype(dtype.host), device=device).permute(1, 0)
+    else:
+        x = asarray(values.astype(dtype.host), device=device)
+    return x, rows, n
+
+
 __all__ = ["ONE_PASS", "LOOPED", "SPLIT", "row_path", "Rows", "Blocks", "as_rows", "merged_stride", "blocks",
            "is_strided", "contiguous_strides", "row_offsets", "columns", "wide_columns", "float_argument",
-           "pow2_at_least", "pow2_at_most"]
+           "pow2_at_least", "pow2_at_most", "float_bits", "ROW_PARAMS", "ROW_KEY", "row_setting",
+           "representative_rows"]

@@ -1,0 +1,57 @@
+"""Dispatch: a registration names its provider; two providers of one op on one device type are
+refused by name unless a priority says which serves, and then the same one serves whatever order
+they registered in; implementations registered for TRITON serve only the backends that declare
+they run Triton kernels."""
+import pytest
+
+from nbx.core import dispatch
+from nbx.core.cpu import HostMemoryBackend
+from nbx.core.device import Device, register_backend
+from nbx.core.errors import DuplicateRegistrationError
+
+
+def _backend(name: str, triton: bool = False) -> Device:
+    backend = HostMemoryBackend(name)
+    if triton:
+        backend.runs_triton_kernels = True
+    register_backend(backend)
+    return Device(name)
+
+
+def _fn(tag):
+    def fn():
+        return tag
+    return fn
+
+
+def test_a_second_provider_without_a_priority_is_refused_by_name_with_both_providers():
+    device = _backend("dispatch_twice")
+    dispatch.register("dispatch_op_a", "dispatch_twice", provider="first.plugin")(_fn(1))
+    with pytest.raises(DuplicateRegistrationError, match="first.plugin.*second.plugin|second.plugin.*first.plugin"):
+        dispatch.register("dispatch_op_a", "dispatch_twice", provider="second.plugin")(_fn(2))
+    with pytest.raises(DuplicateRegistrationError, match="both at priority 3"):
+        dispatch.register("dispatch_op_b", "dispatch_twice", provider="one", priority=3)(_fn(1))
+        dispatch.register("dispatch_op_b", "dispatch_twice", provider="other", priority=3)(_fn(2))
+    assert dispatch.implementation("dispatch_op_a", device)() == 1
+
+
+@pytest.mark.parametrize("fallback_first", [True, False])
+def test_the_higher_priority_serves_whichever_registers_first(fallback_first):
+    name = f"dispatch_order_{fallback_first}"
+    device = _backend(name, triton=True)
+    fallback = lambda: dispatch.register("dispatch_copy", name, provider="backend", priority=-1)(_fn("backend"))
+    kernels = lambda: dispatch.register("dispatch_copy", dispatch.TRITON, provider="kernels")(_fn("kernels"))
+    for step in ((fallback, kernels) if fallback_first else (kernels, fallback)):
+        step()
+    assert dispatch.implementation("dispatch_copy", device)() == "kernels"
+    assert dispatch.provider("dispatch_copy", name) == "kernels"
+
+
+def test_triton_registrations_serve_only_backends_that_run_triton_kernels():
+    dispatch.register("dispatch_triton_only", dispatch.TRITON, provider="kernels")(_fn("triton"))
+    assert dispatch.implementation("dispatch_triton_only", _backend("dispatch_gpu_like", triton=True))() == "triton"
+    assert dispatch.has_implementation("dispatch_triton_only", "dispatch_gpu_like")
+    assert "dispatch_triton_only" in dispatch.registered_ops("dispatch_gpu_like")
+    assert not dispatch.has_implementation("dispatch_triton_only", "dispatch_plain_host")
+    _backend("dispatch_plain_host")
+    assert not dispatch.has_implementation("dispatch_triton_only", "dispatch_plain_host")
