@@ -41,9 +41,10 @@ def test_a_decoders_config_gives_its_shapes_and_an_unknown_model_is_refused_by_n
 def test_a_llama_8b_census_lists_its_projections_norms_and_activations_at_prefill_and_decode(hopper, kernels):
     found = census.launches(census.read_config(LLAMA_8B), census.Plan(batch=(1,), prompt=(512,), new_tokens=1))
     listed = {(r.kernel, r.key): r.observed for r in census.records_of(found, hopper, kernels)}
-    assert ("matmul", "m=512,n=14336,k=4096,dtype=bf16,layout=nt") in listed          # gate, up
-    assert ("matmul", "m=1,n=4096,k=14336,dtype=bf16,layout=nt") in listed            # down, decoding
-    assert listed[("matmul", "m=1,n=131072,k=4096,dtype=bf16,layout=nt")] == {"m": 1, "n": 128256, "k": 4096}
+    tail = ",form=plain,tma=1,precision=none"                                            # x @ W.T: the fused product
+    assert ("linear", "m=512,n=14336,k=4096,dtype=bf16,layout=nt" + tail) in listed     # gate, up
+    assert ("linear", "m=1,n=4096,k=14336,dtype=bf16,layout=nt" + tail) in listed       # down, decoding
+    assert listed[("linear", "m=1,n=131072,k=4096,dtype=bf16,layout=nt" + tail)] == {"m": 1, "n": 128256, "k": 4096}
     assert ("norm", "width=4096,elements=8388608,dtype=bf16,strided=0") in listed
     assert ("elementwise", "n=8388608,dtype=bf16,strided=0") in listed                 # silu and multiply
     assert ("softmax", "width=131072,elements=1048576,dtype=bf16,strided=0") in listed  # sampling
@@ -67,7 +68,7 @@ def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_la
         assert warmup.warm(found, lambda launch: warmup.run_launch(launch, device), progress=None) == len(found)
     serving._flush_recorder()
     formed = {(r.kernel, r.key) for r in records.load(tmp_path / "recorded.json")}
-    assert formed == listed and {k for k, _ in formed} == {"matmul", "norm", "elementwise", "elementwise_heavy",
+    assert formed == listed and {k for k, _ in formed} == {"linear", "norm", "elementwise", "elementwise_heavy",
                                                            "softmax"}
 
 

@@ -180,7 +180,9 @@ def interp():
     {"m": 20, "n": 24, "k": 40, "dtype": "float32", "layout": "nn", "form": "gated", "tma": False, "precision": "ieee"},
     {"m": 80, "n": 24, "k": 64, "dtype": "float16", "layout": "nn", "form": "gated", "tma": True, "precision": "none"},
     {"m": 9, "n": 16, "k": 64, "dtype": "float32", "layout": "nt", "form": "plain", "tma": True, "precision": "tf32"},
-    {"m": 70, "n": 32, "k": 64, "dtype": "int32", "layout": "nt", "form": "plain", "tma": True, "precision": "none"}])
+    {"m": 70, "n": 32, "k": 64, "dtype": "int32", "layout": "nt", "form": "plain", "tma": True, "precision": "none"},
+    {"m": 4, "n": 130, "k": 256, "dtype": "bfloat16", "layout": "nt", "form": "blockscaled", "tma": False,
+     "precision": "none"}])
 def test_the_workload_forms_its_own_key_and_its_candidates_pass_the_screen(interp, rep):
     from nbx.kernels.matmul.tuning import representative_operands
     rep = {**rep, "dtype": nbx.as_dtype(rep["dtype"])}
@@ -263,3 +265,10 @@ def test_int8_products_give_exact_int32_sums_and_refuse_an_epilogue(device, chec
         nbx.linear(x, w, bias=nbx.asarray(np.zeros(24, np.int32), device=device))
     with pytest.raises(nbx.errors.DTypeError, match="int8 by int8 only"):
         nbx.linear(x, w.to(dtype="float32"))
+
+
+@pytest.mark.parametrize("subscripts,shapes", [("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 6, 8)]),
+                                               ("...d,ed->...e", [(2, 3, 16), (12, 16)]), ("bij->j", [(2, 3, 4)])])
+def test_einsum_on_the_kernel_devices_contracts_through_matmul_as_numpy_does(device, check, subscripts, shapes):
+    operands = [on(device, s) for s in shapes]
+    check(nbx.einsum(subscripts, *operands), nbx.oracle("einsum", subscripts, *operands), device)

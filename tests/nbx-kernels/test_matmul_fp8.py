@@ -66,3 +66,18 @@ def test_float8_per_row_products_at_a_4096_deep_layer_on_the_gpu(device, check, 
                "num_warps": 8, "num_stages": 3, "programs": 132, "warp_specialize": 0}
     out = epilogue.launch_linear(x, w, scales=(sx, sw), setting=setting)
     check(out, nbx.oracle("scaled_linear", x, w, sx, sw), device)
+
+
+def test_deepseek_block_scales_scale_each_128_block_of_k_and_128_by_128_block_of_the_weight(device, check):
+    x, w = fp8(device, (5, 300)), fp8(device, (200, 300))      # K and N not multiples of 128
+    sx = nbx.asarray(rng.uniform(0.5, 2.0, (5, 3)).astype(np.float32), device=device)
+    sw = nbx.asarray(rng.uniform(0.5, 2.0, (2, 3)).astype(np.float32), device=device)
+    expected = nbx.oracle("scaled_linear", x, w, sx, sw)
+    check(nbx.scaled_linear(x, w, sx, sw), expected, device)
+    tile = {"kernel": "tiles", "block_m": 16, "block_n": 64, "block_k": 64, "split_k": 2, "group_m": 2,
+            "num_warps": 4, "num_stages": 1, "programs": 2, "warp_specialize": 0}
+    check(epilogue.launch_linear(x, w, dtype=nbx.float32, scales=(sx, sw), setting=tile), expected, device)
+    per_row = nbx.oracle("scaled_linear", x, w, sx[:, :1].contiguous(), sw[:1, :1].contiguous())
+    assert not np.allclose(expected, per_row)      # the blocks' scales are really applied
+    with pytest.raises(nbx.errors.ShapeError, match=r"block-scaled scale_x is \(5, 3\)"):
+        nbx.scaled_linear(x, w, sx[:, :2].contiguous(), sw)

@@ -117,7 +117,9 @@ def test_a_decode_loop_over_the_paged_cache_with_a_fork_and_fused_rope_writes(de
     cos, sin = nbx.rope_tables(CONFIG, device=device)
     cache = PagedKVCache(1, 2, 16, num_blocks=24, dtype=nbx.bfloat16, device=device)
     keys = {}
-    for seq, prompt in (("a", 6), ("b", 2)):
+    # a's prompt fills its first block (4 tokens on interp, 16 on a GPU) and starts a second, so the
+    # fork shares a full block that stays shared and a partial one that copy-on-write splits
+    for seq, prompt in (("a", cache.block_tokens + 2), ("b", 2)):
         cache.add(seq)
         k = on(device, rng.standard_normal((prompt, 2, 16)), "bfloat16")
         v = on(device, rng.standard_normal((prompt, 2, 16)), "bfloat16")

@@ -1,30 +1,14 @@
 """Model tests run on the CPU, on `interp` (Triton's interpreter: tiny configs) and on the GPU
 (marked gpu, bfloat16). Outputs are compared with float64 references at the device file's
 tolerance for the model's dtype; the CPU, whose references compute half types in float32 as the
-kernels do, is held to the interp device file's figures."""
+kernels do, is held to the interp device file's figures. Every op a model calls has its kernel on
+interp and cuda: a missing one fails the case."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import nbx.core as nbx
 from nbx.core.reference import deviation
-
-# The ops a model calls on a device; on interp each must have its kernel, else the case says which
-# ones are missing (xfail, shown in the summary) instead of failing inside the model.
-DECODER_OPS = ("take", "rms_norm", "linear", "gated_linear", "rotary_embedding", "argmax")
-
-
-def decoder_ops() -> tuple[str, ...]:
-    """DECODER_OPS and those of the KV cache nbx.models will use on this build."""
-    from nbx.models import kv_cache
-    if kv_cache._paged_cache_class() is not None:
-        return DECODER_OPS + ("paged_attention", "rotary_kv_cache_write")
-    return DECODER_OPS + ("scaled_dot_product_attention", "copy_")
-
-
-ENCODER_OPS = ("take", "layer_norm", "linear", "scaled_dot_product_attention", "copy_", "mean",
-               "vector_norm")
 
 
 def model_dtype(device) -> nbx.DType:
@@ -40,20 +24,6 @@ def assert_close(got, expected, dtype, device, what="output"):
     dev = deviation(np.asarray(got), np.asarray(expected))
     tol = tolerance(dtype, device)
     assert dev <= tol, f"{what}: deviation {dev:.3g} from the float64 reference exceeds {dtype.name}'s {tol:.3g}"
-
-
-def require_ops(device, ops) -> None:
-    from nbx.core.dispatch import implementation
-    if device.type == "cpu":
-        return
-    missing = []
-    for op in ops:
-        try:
-            implementation(op, device)
-        except nbx.NotSupportedError:
-            missing.append(op)
-    if missing:
-        pytest.xfail(f"{device.type} has no kernel for {missing} on this build (issues 17 and 19)")
 
 
 def assert_greedy_matches(tokens, reference_logits, prompt_len, dtype, device):

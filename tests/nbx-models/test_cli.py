@@ -5,6 +5,8 @@ import importlib.util
 import subprocess
 import sys
 
+import pytest
+
 from nbx import models
 from nbx.core import cli
 from nbx.models.cli import demo_config
@@ -66,3 +68,12 @@ def test_nbx_embed_with_a_decoder_says_to_use_nbx_generate(tmp_path, capsys):
     CharTokenizer.write(folder)
     assert cli.main(["embed", "--model", str(folder), "hi", "--device", "cpu"]) == 2
     assert "is a decoder; use nbx generate" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_nbx_demo_on_the_gpu_names_it_and_decodes_with_captured_steps(capsys):
+    assert cli.main(["demo", "--max-new-tokens", "6"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nbx demo on cuda:0 (") and "as bfloat16" in out
+    assert "decode 5 tokens at" in out and "graph steps)" in out
+    assert "peak device memory:" in out and "MiB live at peak" in out

@@ -6,7 +6,7 @@ import types
 
 import numpy as np
 import pytest
-from model_checks import assert_close, assert_greedy_matches, decoder_ops, model_dtype, require_ops
+from model_checks import assert_close, assert_greedy_matches, model_dtype
 from model_reference import decoder_logits, dequantized, read_weights_bf16_aware
 
 import nbx.core as nbx
@@ -28,7 +28,6 @@ def checkpoint(tmp_path, architecture, device, **overrides):
 @pytest.mark.parametrize("architecture", FAMILIES)
 def test_each_decoder_family_matches_its_float64_reference_in_logits_and_greedy_tokens(tmp_path, architecture,
                                                                                       device):
-    require_ops(device, decoder_ops())
     folder = checkpoint(tmp_path, architecture, device)
     model = models.load(folder, device=device)
     dtype = model_dtype(device)
@@ -69,8 +68,6 @@ def test_a_prompt_and_its_new_tokens_past_max_position_embeddings_are_refused(tm
 
 
 def test_sampled_generation_repeats_for_a_seed_and_stays_in_the_top_k(tmp_path):
-    if not hasattr(nbx, "sample"):
-        pytest.xfail("nbx.sample (issue 17's sampling step) is not on this build")
     folder = checkpoint(tmp_path, "Qwen3ForCausalLM", nbx.as_device("cpu"))
     model = models.load(folder)
     first = model.generate(PROMPT, 6, temperature=1.5, top_k=3, seed=5)
@@ -151,10 +148,6 @@ def test_int4_projections_load_as_quantized_tensors_and_give_the_dequantized_mod
     assert "model.layers.0.mlp.up_proj.qweight" in stored and "model.layers.0.mlp.up_proj.weight" not in stored
     model = models.load(folder)
     assert isinstance(model.layers[0].up, nbx.QuantizedTensor) and model.layers[0].up.group_size == 32
-    try:
-        nbx.linear(nbx.ones(1, 64), model.layers[0].up)
-    except (nbx.DTypeError, nbx.NotSupportedError, nbx.ShapeError) as refused:
-        pytest.xfail(f"linear takes no int4 weight on this build (W4A16, issue 18): {refused}")
     reference = decoder_logits(folder, PROMPT, weights=dequantized(read_weights_bf16_aware(folder)))
     assert_close(model.logits(PROMPT).numpy(), reference, nbx.float32, nbx.as_device("cpu"))
 
@@ -170,8 +163,6 @@ def test_bfloat16_weights_on_the_cpu_stay_within_bfloat16s_tolerance_of_the_refe
 
 
 def test_the_paged_and_the_contiguous_kv_caches_decode_the_same_tokens(tmp_path, monkeypatch):
-    if kv_cache._paged_cache_class() is None:
-        pytest.xfail("nbx.memory's paged KV cache (issue 19) is not on this build: only the contiguous one runs")
     model = models.load(checkpoint(tmp_path, "MistralForCausalLM", nbx.as_device("cpu")))
     prompts = [PROMPT, [3, 4, 5]]
     assert isinstance(model.new_cache([4]), kv_cache.PagedCache)
@@ -183,8 +174,6 @@ def test_the_paged_and_the_contiguous_kv_caches_decode_the_same_tokens(tmp_path,
 
 @pytest.mark.gpu
 def test_the_decode_step_replayed_as_a_captured_graph_gives_the_eager_decodes_tokens(tmp_path):
-    if not hasattr(nbx, "graph") or kv_cache._paged_cache_class() is None:
-        pytest.xfail("nbx.graph (host path) or the paged KV cache (issue 19) is not on this build")
     cuda = nbx.as_device("cuda")
     model = models.load(checkpoint(tmp_path, "LlamaForCausalLM", cuda), device=cuda)
     prompts = [PROMPT, [3, 4, 5]]
@@ -220,9 +209,7 @@ class _EagerStep:
 
 
 def test_the_captured_decode_steps_function_decodes_the_eager_forwards_tokens(tmp_path, monkeypatch):
-    if kv_cache._paged_cache_class() is None:
-        pytest.xfail("nbx.memory's paged KV cache (issue 19) is not on this build: no graph decode")
-    from nbx.models import decoder, graph_decode
+    from nbx.models import decoder
     model = models.load(checkpoint(tmp_path, "MistralForCausalLM", nbx.as_device("cpu")))
     prompts = [PROMPT, [3, 4, 5]]
     eager = model.generate_batch(prompts, 7)
@@ -241,3 +228,22 @@ def test_a_second_generation_of_the_same_sizes_reuses_the_kept_cache_and_decodes
     assert model.generate_batch([PROMPT, [7, 8]], 5) == first and model._kept[1] is kept
     model.generate_batch([PROMPT], 5)
     assert model._kept[1] is not kept     # other capacities: a new cache, the old one given back
+
+
+def test_growing_the_rope_tables_gives_back_the_kept_cache_whose_steps_read_the_old_ones(tmp_path):
+    model = models.load(checkpoint(tmp_path, "LlamaForCausalLM", nbx.as_device("cpu")))
+    model.generate(PROMPT, 3)
+    assert model._kept is not None and model._cos.shape[0] == 64
+    model.logits(list(range(1, 100)))           # 99 positions: the tables grow to 128
+    assert model._cos.shape[0] == 128 and model._kept is None
+
+
+def test_layer_types_choose_the_sliding_layers_and_a_wrong_list_is_named():
+    from nbx.models.decoder import layer_windows
+    config = small_config("Qwen2ForCausalLM", num_hidden_layers=3, sliding_window=4, use_sliding_window=True,
+                          max_window_layers=1)
+    assert layer_windows(config) == [None, 4, 4]
+    assert layer_windows({**config, "layer_types": ["sliding_attention", "full_attention", "full_attention"]}) == [
+        4, None, None]
+    with pytest.raises(models.CheckpointError, match="lists 2 layers; num_hidden_layers is 3"):
+        layer_windows({**config, "layer_types": ["full_attention"] * 2})

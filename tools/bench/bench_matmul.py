@@ -2,7 +2,7 @@
 (torch is the peer here; nbx itself never imports it).
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_matmul.py \
-        [--groups gemm decode int4 swiglu fp32 batched] [--quick]
+        [--groups gemm decode int4 fp8 swiglu fp32 batched] [--quick]
 
 Groups (M x N x K; "nt" = x @ W.T with W stored [out, in], a linear layer; "nn" = both row-major):
 - gemm: bfloat16 prefill at Llama-3-8B (4096 -> 14336 -> 4096, fused gate+up 28672), Qwen2.5-7B /
@@ -11,6 +11,8 @@ Groups (M x N x K; "nt" = x @ W.T with W stored [out, in], a linear layer; "nn" 
   bytes over the kernel time (GB/s) are printed beside the ratio: the goal is >= 85 % of HBM.
 - int4: W4A16 (grouped int4, group 128, asymmetric) at decode rows and at 2048 rows, against nbx's own
   bfloat16 product of the same shape (the goal: >= 3x at decode, >= 0.8x at prefill) and torch's bf16.
+- fp8: float8 e4m3 with per-row scales, nbx.scaled_linear against torch._scaled_mm (rowwise) on the
+  same data, and against nbx's own bfloat16 product of the shape (the goal at large M: >= 1.6x).
 - swiglu: nbx.gated_linear (one pass over x) against torch's two matmuls + silu + mul.
 - fp32: float32 4096^3 in IEEE (torch allow_tf32 off), and with input_precision="tf32" / "tf32x3"
   asked of nbx.linear against torch with allow_tf32 on (3xTF32 has no torch peer: the ratio shows
@@ -99,19 +101,41 @@ def swiglu_case(m, n, k):
 
 
 def int4_cases(m, n, k, group=128):
-    """(copies, nbx int4, nbx bf16, torch bf16) over the same weights."""
+    """(copies, nbx int4, nbx bf16, torch bf16) over copies of the same weights (each past the L2)."""
     copies = _copies(m * k * 2 + n * k // 2)
     gen = _gen()
     xs = [torch.randn((m, k), device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(copies)]
-    dense = (torch.randn((n, k), device="cuda", dtype=torch.float32, generator=gen) / k ** 0.5)
-    host = dense.cpu().numpy()
-    quantized = [nbx.QuantizedTensor.quantize(host, group, "asymmetric", "bfloat16").to("cuda")
-                 for _ in range(min(copies, 4))]
-    w16 = dense.to(torch.bfloat16)
+    dense = torch.randn((n, k), device="cuda", dtype=torch.float32, generator=gen) / k ** 0.5
+    on_host = nbx.QuantizedTensor.quantize(dense.cpu().numpy(), group, "asymmetric", "bfloat16")
+    quantized = [on_host.to("cuda") for _ in range(copies)]
+    w16 = [dense.to(torch.bfloat16) for _ in range(_copies(n * k * 2))]
     nx = [nbx.from_dlpack(x) for x in xs]
-    nw16 = nbx.from_dlpack(w16)
-    return (copies, (lambda i: nbx.linear(nx[i], quantized[i % len(quantized)])), (lambda i: nbx.linear(nx[i], nw16)),
-            (lambda i: torch.nn.functional.linear(xs[i], w16)))
+    nw16 = [nbx.from_dlpack(w) for w in w16]
+    return (copies, (lambda i: nbx.linear(nx[i], quantized[i])), (lambda i: nbx.linear(nx[i], nw16[i % len(nw16)])),
+            (lambda i: torch.nn.functional.linear(xs[i], w16[i % len(w16)])))
+
+
+def fp8_cases(m, n, k):
+    """(copies, nbx scaled_linear, nbx bf16 linear, torch._scaled_mm) with per-row scales, e4m3."""
+    copies = _copies(m * k + n * k)
+    gen = _gen()
+    sets = []
+    for _ in range(copies):
+        x = torch.randn((m, k), device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        w = torch.randn((n, k), device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        sx = torch.rand((m, 1), device="cuda", generator=gen) + 0.5
+        sw = torch.rand((1, n), device="cuda", generator=gen) + 0.5
+        sets.append((x, w, sx, sw))
+    views = [(nbx.from_dlpack(x), nbx.from_dlpack(w), nbx.from_dlpack(sx.reshape(-1)), nbx.from_dlpack(sw.reshape(-1)))
+             for x, w, sx, sw in sets]
+    b16 = [(x.to(torch.bfloat16), w.to(torch.bfloat16)) for x, w, _, _ in sets[:max(1, _copies((m * k + n * k) * 2))]]
+    nb16 = [(nbx.from_dlpack(x), nbx.from_dlpack(w)) for x, w in b16]
+
+    def peer(i):
+        x, w, sx, sw = sets[i]
+        return torch._scaled_mm(x, w.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16)
+    return (copies, (lambda i: nbx.scaled_linear(*views[i])), (lambda i: nbx.linear(*nb16[i % len(nb16)])), peer,
+            (lambda i: torch.nn.functional.linear(*b16[i % len(b16)])))
 
 
 HEADER = (f"{'case':<17} {'M x N x K':<18} {'dtype':<9} {'nbx us':>8} {'torch us':>9} {'nbx TF/s':>9} "
@@ -139,7 +163,7 @@ def report(name, m, n, k, dtype, copies, nbx_fn, torch_fn, cycles, flops=None, w
 
 
 def main(argv=None) -> int:
-    groups = ("gemm", "decode", "int4", "swiglu", "fp32", "batched")
+    groups = ("gemm", "decode", "int4", "fp8", "swiglu", "fp32", "batched")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", nargs="*", default=list(groups), choices=groups)
     parser.add_argument("--quick", action="store_true", help="one shape a group")
@@ -166,6 +190,13 @@ def main(argv=None) -> int:
             t16 = report("bf16 (nbx)", m, n, k, "bfloat16", copies, ours16, peer, cycles, weight_bytes=n * k * 2)
             if t4 and t16:
                 print(f"{'':<17} int4 over nbx bf16: {t16.gpu_us / t4.gpu_us:.2f}x kernel time", flush=True)
+    if "fp8" in args.groups:
+        for m, n, k in pick([(4096, 4096, 4096), (4096, 14336, 4096), (16, 4096, 4096)]):
+            copies, ours8, ours16, peer8, peer16 = fp8_cases(m, n, k)
+            t8 = report("fp8 row/_scaled_mm", m, n, k, "e4m3", copies, ours8, peer8, cycles)
+            t16 = report("bf16 (nbx/torch)", m, n, k, "bfloat16", copies, ours16, peer16, cycles)
+            if t8 and t16:
+                print(f"{'':<17} fp8 over nbx bf16: {t16.gpu_us / t8.gpu_us:.2f}x kernel time", flush=True)
     if "swiglu" in args.groups:
         for m in pick([1, 16, 2048]):
             report("swiglu up", m, 14336, 4096, "bfloat16", *swiglu_case(m, 14336, 4096), cycles,

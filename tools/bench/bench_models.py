@@ -4,7 +4,8 @@ static cache, as HF's StaticCache + CUDA graphs), in one process (torch is the p
 never imports it).
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_models.py
-    ... bench_models.py --shape 8b        # Llama-3-8B's shape too (writes a 16 GB checkpoint: ~2 min more)
+    ... bench_models.py --shape both      # Llama-3-8B's shape too (writes a 16 GB checkpoint: ~2 min more)
+    ... bench_models.py --json models.json && python3 tools/bench/plot_models.py models.json models.png
 
 The checkpoint is seeded (nbx.models.write_checkpoint, weights drawn on the GPU, bfloat16) in the
 HF layout with the shape of Llama-3.2-1B (tied embeddings, GQA 32/8, head dim 64, llama3 rope), or
@@ -24,6 +25,7 @@ import argparse
 import math
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -224,12 +226,12 @@ def main():
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--new", type=int, default=256)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--json", help="also write the table's rows here (tools/bench/plot_models.py draws them)")
     args = parser.parse_args()
+    results = []
     bandwidth = copy_bandwidth()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}; copy bandwidth {bandwidth / 1e12:.2f} TB/s "
           f"(torch clone of 1 GiB, this run): the roofline below")
-    from pathlib import Path
-
     from nbx.memory.allocator import get_allocator
     gen = torch.Generator().manual_seed(0)
     for shape in (["1b", "8b"] if args.shape == "both" else [args.shape]):
@@ -284,6 +286,10 @@ def main():
                 print(f"{name:22} {args.batch * args.prompt / prefill:14,.0f} {tps:13,.1f} "
                       f"{decode / (args.new - 1) * 1e3:9.2f} {roof:10.1f}% {peak / 2**30:9.2f} "
                       f"{tps / graph_tps:16.2f}x")
+                results.append(dict(shape=shape, batch=args.batch, prompt=args.prompt, new=args.new, system=name,
+                                    prefill_tokens_s=args.batch * args.prompt / prefill, decode_tokens_s=tps,
+                                    ms_token=decode / (args.new - 1) * 1e3, roofline_pct=roof, peak_gib=peak / 2**30,
+                                    planned_gib=planned / 2**30))
             if rows[0][0].startswith("nbx"):
                 print(f"nbx peak / planned: {rows[0][3] / planned:.3f}")
             if nbx_tokens is not None:
@@ -293,6 +299,9 @@ def main():
                       f"after a near-tie the two continue differently)")
             del peer
             torch.cuda.empty_cache()
+    if args.json:
+        import json
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -32,9 +32,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbx.core.dtypes import as_dtype
 from nbx.core.errors import ArgumentError, FileFormatError, NotSupportedError
 
 from . import keys, records
+
+TMA_DTYPES = ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2", "int8")  # epilogue.TMA_DTYPES
 
 DECODER_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "electra"})
@@ -172,8 +175,13 @@ def key_inputs(op: str, shapes, dtype: str) -> tuple[str, dict]:
     """(kernel, its key's inputs) of one launch, as the wrapper forms them (the kernels' tuning.py)."""
     if op == "matmul":
         (m, k), (n, _) = shapes
-        # the weight (n, k) read transposed: its last dim, N, is k apart ("t"); the activations dense ("n")
-        return "matmul", {"m": m, "n": n, "k": k, "dtype": dtype, "layout": "n" + ("t" if n > 1 and k > 1 else "n")}
+        # x @ W.T with W (n, k) stored (out, in): the fused product's key (nbx.kernels.matmul.epilogue):
+        # the weight read transposed, its last dim N k apart ("t"), the activations dense ("n"); descriptors
+        # (tma) read it where its rows and the output's are 16-byte multiples; float32 multiplies in IEEE
+        item = as_dtype(dtype).itemsize
+        tma = dtype in TMA_DTYPES and k > 0 and (k * item) % 16 == 0 and (n * item) % 16 == 0
+        return "linear", {"m": m, "n": n, "k": k, "dtype": dtype, "layout": "n" + ("t" if n > 1 and k > 1 else "n"),
+                          "form": "plain", "tma": tma, "precision": "ieee" if dtype in ("float32", "float64") else "none"}
     if op in ("softmax", "rms_norm", "layer_norm"):
         *rows, n = shapes[0]
         count = 1

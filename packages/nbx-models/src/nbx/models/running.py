@@ -39,6 +39,7 @@ class Generated:
     prompt_tokens: int
     prefill_s: float      # prompt forward + the first token's pick (read back to the host)
     decode_s: float       # every later token
+    decode_path: str = "eager"   # or "graph": each step replayed a captured graph
 
     def line(self) -> str:
         decoded = len(self.tokens) - 1
@@ -46,7 +47,8 @@ class Generated:
         if decoded <= 0:
             return prefill + "; decode: no token after the first"
         per = self.decode_s / decoded
-        return f"{prefill}; decode {decoded} tokens at {1 / per:,.1f} tokens/s ({per * 1e3:.2f} ms/token)"
+        return (f"{prefill}; decode {decoded} tokens at {1 / per:,.1f} tokens/s ({per * 1e3:.2f} ms/token, "
+                f"{self.decode_path} steps)")
 
 
 def generate_printing(model, tokenizer, ids: list[int], max_new_tokens: int, temperature: float, top_k=None,
@@ -71,7 +73,8 @@ def generate_printing(model, tokenizer, ids: list[int], max_new_tokens: int, tem
                    on_token=on_token)
     out.write("\n")
     first = times[0] if times else time.perf_counter()
-    return Generated(new, len(ids), first - start, (times[-1] if times else first) - first)
+    return Generated(new, len(ids), first - start, (times[-1] if times else first) - first,
+                     getattr(model, "last_decode", "eager"))
 
 
 def peak_memory_line(device: nbx.Device) -> str:

@@ -177,6 +177,7 @@ def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, *, activation="silu", 
 
 
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+SCALE_BLOCK = 128   # DeepSeek-V3's float8 layout: x scaled per row and 128 of K, the weight per 128 x 128
 
 
 def scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, bias: Tensor | None = None, *,
@@ -184,26 +185,36 @@ def scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, b
     """(x @ weight.T) * scale_x * scale_w (+ bias, activation, residual as linear's): float8
     operands with float32 scales, one a tensor (size 1) or one a row: scale_x [rows] (or
     [rows, 1]) of x's rows, scale_w [out] (or [out, 1]) of the weight's, as torch._scaled_mm
-    takes them. The product accumulates in float32; out_dtype is bfloat16 unless asked."""
+    takes them; or DeepSeek-V3's block scales, scale_x [rows, ceil(in / 128)] (a row's 128 values
+    of K) and scale_w [ceil(out / 128), ceil(in / 128)] (128 x 128 blocks of the weight), applied
+    to each block's partial product. The product accumulates in float32; out_dtype is bfloat16
+    unless asked."""
     _tensors("scaled_linear", x=x, weight=weight, scale_x=scale_x, scale_w=scale_w)
     if x.dtype.name not in FLOAT8 or weight.dtype.name not in FLOAT8:
         raise DTypeError(f"scaled_linear multiplies float8 operands, got {x.dtype.name} and {weight.dtype.name}")
     if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"scaled_linear of x {x.shape} with weight {weight.shape} (weight [out, in], x [..., in])")
     rows = math.prod(x.shape[:-1])
+    k_blocks = -(-x.shape[-1] // SCALE_BLOCK)
+    blocks = {"scale_x": (rows, k_blocks), "scale_w": (-(-weight.shape[0] // SCALE_BLOCK), k_blocks)}
+    block_scaled = scale_x.ndim == 2 and scale_w.ndim == 2 and tuple(scale_w.shape) == blocks["scale_w"]
     for name, scale, count in (("scale_x", scale_x, rows), ("scale_w", scale_w, weight.shape[0])):
         if scale.dtype.name != "float32":
             raise DTypeError(f"scaled_linear's {name} is float32, got {scale.dtype.name}")
-        if scale.size not in (1, count) or (scale.size == count and scale.ndim > 1 and scale.shape[-1] != 1):
+        if block_scaled:
+            if tuple(scale.shape) != blocks[name]:
+                raise ShapeError(f"scaled_linear's block-scaled {name} is {blocks[name]} (128-wide blocks of K"
+                                 f"{', 128 x 128 of the weight' if name == 'scale_w' else ''}), got {scale.shape}")
+        elif scale.size not in (1, count) or (scale.size == count and scale.ndim > 1 and scale.shape[-1] != 1):
             raise ShapeError(f"scaled_linear's {name} of shape {scale.shape} is neither one scale nor one for each of "
-                             f"the {count} rows it scales")
+                             f"the {count} rows it scales (nor 128-block scales {blocks[name]})")
     shape = tuple(x.shape[:-1]) + (weight.shape[0],)
     _addend("scaled_linear", "bias", bias, shape)
     _addend("scaled_linear", "residual", residual, shape)
     device = common_device(*(t for t in (x, weight, scale_x, scale_w, bias, residual) if t is not None))
     dtype = as_dtype(out_dtype)
     check_category("scaled_linear", dtype, "real_floating")
-    flat = [s.reshape(-1).contiguous() for s in (scale_x, scale_w)]
+    flat = [s.contiguous() if block_scaled else s.reshape(-1).contiguous() for s in (scale_x, scale_w)]
     return implementation("scaled_linear", device)(x, weight, *flat, bias, _activation("scaled_linear", activation),
                                                    residual, dtype)
 
@@ -299,8 +310,15 @@ def _linear_int4_reference(x, weight, bias=None, activation=None, residual=None,
 def _scaled_reference(x, weight, scale_x, scale_w, bias=None, activation=None, residual=None, out_dtype=None,
                       precision=reference.NATIVE):
     compute = np.float64 if precision == reference.FLOAT64 else np.float32
-    a = _host(x, compute).reshape(-1, x.shape[-1]) * _host(scale_x, compute).reshape(-1, 1)
-    w = _host(weight, compute) * _host(scale_w, compute).reshape(-1, 1)
+    k = x.shape[-1]
+    sx, sw = _host(scale_x, compute), _host(scale_w, compute)
+    if sx.ndim == 2 and sw.ndim == 2 and sw.shape[1] == -(-k // SCALE_BLOCK) and sx.shape[1] == sw.shape[1]:
+        sx = np.repeat(sx, SCALE_BLOCK, axis=1)[:, :k]                                        # [rows, K]
+        sw = np.repeat(np.repeat(sw, SCALE_BLOCK, axis=0), SCALE_BLOCK, axis=1)[:weight.shape[0], :k]   # [N, K]
+    else:
+        sx, sw = sx.reshape(-1, 1), sw.reshape(-1, 1)
+    a = _host(x, compute).reshape(-1, k) * sx
+    w = _host(weight, compute) * sw
     y = (a @ w.T).reshape(tuple(x.shape[:-1]) + (weight.shape[0],))
     if bias is not None:
         y = y + _host(bias, compute)

@@ -35,6 +35,7 @@ from ..softmax import float_bits
 from ..types import tl_type
 from . import INT32_MAX, check_dtypes
 from .fused import fused_matmul_kernel, split_epilogue_kernel
+from .kernel import SCALE_BLOCK
 from .hopper import tma_matmul_kernel
 from .linear_tuning import linear_setting
 from .tuning import stages_that_fit
@@ -134,7 +135,9 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
             copies.append(name)
             strides = _addend_strides(shape, layout.contiguous_strides(shape), shape, batched, m)
         addends.append(strides)
-    tma = eligible(batched, a, b, n, k, operands, dtype, aligned[0] or "x" in copies, same_up) and aligned[1]
+    block_scaled = scale_strides is not None and scale_strides[0] == "block"
+    tma = eligible(batched, a, b, n, k, operands, dtype, aligned[0] or "x" in copies, same_up) and aligned[1] \
+        and not block_scaled   # the tma kernel scales after the K loop only
     precision = input_precision or ("ieee" if operands in (dtypes.float32, dtypes.float64) else None)
     s = dict(setting) if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
                                                                    _form(gated, scale_strides), tma, precision)
@@ -151,12 +154,16 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
     acc = tl.float64 if wide64 else tl.int32 if operands is dtypes.int8 else tl.float32
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
                     GATED=gated)
-    meta = dict(SCALED=scale_strides is not None, DOT=tl_type(operands), ACC=acc, PRECISION=precision, EVEN_K=k % s["block_k"] == 0, WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
+    if block_scaled and SCALE_BLOCK % s["block_k"]:
+        raise NotSupportedError(f"block_k {s['block_k']} does not divide the {SCALE_BLOCK}-wide scale blocks of K")
+    meta = dict(SCALED=scale_strides is not None and not block_scaled, BLOCK_SCALED=block_scaled,
+                DOT=tl_type(operands), ACC=acc, PRECISION=precision, EVEN_K=k % s["block_k"] == 0, WIDE=wide,
+                BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
                 BLOCK_K=s["block_k"], GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue)
     if s["kernel"] == "tma":
-        for name in ("EVEN_K", "WIDE", "SPLIT_K"):
+        for name in ("EVEN_K", "WIDE", "SPLIT_K", "BLOCK_SCALED"):
             del meta[name]
         meta.update(B_KMAJOR=b[1] == 1, PROGRAMS=s["programs"], WARP_SPECIALIZE=bool(s["warp_specialize"]))
     return LinearPlan(batch, m, n, k, a, b, addends[0], addends[1], tuple(copies), s["split_k"],
@@ -164,7 +171,9 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
 
 
 def _form(gated: bool, scale_strides) -> str:
-    return "gated" if gated else "scaled" if scale_strides is not None else "plain"
+    if scale_strides is not None:
+        return "blockscaled" if scale_strides[0] == "block" else "scaled"
+    return "gated" if gated else "plain"
 
 
 def _layout(t: Tensor | None):
@@ -194,8 +203,15 @@ def _aligned(t: Tensor | None) -> bool:
 
 
 def _scale_strides(scales):
-    """(x scale, weight scale) strides: 0 for one scale a tensor, 1 for one a row (column)."""
-    return None if scales is None else tuple(0 if t.size == 1 else 1 for t in scales)
+    """("row", x's, the weight's scale stride: 0 for one a tensor, 1 for one a row or column, 0, 0),
+    or for 128 x 128 block scales (x's [rows, K blocks], the weight's [N blocks, K blocks], both
+    dense) ("block", x's row stride, the weight's block-row stride, their K-block strides)."""
+    if scales is None:
+        return None
+    xs, ws = scales
+    if xs.ndim == 2 and ws.ndim == 2:
+        return ("block", xs.strides[0], ws.strides[0], xs.strides[1], ws.strides[1])
+    return ("row", *(0 if t.size == 1 else 1 for t in scales), 0, 0)
 
 
 def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: bool, scaled: bool) -> LaunchPlan:
@@ -207,12 +223,12 @@ def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: boo
     xs, ws = (Slot("xs"), Slot("ws")) if scaled else (x, x)
     up = Slot("up") if gated else Slot("weight")
     bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
-    scale_s = p.scales or (0, 0)
+    scale_s = p.scales[1:] if p.scales else (0, 0, 0, 0)
     scalars = (Slot("alpha"), Slot("beta"))
     meta = dict(p.meta)
     if p.tma:
         args = (x, Slot("weight"), up, Slot("out"), bias, residual, xs, ws, p.m, p.n, p.k, p.a[1],
-                p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scale_s, *scalars)
+                p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scale_s[:2], *scalars)
         launches = (Launch(tma_matmul_kernel, p.grid, args, meta),)
     else:
         part = Slot("part") if p.split_k > 1 else Slot("out")

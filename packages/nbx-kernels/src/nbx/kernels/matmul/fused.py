@@ -20,7 +20,7 @@ import triton.language as tl
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
 from ..softmax.rows import float_argument
-from .kernel import _grouped_tile, k_steps, tile_offsets
+from .kernel import SCALE_BLOCK, _grouped_tile, k_steps, tile_offsets
 
 
 @triton.jit
@@ -73,11 +73,12 @@ def scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED: tl.constexpr):
 @triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
 def fused_matmul_kernel(
     a_ptr, b_ptr, g_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, xs_ptr, ws_ptr, M, N, K,
-    sa0, sam, sak, sb0, sbk, sbn, sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, sxs, sws, alpha_bits, beta_bits,
+    sa0, sam, sak, sb0, sbk, sbn, sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, sxs, sws, sxk, swk,
+    alpha_bits, beta_bits,
     DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
-    GATED: tl.constexpr, SCALED: tl.constexpr,
+    GATED: tl.constexpr, SCALED: tl.constexpr, BLOCK_SCALED: tl.constexpr,
 ):
     """Grid: (batch * tiles of M x N, SPLIT_K). C is contiguous (batch, M, N); the partials are
     (2 if GATED else 1, batch, SPLIT_K, M, N) of ACC."""
@@ -103,8 +104,10 @@ def fused_matmul_kernel(
     steps = tl.minimum(per, total - first)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    xs_ptrs = xs_ptr + rm[:, None] * sxs                 # block-scaled: x's scales [rows, K blocks]
+    ws_ptrs = ws_ptr + (rn[None, :] // SCALE_BLOCK) * sws  # and the weight's [N blocks, K blocks]
     acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
-                         DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K)
+                         xs_ptrs, ws_ptrs, sxk, swk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K, BLOCK_SCALED)
     acc = scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED)  # per split: the scales distribute
 
     mask = in_m & in_n

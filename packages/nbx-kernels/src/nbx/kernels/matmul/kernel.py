@@ -98,13 +98,20 @@ def _tf32_operand(x, PRECISION: tl.constexpr):
     return x
 
 
+SCALE_BLOCK = tl.constexpr(128)   # block-scaled float8: one scale per 128 of K (x) and 128 x 128 (weight)
+
+
 @triton.jit
 def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+            xs_ptrs, ws_ptrs, sxk, swk,
             DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
-            GATED: tl.constexpr, BLOCK_K: tl.constexpr):
+            GATED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_SCALED: tl.constexpr):
     """acc += A @ B over K steps first .. first + steps of BLOCK_K (the pointers at step 0); GATED:
     acc_g += A @ G too, from the same A tile (G read with B's strides). PRECISION: tl.dot's
-    input_precision (None: Triton's default for the operand type)."""
+    input_precision (None: Triton's default for the operand type). BLOCK_SCALED (float8 with
+    DeepSeek-V3's scales; BLOCK_K divides SCALE_BLOCK): each step's product is scaled by x's scale
+    of its rows and K block (xs_ptrs [BLOCK_M, 1] + block * sxk) and the weight's of its column and
+    K block (ws_ptrs [1, BLOCK_N] + block * swk) before it is added."""
     a_ptrs += first * BLOCK_K * sak
     b_ptrs += first * BLOCK_K * sbk
     g_ptrs += first * BLOCK_K * sbk
@@ -118,7 +125,13 @@ def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K,
             b_mask = (rk[:, None] < k_left) & in_n
         a = _tf32_operand(load_operand(a_ptrs, a_mask, DOT), PRECISION)
         b = _tf32_operand(load_operand(b_ptrs, b_mask, DOT), PRECISION)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
+        if BLOCK_SCALED:
+            block = (k * BLOCK_K) // SCALE_BLOCK
+            part = tl.dot(a, b, tl.zeros_like(acc), input_precision=PRECISION, out_dtype=ACC)
+            acc += part * tl.load(xs_ptrs + block * sxk, mask=in_m, other=0) * \
+                tl.load(ws_ptrs + block * swk, mask=in_n, other=0)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
         if GATED:
             g = _tf32_operand(load_operand(g_ptrs, b_mask, DOT), PRECISION)
             acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
@@ -153,11 +166,11 @@ def matmul_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     steps = tl.cdiv(K, BLOCK_K)
     if IEEE:
-        acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, steps, K, sak, sbk,
-                         DOT, ACC, "ieee", EVEN_K, False, BLOCK_K)
+        acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, steps, K, sak, sbk, a_ptr, a_ptr, 0, 0,
+                         DOT, ACC, "ieee", EVEN_K, False, BLOCK_K, False)
     else:
-        acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, steps, K, sak, sbk,
-                         DOT, ACC, None, EVEN_K, False, BLOCK_K)
+        acc, _ = k_steps(acc, acc, a_ptrs, b_ptrs, b_ptrs, in_m, in_n, rk, 0, steps, K, sak, sbk, a_ptr, a_ptr, 0, 0,
+                         DOT, ACC, None, EVEN_K, False, BLOCK_K, False)
 
     c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
     tl.store(c_ptrs, narrow(acc, c_ptr.dtype.element_ty), mask=in_m & in_n)

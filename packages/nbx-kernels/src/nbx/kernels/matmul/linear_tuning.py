@@ -37,7 +37,7 @@ WGMMA_ROWS = 64      # a warpgroup's wgmma covers 64 rows: the tma kernel's smal
 DECODE_M = 64        # decode rows: the keys whose few tiles may split K
 PREFILL_M = 1024     # from here on, only the widest tiles (128 rows, 128 or 256 columns) keep the tensor cores fed
 WIDE_N = 1024        # from here on, 32-column tiles read each A tile too often
-FORMS = ("plain", "gated", "scaled")
+FORMS = ("plain", "gated", "scaled", "blockscaled")
 SPLIT_TILES_MAX = 1024
 
 
@@ -152,11 +152,13 @@ def linear_workload(rep, device):
 
     precision = None if rep["precision"] in ("none", "ieee") else rep["precision"]
     scales = None
-    if rep["form"] == "scaled":   # float8_e4m3fn operands of the key's layout, per-row scales
+    if rep["form"] in ("scaled", "blockscaled"):   # float8_e4m3fn operands of the key's layout
         from nbx.core.ops.creation import asarray
         a, b = _float8(a), _float8(b)
-        scales = (asarray(np.linspace(0.5, 1.5, rep["m"]).astype(np.float32), device=device),
-                  asarray(np.linspace(1.0, 2.0, rep["n"]).astype(np.float32), device=device))
+        kb = -(-rep["k"] // 128)
+        shapes = ((rep["m"],), (rep["n"],)) if rep["form"] == "scaled" else ((rep["m"], kb), (-(-rep["n"] // 128), kb))
+        scales = tuple(asarray(np.linspace(0.5, 1.5, int(np.prod(s))).reshape(s).astype(np.float32), device=device)
+                       for s in shapes)
 
     def run(setting):
         launch_linear(a, b.mT, activation="silu" if gated else None, dtype=as_dtype(rep["dtype"]),
