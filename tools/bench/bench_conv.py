@@ -20,20 +20,10 @@ import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
+from bench_datamove import copies_of, view
 from peer_timing import allocator_name, both, deviation, spin_cycles_per_ms
 
-L2_FLUSH_BYTES = 256 << 20
 CL = torch.channels_last
-
-
-def view(t):
-    return nbx.from_dlpack(t)
-
-
-def copies_of(make, nbytes):
-    n = max(1, -(-L2_FLUSH_BYTES // max(nbytes, 1)))
-    ts = [make() for _ in range(n)]
-    return ts, [view(t) for t in ts], n
 
 
 def _input(shape, gen, channels_last=True):
@@ -75,18 +65,17 @@ def conv_cases(gen):
                lambda i, xs=xs, w=w, b=b, s=stride, p=pad, g=groups: F.conv2d(xs[i], w, b, s, p, 1, g))
     for length in (8192, 65536):
         (xs, nx, c), nbytes = _input((1, 512, length), gen, channels_last=False)
-        w = torch.randn((512, 512, 7), device="cuda", dtype=torch.bfloat16, generator=gen) / 60
-        nw = view(w)
-        yield ("conv1d", f"hifigan 512->512 k7 L={length} bf16", 2 * length * 512 * 512 * 7,
-               2 * nbytes + 2 * w.numel(), c,
-               lambda i, nx=nx, nw=nw: nbx.conv1d(nx[i], nw, None, 1, 3),
-               lambda i, xs=xs, w=w: F.conv1d(xs[i], w, None, 1, 3))
-        wt = torch.randn((512, 256, 16), device="cuda", dtype=torch.bfloat16, generator=gen) / 60
-        nwt = view(wt)
-        yield ("conv_t1d", f"hifigan up x8 512->256 k16 L={length} bf16", 2 * length * 512 * 256 * 16,
-               nbytes + 2 * 256 * 8 * length + 2 * wt.numel(), c,
-               lambda i, nx=nx, nwt=nwt: nbx.conv_transpose1d(nx[i], nwt, None, 8, 4),
-               lambda i, xs=xs, wt=wt: F.conv_transpose1d(xs[i], wt, None, 8, 4))
+        vocoder = (  # op, case, weight shape, output elements, the nbx call, the torch call
+            ("conv1d", "hifigan 512->512 k7", (512, 512, 7), 512 * length,
+             lambda x, w: nbx.conv1d(x, w, None, 1, 3), lambda x, w: F.conv1d(x, w, None, 1, 3)),
+            ("conv_t1d", "hifigan up x8 512->256 k16", (512, 256, 16), 256 * 8 * length,
+             lambda x, w: nbx.conv_transpose1d(x, w, None, 8, 4), lambda x, w: F.conv_transpose1d(x, w, None, 8, 4)))
+        for op, label, w_shape, outputs, ours, theirs in vocoder:
+            w = torch.randn(w_shape, device="cuda", dtype=torch.bfloat16, generator=gen) / 60
+            nw = view(w)
+            yield (op, f"{label} L={length} bf16", 2 * length * w.numel(), nbytes + 2 * outputs + 2 * w.numel(), c,
+                   lambda i, nx=nx, nw=nw, ours=ours: ours(nx[i], nw),
+                   lambda i, xs=xs, w=w, theirs=theirs: theirs(xs[i], w))
 
 
 def memory_cases(gen):

@@ -58,11 +58,9 @@ def conv_gemm_kernel(
     in_m = rm < M
     in_n = rn < O_G
     ow = rm % OW
-    t = rm // OW
-    oh = t % OH
-    t = t // OH
-    od = t % OD
-    n = t // OD
+    oh = (rm // OW) % OH
+    od = (rm // (OW * OH)) % OD
+    n = rm // (OW * OH * OD)
     x_row = n * xs_n + (g * C_G).to(tl.int64) * xs_c
     w_base = w + g.to(tl.int64) * ws_g + rn * ws_o
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
