@@ -21,7 +21,8 @@ import triton.language as tl
 from ..elementwise.casts import narrow, widen
 from ..matmul.kernel import _grouped_tile, load_operand
 
-DEPTHWISE, MAX, AVG = 0, 1, 2
+DEPTHWISE, MAX, AVG = 0, 1, 2  # the window kernel's MODE (host side)
+_DEPTHWISE, _MAX, _AVG = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)  # the same, read inside kernels
 
 
 @triton.jit
@@ -144,7 +145,7 @@ def window_kernel(
     start_h, end_h = _window_start(oh + zero, H, OH, sh, ph, ADAPTIVE)
     start_w, end_w = _window_start(ow, W, OW, sw, pw, ADAPTIVE)
     x_row = x + n * xs_n + ic[:, None] * xs_c
-    if MODE == MAX:
+    if MODE == _MAX:
         acc = tl.full((BLOCK_C, BLOCK_W), float("-inf"), tl.float32)
         best = tl.full((BLOCK_C, BLOCK_W), -1, tl.int64)
     else:
@@ -167,18 +168,18 @@ def window_kernel(
                 ok = in_c[:, None] & (ok_w & ok_h)[None, :]
                 v = widen(tl.load(x_row + (i_d * xs_d + i_h * xs_h + i_w * xs_w)[None, :], mask=ok, other=0.0),
                           tl.float32)
-                if MODE == DEPTHWISE:
+                if MODE == _DEPTHWISE:
                     tap = widen(tl.load(w + oc * ws_c + kd * ws_d + kh * ws_h + kw * ws_w, mask=in_c, other=0.0),
                                 tl.float32)
                     acc += v * tap[:, None]
-                elif MODE == MAX:
+                elif MODE == _MAX:
                     flat = (i_d * H + i_h) * W + i_w
                     take = ok & ((v > acc) | ((v != v) & (acc == acc)) | (best < 0))
                     acc = tl.where(take, v, acc)
                     best = tl.where(take, flat[None, :], best)
                 else:
                     acc += v
-    if MODE == AVG:
+    if MODE == _AVG:
         if DIVISOR > 0:
             acc = acc / DIVISOR
         else:
@@ -191,7 +192,7 @@ def window_kernel(
     offsets = n * os_n + od * os_d + oh * os_h + (oc.to(tl.int64) * os_c)[:, None] + (ow * os_w)[None, :]
     mask = in_c[:, None] & in_w[None, :]
     tl.store(out + offsets, narrow(acc, out.dtype.element_ty), mask=mask)
-    if MODE == MAX:
+    if MODE == _MAX:
         tl.store(indices + offsets, best, mask=mask)
 
 

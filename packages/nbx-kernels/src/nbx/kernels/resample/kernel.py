@@ -11,25 +11,25 @@ import triton.language as tl
 
 from ..elementwise.casts import narrow, widen
 
-NEAREST, NEAREST_EXACT, LINEAR, CUBIC = 0, 1, 2, 3
-CUBIC_A = -0.75
+NEAREST, NEAREST_EXACT, LINEAR, CUBIC = 0, 1, 2, 3  # a dim's MODE (host side)
+_NEAREST, _NEAREST_EXACT, _LINEAR = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)  # read inside kernels
+CUBIC_A = tl.constexpr(-0.75)  # torch's bicubic coefficient
 
 
 @triton.jit
 def _cubic_weight(t, j: tl.constexpr):
     """The weight of tap j (0..3, at i0 - 1 + j) at fraction t (torch's A = -0.75)."""
-    A: tl.constexpr = CUBIC_A
     if j == 0:
         s = t + 1.0
-        w = ((A * s - 5.0 * A) * s + 8.0 * A) * s - 4.0 * A
+        w = ((CUBIC_A * s - 5.0 * CUBIC_A) * s + 8.0 * CUBIC_A) * s - 4.0 * CUBIC_A
     elif j == 1:
-        w = ((A + 2.0) * t - (A + 3.0)) * t * t + 1.0
+        w = ((CUBIC_A + 2.0) * t - (CUBIC_A + 3.0)) * t * t + 1.0
     elif j == 2:
         s = 1.0 - t
-        w = ((A + 2.0) * s - (A + 3.0)) * s * s + 1.0
+        w = ((CUBIC_A + 2.0) * s - (CUBIC_A + 3.0)) * s * s + 1.0
     else:
         s = 2.0 - t
-        w = ((A * s - 5.0 * A) * s + 8.0 * A) * s - 4.0 * A
+        w = ((CUBIC_A * s - 5.0 * CUBIC_A) * s + 8.0 * CUBIC_A) * s - 4.0 * CUBIC_A
     return w
 
 
@@ -37,8 +37,8 @@ def _cubic_weight(t, j: tl.constexpr):
 def _source(o, j: tl.constexpr, size, scale, MODE: tl.constexpr, ALIGN: tl.constexpr):
     """(input index, weight) of tap j of output position o along one dim."""
     of = o.to(tl.float32)
-    if MODE == NEAREST or MODE == NEAREST_EXACT:
-        if MODE == NEAREST_EXACT:
+    if MODE == _NEAREST or MODE == _NEAREST_EXACT:
+        if MODE == _NEAREST_EXACT:
             of = of + 0.5
         i = tl.minimum(tl.floor(of * scale).to(tl.int32), size - 1)
         w = of * 0.0 + 1.0
@@ -47,7 +47,7 @@ def _source(o, j: tl.constexpr, size, scale, MODE: tl.constexpr, ALIGN: tl.const
             src = of * scale
         else:
             src = (of + 0.5) * scale - 0.5
-        if MODE == LINEAR:
+        if MODE == _LINEAR:
             src = tl.maximum(src, 0.0)
             i0 = tl.minimum(tl.floor(src).to(tl.int32), size - 1)
             frac = src - i0.to(tl.float32)
