@@ -4,9 +4,10 @@ every pooling), and the overlap-add of a 1-D transposed convolution.
 Implicit GEMM: the output of one group is the product of an (N * OD * OH * OW) x (C / groups *
 KD * KH * KW) matrix of input taps, never formed in memory, by the (taps) x (O / groups) weight.
 A program owns a BLOCK_M x BLOCK_N tile (output positions x output channels) and walks the kernel
-taps outermost, then the input channels BLOCK_K at a time: a tap's halo test (the input position
-inside the input) is computed once per tap for the whole tile, and the channel steps read the
-input through its strides, so a channels-last input is read along its contiguous channels and a
+taps, then the input channels BLOCK_K at a time, as one flat loop (Triton pipelines the
+innermost loop only): each step's halo test (the tap's input position inside the input) is a few
+integer operations on the tile's positions, and the channel steps read the input through its
+strides, so a channels-last input is read along its contiguous channels and a
 channels-first one along its contiguous width. TRANSPOSED reads the same loop as the gradient of
 a convolution: output position o takes input position (o + pad - k * dilation) / stride where
 that divides evenly (the weight then is (C_in, O / groups, *K)).
@@ -65,25 +66,28 @@ def conv_gemm_kernel(
     x_row = n * xs_n + (g * C_G).to(tl.int64) * xs_c
     w_base = w + g.to(tl.int64) * ws_g + rn * ws_o
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kd in range(0, KD):
+    # one flat loop over (tap, channel step), so Triton pipelines every load of the tile's K
+    c_steps = tl.cdiv(C_G, BLOCK_K)
+    for step in range(0, KD * KH * KW * c_steps):
+        tap = step // c_steps
+        c0 = (step - tap * c_steps) * BLOCK_K
+        kw = tap % KW
+        kh = (tap // KW) % KH
+        kd = tap // (KW * KH)
         i_d, ok_d = _tap(od, kd, D, sd, pd, dd, TRANSPOSED)
-        for kh in range(0, KH):
-            i_h, ok_h = _tap(oh, kh, H, sh, ph, dh, TRANSPOSED)
-            for kw in range(0, KW):
-                i_w, ok_w = _tap(ow, kw, W, sw, pw, dw, TRANSPOSED)
-                ok = in_m & ok_d & ok_h & ok_w
-                a_ptrs = x + (x_row + i_d * xs_d + i_h * xs_h + i_w * xs_w)[:, None] + rk[None, :] * xs_c
-                b_ptrs = w_base[None, :] + (kd * ws_d + kh * ws_h + kw * ws_w) + rk[:, None] * ws_c
-                for c0 in range(0, C_G, BLOCK_K):
-                    in_k = rk < C_G - c0
-                    a = load_operand(a_ptrs, ok[:, None] & in_k[None, :], DOT)
-                    b = load_operand(b_ptrs, in_k[:, None] & in_n[None, :], DOT)
-                    if IEEE:  # float32 operands multiply in float32, as the oracle
-                        acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
-                    else:
-                        acc = tl.dot(a, b, acc, out_dtype=tl.float32)
-                    a_ptrs += BLOCK_K * xs_c
-                    b_ptrs += BLOCK_K * ws_c
+        i_h, ok_h = _tap(oh, kh, H, sh, ph, dh, TRANSPOSED)
+        i_w, ok_w = _tap(ow, kw, W, sw, pw, dw, TRANSPOSED)
+        ok = in_m & ok_d & ok_h & ok_w
+        ck = c0 + rk
+        in_k = ck < C_G
+        a_ptrs = x + (x_row + i_d * xs_d + i_h * xs_h + i_w * xs_w)[:, None] + ck[None, :] * xs_c
+        b_ptrs = w_base[None, :] + (kd * ws_d + kh * ws_h + kw * ws_w) + ck[:, None] * ws_c
+        a = load_operand(a_ptrs, ok[:, None] & in_k[None, :], DOT)
+        b = load_operand(b_ptrs, in_k[:, None] & in_n[None, :], DOT)
+        if IEEE:  # float32 operands multiply in float32, as the oracle
+            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
+        else:
+            acc = tl.dot(a, b, acc, out_dtype=tl.float32)
     o = g * O_G + rn
     if HAS_BIAS:
         acc += widen(tl.load(bias + o, mask=in_n, other=0.0), tl.float32)[None, :]
