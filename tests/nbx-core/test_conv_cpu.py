@@ -170,3 +170,15 @@ def test_mel_filterbank_triangles_peak_at_one_and_slaney_normalizes_their_area()
     assert np.all(fb.max(axis=0) > 0.5)
     slaney = nbx.melscale_fbanks(201, 0.0, 8000.0, 40, 16000, norm="slaney", mel_scale="slaney").numpy()
     assert slaney.shape == (201, 40) and np.all(slaney.sum(axis=0) > 0)
+
+
+def test_a_fused_activation_and_residual_equal_the_unfused_ops():
+    x, w, b = _t(RNG.standard_normal((2, 3, 5, 4))), _t(RNG.standard_normal((4, 3, 3, 3))), _t(RNG.standard_normal(4))
+    residual = _t(RNG.standard_normal((2, 4, 5, 4)))
+    fused = nbx.conv2d(x, w, b, padding=1, activation="relu", residual=residual).numpy()
+    plain = nbx.conv2d(x, w, b, padding=1).numpy()
+    np.testing.assert_allclose(fused, np.maximum(plain, 0) + residual.numpy(), rtol=1e-12)
+    with pytest.raises(ShapeError, match="residual has shape"):
+        nbx.conv2d(x, w, b, residual=residual)
+    with pytest.raises(ArgumentError, match="activation"):
+        nbx.conv2d(x, w, b, activation="swish")

@@ -191,3 +191,14 @@ def test_hifigan_upsampler_and_depthwise_7x7_on_the_gpu(check):
     xd = _put(RNG.standard_normal((2, 384, 56, 56)), device, "bfloat16", channels_last=True)
     wd = _put(RNG.standard_normal((384, 1, 7, 7)) / 7, device, "bfloat16")
     check(nbx.conv2d(xd, wd, None, 1, 3, 1, 384), nbx.oracle("conv2d", xd, wd, None, 1, 3, 1, 384), device)
+
+
+@pytest.mark.parametrize("ws,groups,channels_last", [((3, 4, 3, 3), 1, False), ((4, 1, 3, 3), 4, True),
+                                                     ((5, 4, 1, 1), 1, True)], ids=["gemm", "depthwise", "product"])
+def test_activation_and_residual_are_fused_into_the_store(device, check, ws, groups, channels_last):
+    x = _put(RNG.standard_normal((1, 4, 3, 5)), device, channels_last=channels_last)
+    w, b = _put(RNG.standard_normal(ws), device), _put(RNG.standard_normal(ws[0]), device)
+    padding = ws[2] // 2
+    residual = _put(RNG.standard_normal((1, ws[0], 3, 5)), device, channels_last=not channels_last)
+    out = nbx.conv2d(x, w, b, 1, padding, 1, groups, activation="silu", residual=residual)
+    check(out, nbx.oracle("conv2d", x, w, b, 1, padding, 1, groups, activation="silu", residual=residual), device)

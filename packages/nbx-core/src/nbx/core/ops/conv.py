@@ -103,21 +103,45 @@ def _conv_front_end(n: int):
     op = f"conv{n}d"
 
     def conv(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
-             groups: int = 1, padding_mode: str = "zeros") -> Tensor:
+             groups: int = 1, padding_mode: str = "zeros", *, activation=None, residual: Tensor | None = None) -> Tensor:
         _check_operands(op, n, input, weight, bias)
         x, unbatched = _batched(input, n)
         stride, pads, dilation, groups = conv_args(op, n, x, weight, bias, stride, padding, dilation, groups)
+        activation = _activation(op, activation)
+        if residual is not None:
+            residual = _check_residual(op, n, x, weight, residual, stride, pads, dilation, unbatched)
         if padding_mode not in PADDING_MODES:
             raise ArgumentError(f"{op}: padding_mode {padding_mode!r} is none of {PADDING_MODES}")
         if padding_mode != "zeros" and any(lo or hi for lo, hi in pads):
             from .datamove import pad
             x = pad(x, [a for lo_hi in reversed(pads) for a in lo_hi], mode=padding_mode)
             pads = ((0, 0),) * n
-        out = implementation(op, x.device)(x, weight, bias, stride, pads, dilation, groups)
+        out = implementation(op, x.device)(x, weight, bias, stride, pads, dilation, groups, activation, residual)
         return out.squeeze(0) if unbatched else out
     conv.__name__ = conv.__qualname__ = op
-    conv.__doc__ = f"torch.nn.functional.{op}: the {n}-D convolution (cross-correlation) of input by weight."
+    conv.__doc__ = (f"torch.nn.functional.{op}: the {n}-D convolution (cross-correlation) of input by weight; "
+                    f"activation(conv + bias) + residual with the keyword-only extensions (fused in the store).")
     return conv
+
+
+def _activation(op: str, activation):
+    from .products import ACTIVATIONS
+    if activation not in ACTIVATIONS:
+        raise ArgumentError(f"{op}'s activation is one of {', '.join(map(str, ACTIVATIONS))}, got {activation!r}")
+    return activation
+
+
+def _check_residual(op: str, n: int, x: Tensor, weight: Tensor, residual, stride, pads, dilation, unbatched: bool):
+    """The residual as a batched tensor of the output's shape and dtype."""
+    if not isinstance(residual, Tensor) or residual.dtype is not x.dtype:
+        raise DTypeError(f"{op}: residual must be a {x.dtype.name} tensor")
+    common_device(x, residual)
+    shape = (x.shape[0], weight.shape[0], *(conv_out_size(x.shape[2 + d], *pads[d], weight.shape[2 + d], stride[d],
+                                                          dilation[d]) for d in range(n)))
+    batched = residual.unsqueeze(0) if unbatched else residual
+    if tuple(batched.shape) != shape:
+        raise ShapeError(f"{op}: residual has shape {tuple(residual.shape)}, the output's is {shape[unbatched:]}")
+    return batched
 
 
 conv1d, conv2d, conv3d = (_conv_front_end(n) for n in (1, 2, 3))
@@ -190,7 +214,8 @@ def _group_product(windows: np.ndarray, w: np.ndarray, groups: int, n: int) -> n
 
 def _conv_reference(n: int):
     def ref(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, padding_mode="zeros",
-            precision=reference.NATIVE):
+            activation=None, residual=None, precision=reference.NATIVE):
+        from .products import apply_activation
         xb, unbatched = _batched(x, n)
         stride, pads, dilation, groups = conv_args(f"conv{n}d", n, xb, weight, bias, stride, padding, dilation, groups)
         a, dtype = _compute(xb, precision)
@@ -205,6 +230,9 @@ def _conv_reference(n: int):
         out = _group_product(win, w, groups, n)
         if bias is not None:
             out = out + bias.numpy().astype(dtype).reshape((1, -1) + (1,) * n)
+        out = apply_activation(out, activation)
+        if residual is not None:
+            out = out + residual.numpy().astype(dtype).reshape(out.shape)
         return out[0] if unbatched else out
     return ref
 
@@ -244,8 +272,17 @@ def _register(op: str, ref) -> None:
     register(op, "cpu")(lambda x, *args: wrap(ref(x, *args), x.dtype))
 
 
+def _register_conv(op: str, ref) -> None:
+    reference.register(op, ref)
+
+    @register(op, "cpu")
+    def cpu(x, weight, bias, stride, pads, dilation, groups, activation, residual):
+        return wrap(ref(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual),
+                    x.dtype)
+
+
 for _n in (1, 2, 3):
-    _register(f"conv{_n}d", _conv_reference(_n))
+    _register_conv(f"conv{_n}d", _conv_reference(_n))
     _register(f"conv_transpose{_n}d", _transpose_reference(_n))
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]

@@ -73,6 +73,31 @@ class Detail:
     bytes_moved: int
 
 
+@dataclass(frozen=True)
+class Epilogue:
+    """What follows the bias in the store: the activation (None or a name of products.ACTIVATIONS)
+    and the residual's logical strides (N, C, D, H, W), or None."""
+    activation: str | None = None
+    residual: tuple | None = None
+
+    def args(self) -> tuple:
+        return (Slot("res") if self.residual else Slot("out"), *(self.residual or (0,) * 5))
+
+    def meta(self) -> dict:
+        return dict(ACTIVATION=self.activation, HAS_RES=self.residual is not None)
+
+
+NO_EPILOGUE = Epilogue()
+
+
+def residual_strides(residual: Tensor | None):
+    """A residual's strides as five (N, C, D, H, W), the missing leading spatial dims 0."""
+    if residual is None:
+        return None
+    st = residual.strides
+    return (st[0], st[1], *three(st[2:], 0))
+
+
 def _gemm_meta(dtype, tile: dict, device) -> dict:
     stages = tile["num_stages"]
     if COMPILED:  # a setting of 16-bit operands held to the shared memory a float32 key's stages take
@@ -82,7 +107,7 @@ def _gemm_meta(dtype, tile: dict, device) -> dict:
 
 
 def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transposed: bool, dtype, device, setting,
-                 out_slot: str = "out") -> tuple[Launch, dict]:
+                 out_slot: str = "out", epilogue: Epilogue = NO_EPILOGUE) -> tuple[Launch, dict]:
     """The implicit GEMM launch over 3-D geometry (batch, c_g, groups, o_g, sizes, outs, kernel,
     stride, pad, dilation), tiled by setting or the certified one."""
     batch, c_g, groups, o_g, sizes, outs, kernel, stride, pad, dilation = geometry
@@ -90,10 +115,11 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
     if setting is None:
         setting = conv_setting(device, m, o_g, k, dtype, x_strides[1] == 1 and c_g * groups > 1)
     tile = {**launch.tiles("conv", device), **dict(setting)}
-    meta = dict(TRANSPOSED=transposed, HAS_BIAS=bias, **_gemm_meta(dtype, tile, device))
+    meta = dict(TRANSPOSED=transposed, HAS_BIAS=bias, **epilogue.meta(), **_gemm_meta(dtype, tile, device))
     tiles = -(-m // tile["block_m"]) * -(-o_g // tile["block_n"])
-    args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), batch, c_g, *sizes, o_g, *outs, *kernel, *stride,
-            *pad, *dilation, *x_strides, *w_strides, *o_strides)
+    res_slot, *res_strides = epilogue.args()
+    args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
+            *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides)
     return Launch(conv_gemm_kernel, (tiles, groups), args, meta), tile
 
 
@@ -102,7 +128,7 @@ def _spatial(shape, strides, n: int):
 
 
 def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, pads, dilation, groups, device,
-               setting) -> LaunchPlan:
+               setting, epilogue: Epilogue = NO_EPILOGUE) -> LaunchPlan:
     n = len(x_shape) - 2
     batch, channels, out_channels = x_shape[0], x_shape[1], w_shape[0]
     c_g, o_g = channels // groups, out_channels // groups
@@ -119,17 +145,19 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
     if c_g == 1 and groups == channels:  # depthwise: out channel c reads input channel c // (O / C)
         tile = launch.tiles("window", device)
         ws = (w_strides[0], *three(w_strides[2:], 0))
-        args = (Slot("x"), Slot("w"), Slot("bias"), Slot("out"), Slot("out"), channels, *sizes, *three(outs, 1),
-                *three(kernel, 1), o_g, *three(stride, 1), *three([p[0] for p in pads], 0), *three(dilation, 1), 0,
-                *xs, *ws, *os_)
+        res_slot, *res_strides = epilogue.args()
+        args = (Slot("x"), Slot("w"), Slot("bias"), Slot("out"), Slot("out"), res_slot, channels, *sizes,
+                *three(outs, 1), *three(kernel, 1), o_g, *three(stride, 1), *three([p[0] for p in pads], 0),
+                *three(dilation, 1), 0, *xs, *ws, *os_, *res_strides)
         grid = (batch * prod(three(outs, 1)[:2]), -(-three(outs, 1)[2] // tile["block_w"]),
                 -(-out_channels // tile["block_c"]))
-        meta = dict(MODE=DEPTHWISE, ADAPTIVE=False, INCLUDE_PAD=False, HAS_BIAS=has_bias, BLOCK_C=tile["block_c"],
+        meta = dict(MODE=DEPTHWISE, ADAPTIVE=False, INCLUDE_PAD=False, HAS_BIAS=has_bias, **epilogue.meta(),
+                    BLOCK_C=tile["block_c"],
                     BLOCK_W=tile["block_w"], num_warps=tile["num_warps"])
         return LaunchPlan(device, (Launch(window_kernel, grid, args, meta),), (plans.output("out", storage, dtype),),
                           detail=Detail("depthwise", view, tile, flops, moved))
     w_s = (o_g * w_strides[0], w_strides[0], w_strides[1], *three(w_strides[2:], 0))
-    one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, False, dtype, device, setting)
+    one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, False, dtype, device, setting, epilogue=epilogue)
     return LaunchPlan(device, (one,), (plans.output("out", storage, dtype),),
                       detail=Detail("gemm", view, tile, flops, moved))
 
@@ -191,30 +219,42 @@ def _product_operands(x: Tensor, weight: Tensor):
     return rows, weight.reshape(weight.shape[0], weight.shape[1])
 
 
-def conv_plan(x, weight, bias, stride, pads, dilation, groups, setting=None) -> LaunchPlan:
+def conv_plan(x, weight, bias, stride, pads, dilation, groups, setting=None, activation=None,
+              residual=None) -> LaunchPlan:
+    epilogue = Epilogue(activation, residual_strides(residual))
     key = ("conv", _layout(x), _layout(weight), bias is not None, stride, pads, dilation, groups, x.device,
-           plans.setting_key(setting))
+           plans.setting_key(setting), epilogue)
     return plans.cached("conv", key, lambda: _conv_plan(x.shape, x.strides, weight.shape, weight.strides,
                                                         bias is not None, x.dtype, stride, pads, dilation, groups,
-                                                        x.device, setting))
+                                                        x.device, setting, epilogue))
 
 
-def launch_conv(x, weight, bias, stride, pads, dilation, groups, out=None, setting=None) -> Tensor:
-    """The convolution through the window or implicit-GEMM kernel (out: the plan's storage buffer
-    when given; setting overrides the served one: the certifier's)."""
-    plan = conv_plan(x, weight, bias, stride, pads, dilation, groups, setting)
-    values = plans.execute(plan, {"x": x, "w": weight, "bias": x if bias is None else bias, "out": out})
+def launch_conv(x, weight, bias, stride, pads, dilation, groups, out=None, setting=None, activation=None,
+                residual=None) -> Tensor:
+    """The convolution through the window or implicit-GEMM kernel, activation(conv + bias) +
+    residual (out: the plan's storage buffer when given; setting overrides the served one: the
+    certifier's)."""
+    plan = conv_plan(x, weight, bias, stride, pads, dilation, groups, setting, activation, residual)
+    values = plans.execute(plan, {"x": x, "w": weight, "bias": x if bias is None else bias, "out": out,
+                                  "res": residual})
     return values["out"].permute(*plan.detail.view)
 
 
-def _convolution(x, weight, bias, stride, pads, dilation, groups):
+def _product_residual(residual: Tensor | None):
+    """The residual (N, C, *S) as the product's (positions, C) rows (a view when channels-last)."""
+    if residual is None:
+        return None
+    return residual.permute(0, *range(2, residual.ndim), 1).reshape(-1, residual.shape[1])
+
+
+def _convolution(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None):
     check_dtype(f"conv{x.ndim - 2}d", x.dtype)
     if is_product(x, weight, stride, pads, dilation, groups):
         from nbx.core.ops.products import linear
         rows, w = _product_operands(x, weight)
-        out = linear(rows, w, bias)
+        out = linear(rows, w, bias, activation=activation, residual=_product_residual(residual))
         return out.reshape(x.shape[0], *x.shape[2:], weight.shape[0]).permute(0, x.ndim - 1, *range(1, x.ndim - 1))
-    return launch_conv(x, weight, bias, stride, pads, dilation, groups)
+    return launch_conv(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual)
 
 
 def _transposed(x, weight, bias, stride, padding, output_padding, groups, dilation):
@@ -237,10 +277,10 @@ def _cost(plan: LaunchPlan) -> Cost:
     return Cost(plan.buffers(), plan.detail.bytes_moved, plan.detail.flops, len(plan.launches))
 
 
-def _conv_cost(x, weight, bias, stride, pads, dilation, groups) -> Cost:
+def _conv_cost(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None) -> Cost:
     if is_product(x, weight, stride, pads, dilation, groups):
-        return price("linear", *_product_operands(x, weight), bias)
-    return _cost(conv_plan(x, weight, bias, stride, pads, dilation, groups))
+        return price("linear", *_product_operands(x, weight), bias, activation, _product_residual(residual))
+    return _cost(conv_plan(x, weight, bias, stride, pads, dilation, groups, None, activation, residual))
 
 
 def _transpose_cost(x, weight, bias, stride, padding, output_padding, groups, dilation) -> Cost:

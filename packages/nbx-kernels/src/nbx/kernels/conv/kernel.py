@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from ..elementwise.casts import narrow, widen
+from ..matmul.fused import _activate
 from ..matmul.kernel import _grouped_tile, load_operand
 
 DEPTHWISE, MAX, AVG = 0, 1, 2  # the window kernel's MODE (host side)
@@ -40,17 +41,29 @@ def _tap(o, k, size, stride, pad, dilation, TRANSPOSED: tl.constexpr):
 
 
 @triton.jit
+def epilogue(acc, res_ptrs, mask, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr):
+    """activation(acc) + the residual, in float32 (the bias is in acc already)."""
+    acc = _activate(acc, ACTIVATION)
+    if HAS_RES:
+        acc += widen(tl.load(res_ptrs, mask=mask, other=0.0), tl.float32)
+    return acc
+
+
+@triton.jit
 def conv_gemm_kernel(
-    x, w, bias, out,
+    x, w, bias, out, res,
     BATCH, C_G, D, H, W, O_G, OD, OH, OW, KD, KH, KW,
     sd, sh, sw, pd, ph, pw, dd, dh, dw,
     xs_n, xs_c, xs_d, xs_h, xs_w,
     ws_g, ws_o, ws_c, ws_d, ws_h, ws_w,
     os_n, os_c, os_d, os_h, os_w,
-    TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr,
+    rs_n, rs_c, rs_d, rs_h, rs_w,
+    TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
+    DOT: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    """Grid: (tiles of (N * OD * OH * OW) x O_G, groups)."""
+    """Grid: (tiles of (N * OD * OH * OW) x O_G, groups). The epilogue: activation(acc + bias) +
+    res (res read through its strides, any layout)."""
     g = tl.program_id(1)
     M = BATCH * OD * OH * OW
     tile_m, tile_n = _grouped_tile(tl.program_id(0), M, O_G, BLOCK_M, BLOCK_N, GROUP_M)
@@ -91,8 +104,11 @@ def conv_gemm_kernel(
     o = g * O_G + rn
     if HAS_BIAS:
         acc += widen(tl.load(bias + o, mask=in_n, other=0.0), tl.float32)[None, :]
+    mask = in_m[:, None] & in_n[None, :]
+    r_ptrs = res + (n * rs_n + od * rs_d + oh * rs_h + ow * rs_w)[:, None] + (o * rs_c)[None, :]
+    acc = epilogue(acc, r_ptrs, mask, ACTIVATION, HAS_RES)
     o_ptrs = out + (n * os_n + od * os_d + oh * os_h + ow * os_w)[:, None] + (o * os_c)[None, :]
-    tl.store(o_ptrs, narrow(acc, out.dtype.element_ty), mask=in_m[:, None] & in_n[None, :])
+    tl.store(o_ptrs, narrow(acc, out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -121,18 +137,20 @@ def _window_count(start, end, size, k, pad, ADAPTIVE: tl.constexpr, INCLUDE_PAD:
 
 @triton.jit
 def window_kernel(
-    x, w, bias, out, indices,
+    x, w, bias, out, indices, res,
     C, D, H, W, OD, OH, OW, KD, KH, KW, MULT,
     sd, sh, sw, pd, ph, pw, dd, dh, dw, DIVISOR,
     xs_n, xs_c, xs_d, xs_h, xs_w,
     ws_c, ws_d, ws_h, ws_w,
     os_n, os_c, os_d, os_h, os_w,
+    rs_n, rs_c, rs_d, rs_h, rs_w,
     MODE: tl.constexpr, ADAPTIVE: tl.constexpr, INCLUDE_PAD: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
     BLOCK_C: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     """Grid: (N * OD * OH, tiles of OW, tiles of output channels). MODE: DEPTHWISE (output
     channel c reads input channel c // MULT with its own taps), MAX (value and flat index) or AVG.
-    DIVISOR > 0 overrides an average's count."""
+    DIVISOR > 0 overrides an average's count. Depthwise takes conv_gemm_kernel's epilogue."""
     row = tl.program_id(0).to(tl.int64)
     oh = row % OH
     od = (row // OH) % OD
@@ -195,6 +213,9 @@ def window_kernel(
         acc += widen(tl.load(bias + oc, mask=in_c, other=0.0), tl.float32)[:, None]
     offsets = n * os_n + od * os_d + oh * os_h + (oc.to(tl.int64) * os_c)[:, None] + (ow * os_w)[None, :]
     mask = in_c[:, None] & in_w[None, :]
+    if MODE == _DEPTHWISE:
+        r_ptrs = res + n * rs_n + od * rs_d + oh * rs_h + (oc.to(tl.int64) * rs_c)[:, None] + (ow * rs_w)[None, :]
+        acc = epilogue(acc, r_ptrs, mask, ACTIVATION, HAS_RES)
     tl.store(out + offsets, narrow(acc, out.dtype.element_ty), mask=mask)
     if MODE == _MAX:
         tl.store(indices + offsets, best, mask=mask)

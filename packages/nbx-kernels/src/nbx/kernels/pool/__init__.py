@@ -31,10 +31,11 @@ def _window_plan(shape, strides, dtype, device, mode: int, kernel, stride, paddi
     xs = (strides[0], strides[1], *three(strides[2:], 0))
     os_ = (o_strides[0], o_strides[1], *three(o_strides[2:], 0))
     args = (Slot("x"), Slot("x"), Slot("x"), Slot("out"), Slot("indices") if mode == MAX else Slot("out"),
-            channels, *sizes, *outs3, *three(kernel, 1), 1, *three(stride, 1), *three(padding, 0),
-            *three(dilation, 1), divisor, *xs, 0, 0, 0, 0, *os_)
+            Slot("x"), channels, *sizes, *outs3, *three(kernel, 1), 1, *three(stride, 1), *three(padding, 0),
+            *three(dilation, 1), divisor, *xs, 0, 0, 0, 0, *os_, 0, 0, 0, 0, 0)
     grid = (batch * outs3[0] * outs3[1], -(-outs3[2] // tile["block_w"]), -(-channels // tile["block_c"]))
-    meta = dict(MODE=mode, ADAPTIVE=adaptive, INCLUDE_PAD=include_pad, HAS_BIAS=False, BLOCK_C=tile["block_c"],
+    meta = dict(MODE=mode, ADAPTIVE=adaptive, INCLUDE_PAD=include_pad, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False,
+                BLOCK_C=tile["block_c"],
                 BLOCK_W=tile["block_w"], num_warps=tile["num_warps"])
     outputs = [plans.output("out", storage, dtype)]
     if mode == MAX:
