@@ -52,13 +52,25 @@ def cases():
         ("softmax of few long rows", "softmax", (long_rows,), {"dim": -1}),
         ("layer norm", "layer_norm", (x, (4096,), w, b), {}),
         ("fused add + RMS norm", "add_rms_norm", (x, x, w), {}),
+        *moe_cases(),
     ]
+
+
+def moe_cases():
+    """A prefill and a band MoE layer (32 experts, top-4, 512 -> 256 -> 512)."""
+    found = []
+    for tokens in (512, 2):
+        ids = nbx.asarray((np.arange(tokens * 4) * 7 % 32).reshape(tokens, 4).astype(np.int32)).to("cuda")
+        layer = (cuda((tokens, 512), "bfloat16"), cuda((tokens, 4)), ids, cuda((32, 256, 512), "bfloat16"),
+                 cuda((32, 256, 512), "bfloat16"), cuda((32, 512, 256), "bfloat16"))
+        found.append((f"moe experts, {tokens} tokens", "moe_experts", layer, {}))
+    return found
 
 
 FRONT_ENDS = {"astype": lambda x, dtype: nbx.astype(x, dtype)}
 
 
-@pytest.mark.parametrize("index", range(12))
+@pytest.mark.parametrize("index", range(14))
 def test_the_declared_allocation_equals_the_pools_measured_peak(index):
     label, op, args, kwargs = cases()[index]
     front_end = FRONT_ENDS.get(op) or getattr(nbx, op)

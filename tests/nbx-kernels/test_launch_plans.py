@@ -65,6 +65,20 @@ def test_a_repeat_calls_the_compiled_launcher_with_this_calls_tensors_and_scalar
     assert type(kernel.launched[-1][11]) is float
 
 
+def test_a_tensor_of_another_dtype_at_the_same_alignment_compiles_apart(monkeypatch):
+    """Triton types a pointer by its element type: a repeat whose tensor has another dtype (a
+    plan shared by bfloat16 @ float16 and float16 @ float32, both float32 products) must not run
+    the kernel compiled for the first dtype, which would read the bits as that dtype."""
+    kernel = _Kernel(["x"])
+    p = _gpu_plan(monkeypatch, kernel, (Slot("x"),))
+    halves = nbx.asarray(np.zeros(64, np.float16))
+    plans.execute(p, {"x": halves})
+    plans.execute(p, {"x": halves.astype("bfloat16")})
+    assert kernel.jit_calls == 2 and not kernel.launched
+    plans.execute(p, {"x": halves})
+    assert kernel.jit_calls == 2 and len(kernel.launched) == 1
+
+
 def test_an_int_slot_is_specialised_as_the_kernels_signature_says(monkeypatch):
     """n is specialised (1, a multiple of 16, any other int32: three compilations); bits is listed
     in do_not_specialize, so only its width makes a new one."""

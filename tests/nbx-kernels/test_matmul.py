@@ -41,6 +41,8 @@ def test_products_of_odd_sizes_match_the_oracle_in_every_float_dtype(device, che
 
 
 def test_mixed_float_operands_multiply_in_the_promoted_dtype(device, check):
+    """Both calls are float32 products of one layout, in this order on purpose: on a GPU the second
+    must not repeat the first's compiled kernel, which reads its pointers as float16 and float32."""
     out = product(device, check, on(device, (9, 20), "float16"), on(device, (20, 6), "float32"))
     assert out.dtype.name == "float32"
     out = product(device, check, on(device, (9, 20), "bfloat16"), on(device, (20, 6), "float16"))

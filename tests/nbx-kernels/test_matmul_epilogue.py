@@ -72,8 +72,12 @@ from nbx.core import device_files  # noqa: E402
 from nbx.kernels import launch  # noqa: E402
 from nbx.kernels.cost import price  # noqa: E402
 from nbx.kernels import plans  # noqa: E402
+from nbx.kernels import matmul as mm  # noqa: E402
 from nbx.kernels.matmul import epilogue  # noqa: E402
 from nbx.kernels.matmul.linear_tuning import LINEAR, launch_key  # noqa: E402
+from nbx.kernels.matmul.tuning import dot_k_fits  # noqa: E402
+
+MATMUL_TILE = {"block_m": 32, "block_n": 32, "block_k": 32, "group_m": 1, "num_warps": 4, "num_stages": 1}
 
 SPLIT = {"kernel": "tiles", "block_m": 16, "block_n": 32, "block_k": 16, "group_m": 1, "num_warps": 4, "num_stages": 1,
          "programs": 1, "warp_specialize": 0}
@@ -259,12 +263,55 @@ def test_int8_products_give_exact_int32_sums_and_refuse_an_epilogue(device, chec
     out = nbx.linear(x, w)
     assert out.dtype is nbx.int32
     np.testing.assert_array_equal(out.numpy(), x.numpy().astype(np.int64) @ w.numpy().astype(np.int64).T)
-    split = epilogue.launch_linear(x, w, dtype=nbx.int32, setting={**SPLIT, "split_k": 3})
+    setting = {**SPLIT, "split_k": 3}   # block_k 16: under the 32 an 8-bit dot takes on NVIDIA (Triton 3.6)
+    least = launch.facts(device).value("matrix_unit.min_dot_k.one_byte")
+    assert dict(epilogue.plan(x, w, dtype=nbx.int32, setting=setting).meta)["BLOCK_K"] == max(16, least)
+    split = epilogue.launch_linear(x, w, dtype=nbx.int32, setting=setting)
     np.testing.assert_array_equal(split.numpy(), out.numpy())
     with pytest.raises(nbx.errors.ArgumentError, match="int32 product alone"):
         nbx.linear(x, w, bias=nbx.asarray(np.zeros(24, np.int32), device=device))
     with pytest.raises(nbx.errors.DTypeError, match="int8 by int8 only"):
         nbx.linear(x, w.to(dtype="float32"))
+
+
+def test_a_served_k_tile_under_the_devices_smallest_dot_k_is_raised_to_it(device, monkeypatch):
+    """With the H200's facts (matrix_unit.min_dot_k: 32 for 8-bit operands, 16 for 16-bit ones) a
+    setting's block_k 16 is built as 32 for int8 and float8 and kept for bfloat16; 8 becomes 16."""
+    hopper = device_files.for_arch("sm_90")
+    monkeypatch.setattr(launch, "facts", lambda d: hopper)
+    plans.reset()
+    try:
+        i8 = nbx.asarray(np.ones((4, 64), np.int8), device=device)
+        bf = on(device, (4, 64), "bfloat16")
+        f8 = bf.to(dtype="float8_e4m3fn")
+        one = nbx.asarray(np.ones(1, np.float32), device=device)
+        block_k = {name: dict(epilogue.plan(*args, setting={**SPLIT, "split_k": 1, "block_k": bk}, **kw).meta)["BLOCK_K"]
+                   for name, bk, args, kw in (("int8", 16, (i8, i8), {"dtype": nbx.int32}),
+                                              ("float8", 16, (f8, f8), {"dtype": nbx.bfloat16, "scales": (one, one)}),
+                                              ("bfloat16", 16, (bf, bf), {"dtype": bf.dtype}),
+                                              ("bfloat16 of 8", 8, (bf, bf), {"dtype": bf.dtype}))}
+        assert block_k == {"int8": 32, "float8": 32, "bfloat16": 16, "bfloat16 of 8": 16}
+        assert dict(mm.plan(bf, bf.mT, bf.dtype, setting={**MATMUL_TILE, "block_k": 8}).meta)["BLOCK_K"] == 16
+    finally:
+        plans.reset()
+
+
+def test_no_candidate_and_no_default_tile_of_a_product_is_under_a_devices_smallest_dot_k():
+    """The certifier never measures a tile that would be raised at launch, and the device files'
+    default tiles (served to every uncertified key) need no raising on any device."""
+    for vendor in device_files.vendor_files():
+        facts = device_files.for_arch(vendor.targets[0])
+        least = facts.value("matrix_unit.min_dot_k")
+        for family in ("matmul", "linear"):
+            assert facts.value(f"tiles.{family}")["block_k"] >= max(least.values()), (vendor.name, family)
+    hopper = device_files.for_arch("sm_90")
+    key = {"m": 16, "n": 4096, "k": 4096, "layout": "nt", "form": "plain", "tma": False, "precision": "none"}
+    for dtype, least in (("int32", 32), ("bfloat16", 16)):
+        kept, _ = LINEAR.candidates(hopper, {**key, "dtype": dtype})
+        assert kept and min(s["block_k"] for s in kept) >= least
+    assert dot_k_fits({"block_k": 16}, 1, hopper) != True and dot_k_fits({"block_k": 32}, 1, hopper) is True  # noqa: E712
+    assert dot_k_fits({"block_k": 32}, 2, hopper, per_dot=2) is True
+    assert dot_k_fits({"block_k": 16}, 2, hopper, per_dot=2) != True  # noqa: E712  (int4: two dots of 8)
 
 
 @pytest.mark.parametrize("subscripts,shapes", [("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 6, 8)]),

@@ -53,6 +53,20 @@ def test_calls_descriptors_cannot_read_are_not_eligible_and_a_tma_setting_for_th
                       setting=TMA)
 
 
+def test_a_mixed_dtype_call_is_eligible_by_the_row_bytes_of_its_stored_operands_and_computes_right(device, check):
+    """A float16 x of a float32 product is read through its descriptor as float16 rows: 12 of
+    them are 24 bytes, no descriptor row, though 12 float32s (48 bytes) would be one."""
+    w = on(device, (24, 12), "float32")
+    assert epilogue.plan(on(device, (8, 12), "float32"), w, dtype=nbx.float32, setting=TMA).tma
+    x = on(device, (8, 12), "float16")
+    with pytest.raises(nbx.errors.NotSupportedError, match="cannot read these operands"):
+        epilogue.plan(x, w, dtype=nbx.float32, setting=TMA)
+    wide = on(device, (8, 16), "float16")        # 32-byte rows: eligible, widened after the load
+    w16 = on(device, (24, 16), "float32")
+    assert epilogue.plan(wide, w16, dtype=nbx.float32, setting=TMA).tma
+    check(epilogue.launch_linear(wide, w16, setting=TMA), nbx.oracle("linear", wide, w16), device)
+
+
 def test_the_tunable_offers_the_tma_kernel_only_on_devices_with_descriptor_copies_and_eligible_keys():
     key = {"m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True}
     hopper = device_files.for_arch("sm_90")

@@ -92,11 +92,42 @@ def decoder_logits(folder: Path, ids: list[int], weights=None) -> np.ndarray:
         attn = np.einsum("hqk,khd->qhd", probs, v).reshape(n, heads * head_dim)
         x = x + proj("self_attn.o_proj", attn)
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        if p + "block_sparse_moe.gate.weight" in w or p + "mlp.gate.weight" in w:
+            x = x + sparse_mlp(config, w, p, h)
+            continue
         gate = proj("mlp.gate_proj", h)
         x = x + proj("mlp.down_proj", gate / (1 + np.exp(-gate)) * proj("mlp.up_proj", h))
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight") if not config.get("tie_word_embeddings", False) else None
     return x @ (w["model.embed_tokens.weight"] if head is None else head).T
+
+
+def sparse_mlp(config: dict, w: dict, p: str, h: np.ndarray) -> np.ndarray:
+    """Mixtral's / Qwen3-MoE's sparse block as transformers computes it: softmax over the router's
+    logits, the top num_experts_per_tok (renormalized: Mixtral always, Qwen3-MoE if norm_topk_prob),
+    each chosen expert's SwiGLU MLP weighted and summed, plus Qwen2-MoE's gated shared expert."""
+    mixtral = p + "block_sparse_moe.gate.weight" in w
+    block, names = ("block_sparse_moe", ("w1", "w3", "w2")) if mixtral else ("mlp", ("gate_proj", "up_proj", "down_proj"))
+    logits = h @ w[p + block + ".gate.weight"].T
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    k = config["num_experts_per_tok"]
+    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+    weights = np.take_along_axis(probs, chosen, axis=-1)
+    if mixtral or config.get("norm_topk_prob", False):
+        weights /= weights.sum(-1, keepdims=True)
+    out = np.zeros_like(h)
+    if p + "mlp.shared_expert_gate.weight" in w:   # Qwen2-MoE: sigmoid(gate(h)) * shared_expert(h)
+        shared = {n: w[f"{p}mlp.shared_expert.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj")}
+        g = h @ shared["gate_proj"].T
+        out += ((g / (1 + np.exp(-g)) * (h @ shared["up_proj"].T)) @ shared["down_proj"].T
+                / (1 + np.exp(-(h @ w[p + "mlp.shared_expert_gate.weight"].T))))
+    for t in range(h.shape[0]):
+        for j, e in enumerate(chosen[t]):
+            gate, up, down = (w[f"{p}{block}.experts.{e}.{n}.weight"] for n in names)
+            g = gate @ h[t]
+            out[t] += weights[t, j] * (down @ (g / (1 + np.exp(-g)) * (up @ h[t])))
+    return out
 
 
 def gelu(x):

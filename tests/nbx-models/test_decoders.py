@@ -15,7 +15,8 @@ from nbx.models import kv_cache
 from nbx.models.writer import small_config
 
 PROMPT = [1, 17, 42, 5, 99, 23, 64, 8]    # longer than Mistral's small window (5)
-FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM",
+            "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"]
 
 
 def checkpoint(tmp_path, architecture, device, **overrides):
@@ -148,6 +149,17 @@ def test_int4_projections_load_as_quantized_tensors_and_give_the_dequantized_mod
     assert "model.layers.0.mlp.up_proj.qweight" in stored and "model.layers.0.mlp.up_proj.weight" not in stored
     model = models.load(folder)
     assert isinstance(model.layers[0].up, nbx.QuantizedTensor) and model.layers[0].up.group_size == 32
+    reference = decoder_logits(folder, PROMPT, weights=dequantized(read_weights_bf16_aware(folder)))
+    assert_close(model.logits(PROMPT).numpy(), reference, nbx.float32, nbx.as_device("cpu"))
+
+
+def test_int4_experts_of_a_mixtral_stack_into_one_quantized_tensor_a_layer_and_give_the_dequantized_logits(tmp_path):
+    config = small_config("MixtralForCausalLM", num_hidden_layers=1)
+    folder = models.write_checkpoint(tmp_path / "int4-moe", config, seed=7, int4=(32, "symmetric"))
+    model = models.load(folder)
+    experts = model.layers[0].sparse
+    assert isinstance(experts.gate, nbx.QuantizedTensor) and experts.gate.shape == (4, 32, 64)
+    assert experts.down.shape == (4, 64, 32)
     reference = decoder_logits(folder, PROMPT, weights=dequantized(read_weights_bf16_aware(folder)))
     assert_close(model.logits(PROMPT).numpy(), reference, nbx.float32, nbx.as_device("cpu"))
 

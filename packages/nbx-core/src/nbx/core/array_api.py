@@ -1,6 +1,6 @@
-"""nbx's Array API namespace as an importable module (`import nbx.core.array_api as xp`: each distribution ships only its own
-subpackage of the nbx namespace), as
-array-api-compat and the conformance suites expect; the same namespace as x.__array_namespace__()."""
+"""nbx's Array API namespace as an importable module, `import nbx.core.array_api as xp`, as
+array-api-compat and the conformance suites expect: the same namespace as x.__array_namespace__()
+(not `nbx.array_api`: each distribution's wheel ships only its own subpackage of `nbx`)."""
 from __future__ import annotations
 
 from nbx.core.namespace import namespace as _namespace

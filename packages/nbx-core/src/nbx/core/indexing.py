@@ -3,8 +3,10 @@
 Basic indices are ints, slices with any step (negative steps and bounds included), None and
 Ellipsis. Integer-array and boolean-mask indices follow numpy's semantics on host memory (cpu,
 interp). On other devices one integer array among basic indices is a take along its dim (the
-gather kernel, numpy's transposition rule kept); several arrays, boolean masks and advanced
-__setitem__ there are refused by name until their kernels exist.
+gather kernel, numpy's transposition rule kept), a boolean mask over the leading dims a take at
+its True positions, integer arrays over the leading dims one take of them raveled, and
+`x[..., index, ...] = v` with one 1-D integer array an index_copy; other keys with arrays (arrays
+between slices, masks placed elsewhere, masked assignment) are refused by name there.
 """
 from __future__ import annotations
 
@@ -75,16 +77,50 @@ def _host_key(t: Tensor, key: tuple) -> tuple:
     return tuple(out)
 
 
+def _leading_mask_take(t: Tensor, key: tuple, mask: Tensor):
+    """x[mask] (mask over x's leading dims, the rest whole): a take of the flattened leading dims
+    at the mask's True positions; None for a mask placed otherwise."""
+    rest = key[1:]
+    if key[0] is not mask or mask.ndim == 0 or mask.shape != t.shape[:mask.ndim] or \
+            any(not (k is Ellipsis or k == slice(None)) for k in rest):
+        return None
+    from .ops.gather import nonzero, take
+    return take(t.reshape(-1, *t.shape[mask.ndim:]), nonzero(mask.reshape(-1))[0], axis=0)
+
+
+def _leading_arrays_take(t: Tensor, key: tuple):
+    """x[i0, i1, ...] (integer tensors over the leading dims, the rest whole): one take of the
+    leading dims flattened, at the broadcast indices raveled; None for a key of another kind."""
+    arrays = [k for k in key if isinstance(k, Tensor)]
+    n = len(arrays)
+    if n < 2 or n > t.ndim or any(not isinstance(k, Tensor) or not k.dtype.is_integer for k in key[:n]) or \
+            any(not (k is Ellipsis or k == slice(None)) for k in key[n:]):
+        return None
+    from . import layout
+    from .ops import elementwise as ew
+    from .ops.gather import take, wrap_checked
+    shape = layout.broadcast_shapes(*(a.shape for a in arrays))
+    flat = None
+    for a, size in zip(arrays, t.shape[:n]):
+        a = wrap_checked("getitem", a, size).broadcast_to(shape)
+        flat = a if flat is None else ew.add(ew.multiply(flat, size), a)
+    return take(t.reshape(-1, *t.shape[n:]), flat, axis=0)
+
+
 def _one_array_take(t: Tensor, key: tuple):
     """x[..., array, ...] with one integer array among basic indices, as a take of the basic view;
     None when the key is of another kind."""
     from .ops.creation import asarray
     arrays = [i for i, k in enumerate(key) if _is_advanced(k)]
+    if len(arrays) > 1:
+        return _leading_arrays_take(t, key)
     if len(arrays) != 1:
         return None
     where, index = arrays[0], key[arrays[0]]
     if isinstance(index, (list, np.ndarray)):
         index = asarray(index, device=t.device)
+    if isinstance(index, Tensor) and index.dtype.kind == "bool":
+        return _leading_mask_take(t, key, index)
     if not isinstance(index, Tensor) or not index.dtype.is_integer:
         return None
     view = basic_view(t, key[:where] + (slice(None),) + key[where + 1:])

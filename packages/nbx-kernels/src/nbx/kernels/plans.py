@@ -9,9 +9,9 @@ else in the template is fixed by the plan.
 
 `execute(plan, values)` runs any plan. On a GPU a launch's first call goes through Triton's JIT;
 its repeats call the compiled kernel's launcher directly, found by what Triton specialises each
-slot on, read from the kernel's own signature: a pointer by its 16-byte alignment, an int by its
-width and (unless the kernel lists it in `do_not_specialize`) by being 1 or a multiple of 16, any
-other scalar by its type. A family never restates those rules.
+slot on, read from the kernel's own signature: a pointer by its element type and its 16-byte
+alignment, an int by its width and (unless the kernel lists it in `do_not_specialize`) by being 1
+or a multiple of 16, any other scalar by its type. A family never restates those rules.
 
 `cached(op, signature, build)` keeps plans in one bounded cache keyed by (op, signature,
 generation). The signature is the family's: everything `build` reads (the tensors' shapes,
@@ -213,7 +213,8 @@ class _Runner:
             kind = type(v)
             if kind is int:
                 key.append(int_width(v) if free else int_class(v))
-            elif isinstance(v, Tensor):
+            elif isinstance(v, Tensor):   # Triton types a pointer by its element type too
+                key.append(v.dtype)
                 v = v.data_ptr()
                 key.append(v % 16 == 0)
             else:

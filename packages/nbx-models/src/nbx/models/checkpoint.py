@@ -22,6 +22,23 @@ SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 
 
+def shard_files(folder: Path) -> dict[str, Path]:
+    """The file holding each tensor: the index's weight_map (every shard it lists checked to exist),
+    else every tensor of model.safetensors."""
+    if (folder / INDEX).is_file():
+        index = read_json(folder / INDEX)
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{folder / INDEX} has no weight_map")
+        for shard in sorted(set(weight_map.values())):
+            if not (folder / shard).is_file():
+                raise CheckpointError(f"{folder / INDEX} lists the shard {shard}, which is not in {folder}")
+        return {name: folder / shard for name, shard in weight_map.items()}
+    if (folder / SINGLE).is_file():
+        return dict.fromkeys(nbx.load_safetensors(folder / SINGLE), folder / SINGLE)   # header only
+    raise CheckpointError(f"{folder} holds neither {SINGLE} nor {INDEX}")
+
+
 class Weights:
     def __init__(self, files: dict[str, object], folder: Path, device, dtype):
         self._files = files        # tensor name -> the opened SafetensorsFile holding it
@@ -33,26 +50,15 @@ class Weights:
     def open(cls, folder, device=None, dtype=None) -> "Weights":
         folder = Path(folder)
         dtype = None if dtype is None else nbx.as_dtype(dtype)
-        if (folder / INDEX).is_file():
-            index = read_json(folder / INDEX)
-            weight_map = index.get("weight_map")
-            if not isinstance(weight_map, dict) or not weight_map:
-                raise CheckpointError(f"{folder / INDEX} has no weight_map")
-            opened = {}
-            for shard in sorted(set(weight_map.values())):
-                if not (folder / shard).is_file():
-                    raise CheckpointError(f"{folder / INDEX} lists the shard {shard}, which is not in {folder}")
-                opened[shard] = nbx.load_safetensors(folder / shard, device=device, dtype=dtype)
-            files = {}
-            for name, shard in weight_map.items():
-                if name not in opened[shard]:
-                    raise CheckpointError(f"{folder / INDEX} places {name} in {shard}, which does not hold it")
-                files[name] = opened[shard]
-            return cls(files, folder, device, dtype)
-        if (folder / SINGLE).is_file():
-            single = nbx.load_safetensors(folder / SINGLE, device=device, dtype=dtype)
-            return cls({name: single for name in single}, folder, device, dtype)
-        raise CheckpointError(f"{folder} holds neither {SINGLE} nor {INDEX}")
+        opened = {}
+        files = {}
+        for name, path in shard_files(folder).items():
+            if path not in opened:
+                opened[path] = nbx.load_safetensors(path, device=device, dtype=dtype)
+            if name not in opened[path]:
+                raise CheckpointError(f"{folder / INDEX} places {name} in {path.name}, which does not hold it")
+            files[name] = opened[path]
+        return cls(files, folder, device, dtype)
 
     def names(self) -> list[str]:
         return list(self._files)

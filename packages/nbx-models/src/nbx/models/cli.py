@@ -1,6 +1,7 @@
 """`nbx generate`, `nbx embed` and `nbx demo` (found by nbx.core's CLI as nbx.models.cli).
 
     nbx generate --model PATH --prompt "..." [--max-new-tokens N] [--temperature T] [--device D]
+                 [--tensor-parallel N]      (N GPUs of this host, one rank process each)
     nbx embed --model PATH "sentence" ["sentence" ...]
     nbx demo [--device D]
 
@@ -11,6 +12,9 @@ embeds sentences with those real weights and prints their similarities.
 """
 from __future__ import annotations
 
+import argparse
+import io
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -57,7 +61,50 @@ def _load_kind(args, kind: str, command: str):
     return device, model, load_tokenizer(args.model)
 
 
+def _rank_argv(args, seed) -> list[str]:
+    """The command each tensor-parallel rank runs: this generate, as rank (the device is its communicator's)."""
+    argv = [sys.executable, "-m", "nbx.core.cli", "generate", "--model", str(args.model), "--prompt", args.prompt,
+            "--max-new-tokens", str(args.max_new_tokens), "--temperature", str(args.temperature),
+            "--tensor-parallel", str(args.tensor_parallel), "--tensor-parallel-rank"]
+    for flag, value in (("--top-k", args.top_k), ("--top-p", args.top_p), ("--seed", seed), ("--dtype", args.dtype),
+                        ("--device", args.device)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + (["--eager-decode"] if args.eager_decode else [])
+
+
+def _generate_tensor_parallel(args) -> int:
+    """Start one rank per GPU through the device plugin's launcher (or, in a rank, run it: rank 0 prints)."""
+    from nbx.core.device import get_backend
+
+    from .tensor_parallel import find_communicator
+    kind = _device(args).type
+    if not args.tensor_parallel_rank:
+        launch = getattr(get_backend(kind), "tensor_parallel_launch", None)
+        if launch is None:
+            print(f"nbx generate: --tensor-parallel {args.tensor_parallel} needs a device whose plugin starts ranks; "
+                  f"the {kind} plugin does not", file=sys.stderr)
+            return 2
+        # every rank samples the same Philox stream: one seed for all, chosen here when none was given
+        seed = args.seed if args.seed is not None or args.temperature == 0 else int.from_bytes(os.urandom(4), "little")
+        return int(launch(_rank_argv(args, seed), args.tensor_parallel))
+    comm = find_communicator(kind)
+    model = load(args.model, dtype=_dtype(args, comm.device), tensor_parallel=args.tensor_parallel, communicator=comm)
+    model.graph_decoding = not args.eager_decode
+    tokenizer = load_tokenizer(args.model)
+    out = sys.stdout if comm.rank == 0 else io.StringIO()
+    print(f"model {args.model} on {args.tensor_parallel} ranks ({device_label(comm.device)} is rank {comm.rank}), "
+          f"{model.dtype.name}", file=out)
+    print(args.prompt, end="", flush=True, file=out)
+    generated = generate_printing(model, tokenizer, tokenizer.encode(args.prompt), args.max_new_tokens,
+                                  args.temperature, args.top_k, args.top_p, args.seed, out=out)
+    print_figures(generated, comm.device, out=out)
+    return 0
+
+
 def _generate(args) -> int:
+    if args.tensor_parallel > 1:
+        return _generate_tensor_parallel(args)
     loaded = _load_kind(args, "decoder", "generate")
     if loaded is None:
         return 2
@@ -139,6 +186,9 @@ def add_cli_commands(sub) -> None:
     gen.add_argument("--top-p", type=float)
     gen.add_argument("--seed", type=int)
     gen.add_argument("--dtype", help="convert floating weights at load (default: bfloat16 on GPUs, as stored on cpu)")
+    gen.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                     help="split the model over N GPUs of this host, one rank process each (nbx's launcher)")
+    gen.add_argument("--tensor-parallel-rank", action="store_true", help=argparse.SUPPRESS)  # set in the ranks
     device_option(gen)
     eager_option(gen)
     gen.set_defaults(func=_generate)

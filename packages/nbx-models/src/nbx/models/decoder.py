@@ -1,4 +1,5 @@
-"""Llama-style decoders (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3) written only with nbx ops.
+"""Llama-style decoders (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3; Mixtral, Qwen2-MoE and Qwen3-MoE, whose
+sparse MLPs are moe.py's) written only with nbx ops.
 
 One forward serves prefill and decode, for one sequence or several of different lengths: the
 tokens of all sequences are packed into one [tokens, hidden] matrix for the products, norms and
@@ -23,6 +24,7 @@ from .errors import CheckpointError
 from .graph_decode import GraphDecode
 from .graph_decode import available as graph_available
 from .kv_cache import new_cache
+from . import moe
 from .sampling import pick_tokens
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
@@ -41,6 +43,9 @@ FAMILIES = {f.architecture: f for f in (
     DecoderFamily("MistralForCausalLM"),
     DecoderFamily("Qwen2ForCausalLM", qkv_bias=True),
     DecoderFamily("Qwen3ForCausalLM", qk_norm=True),
+    DecoderFamily("MixtralForCausalLM"),                    # sparse MLPs: moe.py
+    DecoderFamily("Qwen2MoeForCausalLM", qkv_bias=True),
+    DecoderFamily("Qwen3MoeForCausalLM", qk_norm=True),
 )}
 
 
@@ -91,6 +96,9 @@ def parameter_shapes(family: DecoderFamily, config: dict) -> dict[str, tuple[int
             shapes[p + "self_attn.q_norm.weight"] = (s.head_dim,)
             shapes[p + "self_attn.k_norm.weight"] = (s.head_dim,)
         shapes[p + "post_attention_layernorm.weight"] = (s.hidden,)
+        if i in moe.sparse_layers(family.architecture, config):
+            shapes.update(moe.shapes(family.architecture, config, p))
+            continue
         for name, shape in (("gate", (s.intermediate, s.hidden)), ("up", (s.intermediate, s.hidden)),
                             ("down", (s.hidden, s.intermediate))):
             shapes[p + f"mlp.{name}_proj.weight"] = shape
@@ -127,21 +135,22 @@ def _quantized(*weights) -> bool:
     return any(isinstance(w, nbx.QuantizedTensor) for w in weights)
 
 
-def stack_rows(weights: list):
-    """The [out, in] weights (or biases) one above the other: one product gives q, k and v.
-    int4 weights stack their words, scales and minima (their groups run along the input dim)."""
+def stack_rows(weights: list, new_axis: bool = False):
+    """The [out, in] weights (or biases) one above the other: one product gives q, k and v; or,
+    new_axis, stacked along a new first dim (a layer's experts: [E, out, in]). int4 weights stack
+    their words, scales and minima (their groups run along the input dim)."""
+    join = nbx.stack if new_axis else nbx.concat
     if all(isinstance(w, nbx.Tensor) for w in weights):
-        return nbx.concat(weights, axis=0)
+        return join(weights, axis=0)
     first = weights[0]
     if not all(isinstance(w, nbx.QuantizedTensor) and (w.scheme, w.group_size, w.scales.dtype) ==
                (first.scheme, first.group_size, first.scales.dtype) for w in weights):
-        raise nbx.NotSupportedError("q, k and v projections stored differently (dense and int4, or int4 of "
-                                    "other groups): nbx.models stacks them into one product")
-    zeros = None if first.zeros is None else nbx.concat([w.zeros for w in weights], axis=0)
-    return nbx.QuantizedTensor(nbx.concat([w.qweight for w in weights], axis=0),
-                               nbx.concat([w.scales for w in weights], axis=0), zeros,
-                               group_size=first.group_size, scheme=first.scheme,
-                               shape=(sum(w.shape[0] for w in weights), first.shape[1]))
+        raise nbx.NotSupportedError("weights joined into one tensor stored differently (dense and int4, or int4 of "
+                                    "other groups): nbx.models stacks q, k and v, and a layer's experts")
+    zeros = None if first.zeros is None else join([w.zeros for w in weights], axis=0)
+    shape = (len(weights), *first.shape) if new_axis else (sum(w.shape[0] for w in weights), first.shape[1])
+    return nbx.QuantizedTensor(join([w.qweight for w in weights], axis=0), join([w.scales for w in weights], axis=0),
+                               zeros, group_size=first.group_size, scheme=first.scheme, shape=shape)
 
 
 @dataclass
@@ -161,6 +170,7 @@ class _Layer:
     up_bias: nbx.Tensor | None
     down_bias: nbx.Tensor | None
     window: int | None
+    sparse: moe.SparseMlp | None = None   # a mixture-of-experts layer's MLP (gate, up and down are then None)
 
 
 class Decoder:
@@ -169,10 +179,13 @@ class Decoder:
     kind = "decoder"
     graph_decoding = True   # decode steps replay a captured graph where nbx.graph and the paged cache are
 
-    def __init__(self, family: DecoderFamily, config: dict, weights: Weights):
+    def __init__(self, family: DecoderFamily, config: dict, weights: Weights, local_shapes=None):
+        """local_shapes: the sizes this process holds (a tensor-parallel rank's share of the heads,
+        the MLP and the vocabulary; weights then hands out that rank's shards). Default: all of them."""
         self.family, self.config = family, config
         self.device = weights.device
-        self.shapes = s = Shapes.of(config)
+        self.shapes = s = local_shapes or Shapes.of(config)
+        self.vocab = int(config["vocab_size"])
         shapes = parameter_shapes(family, config)
         get = weights.get
         self.embed = get("model.embed_tokens.weight", shapes["model.embed_tokens.weight"])
@@ -187,6 +200,7 @@ class Decoder:
         self.eos = eos_ids(config)
         self.max_positions = int(config.get("max_position_embeddings") or 2048)
         windows = layer_windows(config)
+        sparse = moe.sparse_layers(family.architecture, config)
         self.layers = []
         for i in range(s.layers):
             p = f"model.layers.{i}."
@@ -200,7 +214,8 @@ class Decoder:
                 w("self_attn.o_proj.weight"), w("self_attn.o_proj.bias"),
                 w("self_attn.q_norm.weight"), w("self_attn.k_norm.weight"), w("post_attention_layernorm.weight"),
                 w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), w("mlp.down_proj.weight"),
-                w("mlp.gate_proj.bias"), w("mlp.up_proj.bias"), w("mlp.down_proj.bias"), windows[i]))
+                w("mlp.gate_proj.bias"), w("mlp.up_proj.bias"), w("mlp.down_proj.bias"), windows[i],
+                moe.load(family.architecture, config, get, p) if i in sparse else None))
         self.norm = get("model.norm.weight", (s.hidden,))
         # tied embeddings: HF writes no lm_head (or one equal to the embeddings, which is not read)
         tied = "lm_head.weight" not in shapes
@@ -305,7 +320,7 @@ class Decoder:
         ids = nbx.asarray([t for seq in sequences for t in seq], dtype=nbx.int64, device=self.device)
         pos = nbx.asarray(positions, dtype=nbx.int64, device=self.device)
         step = cache.begin(seqs, lengths)
-        x = self.layers_forward(nbx.embedding(ids, self.embed), pos, step, total)
+        x = self.layers_forward(self.embed_rows(ids), pos, step, total)
         cache.end()
         if last_only:
             last = nbx.asarray([a + n - 1 for a, n in zip(starts, lengths)], dtype=nbx.int64, device=self.device)
@@ -321,17 +336,29 @@ class Decoder:
         for index, layer in enumerate(self.layers):
             x = self._attention(index, layer, x, pos, step, total)
             h = nbx.rms_norm(x, (s.hidden,), layer.post_norm, self.eps)
+            if layer.sparse is not None:
+                x = x + layer.sparse(h)
+                continue
             if layer.gate_bias is None and layer.up_bias is None and not _quantized(layer.gate, layer.up):
                 inner = nbx.gated_linear(h, layer.gate, layer.up, activation=self.activation)
             else:
                 inner = (nbx.linear(h, layer.gate, layer.gate_bias, activation=self.activation)
                          * nbx.linear(h, layer.up, layer.up_bias))
-            x = nbx.linear(inner, layer.down, layer.down_bias, residual=x)
+            x = self.output_linear(inner, layer.down, layer.down_bias, x)
         return x
 
     def head(self, x):
         """The final norm and the lm_head: logits of each row of x."""
         return nbx.linear(nbx.rms_norm(x, (self.shapes.hidden,), self.norm, self.eps), self.lm_head)
+
+    # what a tensor-parallel rank does differently (tensor_parallel.py overrides these three)
+    def embed_rows(self, ids):
+        """The embedding rows of token ids [tokens] -> [tokens, hidden]."""
+        return nbx.embedding(ids, self.embed)
+
+    def output_linear(self, x, weight, bias, residual):
+        """residual + x @ weight.T + bias: the attention's output and the MLP's down projection."""
+        return nbx.linear(x, weight, bias, residual=residual)
 
     def _attention(self, index, layer: _Layer, x, pos, step, total):
         s = self.shapes
@@ -347,7 +374,7 @@ class Decoder:
         q = nbx.rotary_embedding(q, self._cos, self._sin, pos)
         window = None if layer.window is None else (layer.window - 1, 0)
         out = step.attend(index, q, k, v, self._cos, self._sin, pos, window)
-        return nbx.linear(out.reshape(total, s.heads * s.head_dim), layer.wo, layer.bo, residual=x)
+        return self.output_linear(out.reshape(total, s.heads * s.head_dim), layer.wo, layer.bo, x)
 
     def _ensure_rope(self, positions: int) -> None:
         """cos/sin tables covering positions; grown by doubling (a real model's max_position_embeddings
@@ -363,7 +390,7 @@ class Decoder:
         ids = [int(t) for t in token_ids]
         if not ids:
             raise nbx.ArgumentError("a sequence needs at least one token id")
-        bad = [t for t in ids if not 0 <= t < self.shapes.vocab]
+        bad = [t for t in ids if not 0 <= t < self.vocab]
         if bad:
-            raise nbx.IndexingError(f"token ids {bad[:5]} are outside the vocabulary of {self.shapes.vocab}")
+            raise nbx.IndexingError(f"token ids {bad[:5]} are outside the vocabulary of {self.vocab}")
         return ids

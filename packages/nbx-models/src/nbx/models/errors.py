@@ -14,3 +14,19 @@ class UnknownArchitectureError(NbxError, ValueError):
 
 class CheckpointError(FileFormatError):
     """A checkpoint folder that lacks a file or a tensor its config implies, or holds one of the wrong shape."""
+
+
+class TensorParallelError(NbxError):
+    """A tensor-parallel rank that cannot go on: its communicator or its peers failed it."""
+
+
+class CommunicatorNotFoundError(TensorParallelError):
+    """Tensor-parallel loading without a communicator, on a device whose plugin makes none."""
+
+
+class CollectiveFailedError(TensorParallelError):
+    """A collective of this rank failed: a peer rank ended or aborted the communicator."""
+
+
+class RankTimeoutError(TensorParallelError, TimeoutError):
+    """A rank made no progress within the caller's timeout (a peer died or hangs); its communicator was aborted."""

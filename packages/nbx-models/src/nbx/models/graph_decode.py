@@ -55,7 +55,7 @@ class GraphDecode:
         table, slots, lens, _ = self.cache.step_arrays(seqs, [1] * len(seqs))
         device = self.decoder.device
         ids = nbx.asarray(np.asarray(tokens, dtype=np.int64), device=device)
-        inputs = [nbx.embedding(ids, self.decoder.embed),
+        inputs = [self.decoder.embed_rows(ids),
                   nbx.asarray(np.asarray(positions, dtype=np.int64), device=device),
                   nbx.asarray(slots, device=device), nbx.asarray(table, device=device),
                   nbx.asarray(lens, device=device)]

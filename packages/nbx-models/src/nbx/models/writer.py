@@ -30,6 +30,16 @@ SMALL = {
                          "tie_word_embeddings": True},
     "Qwen3ForCausalLM": {**_SMALL_DECODER, "model_type": "qwen3", "head_dim": 32, "attention_bias": False,
                          "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
+    "MixtralForCausalLM": {**_SMALL_DECODER, "model_type": "mixtral", "rope_theta": 1000000.0,
+                           "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 32},
+    "Qwen2MoeForCausalLM": {**_SMALL_DECODER, "model_type": "qwen2_moe", "rope_theta": 1000000.0,
+                            "use_sliding_window": False, "num_experts": 4, "num_experts_per_tok": 2,
+                            "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+                            "norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "Qwen3MoeForCausalLM": {**_SMALL_DECODER, "model_type": "qwen3_moe", "head_dim": 32, "attention_bias": False,
+                            "rope_theta": 1000000.0, "num_experts": 8, "num_experts_per_tok": 2,
+                            "moe_intermediate_size": 32, "norm_topk_prob": True, "decoder_sparse_step": 1,
+                            "mlp_only_layers": [1]},
     "BertModel": {"model_type": "bert", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                   "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 64, "type_vocab_size": 2,
                   "layer_norm_eps": 1e-12, "hidden_act": "gelu", "position_embedding_type": "absolute",
@@ -43,7 +53,7 @@ def small_config(architecture: str, **overrides) -> dict:
     return {"architectures": [architecture], **SMALL.get(architecture, SMALL["BertModel"]), **overrides}
 
 
-def _draw(name: str, shape: tuple[int, ...], generator, device) -> nbx.Tensor:
+def draw(name: str, shape: tuple[int, ...], generator, device) -> nbx.Tensor:
     """Weights whose forward stays well scaled: norms near 1, small biases, products ~1/sqrt(fan-in)."""
     values = nbx.randn(*shape, dtype=nbx.float32, device=device, generator=generator)
     if name.endswith("norm.weight") or name.endswith("LayerNorm.weight"):
@@ -79,7 +89,7 @@ def write_checkpoint(folder, config: dict, *, seed: int = 0, dtype="float32", sh
     generator = nbx.Generator(seed=seed)
     tensors = {}
     for name, shape in shapes.items():
-        values = _draw(name, shape, generator, device)
+        values = draw(name, shape, generator, device)
         if int4 is not None and _projection(name, shape):
             quantized = nbx.QuantizedTensor.quantize(values.to("cpu"), int4[0], int4[1], scale_dtype=dtype)
             tensors.update(quantized.to_safetensors_dict(name.removesuffix(".weight")))

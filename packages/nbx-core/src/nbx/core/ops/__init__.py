@@ -8,6 +8,7 @@ from .elementwise import *  # noqa: F401,F403
 from .gather import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .manipulation import *  # noqa: F401,F403
+from .moe import *  # noqa: F401,F403
 from .products import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norms import *  # noqa: F401,F403

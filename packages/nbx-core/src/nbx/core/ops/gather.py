@@ -23,6 +23,17 @@ SCATTER_REDUCE = {None: None, "sum": "sum", "add": "sum", "prod": "prod", "multi
                   "mean": "mean", "amax": "amax", "amin": "amin"}
 
 
+def wrap_checked(op: str, index: Tensor, size: int) -> Tensor:
+    """index (on any device) as int64 in [0, size), negatives from the end; one outside
+    [-size, size) is refused (IndexingError) after a check on the device and one readback."""
+    from . import elementwise as ew
+    from .reductions import all as all_of
+    index = index.to(dtype=dtypes.INDEX)
+    if index.size and not all_of(ew.logical_and(index >= -size, index < size)).item():
+        raise IndexingError(f"{op}: an index is out of range for a dim of size {size}")
+    return ew.where(index < 0, index + size, index)
+
+
 # ---- take / index_select / embedding -------------------------------------------------------------
 def take(x: Tensor, indices: Tensor, /, *, axis: int | None = None) -> Tensor:
     """x's slices at indices along axis (None: the flattened x): shape
@@ -349,4 +360,4 @@ _register_scatter()
 
 __all__ = ["take", "index_select", "embedding", "take_along_axis", "gather", "scatter", "index_add", "index_copy",
            "index_put", "masked_select", "masked_scatter", "nonzero", "argwhere", "searchsorted",
-           "bucketize", "SCATTER_REDUCE"]
+           "bucketize", "SCATTER_REDUCE", "wrap_checked"]

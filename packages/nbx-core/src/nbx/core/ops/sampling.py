@@ -7,16 +7,18 @@ Face's: penalties, temperature, top-k, top-p, min-p; then the draw. In float32, 
 
     l = logits * (1 / temperature)
     top-k  keep l >= the k-th largest l (ties at the threshold are all kept)
-    p      = exp(l - max l) where kept, else 0
-    top-p  keep p >= t, t the largest value whose {p >= t} holds >= top_p of the kept mass
+    p      = exp(l - max l) where kept, else 0; its weight w = int64(p * 2**40) (truncated)
+    top-p  keep p >= t, t the largest value whose {p >= t} holds weight >= top_p * (kept weight),
+           compared in float64
     min-p  keep p >= min_p (p of the most likely token is 1)
     draw   u = the row's uniform (word `row` of the stream at the generator's counter, the
-           uniform of nbx.rand); the token is the first index whose running sum of kept p
-           exceeds u * (sum of kept p), else the last kept index.
+           uniform of nbx.rand); the token is the first index whose running sum of kept w
+           exceeds int64(u * (sum of kept w)) (float64 product), else the last kept index.
 
-The draw takes ceil(rows / 4) counters of the generator, as nbx.rand(rows) would, so the same
-seed and offset give the same tokens on every device (the kernels compute the same float32 sums;
-only a u within rounding of a boundary could tell them apart). temperature=0 is greedy: exactly
+Masses are integer sums, exact in any order, so the chunking of a kernel does not change them:
+the same seed and offset give the same tokens on every device (the draw takes ceil(rows / 4)
+counters of the generator, as nbx.rand(rows) would). Only exp's last bit on a device could move
+a weight by one unit; a token of probability below 2**-40 has weight 0 and is never drawn. temperature=0 is greedy: exactly
 argmax (the first maximal index), and draws nothing. Penalties need the previous tokens of each
 row ([rows, n] int64; -1 entries are padding): repetition_penalty divides a positive logit of a
 seen token and multiplies a negative one (CTRL's rule); frequency_penalty subtracts the token's
@@ -102,28 +104,32 @@ def apply_penalties(logits: Tensor, previous: Tensor, repetition: float, frequen
     return x
 
 
+WEIGHT_SCALE = np.float32(2.0 ** 40)
+
+
 def sample_reference(logits, temperature, k, p, floor, seed, offset, precision=reference.NATIVE):
-    """The rule of the module's docstring in numpy float32 (float64 for the oracle)."""
-    work = np.float64 if precision == reference.FLOAT64 else np.float32
-    l = host(logits).astype(work) * work(1.0 / temperature)  # as the kernels: times the reciprocal
+    """The rule of the module's docstring in numpy (float32 values, int64 weights): the tokens are
+    exact, so the oracle is the same computation."""
+    l = host(logits).astype(np.float32) * np.float32(1.0 / temperature)  # as the kernels: times the reciprocal
     rows, vocab = l.shape
-    u = philox.uniform_stream(seed, offset, rows).astype(work)
+    u = philox.uniform_stream(seed, offset, rows).astype(np.float64)
     out = np.empty(rows, np.int64)
     for r in range(rows):
         row = l[r]
         keep = row >= np.sort(row)[vocab - k] if k < vocab else np.ones(vocab, bool)
         with np.errstate(all="ignore"):
-            prob = np.where(keep, np.exp(row - row.max()), 0).astype(work)
+            prob = np.where(keep, np.exp(row - row.max()), np.float32(0)).astype(np.float32)
         if p < 1.0:
             ordered = np.sort(prob)[::-1]
-            mass = np.cumsum(ordered, dtype=work)
-            cut = min(int(np.searchsorted(mass, work(p) * mass[-1], side="left")), vocab - 1)
-            prob = np.where(prob >= ordered[cut], prob, 0).astype(work)
+            mass = np.cumsum((ordered * WEIGHT_SCALE).astype(np.int64)).astype(np.float64)
+            goal = np.float64(np.float32(p)) * mass[-1]
+            cut = min(int(np.searchsorted(mass, goal, side="left")), vocab - 1)
+            prob = np.where(prob >= ordered[cut], prob, np.float32(0))
         if floor > 0.0:
-            prob = np.where(prob >= work(floor), prob, 0).astype(work)
-        running = np.cumsum(prob, dtype=work)
-        token = int(np.searchsorted(running, u[r] * running[-1], side="right"))
-        out[r] = token if token < vocab else int(np.flatnonzero(prob)[-1])  # u * sum rounded up to the sum
+            prob = np.where(prob >= np.float32(floor), prob, np.float32(0))
+        running = np.cumsum((prob * WEIGHT_SCALE).astype(np.int64))
+        token = int(np.searchsorted(running, np.int64(u[r] * np.float64(running[-1])), side="right"))
+        out[r] = token if token < vocab else int(np.flatnonzero(prob)[-1])
     return out
 
 

@@ -58,6 +58,17 @@ class CudaBackend:
         from .properties import properties
         return properties(index).name
 
+    # ---- tensor parallelism (nbx.models finds these on the backend: it imports no vendor code) --
+    def tensor_parallel_communicator(self, timeout: float = 120.0):
+        """This rank's NCCL communicator, from what nccl_launch set in its environment."""
+        from .nccl import Communicator
+        return Communicator.from_env(timeout=timeout)
+
+    def tensor_parallel_launch(self, argv: list[str], nproc: int, timeout: float | None = None) -> int:
+        """Run argv once per GPU (rank r on cuda:r) through nccl_launch; the first failing rank's status."""
+        from .nccl_launch import launch
+        return launch(argv, nproc, timeout=timeout).exit_code
+
     def total_memory(self, index: int) -> int:
         from .properties import properties
         return properties(index).total_memory

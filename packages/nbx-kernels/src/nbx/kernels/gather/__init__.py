@@ -16,6 +16,7 @@ import triton
 from nbx.core import dtypes
 from nbx.core.dtypes import DType
 from nbx.core.errors import DTypeError, IndexingError, NotSupportedError
+from nbx.core.ops.creation import asarray
 from nbx.core.tensor import Tensor, empty
 
 from .. import launch, plans
@@ -23,7 +24,8 @@ from ..cost import Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..types import compute_type, tl_type
-from .kernel import COMBINERS, scatter_rows_kernel, take_along_kernel, take_rows_kernel
+from .kernel import (COMBINERS, compact_kernel, scatter_rows_kernel, searchsorted_kernel, take_along_kernel,
+                     take_rows_kernel)
 
 _BITS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
@@ -79,12 +81,12 @@ def take(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     return out
 
 
-def _last(t: Tensor, axis: int) -> Tensor:
+def axis_last(t: Tensor, axis: int) -> Tensor:
     order = [d for d in range(t.ndim) if d != axis] + [axis]
     return t.permute(order).contiguous()
 
 
-def _back(t: Tensor, axis: int) -> Tensor:
+def axis_back(t: Tensor, axis: int) -> Tensor:
     order = list(range(t.ndim - 1))
     order.insert(axis, t.ndim - 1)
     return t.permute(order).contiguous()
@@ -104,7 +106,7 @@ def _take_along_plan(rows_shape, index_shape, device) -> LaunchPlan:
 def take_along_axis(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     if x.dtype.itemsize == 16:
         raise NotSupportedError("take_along_axis of complex128 has no kernel yet (its elements are two words)")
-    rows_x, idx = _last(x, axis), _last(indices, axis)
+    rows_x, idx = axis_last(x, axis), axis_last(indices, axis)
     out = empty(idx.shape, x.dtype, x.device)
     plan = plans.cached("take_along_axis", (rows_x.shape, idx.shape, x.device),
                         lambda: _take_along_plan(rows_x.shape, idx.shape, x.device))
@@ -112,7 +114,7 @@ def take_along_axis(x: Tensor, indices: Tensor, axis: int) -> Tensor:
         flag = new_flag(x.device)
         plans.execute(plan, {"x": as_bits(rows_x)[0], "idx": idx, "out_bits": as_bits(out)[0], "flag": flag})
         raise_if_flagged("take_along_axis", flag, x.shape[axis])
-    return _back(out, axis)
+    return axis_back(out, axis)
 
 
 def _identity(reduce: str, dtype: DType):
@@ -151,8 +153,8 @@ def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce, include_sel
         raise DTypeError("scatter of complex tensors has no kernel (Triton has no complex type)")
     out = x.clone()
     region = out[tuple(slice(None) if d == dim else slice(0, s) for d, s in enumerate(index.shape))]
-    rows = _last(region, dim)
-    idx, updates = _last(index, dim), _last(src, dim)
+    rows = axis_last(region, dim)
+    idx, updates = axis_last(index, dim), axis_last(src, dim)
     n, k = x.shape[dim], index.shape[dim]
     if rows.size == 0 or k == 0:
         return out
@@ -167,8 +169,99 @@ def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce, include_sel
         denom = (counts + int(include_self)).to(dtype=x.dtype)
         divided = rows / denom if x.dtype.kind == "float" else rows // denom
         rows = where(counts > 0, divided.to(dtype=x.dtype), rows)
-    region._copy_from(_back(rows, dim))
+    region._copy_from(axis_back(rows, dim))
     return out
+
+
+# ---- data-dependent sizes: the count is read back, then one pass writes each place once ------------
+def true_positions(mask: Tensor) -> Tensor:
+    """The flat int64 positions of mask's True (non-zero) elements, in row-major order: a running
+    count (the scan kernel), its total read back, then compact_kernel stores each position once."""
+    from nbx.core.ops.elementwise import astype
+    from nbx.core.ops.reductions import cumsum
+    flat = astype(mask, dtypes.bool_).reshape(-1).contiguous()
+    n = flat.size
+    rank = cumsum(flat.to(dtype=dtypes.int32), dim=0, dtype=dtypes.INDEX)
+    total = int(rank[-1].item()) if n else 0
+    out = empty((total,), dtypes.INDEX, mask.device)
+    if total:
+        block = launch.tiles("gather", mask.device)["block"]
+        plan = plans.cached("compact", (n, mask.device), lambda: LaunchPlan(mask.device, (Launch(
+            compact_kernel, (triton.cdiv(n, block),), (Slot("mask"), Slot("rank"), Slot("out"), n),
+            dict(BLOCK=block, num_warps=launch.tiles("gather", mask.device)["num_warps"])),)))
+        plans.execute(plan, {"mask": as_bits(flat)[0], "rank": rank, "out": out})
+    return out
+
+
+@implements("argwhere")
+def argwhere(x: Tensor) -> Tensor:
+    from nbx.core.ops.datamove import stack
+    flat = true_positions(x)
+    if x.ndim == 0:
+        return flat.reshape(-1, 0)
+    coords, stride = [], 1
+    for size in reversed(x.shape):
+        coords.append((flat // stride) % size)
+        stride *= size
+    return stack(coords[::-1], axis=1) if flat.size else empty((0, x.ndim), dtypes.INDEX, x.device)
+
+
+@implements("masked_select")
+def masked_select(x: Tensor, mask: Tensor) -> Tensor:
+    from nbx.core.ops.gather import take
+    return take(x.reshape(-1), true_positions(mask), axis=0)
+
+
+@implements("masked_scatter")
+def masked_scatter(x: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    """The running count of the mask names, at each True place, the source element it takes."""
+    from nbx.core.errors import ShapeError
+    from nbx.core.ops.elementwise import astype, clamp, where
+    from nbx.core.ops.gather import take
+    from nbx.core.ops.reductions import cumsum
+    flat_mask = astype(mask, dtypes.bool_).reshape(-1)
+    if flat_mask.size == 0:
+        return x.clone()
+    rank = cumsum(flat_mask.to(dtype=dtypes.int32), dim=0, dtype=dtypes.INDEX)
+    count = int(rank[-1].item())
+    if count > source.size:
+        raise ShapeError(f"masked_scatter: {count} masked places, the source has {source.size} elements")
+    if count == 0:
+        return x.clone()
+    taken = take(source.reshape(-1), clamp(rank - 1, min=0), axis=0)
+    return where(flat_mask, taken, x.reshape(-1)).reshape(x.shape)
+
+
+@implements("searchsorted")
+def searchsorted(x1: Tensor, x2: Tensor, side: str) -> Tensor:
+    from nbx.core.errors import ArgumentError
+    from nbx.core.ops import elementwise as ew
+    from nbx.core.ops.reductions import all as all_of
+    seq = x1.contiguous()
+    n = seq.shape[-1]
+    if n > 1:
+        lower, upper = seq[..., :-1], seq[..., 1:]
+        ordered = ew.less_equal(lower, upper)
+        if seq.dtype.kind == "float":
+            ordered = ew.logical_or(ordered, ew.isnan(upper))
+        if not all_of(ordered).item():
+            raise ArgumentError("searchsorted: the sequence (through its sorter) is not sorted ascending")
+    shared = seq.ndim == 1
+    values = x2.reshape(1, -1) if shared else x2.reshape(-1, max(x2.shape[-1], 1) if x2.ndim else 1)
+    values = values.contiguous()
+    out = empty(values.shape, dtypes.INDEX, x2.device)
+    if out.size and n:
+        tiles = launch.tiles("gather", x2.device)
+        rows, m = values.shape
+        signature = (rows, m, n, seq.dtype, shared, side, x2.device)
+        plan = plans.cached("searchsorted", signature, lambda: LaunchPlan(x2.device, (Launch(
+            searchsorted_kernel, (rows, triton.cdiv(m, tiles["block"])),
+            (Slot("seq"), Slot("v"), Slot("out"), n, m, n.bit_length() + 1),
+            dict(ROWS_SHARED=shared, RIGHT=side == "right", BLOCK=tiles["block"], num_warps=tiles["num_warps"])),)))
+        plans.execute(plan, {"seq": seq, "v": values, "out": out})
+    elif out.size:
+        out._copy_from(asarray(0, dtype=dtypes.INDEX, device=x2.device).broadcast_to(out.shape))
+    return out.reshape(x2.shape)
 
 
 def _plan_cost(plan: LaunchPlan, read: int, notes=()) -> Cost:
@@ -199,4 +292,52 @@ def _scatter_cost(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce=None, 
                 notes=("the clone, the axis-last region copies in and out, the scatter",))
 
 
-__all__ = ["take", "take_along_axis", "scatter", "as_bits"]
+@implements("index_put")
+def index_put(x: Tensor, indices: tuple, values: Tensor, accumulate: bool) -> Tensor:
+    """x[indices] = values (or +=) as a scatter over x's indexed leading dims flattened: bool
+    indices become their True positions, integer ones broadcast together, are checked (a readback)
+    and raveled into one flat index."""
+    from nbx.core import layout
+    from nbx.core.errors import IndexingError, ShapeError
+    from nbx.core.ops.gather import nonzero, scatter, wrap_checked
+    arrays = []
+    for index in indices:
+        arrays.extend(nonzero(index) if index.dtype.kind == "bool" else (index,))
+    if len(arrays) > x.ndim:
+        raise IndexingError(f"index_put: {len(arrays)} indices for a tensor of {x.ndim} dims")
+    shape = layout.broadcast_shapes(*(a.shape for a in arrays))
+    lead, rest = x.shape[:len(arrays)], x.shape[len(arrays):]
+    flat = None
+    for a, size in zip(arrays, lead):
+        a = wrap_checked("index_put", a, size).broadcast_to(shape)
+        flat = a if flat is None else flat * size + a
+    k = prod(shape)
+    target = x.contiguous().reshape(prod(lead), *rest)
+    try:
+        src = values.broadcast_to(shape + rest).reshape(k, *rest)
+    except ShapeError as exc:
+        raise ShapeError(f"index_put: values of shape {values.shape} for {shape + rest}: {exc}") from None
+    view = [k] + [1] * len(rest)
+    full = flat.reshape(view).broadcast_to((k, *rest))
+    return scatter(target, 0, full, src.contiguous(), reduce="sum" if accumulate else None).reshape(x.shape)
+
+
+def _data_dependent_cost(x: Tensor, per_hit: int) -> Cost:
+    """At most every element is a hit: the declared buffers are the bound, the count a readback."""
+    bound = x.size * per_hit
+    return Cost(buffers=(plans.output("out", (bound,), dtypes.uint8).buffer(),
+                         plans.workspace("rank", (x.size,), dtypes.INDEX).buffer()),
+                bytes_moved=x.nbytes + 16 * x.size + bound, launches=3,
+                notes=("output size is data-dependent: the buffer is its bound; the count is read back",))
+
+
+declares("argwhere")(lambda x: _data_dependent_cost(x, 8 * max(x.ndim, 1)))
+declares("masked_select")(lambda x, mask: _data_dependent_cost(x, 8 + x.dtype.itemsize))
+declares("masked_scatter")(lambda x, mask, source: _data_dependent_cost(x, x.dtype.itemsize))
+declares("searchsorted")(lambda x1, x2, side="left": Cost(
+    buffers=(plans.output("out", x2.shape, dtypes.INDEX).buffer(),),
+    bytes_moved=x2.nbytes + 8 * x2.size + x1.nbytes, launches=3,
+    notes=("a sortedness check (read back), then one binary search a value",)))
+
+__all__ = ["take", "take_along_axis", "scatter", "as_bits", "axis_last", "axis_back", "true_positions", "argwhere",
+           "masked_select", "masked_scatter", "searchsorted", "index_put"]

@@ -5,6 +5,8 @@ over the indices (the check rides on the load the gather does anyway)."""
 import triton
 import triton.language as tl
 
+from ..reduction import combine
+
 
 @triton.jit
 def _wrap(i, n, flag_ptr, mask):
@@ -75,24 +77,42 @@ def scatter_rows_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, BL
         tl.store(count_ptr + r * n + places, hits, mask=inside)
 
 
-@triton.jit
-def add(a, b):
-    return a + b
+# the folds of a reduction, NaN propagating in amax/amin as numpy's maximum/minimum
+COMBINERS = {"sum": combine.add, "prod": combine.mul, "amax": combine.max_nan, "amin": combine.min_nan}
 
 
 @triton.jit
-def multiply(a, b):
-    return a * b
+def compact_kernel(mask_ptr, rank_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """out[rank[i] - 1] = i where mask[i]: the flat positions of a mask's True elements in order,
+    rank being the mask's running count (inclusive cumsum); each destination is written once."""
+    lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = lin < n
+    hit = inside & (tl.load(mask_ptr + lin, mask=inside, other=0) != 0)
+    rank = tl.load(rank_ptr + lin, mask=hit, other=1)
+    tl.store(out_ptr + rank - 1, lin, mask=hit)
 
 
 @triton.jit
-def maximum(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def minimum(a, b):
-    return tl.minimum(a, b)
-
-
-COMBINERS = {"sum": add, "prod": multiply, "amax": maximum, "amin": minimum}
+def searchsorted_kernel(seq_ptr, v_ptr, out_ptr, n, m, steps, ROWS_SHARED: tl.constexpr, RIGHT: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    """For each value of row r of v [rows, m], the first place p of row r of seq [rows, n] (one row
+    for all when ROWS_SHARED) whose element is above v (RIGHT) or not below it, by a binary search
+    in each lane (steps = n.bit_length() + 1 halvings); NaN is the largest value, as numpy's."""
+    r = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = cols < m
+    v = tl.load(v_ptr + r * m + cols, mask=inside)
+    base = 0 if ROWS_SHARED else r * n
+    lo = tl.zeros([BLOCK], tl.int64)
+    hi = tl.zeros([BLOCK], tl.int64) + n
+    for _ in range(steps):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        s = tl.load(seq_ptr + base + tl.minimum(mid, n - 1), mask=inside & active)
+        if RIGHT:
+            go_right = ~((v < s) | ((s != s) & (v == v)))
+        else:
+            go_right = (s < v) | ((v != v) & (s == s))
+        lo = tl.where(active & go_right, mid + 1, lo)
+        hi = tl.where(active & ~go_right, mid, hi)
+    tl.store(out_ptr + r * m + cols, lo, mask=inside)

@@ -30,7 +30,7 @@ from ..elementwise.casts import COMPILED
 from ..registry import implements
 from ..types import tl_type
 from .kernel import matmul_kernel
-from .tuning import matmul_setting, stages_that_fit
+from .tuning import block_k_that_fits, matmul_setting, stages_that_fit
 
 SUPPORTED = ("float16", "bfloat16", "float32", "float64")
 KERNEL_BATCH_DIMS = 3
@@ -112,9 +112,11 @@ def _decide(a_shape, a_strides, a_dtype, b_shape, b_strides, b_dtype, dtype: DTy
     if setting is None:  # certified for the launch key (the device file's tile on interp)
         setting = matmul_setting(device, m, n, k, dtype, am, bk)
     s = dict(setting)
+    facts = launch.facts(device)
+    s["block_k"] = block_k_that_fits(s["block_k"], dtype.itemsize, facts)   # the dot's operands are of dtype
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline)
-        stages = stages_that_fit(s, a_dtype.itemsize, b_dtype.itemsize, launch.facts(device))
+        stages = stages_that_fit(s, a_dtype.itemsize, b_dtype.itemsize, facts)
     reach_m, reach_n, reach_k = m + s["block_m"], n + s["block_n"], s["block_k"]  # the tiles' overhang
     wide = max(reach_m * abs(am[0]) + reach_k * abs(am[1]), reach_k * abs(bk[0]) + reach_n * abs(bk[1]),
                reach_m * n + reach_n) > INT32_MAX

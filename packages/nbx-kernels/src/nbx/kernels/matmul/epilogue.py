@@ -38,7 +38,7 @@ from .fused import fused_matmul_kernel, split_epilogue_kernel
 from .kernel import SCALE_BLOCK
 from .hopper import tma_matmul_kernel
 from .linear_tuning import linear_setting
-from .tuning import stages_that_fit
+from .tuning import block_k_that_fits, stages_that_fit
 
 SPLIT_BLOCK = 1024   # elements a program of the split-K epilogue sums (a store pass: its size barely matters)
 
@@ -99,20 +99,25 @@ SCALED_OUTPUTS = ("float16", "bfloat16", "float32")
 TMA_ALIGN = 16       # bytes: a descriptor's base and row strides
 
 
-def eligible(batched: bool, a, b, n: int, k: int, operands: DType, dtype: DType, aligned: bool, same_up: bool) -> bool:
+def eligible(batched: bool, a, b, n: int, k: int, operands: DType, dtype: DType, aligned: bool, same_up: bool,
+             stored: tuple = ()) -> bool:
     """Whether the operands can be read (and C written) through tensor descriptors: no batch, a
-    non-empty K, A's K and one of B's dims at unit stride, row strides and bases 16-byte aligned."""
+    non-empty K, A's K and one of B's dims at unit stride, row strides and bases 16-byte aligned.
+    stored: (x's, the weight's[, up's]) dtypes as they lie in memory, when they differ (a
+    descriptor reads rows of the stored elements; the tile is widened after the load)."""
     if batched or k == 0 or not aligned or not same_up or operands.name not in TMA_DTYPES or a[2] != 1:
         return False
     if 1 not in (b[1], b[2]):
         return False
     row = b[2] if b[1] == 1 else b[1]
-    return all(s * operands.itemsize % TMA_ALIGN == 0 for s in (a[1], row)) and n * dtype.itemsize % TMA_ALIGN == 0
+    a_item = stored[0].itemsize if stored else operands.itemsize
+    b_item = min(t.itemsize for t in stored[1:]) if stored else operands.itemsize   # weight and up: the narrower
+    return a[1] * a_item % TMA_ALIGN == 0 and row * b_item % TMA_ALIGN == 0 and n * dtype.itemsize % TMA_ALIGN == 0
 
 
 def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, operands: DType, dtype: DType,
           gated: bool, activation, device, setting, aligned: tuple = (True, True), same_up: bool = True,
-          input_precision=None, scale_strides=None) -> LinearPlan:
+          input_precision=None, scale_strides=None, stored: tuple = ()) -> LinearPlan:
     shape = out_shape(x_shape, w_shape)
     n, k = w_shape[-2], w_shape[-1]
     batched = len(w_shape) == 3
@@ -136,11 +141,13 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
             strides = _addend_strides(shape, layout.contiguous_strides(shape), shape, batched, m)
         addends.append(strides)
     block_scaled = scale_strides is not None and scale_strides[0] == "block"
-    tma = eligible(batched, a, b, n, k, operands, dtype, aligned[0] or "x" in copies, same_up) and aligned[1] \
+    tma = eligible(batched, a, b, n, k, operands, dtype, aligned[0] or "x" in copies, same_up, stored) and aligned[1] \
         and not block_scaled   # the tma kernel scales after the K loop only
     precision = input_precision or ("ieee" if operands in (dtypes.float32, dtypes.float64) else None)
-    s = dict(setting) if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
-                                                                   _form(gated, scale_strides), tma, precision)
+    s = dict(setting if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
+                                                                 _form(gated, scale_strides), tma, precision))
+    facts = launch.facts(device)
+    s["block_k"] = block_k_that_fits(s["block_k"], operands.itemsize, facts)   # the dots' operands are of operands
     if s["kernel"] == "tma" and not tma:
         raise NotSupportedError(f"the tma kernel cannot read these operands through tensor descriptors (A strides "
                                 f"{a[1:]}, B strides {b[1:]}, {operands.name}, aligned {aligned}): serve it 'tiles'")
@@ -150,7 +157,7 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
                reach_m * n + reach_n, *(reach_m * abs(t[1]) + reach_n * abs(t[2]) for t in addends if t)) > INT32_MAX
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline)
-        stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), launch.facts(device))
+        stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), facts)
     acc = tl.float64 if wide64 else tl.int32 if operands is dtypes.int8 else tl.float32
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
                     GATED=gated)
@@ -196,6 +203,15 @@ def _operand_dtype(x: Tensor, weight: Tensor, up: Tensor | None, dtype: DType, s
         raise NotSupportedError(f"linear accumulates {operands.name} operands in float32; a float64 result needs "
                                 f"float64 operands")
     return operands
+
+
+def _stored(x: Tensor, weight: Tensor, up: Tensor | None) -> tuple:
+    """(x's, the weight's[, up's]) dtypes where they differ (a float16 x of a float32 product),
+    else (): the plan reads them (descriptor rows), so they are part of its signature."""
+    found = (x.dtype, weight.dtype)
+    if up is not None and up.dtype is not weight.dtype:
+        found += (up.dtype,)
+    return () if len(set(found)) == 1 else found
 
 
 def _aligned(t: Tensor | None) -> bool:
@@ -256,7 +272,7 @@ def launch_plan(x, weight, bias=None, residual=None, up=None, activation=None, d
     same_up = up is None or tuple(up.strides) == tuple(weight.strides)
     signature = (tuple(x.shape), tuple(x.strides), tuple(weight.shape), tuple(weight.strides), _layout(bias),
                  _layout(residual), operands, dtype, up is not None, activation, x.device, plans.setting_key(setting),
-                 aligned, same_up, input_precision, _scale_strides(scales))
+                 aligned, same_up, input_precision, _scale_strides(scales), _stored(x, weight, up))
 
     def build() -> LaunchPlan:
         p = _decide(*signature)

@@ -7,7 +7,8 @@ kernel; the certified setting of the key (the tile, split_k) tells them apart.
 The tunable `linear_int4`: the float product's tile parameters (its device file record,
 tiles.linear, is the default), keyed by M, N, K, the activations' dtype and the group size.
 block_k must divide the group (a K tile lies in one group): larger candidates are pruned, and a
-served tile whose block_k does not divide the group runs with block_k = the group.
+served tile whose block_k does not divide the group runs with block_k = the group. Each K step is
+two dots of block_k / 2 (even and odd K), held to the device's matrix_unit.min_dot_k.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from .epilogue import SPLIT_BLOCK, _addend_strides, _rows
 from .fused import split_epilogue_kernel
 from .linear_tuning import PARAMS as LINEAR_PARAMS, tile_fits
 from .quantized import int4_matmul_kernel
-from .tuning import _warps_for_tile, stages_that_fit
+from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stages_that_fit
 
 ACTIVATIONS_DTYPES = ("float16", "bfloat16", "float32")
 PARAMS = {p: LINEAR_PARAMS[p] for p in ("block_m", "block_n", "block_k", "split_k", "group_m", "num_warps",
@@ -48,7 +49,8 @@ KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "group": "exact"
 def _fits(setting, rep, facts):
     if rep["group"] % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide the group size {rep['group']}"
-    return tile_fits(setting, rep)
+    found = dot_k_fits(setting, as_dtype(rep["dtype"]).itemsize, facts, per_dot=2)   # even and odd K: two dots
+    return found if found is not True else tile_fits(setting, rep)
 
 
 def int4_workload(rep, device):
@@ -105,10 +107,15 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
             copies.append(name)
             strides = (0, n, 1)
         addends.append(strides)
-    s = dict(setting) if setting is not None else autotune.setting(LINEAR_INT4, device, m=m, n=n, k=k,
-                                                                   dtype=operands, group=group)
-    block_k = s["block_k"] if group % s["block_k"] == 0 else group
-    stages = stages_that_fit(s, operands.itemsize, 1, launch.facts(device)) if COMPILED else s["num_stages"]
+    s = dict(setting if setting is not None else autotune.setting(LINEAR_INT4, device, m=m, n=n, k=k,
+                                                                  dtype=operands, group=group))
+    facts = launch.facts(device)
+    block_k = block_k_that_fits(s["block_k"] if group % s["block_k"] == 0 else group, operands.itemsize, facts, 2)
+    if group % block_k:
+        raise NotSupportedError(f"groups of {group} are under the K tile of {block_k} that two dots of "
+                                f"{operands.name} need on {device.type} (matrix_unit.min_dot_k)")
+    s["block_k"] = block_k
+    stages = stages_that_fit(s, operands.itemsize, 1, facts) if COMPILED else s["num_stages"]
     wide = max((m + s["block_m"]) * abs(a[0]) + (k + block_k) * abs(a[1]), (n + s["block_n"]) * (k // 2 + 1),
                (m + s["block_m"]) * n) > INT32_MAX
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None)

@@ -26,7 +26,7 @@ from nbx.core.reference import oracle
 
 from nbx.core.dtypes import as_dtype
 
-from .tuning import _warps_for_tile, representative_operands, stage_bytes, stages_that_fit
+from .tuning import _warps_for_tile, dot_k_fits, representative_operands, stage_bytes, stages_that_fit
 
 PARAMS = {"kernel": ("tiles", "tma"), "block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256),
           "block_k": (32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
@@ -98,6 +98,10 @@ def _fits(setting, rep, facts):
     found = tile_fits(setting, rep)
     if found is not True:
         return found
+    itemsize = operand_itemsize(rep)
+    found = dot_k_fits(setting, itemsize, facts)
+    if found is not True:
+        return found
     itemsize = as_dtype(rep["dtype"]).itemsize
     limit = facts.value("memory.max_shared_memory_per_block")
     if stages_that_fit(setting, itemsize, itemsize, facts) < setting["num_stages"]:
@@ -106,6 +110,14 @@ def _fits(setting, rep, facts):
     if rep["form"] == "gated" and setting["num_stages"] * _gated_stage_bytes(setting, itemsize) > limit:
         return f"{setting['num_stages']} stages of a gated tile pass memory.max_shared_memory_per_block {limit}"
     return True
+
+
+def operand_itemsize(rep) -> int:
+    """The width of a key's dot operands: int8 for an int32 product, float8 for the scaled forms,
+    else the output dtype's (the operands the certifier multiplies are of it)."""
+    if rep["form"] in ("scaled", "blockscaled") or as_dtype(rep["dtype"]).name == "int32":
+        return 1
+    return as_dtype(rep["dtype"]).itemsize
 
 
 def launch_key(m, n, k, dtype, a_strides, b_strides, form: str, tma: bool = False, precision=None) -> dict:

@@ -33,6 +33,24 @@ def _dequantized(nibbles, scale, minimum, SIGNED: tl.constexpr, ASYMMETRIC: tl.c
     return _dot_operand(w, DOT)
 
 
+@triton.jit
+def int4_step(acc, a_even, a_odd, q_ptrs, s_ptrs, z_ptrs, in_n, k, DOT: tl.constexpr, PRECISION: tl.constexpr,
+              GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += A @ W over K step k: the step's packed (BLOCK_K / 2, BLOCK_N) bytes at q_ptrs, its
+    group's scale (and minimum) of each column at s_ptrs (z_ptrs) + group, A's even and odd columns
+    given (loaded by the caller, who may multiply them by several weights)."""
+    group = (k * BLOCK_K) // GROUP
+    scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
+    minimum = scale
+    if ASYMMETRIC:
+        minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
+    packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[None, :], other=0)
+    acc = tl.dot(a_even, _dequantized(packed & 0xF, scale, minimum, SIGNED, ASYMMETRIC, DOT), acc,
+                 input_precision=PRECISION)
+    return tl.dot(a_odd, _dequantized(packed >> 4, scale, minimum, SIGNED, ASYMMETRIC, DOT), acc,
+                  input_precision=PRECISION)
+
+
 @triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
 def int4_matmul_kernel(
     a_ptr, q_ptr, s_ptr, z_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, K,
@@ -64,18 +82,10 @@ def int4_matmul_kernel(
     steps = tl.minimum(per, total - first)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(first, first + steps):
-        group = (k * BLOCK_K) // GROUP
-        scale = widen(tl.load(s_ptr + rn * ssn + group, mask=in_n, other=0), tl.float32)
-        minimum = scale
-        if ASYMMETRIC:
-            minimum = widen(tl.load(z_ptr + rn * ssn + group, mask=in_n, other=0), tl.float32)
-        packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[None, :], other=0)
         a_even = _dot_operand(tl.load(even_ptrs + k * BLOCK_K * sak, mask=in_m, other=0), DOT)
         a_odd = _dot_operand(tl.load(even_ptrs + (k * BLOCK_K + 1) * sak, mask=in_m, other=0), DOT)
-        acc = tl.dot(a_even, _dequantized(packed & 0xF, scale, minimum, SIGNED, ASYMMETRIC, DOT), acc,
-                     input_precision=PRECISION)
-        acc = tl.dot(a_odd, _dequantized(packed >> 4, scale, minimum, SIGNED, ASYMMETRIC, DOT), acc,
-                     input_precision=PRECISION)
+        acc = int4_step(acc, a_even, a_odd, q_ptrs, s_ptr + rn * ssn, z_ptr + rn * ssn, in_n, k, DOT, PRECISION,
+                        GROUP, SIGNED, ASYMMETRIC, BLOCK_K)
 
     mask = in_m & in_n[None, :]
     at = rm[:, None] * N + rn[None, :]

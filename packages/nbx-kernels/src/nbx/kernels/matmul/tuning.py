@@ -60,6 +60,32 @@ def stages_that_fit(setting, a_itemsize: int, b_itemsize: int, facts) -> int:
     return max(1, min(stages, fit))
 
 
+DOT_WIDTHS = {1: "one_byte", 2: "two_byte", 4: "four_byte", 8: "eight_byte"}
+
+
+def min_dot_k(facts, itemsize: int) -> int:
+    """The smallest K tile tl.dot compiles for operands of itemsize bytes on this device
+    (matrix_unit.min_dot_k: Triton 3.6 on NVIDIA refuses an 8-bit dot under 32, a 16-bit one under 16)."""
+    return facts.value(f"matrix_unit.min_dot_k.{DOT_WIDTHS[itemsize]}")
+
+
+def block_k_that_fits(block_k: int, itemsize: int, facts, per_dot: int = 1) -> int:
+    """A served block_k, raised where its dots (block_k // per_dot of K each) would fall under the
+    device's smallest dot K: a tile below it is never built (as stages_that_fit holds a served
+    setting to the shared memory). Both are powers of two, so the result stays one."""
+    return max(block_k, per_dot * min_dot_k(facts, itemsize))
+
+
+def dot_k_fits(setting, itemsize: int, facts, per_dot: int = 1) -> str | bool:
+    """Prune a candidate whose dots would be raised at launch (block_k_that_fits): the certifier
+    measures only tiles that are built as they are stated."""
+    least = per_dot * min_dot_k(facts, itemsize)
+    if setting["block_k"] < least:
+        return (f"block_k {setting['block_k']} is under matrix_unit.min_dot_k of {itemsize}-byte operands "
+                f"({least // per_dot}{f' a dot, {per_dot} dots a step' if per_dot > 1 else ''})")
+    return True
+
+
 def _warps_for_tile(setting, facts):
     if setting["num_warps"] > 4 and setting["block_m"] * setting["block_n"] < LARGE_TILE:
         return (f"{setting['num_warps']} warps over a {setting['block_m']} x {setting['block_n']} tile leave each "
@@ -74,7 +100,10 @@ def _fits_key(setting, rep, facts):
         value = setting[block]
         if value > min(PARAMS[block]) and value // 2 >= rep[size]:
             return f"{block} {value} covers {size}={rep[size]} twice over"
-    itemsize = as_dtype(rep["dtype"]).itemsize
+    itemsize = as_dtype(rep["dtype"]).itemsize   # the operands meet in the result dtype
+    found = dot_k_fits(setting, itemsize, facts)
+    if found is not True:
+        return found
     if stages_that_fit(setting, itemsize, itemsize, facts) < setting["num_stages"]:
         return (f"{setting['num_stages']} stages of {as_dtype(rep['dtype']).name} operands take "
                 f"{setting['num_stages'] * stage_bytes(setting, itemsize, itemsize)} bytes, above "
@@ -124,4 +153,5 @@ def matmul_setting(device, m: int, n: int, k: int, dtype, a_strides, b_strides):
     return autotune.setting(MATMUL, device, **launch_key(m, n, k, dtype, a_strides, b_strides))
 
 
-__all__ = ["MATMUL", "PARAMS", "KEY", "launch_key", "matmul_setting", "stages_that_fit", "representative_operands"]
+__all__ = ["MATMUL", "PARAMS", "KEY", "launch_key", "matmul_setting", "stages_that_fit", "representative_operands",
+           "min_dot_k", "block_k_that_fits", "dot_k_fits"]

@@ -2,6 +2,8 @@
 drawn by the random family's kernel from the same Philox counters the CPU reference reads."""
 from __future__ import annotations
 
+import numpy as np
+
 from nbx.core import dtypes
 from nbx.core.dispatch import implementation
 from nbx.core.tensor import Tensor, empty
@@ -21,8 +23,13 @@ def sample(logits: Tensor, temperature: float, k: int, p: float, floor: float, s
     implementation("random.rand", logits.device)(uniforms, seed, offset)
     signature = (rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device)
     plan = plans.cached("sample", signature, lambda: _sample_plan(*signature))
-    return plans.execute(plan, {"x": x, "u": uniforms, "inv_t": 1.0 / temperature, "k": k, "p": p,
-                                "floor": floor})["tokens"]
+    # the scalars as the float32 values the reference uses (the interpreter would keep doubles)
+    return plans.execute(plan, {"x": x, "u": uniforms, "inv_t": _f32(1.0 / temperature), "k": k, "p": _f32(p),
+                                "floor": _f32(floor)})["tokens"]
+
+
+def _f32(value: float) -> float:
+    return float(np.float32(value))
 
 
 def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device) -> LaunchPlan:

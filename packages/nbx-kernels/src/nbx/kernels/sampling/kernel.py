@@ -2,8 +2,9 @@
 
 Each threshold is found by bisection over the order keys of float32 values (32 halvings of the
 key range, each a pass over the row, which stays in L2): the k-th largest logit exactly, and the
-top-p threshold as the largest probability t whose {p >= t} holds the asked mass. The sets kept
-are the ones the numpy reference keeps; the sums are float32 in chunk order."""
+top-p threshold as the largest probability t whose {p >= t} holds the asked mass. Masses are
+sums of int64 weights (p * 2**40, truncated): exact in any order, so the chunk size and the
+device do not change them, and the sets kept and the token drawn are the numpy reference's."""
 import triton
 import triton.language as tl
 
@@ -39,45 +40,32 @@ def sample_kernel(x_ptr, u_ptr, out_ptr, V, inv_t, K, P, FLOOR,
             lo = tl.where(ok, mid, lo)
             hi = tl.where(ok, hi, mid)
         kth = lo
-    total = tl.zeros((), tl.float32)
-    for start in range(0, V, BLOCK):
-        l, inside = _scaled(x_ptr, r, start + base, V, inv_t)
-        keep = inside & (order_key(l).to(tl.int64) >= kth)
-        total += tl.sum(tl.where(keep, tl.exp(l - m), 0.0), axis=0)
+    total = _kept_mass(x_ptr, r, V, inv_t, m, kth, 0, FLOOR, False, BLOCK)
     cut = tl.zeros((), tl.int64)  # bits of the smallest probability kept by top-p
     if TOP_P:
-        goal = P * total
+        goal = total.to(tl.float64) * P
         lo = tl.zeros((), tl.int64)
         hi = tl.full((), 0x3F800001, tl.int64)  # just above the bits of 1.0
         for _ in range(31):
             mid = (lo + hi) // 2
-            mass = tl.zeros((), tl.float32)
-            for start in range(0, V, BLOCK):
-                l, inside = _scaled(x_ptr, r, start + base, V, inv_t)
-                q = tl.where(inside & (order_key(l).to(tl.int64) >= kth), tl.exp(l - m), 0.0)
-                mass += tl.sum(tl.where(q.to(tl.int32, bitcast=True).to(tl.int64) >= mid, q, 0.0), axis=0)
-            ok = mass >= goal
+            ok = _kept_mass(x_ptr, r, V, inv_t, m, kth, mid, FLOOR, False, BLOCK).to(tl.float64) >= goal
             lo = tl.where(ok, mid, lo)
             hi = tl.where(ok, hi, mid)
         cut = lo
-    kept_total = tl.zeros((), tl.float32)
-    for start in range(0, V, BLOCK):
-        l, inside = _scaled(x_ptr, r, start + base, V, inv_t)
-        q = _kept(l, inside, m, kth, cut, FLOOR, MIN_P)
-        kept_total += tl.sum(q, axis=0)
-    target = tl.load(u_ptr + r) * kept_total
-    running = tl.zeros((), tl.float32)
+    kept = _kept_mass(x_ptr, r, V, inv_t, m, kth, cut, FLOOR, MIN_P, BLOCK)
+    target = (tl.load(u_ptr + r).to(tl.float64) * kept.to(tl.float64)).to(tl.int64)
+    running = tl.zeros((), tl.int64)
     token = tl.full((), -1, tl.int64)
     last = tl.zeros((), tl.int64)
     for start in range(0, V, BLOCK):
         cols = start + base
         l, inside = _scaled(x_ptr, r, cols, V, inv_t)
-        q = _kept(l, inside, m, kth, cut, FLOOR, MIN_P)
-        sums = tl.cumsum(q, axis=0) + running
-        first = tl.min(tl.where((sums > target) & (q > 0), cols, V), axis=0).to(tl.int64)
+        w = _weight(_kept(l, inside, m, kth, cut, FLOOR, MIN_P))
+        sums = tl.cumsum(w, axis=0) + running
+        first = tl.min(tl.where((sums > target) & (w > 0), cols, V), axis=0).to(tl.int64)
         token = tl.where((token < 0) & (first < V), first, token)
-        last = tl.maximum(last, tl.max(tl.where(q > 0, cols, 0), axis=0).to(tl.int64))
-        running += tl.sum(q, axis=0)
+        last = tl.maximum(last, tl.max(tl.where(w > 0, cols, 0), axis=0).to(tl.int64))
+        running += tl.sum(w, axis=0)
     tl.store(out_ptr + r, tl.where(token < 0, last, token))
 
 
@@ -88,3 +76,19 @@ def _kept(l, inside, m, kth, cut, FLOOR, MIN_P: tl.constexpr):
     if MIN_P:
         q = tl.where(q >= FLOOR, q, 0.0)
     return q
+
+
+@triton.jit
+def _kept_mass(x_ptr, r, V, inv_t, m, kth, cut, FLOOR, MIN_P: tl.constexpr, BLOCK: tl.constexpr):
+    """The sum of the row's kept weights (int64: exact in any order)."""
+    mass = tl.zeros((), tl.int64)
+    for start in range(0, V, BLOCK):
+        l, inside = _scaled(x_ptr, r, start + tl.arange(0, BLOCK), V, inv_t)
+        mass += tl.sum(_weight(_kept(l, inside, m, kth, cut, FLOOR, MIN_P)), axis=0)
+    return mass
+
+
+@triton.jit
+def _weight(q):
+    """A probability as int64 fixed point, q * 2**40 truncated (the scaling is exact in float32)."""
+    return (q * 1099511627776.0).to(tl.int64)

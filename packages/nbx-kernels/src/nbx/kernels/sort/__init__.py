@@ -21,6 +21,7 @@ from nbx.core.tensor import Tensor
 from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
+from ..gather import axis_back, axis_last
 from ..registry import implements
 from .kernel import (flip_step_kernel, half_step_kernel, pack_blocks_kernel, sort_blocks_kernel, sort_rows_kernel,
                      unpack_kernel)
@@ -29,14 +30,7 @@ from .kernel import (flip_step_kernel, half_step_kernel, pack_blocks_kernel, sor
 def _rows(x: Tensor, axis: int) -> Tensor:
     if x.dtype.itemsize > 4 or x.dtype.is_complex:
         raise DTypeError(f"the sort kernels take keys of at most 32 bits, not {x.dtype.name}")
-    order = [d for d in range(x.ndim) if d != axis] + [axis]
-    return x.permute(order).contiguous()
-
-
-def _back(t: Tensor, axis: int) -> Tensor:
-    order = list(range(t.ndim - 1))
-    order.insert(axis, t.ndim - 1)
-    return t.permute(order).contiguous()
+    return axis_last(x, axis)
 
 
 def _sort_rows(rows: Tensor, idx_in: Tensor | None, n_out: int, descending: bool) -> tuple[Tensor, Tensor]:
@@ -73,7 +67,7 @@ def sort(x: Tensor, axis: int, descending: bool) -> tuple[Tensor, Tensor]:
         values, indices = done["values"], done["indices"]
     else:
         values, indices = _sort_rows(rows, None, x.shape[axis], descending)
-    return _back(values, axis), _back(indices, axis)
+    return axis_back(values, axis), axis_back(indices, axis)
 
 
 def _merge_plan(shape, dtype, descending: bool, device) -> LaunchPlan:
@@ -124,7 +118,7 @@ def topk(x: Tensor, k: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
                                      k, largest)
         values, indices = values.reshape(*lead, chunks * k), indices.reshape(*lead, chunks * k)
     values, indices = _sort_rows(values, indices, k, largest)
-    return _back(values, dim), _back(indices, dim)
+    return axis_back(values, dim), axis_back(indices, dim)
 
 
 @declares("sort")
@@ -141,3 +135,73 @@ def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
 
 
 __all__ = ["sort", "topk"]
+
+
+@implements("unique")
+def unique(x: Tensor):
+    """Sorted unique values, first indices, inverse indices and counts from one stable sort: a
+    value starts a group where it differs from its sorted neighbour (NaN differs from itself, so
+    each NaN is its own value, as the standard says); the inverse is the group of each sorted
+    position taken through the inverse permutation (a second argsort, of the sort order)."""
+    from nbx.core.ops.creation import asarray, full
+    from nbx.core.ops.datamove import concat
+    from nbx.core.ops.elementwise import not_equal
+    from nbx.core.ops.gather import take
+    from nbx.core.ops.reductions import cumsum
+    from nbx.core.ops.sorting import take_sorted
+    from ..gather import true_positions
+    flat = x.reshape(-1)
+    n = flat.size
+    if n == 0:
+        empty_index = full((0,), 0, dtype=dtypes.INDEX, device=x.device)
+        return flat.contiguous(), empty_index, empty_index.reshape(x.shape), empty_index
+    ordered, order = take_sorted(flat, 0, False)
+    starts = concat([full((1,), True, dtype=dtypes.bool_, device=x.device), not_equal(ordered[1:], ordered[:-1])])
+    first = true_positions(starts)
+    values = take(ordered, first, axis=0)
+    counts = concat([first[1:], asarray([n], dtype=dtypes.INDEX, device=x.device)]) - first
+    group = cumsum(starts.to(dtype=dtypes.int32), dim=0, dtype=dtypes.INDEX) - 1
+    back = take_sorted(order.to(dtype=dtypes.int32), 0, False)[1]  # the inverse permutation
+    return values, take(order, first, axis=0), take(group, back, axis=0).reshape(x.shape), counts
+
+
+@implements("quantile")
+def quantile(x: Tensor, qs, dim: int, keepdim: bool, interpolation: str, keepdim_axes):
+    """numpy's methods over one sort along dim: each q's two neighbouring order statistics (their
+    places computed on the host in float64, as numpy's) blended on the device; a row holding a NaN
+    gives NaN, as numpy's."""
+    import numpy as np
+    from nbx.core.ops import elementwise as ew
+    from nbx.core.ops.datamove import stack
+    from nbx.core.ops.reductions import any as any_of
+    work = dtypes.float32 if x.dtype.itemsize < 4 else x.dtype
+    ordered = take_sorted_values(x.to(dtype=work), dim)
+    n = x.shape[dim]
+    has_nan = any_of(ew.isnan(x), dim=dim, keepdim=True)
+    out = []
+    for q in np.atleast_1d(qs):
+        place = float(q) * (n - 1)
+        lo, hi = int(np.floor(place)), int(np.ceil(place))
+        a, b = ordered.narrow(dim, lo, 1), ordered.narrow(dim, hi, 1)
+        t = place - lo
+        if interpolation == "lower":
+            value = a
+        elif interpolation == "higher":
+            value = b
+        elif interpolation == "nearest":
+            value = ordered.narrow(dim, int(np.around(place)), 1)
+        elif interpolation == "midpoint":
+            value = (a + b) * 0.5
+        else:  # numpy's _lerp: from the nearer end
+            value = b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+        value = ew.where(has_nan, float("nan"), value)
+        out.append(value if keepdim and keepdim_axes is None else value.squeeze(dim))
+    result = stack(out, axis=0) if np.ndim(qs) else out[0]
+    if keepdim and keepdim_axes is not None:
+        result = result.reshape(tuple(np.shape(qs)) + (1,) * keepdim_axes)
+    return result.to(dtype=x.dtype)
+
+
+def take_sorted_values(x: Tensor, dim: int) -> Tensor:
+    from nbx.core.ops.sorting import take_sorted
+    return take_sorted(x, dim, False)[0]

@@ -1,0 +1,281 @@
+"""Mixture of experts on the shared launch path: moe_route, moe_align and moe_experts.
+
+moe_experts is one plan of five launches: the alignment's two (count, place) at the served
+setting's row block, the gate/up grouped GEMM (SwiGLU in one pass) into the intermediate in sorted
+order, the down grouped GEMM with the routed weight in its epilogue into one row per pair, and the
+combine in slot order (kernel.py). Its workspace: the alignment's tables, the intermediate
+[capacity, I] and the pair rows [T * k, H], both of x's dtype (each rounded once, as a torch
+loop over experts rounds each expert's output).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton.language as tl
+
+from nbx.core import dtypes
+from nbx.core.errors import DTypeError, NotSupportedError
+from nbx.core.ops.moe import align_capacity
+from nbx.core.tensor import Tensor
+
+from .. import launch, plans
+from ..cost import Cost, declares
+from ..plans import Launch, LaunchPlan, Slot
+from ..registry import implements
+from ..softmax import float_bits
+from ..softmax.rows import pow2_at_least
+from ..elementwise.casts import COMPILED
+from ..matmul.tuning import stages_that_fit
+from ..types import tl_type
+from .kernel import (align_count_kernel, align_place_kernel, combine_kernel, expert_down_kernel,
+                     expert_gate_up_kernel, route_kernel)
+from .tuning import experts_setting
+
+INT32 = dtypes.int32
+COMBINE_BLOCK = 1024
+
+
+# ---- routing --------------------------------------------------------------------------------------
+
+def _route_plan(shape, strides, dtype, device, top_k, scoring, renormalize, groups, kept, group_score, has_bias):
+    tokens, count = shape
+    tile = launch.tiles("moe_route", device)
+    block_e = pow2_at_least(count)
+    block_t = max(1, min(tile["block_tokens"], tile["max_elements"] // block_e))
+    meta = dict(TOP_K=top_k, SIGMOID=scoring == "sigmoid", RENORM=renormalize, HAS_BIAS=has_bias, GROUPS=groups,
+                KEPT=kept, TOP2=group_score == "top2", BLOCK_T=block_t, BLOCK_E=block_e,
+                BLOCK_G=pow2_at_least(groups), BLOCK_K=pow2_at_least(top_k), num_warps=tile["num_warps"])
+    bias = Slot("bias") if has_bias else Slot("logits")   # without a bias, the logits' pointer (never read)
+    args = (Slot("logits"), bias, Slot("weights"), Slot("experts"), tokens, count, count // groups, *strides,
+            Slot("scaling_bits"))
+    return LaunchPlan(device, (Launch(route_kernel, (triton_cdiv(tokens, block_t),), args, meta),),
+                      outputs=(plans.output("weights", (tokens, top_k), dtypes.float32),
+                               plans.output("experts", (tokens, top_k), INT32)))
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def route_plan(logits, top_k, scoring, renormalize, groups, kept, group_score, correction_bias) -> LaunchPlan:
+    signature = (logits.shape, logits.strides, logits.dtype, logits.device, top_k, scoring, renormalize, groups, kept,
+                 group_score, correction_bias is not None)
+    return plans.cached("moe_route", signature, lambda: _route_plan(*signature))
+
+
+@implements("moe_route")
+def _moe_route(logits, top_k, scoring, renormalize, groups, kept, group_score, correction_bias, scaling):
+    plan = route_plan(logits, top_k, scoring, renormalize, groups, kept, group_score, correction_bias)
+    if logits.shape[0] == 0:
+        found = plans.execute(LaunchPlan(plan.device, (), plan.outputs), {})
+    else:
+        found = plans.execute(plan, {"logits": logits, "bias": correction_bias, "scaling_bits": float_bits(scaling)})
+    return found["weights"], found["experts"]
+
+
+@declares("moe_route")
+def _route_cost(logits, top_k, scoring="softmax", renormalize=True, groups=1, kept=1, group_score="max",
+                correction_bias=None, scaling=1.0) -> Cost:
+    tokens, count = logits.shape
+    plan = route_plan(logits, top_k, scoring, renormalize, groups, kept, group_score, correction_bias)
+    return Cost(plan.buffers(), logits.size * logits.dtype.itemsize + tokens * top_k * 8, 6 * logits.size * top_k,
+                len(plan.launches))
+
+
+# ---- alignment ------------------------------------------------------------------------------------
+
+def _align_launches(pairs: int, count: int, block_m: int, device, prefix: str = "") -> tuple:
+    """The two alignment launches over the experts slot, their tables named prefix + name."""
+    tile = launch.tiles("moe_align", device)
+    capacity = align_capacity(pairs, count, block_m)
+    s = {name: Slot(prefix + name) for name in ("counts", "sorted_pairs", "block_experts", "inverse", "padded_count")}
+    return (Launch(align_count_kernel, (count,), (Slot("experts"), s["counts"], pairs),
+                   dict(BLOCK=tile["block"], num_warps=tile["num_warps"])),
+            Launch(align_place_kernel, (count + 1,),
+                   (Slot("experts"), s["counts"], s["sorted_pairs"], s["block_experts"], s["inverse"],
+                    s["padded_count"], pairs, count, capacity),
+                   dict(BLOCK=tile["block"], BLOCK_E=pow2_at_least(count), BLOCK_M=block_m,
+                        num_warps=tile["num_warps"])))
+
+
+def _align_tables(pairs: int, count: int, block_m: int, make, prefix: str = "") -> tuple:
+    capacity = align_capacity(pairs, count, block_m)
+    return (make(prefix + "sorted_pairs", (capacity,), INT32), make(prefix + "block_experts", (capacity // block_m,), INT32),
+            make(prefix + "inverse", (pairs,), INT32), make(prefix + "padded_count", (1,), INT32))
+
+
+def align_plan(experts: Tensor, count: int, block_m: int) -> LaunchPlan:
+    def build():
+        pairs = experts.size
+        return LaunchPlan(experts.device, _align_launches(pairs, count, block_m, experts.device),
+                          outputs=_align_tables(pairs, count, block_m, plans.output),
+                          workspace=(plans.workspace("counts", (count,), INT32),), copies=("experts",))
+    return plans.cached("moe_align", (experts.shape, experts.strides, experts.dtype, experts.device, count, block_m),
+                        build)
+
+
+@implements("moe_align")
+def _moe_align(experts, count, block_m):
+    found = plans.execute(align_plan(experts, count, block_m), {"experts": experts})
+    return found["sorted_pairs"], found["block_experts"], found["inverse"], found["padded_count"]
+
+
+@declares("moe_align")
+def _align_cost(experts, count, block_m) -> Cost:
+    plan = align_plan(experts, count, block_m)
+    tables = sum(b.nbytes for b in plan.buffers())
+    return Cost(plan.buffers(), 2 * count * experts.size * experts.dtype.itemsize + tables, 0, len(plan.launches))
+
+
+# ---- the expert layer -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExpertsPlan:
+    setting: dict
+    capacity: int     # rows of the sorted pairs (a multiple of block_m)
+    band: bool        # the one-token band's setting
+
+
+@dataclass(frozen=True)
+class WeightLayout:
+    """A layer's expert weights as the kernels read them: float ([E, I, H] element strides) or
+    int4 (the packed bytes' strides, the scales' (expert, column) strides, group and scheme)."""
+    shape: tuple            # (E, I, H)
+    gate: tuple             # gate/up (expert, n, k) strides
+    down: tuple             # down's (expert, n, k) strides
+    gate_scales: tuple = (0, 0)
+    down_scales: tuple = (0, 0)
+    group: int = 0          # 0: float weights
+    scheme: str = "none"
+
+    @property
+    def label(self) -> str:
+        """The launch key's weights field: dense, or int4-<scheme>-g<group>."""
+        return "dense" if not self.group else f"int4-{self.scheme}-g{self.group}"
+
+
+def weight_layout(w_gate, w_up, w_down) -> WeightLayout:
+    from nbx.core.quant import QuantizedTensor
+    quantized = [isinstance(w, QuantizedTensor) for w in (w_gate, w_up, w_down)]
+    if not any(quantized):
+        if w_gate.strides != w_up.strides:
+            raise NotSupportedError(f"moe_experts reads w_gate and w_up with one set of strides; got "
+                                    f"{w_gate.strides} and {w_up.strides} (make them contiguous)")
+        return WeightLayout(tuple(w_gate.shape), tuple(w_gate.strides), tuple(w_down.strides))
+    if not all(quantized) or len({(w.group_size, w.scheme) for w in (w_gate, w_up, w_down)}) > 1:
+        raise NotSupportedError("moe_experts takes int4 expert weights for gate, up and down alike, of one group "
+                                "size and scheme")
+    for w in (w_gate, w_up, w_down):
+        if not w.qweight.is_contiguous() or not w.scales.is_contiguous() or \
+                (w.zeros is not None and not w.zeros.is_contiguous()):
+            raise NotSupportedError("moe_experts reads int4 expert weights with contiguous bytes, scales and minima")
+    return WeightLayout(tuple(w_gate.shape), tuple(w_gate.qweight.strides), tuple(w_down.qweight.strides),
+                        tuple(w_gate.scales.strides[:2]), tuple(w_down.scales.strides[:2]), w_gate.group_size,
+                        w_gate.scheme)
+
+
+def _weight_values(w_gate, w_up, w_down) -> dict:
+    """The weight slots of a call: the float weights, or the int4 weights' bytes, scales and minima."""
+    from nbx.core.quant import QuantizedTensor
+    if not isinstance(w_gate, QuantizedTensor):
+        return {"w_gate": w_gate, "w_up": w_up, "w_down": w_down}
+    values = {}
+    for name, w in (("gate", w_gate), ("up", w_up), ("down", w_down)):
+        values.update({f"w_{name}": w.qweight, f"s_{name}": w.scales,
+                       f"z_{name}": w.scales if w.zeros is None else w.zeros})
+    return values
+
+
+def _dot_types(dtype, int4: bool):
+    if dtype.kind != "float" or dtype.itemsize == 1 or (int4 and dtype is dtypes.float64):
+        raise DTypeError(f"moe_experts multiplies float16, bfloat16, float32{'' if int4 else ' or float64'} "
+                         f"activations{' by int4 weights' if int4 else ''}, got {dtype.name}")
+    acc = tl.float64 if dtype is dtypes.float64 else tl.float32
+    precision = "ieee" if dtype in (dtypes.float32, dtypes.float64) else None
+    return tl_type(dtype), acc, precision
+
+
+def _experts_build(x_layout, w: WeightLayout, k: int, device, setting) -> LaunchPlan:
+    (tokens, hidden), x_strides, dtype = x_layout
+    count, inter, _ = w.shape
+    from .tuning import BAND_TOKENS
+    s = dict(setting) if setting is not None else dict(
+        experts_setting(device, tokens, count, k, inter, hidden, dtype, w.label))
+    block_m, pairs = s["block_m"], tokens * k
+    capacity = align_capacity(pairs, count, block_m)
+    int4 = w.group > 0
+    dot, acc, precision = _dot_types(dtype, int4)
+    block_k = s["block_k"] if not int4 or w.group % s["block_k"] == 0 else w.group   # an int4 K step lies in one group
+    stages = s["num_stages"]
+    if COMPILED:  # the interpreter has no shared memory (and no pipeline); gate/up's stages hold two weight tiles
+        stages = stages_that_fit({**s, "block_k": block_k}, dtype.itemsize, 2 * dtype.itemsize, launch.facts(device))
+    gemm = dict(DOT=dot, ACC=acc, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=s["block_n"], BLOCK_K=block_k,
+                GROUP_M=s["group_m"], INT4=int4, GROUP=max(w.group, 1), SIGNED=w.scheme == "symmetric",
+                ASYMMETRIC=w.scheme == "asymmetric", num_warps=s["num_warps"], num_stages=stages)
+    blocks = capacity // block_m
+    p = "align_"
+    scales = ((Slot("s_gate"), Slot("z_gate"), Slot("s_up"), Slot("z_up"), Slot("s_down"), Slot("z_down")) if int4 else
+              (Slot("w_gate"),) * 4 + (Slot("w_down"),) * 2)   # float weights: their own pointers (never read)
+    gate_up = Launch(expert_gate_up_kernel, (blocks * triton_cdiv(inter, s["block_n"]),),
+                     (Slot("x"), Slot("w_gate"), Slot("w_up"), *scales[:4], Slot("h"), Slot(p + "sorted_pairs"),
+                      Slot(p + "block_experts"), capacity, inter, hidden, pairs, k, *x_strides, *w.gate,
+                      *w.gate_scales), dict(EVEN_K=hidden % block_k == 0, **gemm))
+    down = Launch(expert_down_kernel, (blocks * triton_cdiv(hidden, s["block_n"]),),
+                  (Slot("h"), Slot("w_down"), *scales[4:], Slot("pair_rows"), Slot("weights"), Slot(p + "sorted_pairs"),
+                   Slot(p + "block_experts"), capacity, hidden, inter, pairs, *w.down, *w.down_scales),
+                  dict(EVEN_K=inter % block_k == 0, **gemm))
+    combine = Launch(combine_kernel, (tokens, triton_cdiv(hidden, COMBINE_BLOCK)),
+                     (Slot("pair_rows"), Slot("out"), hidden), dict(TOP_K=k, ACC=acc, BLOCK=COMBINE_BLOCK))
+    workspace = (plans.workspace(p + "counts", (count,), INT32), *_align_tables(pairs, count, block_m,
+                                                                                 plans.workspace, p),
+                 plans.workspace("h", (capacity, inter), dtype), plans.workspace("pair_rows", (pairs, hidden), dtype))
+    return LaunchPlan(device, (*_align_launches(pairs, count, block_m, device, p), gate_up, down, combine),
+                      outputs=(plans.output("out", (tokens, hidden), dtype),), workspace=workspace,
+                      copies=("experts", "weights"), detail=ExpertsPlan(s, capacity, tokens <= BAND_TOKENS))
+
+
+def experts_plan(x, weights, experts, w_gate, w_up, w_down, setting=None) -> LaunchPlan:
+    w = weight_layout(w_gate, w_up, w_down)
+    x_layout = (tuple(x.shape), tuple(x.strides), x.dtype)
+    k = experts.shape[1]
+    signature = (x_layout, w, k, experts.dtype, weights.dtype, x.device, plans.setting_key(setting))
+    return plans.cached("moe_experts", signature, lambda: _experts_build(x_layout, w, k, x.device, setting))
+
+
+def launch_experts(x, weights, experts, w_gate, w_up, w_down, out: Tensor | None = None, setting=None) -> Tensor:
+    """The expert layer into out (new, or a given contiguous [T, H] of x's dtype); setting
+    overrides the served one (the certifier's)."""
+    if out is not None or x.shape[0] == 0:
+        out = launch.output(x.shape, x.dtype, x.device, out)
+        if x.shape[0] == 0:
+            return out
+    plan = experts_plan(x, weights, experts, w_gate, w_up, w_down, setting)
+    values = {"x": x, "weights": weights, "experts": experts, "out": out, **_weight_values(w_gate, w_up, w_down)}
+    return plans.execute(plan, values)["out"]
+
+
+@implements("moe_experts")
+def _moe_experts(x, weights, experts, w_gate, w_up, w_down):
+    return launch_experts(x, weights, experts, w_gate, w_up, w_down)
+
+
+@declares("moe_experts")
+def experts_cost(x, weights, experts, w_gate, w_up, w_down) -> Cost:
+    """Bytes: x's rows once per pair, the weights of the experts that can be hit (at most one per
+    pair), the intermediate and the pair rows written and read, the tables; flops: the three
+    products of every pair (padding rows excluded)."""
+    tokens, hidden = x.shape
+    count, inter, _ = w_gate.shape
+    if tokens == 0:
+        return Cost((plans.output("out", x.shape, x.dtype).buffer(),), 0, 0, 0)
+    plan = experts_plan(x, weights, experts, w_gate, w_up, w_down)
+    pairs, item = experts.size, x.dtype.itemsize
+    hit = min(count, pairs)
+    expert_bytes = sum(w.nbytes for w in (w_gate, w_up, w_down)) // count   # int4: bytes, scales and minima
+    moved = (pairs * hidden * item + hit * expert_bytes + 2 * plan.detail.capacity * inter * item
+             + 3 * pairs * hidden * item + tokens * hidden * item + 2 * count * pairs * experts.dtype.itemsize)
+    return Cost(plan.buffers(), moved, 6 * pairs * hidden * inter, len(plan.launches),
+                notes=(f"block_m {plan.detail.setting['block_m']}" + (" (band)" if plan.detail.band else ""),))
+
+
+__all__ = ["launch_experts", "experts_plan", "weight_layout", "WeightLayout", "route_plan", "align_plan", "experts_cost"]

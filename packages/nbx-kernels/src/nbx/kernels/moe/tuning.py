@@ -1,0 +1,121 @@
+"""Certified settings of the expert GEMMs (kernel.py: gate/up and down share one setting, since
+the alignment's row block is both products' block_m).
+
+Two tunables: `moe_experts` (prefill) and `moe_band`, the one-token band (BAND_TOKENS or fewer
+tokens, the issue's 1-16), whose row block may be 16 so that an expert's few pairs are not padded
+to a prefill tile and each selected expert's weights are read once per column tile. Which one a
+call takes is the band's definition (a token count), not a tuned choice; each has its own device
+file default (tiles.moe_experts, tiles.moe_band) and its own certificates.
+
+The launch key: tokens (dims ladder), experts and top_k (exact: they fix the pairs per expert),
+the intermediate and hidden sizes (dims ladder), the dtype, and the weights' form ("dense", or
+"int4-<scheme>-g<group>": W4A16). The representative launch routes token t's slot j to expert
+(t * top_k + j) % experts: every expert gets its share of rows.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nbx import autotune
+from nbx.core.dtypes import as_dtype
+from nbx.core.ops.creation import asarray
+from nbx.core.reference import oracle
+
+from ..matmul.tuning import stage_bytes, stages_that_fit
+
+BAND_TOKENS = 16
+# block_k under 64 and 2 stages never paid for 16-bit operands in matmul's sweeps: left out to keep
+# a key's sweep short; group_m is matmul's single value
+PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (64, 128, 256), "block_k": (64, 128), "group_m": (8,),
+          "num_warps": (4, 8), "num_stages": (3, 4)}
+BAND_PARAMS = {**PARAMS, "block_m": (16, 32)}
+KEY = {"tokens": "dims", "experts": "exact", "top_k": "exact", "inter": "dims", "hidden": "dims", "dtype": "dtype",
+       "weights": "label"}
+
+
+def _gated_stage_bytes(setting, itemsize: int) -> int:
+    """One stage of the gate/up product: the A tile and two weight tiles."""
+    return setting["block_k"] * (setting["block_m"] + 2 * setting["block_n"]) * itemsize
+
+
+def _fits(setting, rep, facts):
+    """Rows per expert twice under block_m, tiles twice the key's sizes, and stages of the gated
+    product that shared memory cannot hold."""
+    if rep["weights"] != "dense" and int(rep["weights"].rsplit("-g", 1)[1]) % setting["block_k"]:
+        return f"block_k {setting['block_k']} does not divide the int4 group of {rep['weights']}"
+    rows = math.ceil(rep["tokens"] * rep["top_k"] / rep["experts"])
+    if setting["block_m"] > 16 and setting["block_m"] // 2 >= rows:
+        return f"block_m {setting['block_m']} pads an expert's {rows} rows twice over"
+    small = min(rep["inter"], rep["hidden"])
+    for block in ("block_n", "block_k"):
+        if setting[block] > min(PARAMS[block]) and setting[block] // 2 >= small:
+            return f"{block} {setting[block]} covers {small} twice over"
+    itemsize = as_dtype(rep["dtype"]).itemsize
+    limit = facts.value("memory.max_shared_memory_per_block")
+    if setting["num_stages"] * _gated_stage_bytes(setting, itemsize) > limit:
+        return f"{setting['num_stages']} stages of the gated tile pass memory.max_shared_memory_per_block {limit}"
+    if stages_that_fit(setting, itemsize, itemsize, facts) < setting["num_stages"]:
+        return f"{setting['num_stages']} stages pass memory.max_shared_memory_per_block {limit}"
+    return True
+
+
+def _warps(setting, facts):
+    if setting["num_warps"] > 4 and setting["block_m"] * setting["block_n"] < 64 * 128:
+        return f"{setting['num_warps']} warps over a {setting['block_m']} x {setting['block_n']} tile"
+    return True
+
+
+def representative_layer(rep, device):
+    """(x, weights, experts, w_gate, w_up, w_down) of the key's sizes, every expert given rows."""
+    tokens, count, k = rep["tokens"], rep["experts"], rep["top_k"]
+    inter, hidden, dtype = rep["inter"], rep["hidden"], as_dtype(rep["dtype"])
+
+    def values(shape, phase, scale):
+        return (scale * np.sin(phase * np.arange(math.prod(shape), dtype=np.float64) + 0.5)).reshape(shape)
+
+    x = asarray(values((tokens, hidden), 0.37, 1.0).astype(dtype.host), device=device)
+    w_gate = asarray(values((count, inter, hidden), 0.21, 1 / math.sqrt(hidden)).astype(dtype.host), device=device)
+    w_up = asarray(values((count, inter, hidden), 0.13, 1 / math.sqrt(hidden)).astype(dtype.host), device=device)
+    w_down = asarray(values((count, hidden, inter), 0.17, 1 / math.sqrt(inter)).astype(dtype.host), device=device)
+    if rep["weights"] != "dense":   # int4-<scheme>-g<group>: the same values, quantized
+        from nbx.core.quant import QuantizedTensor
+        _, scheme, group = rep["weights"].split("-")
+        w_gate, w_up, w_down = (QuantizedTensor.quantize(w, int(group[1:]), scheme, "bfloat16").to(device)
+                                for w in (w_gate, w_up, w_down))
+    ids = (np.arange(tokens * k) % count).reshape(tokens, k).astype(np.int32)
+    weights = (0.5 + 0.4 * np.sin(np.arange(tokens * k))).reshape(tokens, k).astype(np.float32)
+    return x, asarray(weights, device=device), asarray(ids, device=device), w_gate, w_up, w_down
+
+
+def experts_workload(rep, device):
+    from .. import launch
+    from . import launch_experts
+    operands = representative_layer(rep, device)
+    out = launch.output(operands[0].shape, operands[0].dtype, device)
+    return autotune.TensorWorkload(
+        out, lambda setting: launch_experts(*operands, out=out, setting=setting),
+        lambda rows: np.asarray(oracle("moe_experts", *operands))[rows])
+
+
+def _declare(name: str, params: dict, default: str):
+    return autotune.declare(autotune.Tunable(
+        name, params=params, key=KEY, default_from=default, workload=experts_workload,
+        constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps),
+        fits=_fits))
+
+
+EXPERTS = _declare("moe_experts", PARAMS, "tiles.moe_experts")
+BAND = _declare("moe_band", BAND_PARAMS, "tiles.moe_band")
+
+
+def experts_setting(device, tokens: int, experts: int, top_k: int, inter: int, hidden: int, dtype,
+                    weights: str = "dense"):
+    """The served setting of a layer's expert GEMMs: the band's for BAND_TOKENS tokens or fewer."""
+    tunable = BAND if tokens <= BAND_TOKENS else EXPERTS
+    return autotune.setting(tunable, device, tokens=tokens, experts=experts, top_k=top_k, inter=inter, hidden=hidden,
+                            dtype=dtype, weights=weights)
+
+
+__all__ = ["EXPERTS", "BAND", "BAND_TOKENS", "PARAMS", "KEY", "experts_setting", "representative_layer"]

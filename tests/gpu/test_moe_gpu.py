@@ -1,0 +1,60 @@
+"""Mixture of experts on the H200 at the device file's (or certified) tiles: prefill and band layers
+of model-like proportions against the float64 oracle, routing tables exact (the declared
+allocation of a layer is checked with every family's in test_kernel_costs.py)."""
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.reference import deviation, oracle
+from nbx.kernels import launch
+
+pytestmark = pytest.mark.gpu
+
+
+def _cuda(a, dtype="bfloat16"):
+    return nbx.asarray(np.asarray(a, np.float32), dtype=dtype).to("cuda")
+
+
+def _layer(tokens, count, k, hidden, inter, seed=0):
+    rng = np.random.default_rng(seed)
+    x = _cuda(rng.standard_normal((tokens, hidden)))
+    w_gate = _cuda(rng.standard_normal((count, inter, hidden)) / np.sqrt(hidden))
+    w_up = _cuda(rng.standard_normal((count, inter, hidden)) / np.sqrt(hidden))
+    w_down = _cuda(rng.standard_normal((count, hidden, inter)) / np.sqrt(inter))
+    route = nbx.moe_route(_cuda(rng.standard_normal((tokens, count)), "float32"), k)
+    return x, route, w_gate, w_up, w_down
+
+
+@pytest.mark.parametrize("tokens, count, k, hidden, inter", [
+    (300, 64, 4, 512, 256),   # prefill: 64-row blocks, several column tiles and K steps
+    (3, 64, 8, 512, 256),     # the band
+    (1, 8, 2, 1024, 512),     # one token of a Mixtral-like layer
+])
+def test_expert_layers_of_model_proportions_match_the_float64_oracle(tokens, count, k, hidden, inter):
+    x, route, w_gate, w_up, w_down = _layer(tokens, count, k, hidden, inter)
+    out = nbx.moe_experts(x, route.weights, route.experts, w_gate, w_up, w_down)
+    expected = oracle("moe_experts", x, route.weights, route.experts, w_gate, w_up, w_down)
+    assert deviation(out.numpy(), expected) <= launch.screen_tolerance(out.dtype, out.device)
+
+
+def test_routing_of_128_experts_equals_the_reference_exactly():
+    rng = np.random.default_rng(4)
+    logits = _cuda(rng.standard_normal((700, 128)), "float32")
+    route = nbx.moe_route(logits, 8)
+    weights, experts = oracle("moe_route", logits, 8, "softmax", True, 1, 1, "max", None, 1.0)
+    np.testing.assert_array_equal(route.experts.numpy(), experts)
+    aligned = nbx.moe_align(route.experts, 128, 64)
+    for got, want in zip(aligned, oracle("moe_align", route.experts, 128, 64)):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("tokens", [4, 200])
+def test_int4_expert_layers_match_the_oracle_of_their_dequantized_weights(tokens):
+    from nbx.core.quant import QuantizedTensor
+    x, route, *dense = _layer(tokens, 16, 4, 512, 256)
+    quantized = [QuantizedTensor.quantize(w.numpy().astype(np.float32), 128, "asymmetric", "bfloat16").to("cuda")
+                 for w in dense]
+    out = nbx.moe_experts(x, route.weights, route.experts, *quantized)
+    expected = oracle("moe_experts", x, route.weights, route.experts, *quantized)
+    assert deviation(out.numpy(), expected) <= launch.screen_tolerance(out.dtype, out.device)
+

@@ -1,0 +1,90 @@
+"""Mixture of experts on the CPU: the references' rules (ties, groups, alignment) and the refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import nbx.core as nbx
+from nbx.core.errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
+from nbx.core.ops.creation import asarray
+
+
+def test_softmax_routing_renormalizes_the_chosen_scores_and_breaks_ties_by_the_lower_index():
+    logits = np.array([[1.0, 3.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0]], np.float32)
+    route = nbx.moe_route(asarray(logits), 2)
+    np.testing.assert_array_equal(route.experts.numpy(), [[1, 2], [0, 1]])
+    np.testing.assert_allclose(route.weights.numpy(), 0.5)
+    unnormalized = nbx.moe_route(asarray(logits), 1, renormalize=False).weights.numpy()
+    np.testing.assert_allclose(unnormalized[0, 0], np.exp(3) / np.exp(logits[0]).sum(), rtol=1e-6)
+
+
+def test_grouped_routing_chooses_experts_only_inside_the_kept_groups():
+    # group 0 holds the single best expert, group 1 the best pair: "max" keeps group 0, "top2" group 1
+    logits = np.array([[5.0, -9.0, 4.0, 4.0]], np.float32)
+    bias = asarray(np.zeros(4, np.float32))
+    by_max = nbx.moe_route(asarray(logits), 2, scoring="sigmoid", n_group=2, topk_group=1, group_score="max")
+    by_pair = nbx.moe_route(asarray(logits), 2, scoring="sigmoid", n_group=2, topk_group=1, group_score="top2",
+                            correction_bias=bias)
+    np.testing.assert_array_equal(by_max.experts.numpy(), [[0, 1]])
+    np.testing.assert_array_equal(by_pair.experts.numpy(), [[2, 3]])
+
+
+def test_the_correction_bias_changes_the_choice_but_not_the_weights():
+    logits = np.array([[2.0, 1.0, 0.0]], np.float32)
+    bias = asarray(np.array([0.0, 0.0, 1.0], np.float32))
+    route = nbx.moe_route(asarray(logits), 1, scoring="sigmoid", correction_bias=bias, renormalize=False)
+    np.testing.assert_array_equal(route.experts.numpy(), [[2]])
+    np.testing.assert_allclose(route.weights.numpy(), [[0.5]])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 12), st.integers(1, 9), st.integers(1, 3), st.sampled_from([1, 4, 16]), st.integers(0, 999))
+def test_alignment_sorts_pairs_by_expert_stably_and_pads_each_run_to_the_block(tokens, count, k, block_m, seed):
+    k = min(k, count)
+    ids = np.random.default_rng(seed).integers(0, count, (tokens, k)).astype(np.int32)
+    sorted_pairs, block_experts, inverse, used = (t.numpy() for t in nbx.moe_align(asarray(ids), count, block_m))
+    pairs = tokens * k
+    assert sorted_pairs.size == nbx.align_capacity(pairs, count, block_m) and used[0] % block_m == 0
+    np.testing.assert_array_equal(sorted_pairs[inverse], np.arange(pairs))
+    real = sorted_pairs[sorted_pairs < pairs]
+    np.testing.assert_array_equal(real, np.argsort(ids.reshape(-1), kind="stable"))
+    assert np.all(sorted_pairs[used[0]:] == pairs) and np.all(block_experts[used[0] // block_m:] == -1)
+    for b, e in enumerate(block_experts[:used[0] // block_m]):
+        rows = sorted_pairs[b * block_m:(b + 1) * block_m]
+        assert np.all(ids.reshape(-1)[rows[rows < pairs]] == e) and np.any(rows < pairs)
+
+
+def test_the_expert_layer_sums_each_tokens_weighted_experts():
+    rng = np.random.default_rng(3)
+    x, wg, wu, wd = (rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (2, 5, 4), (2, 5, 4), (2, 4, 5)))
+    ids, w = np.array([[1, 0], [0, 1], [1, 1]], np.int32), np.array([[0.7, 0.3], [1, 0], [0.5, 0.5]], np.float32)
+    out = nbx.moe_experts(*(asarray(a) for a in (x, w, ids, wg, wu, wd))).numpy()
+
+    def mlp(e, v):
+        g = wg[e] @ v
+        return wd[e] @ (g / (1 + np.exp(-g)) * (wu[e] @ v))
+    expected = [sum(w[t, j] * mlp(ids[t, j], x[t]) for j in range(2)) for t in range(3)]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_moe_ops_refuse_what_they_cannot_serve_by_name():
+    logits = asarray(np.zeros((2, 6), np.float32))
+    with pytest.raises(ArgumentError):
+        nbx.moe_route(logits, 7)
+    with pytest.raises(ArgumentError):
+        nbx.moe_route(logits, 2, n_group=4, topk_group=1)          # 4 does not divide 6
+    with pytest.raises(ArgumentError):
+        nbx.moe_route(logits, 4, n_group=3, topk_group=1)          # one group of 2 cannot give 4
+    with pytest.raises(DTypeError):
+        nbx.moe_route(logits, 2, correction_bias=asarray(np.zeros(6, np.float64)))
+    with pytest.raises(ArgumentError):
+        nbx.moe_align(asarray(np.array([[6]], np.int32)), 6, 4)    # an id outside the experts
+    with pytest.raises(DTypeError):
+        nbx.moe_align(asarray(np.array([[1.0]], np.float32)), 6, 4)
+    x, w = asarray(np.zeros((2, 4), np.float32)), asarray(np.zeros((3, 5, 4), np.float32))
+    with pytest.raises(ShapeError):
+        nbx.moe_experts(x, asarray(np.ones((2, 1), np.float32)), asarray(np.zeros((2, 1), np.int32)), w, w, w)
+    with pytest.raises(NotSupportedError):
+        nbx.moe_experts(x, asarray(np.ones((2, 1), np.float32)), asarray(np.zeros((2, 1), np.int32)),
+                        w.to(dtype="float8_e4m3fn"), w, w)

@@ -1,0 +1,166 @@
+"""Mixture of experts on interp (and the H200, marked gpu): routing and alignment tables equal the
+reference exactly, the expert layer agrees with the float64 oracle at the dtype's tolerance."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.ops.creation import asarray
+from nbx.core.reference import oracle
+from nbx.kernels import cost, plans
+from nbx.kernels.moe import experts_plan
+
+RNG = np.random.default_rng(22)
+
+
+def _layer(tokens, count, hidden, inter, dtype, device, seed=0):
+    rng = np.random.default_rng(seed)
+    host = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    x = rng.standard_normal((tokens, hidden))
+    w_gate = rng.standard_normal((count, inter, hidden)) / np.sqrt(hidden)
+    w_up = rng.standard_normal((count, inter, hidden)) / np.sqrt(hidden)
+    w_down = rng.standard_normal((count, hidden, inter)) / np.sqrt(inter)
+    return [asarray(a.astype(host), device=device) for a in (x, w_gate, w_up, w_down)]
+
+
+def _route(ids, device, seed=1):
+    ids = np.asarray(ids, np.int32)
+    weights = np.random.default_rng(seed).uniform(0.1, 1.0, ids.shape).astype(np.float32)
+    return asarray(weights, device=device), asarray(ids, device=device)
+
+
+def _assert_same_table(got, expected):
+    np.testing.assert_array_equal(got.numpy(), np.asarray(expected))
+    assert got.dtype.name == "int32"
+
+
+def test_softmax_routing_picks_the_references_experts_exactly(device, check):
+    logits = asarray(RNG.standard_normal((9, 12)).astype(np.float32), device=device)
+    for k, renormalize in ((2, True), (3, False)):
+        route = nbx.moe_route(logits, k, renormalize=renormalize)
+        weights, experts = oracle("moe_route", logits, k, "softmax", renormalize, 1, 1, "max", None, 1.0)
+        _assert_same_table(route.experts, experts)
+        check(route.weights, weights, device)
+
+
+def test_tied_scores_go_to_the_lower_expert_index(device):
+    ties = np.zeros((3, 8), np.float32)
+    ties[1, [2, 5, 6]] = 1.0            # three equal maxima: 2 then 5
+    ties[2] = [0, 3, 3, 1, 3, 0, 0, 0]  # 1, 2 among the three 3s
+    route = nbx.moe_route(asarray(ties, device=device), 2)
+    _assert_same_table(route.experts, [[0, 1], [2, 5], [1, 2]])
+    np.testing.assert_array_equal(route.weights.numpy()[0], [0.5, 0.5])
+
+
+def test_grouped_sigmoid_routing_with_a_correction_bias_matches_deepseek_v3s_rule(device, check):
+    logits = asarray((RNG.permutation(6 * 16).reshape(6, 16) / 20.0 - 2.4).astype(np.float32), device=device)
+    bias = asarray(np.linspace(-0.3, 0.3, 16).astype(np.float32), device=device)
+    for group_score, correction in (("top2", bias), ("max", None)):
+        route = nbx.moe_route(logits, 4, scoring="sigmoid", n_group=4, topk_group=2, group_score=group_score,
+                              correction_bias=correction, scaling=2.5)
+        weights, experts = oracle("moe_route", logits, 4, "sigmoid", True, 4, 2, group_score, correction, 2.5)
+        _assert_same_table(route.experts, experts)
+        check(route.weights, weights, device)
+        kept_groups = {frozenset(row // 4) for row in route.experts.numpy()}
+        assert all(len(g) <= 2 for g in kept_groups)
+
+
+@pytest.mark.parametrize("ids, count", [
+    ([[3, 1], [1, 0], [3, 5], [0, 1], [5, 3]], 8),      # experts 2, 4, 6 and 7 get no pair
+    ([[2]] * 70, 4),                                   # every token to one expert: 70 pairs over the 64-pair step
+    ([[6, 0, 3]], 7),                                  # one token
+])
+def test_alignment_tables_equal_the_reference_exactly(device, ids, count):
+    experts = asarray(np.asarray(ids, np.int64), device=device)
+    for block_m in (4, 16):
+        got = nbx.moe_align(experts, count, block_m)
+        for table, expected in zip(got, oracle("moe_align", experts, count, block_m)):
+            _assert_same_table(table, expected)
+        sorted_pairs, inverse = got.sorted_pairs.numpy(), got.inverse.numpy()
+        np.testing.assert_array_equal(sorted_pairs[inverse], np.arange(experts.size))
+
+
+@pytest.mark.parametrize("tokens, count, k, dtype", [
+    (5, 8, 2, "bfloat16"),     # the band (16 tokens or fewer)
+    (40, 4, 2, "float32"),     # prefill, K not a multiple of the tile's step
+])
+def test_expert_layer_matches_the_float64_oracle(device, check, tokens, count, k, dtype):
+    hidden = 48 if dtype == "float32" else 32
+    x, w_gate, w_up, w_down = _layer(tokens, count, hidden, 32, dtype, device)
+    ids = np.stack([RNG.permutation(count)[:k] for _ in range(tokens)])
+    ids[:, 0] = np.minimum(ids[:, 0], count - 2)   # the last expert may be empty; the others are not
+    weights, experts = _route(ids, device)
+    out = nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down)
+    assert out.dtype.name == dtype and out.shape == (tokens, hidden)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+
+
+def test_every_token_sent_to_one_expert_fills_its_blocks_and_leaves_the_rest_idle(device, check):
+    x, w_gate, w_up, w_down = _layer(21, 6, 32, 32, "bfloat16", device)
+    weights, experts = _route([[4]] * 21, device)
+    out = nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+
+
+def test_one_token_takes_the_band_and_repeats_give_the_same_bits(device, check):
+    x, w_gate, w_up, w_down = _layer(1, 8, 32, 32, "bfloat16", device)
+    weights, experts = _route([[7, 2, 0]], device)
+    plan = experts_plan(x, weights, experts, w_gate, w_up, w_down)
+    assert plan.detail.band and plan.detail.capacity == 3 * plan.detail.setting["block_m"]
+    first = nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down)
+    again = nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down)
+    check(first, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+    np.testing.assert_array_equal(first.numpy().view(np.uint16), again.numpy().view(np.uint16))
+
+
+def test_a_32_row_block_gives_the_oracles_result_and_its_cost_lists_the_plans_buffers(device, check):
+    from nbx.kernels.moe import launch_experts
+    plans.reset()
+    x, w_gate, w_up, w_down = _layer(24, 4, 32, 32, "bfloat16", device)
+    weights, experts = _route(np.stack([RNG.permutation(4)[:2] for _ in range(24)]), device)
+    setting = {"block_m": 32, "block_n": 32, "block_k": 32, "group_m": 1, "num_warps": 4, "num_stages": 2}
+    out = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=setting)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+    declared = cost.price("moe_experts", x, weights, experts, w_gate, w_up, w_down)
+    plan = experts_plan(x, weights, experts, w_gate, w_up, w_down)
+    assert declared.buffers == plan.buffers() and declared.launches == 5
+    assert declared.flops == 6 * 48 * 32 * 32
+
+
+def test_moe_block_adds_the_gated_shared_expert_to_the_routed_ones(device, check):
+    x, w_gate, w_up, w_down = _layer(6, 4, 32, 32, "float32", device)
+    rng = np.random.default_rng(5)
+    router, gate, up, shared_gate = (asarray((rng.standard_normal(s) / 6).astype(np.float32), device=device)
+                                     for s in ((4, 32), (16, 32), (16, 32), (1, 32)))
+    down = asarray((rng.standard_normal((32, 16)) / 4).astype(np.float32), device=device)
+    out = nbx.moe_block(x, router, w_gate, w_up, w_down, 2, shared=(gate, up, down), shared_gate=shared_gate)
+    a = x.numpy().astype(np.float64)
+    logits = a @ router.numpy().astype(np.float64).T
+    weights, experts = oracle("moe_route", asarray(logits.astype(np.float32)), 2, "softmax", True, 1, 1, "max",
+                              None, 1.0)
+    routed = oracle("moe_experts", x, asarray(weights.astype(np.float32)), asarray(experts), w_gate, w_up, w_down)
+    g, u, d, s = (t.numpy().astype(np.float64) for t in (gate, up, down, shared_gate))
+    h = a @ g.T
+    shared = ((h / (1 + np.exp(-h))) * (a @ u.T)) @ d.T / (1 + np.exp(-(a @ s.T)))
+    check(out, routed + shared, device)
+
+
+def test_a_layer_of_no_tokens_returns_an_empty_result(device):
+    x, w_gate, w_up, w_down = _layer(0, 4, 32, 32, "bfloat16", device)
+    weights, experts = _route(np.zeros((0, 2)), device)
+    assert nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down).shape == (0, 32)
+    assert nbx.moe_route(asarray(np.zeros((0, 4), np.float32), device=device), 2).experts.shape == (0, 2)
+
+
+@pytest.mark.parametrize("tokens, scheme", [(3, "symmetric"), (20, "asymmetric")])
+def test_int4_expert_weights_match_the_oracle_of_their_dequantized_values(device, check, tokens, scheme):
+    from nbx.core.quant import QuantizedTensor
+    rng = np.random.default_rng(9)
+    w_gate, w_up, w_down = (QuantizedTensor.quantize(rng.standard_normal(s) / 8, 32, scheme, "bfloat16").to(device)
+                            for s in ((4, 64, 64), (4, 64, 64), (4, 64, 64)))
+    x = asarray(rng.standard_normal((tokens, 64)).astype(ml_dtypes.bfloat16), device=device)
+    weights, experts = _route(np.stack([rng.permutation(4)[:2] for _ in range(tokens)]), device)
+    out = nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)

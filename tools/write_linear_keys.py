@@ -1,0 +1,84 @@
+"""Write the `linear` keys the H200 benchmarks form, without a GPU: certificates/keys/nvidia-h200-140gb-linear-*.json.
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/write_linear_keys.py
+
+A linear key is a function of the call's shapes (nbx.kernels.matmul.linear_tuning.launch_key, classed
+by the device file's ladders through nbx.autotune.keys.form), so it can be listed from the shapes:
+
+- decode:  tools/bench/bench_matmul.py's decode rows (DECODE_ROWS x DECODE_SHAPES) and one-token steps
+           of tools/bench/bench_models.py's Llama-3.2-1B at batch 1 (M = 1: fused qkv, o, the gated
+           gate/up pair, down, the tied lm_head of 128256);
+- prefill: bench_matmul's GEMM shapes and its 8192^3 nn product, and the 1B's 512-token prompt;
+- batch:   the 1B's one-token steps at M = 2, 4, 8, 16 (bench_models --batch), certified after.
+
+Every call is bfloat16, x dense and the weight [N, K] read through its transpose ("nt"; the square
+product "nn"), no dtype override ("none" precision), and descriptor-eligible (16-byte rows, aligned
+bases: torch's and nbx's allocations both are). The census (nbx.autotune.census) lists q, k and v
+and gate and up apart; nbx.models fuses them (one qkv weight, gated_linear), which these keys follow.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from nbx.autotune import keys, records
+from nbx.core import device_files
+from nbx.kernels.matmul.linear_tuning import LINEAR
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
+LLAMA_1B = dict(hidden=2048, intermediate=8192, vocab=128256, heads=32, kv_heads=8, head_dim=64)
+PROMPT = 512
+
+
+def bench_constants(names) -> dict:
+    """GEMM, DECODE_ROWS, DECODE_SHAPES of bench_matmul.py, read without importing it (it imports torch)."""
+    tree = ast.parse((ROOT / "tools" / "bench" / "bench_matmul.py").read_text())
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names:
+            found[node.targets[0].id] = ast.literal_eval(node.value)
+    return found
+
+
+def decoder_calls(rows: int, m=LLAMA_1B) -> list[tuple]:
+    """(M, N, K, form) of one layer's products and the lm_head over rows tokens (nbx.models.decoder)."""
+    q, kv = m["heads"] * m["head_dim"], m["kv_heads"] * m["head_dim"]
+    return [(rows, q + 2 * kv, m["hidden"], "plain"), (rows, m["hidden"], q, "plain"),
+            (rows, m["intermediate"], m["hidden"], "gated"), (rows, m["hidden"], m["intermediate"], "plain")]
+
+
+def record(facts, m, n, k, form="plain", layout="nt") -> records.KeyRecord:
+    key = keys.form("linear", LINEAR.key_fields, facts, m=m, n=n, k=k, dtype="bfloat16", layout=layout, form=form,
+                    tma=True, precision="none")
+    return records.KeyRecord("linear", str(key), facts.name, CLASS, COMPILER, dict(key.observed))
+
+
+def main() -> int:
+    facts = device_files.for_arch("sm_90")
+    bench = bench_constants({"GEMM", "DECODE_ROWS", "DECODE_SHAPES"})
+    head = (1, LLAMA_1B["vocab"], LLAMA_1B["hidden"], "plain")   # the last position's logits, prefill and decode
+    groups = {
+        "decode": [(m, n, k, "plain") for n, k in bench["DECODE_SHAPES"] for m in bench["DECODE_ROWS"]]
+        + decoder_calls(1) + [head],
+        "prefill": [(m, n, k, "plain") for _, m, n, k in bench["GEMM"]] + decoder_calls(PROMPT),
+        "batch": [call for rows in (2, 4, 8, 16) for call in decoder_calls(rows) + [(rows, *head[1:])]],
+    }
+    seen: set = set()
+    for name, calls in groups.items():
+        recs = [record(facts, *call) for call in calls]
+        if name == "prefill":
+            recs.append(record(facts, 8192, 8192, 8192, layout="nn"))   # bench_matmul's square nn product
+        recs = [r for r in records.merge(recs) if r.identity not in seen]
+        seen.update(r.identity for r in recs)
+        path = ROOT / "certificates" / "keys" / f"{CLASS}-linear-{name}.json"
+        path.unlink(missing_ok=True)
+        records.save(path, recs)
+        kept = sum(len(LINEAR.candidates(facts, keys.representative(
+            keys.parse("linear", LINEAR.key, r.key, facts, r.observed), LINEAR.key, facts))[0]) for r in recs)
+        print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {kept} candidates")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
