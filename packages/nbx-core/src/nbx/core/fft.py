@@ -41,10 +41,10 @@ def real_dtype(dtype) -> dtypes.DType:
     return _REAL_OF[complex_dtype(dtype).name]
 
 
-def _sizes_and_dims(op: str, x: Tensor, s, dim, default_dims):
+def _sizes_and_dims(op: str, x: Tensor, s, dim):
+    """The transform's sizes (None: the input's) and dims (None: the last len(s), or every dim)."""
     if dim is None:
         dims = tuple(range(x.ndim)) if s is None else tuple(range(x.ndim - len(s), x.ndim))
-        dims = dims if default_dims is None or s is not None else default_dims
     else:
         dims = (dim,) if isinstance(dim, int) else tuple(dim)
     dims = tuple(layout.normalize_dim(d, x.ndim) for d in dims)
@@ -58,14 +58,14 @@ def _sizes_and_dims(op: str, x: Tensor, s, dim, default_dims):
     return s, dims
 
 
-def _transform(op: str, x: Tensor, s, dim, norm, default_dims=None) -> Tensor:
+def _transform(op: str, x: Tensor, s, dim, norm) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}: input must be a tensor, got {type(x).__name__}")
     if op.startswith("r") and x.dtype.kind == "complex":
         raise DTypeError(f"{op} takes a real input, got {x.dtype.name}")
     if x.dtype.kind not in ("float", "complex"):
         x = x.to(dtype=dtypes.DEFAULT_FLOAT)
-    s, dims = _sizes_and_dims(op, x, s, dim, default_dims)
+    s, dims = _sizes_and_dims(op, x, s, dim)
     last = s[-1] if s is not None else None
     if op == "irfftn":
         last = last if last is not None else 2 * (x.shape[dims[-1]] - 1)
