@@ -64,6 +64,16 @@ def storage_layout(batch: int, channels: int, sizes, channels_last: bool):
     return shape, tuple(prod(shape[d + 1:]) for d in range(n + 2)), tuple(range(n + 2))
 
 
+def window_tile(device, channels_last: bool) -> dict:
+    """The window kernels' tile (tiles.window: block_c channels by block_w positions of a row), its
+    long side along the contiguous dim: a channels-last tile is block_w channels by block_c
+    positions, so each row of the tile is one coalesced run of channels."""
+    tile = dict(launch.tiles("window", device))
+    if channels_last:
+        tile["block_c"], tile["block_w"] = tile["block_w"], tile["block_c"]
+    return tile
+
+
 @dataclass(frozen=True)
 class Detail:
     path: str                  # "gemm", "depthwise", "columns" (conv_transpose1d)
@@ -143,7 +153,7 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
     flops = 2 * batch * prod(outs) * out_channels * c_g * prod(kernel)
     moved = (prod(x_shape) + prod(w_shape) + prod(storage) + (out_channels if has_bias else 0)) * dtype.itemsize
     if c_g == 1 and groups == channels:  # depthwise: out channel c reads input channel c // (O / C)
-        tile = launch.tiles("window", device)
+        tile = window_tile(device, cl)
         ws = (w_strides[0], *three(w_strides[2:], 0))
         res_slot, *res_strides = epilogue.args()
         args = (Slot("x"), Slot("w"), Slot("bias"), Slot("out"), Slot("out"), res_slot, channels, *sizes,
@@ -292,4 +302,4 @@ for _n in (1, 2, 3):
     declares(f"conv{_n}d")(_conv_cost)
     declares(f"conv_transpose{_n}d")(_transpose_cost)
 
-__all__ = ["launch_conv", "conv_plan", "is_channels_last", "storage_layout", "three", "check_dtype"]
+__all__ = ["launch_conv", "conv_plan", "is_channels_last", "storage_layout", "three", "check_dtype", "window_tile"]

@@ -10,8 +10,8 @@ from math import prod
 from nbx.core import dtypes
 from nbx.core.ops.pooling import adaptive_window, pool_args
 
-from .. import launch, plans
-from ..conv import check_dtype, is_channels_last, storage_layout, three
+from .. import plans
+from ..conv import check_dtype, is_channels_last, storage_layout, three, window_tile
 from ..conv.kernel import AVG, MAX, window_kernel
 from ..cost import Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
@@ -25,8 +25,9 @@ def _window_plan(shape, strides, dtype, device, mode: int, kernel, stride, paddi
     if not batched:  # unbatched (C, *S): one sample
         shape, strides = (1, *shape), (0, *strides)
     batch, channels = shape[0], shape[1]
-    storage, o_strides, view = storage_layout(batch, channels, outs, is_channels_last(shape, strides))
-    tile = launch.tiles("window", device)
+    cl = is_channels_last(shape, strides)
+    storage, o_strides, view = storage_layout(batch, channels, outs, cl)
+    tile = window_tile(device, cl)
     outs3, sizes = three(outs, 1), three(shape[2:], 1)
     xs = (strides[0], strides[1], *three(strides[2:], 0))
     os_ = (o_strides[0], o_strides[1], *three(o_strides[2:], 0))

@@ -11,8 +11,8 @@ import numpy as np
 from nbx.core.dispatch import implementation
 from nbx.core.ops.resample import source_scale
 
-from .. import launch, plans
-from ..conv import check_dtype, is_channels_last, storage_layout, three
+from .. import plans
+from ..conv import check_dtype, is_channels_last, storage_layout, three, window_tile
 from ..cost import Cost, declares, price
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
@@ -25,12 +25,13 @@ MODES = {"nearest": (NEAREST, 1), "nearest-exact": (NEAREST_EXACT, 1), "linear":
 def _plan(shape, strides, dtype, device, sizes, scales, mode: str, align_corners: bool) -> LaunchPlan:
     n = len(sizes)
     batch, channels = shape[0], shape[1]
-    storage, o_strides, view = storage_layout(batch, channels, tuple(sizes), is_channels_last(shape, strides))
+    cl = is_channels_last(shape, strides)
+    storage, o_strides, view = storage_layout(batch, channels, tuple(sizes), cl)
     kind, taps = MODES[mode]
     steps = three([float(np.float32(source_scale(shape[2 + d], sizes[d], scales[d], align_corners)))
                    for d in range(n)], 0.0)
     taps3 = three([taps] * n, 1)
-    tile = launch.tiles("window", device)
+    tile = window_tile(device, cl)
     outs3 = three(sizes, 1)
     args = (Slot("x"), Slot("out"), channels, *three(shape[2:], 1), *outs3, *steps,
             strides[0], strides[1], *three(strides[2:], 0), o_strides[0], o_strides[1], *three(o_strides[2:], 0))
