@@ -24,6 +24,7 @@ from . import graph  # nbx.graph.capture: steps captured once and replayed
 from . import operators as _operators  # installs Python operators on Tensor  # noqa: F401
 from .version import __version__
 from importlib import import_module as _import_module
-linalg = _import_module(".linalg", __name__)  # nbx.linalg (by path: the star import above binds ops.linalg)
+linalg = _import_module(".linalg", __name__)
+fft = _import_module(".fft", __name__)  # nbx.fft, as torch.fft  # nbx.linalg (by path: the star import above binds ops.linalg)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

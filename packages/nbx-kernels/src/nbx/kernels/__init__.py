@@ -12,7 +12,7 @@ import importlib
 from .version import __version__
 
 FAMILIES = ("elementwise", "random", "softmax", "reduction", "norm", "matmul", "gather", "sort", "copies", "sampling",
-            "attention", "moe")
+            "attention", "moe", "conv", "pool", "resample")
 
 
 def register() -> None:

@@ -1,0 +1,288 @@
+"""Convolutions and transposed convolutions, spelled as torch.nn.functional.
+
+`conv1d/2d/3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)` with padding an
+int, a tuple of one int per spatial dim, a tuple of (low, high) pairs (asymmetric), 'same' or
+'valid'; `padding_mode=` ('zeros', or a mode of `pad`: 'reflect', 'replicate', 'circular', as
+nn.Conv2d) pads through `pad` first. `conv_transpose1d/2d/3d(input, weight, bias=None, stride=1,
+padding=0, output_padding=0, groups=1, dilation=1)` (torch's argument order). Input (N, C, *S) or
+unbatched (C, *S); a channels-last input (strides of N, *S, C) is read in place by the kernels and
+gives a channels-last output, as torch does. Half types compute in fp32; the oracle in float64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import reference
+from ..dispatch import implementation, register
+from ..errors import ArgumentError, DTypeError, ShapeError
+from ..tensor import Tensor
+from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
+
+PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
+def spatial_tuple(value, n: int, name: str, minimum: int = 1) -> tuple[int, ...]:
+    """An int or a tuple of n ints as n ints, each at least minimum."""
+    values = (int(value),) * n if isinstance(value, (int, np.integer)) else tuple(int(v) for v in value)
+    if len(values) != n:
+        raise ArgumentError(f"{name} {value!r} needs one value per spatial dim ({n})")
+    if any(v < minimum for v in values):
+        raise ArgumentError(f"{name} {value!r} must be at least {minimum} in every dim")
+    return values
+
+
+def conv_padding(padding, n: int, kernel, stride, dilation) -> tuple[tuple[int, int], ...]:
+    """padding as (low, high) per spatial dim: 'valid' none; 'same' the total dilation * (k - 1)
+    with the odd element high (torch's rule; stride 1 only); ints symmetric; pairs as given."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * n
+        if padding != "same":
+            raise ArgumentError(f"padding {padding!r} is none of 'same', 'valid', an int or a tuple")
+        if any(s != 1 for s in stride):
+            raise ArgumentError("padding='same' is not supported for strided convolutions (as torch)")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return tuple((t // 2, t - t // 2) for t in totals)
+    if not isinstance(padding, (int, np.integer)) and len(padding) == n and all(
+            not isinstance(p, (int, np.integer)) for p in padding):
+        pairs = tuple((int(lo), int(hi)) for lo, hi in padding)
+    else:
+        pairs = tuple((p, p) for p in spatial_tuple(padding, n, "padding", 0))
+    if any(lo < 0 or hi < 0 for lo, hi in pairs):
+        raise ArgumentError(f"padding {padding!r} must not be negative")
+    return pairs
+
+
+def conv_out_size(size: int, lo: int, hi: int, k: int, stride: int, dilation: int) -> int:
+    return (size + lo + hi - dilation * (k - 1) - 1) // stride + 1
+
+
+def _check_operands(op: str, n: int, x: Tensor, weight: Tensor, bias: Tensor | None):
+    for role, t in (("input", x), ("weight", weight), ("bias", bias)):
+        if t is None:
+            continue
+        if not isinstance(t, Tensor):
+            raise DTypeError(f"{op}: {role} must be a tensor, got {type(t).__name__}")
+        check_category(f"{op} ({role})", t.dtype, "real_floating")
+        if t.dtype is not x.dtype:
+            raise DTypeError(f"{op}: {role} is {t.dtype.name}, input is {x.dtype.name} (they must match, as torch)")
+    common_device(x, weight, bias)
+    if x.ndim not in (n + 1, n + 2):
+        raise ShapeError(f"{op} takes input (N, C, *{n} dims) or unbatched (C, *{n} dims), got shape {x.shape}")
+    if weight.ndim != n + 2:
+        raise ShapeError(f"{op} takes a weight of {n + 2} dims, got shape {weight.shape}")
+
+
+def _batched(x: Tensor, n: int) -> tuple[Tensor, bool]:
+    return (x.unsqueeze(0), True) if x.ndim == n + 1 else (x, False)
+
+
+def conv_args(op: str, n: int, x, weight, bias, stride, padding, dilation, groups):
+    """The normalized arguments of a convolution: (stride, pads, dilation, groups), checked."""
+    groups = int(groups)
+    kernel = tuple(weight.shape[2:])
+    stride, dilation = spatial_tuple(stride, n, "stride"), spatial_tuple(dilation, n, "dilation")
+    pads = conv_padding(padding, n, kernel, stride, dilation)
+    channels = x.shape[1]
+    if groups < 1 or channels % groups or weight.shape[0] % groups:
+        raise ShapeError(f"{op}: groups {groups} must divide the {channels} input and {weight.shape[0]} "
+                         f"output channels")
+    if weight.shape[1] * groups != channels:
+        raise ShapeError(f"{op}: weight {weight.shape} takes {weight.shape[1] * groups} input channels "
+                         f"({weight.shape[1]} a group x {groups} groups), input has {channels}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ShapeError(f"{op}: bias has shape {bias.shape}, expected ({weight.shape[0]},)")
+    for d in range(n):
+        if conv_out_size(x.shape[2 + d], *pads[d], kernel[d], stride[d], dilation[d]) < 1:
+            raise ShapeError(f"{op}: the kernel {kernel} (dilation {dilation}) is larger than the padded input "
+                             f"{x.shape[2:]} in spatial dim {d}")
+    return stride, pads, dilation, groups
+
+
+def _conv_front_end(n: int):
+    op = f"conv{n}d"
+
+    def conv(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+             groups: int = 1, padding_mode: str = "zeros", *, activation=None, residual: Tensor | None = None) -> Tensor:
+        _check_operands(op, n, input, weight, bias)
+        x, unbatched = _batched(input, n)
+        stride, pads, dilation, groups = conv_args(op, n, x, weight, bias, stride, padding, dilation, groups)
+        activation = _activation(op, activation)
+        if residual is not None:
+            residual = _check_residual(op, n, x, weight, residual, stride, pads, dilation, unbatched)
+        if padding_mode not in PADDING_MODES:
+            raise ArgumentError(f"{op}: padding_mode {padding_mode!r} is none of {PADDING_MODES}")
+        if padding_mode != "zeros" and any(lo or hi for lo, hi in pads):
+            from .datamove import pad
+            x = pad(x, [a for lo_hi in reversed(pads) for a in lo_hi], mode=padding_mode)
+            pads = ((0, 0),) * n
+        out = implementation(op, x.device)(x, weight, bias, stride, pads, dilation, groups, activation, residual)
+        return out.squeeze(0) if unbatched else out
+    conv.__name__ = conv.__qualname__ = op
+    conv.__doc__ = (f"torch.nn.functional.{op}: the {n}-D convolution (cross-correlation) of input by weight; "
+                    f"activation(conv + bias) + residual with the keyword-only extensions (fused in the store).")
+    return conv
+
+
+def _activation(op: str, activation):
+    from .products import ACTIVATIONS
+    if activation not in ACTIVATIONS:
+        raise ArgumentError(f"{op}'s activation is one of {', '.join(map(str, ACTIVATIONS))}, got {activation!r}")
+    return activation
+
+
+def _check_residual(op: str, n: int, x: Tensor, weight: Tensor, residual, stride, pads, dilation, unbatched: bool):
+    """The residual as a batched tensor of the output's shape and dtype."""
+    if not isinstance(residual, Tensor) or residual.dtype is not x.dtype:
+        raise DTypeError(f"{op}: residual must be a {x.dtype.name} tensor")
+    common_device(x, residual)
+    shape = (x.shape[0], weight.shape[0], *(conv_out_size(x.shape[2 + d], *pads[d], weight.shape[2 + d], stride[d],
+                                                          dilation[d]) for d in range(n)))
+    batched = residual.unsqueeze(0) if unbatched else residual
+    if tuple(batched.shape) != shape:
+        raise ShapeError(f"{op}: residual has shape {tuple(residual.shape)}, the output's is {shape[unbatched:]}")
+    return batched
+
+
+conv1d, conv2d, conv3d = (_conv_front_end(n) for n in (1, 2, 3))
+
+
+def transpose_out_size(size, lo, k, stride, dilation, output_padding) -> int:
+    return (size - 1) * stride - 2 * lo + dilation * (k - 1) + output_padding + 1
+
+
+def conv_transpose_args(op: str, n: int, x, weight, bias, stride, padding, output_padding, groups, dilation):
+    """The normalized arguments of a transposed convolution: (stride, padding, output_padding,
+    groups, dilation), checked. weight is (C_in, C_out / groups, *kernel)."""
+    groups = int(groups)
+    stride, dilation = spatial_tuple(stride, n, "stride"), spatial_tuple(dilation, n, "dilation")
+    if isinstance(padding, str):
+        raise ArgumentError(f"{op} takes int padding, not {padding!r} (as torch)")
+    padding = spatial_tuple(padding, n, "padding", 0)
+    output_padding = spatial_tuple(output_padding, n, "output_padding", 0)
+    for p, s, d in zip(output_padding, stride, dilation):
+        if p >= s and p >= d:
+            raise ArgumentError(f"{op}: output_padding {output_padding} must be smaller than the stride {stride} "
+                                f"or the dilation {dilation}")
+    channels = x.shape[1]
+    if groups < 1 or channels % groups:
+        raise ShapeError(f"{op}: groups {groups} must divide the {channels} input channels")
+    if weight.shape[0] != channels:
+        raise ShapeError(f"{op}: weight {weight.shape} takes {weight.shape[0]} input channels, input has {channels}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[1] * groups,):
+        raise ShapeError(f"{op}: bias has shape {bias.shape}, expected ({weight.shape[1] * groups},)")
+    kernel = weight.shape[2:]
+    for d in range(n):
+        if transpose_out_size(x.shape[2 + d], padding[d], kernel[d], stride[d], dilation[d], output_padding[d]) < 1:
+            raise ShapeError(f"{op}: padding {padding} leaves no output in spatial dim {d}")
+    return stride, padding, output_padding, groups, dilation
+
+
+def _transpose_front_end(n: int):
+    op = f"conv_transpose{n}d"
+
+    def conv_transpose(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+                       output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+        _check_operands(op, n, input, weight, bias)
+        x, unbatched = _batched(input, n)
+        args = conv_transpose_args(op, n, x, weight, bias, stride, padding, output_padding, groups, dilation)
+        out = implementation(op, x.device)(x, weight, bias, *args)
+        return out.squeeze(0) if unbatched else out
+    conv_transpose.__name__ = conv_transpose.__qualname__ = op
+    conv_transpose.__doc__ = f"torch.nn.functional.{op}: the gradient of {n}-D convolution with respect to its input."
+    return conv_transpose
+
+
+conv_transpose1d, conv_transpose2d, conv_transpose3d = (_transpose_front_end(n) for n in (1, 2, 3))
+
+
+# ---- references ----------------------------------------------------------------------------------
+
+def _compute(t: Tensor, precision):
+    dtype = oracle_dtype(t.dtype) if precision == reference.FLOAT64 else compute_dtype(t.dtype)
+    return t.numpy().astype(dtype, copy=False), dtype
+
+
+def _group_product(windows: np.ndarray, w: np.ndarray, groups: int, n: int) -> np.ndarray:
+    """windows (N, C, *O, *K) by w (F, C / groups, *K) -> (N, F, *O), group by group."""
+    outs, ks = "xyz"[:n], "ijk"[:n]
+    c_per, f_per = w.shape[1], w.shape[0] // groups
+    parts = [np.einsum(f"nc{outs}{ks},fc{ks}->nf{outs}", windows[:, g * c_per:(g + 1) * c_per],
+                       w[g * f_per:(g + 1) * f_per], optimize=True) for g in range(groups)]
+    return np.concatenate(parts, axis=1)
+
+
+def _conv_reference(n: int):
+    def ref(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, padding_mode="zeros",
+            activation=None, residual=None, precision=reference.NATIVE):
+        from .products import apply_activation
+        xb, unbatched = _batched(x, n)
+        stride, pads, dilation, groups = conv_args(f"conv{n}d", n, xb, weight, bias, stride, padding, dilation, groups)
+        a, dtype = _compute(xb, precision)
+        w = weight.numpy().astype(dtype, copy=False)
+        mode = {"zeros": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}[padding_mode]
+        a = np.pad(a, ((0, 0), (0, 0)) + pads, mode=mode)
+        kernel = w.shape[2:]
+        extents = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
+        win = np.lib.stride_tricks.sliding_window_view(a, extents, axis=tuple(range(2, 2 + n)))
+        win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)
+                  + tuple(slice(None, None, d) for d in dilation)]
+        out = _group_product(win, w, groups, n)
+        if bias is not None:
+            out = out + bias.numpy().astype(dtype).reshape((1, -1) + (1,) * n)
+        out = apply_activation(out, activation)
+        if residual is not None:
+            out = out + residual.numpy().astype(dtype).reshape(out.shape)
+        return out[0] if unbatched else out
+    return ref
+
+
+def _transpose_reference(n: int):
+    def ref(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
+            precision=reference.NATIVE):
+        xb, unbatched = _batched(x, n)
+        stride, padding, output_padding, groups, dilation = conv_transpose_args(
+            f"conv_transpose{n}d", n, xb, weight, bias, stride, padding, output_padding, groups, dilation)
+        a, dtype = _compute(xb, precision)
+        w = weight.numpy().astype(dtype, copy=False)
+        batch, channels, sizes, kernel = a.shape[0], a.shape[1], a.shape[2:], w.shape[2:]
+        c_per, f_per = channels // groups, w.shape[1]
+        outs = [transpose_out_size(sizes[d], padding[d], kernel[d], stride[d], dilation[d], output_padding[d])
+                for d in range(n)]
+        full = [max((sizes[d] - 1) * stride[d] + dilation[d] * (kernel[d] - 1) + 1, padding[d] + outs[d])
+                for d in range(n)]
+        buf = np.zeros((batch, f_per * groups, *full), dtype)
+        letters = "xyz"[:n]
+        for k in np.ndindex(*kernel):  # each tap's product lands at i * stride + k * dilation
+            for g in range(groups):
+                part = np.einsum(f"nc{letters},cf->nf{letters}", a[:, g * c_per:(g + 1) * c_per],
+                                 w[(slice(g * c_per, (g + 1) * c_per), slice(None)) + k], optimize=True)
+                where = tuple(slice(k[d] * dilation[d], k[d] * dilation[d] + (sizes[d] - 1) * stride[d] + 1,
+                                    stride[d]) for d in range(n))
+                buf[(slice(None), slice(g * f_per, (g + 1) * f_per)) + where] += part
+        out = buf[(slice(None), slice(None)) + tuple(slice(padding[d], padding[d] + outs[d]) for d in range(n))]
+        if bias is not None:
+            out = out + bias.numpy().astype(dtype).reshape((1, -1) + (1,) * n)
+        return out[0] if unbatched else out
+    return ref
+
+
+def _register(op: str, ref) -> None:
+    reference.register(op, ref)
+    register(op, "cpu")(lambda x, *args: wrap(ref(x, *args), x.dtype))
+
+
+def _register_conv(op: str, ref) -> None:
+    reference.register(op, ref)
+
+    @register(op, "cpu")
+    def cpu(x, weight, bias, stride, pads, dilation, groups, activation, residual):
+        return wrap(ref(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual),
+                    x.dtype)
+
+
+for _n in (1, 2, 3):
+    _register_conv(f"conv{_n}d", _conv_reference(_n))
+    _register(f"conv_transpose{_n}d", _transpose_reference(_n))
+
+__all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]

@@ -1,0 +1,305 @@
+"""conv1d/2d/3d and conv_transpose1d/2d/3d on the shared launch path.
+
+Paths, decided from shapes alone (one plan each, `plans.cached`):
+- depthwise (groups == input channels, one input channel a group, not transposed): the window
+  kernel (kernel.py), a BLOCK_C x BLOCK_W tile of one output row, channels by width;
+- 1 x 1, stride 1, no padding, one group, channels-last input: a product, nbx.linear of the
+  (positions, channels) matrix by the (out, in) weight with the bias in its epilogue;
+- every other convolution and the 2-D / 3-D transposed ones: the implicit GEMM (kernel.py), tiled
+  by the certified setting of its launch key (tuning.py);
+- conv_transpose1d: a GEMM of the (C_in, O / groups x K) weight by the input into float32 columns
+  (the implicit GEMM with one tap: workspace), then the overlap-add that gathers each output's
+  taps (col2im), bias added there.
+1-D and 2-D convolutions are the 3-D kernels with unit leading spatial dims (stride 0). The output
+keeps the input's layout: channels-last in, channels-last out (as torch).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from nbx.core import dtypes
+from nbx.core.errors import NotSupportedError
+from nbx.core.ops.conv import conv_out_size, transpose_out_size
+from nbx.core.tensor import Tensor
+
+from .. import launch, plans
+from ..cost import Cost, declares, price
+from ..elementwise.casts import COMPILED
+from ..matmul.tuning import stages_that_fit
+from ..plans import Launch, LaunchPlan, Slot
+from ..registry import implements
+from ..types import tl_type
+from .kernel import DEPTHWISE, conv_gemm_kernel, overlap_add_kernel, window_kernel
+from .tuning import conv_setting
+
+KERNEL_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
+
+
+def check_dtype(op: str, dtype) -> None:
+    if dtype not in KERNEL_DTYPES:
+        raise NotSupportedError(f"{op}: the kernels compute {[d.name for d in KERNEL_DTYPES]}, not {dtype.name} "
+                                f"(compute it on the CPU)")
+
+
+def three(values, fill) -> tuple:
+    """A spatial tuple of one to three entries as three (leading dims filled)."""
+    return (fill,) * (3 - len(values)) + tuple(values)
+
+
+def is_channels_last(shape, strides) -> bool:
+    """Whether (N, C, *S) has its channels at unit stride with the spatial dims around them
+    (torch's channels_last memory format), so the output keeps that layout too."""
+    return len(shape) > 2 and shape[1] > 1 and strides[1] == 1 and prod(shape[2:]) > 1
+
+
+def storage_layout(batch: int, channels: int, sizes, channels_last: bool):
+    """(storage shape, logical strides of (N, C, *S), dims that give the logical view) of an output."""
+    n = len(sizes)
+    if channels_last:
+        shape = (batch, *sizes, channels)
+        spatial = tuple(prod(sizes[d + 1:]) * channels for d in range(n))
+        return shape, (prod(sizes) * channels, 1, *spatial), (0, n + 1, *range(1, n + 1))
+    shape = (batch, channels, *sizes)
+    return shape, tuple(prod(shape[d + 1:]) for d in range(n + 2)), tuple(range(n + 2))
+
+
+def window_tile(device, channels_last: bool) -> dict:
+    """The window kernels' tile (tiles.window: block_c channels by block_w positions of a row), its
+    long side along the contiguous dim: a channels-last tile is block_w channels by block_c
+    positions, so each row of the tile is one coalesced run of channels."""
+    tile = dict(launch.tiles("window", device))
+    if channels_last:
+        tile["block_c"], tile["block_w"] = tile["block_w"], tile["block_c"]
+    return tile
+
+
+@dataclass(frozen=True)
+class Detail:
+    path: str                  # "gemm", "depthwise", "columns" (conv_transpose1d)
+    view: tuple[int, ...]      # permutation of the storage output to the logical (N, C, *S)
+    tile: dict
+    flops: int
+    bytes_moved: int
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What follows the bias in the store: the activation (None or a name of products.ACTIVATIONS)
+    and the residual's logical strides (N, C, D, H, W), or None."""
+    activation: str | None = None
+    residual: tuple | None = None
+
+    def args(self) -> tuple:
+        return (Slot("res") if self.residual else Slot("out"), *(self.residual or (0,) * 5))
+
+    def meta(self) -> dict:
+        return dict(ACTIVATION=self.activation, HAS_RES=self.residual is not None)
+
+
+NO_EPILOGUE = Epilogue()
+
+
+def residual_strides(residual: Tensor | None):
+    """A residual's strides as five (N, C, D, H, W), the missing leading spatial dims 0."""
+    if residual is None:
+        return None
+    st = residual.strides
+    return (st[0], st[1], *three(st[2:], 0))
+
+
+def _gemm_meta(dtype, tile: dict, device) -> dict:
+    stages = tile["num_stages"]
+    if COMPILED:  # a setting of 16-bit operands held to the shared memory a float32 key's stages take
+        stages = stages_that_fit(tile, dtype.itemsize, dtype.itemsize, launch.facts(device))
+    return dict(DOT=tl_type(dtype), IEEE=dtype is dtypes.float32, BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"],
+                BLOCK_K=tile["block_k"], GROUP_M=tile["group_m"], num_warps=tile["num_warps"], num_stages=stages)
+
+
+def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transposed: bool, dtype, device, setting,
+                 out_slot: str = "out", epilogue: Epilogue = NO_EPILOGUE) -> tuple[Launch, dict]:
+    """The implicit GEMM launch over 3-D geometry (batch, c_g, groups, o_g, sizes, outs, kernel,
+    stride, pad, dilation), tiled by setting or the certified one."""
+    batch, c_g, groups, o_g, sizes, outs, kernel, stride, pad, dilation = geometry
+    m, k = batch * prod(outs), c_g * prod(kernel)
+    if setting is None:
+        setting = conv_setting(device, m, o_g, k, dtype, x_strides[1] == 1 and c_g * groups > 1)
+    tile = {**launch.tiles("conv", device), **dict(setting)}
+    meta = dict(TRANSPOSED=transposed, HAS_BIAS=bias, **epilogue.meta(), **_gemm_meta(dtype, tile, device))
+    tiles = -(-m // tile["block_m"]) * -(-o_g // tile["block_n"])
+    res_slot, *res_strides = epilogue.args()
+    args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
+            *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides)
+    return Launch(conv_gemm_kernel, (tiles, groups), args, meta), tile
+
+
+def _spatial(shape, strides, n: int):
+    return three(shape[2:], 1), (strides[0], strides[1], *three(strides[2:], 0))
+
+
+def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, pads, dilation, groups, device,
+               setting, epilogue: Epilogue = NO_EPILOGUE) -> LaunchPlan:
+    n = len(x_shape) - 2
+    batch, channels, out_channels = x_shape[0], x_shape[1], w_shape[0]
+    c_g, o_g = channels // groups, out_channels // groups
+    kernel = tuple(w_shape[2:])
+    outs = tuple(conv_out_size(x_shape[2 + d], *pads[d], kernel[d], stride[d], dilation[d]) for d in range(n))
+    cl = is_channels_last(x_shape, x_strides)
+    storage, o_strides, view = storage_layout(batch, out_channels, outs, cl)
+    sizes, xs = _spatial(x_shape, x_strides, n)
+    os_ = (o_strides[0], o_strides[1], *three(o_strides[2:], 0))
+    geometry = (batch, c_g, groups, o_g, sizes, three(outs, 1), three(kernel, 1), three(stride, 1),
+                three([p[0] for p in pads], 0), three(dilation, 1))
+    flops = 2 * batch * prod(outs) * out_channels * c_g * prod(kernel)
+    moved = (prod(x_shape) + prod(w_shape) + prod(storage) + (out_channels if has_bias else 0)) * dtype.itemsize
+    if c_g == 1 and groups == channels:  # depthwise: out channel c reads input channel c // (O / C)
+        tile = window_tile(device, cl)
+        ws = (w_strides[0], *three(w_strides[2:], 0))
+        res_slot, *res_strides = epilogue.args()
+        args = (Slot("x"), Slot("w"), Slot("bias"), Slot("out"), Slot("out"), res_slot, channels, *sizes,
+                *three(outs, 1), *three(kernel, 1), o_g, *three(stride, 1), *three([p[0] for p in pads], 0),
+                *three(dilation, 1), 0, *xs, *ws, *os_, *res_strides)
+        grid = (batch * prod(three(outs, 1)[:2]), -(-three(outs, 1)[2] // tile["block_w"]),
+                -(-out_channels // tile["block_c"]))
+        meta = dict(MODE=DEPTHWISE, ADAPTIVE=False, INCLUDE_PAD=False, HAS_BIAS=has_bias, **epilogue.meta(),
+                    BLOCK_C=tile["block_c"],
+                    BLOCK_W=tile["block_w"], num_warps=tile["num_warps"])
+        return LaunchPlan(device, (Launch(window_kernel, grid, args, meta),), (plans.output("out", storage, dtype),),
+                          detail=Detail("depthwise", view, tile, flops, moved))
+    w_s = (o_g * w_strides[0], w_strides[0], w_strides[1], *three(w_strides[2:], 0))
+    one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, False, dtype, device, setting, epilogue=epilogue)
+    return LaunchPlan(device, (one,), (plans.output("out", storage, dtype),),
+                      detail=Detail("gemm", view, tile, flops, moved))
+
+
+def _transpose_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, padding, output_padding, groups,
+                    dilation, device, setting) -> LaunchPlan:
+    n = len(x_shape) - 2
+    batch, channels = x_shape[0], x_shape[1]
+    c_g, o_g = channels // groups, w_shape[1]
+    kernel = tuple(w_shape[2:])
+    outs = tuple(transpose_out_size(x_shape[2 + d], padding[d], kernel[d], stride[d], dilation[d], output_padding[d])
+                 for d in range(n))
+    cl = is_channels_last(x_shape, x_strides)
+    storage, o_strides, view = storage_layout(batch, o_g * groups, outs, cl)
+    sizes, xs = _spatial(x_shape, x_strides, n)
+    flops = 2 * batch * prod(x_shape[2:]) * channels * o_g * prod(kernel)
+    moved = (prod(x_shape) + prod(w_shape) + prod(storage)) * dtype.itemsize
+    if n == 1 and w_strides[2] == 1 and w_strides[1] == kernel[0]:  # weight rows (o, k) at unit stride
+        length, taps = x_shape[2], kernel[0]
+        cols = (batch, groups * o_g * taps, length)
+        col_strides = (prod(cols[1:]), length, 1)
+        geometry = (batch, c_g, groups, o_g * taps, sizes, (1, 1, length), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1))
+        w_s = (c_g * w_strides[0], 1, w_strides[0], 0, 0, 0)
+        gemm, tile = _gemm_launch(xs, w_s, (col_strides[0], col_strides[1], 0, 0, col_strides[2]), geometry, False,
+                                  False, dtype, device, setting, out_slot="columns")
+        window = launch.tiles("window", device)
+        add = Launch(overlap_add_kernel, (batch, -(-outs[0] // window["block_w"]), -(-(o_g * groups) // window["block_c"])),
+                     (Slot("columns"), Slot("bias"), Slot("out"), o_g * groups, length, outs[0], taps, stride[0],
+                      padding[0], dilation[0], col_strides[0], taps * length, length, 1, o_strides[0], o_strides[1],
+                      o_strides[2]),
+                     dict(HAS_BIAS=has_bias, BLOCK_O=window["block_c"], BLOCK_L=window["block_w"],
+                          num_warps=window["num_warps"]))
+        moved += 2 * prod(cols) * 4
+        return LaunchPlan(device, (gemm, add), (plans.output("out", storage, dtype),),
+                          (plans.workspace("columns", cols, dtypes.float32),),
+                          detail=Detail("columns", view, tile, flops, moved))
+    os_ = (o_strides[0], o_strides[1], *three(o_strides[2:], 0))
+    geometry = (batch, c_g, groups, o_g, sizes, three(outs, 1), three(kernel, 1), three(stride, 1),
+                three(padding, 0), three(dilation, 1))
+    w_s = (c_g * w_strides[0], w_strides[1], w_strides[0], *three(w_strides[2:], 0))
+    one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, True, dtype, device, setting)
+    return LaunchPlan(device, (one,), (plans.output("out", storage, dtype),),
+                      detail=Detail("gemm", view, tile, flops, moved))
+
+
+def _layout(t: Tensor | None):
+    return None if t is None else (t.shape, t.strides, t.dtype)
+
+
+def is_product(x: Tensor, weight: Tensor, stride, pads, dilation, groups) -> bool:
+    """A 1 x 1 convolution of a channels-last input: a product of (positions, C) by weight.T."""
+    return (groups == 1 and all(k == 1 for k in weight.shape[2:]) and all(s == 1 for s in stride)
+            and all(p == (0, 0) for p in pads) and is_channels_last(x.shape, x.strides)
+            and x.permute(0, *range(2, x.ndim), 1).is_contiguous() and weight.is_contiguous())
+
+
+def _product_operands(x: Tensor, weight: Tensor):
+    rows = x.permute(0, *range(2, x.ndim), 1).reshape(-1, x.shape[1])
+    return rows, weight.reshape(weight.shape[0], weight.shape[1])
+
+
+def conv_plan(x, weight, bias, stride, pads, dilation, groups, setting=None, activation=None,
+              residual=None) -> LaunchPlan:
+    epilogue = Epilogue(activation, residual_strides(residual))
+    key = ("conv", _layout(x), _layout(weight), bias is not None, stride, pads, dilation, groups, x.device,
+           plans.setting_key(setting), epilogue)
+    return plans.cached("conv", key, lambda: _conv_plan(x.shape, x.strides, weight.shape, weight.strides,
+                                                        bias is not None, x.dtype, stride, pads, dilation, groups,
+                                                        x.device, setting, epilogue))
+
+
+def launch_conv(x, weight, bias, stride, pads, dilation, groups, out=None, setting=None, activation=None,
+                residual=None) -> Tensor:
+    """The convolution through the window or implicit-GEMM kernel, activation(conv + bias) +
+    residual (out: the plan's storage buffer when given; setting overrides the served one: the
+    certifier's)."""
+    plan = conv_plan(x, weight, bias, stride, pads, dilation, groups, setting, activation, residual)
+    values = plans.execute(plan, {"x": x, "w": weight, "bias": x if bias is None else bias, "out": out,
+                                  "res": residual})
+    return values["out"].permute(*plan.detail.view)
+
+
+def _product_residual(residual: Tensor | None):
+    """The residual (N, C, *S) as the product's (positions, C) rows (a view when channels-last)."""
+    if residual is None:
+        return None
+    return residual.permute(0, *range(2, residual.ndim), 1).reshape(-1, residual.shape[1])
+
+
+def _convolution(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None):
+    check_dtype(f"conv{x.ndim - 2}d", x.dtype)
+    if is_product(x, weight, stride, pads, dilation, groups):
+        from nbx.core.ops.products import linear
+        rows, w = _product_operands(x, weight)
+        out = linear(rows, w, bias, activation=activation, residual=_product_residual(residual))
+        return out.reshape(x.shape[0], *x.shape[2:], weight.shape[0]).permute(0, x.ndim - 1, *range(1, x.ndim - 1))
+    return launch_conv(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual)
+
+
+def _transposed(x, weight, bias, stride, padding, output_padding, groups, dilation):
+    check_dtype(f"conv_transpose{x.ndim - 2}d", x.dtype)
+    key = ("transpose", _layout(x), _layout(weight), bias is not None, stride, padding, output_padding, groups,
+           dilation, x.device)
+    plan = plans.cached("conv_transpose", key, lambda: _transpose_plan(
+        x.shape, x.strides, weight.shape, weight.strides, bias is not None, x.dtype, stride, padding, output_padding,
+        groups, dilation, x.device, None))
+    values = plans.execute(plan, {"x": x, "w": weight, "bias": x if bias is None else bias})
+    return values["out"].permute(*plan.detail.view)
+
+
+for _n in (1, 2, 3):
+    implements(f"conv{_n}d")(_convolution)
+    implements(f"conv_transpose{_n}d")(_transposed)
+
+
+def _cost(plan: LaunchPlan) -> Cost:
+    return Cost(plan.buffers(), plan.detail.bytes_moved, plan.detail.flops, len(plan.launches))
+
+
+def _conv_cost(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None) -> Cost:
+    if is_product(x, weight, stride, pads, dilation, groups):
+        return price("linear", *_product_operands(x, weight), bias, activation, _product_residual(residual))
+    return _cost(conv_plan(x, weight, bias, stride, pads, dilation, groups, None, activation, residual))
+
+
+def _transpose_cost(x, weight, bias, stride, padding, output_padding, groups, dilation) -> Cost:
+    return _cost(_transpose_plan(x.shape, x.strides, weight.shape, weight.strides, bias is not None, x.dtype, stride,
+                                 padding, output_padding, groups, dilation, x.device, None))
+
+
+for _n in (1, 2, 3):
+    declares(f"conv{_n}d")(_conv_cost)
+    declares(f"conv_transpose{_n}d")(_transpose_cost)
+
+__all__ = ["launch_conv", "conv_plan", "is_channels_last", "storage_layout", "three", "check_dtype", "window_tile"]

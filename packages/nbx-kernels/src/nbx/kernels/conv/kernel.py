@@ -1,0 +1,249 @@
+"""The convolution kernels: an implicit GEMM on tl.dot, a window kernel (depthwise convolution and
+every pooling), and the overlap-add of a 1-D transposed convolution.
+
+Implicit GEMM: the output of one group is the product of an (N * OD * OH * OW) x (C / groups *
+KD * KH * KW) matrix of input taps, never formed in memory, by the (taps) x (O / groups) weight.
+A program owns a BLOCK_M x BLOCK_N tile (output positions x output channels) and walks the kernel
+taps, then the input channels BLOCK_K at a time, as one flat loop (Triton pipelines the
+innermost loop only): each step's halo test (the tap's input position inside the input) is a few
+integer operations on the tile's positions, and the channel steps read the input through its
+strides, so a channels-last input is read along its contiguous channels and a
+channels-first one along its contiguous width. TRANSPOSED reads the same loop as the gradient of
+a convolution: output position o takes input position (o + pad - k * dilation) / stride where
+that divides evenly (the weight then is (C_in, O / groups, *K)).
+
+The window kernel: a program owns a BLOCK_C x BLOCK_W tile of one output row (sample, depth,
+height) - channels by output width, whichever is contiguous in memory is the coalesced one - and
+walks the window's taps with scalar depth and height and vector width positions.
+"""
+import triton
+import triton.language as tl
+
+from ..elementwise.casts import narrow, widen
+from ..matmul.fused import _activate
+from ..matmul.kernel import _grouped_tile, load_operand
+
+DEPTHWISE, MAX, AVG = 0, 1, 2  # the window kernel's MODE (host side)
+_DEPTHWISE, _MAX, _AVG = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)  # the same, read inside kernels
+
+
+@triton.jit
+def _tap(o, k, size, stride, pad, dilation, TRANSPOSED: tl.constexpr):
+    """The input position output position o reads at kernel tap k, and whether it exists."""
+    if TRANSPOSED:
+        num = o + pad - k * dilation
+        i = num // stride
+        ok = (num >= 0) & (num - i * stride == 0) & (i < size)
+    else:
+        i = o * stride - pad + k * dilation
+        ok = (i >= 0) & (i < size)
+    return i, ok
+
+
+@triton.jit
+def epilogue(acc, res_ptrs, mask, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr):
+    """activation(acc) + the residual, in float32 (the bias is in acc already)."""
+    acc = _activate(acc, ACTIVATION)
+    if HAS_RES:
+        acc += widen(tl.load(res_ptrs, mask=mask, other=0.0), tl.float32)
+    return acc
+
+
+@triton.jit
+def conv_gemm_kernel(
+    x, w, bias, out, res,
+    BATCH, C_G, D, H, W, O_G, OD, OH, OW, KD, KH, KW,
+    sd, sh, sw, pd, ph, pw, dd, dh, dw,
+    xs_n, xs_c, xs_d, xs_h, xs_w,
+    ws_g, ws_o, ws_c, ws_d, ws_h, ws_w,
+    os_n, os_c, os_d, os_h, os_w,
+    rs_n, rs_c, rs_d, rs_h, rs_w,
+    TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
+    DOT: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """Grid: (tiles of (N * OD * OH * OW) x O_G, groups). The epilogue: activation(acc + bias) +
+    res (res read through its strides, any layout)."""
+    g = tl.program_id(1)
+    M = BATCH * OD * OH * OW
+    tile_m, tile_n = _grouped_tile(tl.program_id(0), M, O_G, BLOCK_M, BLOCK_N, GROUP_M)
+    rm = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    rn = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    rk = tl.arange(0, BLOCK_K)
+    in_m = rm < M
+    in_n = rn < O_G
+    ow = rm % OW
+    oh = (rm // OW) % OH
+    od = (rm // (OW * OH)) % OD
+    n = rm // (OW * OH * OD)
+    x_row = n * xs_n + (g * C_G).to(tl.int64) * xs_c
+    w_base = w + g.to(tl.int64) * ws_g + rn * ws_o
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # one flat loop over (tap, channel step), so Triton pipelines every load of the tile's K
+    c_steps = tl.cdiv(C_G, BLOCK_K)
+    for step in range(0, KD * KH * KW * c_steps):
+        tap = step // c_steps
+        c0 = (step - tap * c_steps) * BLOCK_K
+        kw = tap % KW
+        kh = (tap // KW) % KH
+        kd = tap // (KW * KH)
+        i_d, ok_d = _tap(od, kd, D, sd, pd, dd, TRANSPOSED)
+        i_h, ok_h = _tap(oh, kh, H, sh, ph, dh, TRANSPOSED)
+        i_w, ok_w = _tap(ow, kw, W, sw, pw, dw, TRANSPOSED)
+        ok = in_m & ok_d & ok_h & ok_w
+        ck = c0 + rk
+        in_k = ck < C_G
+        a_ptrs = x + (x_row + i_d * xs_d + i_h * xs_h + i_w * xs_w)[:, None] + ck[None, :] * xs_c
+        b_ptrs = w_base[None, :] + (kd * ws_d + kh * ws_h + kw * ws_w) + ck[:, None] * ws_c
+        a = load_operand(a_ptrs, ok[:, None] & in_k[None, :], DOT)
+        b = load_operand(b_ptrs, in_k[:, None] & in_n[None, :], DOT)
+        if IEEE:  # float32 operands multiply in float32, as the oracle
+            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
+        else:
+            acc = tl.dot(a, b, acc, out_dtype=tl.float32)
+    o = g * O_G + rn
+    if HAS_BIAS:
+        acc += widen(tl.load(bias + o, mask=in_n, other=0.0), tl.float32)[None, :]
+    mask = in_m[:, None] & in_n[None, :]
+    r_ptrs = res + (n * rs_n + od * rs_d + oh * rs_h + ow * rs_w)[:, None] + (o * rs_c)[None, :]
+    acc = epilogue(acc, r_ptrs, mask, ACTIVATION, HAS_RES)
+    o_ptrs = out + (n * os_n + od * os_d + oh * os_h + ow * os_w)[:, None] + (o * os_c)[None, :]
+    tl.store(o_ptrs, narrow(acc, out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _window_start(o, size, out_size, stride, pad, ADAPTIVE: tl.constexpr):
+    """Where output o's window starts, and where it ends (adaptive windows; else unused)."""
+    if ADAPTIVE:
+        start = (o * size) // out_size
+        end = ((o + 1) * size + out_size - 1) // out_size
+    else:
+        start = o * stride - pad
+        end = start
+    return start, end
+
+
+@triton.jit
+def _window_count(start, end, size, k, pad, ADAPTIVE: tl.constexpr, INCLUDE_PAD: tl.constexpr):
+    """The elements of a window an average divides by along one dim."""
+    if ADAPTIVE:
+        count = end - start
+    elif INCLUDE_PAD:
+        count = tl.minimum(start + k, size + pad) - start
+    else:
+        count = tl.minimum(start + k, size) - tl.maximum(start, 0)
+    return count
+
+
+@triton.jit
+def window_kernel(
+    x, w, bias, out, indices, res,
+    C, D, H, W, OD, OH, OW, KD, KH, KW, MULT,
+    sd, sh, sw, pd, ph, pw, dd, dh, dw, DIVISOR,
+    xs_n, xs_c, xs_d, xs_h, xs_w,
+    ws_c, ws_d, ws_h, ws_w,
+    os_n, os_c, os_d, os_h, os_w,
+    rs_n, rs_c, rs_d, rs_h, rs_w,
+    MODE: tl.constexpr, ADAPTIVE: tl.constexpr, INCLUDE_PAD: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    """Grid: (N * OD * OH, tiles of OW, tiles of output channels). MODE: DEPTHWISE (output
+    channel c reads input channel c // MULT with its own taps), MAX (value and flat index) or AVG.
+    DIVISOR > 0 overrides an average's count. Depthwise takes conv_gemm_kernel's epilogue."""
+    row = tl.program_id(0).to(tl.int64)
+    oh = row % OH
+    od = (row // OH) % OD
+    n = row // (OH * OD)
+    ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    oc = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+    in_w = ow < OW
+    in_c = oc < C * MULT
+    ic = (oc // MULT).to(tl.int64)
+    # the row's depth and height as vectors over the width: the interpreter mishandles a mask
+    # combined from a scalar and a tensor condition
+    zero = ow * 0
+    start_d, end_d = _window_start(od + zero, D, OD, sd, pd, ADAPTIVE)
+    start_h, end_h = _window_start(oh + zero, H, OH, sh, ph, ADAPTIVE)
+    start_w, end_w = _window_start(ow, W, OW, sw, pw, ADAPTIVE)
+    x_row = x + n * xs_n + ic[:, None] * xs_c
+    if MODE == _MAX:
+        acc = tl.full((BLOCK_C, BLOCK_W), float("-inf"), tl.float32)
+        best = tl.full((BLOCK_C, BLOCK_W), -1, tl.int64)
+    else:
+        acc = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    for kd in range(0, KD):
+        i_d = start_d + kd * dd
+        ok_d = (i_d >= 0) & (i_d < D)
+        if ADAPTIVE:
+            ok_d = ok_d & (i_d < end_d)
+        for kh in range(0, KH):
+            i_h = start_h + kh * dh
+            ok_h = ok_d & (i_h >= 0) & (i_h < H)
+            if ADAPTIVE:
+                ok_h = ok_h & (i_h < end_h)
+            for kw in range(0, KW):
+                i_w = start_w + kw * dw
+                ok_w = in_w & (i_w >= 0) & (i_w < W)
+                if ADAPTIVE:
+                    ok_w = ok_w & (i_w < end_w)
+                ok = in_c[:, None] & (ok_w & ok_h)[None, :]
+                v = widen(tl.load(x_row + (i_d * xs_d + i_h * xs_h + i_w * xs_w)[None, :], mask=ok, other=0.0),
+                          tl.float32)
+                if MODE == _DEPTHWISE:
+                    tap = widen(tl.load(w + oc * ws_c + kd * ws_d + kh * ws_h + kw * ws_w, mask=in_c, other=0.0),
+                                tl.float32)
+                    acc += v * tap[:, None]
+                elif MODE == _MAX:
+                    flat = (i_d * H + i_h) * W + i_w
+                    take = ok & ((v > acc) | ((v != v) & (acc == acc)) | (best < 0))
+                    acc = tl.where(take, v, acc)
+                    best = tl.where(take, flat[None, :], best)
+                else:
+                    acc += v
+    if MODE == _AVG:
+        if DIVISOR > 0:
+            acc = acc / DIVISOR
+        else:
+            count = (_window_count(start_d, end_d, D, KD, pd, ADAPTIVE, INCLUDE_PAD)
+                     * _window_count(start_h, end_h, H, KH, ph, ADAPTIVE, INCLUDE_PAD)
+                     * _window_count(start_w, end_w, W, KW, pw, ADAPTIVE, INCLUDE_PAD))
+            acc = acc / count.to(tl.float32)[None, :]
+    if HAS_BIAS:
+        acc += widen(tl.load(bias + oc, mask=in_c, other=0.0), tl.float32)[:, None]
+    offsets = n * os_n + od * os_d + oh * os_h + (oc.to(tl.int64) * os_c)[:, None] + (ow * os_w)[None, :]
+    mask = in_c[:, None] & in_w[None, :]
+    if MODE == _DEPTHWISE:
+        r_ptrs = res + n * rs_n + od * rs_d + oh * rs_h + (oc.to(tl.int64) * rs_c)[:, None] + (ow * rs_w)[None, :]
+        acc = epilogue(acc, r_ptrs, mask, ACTIVATION, HAS_RES)
+    tl.store(out + offsets, narrow(acc, out.dtype.element_ty), mask=mask)
+    if MODE == _MAX:
+        tl.store(indices + offsets, best, mask=mask)
+
+
+@triton.jit
+def overlap_add_kernel(
+    cols, bias, out, O, L, OL, K, stride, pad, dilation,
+    cs_n, cs_o, cs_k, cs_l, os_n, os_o, os_l,
+    HAS_BIAS: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_L: tl.constexpr,
+):
+    """out[n, o, t] = sum over taps k of cols[n, o, k, i] where i * stride + k * dilation - pad == t
+    (col2im of a 1-D transposed convolution: each output gathers its taps, no atomics).
+    Grid: (N, tiles of OL, tiles of O)."""
+    n = tl.program_id(0).to(tl.int64)
+    t = tl.program_id(1) * BLOCK_L + tl.arange(0, BLOCK_L)
+    o = tl.program_id(2) * BLOCK_O + tl.arange(0, BLOCK_O)
+    in_t = t < OL
+    in_o = o < O
+    acc = tl.zeros((BLOCK_O, BLOCK_L), dtype=tl.float32)
+    base = cols + n * cs_n + (o.to(tl.int64) * cs_o)[:, None]
+    for k in range(0, K):
+        num = t + pad - k * dilation
+        i = num // stride
+        ok = in_t & (num >= 0) & (num - i * stride == 0) & (i < L)
+        v = tl.load(base + k * cs_k + (i * cs_l)[None, :], mask=in_o[:, None] & ok[None, :], other=0.0)
+        acc += widen(v, tl.float32)
+    if HAS_BIAS:
+        acc += widen(tl.load(bias + o, mask=in_o, other=0.0), tl.float32)[:, None]
+    ptrs = out + n * os_n + (o.to(tl.int64) * os_o)[:, None] + (t * os_l)[None, :]
+    tl.store(ptrs, narrow(acc, out.dtype.element_ty), mask=in_o[:, None] & in_t[None, :])

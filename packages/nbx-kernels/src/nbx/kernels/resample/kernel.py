@@ -1,0 +1,95 @@
+"""The resampling kernel of interpolate: nearest, nearest-exact, (bi/tri)linear and bicubic.
+
+Every mode is separable: along each spatial dim, output position o reads TAPS input positions
+(1: nearest, 2: linear, 4: cubic) with weights computed in float32 from o as torch computes them
+(the nearest index as floorf(o * scale) in float32, so ties fall the same way). A program owns a
+BLOCK_C x BLOCK_W tile of one output row (sample, depth, height): channels by width, the layout
+of the input decides which is contiguous.
+"""
+import triton
+import triton.language as tl
+
+from ..elementwise.casts import narrow, widen
+
+NEAREST, NEAREST_EXACT, LINEAR, CUBIC = 0, 1, 2, 3  # a dim's MODE (host side)
+_NEAREST, _NEAREST_EXACT, _LINEAR = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)  # read inside kernels
+CUBIC_A = tl.constexpr(-0.75)  # torch's bicubic coefficient
+
+
+@triton.jit
+def _cubic_weight(t, j: tl.constexpr):
+    """The weight of tap j (0..3, at i0 - 1 + j) at fraction t (torch's A = -0.75)."""
+    if j == 0:
+        s = t + 1.0
+        w = ((CUBIC_A * s - 5.0 * CUBIC_A) * s + 8.0 * CUBIC_A) * s - 4.0 * CUBIC_A
+    elif j == 1:
+        w = ((CUBIC_A + 2.0) * t - (CUBIC_A + 3.0)) * t * t + 1.0
+    elif j == 2:
+        s = 1.0 - t
+        w = ((CUBIC_A + 2.0) * s - (CUBIC_A + 3.0)) * s * s + 1.0
+    else:
+        s = 2.0 - t
+        w = ((CUBIC_A * s - 5.0 * CUBIC_A) * s + 8.0 * CUBIC_A) * s - 4.0 * CUBIC_A
+    return w
+
+
+@triton.jit
+def _source(o, j: tl.constexpr, size, scale, MODE: tl.constexpr, ALIGN: tl.constexpr):
+    """(input index, weight) of tap j of output position o along one dim."""
+    of = o.to(tl.float32)
+    if MODE == _NEAREST or MODE == _NEAREST_EXACT:
+        if MODE == _NEAREST_EXACT:
+            of = of + 0.5
+        i = tl.minimum(tl.floor(of * scale).to(tl.int32), size - 1)
+        w = of * 0.0 + 1.0
+    else:
+        if ALIGN:
+            src = of * scale
+        else:
+            src = (of + 0.5) * scale - 0.5
+        if MODE == _LINEAR:
+            src = tl.maximum(src, 0.0)
+            i0 = tl.minimum(tl.floor(src).to(tl.int32), size - 1)
+            frac = src - i0.to(tl.float32)
+            if j == 0:
+                i = i0
+                w = 1.0 - frac
+            else:
+                i = tl.minimum(i0 + 1, size - 1)
+                w = frac
+        else:
+            i0 = tl.floor(src).to(tl.int32)
+            w = _cubic_weight(src - i0.to(tl.float32), j)
+            i = tl.minimum(tl.maximum(i0 - 1 + j, 0), size - 1)
+    return i, w
+
+
+@triton.jit
+def resample_kernel(
+    x, out, C, D, H, W, OD, OH, OW, scale_d, scale_h, scale_w,
+    xs_n, xs_c, xs_d, xs_h, xs_w, os_n, os_c, os_d, os_h, os_w,
+    MODE_D: tl.constexpr, MODE_H: tl.constexpr, MODE_W: tl.constexpr, ALIGN: tl.constexpr, TAPS_D: tl.constexpr, TAPS_H: tl.constexpr, TAPS_W: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_W: tl.constexpr,
+):
+    """Grid: (N * OD * OH, tiles of OW, tiles of C). A leading dim the input lacks (D of a 2-D
+    resampling) takes one nearest tap."""
+    row = tl.program_id(0)
+    oh = row % OH
+    od = (row // OH) % OD
+    n = (row // (OH * OD)).to(tl.int64)
+    ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (c < C)[:, None] & (ow < OW)[None, :]
+    base = x + n * xs_n + (c.to(tl.int64) * xs_c)[:, None]
+    acc = tl.zeros((BLOCK_C, BLOCK_W), dtype=tl.float32)
+    for jd in tl.static_range(TAPS_D):
+        i_d, w_d = _source(od, jd, D, scale_d, MODE_D, ALIGN)
+        for jh in tl.static_range(TAPS_H):
+            i_h, w_h = _source(oh, jh, H, scale_h, MODE_H, ALIGN)
+            for jw in tl.static_range(TAPS_W):
+                i_w, w_w = _source(ow, jw, W, scale_w, MODE_W, ALIGN)
+                v = widen(tl.load(base + (i_d * xs_d + i_h * xs_h) + (i_w * xs_w)[None, :], mask=mask, other=0.0),
+                          tl.float32)
+                acc += v * (w_d * w_h * w_w)[None, :]
+    ptrs = out + n * os_n + od * os_d + oh * os_h + (c.to(tl.int64) * os_c)[:, None] + (ow * os_w)[None, :]
+    tl.store(ptrs, narrow(acc, out.dtype.element_ty), mask=mask)

@@ -1,0 +1,204 @@
+"""The conv, pool and resample kernels against the float64 oracle: every path (implicit GEMM,
+transposed GEMM, depthwise, 1 x 1 product, conv_transpose1d's columns and overlap-add, pooling,
+interpolate), channels-first and channels-last, odd sizes (1, primes, kernels larger than the
+input with padding, strides larger than the kernel). Tiny shapes on interp; larger ones, marked
+gpu, on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.errors import NotSupportedError
+from nbx.kernels import cost, plans
+from nbx.kernels.conv import conv_plan
+
+RNG = np.random.default_rng(3)
+
+
+def _put(a, device, dtype="float32", channels_last=False):
+    a = np.asarray(a)
+    host = nbx.as_dtype(dtype).host
+    if not channels_last:
+        return nbx.asarray(a.astype(host), device=device)
+    order = (0, *range(2, a.ndim), 1)
+    t = nbx.asarray(np.ascontiguousarray(a.transpose(order)).astype(host), device=device)
+    return t.permute(0, a.ndim - 1, *range(1, a.ndim - 1))
+
+
+CONV_CASES = [  # x shape, weight shape, stride, padding, dilation, groups
+    ((2, 4, 5, 3), (6, 2, 3, 3), 1, 1, 1, 2),               # grouped, prime sizes
+    ((1, 3, 5, 7), (5, 3, 2, 3), (2, 1), ((1, 0), (2, 1)), (2, 1), 1),   # asymmetric padding, dilation
+    ((1, 2, 2, 3), (3, 2, 5, 5), 1, 2, 1, 1),               # kernel larger than the input, padded
+    ((1, 2, 7, 7), (3, 2, 2, 2), 3, 0, 1, 1),               # stride larger than the kernel
+    ((1, 3, 1, 1), (17, 3, 1, 1), 1, 0, 1, 1),              # one position, 1 x 1
+]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
+@pytest.mark.parametrize("case", CONV_CASES, ids=["grouped", "asym", "big_kernel", "wide_stride", "one_pixel"])
+def test_conv2d_matches_the_oracle_in_both_layouts(device, check, case, channels_last):
+    xs, ws, stride, padding, dilation, groups = case
+    x = _put(RNG.standard_normal(xs), device, channels_last=channels_last)
+    w, b = _put(RNG.standard_normal(ws), device), _put(RNG.standard_normal(ws[0]), device)
+    out = nbx.conv2d(x, w, b, stride, padding, dilation, groups)
+    check(out, nbx.oracle("conv2d", x, w, b, stride, padding, dilation, groups), device)
+    if channels_last and out.shape[1] > 1 and out.shape[2] * out.shape[3] > 1:
+        assert out.strides[1] == 1, "a channels-last input gives a channels-last output"
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
+@pytest.mark.parametrize("ws,stride,padding,dilation", [((2, 1, 3, 3), 1, 1, 1), ((4, 1, 7, 7), 3, 3, 1),
+                                                        ((2, 1, 3, 3), 1, 2, 2)], ids=["3x3", "7x7_mult2", "dilated"])
+def test_depthwise_conv2d_takes_the_window_kernel_and_matches_the_oracle(device, check, ws, stride, padding, dilation,
+                                                                          channels_last):
+    x = _put(RNG.standard_normal((1, 2, 5, 4)), device, channels_last=channels_last)
+    w, b = _put(RNG.standard_normal(ws), device), _put(RNG.standard_normal(ws[0]), device)
+    out = nbx.conv2d(x, w, b, stride, padding, dilation, 2)
+    check(out, nbx.oracle("conv2d", x, w, b, stride, padding, dilation, 2), device)
+    assert conv_plan(x, w, b, (stride,) * 2, ((padding, padding),) * 2, (dilation,) * 2, 2).detail.path == "depthwise"
+
+
+def test_1x1_channels_last_conv_is_a_product_and_matches_the_oracle(device, check):
+    x = _put(RNG.standard_normal((2, 5, 3, 4)), device, channels_last=True)
+    w, b = _put(RNG.standard_normal((7, 5, 1, 1)), device), _put(RNG.standard_normal(7), device)
+    out = nbx.conv2d(x, w, b)
+    check(out, nbx.oracle("conv2d", x, w, b), device)
+    assert out.strides[1] == 1
+    assert cost.price("conv2d", x, w, b, (1, 1), ((0, 0), (0, 0)), (1, 1), 1).flops == 2 * 2 * 12 * 7 * 5
+
+
+def test_conv1d_and_conv3d_run_the_same_kernels(device, check):
+    x = _put(RNG.standard_normal((2, 4, 11)), device)
+    w = _put(RNG.standard_normal((6, 2, 4)), device)
+    check(nbx.conv1d(x, w, None, 2, "valid", 2, 2), nbx.oracle("conv1d", x, w, None, 2, "valid", 2, 2), device)
+    check(nbx.conv1d(x, w[:, :, :3], None, 1, "same", 1, 2), nbx.oracle("conv1d", x, w[:, :, :3], None, 1, "same",
+                                                                          1, 2), device)
+    x3 = _put(RNG.standard_normal((1, 2, 3, 4, 5)), device, channels_last=True)
+    w3 = _put(RNG.standard_normal((3, 2, 2, 3, 2)), device)
+    check(nbx.conv3d(x3, w3, None, 1, 1), nbx.oracle("conv3d", x3, w3, None, 1, 1), device)
+
+
+def test_bfloat16_conv_rounds_once_from_float32_accumulation(device, check):
+    x = _put(RNG.standard_normal((1, 16, 5, 6)), device, "bfloat16", channels_last=True)
+    w = _put(RNG.standard_normal((16, 16, 3, 3)) / 12, device, "bfloat16")
+    out = nbx.conv2d(x, w, None, 1, 1)
+    assert out.dtype == nbx.bfloat16
+    check(out, nbx.oracle("conv2d", x, w, None, 1, 1), device)
+
+
+@pytest.mark.parametrize("case", [((2, 4, 9), (4, 3, 5), 3, 2, 1, 2, 1), ((1, 3, 1), (3, 2, 7), 4, 0, 3, 1, 2),
+                                  ((1, 2, 6), (2, 3, 2), 2, 0, 0, 1, 1)], ids=["grouped", "one_input", "k_eq_2s"])
+def test_conv_transpose1d_is_a_gemm_plus_overlap_add(device, check, case):
+    xs, ws, stride, padding, output_padding, groups, dilation = case
+    x, w = _put(RNG.standard_normal(xs), device), _put(RNG.standard_normal(ws), device)
+    b = _put(RNG.standard_normal(ws[1] * groups), device)
+    out = nbx.conv_transpose1d(x, w, b, stride, padding, output_padding, groups, dilation)
+    check(out, nbx.oracle("conv_transpose1d", x, w, b, stride, padding, output_padding, groups, dilation), device)
+    priced = cost.price("conv_transpose1d", x, w, b, (stride,), (padding,), (output_padding,), groups, (dilation,))
+    assert priced.launches == 2 and any(buf.name == "columns" for buf in priced.buffers)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
+def test_conv_transpose2d_and_3d_match_the_oracle(device, check, channels_last):
+    x = _put(RNG.standard_normal((1, 4, 2, 3)), device, channels_last=channels_last)
+    w = _put(RNG.standard_normal((4, 3, 3, 2)), device)
+    out = nbx.conv_transpose2d(x, w, None, (2, 3), 1, (1, 0), 2, (1, 2))
+    check(out, nbx.oracle("conv_transpose2d", x, w, None, (2, 3), 1, (1, 0), 2, (1, 2)), device)
+    x3, w3 = _put(RNG.standard_normal((1, 2, 2, 2, 1)), device), _put(RNG.standard_normal((2, 2, 2, 1, 2)), device)
+    check(nbx.conv_transpose3d(x3, w3, None, 2), nbx.oracle("conv_transpose3d", x3, w3, None, 2), device)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
+def test_pooling_matches_the_oracle_with_indices_ceil_mode_and_divisors(device, check, channels_last):
+    x = _put(RNG.standard_normal((1, 3, 5, 4)), device, channels_last=channels_last)
+    out, idx = nbx.max_pool2d(x, 3, 2, 1, (1, 2), True, return_indices=True)
+    expected, expected_idx = nbx.oracle("max_pool2d", x, 3, 2, 1, (1, 2), True)
+    assert out.shape == (1, 3, 3, 2)
+    check(out, expected, device)
+    np.testing.assert_array_equal(idx.numpy(), expected_idx)
+    for args in ((3, 2, 1, True, False, None), ((2, 3), 3, 0, False, True, 5)):
+        check(nbx.avg_pool2d(x, *args), nbx.oracle("avg_pool2d", x, *args), device)
+    check(nbx.adaptive_avg_pool2d(x, (3, 2)), nbx.oracle("adaptive_avg_pool2d", x, (3, 2)), device)
+    out, idx = nbx.adaptive_max_pool2d(x, (2, None), return_indices=True)
+    expected, expected_idx = nbx.oracle("adaptive_max_pool2d", x, (2, None))
+    check(out, expected, device)
+    np.testing.assert_array_equal(idx.numpy(), expected_idx)
+
+
+def test_1d_pooling_and_global_average_pooling(device, check):
+    x = _put(RNG.standard_normal((2, 3, 11)), device)
+    check(nbx.max_pool1d(x, 4, 3, 2, ceil_mode=True), nbx.oracle("max_pool1d", x, 4, 3, 2, 1, True)[0], device)
+    check(nbx.avg_pool1d(x, 3), nbx.oracle("avg_pool1d", x, 3), device)
+    check(nbx.adaptive_avg_pool1d(x, 1), nbx.oracle("adaptive_avg_pool1d", x, 1), device)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
+@pytest.mark.parametrize("mode,kw", [("nearest", {"scale_factor": 1.7}), ("nearest-exact", {"size": (5, 11)}),
+                                     ("bilinear", {"scale_factor": (2, 0.6)}),
+                                     ("bilinear", {"size": (9, 2), "align_corners": True}),
+                                     ("bicubic", {"size": (7, 5)}), ("area", {"size": (2, 3)})],
+                         ids=["nearest", "nearest_exact", "bilinear", "bilinear_aligned", "bicubic", "area"])
+def test_interpolate_matches_the_oracle(device, check, mode, kw, channels_last):
+    x = _put(RNG.standard_normal((1, 3, 4, 5)), device, channels_last=channels_last)
+    out = nbx.interpolate(x, mode=mode, **kw)
+    check(out, nbx.oracle("interpolate", x, mode=mode, **kw), device)
+
+
+def test_linear_and_trilinear_interpolate(device, check):
+    x = _put(RNG.standard_normal((1, 2, 5)), device)
+    check(nbx.interpolate(x, size=8, mode="linear"), nbx.oracle("interpolate", x, 8, mode="linear"), device)
+    x3 = _put(RNG.standard_normal((1, 2, 2, 3, 2)), device)
+    check(nbx.interpolate(x3, scale_factor=2, mode="trilinear"),
+          nbx.oracle("interpolate", x3, None, 2, "trilinear"), device)
+
+
+def test_what_no_kernel_computes_is_refused_by_name(device):
+    x = nbx.asarray(np.ones((1, 1, 4, 4)), device=device)  # float64
+    with pytest.raises(NotSupportedError, match="float64"):
+        nbx.conv2d(x, nbx.asarray(np.ones((1, 1, 3, 3)), device=device))
+    with pytest.raises(NotSupportedError, match="not implemented on"):
+        nbx.fft.rfft(nbx.asarray(np.ones(8, np.float32), device=device))
+
+
+def test_a_repeated_convolution_reuses_its_plan(device):
+    plans.reset()
+    x = _put(RNG.standard_normal((1, 2, 4, 4)), device)
+    w = _put(RNG.standard_normal((3, 2, 3, 3)), device)
+    nbx.conv2d(x, w, padding=1)
+    nbx.conv2d(x, w, padding=1)
+    assert plans.cached_count("conv") == 1
+
+
+# ---- on the GPU: the shapes of the models ---------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2, 320, 32, 32), (1, 128, 128, 128), (1, 512, 64, 64)])
+def test_unet_and_vae_3x3_convolutions_in_bfloat16_channels_last(shape, check):
+    device = nbx.as_device("cuda")
+    x = _put(RNG.standard_normal(shape), device, "bfloat16", channels_last=True)
+    w = _put(RNG.standard_normal((shape[1], shape[1], 3, 3)) / np.sqrt(9 * shape[1]), device, "bfloat16")
+    b = _put(RNG.standard_normal(shape[1]), device, "bfloat16")
+    check(nbx.conv2d(x, w, b, 1, 1), nbx.oracle("conv2d", x, w, b, 1, 1), device)
+
+
+@pytest.mark.gpu
+def test_hifigan_upsampler_and_depthwise_7x7_on_the_gpu(check):
+    device = nbx.as_device("cuda")
+    x = _put(RNG.standard_normal((1, 512, 2048)), device, "bfloat16")
+    w = _put(RNG.standard_normal((512, 256, 16)) / 64, device, "bfloat16")
+    check(nbx.conv_transpose1d(x, w, None, 8, 4), nbx.oracle("conv_transpose1d", x, w, None, 8, 4), device)
+    xd = _put(RNG.standard_normal((2, 384, 56, 56)), device, "bfloat16", channels_last=True)
+    wd = _put(RNG.standard_normal((384, 1, 7, 7)) / 7, device, "bfloat16")
+    check(nbx.conv2d(xd, wd, None, 1, 3, 1, 384), nbx.oracle("conv2d", xd, wd, None, 1, 3, 1, 384), device)
+
+
+@pytest.mark.parametrize("ws,groups,channels_last", [((3, 4, 3, 3), 1, False), ((4, 1, 3, 3), 4, True),
+                                                     ((5, 4, 1, 1), 1, True)], ids=["gemm", "depthwise", "product"])
+def test_activation_and_residual_are_fused_into_the_store(device, check, ws, groups, channels_last):
+    x = _put(RNG.standard_normal((1, 4, 3, 5)), device, channels_last=channels_last)
+    w, b = _put(RNG.standard_normal(ws), device), _put(RNG.standard_normal(ws[0]), device)
+    padding = ws[2] // 2
+    residual = _put(RNG.standard_normal((1, ws[0], 3, 5)), device, channels_last=not channels_last)
+    out = nbx.conv2d(x, w, b, 1, padding, 1, groups, activation="silu", residual=residual)
+    check(out, nbx.oracle("conv2d", x, w, b, 1, padding, 1, groups, activation="silu", residual=residual), device)
