@@ -23,7 +23,7 @@ from ..cost import Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..softmax import float_bits
-from ..softmax.rows import pow2_at_least
+from ..rows import pow2_at_least
 from ..elementwise.casts import COMPILED
 from ..matmul.tuning import stages_that_fit
 from ..types import tl_type

@@ -25,7 +25,7 @@ from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
 from ..matmul.kernel import _dot_operand, _grouped_tile, k_steps
 from ..matmul.quantized import int4_step
-from ..softmax.rows import float_argument
+from ..rows import float_argument
 
 
 @triton.jit
