@@ -74,3 +74,19 @@ def device_file_settings(monkeypatch):
                         lambda device, view, dtype: from_file(reduction_tuning.REDUCTION, device))
     yield
     plans.reset()
+
+
+@pytest.fixture
+def device_tile_screen():
+    """device_tile_screen(tunable, device, **inputs): (Verdict, tolerance) of the device file's tile
+    on the screen a key no certified neighbour serves takes (neighbours.default_checked's: the
+    workload at the key's smallest launch, against the float64 oracle)."""
+    from nbx.autotune import keys, neighbours, screen
+    from nbx.kernels import launch
+
+    def screened(tunable, device, **inputs):
+        facts = launch.facts(device)
+        key = keys.form(tunable.name, tunable.key_fields, facts, **inputs)
+        work = tunable.workload(keys.smallest(key, tunable.key, facts), device)
+        return neighbours.screen_one(work, tunable.default(facts), facts), screen.tolerance(facts, work.out_dtype)
+    return screened

@@ -54,3 +54,24 @@ def test_the_first_and_last_candidates_pass_the_screen_on_the_workload(interp, n
     result = screen.run(tunable.workload(rep, interp), chosen, launch.facts(interp))
     assert not result.excluded, [v.reason for v in result.excluded]
     assert len(result.passed) == len(chosen)
+
+
+# Keys where the output averages over many keys: a correct kernel rounds P to the dot's dtype, and the
+# screen's instance must be one whose output does not cancel below those roundings (the sinusoids it
+# had did: every non-causal bf16 key failed on the H200 with the device file's tile). 200 keys: past two
+# blocks of either tile, a multiple of neither, so the unchecked middle range and the checked tail both run.
+LONG_NON_CAUSAL = [
+    ("attention", {"q_len": 24, "k_len": 200, "head_dim": 32, "v_dim": 32, "group": 2, "dtype": "bfloat16",
+                   "causal": False}),
+    ("attention_decode", {"k_len": 200, "rows": 4, "head_dim": 32, "dtype": "bfloat16", "paged": True}),
+]
+
+
+@pytest.mark.parametrize("name,rep", LONG_NON_CAUSAL, ids=[w[0] for w in LONG_NON_CAUSAL])
+def test_the_interp_and_hopper_device_tiles_pass_a_non_causal_screen_over_keys_past_two_blocks(interp, name, rep):
+    tunable = autotune.lookup(name)
+    rep = {**rep, "dtype": nbx.as_dtype(rep["dtype"])}
+    tiles = [tunable.default(launch.facts(interp)), tunable.default(device_files.for_arch("sm_90"))]
+    result = screen.run(tunable.workload(rep, interp), tiles, launch.facts(interp))
+    assert [v.passed for v in result.verdicts] == [True, True], [v.reason for v in result.verdicts]
+    assert max(v.deviation for v in result.verdicts) < result.tolerance / 3

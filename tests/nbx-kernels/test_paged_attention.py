@@ -156,3 +156,22 @@ def test_gpu_paged_decode_gqa_32_8_over_long_contexts(block_tokens, check):
     out = nbx.paged_attention(q, k, v, table, seq_lens)
     options = AttentionOptions(1 / math.sqrt(128), False, "bottom_right")
     check(out, nbx.oracle("paged_attention", q, k, v, table, seq_lens, None, None, options), device)
+
+
+@pytest.mark.gpu
+def test_gpu_llama_1b_paged_decode_key_passes_its_screen_and_matches_the_oracle(check, device_tile_screen):
+    """Llama-3.2-1B's decode: 32 query heads over 8 KV heads of 64, one token a sequence, 16-token
+    blocks; its key (k_len=1024, rows=4, head_dim=64, bf16, paged) failed its screen on the H200
+    with the device file's tile while the kernel was right (the screen's instance cancelled)."""
+    from nbx.kernels.attention import tuning
+    device = nbx.as_device("cuda")
+    verdict, bound = device_tile_screen(tuning.ATTENTION_DECODE, device, k_len=1000, rows=4, head_dim=64,
+                                        dtype=nbx.bfloat16, paged=True)
+    assert verdict.passed and verdict.deviation < bound / 3, verdict.reason
+    lens = [1000, 513]
+    k, v, table, seq_lens = filled_cache(device, lens, 16, hk=8, e=64, dtype="bfloat16",
+                                         num_blocks=sum(-(-n // 16) for n in lens) + 3)
+    q = on(device, rng.standard_normal((2, 1, 32, 64)), "bfloat16")
+    out = nbx.paged_attention(q, k, v, table, seq_lens)
+    options = AttentionOptions(1 / math.sqrt(64), False, "bottom_right")
+    check(out, nbx.oracle("paged_attention", q, k, v, table, seq_lens, None, None, options), device)
