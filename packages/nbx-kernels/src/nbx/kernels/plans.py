@@ -28,12 +28,12 @@ from math import prod
 import numpy as np
 import triton
 
-from nbx.core import device_files
+from nbx.core import device_files, dtypes
 from nbx.core import layout as core_layout
 from nbx.core.device import Device, get_backend
 from nbx.core.dispatch import observer
 from nbx.core.dtypes import DType
-from nbx.core.tensor import Tensor, empty
+from nbx.core.tensor import Tensor
 
 from .cost import LAUNCH, RESULT, Buffer
 
@@ -167,8 +167,9 @@ def execute(plan: LaunchPlan, values: dict) -> dict:
 
 def _allocations(plan: LaunchPlan) -> tuple:
     specs = plan.outputs + plan.workspace
-    for spec in specs:  # a spec refused here is refused as empty() would
-        empty(spec.shape, spec.dtype, plan.device)
+    for spec in specs:  # refused here as empty() would refuse it, without allocating (a captured
+        dtypes.as_dtype(spec.dtype)            # step's recorder counts every allocation)
+        core_layout.as_shape(spec.shape)
     found = (get_backend(plan.device.type), tuple(
         (b.name, b.nbytes, b.dtype, b.shape, core_layout.contiguous_strides(b.shape)) for b in specs))
     plan._allocations.extend(found)

@@ -11,10 +11,11 @@ import nbx.core as nbx
 
 def best_device() -> nbx.Device:
     """The first GPU when a backend has one, else the CPU (a plugin that cannot count its devices,
-    for example without a driver, has none)."""
+    for example without a driver, has none). A GPU backend is one that runs nbx's Triton kernels;
+    interp runs them on host memory and is never picked by default."""
     from nbx.core.device import backends
     for name, backend in backends().items():
-        if name in ("cpu", "interp"):
+        if name in ("cpu", "interp") or not getattr(backend, "runs_triton_kernels", False):
             continue
         try:
             if backend.device_count() > 0:
