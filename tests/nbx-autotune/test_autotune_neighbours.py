@@ -145,3 +145,21 @@ def test_a_sweep_runs_only_when_asked(bench, fakes, hopper, tmp_path):
     autotune.sweep_uncertified()
     assert dict(tuner.setting(tunable, n=1000, dtype="float32")) == {"block": 128, "num_warps": 1}
     assert timers == [1] and autotune.report_line() == LINE.format(0, 1, 0, 0)
+
+
+def test_launches_made_inside_a_screen_take_the_device_files_tile_instead_of_being_screened_in_turn(bench):
+    """A screen's inputs are made by launches (an upload's fill, a copy) whose own keys may be uncertified:
+    screening those too would recurse key after key (seen on the H200 with nbx.kernels' fill_)."""
+    bench.certify(1000, 64)
+    tuner, nested = bench.tuner(), []
+
+    def workload(rep, device):  # making the inputs launches another uncertified key of the same kernel
+        nested.append(dict(tuner.setting(bench.tunable, n=3_000_000_000, dtype="float32")))
+        return Workload(rep, bench.seen)
+
+    bench.tunable = Tunable("fake_double", params=bench.tunable.params, key=bench.tunable.key,
+                            default_from="tiles.elementwise", workload=workload)
+    got = tuner.setting(bench.tunable, n=100_000, dtype="float32")
+    assert dict(got) == {"block": 64, "num_warps": 1}
+    assert nested == [{"block": 1024, "num_warps": 4}]   # tiles.elementwise of hopper.yml, unscreened
+    assert bench.seen == [(65552, "float32")] and bench.timers == 0

@@ -134,6 +134,7 @@ class _Process:
 
 
 _process = _Process()
+_screening = threading.local()  # .active while this thread screens a neighbour (see _resolve)
 
 
 def certified_only() -> bool:
@@ -286,7 +287,9 @@ class Tuner:
             raise self._not_certified(tunable, text)
         if entry is None:
             entry, source = self._entries(self.cache, tunable).get(text), "local"
-        if entry is None and _truthy(ENV_NO_SWEEP):
+        if entry is None and (_truthy(ENV_NO_SWEEP) or getattr(_screening, "active", False)):
+            # inside a neighbour's screen, the launches that make its inputs (uploads, fills) take the
+            # device file's tile: screening them too would recurse, key after key
             entry, source = store.Entry(tunable.default(self.facts), {}), "defaults"
         if entry is None and sweeps_asked():
             entry, source = self._sweep(tunable, key), "swept"
@@ -298,14 +301,18 @@ class Tuner:
     def _from_neighbour(self, tunable, key: keys.LaunchKey):
         """The nearest certified neighbour's setting that passes this key's screen; else the device file's
         tile, screened alike (neighbours.py)."""
-        choice, work = neighbours.choose(tunable, key, self._entries(self.certificates, tunable), self.facts,
-                                         self.device)
-        with _process.report._lock:
-            _process.report.neighbours_refused += sum(1 for _, why in choice.refused if "screen:" in why)
-        if choice.entry is not None:
-            _process.report.from_neighbour[(tunable.name, str(key))] = choice.key
-            return choice.entry, "neighbour"
-        return neighbours.default_checked(tunable, key, self.facts, self.device, work), "untuned"
+        _screening.active = True
+        try:
+            choice, work = neighbours.choose(tunable, key, self._entries(self.certificates, tunable), self.facts,
+                                             self.device)
+            with _process.report._lock:
+                _process.report.neighbours_refused += sum(1 for _, why in choice.refused if "screen:" in why)
+            if choice.entry is not None:
+                _process.report.from_neighbour[(tunable.name, str(key))] = choice.key
+                return choice.entry, "neighbour"
+            return neighbours.default_checked(tunable, key, self.facts, self.device, work), "untuned"
+        finally:
+            _screening.active = False
 
     def _not_certified(self, tunable, text: str) -> KeyNotCertified:
         census = _census()
