@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from types import MappingProxyType
 
-from nbx.core import device_files
+from nbx.core import device_files, dispatch
 from nbx.core.device import as_device
 from nbx.core.errors import CertificateError, KeyNotCertified, LaunchKeyError
 
@@ -300,17 +300,19 @@ class Tuner:
 
     def _from_neighbour(self, tunable, key: keys.LaunchKey):
         """The nearest certified neighbour's setting that passes this key's screen; else the device file's
-        tile, screened alike (neighbours.py)."""
+        tile, screened alike (neighbours.py). The screen's launches are the tuner's own: a step being
+        recorded (nbx.core.graph) does not see them, and their own keys are not screened in turn."""
         _screening.active = True
         try:
-            choice, work = neighbours.choose(tunable, key, self._entries(self.certificates, tunable), self.facts,
-                                             self.device)
-            with _process.report._lock:
-                _process.report.neighbours_refused += sum(1 for _, why in choice.refused if "screen:" in why)
-            if choice.entry is not None:
-                _process.report.from_neighbour[(tunable.name, str(key))] = choice.key
-                return choice.entry, "neighbour"
-            return neighbours.default_checked(tunable, key, self.facts, self.device, work), "untuned"
+            with dispatch.observed(None):
+                choice, work = neighbours.choose(tunable, key, self._entries(self.certificates, tunable),
+                                                 self.facts, self.device)
+                with _process.report._lock:
+                    _process.report.neighbours_refused += sum(1 for _, why in choice.refused if "screen:" in why)
+                if choice.entry is not None:
+                    _process.report.from_neighbour[(tunable.name, str(key))] = choice.key
+                    return choice.entry, "neighbour"
+                return neighbours.default_checked(tunable, key, self.facts, self.device, work), "untuned"
         finally:
             _screening.active = False
 
