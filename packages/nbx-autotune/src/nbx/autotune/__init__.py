@@ -32,6 +32,10 @@ from .serving import (
 from .store import add_tree as add_certificate_dir
 from .version import __version__
 
+from nbx.core import services as _services
+
+_services.provide("autotune_report", report_line)  # nbx.models prints it without importing nbx.autotune
+
 __all__ = [
     "Tunable", "declare", "declared", "lookup", "shared_memory", "registers", "all_of", "Identity",
     "LaunchKey", "form_key", "TensorWorkload", "Workload", "AutotuneWarning", "Tuner", "setting",

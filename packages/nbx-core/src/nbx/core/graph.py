@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from . import deferred_checks, device_files, dtypes
+from . import deferred_checks, device_files, dtypes, services
 from .device import Device, as_device
 from .dispatch import implementation, observed
 from .errors import ArgumentError, DataDependentShapeError, NoDeviceFileError, NotSupportedError
@@ -132,10 +132,12 @@ def _flat(result) -> list[Tensor]:
 
 def _capture_support(device: Device):
     """nbx.memory.graphs' stream capture for the device type, or None (no capture: run eagerly)."""
+    graphs = services.provided("graph_capture")
+    if graphs is None:
+        return None
     try:
-        from nbx.memory import graphs
         graphs.capture_support(device.type)
-    except (ImportError, NotSupportedError):
+    except NotSupportedError:
         return None
     return graphs
 

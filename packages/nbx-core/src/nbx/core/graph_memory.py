@@ -21,6 +21,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
+from . import services
 from .errors import GraphCaptureError, NbxError, NotSupportedError
 
 ALIGNMENT = 512  # the pool rounds every request up to 512 bytes (docs/memory.md, rule 1): the plan does too
@@ -116,20 +117,14 @@ class StepMemory:
 
 
 def recorder() -> Recorder:
-    try:
-        from nbx.kernels.cost import price
-    except ImportError:
-        price = None
-    return Recorder(price)
+    costs = services.provided("costs")
+    return Recorder(None if costs is None else costs.price)
 
 
 def summarize(rec: Recorder, reserved: int) -> StepMemory:
-    try:
-        from nbx.kernels.cost import Cost
-        from nbx.memory.slab import greedy_by_size
-    except ImportError as exc:
-        raise NotSupportedError(f"a captured step's memory is priced by nbx.kernels and planned by nbx.memory "
-                                f"({exc.name} is not installed)") from None
-    declared = sum(rec.costs, Cost(launches=0))
-    return StepMemory(tuple(rec.calls), declared, tuple(rec.unpriced), rec.requested, greedy_by_size(rec.events),
-                      reserved)
+    costs, plan = services.provided("costs"), services.provided("memory_plan")
+    if costs is None or plan is None:
+        raise NotSupportedError("a captured step's memory is priced by nbx.kernels and planned by nbx.memory "
+                                "(nbx.kernels is not installed)")
+    return StepMemory(tuple(rec.calls), costs.total(rec.costs), tuple(rec.unpriced), rec.requested,
+                      plan(rec.events), reserved)

@@ -16,10 +16,16 @@ FAMILIES = ("elementwise", "random", "softmax", "reduction", "norm", "matmul", "
 
 
 def register() -> None:
+    from nbx.core import services
     from nbx.core.device import record_unavailable
     from nbx.core.errors import DeviceError
+    from nbx.memory import graphs, slab
 
-    from . import interp
+    from . import cost, interp
+    # what nbx.core may use of the layers below this one and of this one (nbx.core.services)
+    services.provide("graph_capture", graphs)
+    services.provide("memory_plan", slab.greedy_by_size)
+    services.provide("costs", cost)
     for family in FAMILIES:
         importlib.import_module(f".{family}", __name__)
     try:

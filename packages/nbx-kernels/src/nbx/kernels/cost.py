@@ -63,5 +63,10 @@ def price(op: str, *args, **kwargs) -> Cost:
     return fn(*args, **kwargs)
 
 
+def total(costs) -> Cost:
+    """The sum of several calls' costs (no call: nothing allocated, no launch)."""
+    return sum(costs, Cost(launches=0))
+
+
 def priced_ops() -> list[str]:
     return sorted(_COSTS)

@@ -90,9 +90,9 @@ def peak_memory_line(device: nbx.Device) -> str:
 
 
 def autotune_line() -> str:
-    try:
-        from nbx.autotune import report_line
-    except ImportError:
+    from nbx.core import services
+    report_line = services.provided("autotune_report")  # nbx.autotune lends it (nbx-models never imports it)
+    if report_line is None:
         return "[autotune] not installed: the cpu runs numpy references, nothing to tune"
     return report_line()
 

@@ -103,8 +103,8 @@ def _stft_args(op: str, n_fft: int, hop_length, win_length, window):
 
 def stft(input: Tensor, n_fft: int, hop_length=None, win_length=None, window=None, center: bool = True,
          pad_mode: str = "reflect", normalized: bool = False, onesided=None, return_complex=None) -> Tensor:
-    """torch.stft (see the module's text); return_complex=False is refused (the real view is gone
-    from torch too)."""
+    """torch.stft (see the module's text); return_complex=False is refused (torch has dropped the
+    real view as well)."""
     if not isinstance(input, Tensor) or input.ndim not in (1, 2):
         raise ShapeError("stft takes a 1-D signal or a 2-D batch of signals")
     if return_complex is False:
