@@ -215,7 +215,7 @@ def wide(*tensors) -> bool:
 
 
 def pow2_bucket(n: int) -> int:
-    return 0 if n <= 0 else 1 << math.ceil(math.log2(n))
+    return 0 if n <= 0 else tuning.pow2_at_least(n, 1)
 
 
 def _mask_kind(mask) -> int:

@@ -17,7 +17,7 @@ import triton.language as tl
 from nbx.core.errors import NotSupportedError
 from nbx.core.tensor import Tensor
 
-from .. import launch, plans
+from .. import launch, plans, rows
 from ..cost import Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..elementwise.casts import narrow, widen
@@ -84,7 +84,7 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_ou
 
 
 def _pow2(n: int) -> int:
-    return tuning.pow2_at_least(n, 1)
+    return rows.pow2_at_least(n)
 
 
 def _flat_tokens(x: Tensor) -> Tensor:

@@ -23,6 +23,8 @@ from nbx.core.dtypes import as_dtype
 from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 
+from .. import rows
+
 PREFILL_PARAMS = {"block_m": (64, 128), "block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3)}
 PREFILL_KEY = {"q_len": "dims", "k_len": "dims", "head_dim": "exact", "v_dim": "exact", "group": "exact",
                "dtype": "dtype", "causal": "flag"}
@@ -33,7 +35,8 @@ ROPE_KEY = {"elements": "elements", "head_dim": "exact", "dtype": "dtype"}
 
 
 def pow2_at_least(n: int, floor: int = 16) -> int:
-    return max(floor, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+    """The smallest power of two >= n and >= floor (tl.arange's extents; 16: tl.dot's smallest)."""
+    return max(floor, rows.pow2_at_least(n))
 
 
 def prefill_stage_bytes(setting, head_dim: int, v_dim: int, itemsize: int = 2) -> int:
