@@ -1,7 +1,9 @@
-"""concat, pad, flip, roll, repeat, tile, tril/triu on every Triton device, built on one kernel:
-the strided any-view-to-any-view copy (copy_, the elementwise identity over both operands'
-strides). Each op writes its output once through views of it (narrow, negative steps, expand):
-no intermediate copy is made, except that roll over several axes rolls one axis at a time.
+"""concat, pad, flip, roll, repeat, tile, tril/triu on every Triton device.
+
+concat, pad (every mode), flip and roll are the remap copy (remap.py, kernel.py): each output
+element written once from its source element through a per-dim index map, one launch a call
+(concat: one a part, each writing its slice of the output). repeat and tile are copies of
+broadcast views; tril/triu a where.
 """
 from __future__ import annotations
 
@@ -13,10 +15,8 @@ from nbx.core.tensor import Tensor, empty
 
 from ..cost import Buffer, Cost, declares
 from ..registry import implements
-
-
-def _reversed(t: Tensor, dim: int) -> Tensor:
-    return t[(slice(None),) * dim + (slice(None, None, -1),)]
+from .kernel import COPY, FLIP, ROLL
+from .remap import MODES, remap
 
 
 @implements("concat")
@@ -27,70 +27,31 @@ def concat(arrays: list[Tensor], axis: int) -> Tensor:
     out = empty(tuple(shape), first.dtype, first.device)
     start = 0
     for a in arrays:
-        if a.size:
-            out.narrow(axis, start, a.shape[axis])._copy_from(a)
+        remap(out.narrow(axis, start, a.shape[axis]), a, COPY, (0,) * a.ndim)
         start += a.shape[axis]
     return out
 
 
 @implements("pad")
 def pad(x: Tensor, widths, mode: str, value) -> Tensor:
-    """The cropped interior copied once; then, dim by dim over the whole extent of the others, the
-    borders are copied from the output itself (corners come right because each dim's borders are
-    taken from rows whose earlier dims are already padded)."""
+    """The crops are a view of x; the growth is the remap's map (one launch)."""
     crop = x[tuple(slice(-lo if lo < 0 else 0, x.shape[d] + hi if hi < 0 else None)
                    for d, (lo, hi) in enumerate(widths))]
     grow = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
     out = empty(tuple(s + lo + hi for s, (lo, hi) in zip(crop.shape, grow)), x.dtype, x.device)
-    if out.size == 0:
-        return out
-    if mode == "constant" and any(lo or hi for lo, hi in grow):
-        out._copy_from(asarray(value, dtype=x.dtype, device=x.device).broadcast_to(out.shape))
-    interior = out[tuple(slice(lo, lo + s) for s, (lo, _) in zip(crop.shape, grow))]
-    if crop.size:
-        interior._copy_from(crop)
-    if mode == "constant":
-        return out
-    for d, (lo, hi) in enumerate(grow):
-        size = crop.shape[d]
-        for start, length, source in ((0, lo, _border_source(out, d, mode, lo, size, True, lo)),
-                                      (lo + size, hi, _border_source(out, d, mode, lo, size, False, hi))):
-            if length:
-                out.narrow(d, start, length)._copy_from(source)
-    return out
-
-
-def _border_source(out: Tensor, d: int, mode: str, lo: int, size: int, left: bool, length: int):
-    if not length:
-        return None
-    if mode == "replicate":
-        edge = out.narrow(d, lo if left else lo + size - 1, 1)
-        shape = list(out.shape)
-        shape[d] = length
-        return edge.broadcast_to(tuple(shape))
-    if mode == "reflect":
-        start = lo + 1 if left else lo + size - 1 - length
-        return _reversed(out.narrow(d, start, length), d)
-    return out.narrow(d, lo + size - length if left else lo, length)  # circular
+    return remap(out, crop, MODES[mode], tuple(lo for lo, _ in grow), value)
 
 
 @implements("flip")
 def flip(x: Tensor, axes) -> Tensor:
-    return x[tuple(slice(None, None, -1) if d in axes else slice(None) for d in range(x.ndim))].clone()
+    return remap(empty(x.shape, x.dtype, x.device), x, FLIP, tuple(int(d in axes) for d in range(x.ndim)))
 
 
 @implements("roll")
 def roll(x: Tensor, shifts) -> Tensor:
-    out = x
-    for axis, s in shifts:
-        n = x.shape[axis]
-        rolled = empty(x.shape, x.dtype, x.device)
-        if x.size:
-            rolled.narrow(axis, s, n - s)._copy_from(out.narrow(axis, 0, n - s))
-            if s:
-                rolled.narrow(axis, 0, s)._copy_from(out.narrow(axis, n - s, s))
-        out = rolled
-    return out.clone() if out is x else out
+    """shifts: (axis, shift) pairs, each axis once, 0 <= shift < its size (the front-end's)."""
+    by_axis = dict(shifts)
+    return remap(empty(x.shape, x.dtype, x.device), x, ROLL, tuple(by_axis.get(d, 0) for d in range(x.ndim)))
 
 
 @implements("repeat")
@@ -135,9 +96,15 @@ def _copy_cost(out_bytes: int, read: int, launches: int = 1) -> Cost:
 
 
 declares("concat")(lambda arrays, axis=0: _copy_cost(sum(a.nbytes for a in arrays), sum(a.nbytes for a in arrays),
-                                                     len(arrays)))
+                                                     sum(1 for a in arrays if a.size)))
+def _pad_cost(x, widths, mode="constant", value=0) -> Cost:
+    out = int(np.prod([s + lo + hi for s, (lo, hi) in zip(x.shape, widths)])) * x.dtype.itemsize
+    return _copy_cost(out, min(x.nbytes, out))
+
+
+declares("pad")(_pad_cost)
 declares("flip")(lambda x, axes=None: _copy_cost(x.nbytes, x.nbytes))
-declares("roll")(lambda x, shifts=(): _copy_cost(x.nbytes, x.nbytes, 2 * max(len(shifts), 1)))
+declares("roll")(lambda x, shifts=(): _copy_cost(x.nbytes, x.nbytes))
 declares("tril")(lambda x, k=0: _copy_cost(x.nbytes, x.nbytes))
 declares("triu")(lambda x, k=0: _copy_cost(x.nbytes, x.nbytes))
 

@@ -32,12 +32,13 @@ _BITS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
 def as_bits(x: Tensor) -> tuple[Tensor, int]:
-    """A contiguous x viewed as unsigned words of its itemsize (complex128: two uint64 words an
+    """x (any layout) viewed as unsigned words of its itemsize (complex128: two uint64 words an
     element, a trailing dim of 2), and how many words an element takes."""
     words = 2 if x.dtype.itemsize == 16 else 1
     word = _BITS[x.dtype.itemsize // words]
-    shape = x.shape + ((2,) if words == 2 else ())
-    return Tensor(x.storage, word, shape, None, x.storage_offset * words), words
+    if words == 1:
+        return Tensor(x.storage, word, x.shape, x.strides, x.storage_offset), 1
+    return Tensor(x.storage, word, x.shape + (2,), tuple(2 * s for s in x.strides) + (1,), x.storage_offset * 2), 2
 
 
 def bounds_flag(op: str, device, size: int) -> Tensor:

@@ -1,0 +1,82 @@
+"""The output-driven remap copy: every data-movement op that writes each output element from one
+source element (or a fill value) through a per-dim index map.
+
+out[i0, i1, i2, i3] = src[map(i0), map(i1), map(i2), map(i3)], the map picked by MODE:
+
+- COPY: j = i (a strided copy: concat's parts, copy_ between views);
+- CONSTANT / REFLECT / REPLICATE / CIRCULAR: pad by `a` in front (j = i - a, then outside [0, n)
+  the fill, the mirror without the edge, the edge, or the wrap);
+- FLIP: j = n - 1 - i where a != 0;
+- ROLL: j = i - a, wrapped (0 <= a < n).
+
+A program writes a BLOCK_R x BLOCK_C tile: BLOCK_R rows of the output (its three outer dims) by
+BLOCK_C consecutive elements of its last dim. Row offsets are worked out once a row; along the last
+dim the offsets stay `c * stride`, so when the last dim is unmapped (MAP_INNER=0) and of stride 1
+(Triton specialises a stride of 1) the loads and stores are contiguous and vectorise to 16 bytes.
+Elements are moved as unsigned words of their size: one compiled kernel per itemsize.
+"""
+import triton
+import triton.language as tl
+
+COPY, CONSTANT, REFLECT, REPLICATE, CIRCULAR, FLIP, ROLL = 0, 1, 2, 3, 4, 5, 6
+
+
+@triton.jit
+def source_index(i, a, n, MODE: tl.constexpr):
+    """(j, inside): where output index i reads along one dim of source size n; inside is False only
+    for CONSTANT's pad."""
+    inside = i >= 0
+    if MODE == COPY:
+        j = i
+    elif MODE == FLIP:
+        j = tl.where(a != 0, n - 1 - i, i)
+    elif MODE == ROLL:
+        j = i - a
+        j = tl.where(j < 0, j + n, j)
+    else:
+        j = i - a
+        if MODE == CONSTANT:
+            inside = (j >= 0) & (j < n)
+            j = tl.where(inside, j, 0)
+        elif MODE == REFLECT:
+            j = tl.where(j < 0, -j, j)
+            j = tl.where(j >= n, 2 * n - 2 - j, j)
+        elif MODE == REPLICATE:
+            j = tl.minimum(tl.maximum(j, 0), n - 1)
+        else:  # CIRCULAR: a pad is at most the size, so one wrap suffices
+            j = tl.where(j < 0, j + n, j)
+            j = tl.where(j >= n, j - n, j)
+    return j, inside
+
+
+@triton.jit
+def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
+                 n0, n1, n2, n3, a0, a1, a2, a3, s0, s1, s2, s3, t0, t1, t2, t3,
+                 MODE: tl.constexpr, MAP_INNER: tl.constexpr, INDEX64: tl.constexpr,
+                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    r = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = (pid % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (r < rows)[:, None] & (c < o3)[None, :]
+    i2 = r % o2
+    rest = r // o2
+    i1 = rest % o1
+    i0 = rest // o1
+    j0, in0 = source_index(i0, a0, n0, MODE)
+    j1, in1 = source_index(i1, a1, n1, MODE)
+    j2, in2 = source_index(i2, a2, n2, MODE)
+    if MAP_INNER:
+        j3, in3 = source_index(c, a3, n3, MODE)
+    else:
+        j3, in3 = c, c >= 0
+    src = src_ptr + (j0 * s0 + j1 * s1 + j2 * s2)[:, None] + (j3 * s3)[None, :]
+    out = out_ptr + (i0 * t0 + i1 * t1 + i2 * t2)[:, None] + (c * t3)[None, :]
+    if MODE == CONSTANT:
+        inside = (in0 & in1 & in2)[:, None] & in3[None, :]
+        values = tl.load(src, mask=mask & inside)
+        values = tl.where(inside, values, tl.load(fill_ptr))
+    else:
+        values = tl.load(src, mask=mask)
+    tl.store(out, values, mask=mask)

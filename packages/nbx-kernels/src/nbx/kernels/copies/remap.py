@@ -1,0 +1,175 @@
+"""The remap copy's launch (kernel.py): a call reduced to at most four dims, its tile, its plan.
+
+A call names, per dim of the output, the source size, the map's parameter `a` and both strides.
+Dims of size 1 that the map leaves alone vanish; adjacent unmapped dims that both layouts walk as
+one merge. What is left is padded to four dims in front; a call keeping more (a pad of five dims
+at once) launches per index of its first dim, the map of that dim worked out on the host. So a
+pad of any mode, a flip or a roll is one launch, whatever the tensor's size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+import triton
+
+from nbx.core.dtypes import DType
+from nbx.core.ops.creation import asarray
+from nbx.core.tensor import Tensor
+
+from .. import plans
+from ..gather import as_bits
+from ..plans import Launch, LaunchPlan, Slot
+from ..rows import pow2_at_least
+from . import tuning
+from .kernel import CIRCULAR, CONSTANT, COPY, FLIP, REFLECT, REPLICATE, ROLL, remap_kernel
+
+RANK = 4
+_INT32 = 2 ** 31
+MODES = {"constant": CONSTANT, "reflect": REFLECT, "replicate": REPLICATE, "circular": CIRCULAR}
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dim of a call: output size, source size, the map's parameter, source and output strides."""
+    out: int
+    n: int
+    a: int
+    src_stride: int
+    out_stride: int
+
+
+def unmapped(mode: int, d: Dim) -> bool:
+    """Whether mode's map is the identity along d (j = i)."""
+    if mode == COPY:
+        return True
+    if mode in (FLIP, ROLL):
+        return d.a == 0
+    return d.a == 0 and d.out == d.n
+
+
+def reduced(mode: int, dims) -> list[Dim]:
+    """dims without unmapped size-1 dims, adjacent unmapped dims merged where both layouts allow."""
+    kept: list[Dim] = []
+    for d in dims:
+        if d.out == 1 and unmapped(mode, d):
+            continue
+        last = kept[-1] if kept else None
+        if (last is not None and unmapped(mode, last) and unmapped(mode, d)
+                and last.src_stride == d.src_stride * d.n and last.out_stride == d.out_stride * d.out):
+            kept[-1] = Dim(last.out * d.out, last.n * d.n, 0, d.src_stride, d.out_stride)
+        else:
+            kept.append(d)
+    return kept or [Dim(1, 1, 0, 0, 0)]
+
+
+def tile(rows: int, inner: int, setting) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_C): block_c elements of the last dim (fewer for a shorter one) by as many rows
+    as fill `block`; a call of few rows widens its columns back to `block`."""
+    block = setting["block"]
+    cols = min(setting["block_c"], pow2_at_least(inner))
+    rows_ = min(max(1, block // cols), pow2_at_least(rows))
+    cols = min(max(cols, block // rows_), pow2_at_least(inner))
+    return rows_, cols
+
+
+def key_inputs(mode: int, dims, word: DType) -> dict:
+    """The launch key's fields of a reduced call of at most RANK dims (the keys file writer's too)."""
+    inner = dims[-1]
+    return dict(n=prod(d.out for d in dims), inner=inner.out, dtype=word, mapped=not unmapped(mode, inner))
+
+
+def _extent(sizes, strides) -> int:
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(sizes, strides))
+
+
+def _plan(mode: int, dims: tuple[Dim, ...], word: DType, device, setting) -> LaunchPlan:
+    if setting is None:  # certified for the launch key (the device file's tile on interp)
+        setting = tuning.setting(device, **key_inputs(mode, dims, word))
+    rows, inner = prod(d.out for d in dims[:-1]), dims[-1].out
+    block_r, block_c = tile(rows, inner, setting)
+    col_blocks = triton.cdiv(inner, block_c)
+    wide = max(_extent([d.out for d in dims], [d.out_stride for d in dims]),
+               _extent([d.n for d in dims], [d.src_stride for d in dims]),
+               rows * inner) + block_r * block_c >= _INT32
+    args = (Slot("out"), Slot("src"), Slot("fill") if mode == CONSTANT else None, rows, col_blocks,
+            *(d.out for d in dims[1:]), *(d.n for d in dims), *(d.a for d in dims),
+            *(d.src_stride for d in dims), *(d.out_stride for d in dims))
+    meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), INDEX64=wide, BLOCK_R=block_r,
+                BLOCK_C=block_c, num_warps=setting["num_warps"])
+    grid = (triton.cdiv(rows, block_r) * col_blocks,)
+    return LaunchPlan(device, (Launch(remap_kernel, grid, args, meta),), detail=(block_r, block_c))
+
+
+def plan_for(out: Tensor, src: Tensor, mode: int, params, setting=None) -> LaunchPlan | None:
+    """The call's launch plan, or None when it keeps more than RANK dims (remap then splits it)."""
+    out_bits, words = as_bits(out)
+    src_bits = as_bits(src)[0]
+    params = tuple(params) + (0,) * (words - 1)
+    dims = reduced(mode, [Dim(*f) for f in zip(out_bits.shape, src_bits.shape, params, src_bits.strides,
+                                                out_bits.strides)])
+    if len(dims) > RANK:
+        return None
+    dims = tuple([Dim(1, 1, 0, 0, 0)] * (RANK - len(dims)) + dims)
+    return plans.cached("remap", (mode, dims, out_bits.dtype, out.device, plans.setting_key(setting)),
+                        lambda: _plan(mode, dims, out_bits.dtype, out.device, setting))
+
+
+_FILLS: dict = {}
+
+
+def _fill(value, dtype: DType, device) -> Tensor:
+    """A kept one-element device tensor of value (no upload a call: CONSTANT reads it through a pointer)."""
+    bits = np.asarray(value).astype(dtype.host).tobytes()
+    key = (dtype, device, bits)
+    found = _FILLS.get(key)
+    if found is None:
+        if len(_FILLS) >= 256:
+            del _FILLS[next(iter(_FILLS))]
+        found = _FILLS[key] = asarray(np.asarray([value]).astype(dtype.host), device=device)
+    return found
+
+
+def remap(out: Tensor, src: Tensor, mode: int, params, value=0, setting=None) -> Tensor:
+    """Write out (any layout) from src (any layout, any device of out's type) through mode's map,
+    params[d] its parameter along dim d; value is CONSTANT's fill."""
+    if out.size == 0:
+        return out
+    plan = plan_for(out, src, mode, params, setting)
+    if plan is None:  # more than RANK dims even reduced: one call per index of the first dim
+        for i in range(out.shape[0]):
+            j, inside = host_index(i, params[0], src.shape[0], mode)
+            if inside:
+                remap(out[i], src[j], mode, params[1:], value, setting)
+            else:
+                remap(out[i], _fill(value, out.dtype, out.device).reshape(()).broadcast_to(out.shape[1:]), COPY,
+                      (0,) * (out.ndim - 1), setting=setting)
+        return out
+    values = {"out": as_bits(out)[0], "src": as_bits(src)[0]}
+    if mode == CONSTANT:
+        values["fill"] = as_bits(_fill(value, out.dtype, out.device))[0]
+    plans.execute(plan, values)
+    return out
+
+
+def host_index(i: int, a: int, n: int, mode: int) -> tuple[int, bool]:
+    """kernel.source_index on the host, for one index."""
+    if mode == COPY:
+        return i, True
+    if mode == FLIP:
+        return (n - 1 - i if a else i), True
+    if mode == ROLL:
+        return (i - a) % n, True
+    j = i - a
+    if mode == CONSTANT:
+        return (j, True) if 0 <= j < n else (0, False)
+    if mode == REFLECT:
+        j = -j if j < 0 else j
+        return (2 * n - 2 - j if j >= n else j), True
+    if mode == REPLICATE:
+        return min(max(j, 0), n - 1), True
+    return j % n, True
+
+
+__all__ = ["remap", "plan_for", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]

@@ -1,0 +1,55 @@
+"""The remap copy's certified tile: what is tuned, the launch key, the workload.
+
+Key: the output's element count class, its last dim's class (a head transpose's 128-wide rows want
+another tile than a 16384-wide image row), the word the kernel moves (the dtype's size: bf16 and
+f16 share u16) and whether the last dim is mapped (gathered loads, no 16-byte vectors). Not exact
+shapes. The representative launch: a flip of the last dim (mapped) or a copy into every other row
+of a twice-as-tall output (unmapped: concat's layout), of words, checked bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nbx import autotune
+from nbx.core.ops.creation import asarray
+from nbx.core.tensor import empty
+
+
+def _fits_threads(setting, facts):
+    threads = setting["num_warps"] * facts.value("compute.warp_size")
+    if setting["block_c"] > setting["block"]:
+        return f"a row tile of {setting['block_c']} is wider than the block of {setting['block']}"
+    return setting["block"] >= threads or f"block {setting['block']} has fewer elements than {threads} threads"
+
+
+def workload(rep, device):
+    from .kernel import COPY, FLIP
+    from .remap import remap
+    inner, word, mapped = rep["inner"], rep["dtype"], rep["mapped"]
+    rows = max(1, rep["n"] // inner)
+    bits = np.arange(rows * inner, dtype=np.uint64) * 2654435761 % (1 << (8 * word.itemsize))
+    src = asarray(bits.astype(word.host).reshape(rows, inner), device=device)
+    if mapped:
+        out = empty((rows, inner), word, device)
+        reference = np.flip(src.numpy(), axis=1)
+        return autotune.TensorWorkload(out, lambda setting: remap(out, src, FLIP, (0, 1), setting=setting),
+                                       lambda r: reference[r])
+    wide = empty((2 * rows, inner), word, device)
+    out = wide[::2]
+    reference = src.numpy()
+    return autotune.TensorWorkload(out, lambda setting: remap(out, src, COPY, (0, 0), setting=setting),
+                                   lambda r: reference[r])
+
+
+PARAMS = {"block": (1024, 2048, 4096, 8192), "block_c": (64, 128, 256, 512, 1024, 2048, 4096), "num_warps": (4, 8)}
+KEY = {"n": "elements", "inner": "dims", "dtype": "dtype", "mapped": "flag"}
+DATAMOVE = autotune.declare(autotune.Tunable(
+    "datamove", params=PARAMS, key=KEY, default_from="tiles.datamove", constraint=_fits_threads, workload=workload))
+
+
+def setting(device, n: int, inner: int, dtype, mapped: bool):
+    """The served tile of a remap launch."""
+    return autotune.setting(DATAMOVE, device, n=n, inner=inner, dtype=dtype, mapped=mapped)
+
+
+__all__ = ["DATAMOVE", "setting", "workload"]
