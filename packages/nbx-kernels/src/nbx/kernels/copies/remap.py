@@ -40,6 +40,14 @@ class Dim:
     out_stride: int
 
 
+@dataclass(frozen=True)
+class Remapped:
+    """A plan's decisions: the four dims it launches over and its tile."""
+    dims: tuple[Dim, ...]
+    block_r: int
+    block_c: int
+
+
 def unmapped(mode: int, d: Dim) -> bool:
     """Whether mode's map is the identity along d (j = i)."""
     if mode == COPY:
@@ -99,7 +107,7 @@ def _plan(mode: int, dims: tuple[Dim, ...], word: DType, device, setting) -> Lau
     meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), INDEX64=wide, BLOCK_R=block_r,
                 BLOCK_C=block_c, num_warps=setting["num_warps"])
     grid = (triton.cdiv(rows, block_r) * col_blocks,)
-    return LaunchPlan(device, (Launch(remap_kernel, grid, args, meta),), detail=(block_r, block_c))
+    return LaunchPlan(device, (Launch(remap_kernel, grid, args, meta),), detail=Remapped(dims, block_r, block_c))
 
 
 def plan_for(out: Tensor, src: Tensor, mode: int, params, setting=None) -> LaunchPlan | None:
@@ -114,6 +122,17 @@ def plan_for(out: Tensor, src: Tensor, mode: int, params, setting=None) -> Launc
     dims = tuple([Dim(1, 1, 0, 0, 0)] * (RANK - len(dims)) + dims)
     return plans.cached("remap", (mode, dims, out_bits.dtype, out.device, plans.setting_key(setting)),
                         lambda: _plan(mode, dims, out_bits.dtype, out.device, setting))
+
+
+def rows_copy(dst: Tensor, src: Tensor) -> bool:
+    """Whether a same-dtype copy_ is the remap's contiguous-rows case: reduced to at most RANK dims
+    with a last dim of unit stride on both sides (a head transpose, a slice of rows, a part of a
+    concat). Others (a full transpose) stay with the elementwise copy."""
+    plan = plan_for(dst, src, COPY, (0,) * dst.ndim) if dst.size else None
+    if plan is None:
+        return False
+    inner = plan.detail.dims[-1]
+    return inner.src_stride == 1 and inner.out_stride == 1
 
 
 _FILLS: dict = {}
@@ -172,4 +191,4 @@ def host_index(i: int, a: int, n: int, mode: int) -> tuple[int, bool]:
     return j % n, True
 
 
-__all__ = ["remap", "plan_for", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]
+__all__ = ["remap", "rows_copy", "plan_for", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]
