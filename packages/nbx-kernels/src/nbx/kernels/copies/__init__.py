@@ -16,7 +16,7 @@ from nbx.core.tensor import Tensor, empty
 from ..cost import Buffer, Cost, declares
 from ..registry import implements
 from .kernel import COPY, FLIP, ROLL
-from .remap import MODES, remap
+from .remap import MODES, remap_copy
 
 
 @implements("concat")
@@ -27,7 +27,7 @@ def concat(arrays: list[Tensor], axis: int) -> Tensor:
     out = empty(tuple(shape), first.dtype, first.device)
     start = 0
     for a in arrays:
-        remap(out.narrow(axis, start, a.shape[axis]), a, COPY, (0,) * a.ndim)
+        remap_copy(out.narrow(axis, start, a.shape[axis]), a, COPY, (0,) * a.ndim)
         start += a.shape[axis]
     return out
 
@@ -39,19 +39,19 @@ def pad(x: Tensor, widths, mode: str, value) -> Tensor:
                    for d, (lo, hi) in enumerate(widths))]
     grow = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
     out = empty(tuple(s + lo + hi for s, (lo, hi) in zip(crop.shape, grow)), x.dtype, x.device)
-    return remap(out, crop, MODES[mode], tuple(lo for lo, _ in grow), value)
+    return remap_copy(out, crop, MODES[mode], tuple(lo for lo, _ in grow), value)
 
 
 @implements("flip")
 def flip(x: Tensor, axes) -> Tensor:
-    return remap(empty(x.shape, x.dtype, x.device), x, FLIP, tuple(int(d in axes) for d in range(x.ndim)))
+    return remap_copy(empty(x.shape, x.dtype, x.device), x, FLIP, tuple(int(d in axes) for d in range(x.ndim)))
 
 
 @implements("roll")
 def roll(x: Tensor, shifts) -> Tensor:
     """shifts: (axis, shift) pairs, each axis once, 0 <= shift < its size (the front-end's)."""
     by_axis = dict(shifts)
-    return remap(empty(x.shape, x.dtype, x.device), x, ROLL, tuple(by_axis.get(d, 0) for d in range(x.ndim)))
+    return remap_copy(empty(x.shape, x.dtype, x.device), x, ROLL, tuple(by_axis.get(d, 0) for d in range(x.ndim)))
 
 
 @implements("repeat")

@@ -13,7 +13,8 @@ A program writes a BLOCK_R x BLOCK_C tile: BLOCK_R rows of the output (its three
 BLOCK_C consecutive elements of its last dim. Row offsets are worked out once a row; along the last
 dim the offsets stay `c * stride`, so when the last dim is unmapped (MAP_INNER=0) and of stride 1
 (Triton specialises a stride of 1) the loads and stores are contiguous and vectorise to 16 bytes.
-Elements are moved as unsigned words of their size: one compiled kernel per itemsize.
+Elements are moved as unsigned words of their size: one compiled kernel per itemsize (complex128
+as two uint64 words, the last dim; CONSTANT's fill then has FILL_WORDS words).
 """
 import triton
 import triton.language as tl
@@ -52,7 +53,7 @@ def source_index(i, a, n, MODE: tl.constexpr):
 @triton.jit
 def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
                  n0, n1, n2, n3, a0, a1, a2, a3, s0, s1, s2, s3, t0, t1, t2, t3,
-                 MODE: tl.constexpr, MAP_INNER: tl.constexpr, INDEX64: tl.constexpr,
+                 MODE: tl.constexpr, MAP_INNER: tl.constexpr, FILL_WORDS: tl.constexpr, INDEX64: tl.constexpr,
                  BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     pid = tl.program_id(0)
     if INDEX64:
@@ -76,7 +77,11 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
     if MODE == CONSTANT:
         inside = (in0 & in1 & in2)[:, None] & in3[None, :]
         values = tl.load(src, mask=mask & inside)
-        values = tl.where(inside, values, tl.load(fill_ptr))
+        if FILL_WORDS == 1:
+            fill = tl.load(fill_ptr)
+        else:  # a complex128 fill: its two words alternate along the last dim (the words' own dim)
+            fill = tl.load(fill_ptr + (c % FILL_WORDS))[None, :]
+        values = tl.where(inside, values, fill)
     else:
         values = tl.load(src, mask=mask)
     tl.store(out, values, mask=mask)

@@ -92,7 +92,7 @@ def _extent(sizes, strides) -> int:
     return 1 + sum((s - 1) * abs(st) for s, st in zip(sizes, strides))
 
 
-def _plan(mode: int, dims: tuple[Dim, ...], word: DType, device, setting) -> LaunchPlan:
+def _plan(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, setting) -> LaunchPlan:
     if setting is None:  # certified for the launch key (the device file's tile on interp)
         setting = tuning.setting(device, **key_inputs(mode, dims, word))
     rows, inner = prod(d.out for d in dims[:-1]), dims[-1].out
@@ -104,7 +104,7 @@ def _plan(mode: int, dims: tuple[Dim, ...], word: DType, device, setting) -> Lau
     args = (Slot("out"), Slot("src"), Slot("fill") if mode == CONSTANT else None, rows, col_blocks,
             *(d.out for d in dims[1:]), *(d.n for d in dims), *(d.a for d in dims),
             *(d.src_stride for d in dims), *(d.out_stride for d in dims))
-    meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), INDEX64=wide, BLOCK_R=block_r,
+    meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), FILL_WORDS=words, INDEX64=wide, BLOCK_R=block_r,
                 BLOCK_C=block_c, num_warps=setting["num_warps"])
     grid = (triton.cdiv(rows, block_r) * col_blocks,)
     return LaunchPlan(device, (Launch(remap_kernel, grid, args, meta),), detail=Remapped(dims, block_r, block_c))
@@ -120,8 +120,8 @@ def plan_for(out: Tensor, src: Tensor, mode: int, params, setting=None) -> Launc
     if len(dims) > RANK:
         return None
     dims = tuple([Dim(1, 1, 0, 0, 0)] * (RANK - len(dims)) + dims)
-    return plans.cached("remap", (mode, dims, out_bits.dtype, out.device, plans.setting_key(setting)),
-                        lambda: _plan(mode, dims, out_bits.dtype, out.device, setting))
+    return plans.cached("remap", (mode, dims, out_bits.dtype, words, out.device, plans.setting_key(setting)),
+                        lambda: _plan(mode, dims, out_bits.dtype, words, out.device, setting))
 
 
 def rows_copy(dst: Tensor, src: Tensor) -> bool:
@@ -150,7 +150,7 @@ def _fill(value, dtype: DType, device) -> Tensor:
     return found
 
 
-def remap(out: Tensor, src: Tensor, mode: int, params, value=0, setting=None) -> Tensor:
+def remap_copy(out: Tensor, src: Tensor, mode: int, params, value=0, setting=None) -> Tensor:
     """Write out (any layout) from src (any layout, any device of out's type) through mode's map,
     params[d] its parameter along dim d; value is CONSTANT's fill."""
     if out.size == 0:
@@ -160,9 +160,9 @@ def remap(out: Tensor, src: Tensor, mode: int, params, value=0, setting=None) ->
         for i in range(out.shape[0]):
             j, inside = host_index(i, params[0], src.shape[0], mode)
             if inside:
-                remap(out[i], src[j], mode, params[1:], value, setting)
+                remap_copy(out[i], src[j], mode, params[1:], value, setting)
             else:
-                remap(out[i], _fill(value, out.dtype, out.device).reshape(()).broadcast_to(out.shape[1:]), COPY,
+                remap_copy(out[i], _fill(value, out.dtype, out.device).reshape(()).broadcast_to(out.shape[1:]), COPY,
                       (0,) * (out.ndim - 1), setting=setting)
         return out
     values = {"out": as_bits(out)[0], "src": as_bits(src)[0]}
@@ -191,4 +191,4 @@ def host_index(i: int, a: int, n: int, mode: int) -> tuple[int, bool]:
     return j % n, True
 
 
-__all__ = ["remap", "rows_copy", "plan_for", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]
+__all__ = ["remap_copy", "rows_copy", "plan_for", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]

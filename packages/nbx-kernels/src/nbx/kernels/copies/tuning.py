@@ -24,7 +24,7 @@ def _fits_threads(setting, facts):
 
 def workload(rep, device):
     from .kernel import COPY, FLIP
-    from .remap import remap
+    from .remap import remap_copy
     inner, word, mapped = rep["inner"], rep["dtype"], rep["mapped"]
     rows = max(1, rep["n"] // inner)
     bits = np.arange(rows * inner, dtype=np.uint64) * 2654435761 % (1 << (8 * word.itemsize))
@@ -32,12 +32,12 @@ def workload(rep, device):
     if mapped:
         out = empty((rows, inner), word, device)
         reference = np.flip(src.numpy(), axis=1)
-        return autotune.TensorWorkload(out, lambda setting: remap(out, src, FLIP, (0, 1), setting=setting),
+        return autotune.TensorWorkload(out, lambda setting: remap_copy(out, src, FLIP, (0, 1), setting=setting),
                                        lambda r: reference[r])
     wide = empty((2 * rows, inner), word, device)
     out = wide[::2]
     reference = src.numpy()
-    return autotune.TensorWorkload(out, lambda setting: remap(out, src, COPY, (0, 0), setting=setting),
+    return autotune.TensorWorkload(out, lambda setting: remap_copy(out, src, COPY, (0, 0), setting=setting),
                                    lambda r: reference[r])
 
 

@@ -131,9 +131,9 @@ def _copy(dst: Tensor, src: Tensor) -> None:
                                           src.storage_offset * item, dst.nbytes)
         return
     if src.dtype is dst.dtype:  # rows contiguous on both sides: the remap copy's vectorised tiles
-        from ..copies.remap import COPY, remap, rows_copy
+        from ..copies.remap import COPY, remap_copy, rows_copy
         if rows_copy(dst, src):
-            remap(dst, src, COPY, (0,) * dst.ndim)
+            remap_copy(dst, src, COPY, (0,) * dst.ndim)
             return
     if dst.dtype.is_complex and src.dtype is dst.dtype:  # Triton has no complex type: copy the parts
         launch_elementwise(functions.identity, [_parts(src)], _part_dtype(dst), _part_dtype(dst), out=_parts(dst),

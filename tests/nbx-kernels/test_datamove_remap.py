@@ -1,0 +1,123 @@
+"""The remap copy (nbx.kernels.copies.remap): pad, flip, roll, concat and row copies, against numpy
+bit for bit, and their launch counts (one a call, whatever the size: no per-row host loop)."""
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.tensor import empty
+from nbx.kernels import plans
+from nbx.kernels.copies import remap as rm
+from nbx.kernels.copies import tuning
+from nbx.kernels.copies.kernel import COPY, FLIP
+from nbx.kernels.cost import price
+
+rng = np.random.default_rng(29)
+
+
+def values(shape, dtype):
+    if dtype == "bool":
+        return rng.standard_normal(shape) > 0
+    if dtype == "complex128":
+        return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    return rng.standard_normal(shape) * 40
+
+
+def both(shape, dtype, device):
+    host = nbx.asarray(values(shape, dtype)).to(dtype=dtype)
+    return host, host.to(device)
+
+
+def same(got, expected):
+    assert got.dtype is expected.dtype and got.shape == expected.shape
+    np.testing.assert_array_equal(got.numpy().view(np.uint8), expected.numpy().view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8", "bool", "complex128", "float64"])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+def test_pad_of_every_mode_over_three_dims_with_crops_moves_the_bits_of_numpy(device, mode, dtype):
+    c, d = both((3, 5, 7), dtype, device)
+    amounts = (3, -2, 0, 4, 1, 2)
+    value = {"constant": True if dtype == "bool" else 2}.get(mode)
+    same(nbx.pad(d, amounts, mode=mode, value=value), nbx.pad(c, amounts, mode=mode, value=value))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular", "constant"])
+def test_pad_of_a_mid_size_tensor_is_one_launch_whatever_its_rows(device, mode):
+    x = empty((2048, 4096), nbx.bfloat16, nbx.as_device(device))   # planned, never launched
+    out = empty((2048 + 2, 4096 + 6), x.dtype, x.device)
+    plan = rm.plan_for(out, x, rm.MODES[mode], (1, 3))
+    assert len(plan.launches) == 1 and plan.detail.dims[-1].out == 4096 + 6
+    assert price("pad", x, ((1, 1), (3, 3)), mode).launches == 1
+    small = nbx.asarray(values((12, 30), "float32")).to(dtype="float32")
+    before = plans.cached_count("remap")
+    got = nbx.pad(small.to(device), (3, 3, 2, 1), mode=mode)
+    assert plans.cached_count("remap") - before == 1   # one plan of one launch served the call
+    same(got, nbx.pad(small, (3, 3, 2, 1), mode=mode))
+
+
+def test_a_pad_of_five_dims_splits_its_first_dim_and_still_matches(device):
+    c, d = both((2, 3, 2, 2, 3), "bool", device)
+    amounts = (1, 1, 1, 0, 0, 1, 1, 0, 1, 1)
+    same(nbx.pad(d, amounts, value=True), nbx.pad(c, amounts, value=True))
+    same(nbx.pad(d, amounts, mode="replicate"), nbx.pad(c, amounts, mode="replicate"))
+
+
+def test_flip_and_roll_of_reversed_and_sliced_views_match_numpy(device):
+    c, d = both((4, 6, 9), "bfloat16", device)
+    cv, dv = c[::-1, 1:, ::2], d[::-1, 1:, ::2]
+    same(nbx.flip(dv, axis=(0, 2)), nbx.flip(cv, axis=(0, 2)))
+    same(nbx.flip(dv), nbx.flip(cv))
+    same(nbx.roll(dv, (1, -2, 7), axis=(0, 1, 2)), nbx.roll(cv, (1, -2, 7), axis=(0, 1, 2)))
+    same(nbx.roll(dv, 5), nbx.roll(cv, 5))
+
+
+def test_concat_writes_each_part_with_one_launch_and_a_head_transpose_copies_rows(device):
+    c, d = both((3, 4, 8), "float32", device)
+    same(nbx.concat([d, d[:, :1], d[:, :0]], axis=1), nbx.concat([c, c[:, :1], c[:, :0]], axis=1))
+    same(nbx.concat([d, d], axis=2), nbx.concat([c, c], axis=2))
+    before = plans.cached_count("remap")
+    same(d.permute(1, 0, 2).contiguous(), c.permute(1, 0, 2).contiguous())
+    assert plans.cached_count("remap") - before == 1
+    assert rm.rows_copy(empty((4, 3, 8), d.dtype, d.device), d.permute(1, 0, 2))
+    assert not rm.rows_copy(empty((8, 4, 3), d.dtype, d.device), d.permute(2, 1, 0))  # a full transpose
+
+
+def test_the_tile_fills_its_block_and_a_call_of_few_rows_widens_its_columns():
+    setting = {"block": 2048, "block_c": 1024, "num_warps": 4}
+    assert rm.tile(8192, 16384, setting) == (2, 1024)
+    assert rm.tile(131072, 128, setting) == (16, 128)
+    assert rm.tile(1, 1 << 20, setting) == (1, 2048)
+    assert rm.tile(3, 5, setting) == (4, 8)
+
+
+def test_adjacent_unmapped_dims_merge_and_size_one_dims_vanish():
+    heads = [rm.Dim(4096, 4096, 0, 128, 32 * 128), rm.Dim(32, 32, 0, 4096 * 128, 128), rm.Dim(128, 128, 0, 1, 1)]
+    assert rm.reduced(COPY, heads) == heads   # a head transpose: its source walks no two dims as one
+    dense = [rm.Dim(8, 8, 0, 64, 64), rm.Dim(1, 1, 0, 5, 5), rm.Dim(64, 64, 0, 1, 1)]
+    assert rm.reduced(COPY, dense) == [rm.Dim(512, 512, 0, 1, 1)]
+    assert rm.reduced(FLIP, [rm.Dim(8, 8, 1, 64, 64), rm.Dim(64, 64, 0, 1, 1)]) == [
+        rm.Dim(8, 8, 1, 64, 64), rm.Dim(64, 64, 0, 1, 1)]
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_the_datamove_workload_the_certifier_screens_matches_its_reference(device, mapped):
+    word = nbx.uint16
+    work = tuning.workload({"n": 3 * 70, "inner": 70, "dtype": word, "mapped": mapped}, nbx.as_device(device))
+    work.launch({"block": 256, "block_c": 64, "num_warps": 4})
+    np.testing.assert_array_equal(work.output_rows(slice(None)), work.reference_rows(slice(None)))
+
+
+@pytest.mark.gpu
+def test_the_benchmark_and_model_shapes_move_their_bits_on_the_gpu():
+    device = nbx.as_device("cuda")
+    x = nbx.asarray(values((1024, 4100), "float32")).to(dtype=nbx.bfloat16)
+    g = x.to(device)
+    for mode in ("constant", "reflect", "replicate", "circular"):
+        same(nbx.pad(g, (3, 3, 1, 2), mode=mode), nbx.pad(x, (3, 3, 1, 2), mode=mode))
+    same(nbx.concat([g[:512], g[512:]], axis=1), nbx.concat([x[:512], x[512:]], axis=1))
+    same(nbx.flip(g, axis=1), nbx.flip(x, axis=1))
+    same(nbx.roll(g, 7, axis=1), nbx.roll(x, 7, axis=1))
+    heads = nbx.asarray(values((32, 512, 128), "float32")).to(dtype=nbx.bfloat16)
+    same(heads.to(device).permute(1, 0, 2).contiguous(), heads.permute(1, 0, 2).contiguous())
+    cache, new = heads[:, :511], heads[:, 511:]
+    same(nbx.concat([cache.to(device), new.to(device)], axis=1), nbx.concat([cache, new], axis=1))
