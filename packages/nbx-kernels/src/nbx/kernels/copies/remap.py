@@ -110,16 +110,23 @@ def _plan(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, set
     return LaunchPlan(device, (Launch(remap_kernel, grid, args, meta),), detail=Remapped(dims, block_r, block_c))
 
 
-def plan_for(out: Tensor, src: Tensor, mode: int, params, setting=None) -> LaunchPlan | None:
-    """The call's launch plan, or None when it keeps more than RANK dims (remap then splits it)."""
-    out_bits, words = as_bits(out)
-    src_bits = as_bits(src)[0]
-    params = tuple(params) + (0,) * (words - 1)
-    dims = reduced(mode, [Dim(*f) for f in zip(out_bits.shape, src_bits.shape, params, src_bits.strides,
-                                                out_bits.strides)])
+def call_dims(mode: int, out_shape, out_strides, src_shape, src_strides, params) -> tuple[Dim, ...] | None:
+    """The RANK dims a call over words launches on (padded in front), or None when more remain.
+    Pure in the layouts: the keys file writer lists a benchmark's keys with it, without a GPU."""
+    dims = reduced(mode, [Dim(*f) for f in zip(out_shape, src_shape, params, src_strides, out_strides)])
     if len(dims) > RANK:
         return None
-    dims = tuple([Dim(1, 1, 0, 0, 0)] * (RANK - len(dims)) + dims)
+    return tuple([Dim(1, 1, 0, 0, 0)] * (RANK - len(dims)) + dims)
+
+
+def plan_for(out: Tensor, src: Tensor, mode: int, params, setting=None) -> LaunchPlan | None:
+    """The call's launch plan, or None when it keeps more than RANK dims (remap_copy then splits it)."""
+    out_bits, words = as_bits(out)
+    src_bits = as_bits(src)[0]
+    dims = call_dims(mode, out_bits.shape, out_bits.strides, src_bits.shape, src_bits.strides,
+                     tuple(params) + (0,) * (words - 1))
+    if dims is None:
+        return None
     return plans.cached("remap", (mode, dims, out_bits.dtype, words, out.device, plans.setting_key(setting)),
                         lambda: _plan(mode, dims, out_bits.dtype, words, out.device, setting))
 
@@ -191,4 +198,4 @@ def host_index(i: int, a: int, n: int, mode: int) -> tuple[int, bool]:
     return j % n, True
 
 
-__all__ = ["remap_copy", "rows_copy", "plan_for", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]
+__all__ = ["remap_copy", "rows_copy", "plan_for", "call_dims", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]

@@ -22,6 +22,13 @@ def _fits_threads(setting, facts):
     return setting["block"] >= threads or f"block {setting['block']} has fewer elements than {threads} threads"
 
 
+def _fits_rows(setting, rep, facts):
+    """A row tile wider than the key's last dim launches as the narrower one (remap.tile): not a candidate."""
+    from ..rows import pow2_at_least
+    widest = max(PARAMS["block_c"][0], pow2_at_least(rep["inner"]))
+    return setting["block_c"] <= widest or f"a row tile of {setting['block_c']} for rows of {rep['inner']}"
+
+
 def workload(rep, device):
     from .kernel import COPY, FLIP
     from .remap import remap_copy
@@ -44,7 +51,8 @@ def workload(rep, device):
 PARAMS = {"block": (1024, 2048, 4096, 8192), "block_c": (64, 128, 256, 512, 1024, 2048, 4096), "num_warps": (4, 8)}
 KEY = {"n": "elements", "inner": "dims", "dtype": "dtype", "mapped": "flag"}
 DATAMOVE = autotune.declare(autotune.Tunable(
-    "datamove", params=PARAMS, key=KEY, default_from="tiles.datamove", constraint=_fits_threads, workload=workload))
+    "datamove", params=PARAMS, key=KEY, default_from="tiles.datamove", constraint=_fits_threads, fits=_fits_rows,
+    workload=workload))
 
 
 def setting(device, n: int, inner: int, dtype, mapped: bool):

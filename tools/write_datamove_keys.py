@@ -1,0 +1,84 @@
+"""Write the `datamove` keys (the remap copy's tile) that the H200 benchmark and model shapes form,
+without a GPU: certificates/keys/nvidia-h200-140gb-datamove.json.
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/write_datamove_keys.py
+
+A datamove key is a function of a call's layouts (nbx.kernels.copies.remap.call_dims, then
+key_inputs, classed by the device file's ladders through nbx.autotune.keys.form), so it is listed
+from the shapes: tools/bench/bench_datamove.py's cases (bf16 (8192, 16384): concat's two parts
+along axis 1, pad constant (1,1,1,1), pad reflect (3,3), flip, roll, a [32, 4096, 128] head
+transpose, a KV-cache append) and the decode layouts of the models nbx runs (Llama-3.2-1B, 3-8B:
+KV appends of 8 and 32 heads at contexts 512 to 8192, their head transposes). gather, sort and
+sampling read the device file's tiles (tiles.gather, tiles.sort, tiles.sampling): no tunable, no key.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbx.autotune import keys, records
+from nbx.core import device_files, dtypes
+from nbx.core.layout import contiguous_strides
+from nbx.kernels.copies.kernel import CONSTANT, COPY, FLIP, REFLECT, ROLL
+from nbx.kernels.copies.remap import call_dims, key_inputs
+from nbx.kernels.copies.tuning import DATAMOVE
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
+WORD = dtypes.uint16   # bf16 and f16 move as 16-bit words
+BIG = (8192, 16384)
+
+
+def dense(shape):
+    return tuple(shape), contiguous_strides(tuple(shape))
+
+
+def call(mode, out_shape, src_shape, params, out_strides=None, src_strides=None):
+    """(mode, dims) of one remap launch: dense layouts unless strides are given."""
+    out_strides = out_strides or contiguous_strides(tuple(out_shape))
+    src_strides = src_strides or contiguous_strides(tuple(src_shape))
+    return mode, call_dims(mode, tuple(out_shape), out_strides, tuple(src_shape), src_strides, params)
+
+
+def concat_parts(shapes, axis):
+    """The launches of concat(parts, axis): each part into its slice of the dense output."""
+    total = list(shapes[0])
+    total[axis] = sum(s[axis] for s in shapes)
+    strides = contiguous_strides(tuple(total))
+    return [call(COPY, s, s, (0,) * len(s), out_strides=strides) for s in shapes if all(s)]
+
+
+def head_transpose(heads, seq, dim):
+    """[heads, seq, dim].permute(1, 0, 2).contiguous(): a copy of rows of dim."""
+    return call(COPY, (seq, heads, dim), (seq, heads, dim), (0, 0, 0), src_strides=(dim, seq * dim, 1))
+
+
+def calls():
+    rows, cols = BIG
+    found = concat_parts([(rows // 2, cols), (rows // 2, cols)], 1)
+    found += [call(CONSTANT, (rows + 2, cols + 2), BIG, (1, 1)), call(REFLECT, (rows, cols + 6), BIG, (0, 3)),
+              call(FLIP, BIG, BIG, (0, 1)), call(ROLL, BIG, BIG, (0, 7)), head_transpose(32, 4096, 128)]
+    for heads, dim in ((32, 128), (8, 128), (8, 64), (32, 64)):
+        for context in (512, 2048, 4096, 8192):
+            found += concat_parts([(heads, context, dim), (heads, 1, dim)], 1)
+            found.append(head_transpose(heads, context, dim))
+    return found
+
+
+def main() -> int:
+    facts = device_files.for_arch("sm_90")
+    recs = []
+    for mode, dims in calls():
+        key = keys.form("datamove", DATAMOVE.key_fields, facts, **key_inputs(mode, dims, WORD))
+        recs.append(records.KeyRecord("datamove", str(key), facts.name, CLASS, COMPILER, dict(key.observed)))
+    recs = records.merge(recs)
+    path = ROOT / "certificates" / "keys" / f"{CLASS}-datamove.json"
+    path.unlink(missing_ok=True)
+    records.save(path, recs)
+    kept = sum(len(DATAMOVE.candidates(facts, keys.representative(
+        keys.parse("datamove", DATAMOVE.key, r.key, facts, r.observed), DATAMOVE.key, facts))[0]) for r in recs)
+    print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {kept} candidates")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
