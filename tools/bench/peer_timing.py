@@ -39,10 +39,12 @@ def spin_cycles_per_ms() -> float:
     return 20_000_000 / start.elapsed_time(end)
 
 
-def measure(fn, copies: int, cycles_per_ms: float, repeats: int = 3) -> tuple[float, float, bool]:
+def measure(fn, copies: int, cycles_per_ms: float, repeats: int = 3,
+            min_iters: int = 20) -> tuple[float, float, bool]:
     """(GPU us a call, host us a call, host-bound?) for fn(i) over back-to-back calls behind a spin.
 
-    fn takes the index of the input copy to read (i % copies), so that reads come from HBM.
+    fn takes the index of the input copy to read (i % copies), so that reads come from HBM. A slow
+    case may ask for fewer calls (min_iters) and repeats, so a benchmark stays within its time.
     """
     if ONCE:
         fn(0)
@@ -55,7 +57,7 @@ def measure(fn, copies: int, cycles_per_ms: float, repeats: int = 3) -> tuple[fl
         fn(i % copies)
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / 5
-    iters = int(min(200, max(20, 0.02 / wall)))
+    iters = int(min(200, max(min_iters, 0.02 / wall)))
     gpu, host, bound = [], [], False
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
