@@ -122,13 +122,20 @@ def call_dims(mode: int, out_shape, out_strides, src_shape, src_strides, params)
 def plan_for(out: Tensor, src: Tensor, mode: int, params, setting=None) -> LaunchPlan | None:
     """The call's launch plan, or None when it keeps more than RANK dims (remap_copy then splits it)."""
     out_bits, words = as_bits(out)
-    src_bits = as_bits(src)[0]
-    dims = call_dims(mode, out_bits.shape, out_bits.strides, src_bits.shape, src_bits.strides,
-                     tuple(params) + (0,) * (words - 1))
-    if dims is None:
-        return None
-    return plans.cached("remap", (mode, dims, out_bits.dtype, words, out.device, plans.setting_key(setting)),
-                        lambda: _plan(mode, dims, out_bits.dtype, words, out.device, setting))
+    return _plan_of_words(out_bits, as_bits(src)[0], words, mode, params, out.device, setting)
+
+
+def _plan_of_words(out_bits: Tensor, src_bits: Tensor, words: int, mode: int, params, device, setting):
+    """Cached by the raw layouts (the reduction runs once a layout); a plan of no launch: split the call."""
+    params = tuple(params) + (0,) * (words - 1)
+    signature = (mode, out_bits.shape, out_bits.strides, src_bits.shape, src_bits.strides, params, out_bits.dtype,
+                 words, device, plans.setting_key(setting))
+
+    def build() -> LaunchPlan:
+        dims = call_dims(mode, out_bits.shape, out_bits.strides, src_bits.shape, src_bits.strides, params)
+        return LaunchPlan(device, ()) if dims is None else _plan(mode, dims, out_bits.dtype, words, device, setting)
+    plan = plans.cached("remap", signature, build)
+    return plan if plan.launches else None
 
 
 def rows_copy(dst: Tensor, src: Tensor) -> bool:
@@ -162,7 +169,9 @@ def remap_copy(out: Tensor, src: Tensor, mode: int, params, value=0, setting=Non
     params[d] its parameter along dim d; value is CONSTANT's fill."""
     if out.size == 0:
         return out
-    plan = plan_for(out, src, mode, params, setting)
+    out_bits, words = as_bits(out)
+    src_bits = as_bits(src)[0]
+    plan = _plan_of_words(out_bits, src_bits, words, mode, params, out.device, setting)
     if plan is None:  # more than RANK dims even reduced: one call per index of the first dim
         for i in range(out.shape[0]):
             j, inside = host_index(i, params[0], src.shape[0], mode)
@@ -172,7 +181,7 @@ def remap_copy(out: Tensor, src: Tensor, mode: int, params, value=0, setting=Non
                 remap_copy(out[i], _fill(value, out.dtype, out.device).reshape(()).broadcast_to(out.shape[1:]), COPY,
                       (0,) * (out.ndim - 1), setting=setting)
         return out
-    values = {"out": as_bits(out)[0], "src": as_bits(src)[0]}
+    values = {"out": out_bits, "src": src_bits}
     if mode == CONSTANT:
         values["fill"] = as_bits(_fill(value, out.dtype, out.device))[0]
     plans.execute(plan, values)
