@@ -6,8 +6,8 @@ without a GPU: certificates/keys/nvidia-h200-140gb-datamove.json.
 A datamove key is a function of a call's layouts (nbx.kernels.copies.remap.call_dims, then
 key_inputs, classed by the device file's ladders through nbx.autotune.keys.form), so it is listed
 from the shapes: tools/bench/bench_datamove.py's cases (bf16 (8192, 16384): concat's two parts
-along axis 1, pad constant (1,1,1,1), pad reflect (3,3), flip, roll, a [32, 4096, 128] head
-transpose, a KV-cache append) and the decode layouts of the models nbx runs (Llama-3.2-1B, 3-8B:
+along axis 1, pad constant (1,1,1,1), pad reflect (3,3), flip, roll, the transpose (its keys are
+`datamove_transpose`'s), a [32, 4096, 128] head transpose, a KV-cache append) and the decode layouts of the models nbx runs (Llama-3.2-1B, 3-8B:
 KV appends of 8 and 32 heads at contexts 512 to 8192, their head transposes). gather, sort and
 sampling read the device file's tiles (tiles.gather, tiles.sort, tiles.sampling): no tunable, no key.
 """
@@ -20,7 +20,7 @@ from nbx.core import device_files, dtypes
 from nbx.core.layout import contiguous_strides
 from nbx.kernels.copies.kernel import CONSTANT, COPY, FLIP, REFLECT, ROLL
 from nbx.kernels.copies.remap import call_dims, key_inputs
-from nbx.kernels.copies.tuning import DATAMOVE
+from nbx.kernels.copies.tuning import DATAMOVE, DATAMOVE_TRANSPOSE
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
@@ -56,7 +56,8 @@ def calls():
     rows, cols = BIG
     found = concat_parts([(rows // 2, cols), (rows // 2, cols)], 1)
     found += [call(CONSTANT, (rows + 2, cols + 2), BIG, (1, 1)), call(REFLECT, (rows, cols + 6), BIG, (0, 3)),
-              call(FLIP, BIG, BIG, (0, 1)), call(ROLL, BIG, BIG, (0, 7)), head_transpose(32, 4096, 128)]
+              call(FLIP, BIG, BIG, (0, 1)), call(ROLL, BIG, BIG, (0, 7)), head_transpose(32, 4096, 128),
+              call(COPY, (cols, rows), (cols, rows), (0, 0), src_strides=(1, cols))]   # x.T.contiguous()
     for heads, dim in ((32, 128), (8, 128), (8, 64), (32, 64)):
         for context in (512, 2048, 4096, 8192):
             found += concat_parts([(heads, context, dim), (heads, 1, dim)], 1)
@@ -68,14 +69,18 @@ def main() -> int:
     facts = device_files.for_arch("sm_90")
     recs = []
     for mode, dims in calls():
-        key = keys.form("datamove", DATAMOVE.key_fields, facts, **key_inputs(mode, dims, WORD))
-        recs.append(records.KeyRecord("datamove", str(key), facts.name, CLASS, COMPILER, dict(key.observed)))
+        fields = key_inputs(mode, dims, WORD)
+        tunable = DATAMOVE_TRANSPOSE if fields["transposed"] else DATAMOVE
+        key = keys.form(tunable.name, tunable.key_fields, facts, **fields)
+        recs.append(records.KeyRecord(tunable.name, str(key), facts.name, CLASS, COMPILER, dict(key.observed)))
     recs = records.merge(recs)
     path = ROOT / "certificates" / "keys" / f"{CLASS}-datamove.json"
     path.unlink(missing_ok=True)
     records.save(path, recs)
-    kept = sum(len(DATAMOVE.candidates(facts, keys.representative(
-        keys.parse("datamove", DATAMOVE.key, r.key, facts, r.observed), DATAMOVE.key, facts))[0]) for r in recs)
+    by_name = {t.name: t for t in (DATAMOVE, DATAMOVE_TRANSPOSE)}
+    kept = sum(len(by_name[r.kernel].candidates(facts, keys.representative(
+        keys.parse(r.kernel, by_name[r.kernel].key, r.key, facts, r.observed), by_name[r.kernel].key, facts))[0])
+        for r in recs)
     print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {kept} candidates")
     return 0
 

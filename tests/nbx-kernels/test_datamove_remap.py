@@ -79,7 +79,17 @@ def test_concat_writes_each_part_with_one_launch_and_a_head_transpose_copies_row
     same(d.permute(1, 0, 2).contiguous(), c.permute(1, 0, 2).contiguous())
     assert plans.cached_count("remap") - before == 1
     assert rm.rows_copy(empty((4, 3, 8), d.dtype, d.device), d.permute(1, 0, 2))
-    assert not rm.rows_copy(empty((8, 4, 3), d.dtype, d.device), d.permute(2, 1, 0))  # a full transpose
+    assert not rm.rows_copy(empty((8, 4, 3), d.dtype, d.device), d.permute(2, 1, 0))  # elementwise's
+    same(d.permute(2, 1, 0).contiguous(), c.permute(2, 1, 0).contiguous())
+
+
+def test_a_transpose_reads_down_the_rows_with_its_own_tunable_and_matches(device):
+    c, d = both((37, 70), "bfloat16", device)
+    assert rm.rows_copy(empty((70, 37), d.dtype, d.device), d.T)
+    plan = rm.plan_for(empty((70, 37), d.dtype, d.device), d.T, COPY, (0, 0))
+    assert rm.transposed(plan.detail.dims) and plan.launches[0].meta["FLAT_ROWS"]
+    same(d.T.contiguous(), c.T.contiguous())
+    same(d[:, 1::2].T.contiguous(), c[:, 1::2].T.contiguous())
 
 
 def test_the_tile_fills_its_block_and_a_call_of_few_rows_widens_its_columns():
@@ -99,10 +109,11 @@ def test_adjacent_unmapped_dims_merge_and_size_one_dims_vanish():
         rm.Dim(8, 8, 1, 64, 64), rm.Dim(64, 64, 0, 1, 1)]
 
 
-@pytest.mark.parametrize("mapped", [False, True])
-def test_the_datamove_workload_the_certifier_screens_matches_its_reference(device, mapped):
+@pytest.mark.parametrize("mapped, transposed", [(False, False), (True, False), (False, True)])
+def test_the_datamove_workload_the_certifier_screens_matches_its_reference(device, mapped, transposed):
     word = nbx.uint16
-    work = tuning.workload({"n": 3 * 70, "inner": 70, "dtype": word, "mapped": mapped}, nbx.as_device(device))
+    rep = {"n": 3 * 70, "inner": 70, "dtype": word, "mapped": mapped, "transposed": transposed}
+    work = tuning.workload(rep, nbx.as_device(device))
     work.launch({"block": 256, "block_c": 64, "num_warps": 4})
     np.testing.assert_array_equal(work.output_rows(slice(None)), work.reference_rows(slice(None)))
 
@@ -117,6 +128,7 @@ def test_the_benchmark_and_model_shapes_move_their_bits_on_the_gpu():
     same(nbx.concat([g[:512], g[512:]], axis=1), nbx.concat([x[:512], x[512:]], axis=1))
     same(nbx.flip(g, axis=1), nbx.flip(x, axis=1))
     same(nbx.roll(g, 7, axis=1), nbx.roll(x, 7, axis=1))
+    same(g.T.contiguous(), x.T.contiguous())
     heads = nbx.asarray(values((32, 512, 128), "float32")).to(dtype=nbx.bfloat16)
     same(heads.to(device).permute(1, 0, 2).contiguous(), heads.permute(1, 0, 2).contiguous())
     cache, new = heads[:, :511], heads[:, 511:]

@@ -13,6 +13,9 @@ A program writes a BLOCK_R x BLOCK_C tile: BLOCK_R rows of the output (its three
 BLOCK_C consecutive elements of its last dim. Row offsets are worked out once a row; along the last
 dim the offsets stay `c * stride`, so when the last dim is unmapped (MAP_INNER=0) and of stride 1
 (Triton specialises a stride of 1) the loads and stores are contiguous and vectorise to 16 bytes.
+A transpose (the source of unit stride along the output's only row dim, FLAT_ROWS) reads its tile
+contiguous down the rows and writes it along the columns: Triton moves the tile between the two
+layouts through shared memory.
 Elements are moved as unsigned words of their size: one compiled kernel per itemsize (complex128
 as two uint64 words, the last dim; CONSTANT's fill then has FILL_WORDS words).
 """
@@ -53,18 +56,23 @@ def source_index(i, a, n, MODE: tl.constexpr):
 @triton.jit
 def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
                  n0, n1, n2, n3, a0, a1, a2, a3, s0, s1, s2, s3, t0, t1, t2, t3,
-                 MODE: tl.constexpr, MAP_INNER: tl.constexpr, FILL_WORDS: tl.constexpr, INDEX64: tl.constexpr,
-                 BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                 MODE: tl.constexpr, MAP_INNER: tl.constexpr, FLAT_ROWS: tl.constexpr, FILL_WORDS: tl.constexpr,
+                 INDEX64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     pid = tl.program_id(0)
     if INDEX64:
         pid = pid.to(tl.int64)
     r = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
     c = (pid % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (r < rows)[:, None] & (c < o3)[None, :]
-    i2 = r % o2
-    rest = r // o2
-    i1 = rest % o1
-    i0 = rest // o1
+    if FLAT_ROWS:  # one row dim: r itself, so a source contiguous along the rows (a transpose) is seen to be
+        i2 = r
+        i1 = tl.zeros_like(r)
+        i0 = i1
+    else:
+        i2 = r % o2
+        rest = r // o2
+        i1 = rest % o1
+        i0 = rest // o1
     j0, in0 = source_index(i0, a0, n0, MODE)
     j1, in1 = source_index(i1, a1, n1, MODE)
     j2, in2 = source_index(i2, a2, n2, MODE)

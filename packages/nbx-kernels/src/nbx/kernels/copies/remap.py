@@ -82,10 +82,17 @@ def tile(rows: int, inner: int, setting) -> tuple[int, int]:
     return rows_, cols
 
 
+def transposed(dims) -> bool:
+    """Whether the source runs along the output's rows (one row dim of unit source stride) and not
+    along its last dim: a transpose, whose tile wants as many rows as columns."""
+    return dims[0].out == dims[1].out == 1 and dims[2].src_stride == 1 and dims[3].src_stride != 1
+
+
 def key_inputs(mode: int, dims, word: DType) -> dict:
-    """The launch key's fields of a reduced call of at most RANK dims (the keys file writer's too)."""
+    """The launch key's fields of a reduced call of RANK dims (the keys file writer's too)."""
     inner = dims[-1]
-    return dict(n=prod(d.out for d in dims), inner=inner.out, dtype=word, mapped=not unmapped(mode, inner))
+    return dict(n=prod(d.out for d in dims), inner=inner.out, dtype=word, mapped=not unmapped(mode, inner),
+                transposed=transposed(dims))
 
 
 def _extent(sizes, strides) -> int:
@@ -104,8 +111,8 @@ def _plan(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, set
     args = (Slot("out"), Slot("src"), Slot("fill") if mode == CONSTANT else None, rows, col_blocks,
             *(d.out for d in dims[1:]), *(d.n for d in dims), *(d.a for d in dims),
             *(d.src_stride for d in dims), *(d.out_stride for d in dims))
-    meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), FILL_WORDS=words, INDEX64=wide, BLOCK_R=block_r,
-                BLOCK_C=block_c, num_warps=setting["num_warps"])
+    meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), FLAT_ROWS=dims[0].out == dims[1].out == 1,
+                FILL_WORDS=words, INDEX64=wide, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=setting["num_warps"])
     grid = (triton.cdiv(rows, block_r) * col_blocks,)
     return LaunchPlan(device, (Launch(remap_kernel, grid, args, meta),), detail=Remapped(dims, block_r, block_c))
 
@@ -139,14 +146,14 @@ def _plan_of_words(out_bits: Tensor, src_bits: Tensor, words: int, mode: int, pa
 
 
 def rows_copy(dst: Tensor, src: Tensor) -> bool:
-    """Whether a same-dtype copy_ is the remap's contiguous-rows case: reduced to at most RANK dims
-    with a last dim of unit stride on both sides (a head transpose, a slice of rows, a part of a
-    concat). Others (a full transpose) stay with the elementwise copy."""
+    """Whether a same-dtype copy_ is the remap's: reduced to at most RANK dims, written along a last
+    dim of unit stride, read along it too (a head transpose, a slice of rows, a part of a concat) or
+    down the rows (a transpose). Others stay with the elementwise copy."""
     plan = plan_for(dst, src, COPY, (0,) * dst.ndim) if dst.size else None
     if plan is None:
         return False
-    inner = plan.detail.dims[-1]
-    return inner.src_stride == 1 and inner.out_stride == 1
+    dims = plan.detail.dims
+    return dims[-1].out_stride == 1 and (dims[-1].src_stride == 1 or transposed(dims))
 
 
 _FILLS: dict = {}
@@ -207,4 +214,4 @@ def host_index(i: int, a: int, n: int, mode: int) -> tuple[int, bool]:
     return j % n, True
 
 
-__all__ = ["remap_copy", "rows_copy", "plan_for", "call_dims", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]
+__all__ = ["remap_copy", "rows_copy", "plan_for", "call_dims", "transposed", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]

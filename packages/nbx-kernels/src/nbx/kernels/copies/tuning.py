@@ -3,8 +3,9 @@
 Key: the output's element count class, its last dim's class (a head transpose's 128-wide rows want
 another tile than a 16384-wide image row), the word the kernel moves (the dtype's size: bf16 and
 f16 share u16) and whether the last dim is mapped (gathered loads, no 16-byte vectors). Not exact
-shapes. The representative launch: a flip of the last dim (mapped) or a copy into every other row
-of a twice-as-tall output (unmapped: concat's layout), of words, checked bit for bit.
+shapes; and whether it is a transpose (`datamove_transpose`: its own tunable, so its square-ish
+default tile). The representative launch: a flip of the last dim (mapped), a copy into every other
+row of a twice-as-tall output (unmapped: concat's layout) or a transpose, of words, bit for bit.
 """
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ def workload(rep, device):
     rows = max(1, rep["n"] // inner)
     bits = np.arange(rows * inner, dtype=np.uint64) * 2654435761 % (1 << (8 * word.itemsize))
     src = asarray(bits.astype(word.host).reshape(rows, inner), device=device)
+    if rep["transposed"]:  # out [rows, inner] of src [inner, rows] read through its transpose
+        flat = asarray(bits.astype(word.host).reshape(inner, rows), device=device)
+        out = empty((rows, inner), word, device)
+        reference = flat.numpy().T
+        return autotune.TensorWorkload(out, lambda setting: remap_copy(out, flat.T, COPY, (0, 0), setting=setting),
+                                       lambda r: reference[r])
     if mapped:
         out = empty((rows, inner), word, device)
         reference = np.flip(src.numpy(), axis=1)
@@ -49,15 +56,20 @@ def workload(rep, device):
 
 
 PARAMS = {"block": (1024, 2048, 4096, 8192), "block_c": (64, 128, 256, 512, 1024, 2048, 4096), "num_warps": (4, 8)}
-KEY = {"n": "elements", "inner": "dims", "dtype": "dtype", "mapped": "flag"}
+KEY = {"n": "elements", "inner": "dims", "dtype": "dtype", "mapped": "flag", "transposed": "flag"}
 DATAMOVE = autotune.declare(autotune.Tunable(
     "datamove", params=PARAMS, key=KEY, default_from="tiles.datamove", constraint=_fits_threads, fits=_fits_rows,
     workload=workload))
+# a transpose's tile is square-ish (rows read contiguous, columns written so): its own default, keyed alike
+DATAMOVE_TRANSPOSE = autotune.declare(autotune.Tunable(
+    "datamove_transpose", params=PARAMS, key=KEY, default_from="tiles.datamove_transpose", constraint=_fits_threads,
+    fits=_fits_rows, workload=workload))
 
 
-def setting(device, n: int, inner: int, dtype, mapped: bool):
+def setting(device, n: int, inner: int, dtype, mapped: bool, transposed: bool):
     """The served tile of a remap launch."""
-    return autotune.setting(DATAMOVE, device, n=n, inner=inner, dtype=dtype, mapped=mapped)
+    return autotune.setting(DATAMOVE_TRANSPOSE if transposed else DATAMOVE, device, n=n, inner=inner, dtype=dtype,
+                            mapped=mapped, transposed=transposed)
 
 
-__all__ = ["DATAMOVE", "setting", "workload"]
+__all__ = ["DATAMOVE", "DATAMOVE_TRANSPOSE", "setting", "workload"]
