@@ -35,6 +35,7 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from . import tuning
 from .common import ADDITIVE_MASK, KEEP_MASK, NO_MASK
+from ..matmul.epilogue import TMA_ALIGN
 from .flash import DENSE, PACKED, PAGED, combine_kernel, prefill_kernel
 
 SUPPORTED = ("float16", "bfloat16", "float32")
@@ -95,6 +96,7 @@ class Layout:
     alibi: bool = False
     slope_strides: tuple = (0, 0)
     wide: bool = False      # K or V offsets may pass int32
+    tma: bool = False       # K and V readable through tensor descriptors (descriptor_ready)
 
     @property
     def group(self) -> int:
@@ -117,6 +119,16 @@ def decode_split(lay: Layout, setting) -> tuple[int, int]:
     return (math.ceil(lay.k_len / split_len) if lay.k_len else 1), split_len
 
 
+def descriptor_ready(k, v, k_strides, v_strides) -> bool:
+    """Whether K and V (dense or packed) can be read through tensor descriptors: every (batch,
+    head, token) stride and both bases 16-byte aligned (a tensor not made yet, a _Strided, will be
+    a fresh allocation: aligned)."""
+    item = k.dtype.itemsize if hasattr(k, "dtype") else 0
+    strides_ok = all(st * item % TMA_ALIGN == 0 for st in (*k_strides, *v_strides))
+    bases_ok = all(not hasattr(t, "data_ptr") or t.data_ptr() % TMA_ALIGN == 0 for t in (k, v))
+    return bool(item) and strides_ok and bases_ok
+
+
 def served(lay: Layout, options, setting=None, decode_setting=None):
     """("decode" or "prefill", the setting it launches with)."""
     if lay.decodes:
@@ -126,7 +138,7 @@ def served(lay: Layout, options, setting=None, decode_setting=None):
         return "decode", decode_setting
     if setting is None:
         setting = tuning.prefill_setting(lay.device, lay.q_len, lay.k_len, lay.head_dim, lay.v_dim, lay.group,
-                                         lay.dtype, options.causal)
+                                         lay.dtype, options.causal, lay.tma)
     return "prefill", setting
 
 
@@ -157,8 +169,11 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
         grid = (max(1, math.ceil(lay.q_len * lay.group / s["block_m"])), lay.batch * lay.kv_heads)
         args = _arguments(lay, options, "out", lay.out_strides, "lse" if lay.lse_shape else "q", lay.lse_strides, 0,
                           (0, 0))
+        # descriptors where the setting asks and the call allows (a certified key's tma flag is lay.tma)
+        tma = s["loads"] == "tma" and lay.tma
         one = Launch(prefill_kernel, grid, args, dict(BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
-                                                      WRITE_LSE=lay.lse_shape is not None, SPLIT=False, **flags))
+                                                      WRITE_LSE=lay.lse_shape is not None, SPLIT=False, TMA=tma,
+                                                      **flags))
         return LaunchPlan(lay.device, (one,), outputs, (), (), ("prefill", dict(s), 1))
     splits, split_len = decode_split(lay, s)
     rows_block = tuning.pow2_at_least(lay.q_len * lay.group)
@@ -167,7 +182,7 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
                           (0, 0))
         one = Launch(prefill_kernel, (1, lay.batch * lay.kv_heads), args,
                      dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=lay.lse_shape is not None, SPLIT=False,
-                          **flags))
+                          TMA=False, **flags))
         return LaunchPlan(lay.device, (one,), outputs, (), (), ("decode", dict(s), 1))
     rows = lay.batch * lay.q_heads * lay.q_len
     part_shape = (splits, lay.batch, lay.q_heads, lay.q_len)
@@ -177,7 +192,7 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
     split = Launch(prefill_kernel, (splits, lay.batch * lay.kv_heads),
                    _arguments(lay, options, "partials", part[1:4], "partial_lse", part_lse[1:4], split_len,
                               (part[0], part_lse[0])),
-                   dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=True, SPLIT=True, **flags))
+                   dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=True, SPLIT=True, TMA=False, **flags))
     lse = "lse" if lay.lse_shape is not None else "partial_lse"
     merge = Launch(combine_kernel, (rows,),
                    (Slot("partials"), Slot("partial_lse"), Slot("out"), Slot(lse), lay.q_heads * lay.q_len,
@@ -270,7 +285,8 @@ def dense_layout(q, k, v, mask, slopes, return_lse, copy=True):
                  q4.strides[:3], k4.strides[:3], v4.strides[:3], out_shape, _heads_strides(out_shape), lse_shape,
                  _heads_strides((*lse_shape, 1)) if lse_shape else _NONE3, mask_kind=_mask_kind(mask),
                  mask_strides=mask4.strides if mask4 is not None else (0, 0, 0, 0), alibi=slopes is not None,
-                 slope_strides=slope_strides, wide=wide(k, v))
+                 slope_strides=slope_strides, wide=wide(k, v),
+                 tma=descriptor_ready(k4 if copy else k, v4 if copy else v, k4.strides[:3], v4.strides[:3]))
     return lay, {"q": q4, "k": k4, "v": v4, "mask": mask4, "slopes": slopes2}
 
 
@@ -315,7 +331,8 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_l
                  pow2_bucket(_longest(cu_seqlens_k)), q.shape[2], v.shape[2], q.dtype, q.device, _packed(q),
                  _packed(k), _packed(v), out_shape, _packed_out(out_shape), lse_shape,
                  (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True, kv_mode=PACKED,
-                 alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes), wide=wide(k, v))
+                 alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes), wide=wide(k, v),
+                 tma=descriptor_ready(k, v, _packed(k), _packed(v)))
     return execute(lay, options, {"q": q, "k": k, "v": v, "slopes": alibi_slopes, "cu_q": _unit_rows(cu_seqlens_q),
                                   "kv_lens": _unit_rows(cu_seqlens_k)})
 
