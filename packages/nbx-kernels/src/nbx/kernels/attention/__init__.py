@@ -104,7 +104,13 @@ class Layout:
 
     @property
     def decodes(self) -> bool:
-        return not self.varlen_q and self.q_len <= DECODE_TOKENS and self.q_len * self.group <= DECODE_ROWS
+        return self.q_len <= DECODE_TOKENS and self.q_len * self.group <= DECODE_ROWS
+
+    @property
+    def query_rows(self) -> tuple[int, int]:
+        """(batch, tokens) of the query rows as they lie: packed, one batch of total_q tokens
+        (a row's sequence comes from cu_q), else batch x q_len."""
+        return (1, self.out_shape[0]) if self.varlen_q else (self.batch, self.q_len)
 
 
 def decode_split(lay: Layout, setting) -> tuple[int, int]:
@@ -184,9 +190,12 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
                      dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=lay.lse_shape is not None, SPLIT=False,
                           TMA=False, **flags))
         return LaunchPlan(lay.device, (one,), outputs, (), (), ("decode", dict(s), 1))
-    rows = lay.batch * lay.q_heads * lay.q_len
-    part_shape = (splits, lay.batch, lay.q_heads, lay.q_len)
+    batch, tokens = lay.query_rows
+    rows = batch * lay.q_heads * tokens
+    part_shape = (splits, batch, lay.q_heads, tokens)
     part, part_lse = contiguous_strides((*part_shape, lay.v_dim)), contiguous_strides(part_shape)
+    if lay.varlen_q:  # the kernel's b is the sequence; its rows are packed, so no batch stride
+        part, part_lse = (part[0], 0, *part[2:]), (part_lse[0], 0, *part_lse[2:])
     workspace = (plans.workspace("partials", (*part_shape, lay.v_dim), dtypes.float32),
                  plans.workspace("partial_lse", part_shape, dtypes.float32))
     split = Launch(prefill_kernel, (splits, lay.batch * lay.kv_heads),
@@ -195,7 +204,7 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
                    dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=True, SPLIT=True, TMA=False, **flags))
     lse = "lse" if lay.lse_shape is not None else "partial_lse"
     merge = Launch(combine_kernel, (rows,),
-                   (Slot("partials"), Slot("partial_lse"), Slot("out"), Slot(lse), lay.q_heads * lay.q_len,
+                   (Slot("partials"), Slot("partial_lse"), Slot("out"), Slot(lse), lay.q_heads * tokens,
                     lay.q_heads, splits, *lay.out_strides, *(lay.lse_strides if lay.lse_shape else _NONE3)),
                    dict(V_DIM=lay.v_dim, BLOCK_S=tuning.pow2_at_least(splits, 2),
                         BLOCK_DV=tuning.pow2_at_least(lay.v_dim), WRITE_LSE=lay.lse_shape is not None, num_warps=4))
@@ -356,15 +365,18 @@ def _unit_rows(t: Tensor) -> Tensor:
 
 
 @implements("paged_attention")
-def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse, max_seq_len):
+def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse, max_seq_len,
+           max_q_len):
     return launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
-                        max_seq_len)
+                        max_seq_len, max_q_len=max_q_len)
 
 
 def launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
-                 max_seq_len, out=None, setting=None, decode_setting=None):
+                 max_seq_len, out=None, setting=None, decode_setting=None, max_q_len=None):
     """paged_attention into out (new, or a given contiguous one); setting and decode_setting
-    override the served ones (the certifier's)."""
+    override the served ones (the certifier's). Nothing is read back from the device: the plan is
+    sized by max_seq_len and (packed q) max_q_len, bounds the front-end supplies (max_q_len None:
+    total_q), each rounded up to a power of two; the kernel reads every sequence's own lengths."""
     from .rope import cache_rows
     check_supported("paged_attention", q, v_cache.shape[-1])
     cache_rows(k_cache), cache_rows(v_cache)  # refused unless blocks and tokens merge into rows
@@ -384,7 +396,8 @@ def launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi
                      contiguous_strides(lse_shape) if lse_shape else _NONE3, **common)
     else:
         lse_shape = (hq, q.shape[0]) if return_lse else None
-        lay = Layout(batch, hq, k_cache.shape[2], pow2_bucket(_longest(cu_seqlens_q)), pow2_bucket(max_seq_len),
+        bound = q.shape[0] if max_q_len is None else max_q_len
+        lay = Layout(batch, hq, k_cache.shape[2], pow2_bucket(bound), pow2_bucket(max_seq_len),
                      q.shape[-1], ev, q.dtype, q.device, _packed(q), cache(k_cache), cache(v_cache), out_shape,
                      _packed_out(out_shape), lse_shape, (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True,
                      **common)
