@@ -28,12 +28,8 @@ import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
-from peer_timing import allocator_name, both, deviation, measure, spin_cycles_per_ms
-
-PREFILL = [(128, 32, hk, n, causal) for hk in (32, 8) for n in (1024, 4096, 16384) for causal in (False, True)]
-PREFILL += [(d, 32, 8, 4096, causal) for d in (64, 256) for causal in (False, True)]
-DECODE = [(1, 1024), (1, 32768), (1, 131072), (8, 8192), (8, 32768), (64, 1024), (64, 8192), (64, 32768)]
-ROPE_TOKENS = (4096, 16384)
+from attention_shapes import DECODE, DECODE_HEADS, PREFILL, ROPE_TOKENS
+from peer_timing import allocator_name, both, call_ms, deviation, measure, spin_cycles_per_ms
 
 
 def torch_backend(fn) -> str:
