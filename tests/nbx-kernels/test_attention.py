@@ -221,10 +221,16 @@ def test_the_declared_cost_names_the_output_and_counts_causal_flops_as_half(devi
 @pytest.mark.gpu
 @pytest.mark.parametrize("e", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_gpu_prefill_of_a_thousand_tokens_gqa_32_8_in_bfloat16(e, causal, check):
+@pytest.mark.parametrize("loads", ["served", "tma"])   # tma: not served until a key is certified with it
+def test_gpu_prefill_of_a_thousand_tokens_gqa_32_8_in_bfloat16(e, causal, loads, check):
+    from nbx.kernels.attention import launch_sdpa
     device = nbx.as_device("cuda")
     q, k, v = qkv(device, 1, 8, 2, 1031, 1031, e=e, dtype="bfloat16")
-    out, lse = sdpa(q, k, v, is_causal=causal)
+    if loads == "served":
+        out, lse = sdpa(q, k, v, is_causal=causal)
+    else:
+        out, lse = launch_sdpa(q, k, v, None, None, AttentionOptions(1 / math.sqrt(e), causal), return_lse=True,
+                               setting=_tile("tma", 128, 64, 8, 2 if e == 256 else 3))
     expected, expected_lse = oracle(q, k, v, is_causal=causal)
     check(out, expected, device)
     check(lse, expected_lse, device)
@@ -236,22 +242,6 @@ def test_gpu_decode_over_4097_keys_matches_the_oracle(q_len, check):
     device = nbx.as_device("cuda")
     q, k, v = qkv(device, 2, 32, 8, q_len, 4097, e=128, dtype="bfloat16")
     check_decode_twice(q, k, v, device, check)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("e", [64, 128, 256])
-@pytest.mark.parametrize("causal", [False, True])
-def test_gpu_descriptor_loads_of_k_and_v_match_the_oracle_at_a_thousand_tokens(e, causal, check):
-    """The tma path, which the device file does not serve until a key is certified with it."""
-    from nbx.kernels.attention import launch_sdpa
-    device = nbx.as_device("cuda")
-    q, k, v = qkv(device, 1, 8, 2, 1031, 1031, e=e, dtype="bfloat16")
-    options = AttentionOptions(1 / math.sqrt(e), causal)
-    out, lse = launch_sdpa(q, k, v, None, None, options, return_lse=True,
-                           setting=_tile("tma", 128, 64, 8, 2 if e == 256 else 3))
-    expected, expected_lse = oracle(q, k, v, is_causal=causal)
-    check(out, expected, device)
-    check(lse, expected_lse, device)
 
 
 @pytest.mark.gpu
