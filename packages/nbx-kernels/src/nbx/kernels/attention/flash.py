@@ -150,9 +150,10 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
     mask_base = mask_ptr + b64 * smb
     if TMA:  # the sequence's rows of this KV head: [kv_len, HEAD_DIM] at row stride sks (svs)
         row0 = tl.full((), 0, tl.int64) + k_row0
-        k_base = tl.make_tensor_descriptor(k_base + row0 * sks, shape=[kv_len, HEAD_DIM], strides=[sks, 1],
+        rows = tl.maximum(kv_len, 1)   # an empty sequence loads nothing; its descriptor still has a row
+        k_base = tl.make_tensor_descriptor(k_base + row0 * sks, shape=[rows, HEAD_DIM], strides=[sks, 1],
                                            block_shape=[BLOCK_N, BLOCK_D])
-        v_base = tl.make_tensor_descriptor(v_base + row0 * svs, shape=[kv_len, V_DIM], strides=[svs, 1],
+        v_base = tl.make_tensor_descriptor(v_base + row0 * svs, shape=[rows, V_DIM], strides=[svs, 1],
                                            block_shape=[BLOCK_N, BLOCK_DV])
 
     # the keys any row sees (lo, hi) and those every row sees (full_lo, full_hi)
