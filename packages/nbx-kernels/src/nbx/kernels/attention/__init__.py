@@ -114,10 +114,9 @@ class Layout:
 
 
 def decode_split(lay: Layout, setting) -> tuple[int, int]:
-    """(splits, split_len): enough programs to fill the device (tiles.attention_decode.programs),
-    each at least one block of keys."""
-    from .. import launch
-    programs = launch.tiles("attention_decode", lay.device)["programs"]
+    """(splits, split_len): the setting's programs over batch x KV heads (the device file's tile
+    until a key is certified: enough to fill the device), each at least one block of keys."""
+    programs = setting["programs"]
     block_n = setting["block_n"]
     blocks = max(1, math.ceil(lay.k_len / block_n))
     splits = min(blocks, max(1, math.ceil(programs / max(1, lay.batch * lay.kv_heads))))
