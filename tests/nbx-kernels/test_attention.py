@@ -199,6 +199,15 @@ def test_rows_not_16_byte_aligned_are_read_through_pointers_whatever_the_setting
     check(out, nbx.oracle("scaled_dot_product_attention", q, k, v, None, None, options), device)
 
 
+def test_a_negative_scale_is_applied_before_the_row_max_not_folded_into_the_softmax(device, check):
+    """The folded scale (the row max of raw q.k times scale) holds only for a positive scale."""
+    q, k, v = qkv(device, 1, 2, 2, 9, 20, dtype="bfloat16")
+    out, lse = sdpa(q, k, v, scale=-0.3)
+    expected, expected_lse = oracle(q, k, v, scale=-0.3)
+    check(out, expected, device)
+    check(lse, expected_lse, device)
+
+
 def test_float64_and_head_dims_past_256_are_refused_by_name(device):
     q, k, v = qkv(device, 1, 1, 1, 2, 2, e=16)
     with pytest.raises(NotSupportedError):

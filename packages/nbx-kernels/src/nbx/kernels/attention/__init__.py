@@ -166,7 +166,9 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
                  VARLEN_Q=lay.varlen_q, KV_MODE=lay.kv_mode, BOTTOM_RIGHT=options.alignment == "bottom_right",
                  HAS_LEFT=options.window_left is not None, HAS_RIGHT=options.right is not None,
                  SOFTCAP=options.softcap > 0, ALIBI=lay.alibi, MASK_KIND=lay.mask_kind, DOT=_DOT[lay.dtype.name],
-                 IEEE=lay.dtype is dtypes.float32, WIDE=lay.wide, num_warps=s["num_warps"], num_stages=s["num_stages"])
+                 IEEE=lay.dtype is dtypes.float32, WIDE=lay.wide,
+                 FOLD=options.scale > 0 and not options.softcap > 0 and not lay.alibi and lay.mask_kind != ADDITIVE_MASK,
+                 num_warps=s["num_warps"], num_stages=s["num_stages"])
     outputs = (plans.output("out", lay.out_shape, lay.dtype),)
     if lay.lse_shape is not None:
         outputs += (plans.output("lse", lay.lse_shape, dtypes.float32),)

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ..elementwise.casts import narrow
-from .common import dot_operand, finish, key_rows, online_step, prob_operand, scores
+from .common import LOG2E, dot_operand, finish, key_rows, online_step, prob_operand, scores
 
 DENSE, PACKED, PAGED = 0, 1, 2
 
@@ -52,11 +52,12 @@ def _attend(acc, m_i, l_i, q, lo, hi, b, kv_len, k_base, v_base, k_row0, table_p
             BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BOUNDED: tl.constexpr, KV_MODE: tl.constexpr,
             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
             MASK_KIND: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr, WIDE: tl.constexpr,
-            TMA: tl.constexpr):
+            TMA: tl.constexpr, FOLD: tl.constexpr):
     """acc, m_i, l_i after keys lo .. hi (lo a multiple of BLOCK_N). TMA: k_base and v_base are the
     sequence's K and V descriptors (rows from 0), no pointers."""
     d = tl.arange(0, BLOCK_D)
     dv = tl.arange(0, BLOCK_DV)
+    c = scale * LOG2E if FOLD else 1.0
     for start in range(lo, hi, BLOCK_N):
         start = tl.multiple_of(start, BLOCK_N)
         j = start + tl.arange(0, BLOCK_N)
@@ -76,8 +77,8 @@ def _attend(acc, m_i, l_i, q, lo, hi, b, kv_len, k_base, v_base, k_row0, table_p
             qk = tl.dot(q, dot_operand(k, DOT))
         mask_ptrs = mask_base + h64[:, None] * smh + tok[:, None] * sml + j[None, :].to(tl.int64) * sms
         s = scores(qk, scale, softcap, pos, j, kv_len, slope, mask_ptrs, window_left, window_right, BOUNDED,
-                   HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, row_ok[:, None] & in_keys[None, :])
-        p, alpha, m_i, l_i = online_step(s, m_i, l_i)
+                   HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, row_ok[:, None] & in_keys[None, :], FOLD)
+        p, alpha, m_i, l_i = online_step(s, m_i, l_i, c)
         if TMA:
             v = v_base.load([start, 0])
         else:
@@ -100,12 +101,13 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
                    KV_MODE: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LEFT: tl.constexpr,
                    HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, MASK_KIND: tl.constexpr,
                    WRITE_LSE: tl.constexpr, SPLIT: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr,
-                   WIDE: tl.constexpr, TMA: tl.constexpr):
+                   WIDE: tl.constexpr, TMA: tl.constexpr, FOLD: tl.constexpr):
     """Grid: (cdiv(longest q_len * GROUP, BLOCK_M), batch * kv_heads), or (splits, batch * kv_heads)
     with SPLIT (q_len * GROUP <= BLOCK_M; o_ptr, lse_ptr the partials, split s at s * sos, s * sls).
     window_right already holds causality (0, or the smaller bound); kv_len_ptr is cu_k (PACKED)
     or the lengths (PAGED). WIDE: a key's offset in K or V may pass int32 (64-bit offsets). TMA: K
-    and V through descriptors (DENSE or PACKED, 16-byte aligned: the wrapper decides)."""
+    and V through descriptors (DENSE or PACKED, 16-byte aligned: the wrapper decides). FOLD: the
+    scale applied in the softmax step (no softcap, ALiBi or additive mask; scale > 0)."""
     pid_m = tl.program_id(0)
     split = 0
     if SPLIT:
@@ -190,15 +192,15 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, lo, full_lo, b, kv_len, k_base, v_base, k_row0, table_ptr,
                             stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA)
+                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA, FOLD)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, full_lo, full_hi, b, kv_len, k_base, v_base, k_row0, table_ptr,
                             stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, False, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA)
+                            BLOCK_DV, False, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA, FOLD)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, full_hi, hi, b, kv_len, k_base, v_base, k_row0, table_ptr,
                             stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA)
+                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA, FOLD)
     out, lse = finish(acc, m_i, l_i)
     dv = tl.arange(0, BLOCK_DV)
     o_ptr += split * sos
