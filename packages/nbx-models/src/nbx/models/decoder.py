@@ -296,6 +296,12 @@ class Decoder:
         self._kept = ((tuple(capacities), use_graph), cache, graph)
         return cache, graph
 
+    def decode_graph_bytes(self) -> int:
+        """Bytes the kept captured decode steps hold in their private pools (nbx.graph), which the
+        device allocator's figures (its peak included) do not count; 0 when decoding eagerly."""
+        kept = self._kept
+        return 0 if kept is None or kept[2] is None else kept[2].reserved
+
     def release_cache(self) -> None:
         """Give back the KV cache (and the captured decode steps) the last generation kept."""
         kept = self._kept
