@@ -82,3 +82,30 @@ def test_a_mixture_of_experts_model_is_not_priced_and_says_so(tmp_path):
     folder = models.write_checkpoint(tmp_path / "moe", small_config("MixtralForCausalLM", num_hidden_layers=1), seed=3)
     with pytest.raises(nbx.NotSupportedError, match="mixture-of-experts"):
         models.load(folder).memory_plan([4], 2)
+
+
+def test_eager_decoding_holds_no_captured_steps_private_memory(tmp_path):
+    model = models.load(models.write_checkpoint(tmp_path / "m", small_config("LlamaForCausalLM"), seed=3))
+    model.generate(PROMPT[:4], 3)
+    assert model.last_decode == "eager" and model.decode_graph_bytes() == 0
+
+
+@pytest.mark.gpu
+def test_a_warm_generation_on_the_gpu_peaks_within_five_percent_of_its_price(tmp_path):
+    from nbx.memory.allocator import get_allocator
+    cuda, allocator = nbx.as_device("cuda:0"), get_allocator("cuda")
+    config = small_config("LlamaForCausalLM", hidden_size=512, intermediate_size=1536, num_attention_heads=8,
+                          num_key_value_heads=2, num_hidden_layers=4, vocab_size=4096, max_position_embeddings=1024)
+    folder = models.write_checkpoint(tmp_path / "m", config, seed=3, dtype="bfloat16")
+    before = allocator.stats(cuda).live_bytes
+    model = models.load(folder, device=cuda)
+    model.eos = ()
+    prompts = [list(range(3, 259))]
+    plan = model.memory_plan([256], 16)
+    model.generate_batch(prompts, 16)   # kernels compiled and screened, decode steps captured
+    allocator.reset_peak(cuda)
+    model.generate_batch(prompts, 16)   # the kept cache, its captured steps replayed
+    assert model.last_decode == "graph"
+    peak = allocator.stats(cuda).peak_live_bytes - before
+    assert 0.9 * plan.total <= peak <= 1.05 * plan.total, (
+        f"peak {peak} bytes against {plan.line()} ({plan.total} bytes): {peak / plan.total:.3f}x")
