@@ -14,8 +14,9 @@ prompts of 512 through nbx's batched generate and torch's padded batch of equal 
 
 Every system runs the timed sizes once before it is timed (nbx: kernels compiled and screened, the
 decode steps captured; torch eager: cuBLAS's and SDPA's per-shape plans made for every context
-length the decode passes through, which torch's cuDNN attention builds anew for each new length:
-timed cold, that is most of an eager step, and the cold run's figures are printed apart).
+length the decode passes through: SDPA's cuDNN attention likely builds one for each new length,
+and the first H200 run, which timed eager cold, saw 20 tokens/s; the cold run's figures are
+printed apart).
 Figures: prefill tokens/s (the prompt's forward and the first token, synchronized), decode
 tokens/s and ms/token (every later token; each step reads its token back to the host, as a
 generation loop must: wall time, a synchronized step's GPU time plus the host's share), % of the
