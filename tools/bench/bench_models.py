@@ -359,6 +359,7 @@ def int4_case(args, bandwidth, results):
                     _, prefill, decode, _, peak, _ = nbx_timed(model, prompt, new)
                 except nbx.NbxError as exc:
                     print(f"  {kind} {layers} layers: nbx refused: {type(exc).__name__}: {exc}")
+                    cleared(model)
                     return
                 per_token = decode / (new - 1)
                 measured[kind, layers] = (per_token, step_bytes)
