@@ -41,13 +41,16 @@ def _gated_stage_bytes(setting, itemsize: int) -> int:
 
 
 def _fits(setting, rep, facts):
-    """Rows per expert twice under block_m, tiles twice the key's sizes, and stages of the gated
-    product that shared memory cannot hold."""
+    """Rows per expert twice under block_m or four times over a block_m under 64 (a short sweep:
+    a small row block pays only for a few rows an expert), tiles twice the key's sizes, and stages
+    of the gated product that shared memory cannot hold."""
     if rep["weights"] != "dense" and int(rep["weights"].rsplit("-g", 1)[1]) % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide the int4 group of {rep['weights']}"
     rows = math.ceil(rep["tokens"] * rep["top_k"] / rep["experts"])
     if setting["block_m"] > 16 and setting["block_m"] // 2 >= rows:
         return f"block_m {setting['block_m']} pads an expert's {rows} rows twice over"
+    if setting["block_m"] < 64 and 4 * setting["block_m"] <= rows:
+        return f"block_m {setting['block_m']} under a quarter of an expert's {rows} rows"
     small = min(rep["inter"], rep["hidden"])
     for block in ("block_n", "block_k"):
         if setting[block] > min(PARAMS[block]) and setting[block] // 2 >= small:
