@@ -193,3 +193,15 @@ def test_uneven_routing_at_the_h200_prefill_tile_matches_the_oracle(device, chec
     weights, experts = _route(ids, device)
     out = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=H200_PREFILL_TILE)
     check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+
+
+def test_each_stage_of_the_layer_rerun_alone_writes_the_layers_bits_again(device):
+    from nbx.kernels.moe import STAGES, staged_runs
+    x, w_gate, w_up, w_down = _layer(5, 4, 32, 32, "bfloat16", device)
+    weights, experts = _route([[0, 1], [1, 2], [3, 0], [2, 1], [0, 3]], device)
+    whole = nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down).numpy().view(np.uint16)
+    runs = staged_runs(x, weights, experts, w_gate, w_up, w_down)
+    assert list(runs) == list(STAGES) == ["alignment", "gemms", "combine"]
+    for stage in runs.values():
+        values = stage()
+    np.testing.assert_array_equal(values["out"].numpy().view(np.uint16), whole)
