@@ -205,3 +205,17 @@ def test_each_stage_of_the_layer_rerun_alone_writes_the_layers_bits_again(device
     for stage in runs.values():
         values = stage()
     np.testing.assert_array_equal(values["out"].numpy().view(np.uint16), whole)
+
+
+def test_expert_keys_class_tokens_by_octave_and_send_sixteen_or_fewer_to_the_band():
+    from nbx.autotune import keys
+    from nbx.core import device_files
+    from nbx.kernels.moe.tuning import launch_key
+    facts = device_files.for_arch("sm_90")
+
+    def key(tokens):
+        tunable, fields = launch_key(tokens, 128, 8, 768, 2048, "bfloat16")
+        return tunable.name, str(keys.form(tunable.name, tunable.key_fields, facts, **fields)).split(",")[0]
+    assert key(300) == key(512) == ("moe_experts", "tokens=512")
+    assert key(17) == ("moe_experts", "tokens=32")
+    assert key(3) == key(4) == ("moe_band", "tokens=4") and key(16) == ("moe_band", "tokens=16")

@@ -7,8 +7,8 @@ to a prefill tile and each selected expert's weights are read once per column ti
 call takes is the band's definition (a token count), not a tuned choice; each has its own device
 file default (tiles.moe_experts, tiles.moe_band) and its own certificates.
 
-The launch key: tokens (dims ladder), experts and top_k (exact: they fix the pairs per expert),
-the intermediate and hidden sizes (dims ladder), the dtype, and the weights' form ("dense", or
+The launch key (launch_key): tokens (the power of two at or above the count), experts and top_k
+(exact: they fix the pairs per expert), the intermediate and hidden sizes (dims ladder), the dtype, and the weights' form ("dense", or
 "int4-<scheme>-g<group>": W4A16). The representative launch routes token t's slot j to expert
 (t * top_k + j) % experts: every expert gets its share of rows.
 """
@@ -24,6 +24,7 @@ from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 
 from ..matmul.tuning import stage_bytes, stages_that_fit
+from ..rows import pow2_at_least
 
 BAND_TOKENS = 16
 # block_k under 64 and 2 stages never paid for 16-bit operands in matmul's sweeps: left out to keep
@@ -31,7 +32,11 @@ BAND_TOKENS = 16
 PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (64, 128, 256), "block_k": (64, 128), "group_m": (8,),
           "num_warps": (4, 8), "num_stages": (3, 4)}
 BAND_PARAMS = {**PARAMS, "block_m": (16, 32)}
-KEY = {"tokens": "dims", "experts": "exact", "top_k": "exact", "inter": "dims", "hidden": "dims", "dtype": "dtype",
+# tokens: the power of two at or above the count (rows.pow2_at_least, as the row kernels key their
+# width): a tile's fit follows an expert's rows, tokens * top_k / experts, on an octave scale, and a
+# model's prefill lengths then take 10 classes up to 8192 and the band 5, each screened or certified
+# once (the dims ladder's steps of 16 to 128 tokens took ~140).
+KEY = {"tokens": "exact", "experts": "exact", "top_k": "exact", "inter": "dims", "hidden": "dims", "dtype": "dtype",
        "weights": "label"}
 
 
@@ -127,12 +132,19 @@ EXPERTS = _declare("moe_experts", PARAMS, "tiles.moe_experts")
 BAND = _declare("moe_band", BAND_PARAMS, "tiles.moe_band")
 
 
+def launch_key(tokens: int, experts: int, top_k: int, inter: int, hidden: int, dtype, weights: str = "dense"
+               ) -> tuple:
+    """(tunable, key fields) of a layer's expert GEMMs: the band's for BAND_TOKENS tokens or fewer."""
+    tunable = BAND if tokens <= BAND_TOKENS else EXPERTS
+    return tunable, dict(tokens=pow2_at_least(tokens), experts=experts, top_k=top_k, inter=inter, hidden=hidden,
+                         dtype=dtype, weights=weights)
+
+
 def experts_setting(device, tokens: int, experts: int, top_k: int, inter: int, hidden: int, dtype,
                     weights: str = "dense"):
-    """The served setting of a layer's expert GEMMs: the band's for BAND_TOKENS tokens or fewer."""
-    tunable = BAND if tokens <= BAND_TOKENS else EXPERTS
-    return autotune.setting(tunable, device, tokens=tokens, experts=experts, top_k=top_k, inter=inter, hidden=hidden,
-                            dtype=dtype, weights=weights)
+    """The served setting of a layer's expert GEMMs."""
+    tunable, fields = launch_key(tokens, experts, top_k, inter, hidden, dtype, weights)
+    return autotune.setting(tunable, device, **fields)
 
 
-__all__ = ["EXPERTS", "BAND", "BAND_TOKENS", "PARAMS", "KEY", "experts_setting", "representative_layer"]
+__all__ = ["EXPERTS", "BAND", "BAND_TOKENS", "PARAMS", "KEY", "launch_key", "experts_setting", "representative_layer"]
