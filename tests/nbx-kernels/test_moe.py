@@ -185,11 +185,12 @@ def test_the_expert_screen_passes_a_correct_layer_at_the_h200_prefill_tile(devic
 
 
 def test_uneven_routing_at_the_h200_prefill_tile_matches_the_oracle(device, check):
-    """Expert 1 takes 70 rows (two 64-row blocks, the second partial), experts 3 and 5 a few, the
-    other five none; I and H are no multiples of the tile's columns or K step."""
+    """Experts 1 and 4 take 68 rows each (two 64-row blocks, the second partial; each has rows of
+    both slots), experts 0, 2 and 3 none; I and H are no multiples of the tile's columns or K step."""
     from nbx.kernels.moe import launch_experts
-    x, w_gate, w_up, w_down = _layer(70, 8, 136, 40, "bfloat16", device, seed=3)
-    ids = np.stack([np.ones(70, int), np.where(np.arange(70) % 5 == 0, 3, 5)], axis=1)
+    x, w_gate, w_up, w_down = _layer(68, 5, 136, 40, "bfloat16", device, seed=3)
+    first = np.where(np.arange(68) < 65, 1, 4)
+    ids = np.stack([first, 5 - first], axis=1)
     weights, experts = _route(ids, device)
     out = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=H200_PREFILL_TILE)
     check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
