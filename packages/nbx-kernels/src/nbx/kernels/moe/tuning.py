@@ -14,6 +14,7 @@ The launch key (launch_key): tokens (the power of two at or above the count), ex
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -91,14 +92,26 @@ def _normal(shape, seed: int, scale: float) -> np.ndarray:
     return values
 
 
+@functools.lru_cache(maxsize=1)
+def _host_weights(count: int, inter: int, hidden: int, dtype: str) -> tuple:
+    """w_gate, w_up, w_down of a layer on the host in the key's dtype (read-only), kept for the next
+    key of the same layer: a certification screens a layer's keys one after another, and Mixtral's
+    1.4 G weights take seconds to draw."""
+    host = as_dtype(dtype).host
+    drawn = (_normal((count, inter, hidden), 21, 1 / math.sqrt(hidden)).astype(host),
+             _normal((count, inter, hidden), 13, 1 / math.sqrt(hidden)).astype(host),
+             _normal((count, hidden, inter), 17, 1 / math.sqrt(inter)).astype(host))
+    for w in drawn:
+        w.flags.writeable = False
+    return drawn
+
+
 def representative_layer(rep, device):
     """(x, weights, experts, w_gate, w_up, w_down) of the key's sizes, every expert given rows."""
     tokens, count, k = rep["tokens"], rep["experts"], rep["top_k"]
     inter, hidden, dtype = rep["inter"], rep["hidden"], as_dtype(rep["dtype"])
     x = asarray(_normal((tokens, hidden), 37, 1.0).astype(dtype.host), device=device)
-    w_gate = asarray(_normal((count, inter, hidden), 21, 1 / math.sqrt(hidden)).astype(dtype.host), device=device)
-    w_up = asarray(_normal((count, inter, hidden), 13, 1 / math.sqrt(hidden)).astype(dtype.host), device=device)
-    w_down = asarray(_normal((count, hidden, inter), 17, 1 / math.sqrt(inter)).astype(dtype.host), device=device)
+    w_gate, w_up, w_down = (asarray(w, device=device) for w in _host_weights(count, inter, hidden, dtype.name))
     if rep["weights"] != "dense":   # int4-<scheme>-g<group>: the same values, quantized
         from nbx.core.quant import QuantizedTensor
         _, scheme, group = rep["weights"].split("-")
