@@ -68,6 +68,11 @@ class GraphDecode:
             return self.step.replay(length=longest)
         return self.step(*inputs, length=longest)
 
+    @property
+    def reserved(self) -> int:
+        """Bytes the captured steps' private pools hold (outside the device allocator's figures)."""
+        return 0 if self.step is None else self.step.reserved
+
     def close(self) -> None:
         if self.step is not None:
             self.step.close()

@@ -30,10 +30,25 @@ def new_cache(layers: int, kv_heads: int, head_dim: int, capacities: list[int], 
     return PagedCache(paged, layers, kv_heads, head_dim, capacities, dtype, device)
 
 
+def _block_tokens(device) -> int:
+    from nbx.memory.kv_cache import block_tokens_of
+    return CPU_BLOCK_TOKENS if nbx.as_device(device).type == "cpu" else block_tokens_of(device)
+
+
+def planned_nbytes(layers: int, kv_heads: int, head_dim: int, capacities: list[int], dtype, device):
+    """(bytes, block_tokens) of the cache new_cache would build for these capacities, before it is
+    built; block_tokens None: the contiguous cache (no block table)."""
+    item = nbx.as_dtype(dtype).itemsize
+    if _paged_cache_class() is None:
+        return 2 * layers * kv_heads * head_dim * sum(capacities) * item, None
+    from nbx.memory.kv_cache import bytes_for
+    block = _block_tokens(device)
+    return bytes_for(layers, kv_heads, head_dim, sum(-(-c // block) for c in capacities), block, dtype), block
+
+
 class PagedCache:
     def __init__(self, paged, layers, kv_heads, head_dim, capacities, dtype, device):
-        from nbx.memory.kv_cache import block_tokens_of
-        block = CPU_BLOCK_TOKENS if nbx.as_device(device).type == "cpu" else block_tokens_of(device)
+        block = _block_tokens(device)
         blocks = sum(-(-c // block) for c in capacities)
         self.cache = paged(layers, kv_heads, head_dim, blocks, dtype=dtype, device=device, block_tokens=block)
         self.capacities = list(capacities)
