@@ -43,7 +43,7 @@ class GraphDecode:
 
     def _fn(self, x, pos, slots, table, lens, cu, length):
         d = self.decoder
-        step = PagedStep(self.cache.cache, slots, table, lens, cu, length.bucket)
+        step = PagedStep(self.cache.cache, slots, table, lens, cu, length.bucket, 1)   # one query a sequence
         return d.head(d.layers_forward(x, pos, step, x.shape[0]))
 
     def __call__(self, tokens: list[int], seqs: list[int]) -> nbx.Tensor:

@@ -75,7 +75,7 @@ class PagedCache:
         table, slots, lens, cu = self.step_arrays(seqs, counts)
         d = self.device
         return PagedStep(self.cache, nbx.asarray(slots, device=d), nbx.asarray(table, device=d),
-                         nbx.asarray(lens, device=d), nbx.asarray(cu, device=d), int(np.max(lens)))
+                         nbx.asarray(lens, device=d), nbx.asarray(cu, device=d), int(np.max(lens)), max(counts))
 
     def step_arrays(self, seqs, counts):
         """(block_table, slots, seq_lens, cu_seqlens_q) on the host for a step of counts[i] tokens of
@@ -105,8 +105,9 @@ class PagedStep:
     dim] with cu_seqlens_q, in prefill and decode alike (paged_attention sizes its launch from
     max_seq_len and the shapes, reading nothing back, so a captured step holds it)."""
 
-    def __init__(self, cache, slots, table, lens, cu, max_seq_len: int):
+    def __init__(self, cache, slots, table, lens, cu, max_seq_len: int, max_q_len: int):
         self.cache, self.slots, self.table, self.lens, self.cu = cache, slots, table, lens, cu
+        self.max_q_len = max_q_len   # the most queries of one sequence: sizes the launch, never read back
         self.max_seq_len = max_seq_len
 
     def attend(self, layer, q, k, v, cos, sin, positions, window):
@@ -114,7 +115,7 @@ class PagedStep:
         kc, vc = self.cache.k[layer], self.cache.v[layer]
         nbx.rotary_kv_cache_write(k, v, cos, sin, positions, kc, vc, self.slots)
         return nbx.paged_attention(q, kc, vc, self.table, self.lens, self.cu, is_causal=True, window=window,
-                                   max_seq_len=self.max_seq_len)
+                                   max_seq_len=self.max_seq_len, max_q_len=self.max_q_len)
 
 
 class ContiguousCache:
