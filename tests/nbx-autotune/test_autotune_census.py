@@ -81,7 +81,7 @@ def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certifie
     assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 14 key(s) certified")
     assert ("missing  norm width=4096,elements=8388608,dtype=bf16,strided=0 (nvidia-h200-140gb, triton-3.6.0-cuda): "
             "not certified; nearest certified neighbour width=4096,elements=16777216,dtype=bf16,strided=0 "
-            "(1.00 octave(s) away)") in lines
+            "(1.00 weighted octave(s) away)") in lines
 
 
 def test_warmup_of_a_model_splits_its_launches_over_shards_that_together_run_each_once(tmp_path, capsys):

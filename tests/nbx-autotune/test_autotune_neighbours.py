@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from nbx import autotune
-from nbx.autotune import keys, serving, store, sweep
+from nbx.autotune import keys, neighbours, serving, store, sweep
 from nbx.autotune.candidates import Tunable
 from nbx.autotune.serving import Tuner
 from nbx.autotune.store import CertificateStore, Entry
-from nbx.core.errors import KeyNotCertified, ScreenRefusal
+from nbx.core.errors import ArgumentError, KeyNotCertified, ScreenRefusal
 
 LINE = ("[autotune] certified: {} key(s) served without a sweep, {} swept at runtime (kept locally), {} from the "
         "local cache, {} from a neighbour")
@@ -163,3 +163,27 @@ def test_launches_made_inside_a_screen_take_the_device_files_tile_instead_of_bei
     assert dict(got) == {"block": 64, "num_warps": 1}
     assert nested == [{"block": 1024, "num_warps": 4}]   # tiles.elementwise of hopper.yml, unscreened
     assert bench.seen == [(65552, "float32")] and bench.timers == 0
+
+
+def _row_tunable(weights):
+    return Tunable("fake_rows", params={"block": (64, 128)}, key={"width": "exact", "elements": "elements",
+                                                                  "dtype": "dtype"}, weights=weights)
+
+
+def test_the_neighbour_distance_weighs_each_size_field_as_its_family_declares(hopper):
+    """A row kernel's tile follows the row's width: weighted so, the same width 3 element-count octaves away
+    serves before a width 2 octaves away at the same count (issue 16: the second lost 44 % on the H200)."""
+    certified = {"width=4096,elements=1048576,dtype=f32": Entry({"block": 64}, {}),
+                 "width=16384,elements=8388608,dtype=f32": Entry({"block": 128}, {})}
+    for weights, nearest in (({"width": 4, "elements": 1}, "width=16384,elements=8388608,dtype=f32"),
+                             (None, "width=4096,elements=1048576,dtype=f32")):
+        tunable = _row_tunable(weights)
+        key = keys.form(tunable.name, tunable.key, hopper, width=16384, elements=1 << 20, dtype="float32")
+        assert neighbours.ranked(tunable, key, certified, hopper)[0][0] == nearest
+
+
+@pytest.mark.parametrize("weights, match", [({"dtype": 2}, "not a size field"), ({"width": 0}, "a number above 0"),
+                                            ({"width": True}, "a number above 0")])
+def test_a_weight_on_no_size_field_or_not_above_zero_is_refused_by_name(weights, match):
+    with pytest.raises(ArgumentError, match=match):
+        _row_tunable(weights)

@@ -227,8 +227,9 @@ def _nearest(tunable, text: str, certificates, identity, facts) -> str:
     found = neighbours.ranked(tunable, key, certificates.entries(identity, tunable, facts), facts)
     if not found:
         return "; no certified neighbour (same dtype and layout)"
-    apart = space.distance(tunable.key, key, keys.parse(tunable.name, tunable.key, found[0][0], facts))[0]
-    return f"; nearest certified neighbour {found[0][0]} ({apart:.2f} octave(s) away)"
+    apart = space.distance(tunable.key, key, keys.parse(tunable.name, tunable.key, found[0][0], facts),
+                           tunable.weights)[0]
+    return f"; nearest certified neighbour {found[0][0]} ({apart:.2f} weighted octave(s) away)"
 
 
 def _space_coverage(args, tunables, certificates) -> int:

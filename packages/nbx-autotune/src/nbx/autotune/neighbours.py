@@ -2,7 +2,7 @@
 
 Nearest (space.distance): the certified keys of the same kernel with the same dtype, flag and label
 fields (the same family, dtype and layout), ranked by the octaves between their size fields'
-classes, summed over the fields; at equal distance the neighbour above wins (its tile was chosen for more
+classes, each times the field's weight (the Tunable's `weights`), summed over the fields; at equal distance the neighbour above wins (its tile was chosen for more
 work, and a smaller launch of a bandwidth-bound kernel loses less to a larger tile than the
 reverse loses to a smaller one), then the key's text (a fixed order, so every run picks alike).
 
@@ -44,7 +44,7 @@ def ranked(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts) 
             other = keys.parse(tunable.name, tunable.key, text, facts)
         except LaunchKeyError:
             continue  # classed on another ladder: the store refuses such a file whole
-        apart = space.distance(tunable.key, key, other)
+        apart = space.distance(tunable.key, key, other, tunable.weights)
         if apart is not None and other != key:
             found.append((apart[0], -apart[1], text, entry))
     found.sort(key=lambda item: item[:3])

@@ -4,7 +4,9 @@ A ladder (`autotune.buckets.*`) classes sizes: a size is rounded up to the step 
 whose `up_to` holds it; its classes, in increasing order, have an index (class_index) and a
 smallest member (smallest_in_class). Two keys of one kernel are as far apart as the octaves
 between their classes' values (|log2 a - log2 b|), summed over their size fields (classed and
-exact): the octave, not the rung, because the dims ladder's rungs are one apart below 64 and 128
+exact), each field's octaves times its weight (the Tunable's `weights`: how much the kernel's
+setting depends on that field; a row kernel's tile follows the row's width, its row count hardly
+does, so a width octave away costs more than an element-count octave): the octave, not the rung, because the dims ladder's rungs are one apart below 64 and 128
 apart at 4096, and a tile's fit follows the ratio of the sizes, not their count of rungs. Keys that
 differ in a dtype, flag or label field are no neighbours at all (another layout, another dtype:
 another kernel as far as a setting is concerned).
@@ -80,13 +82,15 @@ def octaves(a: int, b: int) -> float:
     return 0.0 if a == b else math.inf
 
 
-def distance(spec, a: keys.LaunchKey, b: keys.LaunchKey) -> tuple[float, float] | None:
-    """(octaves apart, octaves b lies above a) summed over two keys' size fields (classes and exact sizes);
-    None when a dtype, flag or label field differs."""
+def distance(spec, a: keys.LaunchKey, b: keys.LaunchKey, weights=None) -> tuple[float, float] | None:
+    """(octaves apart, octaves b lies above a) summed over two keys' size fields (classes and exact sizes),
+    each times its weight (weights: field -> weight, 1 where not named); None when a dtype, flag or label
+    field differs."""
     apart = above = 0.0
-    for (_name, kind), (_, va), (_, vb) in zip(keys.check_spec(a.kernel, spec), a.fields, b.fields, strict=True):
+    weights = weights or {}
+    for (name, kind), (_, va), (_, vb) in zip(keys.check_spec(a.kernel, spec), a.fields, b.fields, strict=True):
         if kind in keys.LADDERS or kind == "exact":
-            far = octaves(va, vb)
+            far = octaves(va, vb) * weights.get(name, 1.0)
             apart += far
             above += far if vb > va else -far if vb < va else 0.0
         elif va != vb:
