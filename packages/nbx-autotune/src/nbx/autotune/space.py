@@ -173,18 +173,51 @@ class SpaceCoverage:
     size: int
     certified: int
     outside: list   # certified keys the space does not hold (another range, or infeasible)
+    by_neighbour: int = 0   # keys of the space with no certificate of their own and a certified neighbour
+
+    @property
+    def uncovered(self) -> int:
+        return self.size - self.certified - self.by_neighbour
+
+
+def _size_field(kind: str) -> bool:
+    return kind in keys.LADDERS or kind == "exact"
 
 
 def space_coverage(tunable, facts, certified_keys) -> SpaceCoverage:
-    """How many keys of the kernel's key space have a certified setting (certified_keys: key texts)."""
+    """How many keys of the kernel's key space have a certified setting (certified_keys: key texts), and how
+    many more a certified neighbour would serve (one with the same dtype, flag and label fields: a run
+    serves its setting after a screen on the key, neighbours.py)."""
     space = key_space(tunable, facts)
-    inside, outside = 0, []
+    inside, outside, kinds = 0, [], dict(tunable.key_fields)
+    signatures = set()   # the dtype, flag and label values of the certified keys: who has a neighbour
     for text in sorted(set(certified_keys)):
-        if space.contains(keys.parse(tunable.name, tunable.key, text, facts).values()):
+        fields = keys.parse(tunable.name, tunable.key, text, facts).values()
+        signatures.add(tuple(v for n, v in fields.items() if not _size_field(kinds[n])))
+        if space.contains(fields):
             inside += 1
         else:
             outside.append(text)
-    return SpaceCoverage(tunable.name, space.size(), inside, outside)
+    size = space.size()
+    return SpaceCoverage(tunable.name, size, inside, outside, _with_a_neighbour(space, signatures) - inside)
+
+
+def _with_a_neighbour(space: Space, signatures: set) -> int:
+    """The keys of the space whose dtype, flag and label fields some certified key shares (counted per
+    signature without listing the keys where no row rule applies)."""
+    kinds = dict(space.kinds)
+    fixed = [(n, v) for n, v in space.values if not _size_field(kinds[n])]
+    sized = [v for n, v in space.values if _size_field(kinds[n])]
+    held = sum(1 for combo in itertools.product(*(v for _, v in fixed)) if combo in signatures)
+    if not {"exact", "elements"} <= set(kinds.values()):
+        return held * math.prod(len(v) for v in sized)
+    names = [n for n, _ in space.values]
+    count = 0
+    for combo in itertools.product(*(v for _, v in space.values)):
+        fields = dict(zip(names, combo, strict=True))
+        if tuple(fields[n] for n, _ in fixed) in signatures and space._holds_a_row(fields):
+            count += 1
+    return count
 
 
 def row_of(ladder, value: int) -> dict:
