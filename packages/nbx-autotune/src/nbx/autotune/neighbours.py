@@ -37,14 +37,22 @@ class Choice:
     refused: list = field(default_factory=list)   # (neighbour key, reason)
 
 
-def ranked(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts) -> list[tuple[str, Entry]]:
-    """The certified neighbours of key, nearest first."""
+def parsed(tunable, certified: Mapping[str, Entry], facts) -> list[tuple[keys.LaunchKey, str, Entry]]:
+    """The certified keys parsed once (a tuner keeps them: ranking every uncertified key parses them all)."""
     found = []
     for text, entry in certified.items():
         try:
-            other = keys.parse(tunable.name, tunable.key, text, facts)
+            found.append((keys.parse(tunable.name, tunable.key, text, facts), text, entry))
         except LaunchKeyError:
             continue  # classed on another ladder: the store refuses such a file whole
+    return found
+
+
+def ranked(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts,
+           parsed_keys: list | None = None) -> list[tuple[str, Entry]]:
+    """The certified neighbours of key, nearest first (parsed_keys: parsed(certified), where kept)."""
+    found = []
+    for other, text, entry in parsed_keys if parsed_keys is not None else parsed(tunable, certified, facts):
         apart = space.distance(tunable.key, key, other, tunable.weights)
         if apart is not None and other != key:
             found.append((apart[0], -apart[1], text, entry))
@@ -78,7 +86,8 @@ class Screener:
 
 
 def choose(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts, device,
-           kept: verdicts.VerdictCache | None = None, where: dict | None = None) -> tuple[Choice, Screener]:
+           kept: verdicts.VerdictCache | None = None, where: dict | None = None,
+           parsed_keys: list | None = None) -> tuple[Choice, Screener]:
     """The nearest neighbour whose setting passes this key's screen, and the screener that judged it (its
     verdicts kept in `kept` where given)."""
     choice, failed = Choice(), []
@@ -87,7 +96,7 @@ def choose(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts, 
         top = keys.representative(key, tunable.key, facts)
     except LaunchKeyError:
         top = None  # an unbounded class without an observed size: `fits` is not asked
-    for text, entry in ranked(tunable, key, certified, facts):
+    for text, entry in ranked(tunable, key, certified, facts, parsed_keys):
         setting = dict(entry.setting)
         reason = tunable.refusal(setting, facts, top)
         if reason is None and setting in failed:

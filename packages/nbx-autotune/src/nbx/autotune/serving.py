@@ -231,6 +231,7 @@ class Tuner:
         self._memo: dict = {}
         self._defaults: dict = {}
         self._kept_verdicts = None
+        self._parsed: dict = {}   # kernel -> (its certified entries, their count, neighbours.parsed of them)
         self._lock = threading.RLock()
         for s in (self.certificates, self.cache):
             if s not in _process.report.stores:
@@ -308,8 +309,13 @@ class Tuner:
         try:
             with dispatch.observed(None):
                 kept, where = self._verdicts()
-                choice, screener = neighbours.choose(tunable, key, self._entries(self.certificates, tunable),
-                                                     self.facts, self.device, kept, where)
+                certified = self._entries(self.certificates, tunable)
+                known = self._parsed.get(tunable.name)
+                if known is None or known[0] is not certified or known[1] != len(certified):
+                    known = self._parsed[tunable.name] = (certified, len(certified),
+                                                          neighbours.parsed(tunable, certified, self.facts))
+                choice, screener = neighbours.choose(tunable, key, certified, self.facts, self.device, kept, where,
+                                                     known[2])
                 with _process.report._lock:
                     _process.report.neighbours_refused += sum(1 for _, why in choice.refused if "screen:" in why)
                 if choice.entry is not None:
