@@ -16,6 +16,12 @@ neighbour screened): every figure but the kernels' and Triton's compiling is the
 the screens, certificate parsing and neighbour search can be measured here. `--tiny` divides the
 row counts by 8 (the keys' widths stay; fewer rows for the interpreter to walk).
 
+--cache-dir DIR keeps the cold and warm runs' caches (DIR/triton, DIR/nbx), so that a warm child can
+be profiled afterwards:
+
+    TRITON_CACHE_DIR=DIR/triton NBX_CACHE_DIR=DIR/nbx TRITON_INTERPRET=0 \
+        python -m cProfile -s cumtime tools/bench/first_run.py --child --device cuda:0 | head -80
+
 --warmup-jobs N adds a third run on fresh caches: `nbx warmup`'s machinery (warmup.warm over the
 run's launches, census.Launch, in N processes at once through warmup.run_shards) compiles the
 kernels and screens the neighbours ahead (their verdicts kept in the shared NBX_CACHE_DIR), then
@@ -29,6 +35,7 @@ neighbour's setting's time against the fastest: the median and the worst of serv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -198,6 +205,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--compare", action="store_true", help="time neighbour-served keys against a sweep")
     parser.add_argument("--tiny", action="store_true", help="an eighth of the rows (for --device interp)")
+    parser.add_argument("--cache-dir", help="keep the cold and warm runs' caches here (DIR/triton, DIR/nbx) to "
+                                            "profile a warm child afterwards")
     parser.add_argument("--warmup-jobs", type=int, default=0,
                         help="also time `nbx warmup` over the run's launches in this many processes, then the run")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -210,7 +219,8 @@ def main(argv=None) -> int:
     print(f"# issue 16's run: softmax, rms_norm, silu(x) * x, sum over {len(SHAPES)} shapes {SHAPES} in "
           f"{', '.join(DTYPES)}; shipped certificates, nothing swept unless asked"
           + (" (Triton's interpreter served as the H200)" if args.device == "interp" else ""))
-    with tempfile.TemporaryDirectory(prefix="nbx-first-run-") as folder:
+    kept = contextlib.nullcontext(args.cache_dir) if args.cache_dir else None
+    with kept or tempfile.TemporaryDirectory(prefix="nbx-first-run-") as folder:
         env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(folder, "triton"), NBX_CACHE_DIR=os.path.join(folder, "nbx"))
         if args.device == "interp":
             env["TRITON_INTERPRET"] = "1"
