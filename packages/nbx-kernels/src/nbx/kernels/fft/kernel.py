@@ -1,0 +1,106 @@
+"""One Stockham (auto-sort) pass of a batched complex FFT, complex values as interleaved float32 pairs.
+
+A transform of length n = R_1 x ... x R_P runs P passes (Bainville's formulation): pass p, with
+ns = R_1 x ... x R_{p-1} points already combined, takes each of the n / R butterflies j, reads
+its legs x[j + r n / R] (r < R), turns leg r by the twiddle w^(r (j mod ns)) with w the
+(ns R)-th root of unity, takes their R-point DFT and writes leg s to
+y[(j div ns) ns R + (j mod ns) + s ns]. The last pass leaves the spectrum in natural order: no
+bit reversal pass. A program owns BLOCK_J butterflies of one row; the R-point DFT is a product by
+the R x R DFT matrix (R_PAD, the next power of two, with the extra legs masked off), formed from
+exact integer phases in float32.
+
+The first pass may read a real row (rfft), a Hermitian half spectrum extended by conjugate
+symmetry (irfft), or make Bluestein's chirp sequence itself; it may multiply what it read by the
+chirp exp(i CHIRP_SIGN pi t^2 / chirp_n) or by a spectrum row (the convolution's pointwise
+product). The last pass may multiply by the chirp again, scales (the norm mode) and stores complex
+pairs or the real parts, only the first dst_len bins (rfft's n / 2 + 1).
+"""
+import triton
+import triton.language as tl
+
+PI = tl.constexpr(3.141592653589793)
+
+# what the first pass reads
+COMPLEX, REAL, HERMITIAN, CHIRP_SEQUENCE = 0, 1, 2, 3
+# what multiplies a value read (PRE) or written (POST)
+NONE, CHIRP, SPECTRUM = 0, 1, 2
+# what the last pass stores
+PAIRS, REAL_PART = 0, 1
+
+
+@triton.jit
+def _root(q, period, SIGN: tl.constexpr):
+    """cos and sin of SIGN 2 pi q / period for integers 0 <= q < period, the phase first reduced
+    exactly to [-pi, pi] so float32 keeps its accuracy at every length."""
+    q = tl.where(2 * q > period, q - period, q)
+    angle = (q.to(tl.float32) / period.to(tl.float32)) * (SIGN * 2 * PI)
+    return tl.cos(angle), tl.sin(angle)
+
+
+@triton.jit
+def _chirp(t, chirp_n, SIGN: tl.constexpr):
+    """exp(i SIGN pi t^2 / chirp_n): t^2 taken modulo 2 chirp_n in int64, exactly."""
+    t = t.to(tl.int64)
+    period = 2 * chirp_n.to(tl.int64)
+    return _root(t * t % period, period, SIGN)
+
+
+@triton.jit(do_not_specialize=["n", "ns", "length", "src_len", "dst_len", "chirp_n"])
+def fft_pass_kernel(src, dst, aux, n, ns, length, src_len, src_row, dst_row, dst_len, chirp_n, scale,
+                    R: tl.constexpr, R_PAD: tl.constexpr, BLOCK_J: tl.constexpr, SIGN: tl.constexpr,
+                    LOAD: tl.constexpr, PRE: tl.constexpr, POST: tl.constexpr, CHIRP_SIGN: tl.constexpr,
+                    STORE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    m = n // R                                   # butterflies a row; their legs lie m apart
+    j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
+    r = tl.arange(0, R_PAD)
+    live = (j < m)[:, None] & (r < R)[None, :]
+    t = j[:, None] + r[None, :] * m              # each leg's input index
+    # ---- read (a leg at or past `length`, or past the stored src_len, reads zero) ----
+    if LOAD == CHIRP_SEQUENCE:                   # b_t = b_(n - t) = exp(-i pi t^2 / chirp_n), |t| < chirp_n
+        u = tl.where(t < length, t, n - t)
+        inside = live & ((t < length) | (n - t < length))
+        c, s = _chirp(u, chirp_n, -CHIRP_SIGN)
+        re = tl.where(inside, c, 0.0)
+        im = tl.where(inside, s, 0.0)
+    elif LOAD == REAL:
+        ok = live & (t < length) & (t < src_len)
+        re = tl.load(src + row * src_row + t, mask=ok, other=0.0).to(tl.float32)
+        im = tl.zeros_like(re)
+    elif LOAD == HERMITIAN:                      # X[t] = conj(X[length - t]) above the half
+        mirrored = 2 * t > length
+        u = tl.where(mirrored, length - t, t)
+        ok = live & (t < length) & (u < src_len)
+        re = tl.load(src + row * src_row + 2 * u, mask=ok, other=0.0)
+        im = tl.load(src + row * src_row + 2 * u + 1, mask=ok, other=0.0)
+        im = tl.where(mirrored, -im, im)
+    else:
+        ok = live & (t < length) & (t < src_len)
+        re = tl.load(src + row * src_row + 2 * t, mask=ok, other=0.0)
+        im = tl.load(src + row * src_row + 2 * t + 1, mask=ok, other=0.0)
+    if PRE == CHIRP:
+        c, s = _chirp(t, chirp_n, CHIRP_SIGN)
+        re, im = re * c - im * s, re * s + im * c
+    elif PRE == SPECTRUM:                        # one spectrum row for every row
+        c = tl.load(aux + 2 * t, mask=live, other=0.0)
+        s = tl.load(aux + 2 * t + 1, mask=live, other=0.0)
+        re, im = re * c - im * s, re * s + im * c
+    # ---- twiddle leg r by w^(r k), w the (ns R)-th root, k the butterfly's place in its sub-transform ----
+    k = j % ns
+    c, s = _root(r[None, :] * k[:, None], ns * R, SIGN)
+    re, im = re * c - im * s, re * s + im * c
+    # ---- the R-point DFT: out[s] = sum_r leg[r] exp(SIGN 2 pi i r s / R) ----
+    wc, ws = _root((r[:, None] * r[None, :]) % R, R + 0 * r[:, None], SIGN)
+    out_re = tl.sum(re[:, :, None] * wc[None, :, :] - im[:, :, None] * ws[None, :, :], axis=1)
+    out_im = tl.sum(re[:, :, None] * ws[None, :, :] + im[:, :, None] * wc[None, :, :], axis=1)
+    # ---- write leg s at (j div ns) ns R + k + s ns ----
+    d = (j // ns * ns * R + k)[:, None] + r[None, :] * ns
+    if POST == CHIRP:
+        c, s = _chirp(d, chirp_n, CHIRP_SIGN)
+        out_re, out_im = out_re * c - out_im * s, out_re * s + out_im * c
+    keep = live & (d < dst_len)
+    if STORE == REAL_PART:
+        tl.store(dst + row * dst_row + d, out_re * scale, mask=keep)
+    else:
+        tl.store(dst + row * dst_row + 2 * d, out_re * scale, mask=keep)
+        tl.store(dst + row * dst_row + 2 * d + 1, out_im * scale, mask=keep)

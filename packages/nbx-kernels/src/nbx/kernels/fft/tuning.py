@@ -1,0 +1,54 @@
+"""Certified settings of the FFT passes: the largest power-of-two radix a pass takes, the butterflies
+a program owns, its warps.
+
+The launch key: the transform length n and the number of rows (both on the dims ladder). A larger
+radix means fewer passes over memory (log_radix n of them) but an R x R DFT product per butterfly
+in registers; which wins depends on n and on the register file, so it is certified per key. The
+representative launch: a forward complex FFT of the key's rows x n, complex64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nbx import autotune
+from nbx.core.ops.creation import asarray
+
+PARAMS = {"radix": (4, 8, 16), "block_j": (16, 32, 64, 128), "num_warps": (2, 4, 8)}
+KEY = {"n": "dims", "rows": "dims"}
+
+
+def fft_key(n: int, rows: int) -> dict:
+    return {"n": int(n), "rows": int(rows)}
+
+
+def _registers(setting) -> int:
+    """A thread's registers, estimated: the R x R DFT product of BLOCK_J butterflies (two float32
+    terms an entry live at once) spread over the program's threads, plus the indices and phases."""
+    threads = 32 * setting["num_warps"]
+    return 40 + 2 * setting["block_j"] * setting["radix"] ** 2 // threads
+
+
+def fft_workload(rep, device):
+    from . import launch_transform
+    rows, n = rep["rows"], rep["n"]
+    phase = 0.37 * np.arange(rows * n).reshape(rows, n)
+    values = (np.sin(phase + 0.5) + 1j * np.cos(0.61 * phase)).astype(np.complex64)
+    x = asarray(values, device=device)
+    expected = np.fft.fft(values.astype(np.complex128), axis=-1)
+    out = asarray(np.zeros((rows, n), np.complex64), device=device)
+    return autotune.TensorWorkload(
+        out, lambda setting: launch_transform(x, n, "fft", "backward", out=out, setting=setting),
+        lambda sel: expected[sel])
+
+
+FFT = autotune.declare(autotune.Tunable(
+    "fft", params=PARAMS, key=KEY, default_from="tiles.fft", workload=fft_workload,
+    constraint=autotune.registers(_registers)))
+
+
+def fft_setting(device, n: int, rows: int) -> dict:
+    """The served setting of the passes of an n-point transform over rows."""
+    return autotune.setting(FFT, device, **fft_key(n, rows))
+
+
+__all__ = ["FFT", "PARAMS", "KEY", "fft_key", "fft_setting"]
