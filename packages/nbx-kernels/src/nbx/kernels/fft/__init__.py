@@ -38,7 +38,6 @@ from .tuning import fft_setting
 REAL_INPUTS = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 ODD_RADICES = (3, 5, 7, 11, 13)
 MAX_ODD_RADIX = 16
-MAX_GRID_Y = 65535   # CUDA's limit on a grid's second dim: the butterfly blocks of one row
 
 
 def radices(n: int, max_radix: int) -> tuple[int, ...] | None:
@@ -112,20 +111,16 @@ def _launches(passes: list[_Pass], rows: int, src: str, dst: str, tile: dict, *,
         first, last = i == 0, i == len(passes) - 1
         here = src if first else f"work{(i - 1) % 2}"
         there = dst if last else f"work{i % 2}"
-        butterflies = p.n // p.radix
+        butterflies = rows * (p.n // p.radix)
         block = min(tile["block_j"], pow2_at_least(butterflies))
-        blocks = -(-butterflies // block)
-        if blocks > MAX_GRID_Y:
-            raise NotSupportedError(f"an FFT of {p.n} points needs {blocks} programs a row at radix {p.radix}, "
-                                    f"above the grid's {MAX_GRID_Y}")
         aux = "spectrum" if p.pre == SPECTRUM else there
-        args = (Slot(here), Slot(there), Slot(aux), p.n, p.ns, length if first else p.n,
+        args = (Slot(here), Slot(there), Slot(aux), butterflies, p.n, p.ns, length if first else p.n,
                 src_len if first else p.n, src_row if first else 2 * p.n, dst_row if last else 2 * p.n,
                 dst_len if last else p.n, chirp_n, scale if last else 1.0)
         meta = dict(R=p.radix, R_PAD=pow2_at_least(p.radix), BLOCK_J=block, SIGN=p.sign, LOAD=p.load if first else COMPLEX,
                     PRE=p.pre, POST=p.post, CHIRP_SIGN=chirp_sign, STORE=p.store if last else PAIRS,
                     num_warps=tile["num_warps"])
-        out.append(Launch(fft_pass_kernel, (rows, blocks), args, meta))
+        out.append(Launch(fft_pass_kernel, (-(-butterflies // block),), args, meta))
     return out
 
 
@@ -171,8 +166,8 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
                       for i in range(min(2, len(launches) - 1)))
     if path == "bluestein":
         workspace += (plans.workspace("spectrum", (1, width, 2), dtypes.float32),)
-    moved = sum(l.grid[0] * l.args[3] * 16 for l in launches)   # each pass reads and writes its rows' pairs
-    flops = sum(l.grid[0] * l.args[3] * 8 * l.meta["R"] for l in launches)   # an R-point product a leg
+    moved = sum(l.args[3] * l.meta["R"] * 16 for l in launches)   # each pass reads and writes its rows' pairs
+    flops = sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in launches)   # an R-point product a butterfly
     return LaunchPlan(device, tuple(launches), (out,), workspace, detail=Detail(path, rads, tile, flops, moved))
 
 

@@ -5,7 +5,8 @@ ns = R_1 x ... x R_{p-1} points already combined, takes each of the n / R butter
 its legs x[j + r n / R] (r < R), turns leg r by the twiddle w^(r (j mod ns)) with w the
 (ns R)-th root of unity, takes their R-point DFT and writes leg s to
 y[(j div ns) ns R + (j mod ns) + s ns]. The last pass leaves the spectrum in natural order: no
-bit reversal pass. A program owns BLOCK_J butterflies of one row; the R-point DFT is a product by
+bit reversal pass. A program owns BLOCK_J consecutive butterflies of the rows' (rows x n / R)
+(short rows share a program); the R-point DFT is a product by
 the R x R DFT matrix (R_PAD, the next power of two, with the extra legs masked off), formed from
 exact integer phases in float32.
 
@@ -45,16 +46,17 @@ def _chirp(t, chirp_n, SIGN: tl.constexpr):
     return _root(t * t % period, period, SIGN)
 
 
-@triton.jit(do_not_specialize=["n", "ns", "length", "src_len", "dst_len", "chirp_n"])
-def fft_pass_kernel(src, dst, aux, n, ns, length, src_len, src_row, dst_row, dst_len, chirp_n, scale,
+@triton.jit(do_not_specialize=["total", "n", "ns", "length", "src_len", "dst_len", "chirp_n"])
+def fft_pass_kernel(src, dst, aux, total, n, ns, length, src_len, src_row, dst_row, dst_len, chirp_n, scale,
                     R: tl.constexpr, R_PAD: tl.constexpr, BLOCK_J: tl.constexpr, SIGN: tl.constexpr,
                     LOAD: tl.constexpr, PRE: tl.constexpr, POST: tl.constexpr, CHIRP_SIGN: tl.constexpr,
                     STORE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
     m = n // R                                   # butterflies a row; their legs lie m apart
-    j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
+    g = tl.program_id(0).to(tl.int64) * BLOCK_J + tl.arange(0, BLOCK_J)   # butterflies of all rows in a row
+    row = (g // m)[:, None]
+    j = (g % m).to(tl.int32)
     r = tl.arange(0, R_PAD)
-    live = (j < m)[:, None] & (r < R)[None, :]
+    live = (g < total)[:, None] & (r < R)[None, :]
     t = j[:, None] + r[None, :] * m              # each leg's input index
     # ---- read (a leg at or past `length`, or past the stored src_len, reads zero) ----
     if LOAD == CHIRP_SEQUENCE:                   # b_t = b_(n - t) = exp(-i pi t^2 / chirp_n), |t| < chirp_n

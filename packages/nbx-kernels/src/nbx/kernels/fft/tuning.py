@@ -13,7 +13,7 @@ import numpy as np
 from nbx import autotune
 from nbx.core.ops.creation import asarray
 
-PARAMS = {"radix": (4, 8, 16), "block_j": (16, 32, 64, 128), "num_warps": (2, 4, 8)}
+PARAMS = {"radix": (4, 8, 16), "block_j": (16, 64), "num_warps": (4, 8)}
 KEY = {"n": "dims", "rows": "dims"}
 
 
