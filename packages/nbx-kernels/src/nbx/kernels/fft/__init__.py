@@ -10,8 +10,11 @@ chain of Stockham passes (kernel.py), one launch each, ping-ponging between two 
   transforms of M >= 2n - 1 points (a power of two): the chirp's spectrum (one row), the rows'
   forward transform (first pass multiplies by the chirp), the inverse (first pass multiplies by the
   chirp's spectrum, last pass by the chirp again).
-rfft reads real rows into a complex transform and keeps the first n / 2 + 1 bins; irfft extends
-its half spectrum by conjugate symmetry as it reads and stores the real parts. The norm mode is a
+rfft of an even n reads its real row as n / 2 complex pairs (even samples + i odd ones), transforms
+them, and a post-pass separates the two spectra into the n / 2 + 1 bins; irfft of an even n is the
+inverse (a pre-pass joins them, the inverse transform's pairs are the samples). Odd n: rfft reads the
+real row into an n-point complex transform and keeps n / 2 + 1 bins; irfft extends its half
+spectrum by conjugate symmetry as it reads and stores the real parts. The norm mode is a
 scale applied by the last pass. float64 and complex128 are computed on the CPU only (refused here
 by name). stft and istft (spectral.py) frame, window and overlap-add around these transforms.
 """
@@ -31,8 +34,8 @@ from ..elementwise import _parts as pairs_of
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..rows import pow2_at_least
-from .kernel import (CHIRP, CHIRP_SEQUENCE, COMPLEX, HERMITIAN, NONE, PAIRS, REAL, REAL_PART, SPECTRUM,
-                     fft_pass_kernel)
+from .kernel import (CHIRP, CHIRP_SEQUENCE, COMPLEX, HERMITIAN, NONE, PAIRS, REAL, REAL_PAIRS, REAL_PART, SPECTRUM,
+                     fft_pass_kernel, half_spectrum_kernel, real_spectrum_kernel)
 from .tuning import fft_setting
 
 REAL_INPUTS = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
@@ -128,46 +131,82 @@ def _with(p: _Pass, **changes) -> _Pass:
     return _Pass(**{**p.__dict__, **changes})
 
 
-def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: int, norm: str, device,
-          setting) -> LaunchPlan:
-    """The passes of an n-point transform of rows rows (each src_len stored values, read as `load`)
-    keeping out_len bins (complex pairs, or real parts after a Hermitian read)."""
-    if setting is None:
-        setting = fft_setting(device, n, rows)
-    tile = {**launch.tiles("fft", device), **dict(setting)}
-    sign = 1 if inverse else -1
-    store = REAL_PART if load == HERMITIAN else PAIRS
-    src_row = src_len * (1 if load == REAL else 2)
-    dst_row = out_len * (1 if store == REAL_PART else 2)
-    scale = norm_scale(n, norm, inverse)
+def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store: int, src: str, dst: str, *,
+                      src_len: int, src_row: int, dst_row: int, dst_len: int, scale: float):
+    """(launches, workspace width, path, radices) of an n-point complex transform from src to dst."""
     rads = radices(n, tile["radix"])
-    out = plans.output("out", (rows, out_len) + (() if store == REAL_PART else (2,)), dtypes.float32)
     if rads is not None:
         passes = _chain(n, rads, sign)
         passes[0] = _with(passes[0], load=load)
         passes[-1] = _with(passes[-1], store=store)   # one pass: both on it
-        launches = _launches(passes, rows, "x", "out", tile, length=n, src_len=src_len, src_row=src_row,
-                             dst_row=dst_row, dst_len=out_len, scale=scale)
-        width, path = n, "stockham"
-    else:  # Bluestein: X_k = c_k sum_j (x_j c_j) b_(k - j), c_t = exp(sign i pi t^2 / n), b = conj(c)
-        width, path = pow2_at_least(2 * n - 1), "bluestein"
-        rads = radices(width, tile["radix"])
-        kernel = _chain(width, rads, -1)
-        kernel[0] = _with(kernel[0], load=CHIRP_SEQUENCE)
-        launches = _launches(kernel, 1, "out", "spectrum", tile, length=n, src_len=n, src_row=0, dst_row=2 * width,
-                             dst_len=width, chirp_n=n, chirp_sign=sign)
-        forward, backward = _chain(width, rads, -1), _chain(width, rads, 1)
-        forward[0] = _with(forward[0], load=load, pre=CHIRP)
-        backward[0] = _with(backward[0], pre=SPECTRUM)
-        backward[-1] = _with(backward[-1], post=CHIRP, store=store)
-        launches += _launches(forward + backward, rows, "x", "out", tile, length=n, src_len=src_len, src_row=src_row,
-                              dst_row=dst_row, dst_len=out_len, chirp_n=n, chirp_sign=sign, scale=scale / width)
+        return _launches(passes, rows, src, dst, tile, length=n, src_len=src_len, src_row=src_row, dst_row=dst_row,
+                         dst_len=dst_len, scale=scale), n, "stockham", rads
+    # Bluestein: X_k = c_k sum_j (x_j c_j) b_(k - j), c_t = exp(sign i pi t^2 / n), b = conj(c)
+    width = pow2_at_least(2 * n - 1)
+    rads = radices(width, tile["radix"])
+    kernel = _chain(width, rads, -1)
+    kernel[0] = _with(kernel[0], load=CHIRP_SEQUENCE)
+    launches = _launches(kernel, 1, dst, "spectrum", tile, length=n, src_len=n, src_row=0, dst_row=2 * width,
+                         dst_len=width, chirp_n=n, chirp_sign=sign)
+    forward, backward = _chain(width, rads, -1), _chain(width, rads, 1)
+    forward[0] = _with(forward[0], load=load, pre=CHIRP)
+    backward[0] = _with(backward[0], pre=SPECTRUM)
+    backward[-1] = _with(backward[-1], post=CHIRP, store=store)
+    launches += _launches(forward + backward, rows, src, dst, tile, length=n, src_len=src_len, src_row=src_row,
+                          dst_row=dst_row, dst_len=dst_len, chirp_n=n, chirp_sign=sign, scale=scale / width)
+    return launches, width, "bluestein", rads
+
+
+def _pointwise(kernel, total: int, args: tuple, tile: dict) -> Launch:
+    """A pre- or post-pass over total bins, as many a program as a pass's program holds."""
+    block = min(tile["block_j"] * tile["radix"], pow2_at_least(total))
+    return Launch(kernel, (-(-total // block),), (args[0], args[1], total, *args[2:]),
+                  dict(BLOCK=block, num_warps=tile["num_warps"]))
+
+
+def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: int, norm: str, device,
+          setting) -> LaunchPlan:
+    """The launches of an n-point transform of rows rows (each src_len stored values, read as
+    `load`) keeping out_len bins (complex pairs, or irfft's n reals). rfft and irfft of an even n
+    run an n / 2-point complex transform of the real row read as pairs, with a post-pass (rfft)
+    or a pre-pass (irfft) that separates or joins the even and odd samples' spectra."""
+    if setting is None:
+        setting = fft_setting(device, n, rows)
+    tile = {**launch.tiles("fft", device), **dict(setting)}
+    sign = 1 if inverse else -1
+    scale = norm_scale(n, norm, inverse)
+    real_out = load == HERMITIAN
+    out = plans.output("out", (rows, out_len) + (() if real_out else (2,)), dtypes.float32)
+    half, extra = n // 2, ()
+    if n % 2 == 0 and load == REAL:
+        launches, width, path, rads = _complex_launches(
+            rows, half, tile, -1, REAL_PAIRS, PAIRS, "x", "half", src_len=src_len, src_row=src_len,
+            dst_row=2 * half, dst_len=half, scale=1.0)
+        launches.append(_pointwise(real_spectrum_kernel, rows * (half + 1),
+                                   (Slot("half"), Slot("out"), half, 2 * half, 2 * out_len, scale), tile))
+        extra = (plans.workspace("half", (rows, half, 2), dtypes.float32),)
+    elif n % 2 == 0 and load == HERMITIAN:   # the inverse transform's pairs are the signal's samples
+        pre = _pointwise(half_spectrum_kernel, rows * half, (Slot("x"), Slot("half"), half, src_len, 2 * src_len,
+                                                               2 * half), tile)
+        launches, width, path, rads = _complex_launches(
+            rows, half, tile, 1, COMPLEX, PAIRS, "half", "out", src_len=half, src_row=2 * half, dst_row=n,
+            dst_len=half, scale=2.0 * scale)
+        launches.insert(0, pre)
+        extra = (plans.workspace("half", (rows, half, 2), dtypes.float32),)
+    else:
+        store = REAL_PART if real_out else PAIRS
+        launches, width, path, rads = _complex_launches(
+            rows, n, tile, sign, load, store, "x", "out", src_len=src_len, src_row=src_len * (1 if load == REAL else 2),
+            dst_row=out_len * (1 if real_out else 2), dst_len=out_len, scale=scale)
+    passes = [l for l in launches if l.kernel is fft_pass_kernel]
     workspace = tuple(plans.workspace(f"work{i}", (rows, width, 2), dtypes.float32)
-                      for i in range(min(2, len(launches) - 1)))
+                      for i in range(min(2, len(passes) - 1))) + extra
     if path == "bluestein":
         workspace += (plans.workspace("spectrum", (1, width, 2), dtypes.float32),)
-    moved = sum(l.args[3] * l.meta["R"] * 16 for l in launches)   # each pass reads and writes its rows' pairs
-    flops = sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in launches)   # an R-point product a butterfly
+    # each pass reads and writes its rows' pairs (16 bytes a point), a pre- or post-pass reads two bins a bin
+    moved = sum(l.args[3] * l.meta["R"] * 16 for l in passes) + sum(l.args[2] * 24 for l in launches
+                                                                   if l.kernel is not fft_pass_kernel)
+    flops = sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in passes)   # an R-point product a butterfly
     return LaunchPlan(device, tuple(launches), (out,), workspace, detail=Detail(path, rads, tile, flops, moved))
 
 

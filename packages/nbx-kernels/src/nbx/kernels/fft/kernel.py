@@ -22,7 +22,7 @@ import triton.language as tl
 PI = tl.constexpr(3.141592653589793)
 
 # what the first pass reads
-COMPLEX, REAL, HERMITIAN, CHIRP_SEQUENCE = 0, 1, 2, 3
+COMPLEX, REAL, HERMITIAN, CHIRP_SEQUENCE, REAL_PAIRS = 0, 1, 2, 3, 4
 # what multiplies a value read (PRE) or written (POST)
 NONE, CHIRP, SPECTRUM = 0, 1, 2
 # what the last pass stores
@@ -69,6 +69,10 @@ def fft_pass_kernel(src, dst, aux, total, n, ns, length, src_len, src_row, dst_r
         ok = live & (t < length) & (t < src_len)
         re = tl.load(src + row * src_row + t, mask=ok, other=0.0).to(tl.float32)
         im = tl.zeros_like(re)
+    elif LOAD == REAL_PAIRS:                     # a real row of 2 n values read as n pairs (rfft's half-length transform)
+        ok = live & (t < length)
+        re = tl.load(src + row * src_row + 2 * t, mask=ok & (2 * t < src_len), other=0.0).to(tl.float32)
+        im = tl.load(src + row * src_row + 2 * t + 1, mask=ok & (2 * t + 1 < src_len), other=0.0).to(tl.float32)
     elif LOAD == HERMITIAN:                      # X[t] = conj(X[length - t]) above the half
         mirrored = 2 * t > length
         u = tl.where(mirrored, length - t, t)
@@ -106,3 +110,52 @@ def fft_pass_kernel(src, dst, aux, total, n, ns, length, src_len, src_row, dst_r
     else:
         tl.store(dst + row * dst_row + 2 * d, out_re * scale, mask=keep)
         tl.store(dst + row * dst_row + 2 * d + 1, out_im * scale, mask=keep)
+
+
+@triton.jit
+def _twiddled(a_re, a_im, b_re, b_im, k, n, SIGN: tl.constexpr):
+    """E = (a + conj b) / 2 and O = (a - conj b) / 2 turned by exp(SIGN 2 pi i k / n)."""
+    e_re, e_im = 0.5 * (a_re + b_re), 0.5 * (a_im - b_im)
+    d_re, d_im = 0.5 * (a_re - b_re), 0.5 * (a_im + b_im)
+    c, s = _root(k, n + 0 * k, SIGN)
+    return e_re, e_im, d_re * c - d_im * s, d_re * s + d_im * c
+
+
+@triton.jit(do_not_specialize=["total", "h"])
+def real_spectrum_kernel(z, out, total, h, z_row, out_row, scale, BLOCK: tl.constexpr):
+    """rfft's post-pass: Z = FFT_h(x_even + i x_odd) to X[k] = E[k] + exp(-2 pi i k / 2h) O[k],
+    E = (Z[k] + conj Z[h - k]) / 2, O = (Z[k] - conj Z[h - k]) / 2i, for k = 0..h (h + 1 bins a row)."""
+    g = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    row = g // (h + 1)
+    k = (g % (h + 1)).to(tl.int32)
+    live = g < total
+    a = tl.where(k == h, 0, k)
+    b = tl.where(k == 0, 0, h - k)
+    a_re = tl.load(z + row * z_row + 2 * a, mask=live, other=0.0)
+    a_im = tl.load(z + row * z_row + 2 * a + 1, mask=live, other=0.0)
+    b_re = tl.load(z + row * z_row + 2 * b, mask=live, other=0.0)
+    b_im = tl.load(z + row * z_row + 2 * b + 1, mask=live, other=0.0)
+    e_re, e_im, o_re, o_im = _twiddled(a_re, a_im, b_re, b_im, k, 2 * h, -1)
+    # X = E + O / i  (O above is (Z[k] - conj Z[h - k]) / 2 turned): / i is (re, im) -> (im, -re)
+    tl.store(out + row * out_row + 2 * k, (e_re + o_im) * scale, mask=live)
+    tl.store(out + row * out_row + 2 * k + 1, (e_im - o_re) * scale, mask=live)
+
+
+@triton.jit(do_not_specialize=["total", "h", "src_len"])
+def half_spectrum_kernel(x, z, total, h, src_len, x_row, z_row, BLOCK: tl.constexpr):
+    """irfft's pre-pass: the half spectrum X[0..h] (src_len bins stored, the rest zero; the imaginary
+    parts of X[0] and X[h] ignored, as a real inverse does) to Z[k] = E[k] + i O[k], k < h, whose
+    inverse h-point transform is x_even + i x_odd: E = (X[k] + conj X[h - k]) / 2,
+    O = (X[k] - conj X[h - k]) exp(2 pi i k / 2h) / 2."""
+    g = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    row = g // h
+    k = (g % h).to(tl.int32)
+    live = g < total
+    b = h - k
+    a_re = tl.load(x + row * x_row + 2 * k, mask=live & (k < src_len), other=0.0)
+    a_im = tl.load(x + row * x_row + 2 * k + 1, mask=live & (k < src_len) & (k > 0), other=0.0)
+    b_re = tl.load(x + row * x_row + 2 * b, mask=live & (b < src_len), other=0.0)
+    b_im = tl.load(x + row * x_row + 2 * b + 1, mask=live & (b < src_len) & (b < h), other=0.0)
+    e_re, e_im, o_re, o_im = _twiddled(a_re, a_im, b_re, b_im, k, 2 * h, 1)
+    tl.store(z + row * z_row + 2 * k, e_re - o_im, mask=live)
+    tl.store(z + row * z_row + 2 * k + 1, e_im + o_re, mask=live)
