@@ -24,6 +24,7 @@ from ..conv.kernel import overlap_add_kernel
 from ..elementwise import _parts as pairs_of
 from ..plans import Launch, LaunchPlan, Slot, cached, execute, output
 from ..registry import implements
+from ..rows import pow2_at_least
 from . import _along, check_dtype
 
 
@@ -81,13 +82,13 @@ def _envelope_inverse(window: Tensor | None, n_fft: int, win: int, hop: int, cou
 def _overlap_plan(batch, count, n_fft, hop, start, length, parts, device) -> LaunchPlan:
     """out[b, t (, part)] = sum over frames f of frames[b, f, t + start - f hop (, part)]: the
     col2im kernel with the frame's taps as its kernel taps and the parts as its channels."""
-    window = launch.tiles("window", device)
+    tile = launch.tiles("fft", device)   # a pass program's points: the frames' samples a program sums
+    block = min(tile["block_j"] * tile["radix"], pow2_at_least(length))
     row = count * n_fft * parts
     args = (Slot("frames"), Slot("frames"), Slot("out"), parts, count, length, n_fft, hop, start, 1,
             row, 1, parts, n_fft * parts, length * parts, 1, parts)
-    grid = (batch, -(-length // window["block_w"]), -(-parts // window["block_c"]))
-    one = Launch(overlap_add_kernel, grid, args, dict(HAS_BIAS=False, BLOCK_O=window["block_c"],
-                                                       BLOCK_L=window["block_w"], num_warps=window["num_warps"]))
+    one = Launch(overlap_add_kernel, (batch, -(-length // block), 1), args,
+                 dict(HAS_BIAS=False, BLOCK_O=parts, BLOCK_L=block, num_warps=tile["num_warps"]))
     shape = (batch, length, parts) if parts == 2 else (batch, length)
     return LaunchPlan(device, (one,), (output("out", shape, dtypes.float32),))
 
