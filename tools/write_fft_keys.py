@@ -9,14 +9,10 @@ device file's dims ladder): the benchmark's rfft and irfft of 2**22 points as ro
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from nbx.autotune import keys, records
 from nbx.core import device_files
 from nbx.kernels.fft.tuning import FFT, fft_key
-
-ROOT = Path(__file__).resolve().parents[1]
-CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
+from write_linear_keys import CLASS, COMPILER, ROOT, save_keys
 POINTS = 1 << 22
 WHISPER = (400, 1 + 30 * 16000 // 160)
 
@@ -28,13 +24,7 @@ def main() -> int:
     for n, rows in calls:
         key = keys.form("fft", FFT.key_fields, facts, **fft_key(n, rows))
         recs.append(records.KeyRecord("fft", str(key), facts.name, CLASS, COMPILER, dict(key.observed)))
-    recs = records.merge(recs)
-    path = ROOT / "certificates" / "keys" / f"{CLASS}-fft.json"
-    path.unlink(missing_ok=True)
-    records.save(path, recs)
-    kept = sum(len(FFT.candidates(facts, keys.representative(
-        keys.parse("fft", FFT.key, r.key, facts, r.observed), FFT.key, facts))[0]) for r in recs)
-    print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {kept} candidates")
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-fft.json", records.merge(recs), FFT, facts)
     return 0
 
 
