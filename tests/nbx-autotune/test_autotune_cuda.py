@@ -76,5 +76,9 @@ def test_on_the_gpu_an_uncertified_softmax_key_is_served_a_certified_neighbours_
     got = nbx.softmax(x, dim=-1).numpy()
     assert np.max(np.abs(got - np.asarray(oracle("softmax", x, -1)))) < 1e-5
     report = serving.report()
-    assert (report.swept, report.certified, report.neighbour) == (0, 0, 1), autotune.report_line()
+    # the softmax key is the one neighbour-served key; other launches of the call (the screen's own
+    # uploads, the download) may be served their certified keys, but nothing is swept
+    served = [key for (kernel, key) in report.from_neighbour if kernel == "softmax"]
+    assert (report.swept, report.neighbour, len(served)) == (0, 1, 1), autotune.report_line()
+    assert "width=1024" in served[0], served
     serving.reset()
