@@ -83,6 +83,7 @@ def test_half_precision_signals_transform_in_float32(device, check):
     out = nbx.fft.rfft(x)
     assert out.dtype == nbx.complex64
     check(out, nbx.oracle("rfftn", x, (32,), (1,), "backward"), device)
+    check(nbx.fft.fft(x), nbx.oracle("fftn", x, (32,), (1,), "backward"), device)   # every bin of a real row
 
 
 def test_float64_and_complex128_are_refused_by_name_on_kernel_devices(device):
@@ -90,6 +91,21 @@ def test_float64_and_complex128_are_refused_by_name_on_kernel_devices(device):
         nbx.fft.fft(nbx.asarray(np.ones(8, np.complex128), device=device))
     with pytest.raises(NotSupportedError, match="float64"):
         nbx.fft.rfft(nbx.asarray(np.ones(8), device=device))
+
+
+def test_a_fused_row_runs_every_pass_in_one_program(device, check):
+    from nbx.kernels.fft import launch_transform
+    fused = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 4}
+    x = _complex((3, 64), device)
+    check(launch_transform(x, 64, "ifft", "ortho", setting=fused), nbx.oracle("ifftn", x, (64,), (1,), "ortho"), device)
+    r = _real((3, 128), device)
+    check(launch_transform(r, 128, "fft", "backward", setting=fused), nbx.oracle("fftn", r, (128,), (1,), "backward"),
+          device)
+    spectrum = launch_transform(r, 128, "rfft", "backward", setting=fused)   # a fused 64-point row + the post-pass
+    check(spectrum, nbx.oracle("rfftn", r, (128,), (1,), "backward"), device)
+    check(launch_transform(spectrum, 128, "irfft", "backward", setting=fused),
+          nbx.oracle("irfftn", spectrum, (128,), (1,), "backward"), device)
+    assert transform_plan(3, 64, nbx.complex64, 64, "fft", "backward", device, fused).detail.path == "fused"
 
 
 def test_lengths_factor_into_the_passes_radices_or_take_bluestein():

@@ -6,6 +6,8 @@ copy when it is not already the unit-stride last dim). A 1-D transform of n poin
 chain of Stockham passes (kernel.py), one launch each, ping-ponging between two workspace rows:
 - n whose factors are 2, 3, 5, 7, 11 and 13: radices of the certified power of two (radix: 4, 8
   or 16) for the power-of-two part, the odd primes merged while their product stays <= 16;
+- with the setting's `fused` on, a power of two up to FUSED_UP_TO points: one program a row, all
+  its radix-2 passes in registers (fft_row_kernel);
 - any other n: Bluestein's chirp-z, a convolution by the chirp through forward and inverse
   transforms of M >= 2n - 1 points (a power of two): the chirp's spectrum (one row), the rows'
   forward transform (first pass multiplies by the chirp), the inverse (first pass multiplies by the
@@ -35,11 +37,12 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..rows import pow2_at_least
 from .kernel import (CHIRP, CHIRP_SEQUENCE, COMPLEX, HERMITIAN, NONE, PAIRS, REAL, REAL_PAIRS, REAL_PART, SPECTRUM,
-                     fft_pass_kernel, half_spectrum_kernel, real_spectrum_kernel)
+                     fft_pass_kernel, fft_row_kernel, half_spectrum_kernel, real_spectrum_kernel)
 from .tuning import fft_setting
 
 REAL_INPUTS = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 ODD_RADICES = (3, 5, 7, 11, 13)
+FUSED_UP_TO = 4096   # the longest row fft_row_kernel holds: 8192 float32 values over a program's threads
 MAX_ODD_RADIX = 16
 
 
@@ -134,6 +137,10 @@ def _with(p: _Pass, **changes) -> _Pass:
 def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store: int, src: str, dst: str, *,
                       src_len: int, src_row: int, dst_row: int, dst_len: int, scale: float):
     """(launches, workspace width, path, radices) of an n-point complex transform from src to dst."""
+    if fusable(n, tile) and load in (COMPLEX, REAL, REAL_PAIRS) and store == PAIRS and dst_len == n:
+        one = Launch(fft_row_kernel, (rows,), (Slot(src), Slot(dst), src_len, src_row, dst_row, scale),
+                     dict(N=n, PASSES=n.bit_length() - 1, SIGN=sign, LOAD=load, num_warps=tile["num_warps"]))
+        return [one], n, "fused", (2,) * (n.bit_length() - 1)
     rads = radices(n, tile["radix"])
     if rads is not None:
         passes = _chain(n, rads, sign)
@@ -157,6 +164,12 @@ def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store
     return launches, width, "bluestein", rads
 
 
+def fusable(n: int, tile: dict) -> bool:
+    """Whether the setting fuses an n-point transform's passes into one program a row: a power of
+    two from 2 to FUSED_UP_TO points (the row held in registers)."""
+    return bool(tile.get("fused")) and 2 <= n <= FUSED_UP_TO and n & (n - 1) == 0
+
+
 def _pointwise(kernel, total: int, args: tuple, tile: dict) -> Launch:
     """A pre- or post-pass over total bins, as many a program as a pass's program holds."""
     block = min(tile["block_j"] * tile["radix"], pow2_at_least(total))
@@ -178,7 +191,7 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
     real_out = load == HERMITIAN
     out = plans.output("out", (rows, out_len) + (() if real_out else (2,)), dtypes.float32)
     half, extra = n // 2, ()
-    if n % 2 == 0 and load == REAL:
+    if n % 2 == 0 and load == REAL and out_len == half + 1:   # rfft (fft of a real row keeps every bin)
         launches, width, path, rads = _complex_launches(
             rows, half, tile, -1, REAL_PAIRS, PAIRS, "x", "half", src_len=src_len, src_row=src_len,
             dst_row=2 * half, dst_len=half, scale=1.0)
@@ -204,9 +217,12 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
     if path == "bluestein":
         workspace += (plans.workspace("spectrum", (1, width, 2), dtypes.float32),)
     # each pass reads and writes its rows' pairs (16 bytes a point), a pre- or post-pass reads two bins a bin
-    moved = sum(l.args[3] * l.meta["R"] * 16 for l in passes) + sum(l.args[2] * 24 for l in launches
-                                                                   if l.kernel is not fft_pass_kernel)
-    flops = sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in passes)   # an R-point product a butterfly
+    fused = [l for l in launches if l.kernel is fft_row_kernel]
+    pointwise = [l for l in launches if l.kernel in (real_spectrum_kernel, half_spectrum_kernel)]
+    moved = (sum(l.args[3] * l.meta["R"] * 16 for l in passes) + sum(l.args[2] * 24 for l in pointwise)
+             + sum(l.grid[0] * l.meta["N"] * 16 for l in fused))
+    flops = (sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in passes)   # an R-point product a butterfly
+             + sum(l.grid[0] * l.meta["N"] * l.meta["PASSES"] * 5 for l in fused))
     return LaunchPlan(device, tuple(launches), (out,), workspace, detail=Detail(path, rads, tile, flops, moved))
 
 
