@@ -12,6 +12,8 @@ and cold (peer_timing.cold: one call after an L2 flush), the host time a call, t
 call (peer_timing.call_ms: host overhead included), GB/s of the bytes a transform must move once,
 the ratio torch / nbx (above 1: nbx faster) and the deviation from torch. It finishes in under a
 minute on the H200 (NBX_AUTOTUNE_NO_SWEEP=1: the device file's tile, no sweep, until certified).
+Rows of 2**10 and 2**12 points are timed a second time through the fused row kernel (one program a
+row, every pass in registers: the `fused` choice of the fft tunable, off in the device file).
 """
 from __future__ import annotations
 
@@ -19,12 +21,14 @@ import numpy as np
 import torch
 
 import nbx.core as nbx
+from nbx.kernels.fft import FUSED_UP_TO, launch_transform
 from peer_timing import banner, both, call_ms
 
 POINTS = 1 << 22
 LENGTHS = [1 << e for e in (10, 12, 14, 16, 18, 20)]
 COPIES = 4
 WHISPER = dict(samples=30 * 16000, n_fft=400, hop=160)
+FUSED = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 8}
 
 
 def _deviation(a, b: torch.Tensor) -> float:
@@ -46,6 +50,13 @@ def cases():
                lambda i, xs=xs: torch.fft.rfft(xs[i]))
         yield (f"irfft {rows} x {n // 2 + 1} complex64 -> {n}", moved,
                lambda i, s=nspecs, n=n: nbx.fft.irfft(s[i], n=n), lambda i, s=specs, n=n: torch.fft.irfft(s[i], n=n))
+        if n // 2 <= FUSED_UP_TO:   # the fused row kernel, which certification may pick for these keys
+            yield (f"rfft  {rows} x {n} float32, fused rows", moved,
+                   lambda i, nx=nx, n=n: launch_transform(nx[i], n, "rfft", "backward", setting=FUSED),
+                   lambda i, xs=xs: torch.fft.rfft(xs[i]))
+            yield (f"irfft {rows} x {n // 2 + 1} complex64 -> {n}, fused rows", moved,
+                   lambda i, s=nspecs, n=n: launch_transform(s[i], n, "irfft", "backward", setting=FUSED),
+                   lambda i, s=specs, n=n: torch.fft.irfft(s[i], n=n))
     n_fft, hop = WHISPER["n_fft"], WHISPER["hop"]
     audio = [torch.randn(WHISPER["samples"], device="cuda", generator=gen) for _ in range(COPIES)]
     naudio = [nbx.from_dlpack(a) for a in audio]

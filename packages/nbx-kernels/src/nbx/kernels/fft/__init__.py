@@ -334,4 +334,4 @@ for _op in ("fftn", "ifftn", "rfftn", "irfftn"):
 
 from . import spectral  # noqa: E402,F401  (registers stft and istft)
 
-__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype"]
+__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "FUSED_UP_TO"]
