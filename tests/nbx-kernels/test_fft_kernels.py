@@ -145,6 +145,8 @@ def test_stft_frames_windows_and_transforms_as_the_oracle(device, check, window,
     out = nbx.stft(x, 16, hop_length=5, win_length=win, window=w, center=center, pad_mode=mode,
                    return_complex=True)
     check(out, nbx.oracle("stft", x, 16, 5, win, w, center, mode), device)
+    declared = cost.price("stft", x, 16, 5, win, w, center, mode, False, True)
+    assert declared.outputs == out.nbytes and declared.launches >= 2
 
 
 def test_stft_of_a_complex_signal_and_istft_invert_each_other(device, check):
@@ -160,8 +162,9 @@ def test_istft_of_a_onesided_spectrogram_matches_the_oracle(device, check):
     x = _real((1, 40), device)
     w = nbx.hann_window(20, device=device)
     spec = nbx.stft(x, 20, hop_length=6, window=w, return_complex=True, normalized=True)
-    check(nbx.istft(spec, 20, hop_length=6, window=w, normalized=True),
-          nbx.oracle("istft", spec, 20, 6, None, w, True, True), device)
+    back = nbx.istft(spec, 20, hop_length=6, window=w, normalized=True)
+    check(back, nbx.oracle("istft", spec, 20, 6, None, w, True, True), device)
+    assert cost.price("istft", spec, 20, 6, 20, w, True, True, True, None, False).outputs == back.nbytes
     check(nbx.istft(spec, 20, hop_length=6, window=w, normalized=True, length=46),   # past the frames: zeros
           nbx.oracle("istft", spec, 20, 6, None, w, True, True, None, 46), device)
 

@@ -11,6 +11,8 @@ checked as torch checks it (a read of the window back to the host).
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from nbx.core import dtypes
@@ -19,7 +21,10 @@ from nbx.core.ops.creation import asarray
 from nbx.core.ops.datamove import pad
 from nbx.core.tensor import Tensor
 
+from nbx.core.layout import contiguous_strides
+
 from .. import launch
+from ..cost import LAUNCH, RESULT, Buffer, Cost, declares, price
 from ..conv.kernel import overlap_add_kernel
 from ..elementwise import _parts as pairs_of
 from ..plans import Launch, LaunchPlan, Slot, cached, execute, output
@@ -131,3 +136,44 @@ def _framed_product(frames: Tensor, window: Tensor) -> Tensor:
 
 
 __all__: list[str] = []
+
+
+# ---- declared costs: the padded signal and the windowed frames, then the transforms' own --------
+
+def _layout_only(shape, dtype, device):
+    """What the transforms' cost reads of a tensor (its layout), for a buffer not made yet."""
+    return SimpleNamespace(shape=tuple(shape), strides=contiguous_strides(tuple(shape)), dtype=dtype, device=device)
+
+
+def _work_dtype(dtype):
+    return dtypes.complex64 if dtype.kind == "complex" else dtypes.float32
+
+
+@declares("stft")
+def _stft_cost(x, n_fft, hop, win, window, center, pad_mode, normalized, onesided) -> Cost:
+    batch = 1 if x.ndim == 1 else x.shape[0]
+    length = x.shape[-1] + (2 * (n_fft // 2) if center else 0)
+    count = 1 + (length - n_fft) // hop
+    work = _work_dtype(x.dtype)
+    made = [Buffer("frames", batch * count * n_fft * work.itemsize, LAUNCH)]
+    if center:
+        made.append(Buffer("padded", batch * length * x.dtype.itemsize, LAUNCH))
+    moved = sum(b.nbytes for b in made) * 2
+    frames = _layout_only((batch, count, n_fft), work, x.device)
+    return Cost(tuple(made), moved, batch * count * n_fft, len(made)) + price(
+        "rfftn" if onesided else "fftn", frames, (n_fft,), (2,), "ortho" if normalized else "backward")
+
+
+@declares("istft")
+def _istft_cost(spec, n_fft, hop, win, window, center, normalized, onesided, length, return_complex) -> Cost:
+    batch = 1 if spec.ndim == 2 else spec.shape[0]
+    count = spec.shape[-1]
+    start = n_fft // 2 if center else 0
+    kept = n_fft + hop * (count - 1) - 2 * start if length is None else length
+    parts = 2 if return_complex else 1
+    bins = _layout_only((batch, count, spec.shape[-2]), spec.dtype, spec.device)
+    made = (Buffer("frames", batch * count * n_fft * 4 * parts, LAUNCH), Buffer("summed", batch * kept * 4 * parts,
+                                                                               LAUNCH),
+            Buffer("envelope", kept * 4, LAUNCH), Buffer("out", batch * kept * 4 * parts, RESULT))
+    transform = price("irfftn" if onesided else "ifftn", bins, (n_fft,), (2,), "ortho" if normalized else "backward")
+    return transform + Cost(made, 2 * sum(b.nbytes for b in made), batch * count * n_fft * parts, 3)
