@@ -176,4 +176,6 @@ def _istft_cost(spec, n_fft, hop, win, window, center, normalized, onesided, len
                                                                                LAUNCH),
             Buffer("envelope", kept * 4, LAUNCH), Buffer("out", batch * kept * 4 * parts, RESULT))
     transform = price("irfftn" if onesided else "ifftn", bins, (n_fft,), (2,), "ortho" if normalized else "backward")
+    transform = Cost(tuple(Buffer(b.name, b.nbytes, LAUNCH) for b in transform.buffers), transform.bytes_moved,
+                     transform.flops, transform.launches)   # the frames' transform is the overlap-add's input
     return transform + Cost(made, 2 * sum(b.nbytes for b in made), batch * count * n_fft * parts, 3)
