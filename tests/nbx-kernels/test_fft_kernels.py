@@ -187,3 +187,20 @@ def test_whisper_stft_on_the_gpu(check):
     x = _real((1, 30 * 16000), device)
     w = nbx.hann_window(400, device=device)
     check(nbx.stft(x, 400, 160, window=w, return_complex=True), nbx.oracle("stft", x, 400, 160, None, w), device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("n", [1024, 4096, 8192])
+def test_fused_rows_compile_and_agree_on_the_gpu(n, warps, check):
+    from nbx.kernels.fft import launch_transform
+    device = nbx.as_device("cuda")
+    fused = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps}
+    x = _real((8, n), device)
+    spectrum = launch_transform(x, n, "rfft", "backward", setting=fused)   # a fused n / 2 row + the post-pass
+    check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)
+    check(launch_transform(spectrum, n, "irfft", "backward", setting=fused),
+          nbx.oracle("irfftn", spectrum, (n,), (1,), "backward"), device)
+    if n <= 4096:
+        z = _complex((8, n), device)
+        check(launch_transform(z, n, "fft", "ortho", setting=fused), nbx.oracle("fftn", z, (n,), (1,), "ortho"), device)
