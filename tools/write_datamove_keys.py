@@ -13,17 +13,14 @@ sampling read the device file's tiles (tiles.gather, tiles.sort, tiles.sampling)
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from nbx.autotune import keys, records
 from nbx.core import device_files, dtypes
 from nbx.core.layout import contiguous_strides
 from nbx.kernels.copies.kernel import CONSTANT, COPY, FLIP, REFLECT, ROLL
 from nbx.kernels.copies.remap import call_dims, key_inputs
 from nbx.kernels.copies.tuning import DATAMOVE, DATAMOVE_TRANSPOSE
+from write_linear_keys import CLASS, COMPILER, ROOT, save_keys
 
-ROOT = Path(__file__).resolve().parents[1]
-CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
 WORD = dtypes.uint16   # bf16 and f16 move as 16-bit words
 BIG = (8192, 16384)
 
@@ -73,15 +70,8 @@ def main() -> int:
         tunable = DATAMOVE_TRANSPOSE if fields["transposed"] else DATAMOVE
         key = keys.form(tunable.name, tunable.key_fields, facts, **fields)
         recs.append(records.KeyRecord(tunable.name, str(key), facts.name, CLASS, COMPILER, dict(key.observed)))
-    recs = records.merge(recs)
-    path = ROOT / "certificates" / "keys" / f"{CLASS}-datamove.json"
-    path.unlink(missing_ok=True)
-    records.save(path, recs)
-    by_name = {t.name: t for t in (DATAMOVE, DATAMOVE_TRANSPOSE)}
-    kept = sum(len(by_name[r.kernel].candidates(facts, keys.representative(
-        keys.parse(r.kernel, by_name[r.kernel].key, r.key, facts, r.observed), by_name[r.kernel].key, facts))[0])
-        for r in recs)
-    print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {kept} candidates")
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-datamove.json", records.merge(recs),
+              {t.name: t for t in (DATAMOVE, DATAMOVE_TRANSPOSE)}, facts)
     return 0
 
 

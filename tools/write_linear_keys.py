@@ -76,11 +76,14 @@ def main() -> int:
 
 
 def save_keys(path: Path, recs, tunable, facts) -> None:
-    """Write recs (KeyRecords of tunable) to path afresh and print how many keys and candidates."""
+    """Write recs (KeyRecords of tunable, or of the tunables of a {name: tunable} mapping) to path
+    afresh and print how many keys and candidates."""
     path.unlink(missing_ok=True)
     records.save(path, recs)
-    kept = sum(len(tunable.candidates(facts, keys.representative(
-        keys.parse(tunable.name, tunable.key, r.key, facts, r.observed), tunable.key, facts))[0]) for r in recs)
+    tunables = tunable if isinstance(tunable, dict) else {tunable.name: tunable}
+    kept = sum(len(tunables[r.kernel].candidates(facts, keys.representative(
+        keys.parse(r.kernel, tunables[r.kernel].key, r.key, facts, r.observed), tunables[r.kernel].key, facts))[0])
+        for r in recs)
     print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {kept} candidates")
 
 
