@@ -23,6 +23,7 @@ from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..gather import axis_back, axis_last
 from ..registry import implements
+from .topk import select_rows
 from .kernel import (flip_step_kernel, half_step_kernel, pack_blocks_kernel, sort_blocks_kernel, sort_rows_kernel,
                      unpack_kernel)
 
@@ -101,23 +102,19 @@ def _merge_plan(shape, dtype, descending: bool, device) -> LaunchPlan:
 
 @implements("topk")
 def topk(x: Tensor, k: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
+    """Rows up to max_block_n: one program a row sorts it. Longer rows: the radix select of
+    topk.py for k up to max_block_n (its last step sorts the k survivors in one program), the
+    full sort's first k beyond."""
     limit = launch.tiles("sort", x.device)["max_block_n"]
-    if k > limit // 2 and x.shape[dim] > limit:
-        raise NotSupportedError(f"top-k with k={k} > {limit // 2} of rows longer than {limit} is not implemented yet")
-    from nbx.core.ops.creation import arange
-    from nbx.core.ops.datamove import pad
-    values, indices = _rows(x, dim), None
-    while values.shape[-1] > limit:  # each chunk's best k become the candidates, in chunk order
-        n, lead = values.shape[-1], values.shape[:-1]
-        if indices is None:
-            indices = arange(n, dtype=dtypes.INDEX, device=x.device).broadcast_to(values.shape).contiguous()
-        chunks = triton.cdiv(n, limit)
-        if chunks * limit > n:  # the last chunk's padding is marked empty (-1)
-            values, indices = pad(values, (0, chunks * limit - n)), pad(indices, (0, chunks * limit - n), value=-1)
-        values, indices = _sort_rows(values.reshape(*lead, chunks, limit), indices.reshape(*lead, chunks, limit),
-                                     k, largest)
-        values, indices = values.reshape(*lead, chunks * k), indices.reshape(*lead, chunks * k)
-    values, indices = _sort_rows(values, indices, k, largest)
+    rows = _rows(x, dim)
+    n = rows.shape[-1]
+    if n <= limit or k == 0:
+        values, indices = _sort_rows(rows, None, k, largest)
+    elif k <= limit:
+        values, indices = select_rows(rows, k, largest)
+    else:
+        values, indices = sort(rows, rows.ndim - 1, largest)
+        values, indices = values[..., :k].contiguous(), indices[..., :k].contiguous()
     return axis_back(values, dim), axis_back(indices, dim)
 
 
@@ -129,9 +126,14 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
 
 @declares("topk")
 def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
-    out = x.size // max(x.shape[dim], 1) * k
+    n = max(x.shape[dim], 1)
+    rows, out = x.size // n, x.size // n * k
+    passes = 2 if k == 1 else 6  # k = 1: one reduction pass; else 4 digit histograms, the counts, the compaction
     return Cost(buffers=(Buffer("values", out * x.dtype.itemsize), Buffer("indices", out * 8),
-                         Buffer("candidates", x.nbytes, LAUNCH)), bytes_moved=2 * x.nbytes + out * (8 + x.dtype.itemsize))
+                         Buffer("words", max(out, rows * 1024) * 8, LAUNCH),
+                         Buffer("histograms", rows * (4 * 256 + 2 * 1024) * 4, LAUNCH)),
+                bytes_moved=passes * x.nbytes + out * (16 + 2 * x.dtype.itemsize), launches=2 if k == 1 else 8,
+                notes=(f"{passes} passes over each row (a radix select; rows up to tiles.sort.max_block_n: one)",))
 
 
 __all__ = ["sort", "topk"]
