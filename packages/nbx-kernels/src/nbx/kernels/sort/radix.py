@@ -1,0 +1,124 @@
+"""Sort of rows longer than one program: an LSD radix sort over 4-bit digits of the order key.
+
+Each of the 8 passes (digit j = bits 4j..4j+3 of order_key, complemented for descending) is three
+launches over the rows x tiles grid (a batch of rows is sorted segment-wise by the same passes):
+
+  histogram  hist[row, digit, tile] = how many of the tile's keys have that digit
+  offsets    the exclusive scan of hist over (digit, tile) in that order, one program a (row,
+             digit): where tile t's first key of digit d lands in the row
+  scatter    each key to offsets[row, digit, tile] + its rank among the tile's keys of that digit,
+             the rank read from a cumsum of the tile's one-hot digits, packed four 16-bit counters
+             to a uint64 (four cumsums a key instead of sixteen)
+
+so every pass is stable and the sort is too (ties in input order, descending included: the key is
+complemented, not the position). The keys travel as their own values (no decoding at the end) with
+their original index (int32) beside them; the last pass writes the outputs (int64 indices).
+"""
+from __future__ import annotations
+
+from math import prod
+
+import triton
+import triton.language as tl
+
+from nbx.core import dtypes
+
+from .. import launch, plans
+from ..plans import Launch, LaunchPlan, Slot
+from ..rows import pow2_at_least
+from .kernel import order_key
+
+PASSES = 8
+RADIX = tl.constexpr(16)
+
+
+@triton.jit
+def _digits(v_ptr, r, cols, n, SHIFT: tl.constexpr, DESCENDING: tl.constexpr):
+    inside = cols < n
+    v = tl.load(v_ptr + r * n + cols, mask=inside)
+    key = order_key(v)
+    if DESCENDING:
+        key = ~key
+    return v, ((key >> SHIFT) & 0xF).to(tl.int32), inside
+
+
+@triton.jit
+def radix_histogram_kernel(v_ptr, hist_ptr, n, SHIFT: tl.constexpr, DESCENDING: tl.constexpr, BLOCK: tl.constexpr):
+    r, t = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    tiles = tl.num_programs(1)
+    _, digit, inside = _digits(v_ptr, r, t * BLOCK + tl.arange(0, BLOCK), n, SHIFT, DESCENDING)
+    counts = tl.histogram(digit, RADIX, mask=inside)
+    tl.store(hist_ptr + (r * RADIX + tl.arange(0, RADIX)) * tiles + t, counts)
+
+
+@triton.jit
+def radix_offsets_kernel(hist_ptr, off_ptr, tiles, SCAN: tl.constexpr):
+    """off[row, d, t] = the keys of the row with a smaller digit, plus those of digit d in earlier tiles."""
+    r, d = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    row = hist_ptr + r * RADIX * tiles
+    lanes = tl.arange(0, SCAN)
+    carry = tl.zeros((), tl.int32)
+    for start in range(0, d * tiles, SCAN):  # the digits below d
+        carry += tl.sum(tl.load(row + start + lanes, mask=start + lanes < d * tiles, other=0), 0)
+    for start in range(0, tiles, SCAN):
+        at = d * tiles + start + lanes
+        counts = tl.load(row + at, mask=start + lanes < tiles, other=0)
+        tl.store(off_ptr + r * RADIX * tiles + at, carry + tl.cumsum(counts, 0) - counts, mask=start + lanes < tiles)
+        carry += tl.sum(counts, 0)
+
+
+@triton.jit
+def _field_sum(digit, inside, q: tl.constexpr):
+    one = tl.full(digit.shape, 1, tl.uint64) << (16 * (digit & 3)).to(tl.uint64)
+    return tl.cumsum(tl.where(inside & ((digit >> 2) == q), one, 0).to(tl.uint64), 0)
+
+
+@triton.jit
+def radix_scatter_kernel(v_ptr, i_ptr, off_ptr, v_out, i_out, n, SHIFT: tl.constexpr, DESCENDING: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    """i_ptr None: the first pass (each key's index is its column)."""
+    r, t = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    tiles = tl.num_programs(1)
+    cols = t * BLOCK + tl.arange(0, BLOCK)
+    v, digit, inside = _digits(v_ptr, r, cols, n, SHIFT, DESCENDING)
+    if i_ptr is None:
+        index = cols.to(tl.int32)
+    else:
+        index = tl.load(i_ptr + r * n + cols, mask=inside)
+    q = digit >> 2
+    sums = tl.where(q == 0, _field_sum(digit, inside, 0), tl.where(q == 1, _field_sum(digit, inside, 1), tl.where(
+        q == 2, _field_sum(digit, inside, 2), _field_sum(digit, inside, 3))))
+    rank = ((sums >> (16 * (digit & 3)).to(tl.uint64)) & 0xFFFF).to(tl.int32) - 1
+    dest = tl.load(off_ptr + (r * RADIX + digit) * tiles + t, mask=inside, other=0) + rank
+    tl.store(v_out + r * n + dest, v, mask=inside)
+    tl.store(i_out + r * n + dest, index.to(i_out.dtype.element_ty), mask=inside)
+
+
+def radix_plan(shape, dtype, descending: bool, device) -> LaunchPlan:
+    n = shape[-1]
+    rows = prod(shape) // n
+    s = launch.tiles("radix", device)
+    block, warps = s["block"], s["num_warps"]
+    tiles = triton.cdiv(n, block)
+    grid = (rows, tiles)
+    meta = dict(DESCENDING=descending, BLOCK=block, num_warps=warps)
+    launches = []
+    for j in range(PASSES):
+        source = "x" if j == 0 else "va" if j % 2 else "vb"
+        index = None if j == 0 else Slot("ia" if j % 2 else "ib")
+        last = j == PASSES - 1
+        target, target_index = ("values", "indices") if last else ("vb", "ib") if j % 2 else ("va", "ia")
+        launches += [
+            Launch(radix_histogram_kernel, grid, (Slot(source), Slot("hist"), n), {**meta, "SHIFT": 4 * j}),
+            Launch(radix_offsets_kernel, (rows, 16), (Slot("hist"), Slot("offsets"), tiles),
+                   dict(SCAN=min(pow2_at_least(tiles), 4096), num_warps=4)),
+            Launch(radix_scatter_kernel, grid, (Slot(source), index, Slot("offsets"), Slot(target), Slot(target_index),
+                                                n), {**meta, "SHIFT": 4 * j})]
+    table = rows * 16 * tiles
+    return LaunchPlan(device, tuple(launches),
+                      outputs=(plans.output("values", shape, dtype), plans.output("indices", shape, dtypes.INDEX)),
+                      workspace=(plans.workspace("va", (rows * n,), dtype), plans.workspace("vb", (rows * n,), dtype),
+                                 plans.workspace("ia", (rows * n,), dtypes.int32),
+                                 plans.workspace("ib", (rows * n,), dtypes.int32),
+                                 plans.workspace("hist", (table,), dtypes.int32),
+                                 plans.workspace("offsets", (table,), dtypes.int32)))
