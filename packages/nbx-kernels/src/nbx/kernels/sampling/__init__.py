@@ -1,5 +1,7 @@
-"""nbx.sample's draw on Triton devices: one program a row (sampling/kernel.py), the row's uniform
-drawn by the random family's kernel from the same Philox counters the CPU reference reads."""
+"""nbx.sample's draw on Triton devices: each row split over programs (sampling/kernel.py), the
+row's uniform drawn by the random family's kernel from the same Philox counters the CPU reference
+reads. Launches: the tables zeroed, the partial maxima, top-k's 4 digit histograms, top-p's 11
+mass histograms, the kept masses, the draw (at most 19, whatever the vocabulary)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +15,12 @@ from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
-from .kernel import sample_kernel
+import triton
+
+from ..rows import pow2_at_least
+from ..sort.select import radix_histogram_kernel, zero_kernel
+from ..sort.topk import split
+from .kernel import MASS_DIGITS, draw_kernel, kept_mass_kernel, mass_histogram_kernel, partial_max_kernel
 
 
 @implements("sample")
@@ -25,8 +32,9 @@ def sample(logits: Tensor, temperature: float, k: int, p: float, floor: float, s
     signature = (rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device)
     plan = plans.cached("sample", signature, lambda: _sample_plan(*signature))
     # the scalars as the float32 values the reference uses (the interpreter would keep doubles)
-    return plans.execute(plan, {"x": x, "u": uniforms, "inv_t": _f32(1.0 / temperature), "k": k, "p": _f32(p),
-                                "floor": floor_weight(floor)})["tokens"]
+    values = {"x": x, "u": uniforms, "inv_t": _f32(1.0 / temperature), "k": k, "p": _f32(p),
+              "floor": floor_weight(floor)}
+    return plans.execute(plan, values)["tokens"]
 
 
 def _f32(value: float) -> float:
@@ -35,22 +43,45 @@ def _f32(value: float) -> float:
 
 def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device) -> LaunchPlan:
     tiles = launch.tiles("sampling", device)
-    launches = () if not rows else (Launch(
-        sample_kernel, (rows,), (Slot("x"), Slot("u"), Slot("tokens"), vocab, Slot("inv_t"), Slot("k"), Slot("p"),
-                                 Slot("floor")),
-        dict(TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, BLOCK=tiles["block"], num_warps=tiles["num_warps"],
-             enable_fp_fusion=False)),)
-    return LaunchPlan(device, launches, outputs=(plans.output("tokens", (rows,), dtypes.INDEX),))
+    block, warps = tiles["block"], tiles["num_warps"]
+    per_row, chunk = split(rows, vocab, block, tiles["programs"])
+    if not rows:
+        return LaunchPlan(device, (), outputs=(plans.output("tokens", (rows,), dtypes.INDEX),))
+    grid = (rows, per_row)
+    pb = pow2_at_least(per_row)
+    state = (Slot("x"), Slot("max"), Slot("hist"), Slot("hist", offset=rows * 4 * 256))  # masses after the counts
+    scalars = (vocab, Slot("inv_t"), Slot("k"), Slot("p"))
+    common = dict(BLOCK=block, num_warps=warps, enable_fp_fusion=False)
+    flags = dict(TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, PB=pb)
+    table = rows * (4 * 256 + 11 * 16)
+    launches = [Launch(zero_kernel, (triton.cdiv(table, 1024),), (Slot("hist"), table), dict(BLOCK=1024, num_warps=4)),
+                Launch(partial_max_kernel, grid, (Slot("x"), Slot("max"), vocab, Slot("inv_t"), chunk), common)]
+    if top_k:  # the k-th largest logit: the radix select's digit histograms over x
+        launches += [Launch(radix_histogram_kernel, grid, (Slot("x"), Slot("hist"), vocab, Slot("k"), chunk),
+                            dict(LARGEST=True, PASS=j, BLOCK=block, num_warps=warps)) for j in range(4)]
+    if top_p:
+        launches += [Launch(mass_histogram_kernel, grid, state + scalars + (chunk,),
+                            {**common, "TOP_K": top_k, "PASS": j, "PB": pb}) for j in range(MASS_DIGITS.value)]
+    launches += [
+        Launch(kept_mass_kernel, grid, state + (Slot("kept"),) + scalars + (Slot("floor"), chunk), {**common, **flags}),
+        Launch(draw_kernel, grid, state[:1] + (Slot("u"),) + state[1:] + (Slot("kept"), Slot("tokens")) + scalars
+               + (Slot("floor"), chunk), {**common, **flags})]
+    return LaunchPlan(device, tuple(launches), outputs=(plans.output("tokens", (rows,), dtypes.INDEX),),
+                      workspace=(plans.workspace("hist", (table,), dtypes.int64),
+                                 plans.workspace("max", (rows * per_row,), dtypes.float32),
+                                 plans.workspace("kept", (rows * per_row * 2,), dtypes.int64)))
 
 
 @declares("sample")
 def _sample_cost(logits: Tensor, temperature=1.0, k=None, p=1.0, floor=0.0, seed=0, offset=0) -> Cost:
     vocab = logits.shape[-1]
-    passes = 3 + (32 if k is not None and k < vocab else 0) + (42 if p < 1.0 else 0)
+    passes = 3 + (4 if k is not None and k < vocab else 0) + (11 if p < 1.0 else 0)
     rows = logits.size // max(vocab, 1)
-    return Cost(buffers=(Buffer("tokens", rows * 8), Buffer("uniforms", rows * 4, LAUNCH)),
-                bytes_moved=passes * logits.nbytes + rows * 12, launches=2,
-                notes=(f"{passes} passes over each row (L2-resident): max, top-k and top-p bisections, sums, the draw",))
+    return Cost(buffers=(Buffer("tokens", rows * 8), Buffer("uniforms", rows * 4, LAUNCH),
+                         Buffer("tables", rows * (4 * 256 + 11 * 16 + 3 * 1024) * 8, LAUNCH)),
+                bytes_moved=passes * logits.nbytes + rows * 12, launches=passes + 2,
+                notes=(f"{passes} passes over each row: the max, top-k's digit histograms, top-p's mass histograms, "
+                       "the kept masses, the draw",))
 
 
 __all__ = ["sample"]

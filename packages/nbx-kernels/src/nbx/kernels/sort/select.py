@@ -142,4 +142,4 @@ def sort_words_kernel(x_ptr, words_ptr, vals_ptr, idx_ptr, n, count, n_out, BLOC
 @triton.jit
 def zero_kernel(ptr, n, BLOCK: tl.constexpr):
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(ptr + cols, tl.zeros((BLOCK,), tl.int32), mask=cols < n)
+    tl.store(ptr + cols, tl.zeros((BLOCK,), ptr.dtype.element_ty), mask=cols < n)
