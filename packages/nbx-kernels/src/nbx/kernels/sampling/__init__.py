@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nbx import autotune
 from nbx.core import dtypes
 from nbx.core.dispatch import implementation
 from nbx.core.ops.sampling import floor_weight
@@ -24,16 +25,21 @@ from .kernel import MASS_DIGITS, draw_kernel, kept_mass_kernel, mass_histogram_k
 
 
 @implements("sample")
-def sample(logits: Tensor, temperature: float, k: int, p: float, floor: float, seed: int, offset: int) -> Tensor:
+def sample(logits: Tensor, temperature: float, k: int, p: float, floor: float, seed: int, offset: int, *,
+           setting=None, out: Tensor | None = None) -> Tensor:
+    """setting overrides the served one (the certifier's); out is the tokens' output (its workload's)."""
     rows, vocab = logits.shape
     x = logits.contiguous()
     uniforms = empty((rows,), dtypes.float32, logits.device)
     implementation("random.rand", logits.device)(uniforms, seed, offset)
-    signature = (rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device)
-    plan = plans.cached("sample", signature, lambda: _sample_plan(*signature))
+    if setting is None:
+        setting = autotune.setting(SAMPLING, logits.device, width=pow2_at_least(vocab), elements=rows * vocab,
+                                   dtype=x.dtype)
+    signature = (rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device, plans.setting_key(setting))
+    plan = plans.cached("sample", signature, lambda: _sample_plan(*signature[:7], setting))
     # the scalars as the float32 values the reference uses (the interpreter would keep doubles)
     values = {"x": x, "u": uniforms, "inv_t": _f32(1.0 / temperature), "k": k, "p": _f32(p),
-              "floor": floor_weight(floor)}
+              "floor": floor_weight(floor), "tokens": out}
     return plans.execute(plan, values)["tokens"]
 
 
@@ -41,8 +47,8 @@ def _f32(value: float) -> float:
     return float(np.float32(value))
 
 
-def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device) -> LaunchPlan:
-    tiles = launch.tiles("sampling", device)
+def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device, setting) -> LaunchPlan:
+    tiles = {**launch.tiles("sampling", device), **dict(setting)}
     block, warps = tiles["block"], tiles["num_warps"]
     per_row, chunk = split(rows, vocab, block, tiles["programs"])
     if not rows:
@@ -84,4 +90,24 @@ def _sample_cost(logits: Tensor, temperature=1.0, k=None, p=1.0, floor=0.0, seed
                        "the kept masses, the draw",))
 
 
-__all__ = ["sample"]
+def sampling_workload(rep, device):
+    """A top-p step (T = 0.7, p = 0.9) over the key's rows of logits; the tokens are exact."""
+    from nbx.core.ops.creation import asarray
+    from nbx.core.reference import oracle
+    vocab = rep["width"]
+    rows = max(1, rep["elements"] // vocab)
+    logits = asarray((np.sin(0.37 * np.arange(rows * vocab)).reshape(rows, vocab) * 6.0).astype(rep["dtype"].host),
+                     device=device)
+    out = launch.output((rows,), dtypes.INDEX, device)
+    args = (0.7, vocab, 0.9, 0.0, 7, 0)
+    reference = oracle("sample", logits, *args)
+    return autotune.TensorWorkload(out, lambda s: sample(logits, *args, setting=s, out=out),
+                                   lambda r: np.asarray(reference)[r])
+
+
+SAMPLING = autotune.declare(autotune.Tunable(
+    "sampling", params={"block": (512, 1024, 2048), "num_warps": (4, 8), "programs": (264, 1056, 2112)},
+    key={"width": "exact", "elements": "elements", "dtype": "dtype"}, default_from="tiles.sampling",
+    workload=sampling_workload))
+
+__all__ = ["sample", "SAMPLING"]

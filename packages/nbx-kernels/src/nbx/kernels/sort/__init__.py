@@ -22,7 +22,7 @@ from ..gather import axis_back, axis_last
 from ..registry import implements
 from .topk import select_rows
 from .kernel import sort_rows_kernel
-from .radix import radix_plan
+from .radix import radix_sort
 
 
 def _rows(x: Tensor, axis: int) -> Tensor:
@@ -58,10 +58,7 @@ def sort(x: Tensor, axis: int, descending: bool) -> tuple[Tensor, Tensor]:
     if x.shape[axis] > limit:
         if x.shape[axis] >= 2 ** 31:  # the passes carry each key's index as an int32
             raise NotSupportedError(f"sorting rows of 2**31 keys or more (this one has {x.shape[axis]})")
-        signature = (rows.shape, rows.dtype, descending, rows.device)
-        plan = plans.cached("sort.radix", signature, lambda: radix_plan(*signature))
-        done = plans.execute(plan, {"x": rows})
-        values, indices = done["values"], done["indices"]
+        values, indices = radix_sort(rows, descending)
     else:
         values, indices = _sort_rows(rows, x.shape[axis], descending)
     return axis_back(values, axis), axis_back(indices, axis)

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from math import prod
 
+import numpy as np
+
 import triton
 import triton.language as tl
 
+from nbx import autotune
 from nbx.core import dtypes
 
 from .. import launch, plans
@@ -94,10 +97,26 @@ def radix_scatter_kernel(v_ptr, i_ptr, off_ptr, v_out, i_out, n, SHIFT: tl.const
     tl.store(i_out + r * n + dest, index.to(i_out.dtype.element_ty), mask=inside)
 
 
-def radix_plan(shape, dtype, descending: bool, device) -> LaunchPlan:
+def radix_setting(device, rows: int, n: int, dtype) -> dict:
+    return autotune.setting(RADIX_SORT, device, width=pow2_at_least(n), elements=rows * n, dtype=dtype)
+
+
+def radix_sort(rows, descending: bool, setting=None, values=None):
+    """(values, indices) of rows [..., n] (contiguous) sorted along the last dim; setting overrides
+    the served one (the certifier's), values is the output to write (its workload's)."""
+    n = rows.shape[-1]
+    if setting is None:
+        setting = radix_setting(rows.device, prod(rows.shape) // n, n, rows.dtype)
+    signature = (rows.shape, rows.dtype, descending, rows.device, plans.setting_key(setting))
+    plan = plans.cached("sort.radix", signature, lambda: radix_plan(*signature[:4], setting))
+    done = plans.execute(plan, {"x": rows, "values": values})
+    return done["values"], done["indices"]
+
+
+def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPlan:
     n = shape[-1]
     rows = prod(shape) // n
-    s = launch.tiles("radix", device)
+    s = {**launch.tiles("radix", device), **dict(setting or {})}
     block, warps = s["block"], s["num_warps"]
     tiles = triton.cdiv(n, block)
     grid = (rows, tiles)
@@ -122,3 +141,21 @@ def radix_plan(shape, dtype, descending: bool, device) -> LaunchPlan:
                                  plans.workspace("ib", (rows * n,), dtypes.int32),
                                  plans.workspace("hist", (table,), dtypes.int32),
                                  plans.workspace("offsets", (table,), dtypes.int32)))
+
+
+def radix_workload(rep, device):
+    from nbx.core.ops.creation import asarray
+    from nbx.core.reference import oracle
+    n = rep["width"]
+    count = max(1, rep["elements"] // n)
+    x = asarray((np.sin(0.37 * np.arange(count * n)).reshape(count, n) * 4.0).astype(rep["dtype"].host), device=device)
+    out = launch.output((count, n), x.dtype, device)
+    reference = oracle("sort", x, -1, False)[0]
+    return autotune.TensorWorkload(out, lambda s: radix_sort(x, False, setting=s, values=out),
+                                   lambda r: np.asarray(reference)[r])
+
+
+RADIX_SORT = autotune.declare(autotune.Tunable(
+    "radix_sort", params={"block": (1024, 2048, 4096), "num_warps": (4, 8, 16)},
+    key={"width": "exact", "elements": "elements", "dtype": "dtype"}, default_from="tiles.radix",
+    workload=radix_workload))
