@@ -20,7 +20,7 @@ import triton
 
 from ..rows import pow2_at_least
 from ..sort.select import radix_histogram_kernel, zero_kernel
-from ..sort.topk import split
+from ..sort.topk import lanes, split
 from .kernel import MASS_DIGITS, draw_kernel, kept_mass_kernel, mass_histogram_kernel, partial_max_kernel
 
 
@@ -54,7 +54,7 @@ def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: 
     if not rows:
         return LaunchPlan(device, (), outputs=(plans.output("tokens", (rows,), dtypes.INDEX),))
     grid = (rows, per_row)
-    pb = pow2_at_least(per_row)
+    pb = lanes(per_row)
     state = (Slot("x"), Slot("max"), Slot("hist"), Slot("hist", offset=rows * 4 * 256))  # masses after the counts
     scalars = (vocab, Slot("inv_t"), Slot("k"), Slot("p"))
     common = dict(BLOCK=block, num_warps=warps, enable_fp_fusion=False)

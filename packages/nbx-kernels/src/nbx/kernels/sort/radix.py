@@ -30,6 +30,7 @@ from .. import launch, plans
 from ..plans import Launch, LaunchPlan, Slot
 from ..rows import pow2_at_least
 from .kernel import order_key
+from .topk import lanes
 
 PASSES = 8
 RADIX = tl.constexpr(16)
@@ -130,7 +131,7 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
         launches += [
             Launch(radix_histogram_kernel, grid, (Slot(source), Slot("hist"), n), {**meta, "SHIFT": 4 * j}),
             Launch(radix_offsets_kernel, (rows, 16), (Slot("hist"), Slot("offsets"), tiles),
-                   dict(SCAN=min(pow2_at_least(tiles), 4096), num_warps=4)),
+                   dict(SCAN=min(lanes(tiles), 4096), num_warps=4)),
             Launch(radix_scatter_kernel, grid, (Slot(source), index, Slot("offsets"), Slot(target), Slot(target_index),
                                                 n), {**meta, "SHIFT": 4 * j})]
     table = rows * 16 * tiles

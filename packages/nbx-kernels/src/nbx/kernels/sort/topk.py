@@ -30,6 +30,11 @@ def select_setting(device, rows: int, n: int, dtype) -> dict:
     return autotune.setting(SELECT, device, width=pow2_at_least(n), elements=rows * n, dtype=dtype)
 
 
+def lanes(count: int) -> int:
+    """A power of two holding count, at least 16 (a block a kernel reduces over)."""
+    return max(16, pow2_at_least(count))
+
+
 def split(rows: int, n: int, block: int, programs: int) -> tuple[int, int]:
     """(programs a row, elements a program: a multiple of block)."""
     blocks = triton.cdiv(n, block)
@@ -53,7 +58,7 @@ def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchP
         launches = (Launch(best_word_kernel, grid, (Slot("x"), Slot("words"), n, chunk), common),
                     Launch(sort_words_kernel, (rows,), (Slot("x"), Slot("words"), Slot("values"), Slot("indices"),
                                                         n, per_row, 1),
-                           dict(BLOCK=pow2_at_least(per_row), num_warps=4)))
+                           dict(BLOCK=lanes(per_row), num_warps=4)))
         return LaunchPlan(device, launches, outputs,
                           workspace=(plans.workspace("words", (rows * per_row,), dtypes.uint64),))
     hist_words = rows * 4 * 256
@@ -64,9 +69,9 @@ def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchP
     launches += [
         Launch(radix_counts_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), n, k, chunk), common),
         Launch(radix_compact_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), Slot("words"), n, k, chunk),
-               {**common, "PROGRAMS": pow2_at_least(per_row)}),
+               {**common, "PROGRAMS": lanes(per_row)}),
         Launch(sort_words_kernel, (rows,), (Slot("x"), Slot("words"), Slot("values"), Slot("indices"), n, k, k),
-               dict(BLOCK=pow2_at_least(k), num_warps=launch.tiles("sort", device)["num_warps"]))]
+               dict(BLOCK=lanes(k), num_warps=launch.tiles("sort", device)["num_warps"]))]
     return LaunchPlan(device, tuple(launches), outputs, workspace=(
         plans.workspace("hist", (hist_words,), dtypes.int32),
         plans.workspace("counts", (rows * per_row * 2,), dtypes.int32),
