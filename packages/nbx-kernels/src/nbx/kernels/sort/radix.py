@@ -60,14 +60,14 @@ def radix_offsets_kernel(hist_ptr, off_ptr, tiles, SCAN: tl.constexpr):
     """off[row, d, t] = the keys of the row with a smaller digit, plus those of digit d in earlier tiles."""
     r, d = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     row = hist_ptr + r * RADIX * tiles
-    lanes = tl.arange(0, SCAN)
+    slots = tl.arange(0, SCAN)
     carry = tl.zeros((), tl.int32)
     for start in range(0, d * tiles, SCAN):  # the digits below d
-        carry += tl.sum(tl.load(row + start + lanes, mask=start + lanes < d * tiles, other=0), 0)
+        carry += tl.sum(tl.load(row + start + slots, mask=start + slots < d * tiles, other=0), 0)
     for start in range(0, tiles, SCAN):
-        at = d * tiles + start + lanes
-        counts = tl.load(row + at, mask=start + lanes < tiles, other=0)
-        tl.store(off_ptr + r * RADIX * tiles + at, carry + tl.cumsum(counts, 0) - counts, mask=start + lanes < tiles)
+        at = d * tiles + start + slots
+        counts = tl.load(row + at, mask=start + slots < tiles, other=0)
+        tl.store(off_ptr + r * RADIX * tiles + at, carry + tl.cumsum(counts, 0) - counts, mask=start + slots < tiles)
         carry += tl.sum(counts, 0)
 
 
