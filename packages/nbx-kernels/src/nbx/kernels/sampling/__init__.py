@@ -32,11 +32,13 @@ def sample(logits: Tensor, temperature: float, k: int, p: float, floor: float, s
     x = logits.contiguous()
     uniforms = empty((rows,), dtypes.float32, logits.device)
     implementation("random.rand", logits.device)(uniforms, seed, offset)
-    if setting is None:
-        setting = autotune.setting(SAMPLING, logits.device, width=pow2_at_least(vocab), elements=rows * vocab,
-                                   dtype=x.dtype)
     signature = (rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device, plans.setting_key(setting))
-    plan = plans.cached("sample", signature, lambda: _sample_plan(*signature[:7], setting))
+    def build():  # the served setting looked up once a plan
+        served = setting if setting is not None else autotune.setting(
+            SAMPLING, logits.device, width=pow2_at_least(vocab), elements=rows * vocab, dtype=x.dtype)
+        return _sample_plan(*signature[:7], served)
+
+    plan = plans.cached("sample", signature, build)
     # the scalars as the float32 values the reference uses (the interpreter would keep doubles)
     values = {"x": x, "u": uniforms, "inv_t": _f32(1.0 / temperature), "k": k, "p": _f32(p),
               "floor": floor_weight(floor), "tokens": out}

@@ -106,10 +106,12 @@ def radix_sort(rows, descending: bool, setting=None, values=None):
     """(values, indices) of rows [..., n] (contiguous) sorted along the last dim; setting overrides
     the served one (the certifier's), values is the output to write (its workload's)."""
     n = rows.shape[-1]
-    if setting is None:
-        setting = radix_setting(rows.device, prod(rows.shape) // n, n, rows.dtype)
     signature = (rows.shape, rows.dtype, descending, rows.device, plans.setting_key(setting))
-    plan = plans.cached("sort.radix", signature, lambda: radix_plan(*signature[:4], setting))
+    def build():  # the served setting looked up once a plan
+        served = setting if setting is not None else radix_setting(rows.device, rows.size // n, n, rows.dtype)
+        return radix_plan(*signature[:4], served)
+
+    plan = plans.cached("sort.radix", signature, build)
     done = plans.execute(plan, {"x": rows, "values": values})
     return done["values"], done["indices"]
 

@@ -82,10 +82,12 @@ def select_rows(rows, k: int, largest: bool, setting=None, values=None):
     """(values, indices) of the radix select over rows [..., n] (contiguous); setting overrides the
     served one (the certifier's), values is the output to write (its workload's)."""
     n = rows.shape[-1]
-    if setting is None:
-        setting = select_setting(rows.device, prod(rows.shape) // n, n, rows.dtype)
     signature = (rows.shape, rows.dtype, k, largest, rows.device, plans.setting_key(setting))
-    plan = plans.cached("topk", signature, lambda: select_plan(*signature[:5], setting))
+    def build():  # the served setting looked up once a plan
+        served = setting if setting is not None else select_setting(rows.device, rows.size // n, n, rows.dtype)
+        return select_plan(*signature[:5], served)
+
+    plan = plans.cached("topk", signature, build)
     done = plans.execute(plan, {"x": rows, "values": values})
     return done["values"], done["indices"]
 
