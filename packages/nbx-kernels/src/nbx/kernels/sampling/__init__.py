@@ -19,7 +19,7 @@ from ..registry import implements
 import triton
 
 from ..rows import pow2_at_least
-from ..sort.select import radix_histogram_kernel, zero_kernel
+from ..sort.select import select_histogram_kernel, zero_kernel
 from ..sort.topk import lanes, split
 from .kernel import MASS_DIGITS, draw_kernel, kept_mass_kernel, mass_histogram_kernel, partial_max_kernel
 
@@ -65,7 +65,7 @@ def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: 
     launches = [Launch(zero_kernel, (triton.cdiv(table, 1024),), (Slot("hist"), table), dict(BLOCK=1024, num_warps=4)),
                 Launch(partial_max_kernel, grid, (Slot("x"), Slot("max"), vocab, Slot("inv_t"), chunk), common)]
     if top_k:  # the k-th largest logit: the radix select's digit histograms over x
-        launches += [Launch(radix_histogram_kernel, grid, (Slot("x"), Slot("hist"), vocab, Slot("k"), chunk),
+        launches += [Launch(select_histogram_kernel, grid, (Slot("x"), Slot("hist"), vocab, Slot("k"), chunk),
                             dict(LARGEST=True, PASS=j, BLOCK=block, num_warps=warps)) for j in range(4)]
     if top_p:
         launches += [Launch(mass_histogram_kernel, grid, state + scalars + (chunk,),

@@ -30,7 +30,7 @@ from .. import launch, plans
 from ..plans import Launch, LaunchPlan, Slot
 from ..rows import pow2_at_least
 from .kernel import order_key
-from .topk import lanes
+from .topk import lanes, served_plan
 
 PASSES = 8
 RADIX = tl.constexpr(16)
@@ -105,13 +105,7 @@ def radix_setting(device, rows: int, n: int, dtype) -> dict:
 def radix_sort(rows, descending: bool, setting=None, values=None):
     """(values, indices) of rows [..., n] (contiguous) sorted along the last dim; setting overrides
     the served one (the certifier's), values is the output to write (its workload's)."""
-    n = rows.shape[-1]
-    signature = (rows.shape, rows.dtype, descending, rows.device, plans.setting_key(setting))
-    def build():  # the served setting looked up once a plan
-        served = setting if setting is not None else radix_setting(rows.device, rows.size // n, n, rows.dtype)
-        return radix_plan(*signature[:4], served)
-
-    plan = plans.cached("sort.radix", signature, build)
+    plan = served_plan("sort.radix", rows, (descending,), setting, radix_setting, radix_plan)
     done = plans.execute(plan, {"x": rows, "values": values})
     return done["values"], done["indices"]
 

@@ -52,7 +52,7 @@ def _keys(x_ptr, r, cols, n, LARGEST: tl.constexpr):
 
 
 @triton.jit
-def radix_histogram_kernel(x_ptr, hist_ptr, n, k, chunk, LARGEST: tl.constexpr, PASS: tl.constexpr,
+def select_histogram_kernel(x_ptr, hist_ptr, n, k, chunk, LARGEST: tl.constexpr, PASS: tl.constexpr,
                            BLOCK: tl.constexpr):
     r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     prefix, _ = _found(hist_ptr, r, k, PASS)
@@ -66,7 +66,7 @@ def radix_histogram_kernel(x_ptr, hist_ptr, n, k, chunk, LARGEST: tl.constexpr, 
 
 
 @triton.jit
-def radix_counts_kernel(x_ptr, hist_ptr, counts_ptr, n, k, chunk, LARGEST: tl.constexpr, BLOCK: tl.constexpr):
+def select_counts_kernel(x_ptr, hist_ptr, counts_ptr, n, k, chunk, LARGEST: tl.constexpr, BLOCK: tl.constexpr):
     """counts[row, p] = (keys < T, keys == T) of program p's chunk."""
     r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     threshold, _ = _found(hist_ptr, r, k, DIGITS)
@@ -82,7 +82,7 @@ def radix_counts_kernel(x_ptr, hist_ptr, counts_ptr, n, k, chunk, LARGEST: tl.co
 
 
 @triton.jit
-def radix_compact_kernel(x_ptr, hist_ptr, counts_ptr, words_ptr, n, k, chunk, LARGEST: tl.constexpr,
+def select_compact_kernel(x_ptr, hist_ptr, counts_ptr, words_ptr, n, k, chunk, LARGEST: tl.constexpr,
                          BLOCK: tl.constexpr, PROGRAMS: tl.constexpr):
     """The k selected keys of the row as packed words, in index order: the keys below T first,
     then the first `ties` keys equal to T (PROGRAMS: the programs a row, to a power of two)."""

@@ -19,7 +19,7 @@ from nbx.core import dtypes
 from .. import launch, plans
 from ..plans import Launch, LaunchPlan, Slot
 from ..rows import pow2_at_least
-from .select import (best_word_kernel, radix_compact_kernel, radix_counts_kernel, radix_histogram_kernel,
+from .select import (best_word_kernel, select_compact_kernel, select_counts_kernel, select_histogram_kernel,
                      sort_words_kernel, zero_kernel)
 
 MAX_PROGRAMS = 1024   # a row's programs; the compaction sums the counts of the programs before it
@@ -43,6 +43,18 @@ def split(rows: int, n: int, block: int, programs: int) -> tuple[int, int]:
     return triton.cdiv(blocks, steps), steps * block
 
 
+def served_plan(op: str, rows, flags: tuple, setting, lookup, make) -> LaunchPlan:
+    """The cached plan make(shape, dtype, *flags, device, setting) of rows [..., n], with the served
+    setting lookup(device, rows, n, dtype) (looked up once a plan) unless setting overrides it."""
+    n = rows.shape[-1]
+    signature = (rows.shape, rows.dtype, *flags, rows.device, plans.setting_key(setting))
+
+    def build():
+        served = setting if setting is not None else lookup(rows.device, rows.size // n, n, rows.dtype)
+        return make(rows.shape, rows.dtype, *flags, rows.device, served)
+    return plans.cached(op, signature, build)
+
+
 def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchPlan:
     """values, indices [..., k] of the k largest (smallest) of rows [..., n], n > max_block_n."""
     n = shape[-1]
@@ -64,11 +76,11 @@ def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchP
     hist_words = rows * 4 * 256
     launches = [Launch(zero_kernel, (triton.cdiv(hist_words, 1024),), (Slot("hist"), hist_words),
                        dict(BLOCK=1024, num_warps=4))]
-    launches += [Launch(radix_histogram_kernel, grid, (Slot("x"), Slot("hist"), n, k, chunk), {**common, "PASS": j})
+    launches += [Launch(select_histogram_kernel, grid, (Slot("x"), Slot("hist"), n, k, chunk), {**common, "PASS": j})
                  for j in range(4)]
     launches += [
-        Launch(radix_counts_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), n, k, chunk), common),
-        Launch(radix_compact_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), Slot("words"), n, k, chunk),
+        Launch(select_counts_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), n, k, chunk), common),
+        Launch(select_compact_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), Slot("words"), n, k, chunk),
                {**common, "PROGRAMS": lanes(per_row)}),
         Launch(sort_words_kernel, (rows,), (Slot("x"), Slot("words"), Slot("values"), Slot("indices"), n, k, k),
                dict(BLOCK=lanes(k), num_warps=launch.tiles("sort", device)["num_warps"]))]
@@ -81,13 +93,7 @@ def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchP
 def select_rows(rows, k: int, largest: bool, setting=None, values=None):
     """(values, indices) of the radix select over rows [..., n] (contiguous); setting overrides the
     served one (the certifier's), values is the output to write (its workload's)."""
-    n = rows.shape[-1]
-    signature = (rows.shape, rows.dtype, k, largest, rows.device, plans.setting_key(setting))
-    def build():  # the served setting looked up once a plan
-        served = setting if setting is not None else select_setting(rows.device, rows.size // n, n, rows.dtype)
-        return select_plan(*signature[:5], served)
-
-    plan = plans.cached("topk", signature, build)
+    plan = served_plan("topk", rows, (k, largest), setting, select_setting, select_plan)
     done = plans.execute(plan, {"x": rows, "values": values})
     return done["values"], done["indices"]
 
