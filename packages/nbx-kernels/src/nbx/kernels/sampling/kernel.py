@@ -69,6 +69,20 @@ def _weights(l, inside, m, kth, cut, FLOOR, MIN_P: tl.constexpr):
 
 
 @triton.jit
+def _kept(x_ptr, w_ptr, r, cols, V, inv_t, m, kth, cut, FLOOR, MIN_P: tl.constexpr, STORED: tl.constexpr):
+    """The kept weights at cols: from the weights top-p's first pass wrote (STORED), else computed."""
+    if STORED:
+        w = tl.load(w_ptr + r * V + cols, mask=cols < V, other=0)
+        w = tl.where(w >= cut, w, 0)
+        if MIN_P:
+            w = tl.where(w >= FLOOR, w, 0)
+    else:
+        l, inside = _scaled(x_ptr, r, cols, V, inv_t)
+        w = _weights(l, inside, m, kth, cut, FLOOR, MIN_P)
+    return w
+
+
+@triton.jit
 def _row_max(max_ptr, r, PB: tl.constexpr):
     p = tl.arange(0, PB)
     return tl.max(tl.load(max_ptr + r * tl.num_programs(1) + p, mask=p < tl.num_programs(1), other=float("-inf")), 0)
@@ -127,19 +141,24 @@ def partial_max_kernel(x_ptr, max_ptr, V, inv_t, chunk, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def mass_histogram_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, V, inv_t, K, P, chunk, TOP_K: tl.constexpr,
+def mass_histogram_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, w_ptr, V, inv_t, K, P, chunk, TOP_K: tl.constexpr,
                           PASS: tl.constexpr, BLOCK: tl.constexpr, PB: tl.constexpr):
     """mass[row, PASS, d] += the kept weights of the chunk whose digits above PASS are the ones
-    found and whose digit PASS is d."""
+    found and whose digit PASS is d. The first pass computes the top-k-kept weights and writes
+    them to w (one int64 a logit); the later ones and the draw read them back."""
     r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     m, kth, prefix = _state(max_ptr, hist_ptr, mass_ptr, r, K, P, inv_t, TOP_K, PASS > 0, PASS, PB)
     shift = 4 * (MASS_DIGITS - 1 - PASS)
     bins = tl.arange(0, MASS_BINS)
     sums = tl.zeros((MASS_BINS,), tl.int64)
     for start in range(p * chunk, p * chunk + chunk, BLOCK):
-        l, inside = _scaled(x_ptr, r, start + tl.arange(0, BLOCK), V, inv_t)
-        w = _weights(l, inside, m, kth, 0, 0, False)
-        if PASS > 0:
+        cols = start + tl.arange(0, BLOCK)
+        if PASS == 0:
+            l, inside = _scaled(x_ptr, r, cols, V, inv_t)
+            w = _weights(l, inside, m, kth, 0, 0, False)
+            tl.store(w_ptr + r * V + cols, w, mask=inside)
+        else:
+            w = tl.load(w_ptr + r * V + cols, mask=cols < V, other=0)
             w = tl.where((w >> (shift + 4)) == (prefix >> (shift + 4)), w, 0)
         digit = (w >> shift) & 0xF
         sums += tl.sum(tl.where(digit[:, None] == bins[None, :], w[:, None], 0), 0)
@@ -147,7 +166,7 @@ def mass_histogram_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, V, inv_t, K, P, ch
 
 
 @triton.jit
-def kept_mass_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, kept_ptr, V, inv_t, K, P, FLOOR, chunk,
+def kept_mass_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, w_ptr, kept_ptr, V, inv_t, K, P, FLOOR, chunk,
                      TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr, BLOCK: tl.constexpr,
                      PB: tl.constexpr):
     """kept[row, p] = (the chunk's kept weight, its last kept index or -1)."""
@@ -157,8 +176,7 @@ def kept_mass_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, kept_ptr, V, inv_t, K, 
     last = tl.full((), -1, tl.int64)
     for start in range(p * chunk, p * chunk + chunk, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        l, inside = _scaled(x_ptr, r, cols, V, inv_t)
-        w = _weights(l, inside, m, kth, cut, FLOOR, MIN_P)
+        w = _kept(x_ptr, w_ptr, r, cols, V, inv_t, m, kth, cut, FLOOR, MIN_P, TOP_P)
         total += tl.sum(w, 0)
         last = tl.maximum(last, tl.max(tl.where(w > 0, cols, -1), 0).to(tl.int64))
     at = (r * tl.num_programs(1) + p) * 2
@@ -167,7 +185,7 @@ def kept_mass_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, kept_ptr, V, inv_t, K, 
 
 
 @triton.jit
-def draw_kernel(x_ptr, u_ptr, max_ptr, hist_ptr, mass_ptr, kept_ptr, out_ptr, V, inv_t, K, P, FLOOR, chunk,
+def draw_kernel(x_ptr, u_ptr, max_ptr, hist_ptr, mass_ptr, w_ptr, kept_ptr, out_ptr, V, inv_t, K, P, FLOOR, chunk,
                 TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr, BLOCK: tl.constexpr,
                 PB: tl.constexpr):
     """The token: the first index whose running kept weight exceeds int64(u * kept); written by the
@@ -187,8 +205,7 @@ def draw_kernel(x_ptr, u_ptr, max_ptr, hist_ptr, mass_ptr, kept_ptr, out_ptr, V,
         token = tl.full((), V, tl.int64)
         for start in range(p * chunk, p * chunk + chunk, BLOCK):
             cols = start + tl.arange(0, BLOCK)
-            l, inside = _scaled(x_ptr, r, cols, V, inv_t)
-            w = _weights(l, inside, m, kth, cut, FLOOR, MIN_P)
+            w = _kept(x_ptr, w_ptr, r, cols, V, inv_t, m, kth, cut, FLOOR, MIN_P, TOP_P)
             sums = tl.cumsum(w, axis=0) + running
             token = tl.minimum(token, tl.min(tl.where((sums > target) & (w > 0), cols, V), axis=0).to(tl.int64))
             running += tl.sum(w, axis=0)
