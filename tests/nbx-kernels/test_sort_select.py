@@ -85,3 +85,15 @@ def test_vocabulary_rows_and_a_large_sort_match_the_reference_on_the_gpu():
         same(nbx.argsort(rows.to(device), descending=descending), nbx.argsort(rows, descending=descending))
     keys = nbx.asarray(rng.integers(0, 1 << 20, 1 << 22).astype(np.float32))  # ties in a long row
     same(nbx.argsort(keys.to(device)), nbx.argsort(keys))
+
+
+@pytest.mark.gpu
+def test_the_split_sampling_step_draws_the_references_tokens_at_vocabulary_size_on_the_gpu():
+    device = nbx.as_device("cuda")
+    logits = (nbx.randn(64, 151936, generator=nbx.Generator(seed=5)) * 3.0).to(dtype=nbx.bfloat16)
+    on_gpu = logits.to(device)
+    for options in ({"temperature": 0.7, "top_p": 0.9}, {"top_k": 50, "top_p": 0.8}, {"min_p": 0.05},
+                    {"temperature": 2.0, "top_p": 0.99, "top_k": 5000}):
+        got = nbx.sample(on_gpu, generator=nbx.Generator(seed=9), **options)
+        expected = nbx.sample(logits, generator=nbx.Generator(seed=9), **options)
+        assert got.tolist() == expected.tolist(), options
