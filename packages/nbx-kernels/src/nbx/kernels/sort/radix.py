@@ -3,9 +3,11 @@
 Each of the 8 passes (digit j = bits 4j..4j+3 of order_key, complemented for descending) is three
 launches over the rows x tiles grid (a batch of rows is sorted segment-wise by the same passes):
 
-  histogram  hist[row, digit, tile] = how many of the tile's keys have that digit
+  histogram  hist[row, digit, tile] = how many of the tile's keys have that digit (and the row's
+             totals by digit, added atomically)
   offsets    the exclusive scan of hist over (digit, tile) in that order, one program a (row,
-             digit): where tile t's first key of digit d lands in the row
+             digit) starting from the totals of the smaller digits: where tile t's first key of
+             digit d lands in the row
   scatter    each key to offsets[row, digit, tile] + its rank among the tile's keys of that digit,
              the rank read from a cumsum of the tile's one-hot digits, packed four 16-bit counters
              to a uint64 (four cumsums a key instead of sixteen)
@@ -30,6 +32,7 @@ from .. import launch, plans
 from ..plans import Launch, LaunchPlan, Slot
 from ..rows import pow2_at_least
 from .kernel import order_key
+from .select import zero_kernel
 from .topk import lanes, served_plan
 
 PASSES = 8
@@ -47,23 +50,27 @@ def _digits(v_ptr, r, cols, n, SHIFT: tl.constexpr, DESCENDING: tl.constexpr):
 
 
 @triton.jit
-def radix_histogram_kernel(v_ptr, hist_ptr, n, SHIFT: tl.constexpr, DESCENDING: tl.constexpr, BLOCK: tl.constexpr):
+def radix_histogram_kernel(v_ptr, hist_ptr, totals_ptr, n, SHIFT: tl.constexpr, DESCENDING: tl.constexpr,
+                           BLOCK: tl.constexpr):
+    """hist[row, d, tile] and, added atomically, the pass's row totals by digit (totals[pass, row, d])."""
     r, t = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     tiles = tl.num_programs(1)
     _, digit, inside = _digits(v_ptr, r, t * BLOCK + tl.arange(0, BLOCK), n, SHIFT, DESCENDING)
     counts = tl.histogram(digit, RADIX, mask=inside)
-    tl.store(hist_ptr + (r * RADIX + tl.arange(0, RADIX)) * tiles + t, counts)
+    bins = tl.arange(0, RADIX)
+    tl.store(hist_ptr + (r * RADIX + bins) * tiles + t, counts)
+    tl.atomic_add(totals_ptr + ((SHIFT // 4) * tl.num_programs(0) + r) * RADIX + bins, counts, sem="relaxed")
 
 
 @triton.jit
-def radix_offsets_kernel(hist_ptr, off_ptr, tiles, SCAN: tl.constexpr):
+def radix_offsets_kernel(hist_ptr, totals_ptr, off_ptr, tiles, SHIFT: tl.constexpr, SCAN: tl.constexpr):
     """off[row, d, t] = the keys of the row with a smaller digit, plus those of digit d in earlier tiles."""
     r, d = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     row = hist_ptr + r * RADIX * tiles
     slots = tl.arange(0, SCAN)
-    carry = tl.zeros((), tl.int32)
-    for start in range(0, d * tiles, SCAN):  # the digits below d
-        carry += tl.sum(tl.load(row + start + slots, mask=start + slots < d * tiles, other=0), 0)
+    bins = tl.arange(0, RADIX)
+    totals = tl.load(totals_ptr + ((SHIFT // 4) * tl.num_programs(0) + r) * RADIX + bins)
+    carry = tl.sum(tl.where(bins < d, totals, 0), 0)  # the keys of the digits below d
     for start in range(0, tiles, SCAN):
         at = d * tiles + start + slots
         counts = tl.load(row + at, mask=start + slots < tiles, other=0)
@@ -118,16 +125,19 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
     tiles = triton.cdiv(n, block)
     grid = (rows, tiles)
     meta = dict(DESCENDING=descending, BLOCK=block, num_warps=warps)
-    launches = []
+    totals = PASSES * rows * 16
+    launches = [Launch(zero_kernel, (triton.cdiv(totals, 1024),), (Slot("totals"), totals),
+                       dict(BLOCK=1024, num_warps=4))]
     for j in range(PASSES):
         source = "x" if j == 0 else "va" if j % 2 else "vb"
         index = None if j == 0 else Slot("ia" if j % 2 else "ib")
         last = j == PASSES - 1
         target, target_index = ("values", "indices") if last else ("vb", "ib") if j % 2 else ("va", "ia")
         launches += [
-            Launch(radix_histogram_kernel, grid, (Slot(source), Slot("hist"), n), {**meta, "SHIFT": 4 * j}),
-            Launch(radix_offsets_kernel, (rows, 16), (Slot("hist"), Slot("offsets"), tiles),
-                   dict(SCAN=min(lanes(tiles), 4096), num_warps=4)),
+            Launch(radix_histogram_kernel, grid, (Slot(source), Slot("hist"), Slot("totals"), n),
+                   {**meta, "SHIFT": 4 * j}),
+            Launch(radix_offsets_kernel, (rows, 16), (Slot("hist"), Slot("totals"), Slot("offsets"), tiles),
+                   dict(SHIFT=4 * j, SCAN=min(lanes(tiles), 4096), num_warps=4)),
             Launch(radix_scatter_kernel, grid, (Slot(source), index, Slot("offsets"), Slot(target), Slot(target_index),
                                                 n), {**meta, "SHIFT": 4 * j})]
     table = rows * 16 * tiles
@@ -137,7 +147,8 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
                                  plans.workspace("ia", (rows * n,), dtypes.int32),
                                  plans.workspace("ib", (rows * n,), dtypes.int32),
                                  plans.workspace("hist", (table,), dtypes.int32),
-                                 plans.workspace("offsets", (table,), dtypes.int32)))
+                                 plans.workspace("offsets", (table,), dtypes.int32),
+                                 plans.workspace("totals", (totals,), dtypes.int32)))
 
 
 def radix_workload(rep, device):
