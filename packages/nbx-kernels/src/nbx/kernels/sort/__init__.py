@@ -84,8 +84,14 @@ def topk(x: Tensor, k: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
 
 @declares("sort")
 def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
-    return Cost(buffers=(Buffer("values", x.nbytes), Buffer("indices", x.size * 8)),
-                bytes_moved=3 * x.nbytes + x.size * 8)
+    outputs = (Buffer("values", x.nbytes), Buffer("indices", x.size * 8))
+    if x.ndim == 0 or x.shape[axis] <= 4096:  # one program a row (tiles.sort's max_block_n on GPUs)
+        return Cost(buffers=outputs, bytes_moved=3 * x.nbytes + x.size * 8)
+    # the radix sort: 8 passes, each reading the keys for the histogram, then keys and indices for
+    # the scatter, writing both (ping-pong buffers of keys and int32 indices)
+    return Cost(buffers=outputs + (Buffer("keys", 2 * x.nbytes, LAUNCH), Buffer("positions", x.size * 8, LAUNCH)),
+                bytes_moved=8 * (3 * x.nbytes + 2 * x.size * 4), launches=25,
+                notes=("an LSD radix sort: 8 passes of 4-bit digits, 3 launches each",))
 
 
 @declares("topk")
