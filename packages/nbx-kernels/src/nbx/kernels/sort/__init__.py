@@ -85,7 +85,7 @@ def topk(x: Tensor, k: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
 @declares("sort")
 def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
     outputs = (Buffer("values", x.nbytes), Buffer("indices", x.size * 8))
-    if x.ndim == 0 or x.shape[axis] <= 4096:  # one program a row (tiles.sort's max_block_n on GPUs)
+    if x.ndim == 0 or x.shape[axis] <= launch.tiles("sort", x.device)["max_block_n"]:  # one program a row
         return Cost(buffers=outputs, bytes_moved=3 * x.nbytes + x.size * 8)
     # the radix sort: 8 passes, each reading the keys for the histogram, then keys and indices for
     # the scatter, writing both (ping-pong buffers of keys and int32 indices)
