@@ -160,8 +160,9 @@ def mass_histogram_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, w_ptr, V, inv_t, K
         else:
             w = tl.load(w_ptr + r * V + cols, mask=cols < V, other=0)
             w = tl.where((w >> (shift + 4)) == (prefix >> (shift + 4)), w, 0)
-        digit = (w >> shift) & 0xF
-        sums += tl.sum(tl.where(digit[:, None] == bins[None, :], w[:, None], 0), 0)
+        if tl.max(w, 0) > 0:  # past the first digits few weights still match: most blocks skip the one-hot
+            digit = (w >> shift) & 0xF
+            sums += tl.sum(tl.where(digit[:, None] == bins[None, :], w[:, None], 0), 0)
     tl.atomic_add(mass_ptr + (r * MASS_DIGITS + PASS) * MASS_BINS + bins, sums, sem="relaxed")
 
 
