@@ -71,13 +71,17 @@ def main() -> int:
             recs.append(record(facts, 8192, 8192, 8192, layout="nn"))   # bench_matmul's square nn product
         recs = [r for r in records.merge(recs) if r.identity not in seen]
         seen.update(r.identity for r in recs)
-        path = ROOT / "certificates" / "keys" / f"{CLASS}-linear-{name}.json"
-        path.unlink(missing_ok=True)
-        records.save(path, recs)
-        kept = sum(len(LINEAR.candidates(facts, keys.representative(
-            keys.parse("linear", LINEAR.key, r.key, facts, r.observed), LINEAR.key, facts))[0]) for r in recs)
-        print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {kept} candidates")
+        save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-linear-{name}.json", recs, LINEAR, facts)
     return 0
+
+
+def save_keys(path: Path, recs, tunable, facts) -> None:
+    """Write recs (KeyRecords of tunable) to path afresh and print how many keys and candidates."""
+    path.unlink(missing_ok=True)
+    records.save(path, recs)
+    kept = sum(len(tunable.candidates(facts, keys.representative(
+        keys.parse(tunable.name, tunable.key, r.key, facts, r.observed), tunable.key, facts))[0]) for r in recs)
+    print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {kept} candidates")
 
 
 if __name__ == "__main__":

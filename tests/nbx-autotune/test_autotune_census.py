@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 
 import pytest
@@ -81,7 +82,7 @@ def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certifie
     assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 14 key(s) certified")
     assert ("missing  norm width=4096,elements=8388608,dtype=bf16,strided=0 (nvidia-h200-140gb, triton-3.6.0-cuda): "
             "not certified; nearest certified neighbour width=4096,elements=16777216,dtype=bf16,strided=0 "
-            "(1.00 octave(s) away)") in lines
+            "(1.00 weighted octave(s) away)") in lines
 
 
 def test_warmup_of_a_model_splits_its_launches_over_shards_that_together_run_each_once(tmp_path, capsys):
@@ -102,6 +103,16 @@ def test_shards_run_as_processes_at_once_and_report_their_exit_codes(tmp_path):
     code = f"import sys, pathlib; pathlib.Path(r'{tmp_path}', sys.argv[2]).touch(); sys.exit(int(sys.argv[2]))"
     assert warmup.run_shards([sys.executable, "-c", code], 3) == [0, 1, 2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0", "1", "2"]
+
+
+def test_shards_run_in_the_environment_given(tmp_path):
+    code = "import os, sys; sys.exit(int(os.environ['NBX_SHARD_TEST']) + int(sys.argv[2]))"
+    assert warmup.run_shards([sys.executable, "-c", code], 2, env=dict(os.environ, NBX_SHARD_TEST="5")) == [5, 6]
+
+
+def test_warmup_launches_a_sum_over_the_last_dim():
+    launch = census.Launch("sum", ((3, 16),), "float32", "reduction", {})
+    warmup.run_launch(launch, as_device("interp"))   # a census op it had no launch for was refused by name
 
 
 def test_the_compile_log_prints_each_compile_and_counts_a_kernels_specializations():

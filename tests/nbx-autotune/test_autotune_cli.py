@@ -158,7 +158,7 @@ def test_compile_jobs_start_one_certify_process_per_shard_with_the_same_keys_and
     started = []
 
     class Job:
-        def __init__(self, command):
+        def __init__(self, command, env=None):   # subprocess.Popen's signature, as run_shards calls it
             started.append(command)
 
         def wait(self):

@@ -1,18 +1,22 @@
 """Neighbour serving: a key with no certificate takes its nearest certified neighbour's setting, screened first."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from nbx import autotune
-from nbx.autotune import keys, serving, store, sweep
+from nbx.autotune import keys, neighbours, serving, store, sweep, verdicts
 from nbx.autotune.candidates import Tunable
 from nbx.autotune.serving import Tuner
 from nbx.autotune.store import CertificateStore, Entry
-from nbx.core.errors import KeyNotCertified, ScreenRefusal
+from nbx.core.errors import ArgumentError, KeyNotCertified, ScreenRefusal
 
 LINE = ("[autotune] certified: {} key(s) served without a sweep, {} swept at runtime (kept locally), {} from the "
         "local cache, {} from a neighbour")
 WRONG = 100  # this block writes x * 2 + 1: it fails the oracle on every launch
+SCREENS = Path("nvidia/nvidia-h200-140gb/triton-3.6.0-cuda/screens/fake_double.json")
 
 
 class Workload:
@@ -50,11 +54,12 @@ class Bench:
         key = keys.form(template.name, template.key, facts, n=1000, dtype="float32")
         self.proof = sweep.prove(template, key, facts, None, fakes.FakeTimer(clock), warmup=0, repeats=1).proof
 
-    def certify(self, n: int, block: int, dtype: str = "float32") -> str:
+    def certify(self, n: int, block: int, dtype: str = "float32", identity=None) -> str:
         """Write a certified entry for the key of n elements with this block (its proof a real one's)."""
+        identity = identity or self.fakes.IDENTITY
         key = str(keys.form(self.tunable.name, self.tunable.key, self.facts, n=n, dtype=dtype))
-        path = store.path_in(self.tmp / "certs" / "nvidia", self.fakes.IDENTITY, self.tunable.name)
-        store.write(path, store.header(self.tunable, self.fakes.IDENTITY),
+        path = store.path_in(self.tmp / "certs" / "nvidia", identity, self.tunable.name)
+        store.write(path, store.header(self.tunable, identity),
                     {key: Entry({"block": block, "num_warps": 1}, dict(self.proof, dtype=dtype))}, self.tunable)
         return key
 
@@ -80,7 +85,8 @@ def test_a_key_without_a_certificate_is_served_its_nearest_certified_neighbours_
     got = bench.tuner().setting(bench.tunable, n=100_000, dtype="float32")
     assert dict(got) == {"block": 64, "num_warps": 1}
     assert bench.seen == [(65552, "float32")]   # screened once, on the key's smallest launch (a multiple of 16)
-    assert bench.timers == 0 and not (bench.tmp / "cache").exists()
+    kept = sorted(p.relative_to(bench.tmp / "cache") for p in (bench.tmp / "cache").rglob("*.json"))
+    assert bench.timers == 0 and kept == [SCREENS]   # no setting kept locally: only the screen's verdict
     assert autotune.report_line() == LINE.format(0, 0, 0, 1)
     assert serving.report().from_neighbour == {("fake_double", "n=1048576,dtype=f32"): "n=65536,dtype=f32"}
 
@@ -163,3 +169,82 @@ def test_launches_made_inside_a_screen_take_the_device_files_tile_instead_of_bei
     assert dict(got) == {"block": 64, "num_warps": 1}
     assert nested == [{"block": 1024, "num_warps": 4}]   # tiles.elementwise of hopper.yml, unscreened
     assert bench.seen == [(65552, "float32")] and bench.timers == 0
+
+
+def _row_tunable(weights):
+    return Tunable("fake_rows", params={"block": (64, 128)}, key={"width": "exact", "elements": "elements",
+                                                                  "dtype": "dtype"}, weights=weights)
+
+
+def test_the_neighbour_distance_weighs_each_size_field_as_its_family_declares(hopper):
+    """A row kernel's tile follows the row's width: weighted so, the same width 3 element-count octaves away
+    serves before a width 2 octaves away at the same count (issue 16: the second lost 44 % on the H200)."""
+    certified = {"width=4096,elements=1048576,dtype=f32": Entry({"block": 64}, {}),
+                 "width=16384,elements=8388608,dtype=f32": Entry({"block": 128}, {})}
+    for weights, nearest in (({"width": 4, "elements": 1}, "width=16384,elements=8388608,dtype=f32"),
+                             (None, "width=4096,elements=1048576,dtype=f32")):
+        tunable = _row_tunable(weights)
+        key = keys.form(tunable.name, tunable.key, hopper, width=16384, elements=1 << 20, dtype="float32")
+        assert neighbours.ranked(tunable, key, certified, hopper)[0][0] == nearest
+
+
+@pytest.mark.parametrize("weights, match", [({"dtype": 2}, "not a size field"), ({"width": 0}, "a number above 0"),
+                                            ({"width": True}, "a number above 0")])
+def test_a_weight_on_no_size_field_or_not_above_zero_is_refused_by_name(weights, match):
+    with pytest.raises(ArgumentError, match=match):
+        _row_tunable(weights)
+
+
+def _later_process(bench):
+    """What a later process of the same machine sees: nothing served yet, the same folders on disk."""
+    serving.reset()
+    bench.seen.clear()
+    return bench.tuner()
+
+
+def test_a_later_process_reads_the_kept_screen_verdicts_instead_of_screening_again(bench):
+    bench.certify(1000, WRONG)          # nearest, fails its screen
+    bench.certify(20_000_000, 128)      # passes
+    assert dict(bench.tuner().setting(bench.tunable, n=100_000, dtype="float32"))["block"] == 128
+    assert bench.seen == [(65552, "float32")]
+    tuner = _later_process(bench)
+    assert dict(tuner.setting(bench.tunable, n=100_000, dtype="float32"))["block"] == 128
+    assert bench.seen == [] and tuner._verdicts()[0].read == 2      # the failure and the pass, both read
+    assert serving.report().lines() == [
+        LINE.format(0, 0, 0, 1),
+        "[autotune] 1 neighbour setting(s) failed a key's screen against the float64 oracle and were not served"]
+
+
+def test_a_kept_verdict_is_not_read_for_another_setting_compiler_or_source(bench, fakes, monkeypatch):
+    bench.certify(1000, 64)
+    bench.tuner().setting(bench.tunable, n=100_000, dtype="float32")
+    bench.certify(1000, 128)            # the neighbour's certified setting changed: screened again
+    tuner = _later_process(bench)
+    assert dict(tuner.setting(bench.tunable, n=100_000, dtype="float32"))["block"] == 128
+    assert bench.seen == [(65552, "float32")]
+    other = fakes.IDENTITY.__class__("nvidia", "nvidia-h200-140gb", "triton-9.9.9-cuda")
+    bench.certify(1000, 128, identity=other)
+    tuner = _later_process(bench)
+    tuner._identity = other             # another compiler, the same certified setting: screened again
+    assert dict(tuner.setting(bench.tunable, n=100_000, dtype="float32"))["block"] == 128
+    assert bench.seen == [(65552, "float32")] and serving.report().neighbour == 1
+    monkeypatch.setattr(verdicts, "_fingerprint", "other-sources")   # the kernels' code changed
+    tuner = _later_process(bench)
+    tuner._identity = other
+    tuner.setting(bench.tunable, n=100_000, dtype="float32")
+    assert bench.seen == [(65552, "float32")]
+    tuner = _later_process(bench)       # the same sources and compiler again: read, not screened
+    tuner._identity = other
+    tuner.setting(bench.tunable, n=100_000, dtype="float32")
+    assert bench.seen == []
+
+
+def test_an_unreadable_verdicts_file_is_screened_again_and_rewritten(bench):
+    bench.certify(1000, 64)
+    bench.tuner().setting(bench.tunable, n=100_000, dtype="float32")
+    path = bench.tmp / "cache" / SCREENS
+    path.write_text("{ not json")
+    tuner = _later_process(bench)
+    assert dict(tuner.setting(bench.tunable, n=100_000, dtype="float32"))["block"] == 64
+    assert bench.seen == [(65552, "float32")]
+    assert json.loads(path.read_text())["kind"] == "nbx-autotune-screen-verdicts"

@@ -59,6 +59,7 @@ def test_a_new_shape_or_dtype_is_a_new_key_and_at_most_max_captures_keys_are_kep
     assert step.keys == [((((2, 3), "float32"),), None), ((((2, 3), "float64"),), None)]
     step(rand(4, 3))
     assert step.captures_made == 4
+    assert step.reserved == 0   # eager keys hold no private pool
 
 
 def test_an_output_whose_shape_depends_on_the_data_is_refused_by_name():

@@ -87,6 +87,7 @@ def device_tile_screen():
     def screened(tunable, device, **inputs):
         facts = launch.facts(device)
         key = keys.form(tunable.name, tunable.key_fields, facts, **inputs)
-        work = tunable.workload(keys.smallest(key, tunable.key, facts), device)
-        return neighbours.screen_one(work, tunable.default(facts), facts), screen.tolerance(facts, work.out_dtype)
+        screener = neighbours.Screener(tunable, key, facts, device)   # nothing kept: screened here
+        verdict = screener.verdict(tunable.default(facts))
+        return verdict, screen.tolerance(facts, screener.work.out_dtype)
     return screened

@@ -157,6 +157,57 @@ def test_decode_with_window_and_alibi_over_a_context_of_odd_length(device, check
         assert price("scaled_dot_product_attention", q, k, v).launches == 1
 
 
+def _tile(loads, block_m=16, block_n=16, warps=4, stages=1):
+    return {"block_m": block_m, "block_n": block_n, "num_warps": warps, "num_stages": stages, "loads": loads}
+
+
+@pytest.mark.parametrize("e,ev", [(80, 48)])   # both head dims padded: the descriptor's zeros past them
+def test_descriptor_and_pointer_loads_of_k_and_v_both_match_the_oracle(device, e, ev, check):
+    if device.type == "cpu":
+        pytest.skip("the cpu runs the reference, no kernel")
+    from nbx.kernels.attention import launch_sdpa
+    q, k, v = qkv(device, 1, 2, 1, 9, 35, e=e, ev=ev, dtype="bfloat16")
+    lay, _ = dense_layout(q, k, v, None, None, False)
+    assert lay.tma   # contiguous, 16-byte rows: descriptor-ready
+    options = AttentionOptions(1 / math.sqrt(e), True, "bottom_right")
+    expected = nbx.oracle("scaled_dot_product_attention", q, k, v, None, None, options)
+    for loads in ("tma", "pointers"):
+        out, _ = launch_sdpa(q, k, v, None, None, options, setting=_tile(loads))
+        check(out, expected, device)
+
+
+def test_packed_keys_through_descriptors_stop_at_each_sequences_end(device, check):
+    """A packed sequence's descriptor spans its own rows: the next sequence's keys read as zeros."""
+    if device.type == "cpu":
+        pytest.skip("the cpu runs the reference, no kernel")
+    lens = [19, 0, 5, 12]
+    cu = nbx.asarray(np.concatenate([[0], np.cumsum(lens)]), dtype=nbx.int32).to(device)
+    q, k, v = (on(device, rng.standard_normal((sum(lens), h, 16)), "bfloat16") for h in (2, 1, 1))
+    out = nbx.varlen_attention(q, k, v, cu, cu)
+    check(out, nbx.oracle("varlen_attention", q, k, v, cu, cu, None, AttentionOptions(0.25)), device)
+
+
+def test_rows_not_16_byte_aligned_are_read_through_pointers_whatever_the_setting(device, check):
+    if device.type == "cpu":
+        pytest.skip("the cpu runs the reference, no kernel")
+    from nbx.kernels.attention import launch_plan, launch_sdpa
+    q, k, v = qkv(device, 1, 2, 2, 20, 37, e=20, dtype="bfloat16")   # 40-byte rows
+    lay, _ = dense_layout(q, k, v, None, None, False)
+    options = AttentionOptions(1 / math.sqrt(20), True)
+    assert not lay.tma and dict(launch_plan(lay, options, _tile("tma")).launches[0].meta)["TMA"] is False
+    out, _ = launch_sdpa(q, k, v, None, None, options, setting=_tile("tma"))
+    check(out, nbx.oracle("scaled_dot_product_attention", q, k, v, None, None, options), device)
+
+
+def test_a_negative_scale_is_applied_before_the_row_max_not_folded_into_the_softmax(device, check):
+    """The folded scale (the row max of raw q.k times scale) holds only for a positive scale."""
+    q, k, v = qkv(device, 1, 2, 2, 9, 20, dtype="bfloat16")
+    out, lse = sdpa(q, k, v, scale=-0.3)
+    expected, expected_lse = oracle(q, k, v, scale=-0.3)
+    check(out, expected, device)
+    check(lse, expected_lse, device)
+
+
 def test_float64_and_head_dims_past_256_are_refused_by_name(device):
     q, k, v = qkv(device, 1, 1, 1, 2, 2, e=16)
     with pytest.raises(NotSupportedError):
@@ -179,10 +230,16 @@ def test_the_declared_cost_names_the_output_and_counts_causal_flops_as_half(devi
 @pytest.mark.gpu
 @pytest.mark.parametrize("e", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_gpu_prefill_of_a_thousand_tokens_gqa_32_8_in_bfloat16(e, causal, check):
+@pytest.mark.parametrize("loads", ["served", "tma"])   # tma: not served until a key is certified with it
+def test_gpu_prefill_of_a_thousand_tokens_gqa_32_8_in_bfloat16(e, causal, loads, check):
+    from nbx.kernels.attention import launch_sdpa
     device = nbx.as_device("cuda")
     q, k, v = qkv(device, 1, 8, 2, 1031, 1031, e=e, dtype="bfloat16")
-    out, lse = sdpa(q, k, v, is_causal=causal)
+    if loads == "served":
+        out, lse = sdpa(q, k, v, is_causal=causal)
+    else:
+        out, lse = launch_sdpa(q, k, v, None, None, AttentionOptions(1 / math.sqrt(e), causal), return_lse=True,
+                               setting=_tile("tma", 128, 64, 8, 2 if e == 256 else 3))
     expected, expected_lse = oracle(q, k, v, is_causal=causal)
     check(out, expected, device)
     check(lse, expected_lse, device)
@@ -249,7 +306,8 @@ def test_gpu_non_causal_bf16_prefill_keys_pass_their_screen_with_the_device_file
     instance while the kernel was right."""
     from nbx.kernels.attention import tuning
     verdict, bound = device_tile_screen(tuning.ATTENTION, nbx.as_device("cuda"), q_len=length, k_len=length,
-                                        head_dim=e, v_dim=e, group=group, dtype=nbx.bfloat16, causal=False)
+                                        head_dim=e, v_dim=e, group=group, dtype=nbx.bfloat16, causal=False,
+                                        tma=True)
     assert verdict.passed and verdict.deviation < bound / 3, verdict.reason
 
 

@@ -30,7 +30,7 @@ def test_each_attention_tunable_takes_its_default_from_every_device_file(interp)
 def test_prefill_candidates_whose_tiles_pass_shared_memory_at_head_dim_256_are_pruned():
     tunable = autotune.lookup("attention")
     rep = {"q_len": 4096, "k_len": 4096, "head_dim": 256, "v_dim": 256, "group": 4, "dtype": nbx.bfloat16,
-           "causal": True}
+           "causal": True, "tma": True}
     kept, pruned = tunable.candidates(device_files.for_arch("sm_90"), rep)
     assert kept and any("shared" in reason or "bytes" in reason for _, reason in pruned)
     assert all(s["block_m"] * 256 * 2 + s["num_stages"] * s["block_n"] * 512 * 2 <= 232448 for s in kept)
@@ -38,7 +38,7 @@ def test_prefill_candidates_whose_tiles_pass_shared_memory_at_head_dim_256_are_p
 
 WORKLOADS = [
     ("attention", {"q_len": 20, "k_len": 20, "head_dim": 16, "v_dim": 16, "group": 2, "dtype": "bfloat16",
-                   "causal": True}),
+                   "causal": True, "tma": True}),
     ("attention_decode", {"k_len": 40, "rows": 4, "head_dim": 16, "dtype": "float32", "paged": False}),
     ("attention_decode", {"k_len": 37, "rows": 2, "head_dim": 16, "dtype": "bfloat16", "paged": True}),
     ("rope", {"elements": 8 * 16 * 5, "head_dim": 16, "dtype": "bfloat16"}),
@@ -62,7 +62,7 @@ def test_the_first_and_last_candidates_pass_the_screen_on_the_workload(interp, n
 # blocks of either tile, a multiple of neither, so the unchecked middle range and the checked tail both run.
 LONG_NON_CAUSAL = [
     ("attention", {"q_len": 24, "k_len": 200, "head_dim": 32, "v_dim": 32, "group": 2, "dtype": "bfloat16",
-                   "causal": False}),
+                   "causal": False, "tma": True}),
     ("attention_decode", {"k_len": 200, "rows": 4, "head_dim": 32, "dtype": "bfloat16", "paged": True}),
 ]
 

@@ -157,8 +157,8 @@ def test_what_no_kernel_computes_is_refused_by_name(device):
     x = nbx.asarray(np.ones((1, 1, 4, 4)), device=device)  # float64
     with pytest.raises(NotSupportedError, match="float64"):
         nbx.conv2d(x, nbx.asarray(np.ones((1, 1, 3, 3)), device=device))
-    with pytest.raises(NotSupportedError, match="not implemented on"):
-        nbx.fft.rfft(nbx.asarray(np.ones(8, np.float32), device=device))
+    with pytest.raises(NotSupportedError, match="float64"):
+        nbx.fft.rfft(nbx.asarray(np.ones(8), device=device))
 
 
 def test_a_repeated_convolution_reuses_its_plan(device):

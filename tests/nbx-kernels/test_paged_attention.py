@@ -59,6 +59,54 @@ def test_chunked_prefill_reads_the_cached_prompt_and_its_own_tokens(device, chec
     check(out, nbx.oracle("paged_attention", q, k, v, table, seq_lens, cu, None, options), device)
 
 
+@pytest.mark.parametrize("max_q_len", [1, None])
+def test_a_packed_decode_step_takes_the_split_path_and_matches_the_oracle(device, check, max_q_len, monkeypatch):
+    lens = [1, 50]       # one query a sequence, packed (what a model's decode step passes); MQA, so
+    k, v, table, seq_lens = filled_cache(device, lens, 4, hk=1, dtype="bfloat16")   # interp's 4 programs split
+    cu = on(device, np.arange(len(lens) + 1))
+    q = on(device, rng.standard_normal((len(lens), 8, 16)), "bfloat16")
+    paths = []
+    if device.type != "cpu":
+        from nbx.kernels import attention
+        execute = attention.execute
+        monkeypatch.setattr(attention, "execute", lambda lay, options, *a: paths.append(
+            attention.launch_plan(lay, options).detail) or execute(lay, options, *a))
+    out, lse = nbx.paged_attention(q, k, v, table, seq_lens, cu, is_causal=True, return_lse=True, max_seq_len=50,
+                                   max_q_len=max_q_len)
+    options = AttentionOptions(0.25, True, "bottom_right")
+    expected, expected_lse = nbx.oracle("paged_attention", q, k, v, table, seq_lens, cu, None, options, True)
+    check(out, expected, device)
+    check(lse, expected_lse, device)
+    if device.type != "cpu":
+        assert paths[0][0] == "decode" and paths[0][2] > 1   # split over the keys, the partials merged
+
+
+def test_paged_attention_reads_no_operand_back_where_the_device_is_not_host_memory(device, check, monkeypatch):
+    """A captured decode step passes lengths and offsets as device tensors: with the bounds given,
+    neither the front-end nor the wrapper may read them (on a GPU that waits for the device)."""
+    if device.type != "interp":
+        pytest.skip("the interpreter stands in for a GPU whose tensors the host does not read")
+    from nbx.core.ops import paged
+    from nbx.core.tensor import Tensor
+    lens = [5, 23, 2]
+    chunks = [2, 1, 2]
+    k, v, table, seq_lens = filled_cache(device, lens, 4)
+    cu = on(device, np.concatenate([[0], np.cumsum(chunks)]))
+    q = on(device, rng.standard_normal((sum(chunks), 4, 16)))
+    options = AttentionOptions(0.25, True, "bottom_right")
+    expected = nbx.oracle("paged_attention", q, k, v, table, seq_lens, cu, None, options)
+    monkeypatch.setattr(paged, "_host_checked", lambda *tensors: False)
+    reads = []
+    host_read = Tensor.numpy
+    monkeypatch.setattr(Tensor, "numpy", lambda self, *a, **kw: reads.append(self.shape) or host_read(self, *a, **kw))
+    out = nbx.paged_attention(q, k, v, table, seq_lens, cu, is_causal=True, max_seq_len=23, max_q_len=2)
+    out_too = nbx.paged_attention(q, k, v, table, seq_lens, cu, is_causal=True, max_seq_len=23)   # bound: total_q
+    assert reads == []
+    monkeypatch.undo()
+    check(out, expected, device)
+    check(out_too, expected, device)
+
+
 def test_a_block_table_pointing_past_the_cache_is_refused_on_host_devices(device):
     if device.type not in ("cpu", "interp"):
         pytest.skip("tables on a GPU are checked by the cache that builds them (nbx.memory.kv_cache)")

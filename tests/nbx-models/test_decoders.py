@@ -142,15 +142,24 @@ def test_a_tensor_missing_from_the_checkpoint_and_a_wrong_shape_are_named(tmp_pa
         models.load(folder)
 
 
-def test_int4_projections_load_as_quantized_tensors_and_give_the_dequantized_models_logits(tmp_path):
-    config = small_config("LlamaForCausalLM")
-    folder = models.write_checkpoint(tmp_path / "int4", config, seed=6, int4=(32, "asymmetric"))
+def test_int4_projections_load_as_quantized_tensors_and_give_the_dequantized_models_logits_and_tokens(tmp_path,
+                                                                                                    device):
+    # W4A16: every projection through linear's int4 path (the linear_int4 kernel on interp and cuda)
+    layers = {"num_hidden_layers": 1} if device.type == "interp" else {}
+    dtype = model_dtype(device)
+    folder = models.write_checkpoint(tmp_path / "int4", small_config("LlamaForCausalLM", **layers), seed=6,
+                                     int4=(32, "asymmetric"), dtype=dtype)
     stored = nbx.load_safetensors(folder / "model.safetensors")
     assert "model.layers.0.mlp.up_proj.qweight" in stored and "model.layers.0.mlp.up_proj.weight" not in stored
-    model = models.load(folder)
+    model = models.load(folder, device=device)
     assert isinstance(model.layers[0].up, nbx.QuantizedTensor) and model.layers[0].up.group_size == 32
-    reference = decoder_logits(folder, PROMPT, weights=dequantized(read_weights_bf16_aware(folder)))
-    assert_close(model.logits(PROMPT).numpy(), reference, nbx.float32, nbx.as_device("cpu"))
+    assert isinstance(model.layers[0].wqkv, nbx.QuantizedTensor)   # q, k and v stacked by their words
+    weights = dequantized(read_weights_bf16_aware(folder))
+    assert_close(model.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT, weights=weights), dtype, device)
+    if device.type == "interp":   # a forward is seconds there; the decode path is the same code
+        return
+    new = model.generate(PROMPT, max_new_tokens=4)   # on cuda: the int4 products inside captured decode steps
+    assert_greedy_matches(new, decoder_logits(folder, PROMPT + new, weights=weights), len(PROMPT), dtype, device)
 
 
 def test_int4_experts_of_a_mixtral_stack_into_one_quantized_tensor_a_layer_and_give_the_dequantized_logits(tmp_path):

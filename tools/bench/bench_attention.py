@@ -16,24 +16,24 @@ here; nbx itself never imports it).
   sin), beside the copy ceiling of the same bytes (torch clone); and the fused rope + paged cache
   write against nbx's unfused pair (rope, then kv_cache_write).
 
-Timing: peer_timing.both (back-to-back calls behind a GPU spin, and one cold call after an L2 flush);
-ratio = torch time / nbx time (above 1: nbx faster).
+Timing: peer_timing.both: kernel us = back-to-back calls behind a GPU spin (GPU time alone), cold
+= one call after an L2 flush (the certifier's method); wall us = the median single call between two
+events with its host overhead (peer_timing.call_ms). ratio = torch kernel time / nbx kernel time
+(above 1: nbx faster). nbx's column says the path and setting it served (certified or the device
+file's tile). The whole run takes about 90 s on the H200 (printed at the end).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
-from peer_timing import allocator_name, both, deviation, measure, spin_cycles_per_ms
-
-PREFILL = [(128, 32, hk, n, causal) for hk in (32, 8) for n in (1024, 4096, 16384) for causal in (False, True)]
-PREFILL += [(d, 32, 8, 4096, causal) for d in (64, 256) for causal in (False, True)]
-DECODE = [(1, 1024), (1, 32768), (1, 131072), (8, 8192), (8, 32768), (64, 1024), (64, 8192), (64, 32768)]
-ROPE_TOKENS = (4096, 16384)
+from attention_shapes import DECODE, DECODE_HEADS, PREFILL, ROPE_TOKENS
+from peer_timing import allocator_name, both, call_ms, deviation, measure, spin_cycles_per_ms
 
 
 def torch_backend(fn) -> str:
@@ -66,6 +66,25 @@ def nb(t):
     return nbx.from_dlpack(t)
 
 
+def served(q, k, v, causal) -> str:
+    """nbx's path and setting for scaled_dot_product_attention(q, k, v) (the plan's detail)."""
+    try:
+        from nbx.core.ops.attention import AttentionOptions
+        from nbx.kernels.attention import dense_layout, launch_plan
+        lay = dense_layout(q, k, v, None, None, False)[0]
+        path, setting, splits = launch_plan(lay, AttentionOptions(1.0 / q.shape[-1] ** 0.5, causal)).detail
+        tile = "x".join(str(setting[p]) for p in ("block_m", "block_n") if p in setting)
+        extra = f" {setting['loads']}" if "loads" in setting else f" splits {splits}"
+        return f"{path} {tile or setting.get('block_n')} w{setting['num_warps']} s{setting['num_stages']}{extra}"
+    except Exception as exc:
+        return f"? ({type(exc).__name__})"
+
+
+def wall_us(fn) -> float:
+    """Median microseconds of one call, host overhead included."""
+    return call_ms(lambda: fn(0), 10) * 1e3
+
+
 def torch_sdpa(q, k, v, causal=False):
     """torch's SDPA, GQA through enable_gqa (torch >= 2.5) or, before it, K and V repeated per group."""
     if q.shape[1] == k.shape[1]:
@@ -81,7 +100,7 @@ def torch_sdpa(q, k, v, causal=False):
 def prefill(args, cycles):
     print("\n# prefill (bf16, one sequence; TFLOP/s = 4 L S D, halved when causal)")
     print(f"{'D':>4} {'Hq/Hk':>6} {'L=S':>6} {'causal':>6} {'nbx us':>9} {'torch us':>9} {'nbx TF/s':>9} {'torch TF/s':>10} "
-          f"{'ratio':>6} {'deviation':>10} {'cold us nbx/torch':>19}  torch backend")
+          f"{'ratio':>6} {'deviation':>10} {'cold us nbx/torch':>19} {'wall us nbx/torch':>19}  torch backend | nbx")
     gen = torch.Generator(device="cuda").manual_seed(0)
     for d, hq, hk, n, causal in PREFILL:
         try:
@@ -95,13 +114,16 @@ def prefill(args, cycles):
             dev = deviation(nbx_fn(0), torch_fn(0))
             backend = torch_backend(lambda: torch_fn(0))
             ours, peer = both(nbx_fn, torch_fn, 1, cycles)
+            walls = [wall_us(fn) for fn in (nbx_fn, torch_fn)]
+            setting = served(nq, nk, nv, causal)
         except Exception as exc:  # one failing case must not hide the rest
             print(f"{d:>4} {hq}/{hk:<3} {n:>6} {causal!s:>6} FAILED: {type(exc).__name__}: {exc}")
             continue
         flops = 4 * hq * n * n * d / (2 if causal else 1)
         print(f"{d:>4} {hq:>3}/{hk:<2} {n:>6} {causal!s:>6} {ours.gpu_us:9.1f} {peer.gpu_us:9.1f} "
               f"{flops / ours.gpu_us / 1e6:9.1f} {flops / peer.gpu_us / 1e6:10.1f} {peer.gpu_us / ours.gpu_us:6.2f} "
-              f"{dev:10.2e} {ours.cold_us:9.1f}/{peer.cold_us:<9.1f}  {backend}", flush=True)
+              f"{dev:10.2e} {ours.cold_us:9.1f}/{peer.cold_us:<9.1f} {walls[0]:9.1f}/{walls[1]:<9.1f}  "
+              f"{backend} | {setting}", flush=True)
         del q, k, v, nq, nk, nv
 
 
@@ -119,11 +141,12 @@ def paged_pair(k, v, block_tokens, gen):
 
 
 def decode(args, cycles):
-    print("\n# decode (bf16, 1 query token, GQA 32/8, D 128; TB/s = bytes of K and V read / time)")
-    print(f"{'batch':>5} {'context':>7} {'cache':>10} {'nbx us':>9} {'torch us':>9} {'nbx TB/s':>9} {'torch TB/s':>10} "
-          f"{'ratio':>6} {'deviation':>10} {'cold us nbx/torch':>19}  torch backend")
+    print("\n# decode (bf16, 1 query token, GQA 32/8, D 128; TB/s = bytes of K and V read / time; "
+          "'packed': q (batch, Hq, D) with cu_seqlens_q and max_q_len=1, as nbx.models' step)")
+    print(f"{'batch':>5} {'context':>7} {'cache':>13} {'nbx us':>9} {'torch us':>9} {'nbx TB/s':>9} {'torch TB/s':>10} "
+          f"{'ratio':>6} {'deviation':>10} {'cold us nbx/torch':>19} {'wall us nbx/torch':>19}  torch backend | nbx")
     gen = torch.Generator(device="cuda").manual_seed(1)
-    hq, hk, d = 32, 8, 128
+    hq, hk, d = DECODE_HEADS
     for batch, ctx in DECODE:
         q = torch.randn((batch, hq, 1, d), device="cuda", dtype=torch.bfloat16, generator=gen)
         k = torch.randn((batch, hk, ctx, d), device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -135,24 +158,31 @@ def decode(args, cycles):
         cases = [("contiguous", lambda i: nbx.scaled_dot_product_attention(nq, nk, nv, enable_gqa=True))]
         qp = nb(q.reshape(batch, hq, d).unsqueeze(1).contiguous())  # (batch, 1, Hq, D)
         lens = nb(torch.full((batch,), ctx, device="cuda", dtype=torch.int32))
+        qpacked = nb(q.reshape(batch, hq, d).contiguous())  # (batch, Hq, D), one query a sequence
+        cu = nb(torch.arange(batch + 1, device="cuda", dtype=torch.int32))
         for bt in (16, 64):
             kc, vc, table = paged_pair(k, v, bt, gen)
             nkc, nvc, ntab = nb(kc), nb(vc), nb(table)
             cases.append((f"paged {bt}", lambda i, a=nkc, b=nvc, t=ntab: nbx.paged_attention(
                 qp, a, b, t, lens, max_seq_len=ctx)))
+            if bt == 16:
+                cases.append((f"paged {bt} pk", lambda i, a=nkc, b=nvc, t=ntab: nbx.paged_attention(
+                    qpacked, a, b, t, lens, cu, max_seq_len=ctx, max_q_len=1).reshape(batch, 1, hq, d)))
         reference = torch_fn(0)
         for name, fn in cases:
             try:
                 out = fn(0)
                 dev = deviation(out, reference if name == "contiguous" else reference.transpose(1, 2))
                 ours, peer = both(fn, torch_fn, 1, cycles)
+                walls = [wall_us(f) for f in (fn, torch_fn)]
+                setting = served(nq, nk, nv, False) if name == "contiguous" else ""
             except Exception as exc:
-                print(f"{batch:>5} {ctx:>7} {name:>10} FAILED: {type(exc).__name__}: {exc}")
+                print(f"{batch:>5} {ctx:>7} {name:>13} FAILED: {type(exc).__name__}: {exc}")
                 continue
-            print(f"{batch:>5} {ctx:>7} {name:>10} {ours.gpu_us:9.1f} {peer.gpu_us:9.1f} "
+            print(f"{batch:>5} {ctx:>7} {name:>13} {ours.gpu_us:9.1f} {peer.gpu_us:9.1f} "
                   f"{kv_bytes / ours.gpu_us / 1e6:9.2f} {kv_bytes / peer.gpu_us / 1e6:10.2f} "
-                  f"{peer.gpu_us / ours.gpu_us:6.2f} {dev:10.2e} {ours.cold_us:9.1f}/{peer.cold_us:<9.1f}  {backend}",
-                  flush=True)
+                  f"{peer.gpu_us / ours.gpu_us:6.2f} {dev:10.2e} {ours.cold_us:9.1f}/{peer.cold_us:<9.1f} "
+                  f"{walls[0]:9.1f}/{walls[1]:<9.1f}  {backend} | {setting}", flush=True)
         del q, k, v, nk, nv, cases
 
 
@@ -164,7 +194,7 @@ def rotate_half(x):
 def rope(args, cycles):
     print("\n# rope (bf16, q [T, 32, 128] and k [T, 8, 128]; GB/s = bytes read and written / time)")
     print(f"{'tokens':>6} {'case':<26} {'nbx us':>9} {'peer us':>9} {'nbx GB/s':>9} {'peer GB/s':>9} {'ratio':>6} "
-          f"{'copy us':>8} {'nbx/copy':>8}")
+          f"{'copy us':>8} {'nbx/copy':>8} {'wall us nbx/peer':>17}")
     config = {"head_dim": 128, "max_position_embeddings": 32768, "rope_theta": 500000.0}
     cos, sin = nbx.rope_tables(config, dtype=nbx.bfloat16, device="cuda")
     tcos, tsin = torch.from_dlpack(cos), torch.from_dlpack(sin)
@@ -195,9 +225,11 @@ def rope_case(tokens, cos, sin, tcos, tsin, gen, cycles):
     dev = max(deviation(a, b) for a, b in zip(nbx_pair(0), torch_pair(0)))
     ours, peer = both(nbx_pair, torch_pair, 1, cycles)
     copy_us = measure(lambda i: (q.clone(), k.clone()), 1, cycles)[0]
+    walls = [wall_us(fn) for fn in (nbx_pair, torch_pair)]
     print(f"{tokens:>6} {'rope q,k vs torch chain':<26} {ours.gpu_us:9.1f} {peer.gpu_us:9.1f} "
           f"{moved / ours.gpu_us / 1e3:9.0f} {moved / peer.gpu_us / 1e3:9.0f} {peer.gpu_us / ours.gpu_us:6.2f} "
-          f"{copy_us:8.1f} {copy_us / ours.gpu_us:8.2f}  deviation {dev:.2e}", flush=True)
+          f"{copy_us:8.1f} {copy_us / ours.gpu_us:8.2f} {walls[0]:8.1f}/{walls[1]:<8.1f}  deviation {dev:.2e}",
+          flush=True)
     bt = 16
     blocks = tokens // bt + 1
     kc = nbx.zeros((blocks, bt, 8, 128), dtype=nbx.bfloat16, device="cuda")
@@ -211,10 +243,11 @@ def rope_case(tokens, cos, sin, tcos, tsin, gen, cycles):
         nbx.kv_cache_write(nbx.rotary_embedding(nk, cos, sin, npos), nv, kc, vc, slots)
 
     fused_t, unfused_t = both(fused, unfused, 1, cycles)
+    walls = [wall_us(fn) for fn in (fused, unfused)]
     written = (3 * k.numel() + 2 * v.numel()) * 2
     print(f"{tokens:>6} {'fused rope+write vs pair':<26} {fused_t.gpu_us:9.1f} {unfused_t.gpu_us:9.1f} "
           f"{written / fused_t.gpu_us / 1e3:9.0f} {written / unfused_t.gpu_us / 1e3:9.0f} "
-          f"{unfused_t.gpu_us / fused_t.gpu_us:6.2f}", flush=True)
+          f"{unfused_t.gpu_us / fused_t.gpu_us:6.2f} {'':8} {'':8} {walls[0]:8.1f}/{walls[1]:<8.1f}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -223,8 +256,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
     cycles = spin_cycles_per_ms()
+    began = time.perf_counter()
     for part in args.only:
         {"prefill": prefill, "decode": decode, "rope": rope}[part](args, cycles)
+    print(f"\n# done in {time.perf_counter() - began:.0f} s")
     return 0
 
 

@@ -1,28 +1,41 @@
 """Decoding a Llama on the GPU: nbx.models against torch written as Hugging Face writes it (eager,
 DynamicCache-style torch.cat cache) and torch with its decode step captured as a CUDA graph (a
 static cache, as HF's StaticCache + CUDA graphs), in one process (torch is the peer; nbx itself
-never imports it).
+never imports it); then nbx's int4 (W4A16) weights against its own bfloat16 at Llama-3-8B's shape.
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_models.py
-    ... bench_models.py --shape both      # Llama-3-8B's shape too (writes a 16 GB checkpoint: ~2 min more)
-    ... bench_models.py --json models.json && python3 tools/bench/plot_models.py models.json models.png
+    ... bench_models.py --shape both      # Llama-3-8B's shape against torch too (a 16 GB checkpoint: ~2 min more)
+    ... bench_models.py --json models.json --markdown && python3 tools/bench/plot_models.py models.json
 
-The checkpoint is seeded (nbx.models.write_checkpoint, weights drawn on the GPU, bfloat16) in the
+The checkpoints are seeded (nbx.models.write_checkpoint, weights drawn on the GPU, bfloat16) in the
 HF layout with the shape of Llama-3.2-1B (tied embeddings, GQA 32/8, head dim 64, llama3 rope), or
 Llama-3-8B. Prompt 512 random token ids, 256 new tokens, greedy, batch 1 (--batch runs several
 prompts of 512 through nbx's batched generate and torch's padded batch of equal lengths).
 
-Figures: prefill tokens/s (the prompt's forward and the first token, synchronized), decode tokens/s
-and ms/token (every later token; each step reads its token back to the host, as a generation loop
-must). Roofline: the bytes a decode step must read (every weight once, the lm_head included, and
-the KV cache at the mean context) over the copy bandwidth measured in this run (torch clone of
-1 GiB). Peak: nbx's allocator's live peak against the plan priced before the run (weights + KV
-cache + the prefill's largest live activations), and torch.cuda.max_memory_allocated.
+Every system runs the timed sizes once before it is timed (nbx: kernels compiled and screened, the
+decode steps captured; torch eager: cuBLAS's and SDPA's per-shape plans made for every context
+length the decode passes through: SDPA's cuDNN attention likely builds one for each new length,
+and the first H200 run, which timed eager cold, saw 20 tokens/s; the cold run's figures are
+printed apart).
+Figures: prefill tokens/s (the prompt's forward and the first token, synchronized), decode
+tokens/s and ms/token (every later token; each step reads its token back to the host, as a
+generation loop must: wall time, a synchronized step's GPU time plus the host's share), % of the
+roofline (the bytes a decode step must read, every weight once, the lm_head included, and the KV
+cache at the mean context, over the copy bandwidth measured in this run), peak GB (nbx: its
+allocator's peak of requested bytes in the timed run, against model.memory_plan's price made
+before any run; torch: torch.cuda.max_memory_allocated).
+
+int4 (--int4-layers, default 1,2): Llama-3-8B's shape with only a few layers (the lm_head and
+embeddings whole), bfloat16 and int4 (group 128, asymmetric, bfloat16 scales and minima)
+checkpoints of the same seeded weights; the decode time per token at two layer counts gives the
+time per layer and the rest (embedding, final norm, lm_head, the step's host work), extrapolated
+to the real model's 32 layers. The output says which figures are measured and which extrapolated.
 """
 from __future__ import annotations
 
 import argparse
-import math
+import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -184,6 +197,20 @@ def nbx_run(model, prompts, new_tokens):
     return out, first - start, times[-1] - first
 
 
+def nbx_timed(model, prompts, new_tokens):
+    """A warm-up generation at the timed sizes, then the timed one; the allocator's peaks (requested
+    bytes) of both: (tokens, prefill s, decode s, first run's peak, timed run's peak, the captured
+    steps' private pools)."""
+    from nbx.memory.allocator import get_allocator
+    allocator, cuda0 = get_allocator("cuda"), nbx.as_device("cuda:0")
+    allocator.reset_peak(cuda0)
+    nbx_run(model, prompts, new_tokens)   # kernels compiled, screened and tuned; decode steps captured
+    first_peak = allocator.stats(cuda0).peak_live_bytes
+    allocator.reset_peak(cuda0)
+    tokens, prefill, decode = nbx_run(model, prompts, new_tokens)   # replays the kept cache's captured steps
+    return tokens, prefill, decode, first_peak, allocator.stats(cuda0).peak_live_bytes, model.decode_graph_bytes()
+
+
 def copy_bandwidth() -> float:
     x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
@@ -198,110 +225,207 @@ def copy_bandwidth() -> float:
     return 2 * x.numel() * 10 / (start.elapsed_time(end) * 1e-3)
 
 
-def plan_bytes(config, batch, prompt, new):
-    """What the run must hold: weights, the KV cache, and the prefill's largest live activations
-    (the residual, a layer's q/k/v/attention output, the MLP's gate and up products, the logits)."""
-    shapes = models.families.parameter_shapes(config)
-    weights = sum(2 * math.prod(s) for s in shapes.values())
-    kv = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * 2 * (prompt + new)
-    tokens = batch * prompt
-    hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    acts = 2 * tokens * (3 * hidden + 2 * heads * config["head_dim"] + 3 * config["intermediate_size"])
-    logits = 4 * batch * config["vocab_size"] * 2
-    return weights, kv * batch, acts + logits
-
-
-def read_bytes_per_step(config, batch, prompt, new):
-    shapes = models.families.parameter_shapes(config)
-    weights = sum(2 * math.prod(s) for name, s in shapes.items() if name != "model.embed_tokens.weight" or
-                  config["tie_word_embeddings"])   # a tied table is read whole as the lm_head
+def read_bytes_per_step(model, config, batch, prompt, new):
+    """Every weight a decode step reads (the embedding only where it is the tied lm_head: a step
+    takes one row of it otherwise) and the KV cache at the mean context."""
+    weights = model.memory_plan([prompt] * batch, new).weights
+    if not config["tie_word_embeddings"]:
+        weights -= model.embed.nbytes
     mean_context = prompt + new / 2
     kv = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * 2 * mean_context
     return weights + batch * kv
 
 
+def cleared(model=None):
+    """Give nbx's cached blocks back (before torch's turn, or the next model's)."""
+    from nbx.memory.allocator import get_allocator
+    if model is not None:
+        model.release_cache()
+    get_allocator("cuda").empty_cache(nbx.as_device("cuda:0"))
+
+
+GB = 1e9
+
+
+def compare(shape, args, bandwidth, gen, results):
+    """nbx, torch eager and torch CUDA graphs on one seeded checkpoint of `shape`."""
+    config = config_of(shape)
+    prompts = torch.randint(0, config["vocab_size"], (args.batch, args.prompt), generator=gen).tolist()
+    decoded = args.batch * (args.new - 1)
+    with tempfile.TemporaryDirectory(prefix=f"nbx-bench-{shape}-", dir="/tmp") as tmp:
+        t0 = time.perf_counter()
+        folder = models.write_checkpoint(Path(tmp), config, seed=0, dtype="bfloat16", shards=4, device="cuda")
+        print(f"\nLlama {shape} shape: {config['num_hidden_layers']} layers, hidden {config['hidden_size']}, GQA "
+              f"{config['num_attention_heads']}/{config['num_key_value_heads']}, vocab {config['vocab_size']}, "
+              f"bfloat16; batch {args.batch}, prompt {args.prompt}, {args.new} new tokens, greedy. Checkpoint written "
+              f"in {time.perf_counter() - t0:.1f} s")
+        cleared()
+        t0 = time.perf_counter()
+        model = models.load(folder, device="cuda")
+        plan = model.memory_plan([args.prompt] * args.batch, args.new)
+        step_bytes = read_bytes_per_step(model, config, args.batch, args.prompt, args.new)
+        print(f"nbx load {time.perf_counter() - t0:.1f} s; {plan.line()}")
+        rows, nbx_tokens = [], None
+        try:
+            nbx_tokens, prefill, decode, first_peak, peak, pools = nbx_timed(model, prompts, args.new)
+            rows.append((f"nbx ({model.last_decode} decode)", prefill, decode, peak))
+            print(f"nbx peak / priced: timed run {peak / plan.total:.3f} (goal <= 1.05); first run "
+                  f"{first_peak / plan.total:.3f} (a kernel's first launch screens its setting on inputs of its "
+                  f"key's smallest launch: the lm_head's weight among them); the captured decode steps' private "
+                  f"pools hold {pools / 2**20:,.1f} MiB more, outside the allocator's figures")
+        except nbx.NbxError as exc:
+            print(f"nbx refused: {type(exc).__name__}: {exc}")
+        cleared(model)
+        del model
+        cleared()
+        peer = TorchLlama(folder, config)
+        torch_eager(peer, [p[:16] for p in prompts], 4)   # cuBLAS handles and SDPA kernels loaded
+        _, cold_prefill, cold_decode = torch_eager(peer, prompts, args.new)   # every context length's plans made
+        torch.cuda.reset_peak_memory_stats()
+        eager_tokens, prefill, decode = torch_eager(peer, prompts, args.new)
+        rows.append(("torch eager", prefill, decode, torch.cuda.max_memory_allocated()))
+        print(f"torch eager's cold run (the same sizes, first): prefill {args.batch * args.prompt / cold_prefill:,.0f} "
+              f"tokens/s, decode {decoded / cold_decode:,.1f} tokens/s")
+        torch.cuda.reset_peak_memory_stats()
+        _, prefill, decode = torch_graphs(peer, prompts, args.new)
+        rows.append(("torch CUDA graphs", prefill, decode, torch.cuda.max_memory_allocated()))
+        table(shape, args, rows, step_bytes, bandwidth, plan, results)
+        if nbx_tokens is not None:
+            torch_rows = [list(r) for r in zip(*eager_tokens)]
+            same = sum(a == b for x, y in zip(nbx_tokens, torch_rows) for a, b in zip(x, y))
+            print(f"greedy tokens equal to torch eager's: {same} of {args.batch * args.new} (bf16 both: after a "
+                  f"near-tie the two continue differently)")
+        del peer
+        torch.cuda.empty_cache()
+
+
+def table(shape, args, rows, step_bytes, bandwidth, plan, results):
+    decoded = args.batch * (args.new - 1)
+    rates = {name: (args.batch * args.prompt / prefill, decoded / decode) for name, prefill, decode, _ in rows}
+    eager, graphs = rates["torch eager"], rates["torch CUDA graphs"]
+    best_prefill = max(eager[0], graphs[0])
+    print(f"{'':22} {'prefill tok/s':>13} {'vs torch':>8} {'decode tok/s':>12} {'ms/token':>8} {'% roofline':>10} "
+          f"{'peak GB':>7} {'vs graphs':>9} {'vs eager':>8}")
+    for name, prefill, decode, peak in rows:
+        prefill_tps, tps = rates[name]
+        roof = 100 * (step_bytes * (args.new - 1) / decode) / bandwidth
+        print(f"{name:22} {prefill_tps:13,.0f} {prefill_tps / best_prefill:7.2f}x {tps:12,.1f} "
+              f"{decode / (args.new - 1) * 1e3:8.2f} {roof:9.1f}% {peak / GB:7.2f} {tps / graphs[1]:8.2f}x "
+              f"{tps / eager[1]:7.2f}x")
+        results.append(dict(shape=shape, batch=args.batch, prompt=args.prompt, new=args.new, system=name,
+                            prefill_tokens_s=prefill_tps, prefill_vs_torch=prefill_tps / best_prefill,
+                            decode_tokens_s=tps, ms_token=decode / (args.new - 1) * 1e3, roofline_pct=roof,
+                            peak_gb=peak / GB, priced_gb=plan.total / GB if name.startswith("nbx") else None,
+                            vs_torch_graphs=tps / graphs[1], vs_torch_eager=tps / eager[1]))
+    print("(prefill vs torch: against the faster of torch's two prefills; decode against each torch peer)")
+
+
+# ---- int4 against bfloat16, at Llama-3-8B's shape with a few layers -----------------------------
+def with_layers(folder: Path, layers: int, into: Path) -> Path:
+    """The checkpoint seen through a config that keeps its first `layers` layers (the files linked)."""
+    into.mkdir()
+    config = json.loads((folder / "config.json").read_text())
+    (into / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    for file in folder.iterdir():
+        if file.name != "config.json":
+            os.symlink(file, into / file.name)
+    return into
+
+
+def int4_case(args, bandwidth, results):
+    counts = sorted(int(n) for n in args.int4_layers.split(","))
+    if len(counts) != 2 or counts[0] < 1 or counts[0] == counts[1]:
+        raise SystemExit("--int4-layers takes two different layer counts, as 1,2")
+    full = SHAPES["8b"]["num_hidden_layers"]
+    config = {**config_of("8b"), "num_hidden_layers": counts[1]}
+    prompt, new = [list(range(1000, 1000 + args.prompt))], args.int4_new
+    print(f"\nint4 weights (W4A16, group 128, asymmetric, bfloat16 scales and minima) against bfloat16, Llama-3-8B's "
+          f"shape with {counts[0]} and {counts[1]} of its {full} layers (lm_head and embeddings whole, bfloat16 in "
+          f"both); batch 1, prompt {args.prompt}, {new} new tokens. MEASURED at {counts[0]} and {counts[1]} layers; "
+          f"EXTRAPOLATED to {full}: time per token = the rest + {full} x the time per layer")
+    measured = {}
+    with tempfile.TemporaryDirectory(prefix="nbx-bench-int4-", dir="/tmp") as tmp:
+        for kind, int4 in (("bfloat16", None), ("int4", (128, "asymmetric"))):
+            t0 = time.perf_counter()
+            folder = models.write_checkpoint(Path(tmp) / kind, config, seed=0, dtype="bfloat16", shards=2,
+                                             device="cuda", int4=int4)
+            print(f"{kind} checkpoint of {counts[1]} layers written in {time.perf_counter() - t0:.1f} s")
+            for layers in counts:
+                cleared()
+                model = models.load(with_layers(folder, layers, Path(tmp) / f"{kind}-{layers}"), device="cuda")
+                plan = model.memory_plan([args.prompt], new)
+                step_bytes = read_bytes_per_step(model, {**config, "num_hidden_layers": layers}, 1, args.prompt, new)
+                try:
+                    _, prefill, decode, _, peak, _ = nbx_timed(model, prompt, new)
+                except nbx.NbxError as exc:
+                    print(f"  {kind} {layers} layers: nbx refused: {type(exc).__name__}: {exc}")
+                    cleared(model)
+                    return
+                per_token = decode / (new - 1)
+                measured[kind, layers] = (per_token, step_bytes)
+                print(f"  {kind:9} {layers} layers, measured: decode {1 / per_token:9,.1f} tokens/s ({per_token * 1e3:.3f} "
+                      f"ms/token, {100 * step_bytes / per_token / bandwidth:.1f}% of roofline), prefill "
+                      f"{args.prompt / prefill:,.0f} tokens/s, peak / priced {peak / plan.total:.3f} "
+                      f"({model.last_decode} decode)")
+                cleared(model)
+                del model
+    lo, hi = counts
+    rates = {}
+    for kind in ("bfloat16", "int4"):
+        (t_lo, b_lo), (t_hi, b_hi) = measured[kind, lo], measured[kind, hi]
+        layer_s, layer_b = (t_hi - t_lo) / (hi - lo), (b_hi - b_lo) / (hi - lo)
+        t_full, b_full = t_lo + (full - lo) * layer_s, b_lo + (full - lo) * layer_b
+        rates[kind] = 1 / t_full
+        print(f"  {kind:9} {full} layers, EXTRAPOLATED: {1 / t_full:9,.1f} tokens/s ({t_full * 1e3:.3f} ms/token: "
+              f"{layer_s * 1e3:.4f} ms a layer, {(t_lo - lo * layer_s) * 1e3:.3f} ms the rest), "
+              f"{100 * b_full / t_full / bandwidth:.1f}% of roofline ({b_full / GB:.2f} GB read a step)")
+        results.append(dict(shape="8b", batch=1, prompt=args.prompt, new=new, system=f"nbx {kind} (extrapolated)",
+                            decode_tokens_s=1 / t_full, ms_token=t_full * 1e3,
+                            roofline_pct=100 * b_full / t_full / bandwidth, measured_layers=[lo, hi]))
+    print(f"int4 / bfloat16 decode tokens/s at {full} layers (extrapolated): {rates['int4'] / rates['bfloat16']:.2f}x "
+          f"(goal >= 2.5)")
+
+
+def print_markdown(results):
+    print("\n| shape | system | prefill tok/s | prefill vs torch | decode tok/s | ms/token | % roofline | "
+          "peak GB (priced) | decode vs torch graphs | vs torch eager |\n|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        def cell(key, form):
+            return format(r[key], form) if r.get(key) is not None else ""
+        peak = cell("peak_gb", ".2f") + (f" ({r['priced_gb']:.2f})" if r.get("priced_gb") is not None else "")
+        print(f"| {r['shape']} | {r['system']} | {cell('prefill_tokens_s', ',.0f')} | {cell('prefill_vs_torch', '.2f')} "
+              f"| {r['decode_tokens_s']:,.1f} | {r['ms_token']:.2f} | {r['roofline_pct']:.1f} | {peak} | "
+              f"{cell('vs_torch_graphs', '.2f')} | {cell('vs_torch_eager', '.2f')} |")
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shape", choices=["1b", "8b", "both"], default="1b")
+    parser.add_argument("--shape", choices=["1b", "8b", "both", "none"], default="1b",
+                        help="the shapes run against torch (none: the int4 case alone)")
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--new", type=int, default=256)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--int4-layers", default="1,2",
+                        help="the two layer counts of the 8B-shape int4 case ('' skips it)")
+    parser.add_argument("--int4-new", type=int, default=64, help="new tokens of the int4 case")
     parser.add_argument("--json", help="also write the table's rows here (tools/bench/plot_models.py draws them)")
+    parser.add_argument("--markdown", action="store_true", help="print the rows as docs/performance.md's table")
     args = parser.parse_args()
+    began = time.perf_counter()
     results = []
     bandwidth = copy_bandwidth()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}; copy bandwidth {bandwidth / 1e12:.2f} TB/s "
-          f"(torch clone of 1 GiB, this run): the roofline below")
-    from nbx.memory.allocator import get_allocator
+          f"(torch copy of 1 GiB, this run): the roofline below")
     gen = torch.Generator().manual_seed(0)
-    for shape in (["1b", "8b"] if args.shape == "both" else [args.shape]):
-        config = config_of(shape)
-        prompts = torch.randint(0, config["vocab_size"], (args.batch, args.prompt), generator=gen).tolist()
-        with tempfile.TemporaryDirectory(prefix=f"nbx-bench-{shape}-", dir="/tmp") as tmp:
-            t0 = time.perf_counter()
-            folder = models.write_checkpoint(Path(tmp), config, seed=0, dtype="bfloat16", shards=4, device="cuda")
-            written = time.perf_counter() - t0
-            weights_b, kv_b, acts_b = plan_bytes(config, args.batch, args.prompt, args.new)
-            planned = weights_b + kv_b + acts_b
-            print(f"\nLlama {shape} shape: {config['num_hidden_layers']} layers, hidden {config['hidden_size']}, "
-                  f"GQA {config['num_attention_heads']}/{config['num_key_value_heads']}, vocab {config['vocab_size']},"
-                  f" bfloat16; batch {args.batch}, prompt {args.prompt}, {args.new} new tokens, greedy. Checkpoint "
-                  f"written in {written:.1f} s")
-            step_bytes = read_bytes_per_step(config, args.batch, args.prompt, args.new)
-            rows = []
-            cuda0 = nbx.as_device("cuda:0")
-            get_allocator("cuda").empty_cache(cuda0)
-            get_allocator("cuda").reset_peak(cuda0)   # the writer's draws are not the model's
-            t0 = time.perf_counter()
-            model = models.load(folder, device="cuda")
-            print(f"nbx load {time.perf_counter() - t0:.1f} s; planned {planned / 2**30:.2f} GiB (weights "
-                  f"{weights_b / 2**30:.2f}, KV cache {kv_b / 2**30:.2f}, prefill activations {acts_b / 2**30:.2f})")
-            try:
-                # a warm-up at the timed sizes: kernels compiled and tuned, the decode steps captured
-                # (the second generation of the same sizes reuses the kept cache and its graphs)
-                nbx_run(model, prompts, args.new)
-                nbx_tokens, prefill, decode = nbx_run(model, prompts, args.new)
-                peak = get_allocator("cuda").stats(cuda0).peak_live_bytes
-                rows.append((f"nbx ({model.last_decode} decode)", prefill, decode, peak))
-            except nbx.NbxError as exc:
-                print(f"nbx refused: {type(exc).__name__}: {exc}")
-                nbx_tokens = None
-            model.release_cache()
-            del model
-            get_allocator("cuda").empty_cache(cuda0)   # hand nbx's cached blocks back before torch's turn
-            peer = TorchLlama(folder, config)
-            torch_eager(peer, [p[:16] for p in prompts], 4)   # cuBLAS handles and SDPA kernels loaded
-            torch.cuda.reset_peak_memory_stats()
-            eager_tokens, prefill, decode = torch_eager(peer, prompts, args.new)
-            rows.append(("torch eager", prefill, decode, torch.cuda.max_memory_allocated()))
-            torch.cuda.reset_peak_memory_stats()
-            graph_tokens, prefill, decode = torch_graphs(peer, prompts, args.new)
-            rows.append(("torch CUDA graphs", prefill, decode, torch.cuda.max_memory_allocated()))
-            graph_tps = args.batch * (args.new - 1) / rows[-1][2]
-            print(f"{'':22} {'prefill tok/s':>14} {'decode tok/s':>13} {'ms/token':>9} {'% roofline':>11} "
-                  f"{'peak GiB':>9} {'decode vs graphs':>17}")
-            for name, prefill, decode, peak in rows:
-                tps = args.batch * (args.new - 1) / decode
-                roof = 100 * (step_bytes * (args.new - 1) / decode) / bandwidth
-                print(f"{name:22} {args.batch * args.prompt / prefill:14,.0f} {tps:13,.1f} "
-                      f"{decode / (args.new - 1) * 1e3:9.2f} {roof:10.1f}% {peak / 2**30:9.2f} "
-                      f"{tps / graph_tps:16.2f}x")
-                results.append(dict(shape=shape, batch=args.batch, prompt=args.prompt, new=args.new, system=name,
-                                    prefill_tokens_s=args.batch * args.prompt / prefill, decode_tokens_s=tps,
-                                    ms_token=decode / (args.new - 1) * 1e3, roofline_pct=roof, peak_gib=peak / 2**30,
-                                    planned_gib=planned / 2**30))
-            if rows[0][0].startswith("nbx"):
-                print(f"nbx peak / planned: {rows[0][3] / planned:.3f}")
-            if nbx_tokens is not None:
-                torch_rows = [list(r) for r in zip(*eager_tokens)]
-                same = sum(a == b for x, y in zip(nbx_tokens, torch_rows) for a, b in zip(x, y))
-                print(f"greedy tokens equal to torch eager's: {same} of {args.batch * args.new} (bf16 both: "
-                      f"after a near-tie the two continue differently)")
-            del peer
-            torch.cuda.empty_cache()
+    for shape in {"both": ["1b", "8b"], "none": []}.get(args.shape, [args.shape]):
+        compare(shape, args, bandwidth, gen, results)
+    if args.int4_layers:
+        int4_case(args, bandwidth, results)
     if args.json:
-        import json
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    if args.markdown:
+        print_markdown(results)
+    print(f"\nbench_models: {time.perf_counter() - began:.0f} s")
 
 
 if __name__ == "__main__":

@@ -10,13 +10,15 @@ Layers (bfloat16, weights [E, I, H] / [E, H, I], softmax routing, top-k renormal
 - mixtral-8x7b: 8 experts, top-2, hidden 4096, intermediate 14336
 at prefill 512 and 4096 tokens and decode 1, 8 and 64 tokens (the band is 16 tokens or fewer).
 
-Printed per case: kernel us (back to back, peer_timing.measure), wall us of one call (call_ms),
-TFLOP/s over the pairs' useful flops (6 * pairs * H * I) and its % of the H200's dense bf16 peak
-(989 TFLOP/s, the spec sheet), GB/s over the bytes of the selected experts' weights and its % of
-HBM (4.8 TB/s, the spec sheet), ratio = torch time / nbx time, the deviation from torch's result;
-then, at 512 tokens, routing + alignment (moe_route and moe_align) as a share of the layer's time.
-Run after certifying the keys (tools/gpu_certify.sh), or with NBX_AUTOTUNE_NO_SWEEP=1 for the device
-file's tiles; it takes under three minutes.
+Printed per case: kernel us of the layer, nbx and torch (back to back, peer_timing.measure), ratio =
+torch / nbx, wall us of one call each (call_ms); the expert GEMMs alone (the plan's gate/up and down
+launches rerun over one call's tables, nbx.kernels.moe.staged_runs): their us, TFLOP/s over the
+pairs' useful flops (6 * pairs * H * I) and % of the H200's dense bf16 peak (989 TFLOP/s, the spec
+sheet); GB/s over the bytes of the selected experts' weights in the layer's time and % of HBM
+(4.8 TB/s, the spec sheet: the decode goal); routing + alignment (moe_route over the logits, then
+the plan's alignment launches) as a share of routing + the layer; the deviation from torch's result.
+Run after certifying the keys (tools/gpu_certify.sh with certificates/keys/nvidia-h200-140gb-moe.json),
+or with NBX_AUTOTUNE_NO_SWEEP=1 for the device file's tiles; it takes about a minute.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ import numpy as np
 import torch
 
 import nbx.core as nbx
-from peer_timing import allocator_name, both, call_ms, deviation, spin_cycles_per_ms
+from nbx.kernels.moe import staged_runs
+from peer_timing import allocator_name, both, call_ms, deviation, measure, spin_cycles_per_ms
 
 PEAK_TFLOPS = 989.0     # H200 SXM dense bf16, spec sheet
 PEAK_GBS = 4800.0       # H200 HBM3e, spec sheet
@@ -60,8 +63,8 @@ def layer(count, k, hidden, inter, tokens):
     return (x, weights, experts, wg, wu, wd), logits
 
 
-HEADER = (f"{'layer':<14} {'tokens':>6} {'nbx us':>9} {'torch us':>9} {'ratio':>6} {'TF/s':>7} {'%peak':>6} "
-          f"{'GB/s':>6} {'%HBM':>5} {'wall us nbx/torch':>18} {'deviation':>9}")
+HEADER = (f"{'layer':<14} {'tokens':>6} {'nbx us':>9} {'torch us':>9} {'ratio':>6} {'wall us nbx/torch':>18} "
+          f"{'gemm us':>9} {'TF/s':>6} {'%peak':>6} {'GB/s':>6} {'%HBM':>5} {'route+align':>11} {'deviation':>9}")
 
 
 def case(name, count, k, hidden, inter, tokens, cycles):
@@ -73,18 +76,24 @@ def case(name, count, k, hidden, inter, tokens, cycles):
         dev = deviation(nbx_fn(0), torch_fn(0))
         mine, peer = both(nbx_fn, torch_fn, 1, cycles)
         wall = [call_ms(lambda fn=fn: fn(0), 10) * 1e3 for fn in (nbx_fn, torch_fn)]
+        stages = staged_runs(*ours)
+        gemm_us = measure(lambda i: stages["gemms"](), 1, cycles)[0]
+        view = nbx.from_dlpack(logits)
+        route_align_us = measure(lambda i: (nbx.moe_route(view, k), stages["alignment"]()), 1, cycles)[0]
+        route_us = measure(lambda i: nbx.moe_route(view, k), 1, cycles)[0]
     except Exception as exc:  # report and go on: one failing case must not hide the rest
         print(f"{name:<14} {tokens:>6} FAILED: {type(exc).__name__}: {exc}", flush=True)
-        return None, None
+        return
     pairs = tokens * k
     hit = int(torch.unique(torch_args[2]).numel())
     flops = 6 * pairs * hidden * inter
     weight_bytes = hit * 3 * hidden * inter * 2
-    tflops, gbs = flops / mine.gpu_us / 1e6, weight_bytes / mine.gpu_us / 1e3
+    tflops, gbs = flops / gemm_us / 1e6, weight_bytes / mine.gpu_us / 1e3
+    share = 100 * route_align_us / (route_us + mine.gpu_us)
     print(f"{name:<14} {tokens:>6} {mine.gpu_us:9.1f} {peer.gpu_us:9.1f} {peer.gpu_us / mine.gpu_us:6.2f} "
-          f"{tflops:7.1f} {100 * tflops / PEAK_TFLOPS:5.1f}% {gbs:6.0f} {100 * gbs / PEAK_GBS:4.0f}% "
-          f"{wall[0]:8.1f}/{wall[1]:<9.1f} {dev:9.2e}{' (host-bound)' if mine.host_bound else ''}", flush=True)
-    return mine, logits
+          f"{wall[0]:8.1f}/{wall[1]:<9.1f} {gemm_us:9.1f} {tflops:6.1f} {100 * tflops / PEAK_TFLOPS:5.1f}% "
+          f"{gbs:6.0f} {100 * gbs / PEAK_GBS:4.0f}% {share:10.1f}% {dev:9.2e}"
+          f"{' (host-bound)' if mine.host_bound else ''}", flush=True)
 
 
 def int4_case(count, k, hidden, inter, tokens, cycles):
@@ -104,19 +113,7 @@ def int4_case(count, k, hidden, inter, tokens, cycles):
     weight_bytes = hit * sum(q.nbytes for q in quantized) // count
     gbs = weight_bytes / mine.gpu_us / 1e3
     print(f"{'int4 g128':<14} {tokens:>6} {mine.gpu_us:9.1f} {peer.gpu_us:9.1f} {peer.gpu_us / mine.gpu_us:6.2f} "
-          f"{'':>7} {'':>6} {gbs:6.0f} {100 * gbs / PEAK_GBS:4.0f}% {'':>18} {dev:9.2e}", flush=True)
-
-
-def routing_share(name, count, k, logits, layer_us, cycles):
-    from peer_timing import measure
-    view = nbx.from_dlpack(logits)
-
-    def route_align(i):
-        route = nbx.moe_route(view, k)
-        return nbx.moe_align(route.experts, count, 64)
-    us, _, _ = measure(route_align, 1, cycles)
-    print(f"{name:<14} routing + alignment at {logits.shape[0]} tokens: {us:.1f} us, "
-          f"{100 * us / layer_us:.1f}% of the layer (goal <= 10%)", flush=True)
+          f"{'':>18} {'':>9} {'':>6} {'':>6} {gbs:6.0f} {100 * gbs / PEAK_GBS:4.0f}% {'':>11} {dev:9.2e}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -130,9 +127,7 @@ def main(argv=None) -> int:
     print(HEADER)
     for name, (count, k, hidden, inter) in LAYERS.items():
         for tokens in ((512, 1) if args.quick else TOKENS):
-            timed, logits = case(name, count, k, hidden, inter, tokens, cycles)
-            if timed is not None and tokens == 512:
-                routing_share(name, count, k, logits, timed.gpu_us, cycles)
+            case(name, count, k, hidden, inter, tokens, cycles)
             torch.cuda.empty_cache()
     if args.int4:
         for tokens in (1, 8, 512):

@@ -8,6 +8,7 @@
         constraint=lambda s, facts: s["block"] % (s["num_warps"] * facts.value("compute.warp_size")) == 0
                                     or "fewer elements than threads",
         workload=make_workload,        # (representative launch, device) -> screen.Workload
+        weights={"n": 1},              # how much the setting depends on each size field (neighbours)
     )
     declare(BLOCKS)                    # the certifier and `nbx autotune check` find it by name
 
@@ -16,6 +17,11 @@ compiles: num_warps by the threads a block may have, num_stages by the pipelinin
 kernel's own constraint (shared memory and registers helpers below) and its per-key
 `fits(setting, rep, facts)`, which sees the key's representative launch (its sizes and dtype). A
 constraint answers True (keep), False or a text (pruned, the text saying why).
+
+`weights` says how much the setting depends on each size field of the key (classed or exact): a
+key served a neighbour's setting takes the neighbour nearest in octaves weighted so (space.distance).
+A field not named weighs 1; a row kernel whose tile follows the row's width and hardly its row
+count weighs the width above the element count (nbx.kernels.rows.ROW_WEIGHTS).
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ class Tunable:
     constraint: Callable | None = None
     fits: Callable | None = None
     default_from: str | None = None
+    weights: Mapping[str, float] | None = None
     key_fields: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -63,6 +70,19 @@ class Tunable:
             frozen[param] = values
         object.__setattr__(self, "params", MappingProxyType(frozen))
         object.__setattr__(self, "key_fields", keys.check_spec(self.name, self.key))
+        object.__setattr__(self, "weights", MappingProxyType(self._checked_weights()))
+
+    def _checked_weights(self) -> dict:
+        sizes = [n for n, kind in self.key_fields if kind in keys.LADDERS or kind == "exact"]
+        given = dict(self.weights or {})
+        for name, weight in given.items():
+            if name not in sizes:
+                raise ArgumentError(f"kernel {self.name!r}: weights name {name!r}, which is not a size field of "
+                                    f"its key (its size fields: {sizes})")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+                raise ArgumentError(f"kernel {self.name!r}: the weight of key field {name!r} is a number above 0, "
+                                    f"got {weight!r}")
+        return {name: float(given.get(name, 1.0)) for name in sizes}
 
     @property
     def parameters(self) -> list[str]:
@@ -187,7 +207,8 @@ def declare(tunable: Tunable) -> Tunable:
     with _registry_lock:
         known = _registry.get(tunable.name)
         if known is not None and known is not tunable and (
-                dict(known.params) != dict(tunable.params) or known.key_fields != tunable.key_fields):
+                dict(known.params) != dict(tunable.params) or known.key_fields != tunable.key_fields
+                or dict(known.weights) != dict(tunable.weights)):
             raise ArgumentError(f"kernel {tunable.name!r} is declared twice with different parameters or keys")
         _registry[tunable.name] = tunable
     return tunable

@@ -227,23 +227,27 @@ def _nearest(tunable, text: str, certificates, identity, facts) -> str:
     found = neighbours.ranked(tunable, key, certificates.entries(identity, tunable, facts), facts)
     if not found:
         return "; no certified neighbour (same dtype and layout)"
-    apart = space.distance(tunable.key, key, keys.parse(tunable.name, tunable.key, found[0][0], facts))[0]
-    return f"; nearest certified neighbour {found[0][0]} ({apart:.2f} octave(s) away)"
+    apart = space.distance(tunable.key, key, keys.parse(tunable.name, tunable.key, found[0][0], facts),
+                           tunable.weights)[0]
+    return f"; nearest certified neighbour {found[0][0]} ({apart:.2f} weighted octave(s) away)"
 
 
 def _space_coverage(args, tunables, certificates) -> int:
     from . import space
     facts, identity = _arch_facts(args), _identity_from_args(args)
     chosen = {k: t for k, t in sorted(tunables.items()) if not args.kernel or k in args.kernel}
-    short = 0
+    short = near = bare = 0
     for name, tunable in chosen.items():
         found = space.space_coverage(tunable, facts, certificates.entries(identity, tunable, facts))
         short += found.size - found.certified
+        near, bare = near + found.by_neighbour, bare + found.uncovered
         share = 100.0 * found.certified / found.size if found.size else 100.0
-        print(f"{name:18s} {found.certified} of {found.size} key(s) of its key space certified ({share:.2f} %); "
+        print(f"{name:18s} {found.certified} of {found.size} key(s) of its key space certified ({share:.2f} %), "
+              f"{found.by_neighbour} from a certified neighbour, {found.uncovered} with none; "
               f"{len(found.outside)} certified key(s) outside it")
     print(f"nbx autotune coverage: key spaces of {len(chosen)} kernel(s) over {facts.name}'s autotune.key_space "
-          f"({identity.device_class}, {identity.compiler}): {short} key(s) uncertified")
+          f"({identity.device_class}, {identity.compiler}): {short} key(s) uncertified, of which {near} served "
+          f"from a certified neighbour (after a screen) and {bare} by no certificate")
     return 1 if short else 0
 
 

@@ -12,7 +12,8 @@ key that cannot be formed, into KeyNotCertified naming the kernel, the key and w
 Every run can print its report line (report_line()); NBX_AUTOTUNE_REPORT=1 prints it at exit:
     [autotune] certified: N key(s) served without a sweep, M swept at runtime (kept locally), K from the local cache, J from a neighbour
 A key with neither is served the setting of its nearest certified neighbour, screened first against
-the float64 oracle on the key's own smallest launch (neighbours.py); it is swept (timed here, kept
+the float64 oracle on the key's own smallest launch (neighbours.py; its verdict is kept in the local
+cache, so a later process reads it instead of screening again: verdicts.py); it is swept (timed here, kept
 locally) only when asked: sweep_uncertified(), NBX_AUTOTUNE_SWEEP=1, or `nbx autotune sweep`.
 NBX_AUTOTUNE_RECORD=<keys file> writes every key the run formed into that file at exit;
 NBX_AUTOTUNE_NO_SWEEP=1 (set by `nbx autotune record`) serves a key with neither a certified nor a
@@ -32,7 +33,7 @@ from nbx.core import device_files, dispatch
 from nbx.core.device import as_device
 from nbx.core.errors import CertificateError, KeyNotCertified, LaunchKeyError
 
-from . import device_class, keys, neighbours, records, store, sweep, timing
+from . import device_class, keys, neighbours, records, store, sweep, timing, verdicts
 
 ENV_CERTIFIED_ONLY = "NBX_AUTOTUNE_CERTIFIED_ONLY"
 ENV_REPORT = "NBX_AUTOTUNE_REPORT"
@@ -229,6 +230,8 @@ class Tuner:
         self.warmup, self.repeats = warmup, repeats
         self._memo: dict = {}
         self._defaults: dict = {}
+        self._kept_verdicts = None
+        self._parsed: dict = {}   # kernel -> (its certified entries, their count, neighbours.parsed of them)
         self._lock = threading.RLock()
         for s in (self.certificates, self.cache):
             if s not in _process.report.stores:
@@ -305,16 +308,30 @@ class Tuner:
         _screening.active = True
         try:
             with dispatch.observed(None):
-                choice, work = neighbours.choose(tunable, key, self._entries(self.certificates, tunable),
-                                                 self.facts, self.device)
+                kept, where = self._verdicts()
+                certified = self._entries(self.certificates, tunable)
+                known = self._parsed.get(tunable.name)
+                if known is None or known[0] is not certified or known[1] != len(certified):
+                    known = self._parsed[tunable.name] = (certified, len(certified),
+                                                          neighbours.parsed(tunable, certified, self.facts))
+                choice, screener = neighbours.choose(tunable, key, certified, self.facts, self.device, kept, where,
+                                                     known[2])
                 with _process.report._lock:
                     _process.report.neighbours_refused += sum(1 for _, why in choice.refused if "screen:" in why)
                 if choice.entry is not None:
                     _process.report.from_neighbour[(tunable.name, str(key))] = choice.key
                     return choice.entry, "neighbour"
-                return neighbours.default_checked(tunable, key, self.facts, self.device, work), "untuned"
+                return neighbours.default_checked(tunable, key, self.facts, screener), "untuned"
         finally:
             _screening.active = False
+
+    def _verdicts(self) -> tuple[verdicts.VerdictCache, dict]:
+        """The screen verdicts kept in the local cache for this device class and compiler, and what a verdict
+        read from them must have been decided under (made once per tuner)."""
+        if self._kept_verdicts is None:
+            self._kept_verdicts = (verdicts.VerdictCache(verdicts.folder_for(self.cache, self.identity)),
+                                   verdicts.context(self.facts, neighbours.MAX_BYTES_FACT))
+        return self._kept_verdicts
 
     def _not_certified(self, tunable, text: str) -> KeyNotCertified:
         census = _census()

@@ -4,7 +4,9 @@ A ladder (`autotune.buckets.*`) classes sizes: a size is rounded up to the step 
 whose `up_to` holds it; its classes, in increasing order, have an index (class_index) and a
 smallest member (smallest_in_class). Two keys of one kernel are as far apart as the octaves
 between their classes' values (|log2 a - log2 b|), summed over their size fields (classed and
-exact): the octave, not the rung, because the dims ladder's rungs are one apart below 64 and 128
+exact), each field's octaves times its weight (the Tunable's `weights`: how much the kernel's
+setting depends on that field; a row kernel's tile follows the row's width, its row count hardly
+does, so a width octave away costs more than an element-count octave): the octave, not the rung, because the dims ladder's rungs are one apart below 64 and 128
 apart at 4096, and a tile's fit follows the ratio of the sizes, not their count of rungs. Keys that
 differ in a dtype, flag or label field are no neighbours at all (another layout, another dtype:
 another kernel as far as a setting is concerned).
@@ -80,13 +82,15 @@ def octaves(a: int, b: int) -> float:
     return 0.0 if a == b else math.inf
 
 
-def distance(spec, a: keys.LaunchKey, b: keys.LaunchKey) -> tuple[float, float] | None:
-    """(octaves apart, octaves b lies above a) summed over two keys' size fields (classes and exact sizes);
-    None when a dtype, flag or label field differs."""
+def distance(spec, a: keys.LaunchKey, b: keys.LaunchKey, weights=None) -> tuple[float, float] | None:
+    """(octaves apart, octaves b lies above a) summed over two keys' size fields (classes and exact sizes),
+    each times its weight (weights: field -> weight, 1 where not named); None when a dtype, flag or label
+    field differs."""
     apart = above = 0.0
-    for (_name, kind), (_, va), (_, vb) in zip(keys.check_spec(a.kernel, spec), a.fields, b.fields, strict=True):
+    weights = weights or {}
+    for (name, kind), (_, va), (_, vb) in zip(keys.check_spec(a.kernel, spec), a.fields, b.fields, strict=True):
         if kind in keys.LADDERS or kind == "exact":
-            far = octaves(va, vb)
+            far = octaves(va, vb) * weights.get(name, 1.0)
             apart += far
             above += far if vb > va else -far if vb < va else 0.0
         elif va != vb:
@@ -169,18 +173,51 @@ class SpaceCoverage:
     size: int
     certified: int
     outside: list   # certified keys the space does not hold (another range, or infeasible)
+    by_neighbour: int = 0   # keys of the space with no certificate of their own and a certified neighbour
+
+    @property
+    def uncovered(self) -> int:
+        return self.size - self.certified - self.by_neighbour
+
+
+def _size_field(kind: str) -> bool:
+    return kind in keys.LADDERS or kind == "exact"
 
 
 def space_coverage(tunable, facts, certified_keys) -> SpaceCoverage:
-    """How many keys of the kernel's key space have a certified setting (certified_keys: key texts)."""
+    """How many keys of the kernel's key space have a certified setting (certified_keys: key texts), and how
+    many more a certified neighbour would serve (one with the same dtype, flag and label fields: a run
+    serves its setting after a screen on the key, neighbours.py)."""
     space = key_space(tunable, facts)
-    inside, outside = 0, []
+    inside, outside, kinds = 0, [], dict(tunable.key_fields)
+    signatures = set()   # the dtype, flag and label values of the certified keys: who has a neighbour
     for text in sorted(set(certified_keys)):
-        if space.contains(keys.parse(tunable.name, tunable.key, text, facts).values()):
+        fields = keys.parse(tunable.name, tunable.key, text, facts).values()
+        signatures.add(tuple(v for n, v in fields.items() if not _size_field(kinds[n])))
+        if space.contains(fields):
             inside += 1
         else:
             outside.append(text)
-    return SpaceCoverage(tunable.name, space.size(), inside, outside)
+    size = space.size()
+    return SpaceCoverage(tunable.name, size, inside, outside, _with_a_neighbour(space, signatures) - inside)
+
+
+def _with_a_neighbour(space: Space, signatures: set) -> int:
+    """The keys of the space whose dtype, flag and label fields some certified key shares (counted per
+    signature without listing the keys where no row rule applies)."""
+    kinds = dict(space.kinds)
+    fixed = [(n, v) for n, v in space.values if not _size_field(kinds[n])]
+    sized = [v for n, v in space.values if _size_field(kinds[n])]
+    held = sum(1 for combo in itertools.product(*(v for _, v in fixed)) if combo in signatures)
+    if not {"exact", "elements"} <= set(kinds.values()):
+        return held * math.prod(len(v) for v in sized)
+    names = [n for n, _ in space.values]
+    count = 0
+    for combo in itertools.product(*(v for _, v in space.values)):
+        fields = dict(zip(names, combo, strict=True))
+        if tuple(fields[n] for n, _ in fixed) in signatures and space._holds_a_row(fields):
+            count += 1
+    return count
 
 
 def row_of(ladder, value: int) -> dict:

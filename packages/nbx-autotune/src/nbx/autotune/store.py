@@ -269,19 +269,25 @@ def write(path: Path, head: Mapping, entries: Mapping[str, Entry], tunable=None)
         merged.update(entries)
         doc = document(head, merged)
         validate(doc, path, tunable)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(doc, handle, indent=1, sort_keys=True)
-                handle.write("\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_json(path, doc)
     return read(path, tunable)
+
+
+def replace_json(path: Path, doc) -> None:
+    """Write doc to path atomically (a temporary file beside it, synced, then renamed over it); the
+    caller holds locked(path.parent) where other processes may write it too."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(doc, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # ---- where certificates are found --------------------------------------------------------------

@@ -42,6 +42,8 @@ def run_launch(launch, device) -> None:
         getattr(nbx, op)(operands[0])
     elif op == "softmax":
         nbx.softmax(operands[0], dim=-1)
+    elif op == "sum":
+        nbx.sum(operands[0], dim=-1)
     elif op in ("rms_norm", "layer_norm"):
         n = shapes[0][-1]
         weight = nbx.ones(n, dtype=dtype, device=device)
@@ -78,9 +80,10 @@ def warm(items, run, shard: int = 0, shards: int = 1, progress=sys.stderr) -> in
     return len(mine)
 
 
-def run_shards(command: list[str], jobs: int, flag: str = "--shard") -> list[int]:
-    """Run `command <flag> i` for i < jobs at once (each its own process) and wait; their exit codes."""
-    procs = [subprocess.Popen(command + [flag, str(i)]) for i in range(jobs)]
+def run_shards(command: list[str], jobs: int, flag: str = "--shard", env: dict | None = None) -> list[int]:
+    """Run `command <flag> i` for i < jobs at once (each its own process, in env: else this one's) and wait;
+    their exit codes."""
+    procs = [subprocess.Popen(command + [flag, str(i)], env=env) for i in range(jobs)]
     return [p.wait() for p in procs]
 
 

@@ -19,6 +19,16 @@ import yaml
 from . import dtypes
 from .errors import FileFormatError
 
+# libyaml's parser under PyYAML's safe constructor: the same documents as yaml.safe_load, about ten
+# times faster; every process reads the whole catalogue (28 files, about 1 s of a first run's
+# start with the pure-Python parser, issue 16). PyYAML's wheels ship it; without it, the Python one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str):
+    """yaml.safe_load(text), through libyaml where PyYAML has it."""
+    return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
+
 SCHEMA_PATH = Path(__file__).with_name("device_schema.yml")
 VENDOR_KEYS = {"schema", "vendor", "name", "family", "architecture", "targets", "facts"}
 VENDOR_REQUIRED = VENDOR_KEYS - {"family"}
@@ -45,7 +55,7 @@ class Fact:
 
 @cache
 def schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    return parse_yaml(SCHEMA_PATH.read_text())
 
 
 @cache
@@ -80,7 +90,7 @@ def required_keys(vendor: str) -> list[str]:
 
 def load_yaml(path: Path) -> dict:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = parse_yaml(Path(path).read_text())
     except yaml.YAMLError as exc:
         raise FileFormatError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):

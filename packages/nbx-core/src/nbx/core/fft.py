@@ -5,8 +5,9 @@ n-D fftn, ifftn, rfftn, irfftn (s, dim, norm), any length. norm is 'backward' (N
 'forward' as torch and numpy define them. Real inputs of float32 (and the half types, computed in
 float32) give complex64, float64 gives complex128; integer and bool inputs compute in the default
 float dtype. Every transform reaches one of four ops (fftn, ifftn, rfftn, irfftn) with normalized
-sizes and dims; the CPU computes them with numpy's pocketfft in the input's precision. No GPU
-kernel computes them yet: on other devices the dispatch refuses them by name (NotSupportedError).
+sizes and dims; the CPU computes them with numpy's pocketfft in the input's precision. On Triton
+devices nbx.kernels.fft computes complex64 (and real float32 / half) transforms; float64 and
+complex128 ones are refused there by name (NotSupportedError).
 """
 from __future__ import annotations
 

@@ -237,6 +237,12 @@ class Step:
         reserved = entry.graph.pool.stats().reserved if entry.graph is not None else 0
         return summarize(entry.recorder, reserved)
 
+    @property
+    def reserved(self) -> int:
+        """Bytes the private pools of every kept capture hold from the driver (0 where steps run eagerly):
+        memory outside the device allocator's own figures."""
+        return sum(e.graph.pool.stats().reserved for e in self._captures.values() if e.graph is not None)
+
     def close(self) -> None:
         """Close every capture: graphs destroyed, private memory back (outputs still held keep theirs)."""
         for entry in self._captures.values():

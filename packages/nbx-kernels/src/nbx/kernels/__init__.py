@@ -12,7 +12,8 @@ import importlib
 from .version import __version__
 
 FAMILIES = ("elementwise", "random", "softmax", "reduction", "norm", "matmul", "gather", "sort", "copies", "sampling",
-            "attention", "moe", "conv", "pool", "resample")
+            "attention", "moe", "conv", "pool", "resample",
+            "fft")
 
 
 def register() -> None:

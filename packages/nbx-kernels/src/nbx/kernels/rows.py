@@ -167,6 +167,14 @@ def float_bits(value: float) -> int:
 # 16 warps at 8192 is the device file's tile; fewer than 8 warps over a full tile spill registers
 ROW_PARAMS = {"num_warps": (8, 16, 32), "max_block_n": (8192, 16384)}
 ROW_KEY = {"width": "exact", "elements": "elements", "dtype": "dtype", "strided": "flag"}
+# What a row kernel's setting depends on, for serving a key its nearest certified neighbour's
+# setting (nbx.autotune.space.distance): the tile (max_block_n, num_warps) follows the row's width;
+# the element count only moves a launch between launch-bound and bandwidth-bound. A width octave
+# weighs 4 element-count octaves, about one rung of the elements ladder (its classes lie 1-4 octaves
+# apart): on the H200 (first_run.py --compare, 2026-12-01) a 16384-wide float32 softmax of 1 Mi
+# elements served the tile of 4096-wide rows (2 width octaves, 0 element octaves away) lost 44 %,
+# where the 16384-wide classes 3-4 element octaves away hold the 16384 tile it needs.
+ROW_WEIGHTS = {"width": 4, "elements": 1}
 
 
 def row_setting(tunable, device, rows: int, n: int, dtype, strided: bool):
@@ -194,5 +202,5 @@ def representative_rows(rep, device, positive: bool = False):
 
 __all__ = ["ONE_PASS", "LOOPED", "SPLIT", "row_path", "Rows", "Blocks", "as_rows", "merged_stride", "blocks",
            "is_strided", "contiguous_strides", "row_offsets", "columns", "wide_columns", "float_argument",
-           "pow2_at_least", "pow2_at_most", "float_bits", "ROW_PARAMS", "ROW_KEY", "row_setting",
+           "pow2_at_least", "pow2_at_most", "float_bits", "ROW_PARAMS", "ROW_KEY", "ROW_WEIGHTS", "row_setting",
            "representative_rows"]

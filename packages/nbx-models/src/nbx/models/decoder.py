@@ -265,6 +265,7 @@ class Decoder:
             else:
                 rows = self.forward(step_ids, cache, active, last_only=True)
             tokens = pick_tokens(rows, temperature, top_k, top_p, generator)
+            del rows   # the step's logits go before the next step runs (memory_plan prices one step's)
             still = []
             for i, token in zip(active, tokens):
                 new[i].append(token)
@@ -288,11 +289,18 @@ class Decoder:
         if kept is not None and kept[0] == (tuple(capacities), use_graph):
             kept[1].reset()
             return kept[1], kept[2]
+        del kept   # the old cache goes before the new one is made: never two at once
         self.release_cache()
         cache = self.new_cache(capacities)
         graph = GraphDecode(self, cache) if use_graph and graph_available(cache) else None
         self._kept = ((tuple(capacities), use_graph), cache, graph)
         return cache, graph
+
+    def decode_graph_bytes(self) -> int:
+        """Bytes the kept captured decode steps hold in their private pools (nbx.graph), which the
+        device allocator's figures (its peak included) do not count; 0 when decoding eagerly."""
+        kept = self._kept
+        return 0 if kept is None or kept[2] is None else kept[2].reserved
 
     def release_cache(self) -> None:
         """Give back the KV cache (and the captured decode steps) the last generation kept."""
@@ -331,21 +339,29 @@ class Decoder:
         return [logits[a:a + n] for a, n in zip(starts, lengths)]
 
     def layers_forward(self, x, pos, step, total: int):
-        """Every decoder layer over x [total, hidden] at positions pos, attention through step."""
-        s = self.shapes
+        """Every decoder layer over x [total, hidden] at positions pos, attention through step. Each
+        half of a layer is a method of its own, so its temporaries are gone before the next half
+        runs (memory_plan prices one half's)."""
         for index, layer in enumerate(self.layers):
             x = self._attention(index, layer, x, pos, step, total)
-            h = nbx.rms_norm(x, (s.hidden,), layer.post_norm, self.eps)
-            if layer.sparse is not None:
-                x = x + layer.sparse(h)
-                continue
-            if layer.gate_bias is None and layer.up_bias is None and not _quantized(layer.gate, layer.up):
-                inner = nbx.gated_linear(h, layer.gate, layer.up, activation=self.activation)
-            else:
-                inner = (nbx.linear(h, layer.gate, layer.gate_bias, activation=self.activation)
-                         * nbx.linear(h, layer.up, layer.up_bias))
-            x = self.output_linear(inner, layer.down, layer.down_bias, x)
+            x = self._mlp(layer, x)
         return x
+
+    def _mlp(self, layer: _Layer, x):
+        h = nbx.rms_norm(x, (self.shapes.hidden,), layer.post_norm, self.eps)
+        if layer.sparse is not None:
+            return x + layer.sparse(h)
+        if self.mlp_fused(layer):
+            inner = nbx.gated_linear(h, layer.gate, layer.up, activation=self.activation)
+        else:
+            inner = (nbx.linear(h, layer.gate, layer.gate_bias, activation=self.activation)
+                     * nbx.linear(h, layer.up, layer.up_bias))
+        return self.output_linear(inner, layer.down, layer.down_bias, x)
+
+    @staticmethod
+    def mlp_fused(layer: _Layer) -> bool:
+        """The SwiGLU pair runs as one gated_linear (dense weights, no biases); else as two products."""
+        return layer.gate_bias is None and layer.up_bias is None and not _quantized(layer.gate, layer.up)
 
     def head(self, x):
         """The final norm and the lm_head: logits of each row of x."""
@@ -383,8 +399,18 @@ class Decoder:
             return
         if self._cos is not None:
             self.release_cache()   # a kept captured step reads the tables it was captured with
-        size = min(self.max_positions, max(64, 1 << (positions - 1).bit_length()))
-        self._cos, self._sin = nbx.rope_tables(self.config, size, dtype=nbx.float32, device=self.device)
+        self._cos, self._sin = nbx.rope_tables(self.config, self.rope_rows(positions), dtype=nbx.float32,
+                                               device=self.device)
+
+    def rope_rows(self, positions: int) -> int:
+        """The rows of the rope tables built to cover positions (the next power of two, 64 at least)."""
+        return min(self.max_positions, max(64, 1 << (positions - 1).bit_length()))
+
+    def memory_plan(self, prompt_lengths: list[int], max_new_tokens: int):
+        """What generate_batch of prompts of these lengths holds on the device, priced before it runs
+        (memory_plan.GenerationMemory: weights, KV cache, rope tables, the largest live activations)."""
+        from .memory_plan import price
+        return price(self, [int(n) for n in prompt_lengths], int(max_new_tokens))
 
     def _checked_ids(self, token_ids) -> list[int]:
         ids = [int(t) for t in token_ids]

@@ -4,9 +4,8 @@ for the cost of a launch on GPUs.
 What changes from step to step reaches the graph as static input tensors written before each
 replay: the new tokens' embedding rows (looked up in front of the replay: a GPU take reads its
 bounds flag back, which a capture cannot hold), their positions, the cache slots they are written
-to, the block table (as wide as the capacities need from the start) and the sequence lengths;
-attention takes the queries as (batch, 1, heads, dim), one a sequence (the packed form reads
-cu_seqlens back to size its launch). The
+to, the block table (as wide as the capacities need from the start), the sequence lengths and the
+queries' cu_seqlens (one query a sequence: 0, 1, ..., batch). The
 cache's bookkeeping (which block, which slot) stays on the host, in front of the replay; the rope
 tables are built to the capacity before the capture, so the graph never sees a new one. The
 attention's max_seq_len is the length's bucket (nbx.graph captures once per bucket of the device
@@ -42,9 +41,9 @@ class GraphDecode:
         decoder._ensure_rope(self.capacity)
         self.step = None
 
-    def _fn(self, x, pos, slots, table, lens, length):
+    def _fn(self, x, pos, slots, table, lens, cu, length):
         d = self.decoder
-        step = PagedStep(self.cache.cache, slots, table, lens, None, length.bucket)   # one query a sequence
+        step = PagedStep(self.cache.cache, slots, table, lens, cu, length.bucket, 1)   # one query a sequence
         return d.head(d.layers_forward(x, pos, step, x.shape[0]))
 
     def __call__(self, tokens: list[int], seqs: list[int]) -> nbx.Tensor:
@@ -52,13 +51,13 @@ class GraphDecode:
         before the next call, which overwrites it)."""
         import numpy as np
         positions = self.cache.lengths(seqs)
-        table, slots, lens, _ = self.cache.step_arrays(seqs, [1] * len(seqs))
+        table, slots, lens, cu = self.cache.step_arrays(seqs, [1] * len(seqs))
         device = self.decoder.device
         ids = nbx.asarray(np.asarray(tokens, dtype=np.int64), device=device)
         inputs = [self.decoder.embed_rows(ids),
                   nbx.asarray(np.asarray(positions, dtype=np.int64), device=device),
                   nbx.asarray(slots, device=device), nbx.asarray(table, device=device),
-                  nbx.asarray(lens, device=device)]
+                  nbx.asarray(lens, device=device), nbx.asarray(cu, device=device)]
         longest = int(lens.max())
         if self.step is None:
             # the capture runs fn on these inputs first; a replay then gives this step's outputs
@@ -67,6 +66,11 @@ class GraphDecode:
                                           device=device)
             return self.step.replay(length=longest)
         return self.step(*inputs, length=longest)
+
+    @property
+    def reserved(self) -> int:
+        """Bytes the captured steps' private pools hold (outside the device allocator's figures)."""
+        return 0 if self.step is None else self.step.reserved
 
     def close(self) -> None:
         if self.step is not None:

@@ -30,10 +30,25 @@ def new_cache(layers: int, kv_heads: int, head_dim: int, capacities: list[int], 
     return PagedCache(paged, layers, kv_heads, head_dim, capacities, dtype, device)
 
 
+def _block_tokens(device) -> int:
+    from nbx.memory.kv_cache import block_tokens_of
+    return CPU_BLOCK_TOKENS if nbx.as_device(device).type == "cpu" else block_tokens_of(device)
+
+
+def planned_nbytes(layers: int, kv_heads: int, head_dim: int, capacities: list[int], dtype, device):
+    """(bytes, block_tokens) of the cache new_cache would build for these capacities, before it is
+    built; block_tokens None: the contiguous cache (no block table)."""
+    item = nbx.as_dtype(dtype).itemsize
+    if _paged_cache_class() is None:
+        return 2 * layers * kv_heads * head_dim * sum(capacities) * item, None
+    from nbx.memory.kv_cache import bytes_for
+    block = _block_tokens(device)
+    return bytes_for(layers, kv_heads, head_dim, sum(-(-c // block) for c in capacities), block, dtype), block
+
+
 class PagedCache:
     def __init__(self, paged, layers, kv_heads, head_dim, capacities, dtype, device):
-        from nbx.memory.kv_cache import block_tokens_of
-        block = CPU_BLOCK_TOKENS if nbx.as_device(device).type == "cpu" else block_tokens_of(device)
+        block = _block_tokens(device)
         blocks = sum(-(-c // block) for c in capacities)
         self.cache = paged(layers, kv_heads, head_dim, blocks, dtype=dtype, device=device, block_tokens=block)
         self.capacities = list(capacities)
@@ -59,10 +74,8 @@ class PagedCache:
         import numpy as np
         table, slots, lens, cu = self.step_arrays(seqs, counts)
         d = self.device
-        one_each = all(n == 1 for n in counts)   # a decode step: queries as (batch, 1, heads, dim), no cu
         return PagedStep(self.cache, nbx.asarray(slots, device=d), nbx.asarray(table, device=d),
-                         nbx.asarray(lens, device=d), None if one_each else nbx.asarray(cu, device=d),
-                         int(np.max(lens)))
+                         nbx.asarray(lens, device=d), nbx.asarray(cu, device=d), int(np.max(lens)), max(counts))
 
     def step_arrays(self, seqs, counts):
         """(block_table, slots, seq_lens, cu_seqlens_q) on the host for a step of counts[i] tokens of
@@ -88,22 +101,21 @@ class PagedCache:
 
 class PagedStep:
     """What one step's attention reads of a paged cache: device tensors (static inputs when the
-    step is a captured graph) and the bound on the lengths. cu None: one query a sequence (a
-    decode step), as (batch, 1, heads, dim): the packed form reads cu_seqlens back to size its
-    launch, which a captured step cannot."""
+    step is a captured graph) and the bound on the lengths. Queries are packed, [tokens, heads,
+    dim] with cu_seqlens_q, in prefill and decode alike (paged_attention sizes its launch from
+    max_seq_len and the shapes, reading nothing back, so a captured step holds it)."""
 
-    def __init__(self, cache, slots, table, lens, cu, max_seq_len: int):
+    def __init__(self, cache, slots, table, lens, cu, max_seq_len: int, max_q_len: int):
         self.cache, self.slots, self.table, self.lens, self.cu = cache, slots, table, lens, cu
+        self.max_q_len = max_q_len   # the most queries of one sequence: sizes the launch, never read back
         self.max_seq_len = max_seq_len
 
     def attend(self, layer, q, k, v, cos, sin, positions, window):
         """Write k (roped here) and v, then q's attention over each sequence's cache: [tokens, Hq, D]."""
         kc, vc = self.cache.k[layer], self.cache.v[layer]
         nbx.rotary_kv_cache_write(k, v, cos, sin, positions, kc, vc, self.slots)
-        packed = self.cu is not None
-        out = nbx.paged_attention(q if packed else q.reshape(q.shape[0], 1, *q.shape[1:]), kc, vc, self.table,
-                                  self.lens, self.cu, is_causal=True, window=window, max_seq_len=self.max_seq_len)
-        return out if packed else out.reshape(q.shape[0], *out.shape[2:])
+        return nbx.paged_attention(q, kc, vc, self.table, self.lens, self.cu, is_causal=True, window=window,
+                                   max_seq_len=self.max_seq_len, max_q_len=self.max_q_len)
 
 
 class ContiguousCache:

@@ -69,6 +69,21 @@ def _projection(name: str, shape) -> bool:
     return len(shape) == 2 and name.endswith(".weight") and "embed" not in name and name != "lm_head.weight"
 
 
+def _quantized_rows(values: nbx.Tensor, int4, dtype, prefix: str) -> dict:
+    """values [rows, K] as nbx's grouped int4 weight, quantized in row blocks on the host's cores (a
+    group lies in one row, so the blocks give the words, scales and minima of the whole; an 8B
+    model's projections take minutes on one core)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+    rows = values.shape[0]
+    step = max(1, -(-rows // (os.cpu_count() or 1)))
+    blocks = [values[i:i + step] for i in range(0, rows, step)]
+    with ThreadPoolExecutor(len(blocks)) as pool:   # numpy's array work lets go of the GIL
+        parts = list(pool.map(lambda block: nbx.QuantizedTensor.quantize(block, int4[0], int4[1], scale_dtype=dtype)
+                              .to_safetensors_dict(prefix), blocks))
+    return {name: nbx.concat([part[name] for part in parts], axis=0) for name in parts[0]}
+
+
 def write_checkpoint(folder, config: dict, *, seed: int = 0, dtype="float32", shards: int = 1,
                      sentence_transformers: dict | None = None, device=None, int4=None) -> Path:
     """Write config and seeded weights of config's family into folder (created); returns it.
@@ -91,8 +106,7 @@ def write_checkpoint(folder, config: dict, *, seed: int = 0, dtype="float32", sh
     for name, shape in shapes.items():
         values = draw(name, shape, generator, device)
         if int4 is not None and _projection(name, shape):
-            quantized = nbx.QuantizedTensor.quantize(values.to("cpu"), int4[0], int4[1], scale_dtype=dtype)
-            tensors.update(quantized.to_safetensors_dict(name.removesuffix(".weight")))
+            tensors.update(_quantized_rows(values.to("cpu"), int4, dtype, name.removesuffix(".weight")))
         else:
             tensors[name] = values.to(dtype=dtype).to("cpu")
     (folder / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype.name}, indent=2) + "\n")

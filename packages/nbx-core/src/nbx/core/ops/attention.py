@@ -158,11 +158,16 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
     return (out, lse) if return_lse else out
 
 
-def _cu_seqlens(op: str, role: str, cu: Tensor, total: int, batch: int | None) -> np.ndarray:
+def _cu_seqlens_shape(op: str, role: str, cu: Tensor, batch: int | None) -> None:
+    """cu's dtype and shape, which the host knows without reading its values."""
     _check_tensor(op, role, cu)
     check_category(f"{op} ({role})", cu.dtype, "integer")
     if cu.ndim != 1 or cu.shape[0] < 1 or (batch is not None and cu.shape[0] != batch + 1):
         raise ShapeError(f"{op}: {role} is (batch + 1,) offsets, got shape {tuple(cu.shape)}")
+
+
+def _cu_seqlens(op: str, role: str, cu: Tensor, total: int, batch: int | None) -> np.ndarray:
+    _cu_seqlens_shape(op, role, cu, batch)
     offsets = cu.numpy().astype(np.int64)
     if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != total:
         raise ShapeError(f"{op}: {role} must rise from 0 to the {total} packed tokens, got {offsets.tolist()}")

@@ -226,9 +226,10 @@ def _silu(v):
 
 
 def _dense(w, compute) -> np.ndarray:
-    """A float weight, or an int4 one dequantized (in float64 for the oracle)."""
+    """A float weight as stored (each expert widened to compute where it is used: Mixtral's three
+    float64 weights would take 11 GB at once), or an int4 one dequantized (in float64)."""
     if isinstance(w, Tensor):
-        return w.numpy().astype(compute)
+        return w.numpy()
     return w.dequantize("float64").numpy().astype(compute)
 
 
@@ -245,8 +246,8 @@ def _experts_reference(x, weights, experts, w_gate, w_up, w_down, precision=refe
     with np.errstate(all="ignore"):
         for e in np.unique(ids):
             t, j = np.nonzero(ids == e)
-            h = _silu(a[t] @ wg[e].T) * (a[t] @ wu[e].T)
-            per_slot[t, j] = (h @ wd[e].T) * w[t, j][:, None]
+            h = _silu(a[t] @ wg[e].astype(compute, copy=False).T) * (a[t] @ wu[e].astype(compute, copy=False).T)
+            per_slot[t, j] = (h @ wd[e].astype(compute, copy=False).T) * w[t, j][:, None]
     out = np.zeros((tokens, a.shape[1]), compute)
     for j in range(k):   # the fixed order of the combine
         out += per_slot[:, j]

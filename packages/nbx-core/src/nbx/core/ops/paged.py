@@ -47,15 +47,18 @@ def _check_cache(op: str, k_cache: Tensor, v_cache: Tensor, kv_heads_dim: int = 
 def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
                     cu_seqlens_q: Tensor | None = None, *, is_causal: bool = False, scale: float | None = None,
                     window=None, softcap: float | None = None, alibi_slopes: Tensor | None = None,
-                    return_lse: bool = False, max_seq_len: int | None = None):
+                    return_lse: bool = False, max_seq_len: int | None = None, max_q_len: int | None = None):
     """Each sequence's queries attending to its cached tokens (their own included).
 
     q (batch, q_len, Hq, E) for a fixed count of queries a sequence (decode: 1, speculative: 2-8),
     or (total_q, Hq, E) packed with cu_seqlens_q (chunked prefill); Hq % Hk == 0. block_table
     (batch, max_blocks) and seq_lens (batch,) integers. Options as scaled_dot_product_attention's,
     the alignment bottom-right. max_seq_len: the longest seq_len, when the caller knows it (else
-    read from seq_lens, which waits for the device). Returns out shaped as q with Ev, and with
-    return_lse the lse (batch, Hq, q_len) or (Hq, total_q) float32."""
+    read from seq_lens, which waits for the device). max_q_len (packed q): a bound on the queries
+    of any one sequence, when the caller knows it (a decode step: 1); else, on a GPU, total_q (the
+    offsets are never read on the host there: the kernel reads each sequence's rows from
+    cu_seqlens_q on the device, so a captured step takes them as inputs). Returns out shaped as q
+    with Ev, and with return_lse the lse (batch, Hq, q_len) or (Hq, total_q) float32."""
     op = "paged_attention"
     _check_cache(op, k_cache, v_cache)
     _check_tensor(op, "q", q)
@@ -77,8 +80,18 @@ def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
                          f"{tuple(block_table.shape)}, {tuple(seq_lens.shape)}")
     batch = seq_lens.shape[0]
     if packed:
-        from .attention import _cu_seqlens
-        _cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, q.shape[0], batch)
+        from .attention import _cu_seqlens, _cu_seqlens_shape
+        _cu_seqlens_shape(op, "cu_seqlens_q", cu_seqlens_q, batch)
+        if max_q_len is not None and (int(max_q_len) < 0 or int(max_q_len) > q.shape[0]):
+            raise ShapeError(f"{op}: max_q_len {max_q_len} is outside 0 .. the {q.shape[0]} packed queries")
+        if _host_checked(cu_seqlens_q):   # host memory: the values are checked (and bound) for free
+            offsets = _cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, q.shape[0], batch)
+            longest = int(np.diff(offsets).max()) if batch else 0
+            if max_q_len is not None and longest > int(max_q_len):
+                raise ShapeError(f"{op}: max_q_len {max_q_len} is below the longest query count {longest}")
+            max_q_len = longest if max_q_len is None else max_q_len
+        elif max_q_len is None:
+            max_q_len = q.shape[0]
     elif q.shape[0] != batch:
         raise ShapeError(f"{op}: q has {q.shape[0]} sequences, seq_lens {batch}")
     options = _options(op, q.shape[-1], is_causal, scale, "bottom_right", window, softcap)
@@ -93,7 +106,8 @@ def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
         if _host_checked(block_table, seq_lens):
             check_block_table(op, block_table.numpy(), lens, k_cache.shape[0], k_cache.shape[1])
     out, lse = implementation(op, q.device)(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes,
-                                            options, bool(return_lse), int(max_seq_len))
+                                            options, bool(return_lse), int(max_seq_len),
+                                            None if max_q_len is None else int(max_q_len))
     return (out, lse) if return_lse else out
 
 
@@ -121,7 +135,7 @@ def _gather(cache: np.ndarray, table: np.ndarray, b: int, length: int) -> np.nda
 
 
 def _paged_reference(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q=None, alibi_slopes=None, options=None,
-                     return_lse=False, max_seq_len=None, precision=reference.NATIVE):
+                     return_lse=False, max_seq_len=None, max_q_len=None, precision=reference.NATIVE):
     compute = _precision(q.dtype, precision)
     if options is None:
         options = AttentionOptions(1.0 / math.sqrt(q.shape[-1]), alignment="bottom_right")
@@ -227,7 +241,7 @@ reference.register("rotary_kv_cache_write", _rotary_write_reference)
 
 @register("paged_attention", "cpu")
 def _paged_cpu(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
-               max_seq_len):
+               max_seq_len, max_q_len):
     from .attention import _with_lse
     return _with_lse(_paged_reference(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options,
                                       True), q.dtype, return_lse)

@@ -6,8 +6,8 @@ normalized=False, onesided=None, return_complex=None): frames of n_fft samples e
 (n_fft // 4), each multiplied by the window (ones of win_length when None) centred in n_fft, then
 an FFT; center pads n_fft // 2 each side with pad_mode first. The result is (B?, freqs, frames),
 complex. istft inverts it by an overlap-add divided by the window's squared envelope (refused by
-name where the envelope vanishes, as torch). Like nbx.fft, they run on the CPU; other devices
-refuse them by name until an FFT kernel exists.
+name where the envelope vanishes, as torch). On Triton devices nbx.kernels.fft.spectral runs them
+on the FFT kernels (complex64 and real float32 / half signals).
 """
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from . import tuning
 from .common import ADDITIVE_MASK, KEEP_MASK, NO_MASK
+from ..matmul.epilogue import TMA_ALIGN
 from .flash import DENSE, PACKED, PAGED, combine_kernel, prefill_kernel
 
 SUPPORTED = ("float16", "bfloat16", "float32")
@@ -95,6 +96,7 @@ class Layout:
     alibi: bool = False
     slope_strides: tuple = (0, 0)
     wide: bool = False      # K or V offsets may pass int32
+    tma: bool = False       # K and V readable through tensor descriptors (descriptor_ready)
 
     @property
     def group(self) -> int:
@@ -102,19 +104,34 @@ class Layout:
 
     @property
     def decodes(self) -> bool:
-        return not self.varlen_q and self.q_len <= DECODE_TOKENS and self.q_len * self.group <= DECODE_ROWS
+        return self.q_len <= DECODE_TOKENS and self.q_len * self.group <= DECODE_ROWS
+
+    @property
+    def query_rows(self) -> tuple[int, int]:
+        """(batch, tokens) of the query rows as they lie: packed, one batch of total_q tokens
+        (a row's sequence comes from cu_q), else batch x q_len."""
+        return (1, self.out_shape[0]) if self.varlen_q else (self.batch, self.q_len)
 
 
 def decode_split(lay: Layout, setting) -> tuple[int, int]:
-    """(splits, split_len): enough programs to fill the device (tiles.attention_decode.programs),
-    each at least one block of keys."""
-    from .. import launch
-    programs = launch.tiles("attention_decode", lay.device)["programs"]
+    """(splits, split_len): the setting's programs over batch x KV heads (the device file's tile
+    until a key is certified: enough to fill the device), each at least one block of keys."""
+    programs = setting["programs"]
     block_n = setting["block_n"]
     blocks = max(1, math.ceil(lay.k_len / block_n))
     splits = min(blocks, max(1, math.ceil(programs / max(1, lay.batch * lay.kv_heads))))
     split_len = math.ceil(blocks / splits) * block_n
     return (math.ceil(lay.k_len / split_len) if lay.k_len else 1), split_len
+
+
+def descriptor_ready(k, v, k_strides, v_strides) -> bool:
+    """Whether K and V (dense or packed) can be read through tensor descriptors: every (batch,
+    head, token) stride and both bases 16-byte aligned (a tensor not made yet, a _Strided, will be
+    a fresh allocation: aligned)."""
+    item = k.dtype.itemsize if hasattr(k, "dtype") else 0
+    strides_ok = all(st * item % TMA_ALIGN == 0 for st in (*k_strides, *v_strides))
+    bases_ok = all(not hasattr(t, "data_ptr") or t.data_ptr() % TMA_ALIGN == 0 for t in (k, v))
+    return bool(item) and strides_ok and bases_ok
 
 
 def served(lay: Layout, options, setting=None, decode_setting=None):
@@ -126,7 +143,7 @@ def served(lay: Layout, options, setting=None, decode_setting=None):
         return "decode", decode_setting
     if setting is None:
         setting = tuning.prefill_setting(lay.device, lay.q_len, lay.k_len, lay.head_dim, lay.v_dim, lay.group,
-                                         lay.dtype, options.causal)
+                                         lay.dtype, options.causal, lay.tma)
     return "prefill", setting
 
 
@@ -149,7 +166,9 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
                  VARLEN_Q=lay.varlen_q, KV_MODE=lay.kv_mode, BOTTOM_RIGHT=options.alignment == "bottom_right",
                  HAS_LEFT=options.window_left is not None, HAS_RIGHT=options.right is not None,
                  SOFTCAP=options.softcap > 0, ALIBI=lay.alibi, MASK_KIND=lay.mask_kind, DOT=_DOT[lay.dtype.name],
-                 IEEE=lay.dtype is dtypes.float32, WIDE=lay.wide, num_warps=s["num_warps"], num_stages=s["num_stages"])
+                 IEEE=lay.dtype is dtypes.float32, WIDE=lay.wide,
+                 FOLD=options.scale > 0 and not options.softcap > 0 and not lay.alibi and lay.mask_kind != ADDITIVE_MASK,
+                 num_warps=s["num_warps"], num_stages=s["num_stages"])
     outputs = (plans.output("out", lay.out_shape, lay.dtype),)
     if lay.lse_shape is not None:
         outputs += (plans.output("lse", lay.lse_shape, dtypes.float32),)
@@ -157,8 +176,11 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
         grid = (max(1, math.ceil(lay.q_len * lay.group / s["block_m"])), lay.batch * lay.kv_heads)
         args = _arguments(lay, options, "out", lay.out_strides, "lse" if lay.lse_shape else "q", lay.lse_strides, 0,
                           (0, 0))
+        # descriptors where the setting asks and the call allows (a certified key's tma flag is lay.tma)
+        tma = s["loads"] == "tma" and lay.tma
         one = Launch(prefill_kernel, grid, args, dict(BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
-                                                      WRITE_LSE=lay.lse_shape is not None, SPLIT=False, **flags))
+                                                      WRITE_LSE=lay.lse_shape is not None, SPLIT=False, TMA=tma,
+                                                      **flags))
         return LaunchPlan(lay.device, (one,), outputs, (), (), ("prefill", dict(s), 1))
     splits, split_len = decode_split(lay, s)
     rows_block = tuning.pow2_at_least(lay.q_len * lay.group)
@@ -167,20 +189,23 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
                           (0, 0))
         one = Launch(prefill_kernel, (1, lay.batch * lay.kv_heads), args,
                      dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=lay.lse_shape is not None, SPLIT=False,
-                          **flags))
+                          TMA=False, **flags))
         return LaunchPlan(lay.device, (one,), outputs, (), (), ("decode", dict(s), 1))
-    rows = lay.batch * lay.q_heads * lay.q_len
-    part_shape = (splits, lay.batch, lay.q_heads, lay.q_len)
+    batch, tokens = lay.query_rows
+    rows = batch * lay.q_heads * tokens
+    part_shape = (splits, batch, lay.q_heads, tokens)
     part, part_lse = contiguous_strides((*part_shape, lay.v_dim)), contiguous_strides(part_shape)
+    if lay.varlen_q:  # the kernel's b is the sequence; its rows are packed, so no batch stride
+        part, part_lse = (part[0], 0, *part[2:]), (part_lse[0], 0, *part_lse[2:])
     workspace = (plans.workspace("partials", (*part_shape, lay.v_dim), dtypes.float32),
                  plans.workspace("partial_lse", part_shape, dtypes.float32))
     split = Launch(prefill_kernel, (splits, lay.batch * lay.kv_heads),
                    _arguments(lay, options, "partials", part[1:4], "partial_lse", part_lse[1:4], split_len,
                               (part[0], part_lse[0])),
-                   dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=True, SPLIT=True, **flags))
+                   dict(BLOCK_M=rows_block, BLOCK_N=s["block_n"], WRITE_LSE=True, SPLIT=True, TMA=False, **flags))
     lse = "lse" if lay.lse_shape is not None else "partial_lse"
     merge = Launch(combine_kernel, (rows,),
-                   (Slot("partials"), Slot("partial_lse"), Slot("out"), Slot(lse), lay.q_heads * lay.q_len,
+                   (Slot("partials"), Slot("partial_lse"), Slot("out"), Slot(lse), lay.q_heads * tokens,
                     lay.q_heads, splits, *lay.out_strides, *(lay.lse_strides if lay.lse_shape else _NONE3)),
                    dict(V_DIM=lay.v_dim, BLOCK_S=tuning.pow2_at_least(splits, 2),
                         BLOCK_DV=tuning.pow2_at_least(lay.v_dim), WRITE_LSE=lay.lse_shape is not None, num_warps=4))
@@ -270,7 +295,8 @@ def dense_layout(q, k, v, mask, slopes, return_lse, copy=True):
                  q4.strides[:3], k4.strides[:3], v4.strides[:3], out_shape, _heads_strides(out_shape), lse_shape,
                  _heads_strides((*lse_shape, 1)) if lse_shape else _NONE3, mask_kind=_mask_kind(mask),
                  mask_strides=mask4.strides if mask4 is not None else (0, 0, 0, 0), alibi=slopes is not None,
-                 slope_strides=slope_strides, wide=wide(k, v))
+                 slope_strides=slope_strides, wide=wide(k, v),
+                 tma=descriptor_ready(k4 if copy else k, v4 if copy else v, k4.strides[:3], v4.strides[:3]))
     return lay, {"q": q4, "k": k4, "v": v4, "mask": mask4, "slopes": slopes2}
 
 
@@ -315,7 +341,8 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_l
                  pow2_bucket(_longest(cu_seqlens_k)), q.shape[2], v.shape[2], q.dtype, q.device, _packed(q),
                  _packed(k), _packed(v), out_shape, _packed_out(out_shape), lse_shape,
                  (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True, kv_mode=PACKED,
-                 alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes), wide=wide(k, v))
+                 alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes), wide=wide(k, v),
+                 tma=descriptor_ready(k, v, _packed(k), _packed(v)))
     return execute(lay, options, {"q": q, "k": k, "v": v, "slopes": alibi_slopes, "cu_q": _unit_rows(cu_seqlens_q),
                                   "kv_lens": _unit_rows(cu_seqlens_k)})
 
@@ -339,15 +366,18 @@ def _unit_rows(t: Tensor) -> Tensor:
 
 
 @implements("paged_attention")
-def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse, max_seq_len):
+def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse, max_seq_len,
+           max_q_len):
     return launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
-                        max_seq_len)
+                        max_seq_len, max_q_len=max_q_len)
 
 
 def launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
-                 max_seq_len, out=None, setting=None, decode_setting=None):
+                 max_seq_len, out=None, setting=None, decode_setting=None, max_q_len=None):
     """paged_attention into out (new, or a given contiguous one); setting and decode_setting
-    override the served ones (the certifier's)."""
+    override the served ones (the certifier's). Nothing is read back from the device: the plan is
+    sized by max_seq_len and (packed q) max_q_len, bounds the front-end supplies (max_q_len None:
+    total_q), each rounded up to a power of two; the kernel reads every sequence's own lengths."""
     from .rope import cache_rows
     check_supported("paged_attention", q, v_cache.shape[-1])
     cache_rows(k_cache), cache_rows(v_cache)  # refused unless blocks and tokens merge into rows
@@ -367,7 +397,8 @@ def launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi
                      contiguous_strides(lse_shape) if lse_shape else _NONE3, **common)
     else:
         lse_shape = (hq, q.shape[0]) if return_lse else None
-        lay = Layout(batch, hq, k_cache.shape[2], pow2_bucket(_longest(cu_seqlens_q)), pow2_bucket(max_seq_len),
+        bound = q.shape[0] if max_q_len is None else max_q_len
+        lay = Layout(batch, hq, k_cache.shape[2], pow2_bucket(bound), pow2_bucket(max_seq_len),
                      q.shape[-1], ev, q.dtype, q.device, _packed(q), cache(k_cache), cache(v_cache), out_shape,
                      _packed_out(out_shape), lse_shape, (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True,
                      **common)

@@ -1,7 +1,10 @@
 """The pieces the prefill and decode kernels share: where a key's row lives (contiguous or paged),
 a block of scores with every option applied, and one step of the online softmax.
 
-Scores are kept in base 2 (s * log2(e)) so that the softmax takes exp2. A row with nothing to
+Scores are kept in base 2 (s * log2(e)) so that the softmax takes exp2. With no option between q.k
+and the softmax and a positive scale (FOLD, the wrapper decides), the scale and log2(e) are one
+factor applied inside the softmax step: the row max of the raw q.k times it, and exp2(qk * c - m)
+one fused multiply-add a score (Triton's fused-attention tutorial does the same). A row with nothing to
 attend to keeps m = -inf; its shift is taken as 0, so exp2(-inf - 0) = 0 and it never makes a
 NaN: its sum stays 0, its output 0 and its log-sum-exp -inf.
 """
@@ -54,11 +57,14 @@ def key_rows(b, j, valid, table_ptr, stride_table, BLOCK_TOKENS, PAGED: tl.const
 @triton.jit
 def scores(qk, scale, softcap, pos, j, kv_len, slope, mask_ptrs, window_left, window_right,
            BOUNDED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-           ALIBI: tl.constexpr, MASK_KIND: tl.constexpr, mask_valid):
+           ALIBI: tl.constexpr, MASK_KIND: tl.constexpr, mask_valid, FOLD: tl.constexpr):
     """A block of base-2 scores from q.k (float32, [rows, keys]): scale, softcap, ALiBi, the mask,
     and (BOUNDED) the keys past kv_len, before pos - window_left or after pos + window_right
-    dropped. pos: each row's aligned position; j: each key's index."""
-    if not SOFTCAP and not ALIBI and MASK_KIND != 2:  # scale and log2(e) in one multiply
+    dropped. pos: each row's aligned position; j: each key's index. FOLD: q.k as it is (the
+    softmax step applies scale * log2(e))."""
+    if FOLD:
+        s = qk
+    elif not SOFTCAP and not ALIBI and MASK_KIND != 2:  # scale and log2(e) in one multiply
         s = qk * (scale * LOG2E)
     else:
         s = qk * scale
@@ -86,12 +92,13 @@ def scores(qk, scale, softcap, pos, j, kv_len, slope, mask_ptrs, window_left, wi
 
 
 @triton.jit
-def online_step(s, m_i, l_i):
+def online_step(s, m_i, l_i, c):
     """(p, alpha, m_new, l_new): the block's probabilities against the running max, the factor
-    the running sums are rescaled by, the new max and sum."""
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    the running sums are rescaled by, the new max and sum; the base-2 scores are s * c (c > 0:
+    the max commutes with it; 1.0 where s is scaled already)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1) * c)
     shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.exp2(s - shift[:, None])
+    p = tl.exp2(s * c - shift[:, None])
     alpha = tl.exp2(m_i - shift)
     l_new = l_i * alpha + tl.sum(p, 1)
     return p, alpha, m_new, l_new

@@ -12,6 +12,12 @@ PACKED (sequence b at rows cu_k[b]:cu_k[b+1]) or PAGED (a block table per sequen
 length in lens[b]; any block size). Queries are dense or packed (VARLEN_Q, rows cu_q[b]:cu_q[b+1]).
 The head dim is read at unit stride (the wrapper copies where it is not).
 
+TMA (DENSE and PACKED keys whose bases and strides are 16-byte aligned, a Tunable choice): K and V
+blocks come through tensor descriptors made in the program (on sm_90 a TMA copy into shared memory,
+which wgmma reads as is; K's [BLOCK_N, BLOCK_D] tile transposed as a view). The descriptor's shape
+is the sequence's [kv_len, HEAD_DIM], so keys past the sequence and a padded head dim read as zeros
+and no load carries a mask; the scores of such keys are dropped as on the pointer path (BOUNDED).
+
 SPLIT (decode: the query rows of a program are all of its group's, a few tokens): program s of
 axis 0 takes keys s * split_len .. (s + 1) * split_len and writes its normalized partial output
 and log-sum-exp (float32); combine_kernel merges a row's partials in split order, a fixed tree
@@ -21,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ..elementwise.casts import narrow
-from .common import dot_operand, finish, key_rows, online_step, prob_operand, scores
+from .common import LOG2E, dot_operand, finish, key_rows, online_step, prob_operand, scores
 
 DENSE, PACKED, PAGED = 0, 1, 2
 
@@ -45,29 +51,39 @@ def _attend(acc, m_i, l_i, q, lo, hi, b, kv_len, k_base, v_base, k_row0, table_p
             scale, softcap, HEAD_DIM: tl.constexpr, V_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BOUNDED: tl.constexpr, KV_MODE: tl.constexpr,
             HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
-            MASK_KIND: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr, WIDE: tl.constexpr):
-    """acc, m_i, l_i after keys lo .. hi (lo a multiple of BLOCK_N)."""
+            MASK_KIND: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr, WIDE: tl.constexpr,
+            TMA: tl.constexpr, FOLD: tl.constexpr):
+    """acc, m_i, l_i after keys lo .. hi (lo a multiple of BLOCK_N). TMA: k_base and v_base are the
+    sequence's K and V descriptors (rows from 0), no pointers."""
     d = tl.arange(0, BLOCK_D)
     dv = tl.arange(0, BLOCK_DV)
+    c = scale * LOG2E if FOLD else 1.0
     for start in range(lo, hi, BLOCK_N):
+        start = tl.multiple_of(start, BLOCK_N)
         j = start + tl.arange(0, BLOCK_N)
         if BOUNDED:
             in_keys = j < kv_len
         else:
             in_keys = j >= 0
-        rows = key_rows(b, j, in_keys, table_ptr, stride_table, block_tokens, KV_MODE == 2, WIDE) + k_row0
-        k = _tile(k_base + rows[None, :] * sks + d[:, None], in_keys[None, :], d[:, None] < HEAD_DIM, BOUNDED,
-                  HEAD_DIM == BLOCK_D)
+        if TMA:
+            k = k_base.load([start, 0]).T
+        else:
+            rows = key_rows(b, j, in_keys, table_ptr, stride_table, block_tokens, KV_MODE == 2, WIDE) + k_row0
+            k = _tile(k_base + rows[None, :] * sks + d[:, None], in_keys[None, :], d[:, None] < HEAD_DIM, BOUNDED,
+                      HEAD_DIM == BLOCK_D)
         if IEEE:
             qk = tl.dot(q, dot_operand(k, DOT), input_precision="ieee")
         else:
             qk = tl.dot(q, dot_operand(k, DOT))
         mask_ptrs = mask_base + h64[:, None] * smh + tok[:, None] * sml + j[None, :].to(tl.int64) * sms
         s = scores(qk, scale, softcap, pos, j, kv_len, slope, mask_ptrs, window_left, window_right, BOUNDED,
-                   HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, row_ok[:, None] & in_keys[None, :])
-        p, alpha, m_i, l_i = online_step(s, m_i, l_i)
-        v = _tile(v_base + rows[:, None] * svs + dv[None, :], in_keys[:, None], dv[None, :] < V_DIM, BOUNDED,
-                  V_DIM == BLOCK_DV)
+                   HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, row_ok[:, None] & in_keys[None, :], FOLD)
+        p, alpha, m_i, l_i = online_step(s, m_i, l_i, c)
+        if TMA:
+            v = v_base.load([start, 0])
+        else:
+            v = _tile(v_base + rows[:, None] * svs + dv[None, :], in_keys[:, None], dv[None, :] < V_DIM, BOUNDED,
+                      V_DIM == BLOCK_DV)
         if IEEE:
             acc = tl.dot(prob_operand(p, DOT), dot_operand(v, DOT), acc * alpha[:, None], input_precision="ieee")
         else:
@@ -85,11 +101,13 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
                    KV_MODE: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LEFT: tl.constexpr,
                    HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, MASK_KIND: tl.constexpr,
                    WRITE_LSE: tl.constexpr, SPLIT: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr,
-                   WIDE: tl.constexpr):
+                   WIDE: tl.constexpr, TMA: tl.constexpr, FOLD: tl.constexpr):
     """Grid: (cdiv(longest q_len * GROUP, BLOCK_M), batch * kv_heads), or (splits, batch * kv_heads)
     with SPLIT (q_len * GROUP <= BLOCK_M; o_ptr, lse_ptr the partials, split s at s * sos, s * sls).
     window_right already holds causality (0, or the smaller bound); kv_len_ptr is cu_k (PACKED)
-    or the lengths (PAGED). WIDE: a key's offset in K or V may pass int32 (64-bit offsets)."""
+    or the lengths (PAGED). WIDE: a key's offset in K or V may pass int32 (64-bit offsets). TMA: K
+    and V through descriptors (DENSE or PACKED, 16-byte aligned: the wrapper decides). FOLD: the
+    scale applied in the softmax step (no softcap, ALiBi or additive mask; scale > 0)."""
     pid_m = tl.program_id(0)
     split = 0
     if SPLIT:
@@ -132,6 +150,13 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
     k_base = k_ptr + b64 * skb + kv_head.to(tl.int64) * skh
     v_base = v_ptr + b64 * svb + kv_head.to(tl.int64) * svh
     mask_base = mask_ptr + b64 * smb
+    if TMA:  # the sequence's rows of this KV head: [kv_len, HEAD_DIM] at row stride sks (svs)
+        row0 = tl.full((), 0, tl.int64) + k_row0
+        rows = tl.maximum(kv_len, 1)   # an empty sequence loads nothing; its descriptor still has a row
+        k_base = tl.make_tensor_descriptor(k_base + row0 * sks, shape=[rows, HEAD_DIM], strides=[sks, 1],
+                                           block_shape=[BLOCK_N, BLOCK_D])
+        v_base = tl.make_tensor_descriptor(v_base + row0 * svs, shape=[rows, V_DIM], strides=[svs, 1],
+                                           block_shape=[BLOCK_N, BLOCK_DV])
 
     # the keys any row sees (lo, hi) and those every row sees (full_lo, full_hi)
     first = pid_m * BLOCK_M // GROUP + offset
@@ -167,15 +192,15 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, lo, full_lo, b, kv_len, k_base, v_base, k_row0, table_ptr,
                             stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE)
+                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA, FOLD)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, full_lo, full_hi, b, kv_len, k_base, v_base, k_row0, table_ptr,
                             stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, False, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE)
+                            BLOCK_DV, False, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA, FOLD)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, full_hi, hi, b, kv_len, k_base, v_base, k_row0, table_ptr,
                             stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE)
+                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA, FOLD)
     out, lse = finish(acc, m_i, l_i)
     dv = tl.arange(0, BLOCK_DV)
     o_ptr += split * sos

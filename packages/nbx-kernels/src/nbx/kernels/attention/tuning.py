@@ -1,13 +1,17 @@
 """Certified settings of the attention kernels: the flash prefill tile, the decode split, the rope
 tile.
 
-attention: block_m query rows (tokens x the heads of a KV group) by block_n keys a step, warps and
-pipeline stages; candidates are pruned by the shared memory a stage's K and V blocks and the q tile
-take at the key's head dims. Its key: the query and key lengths on the dims ladder, the head dims,
-the group (query heads per KV head), the dtype, and whether it is causal.
+attention: block_m query rows (tokens x the heads of a KV group) by block_n keys a step, warps,
+pipeline stages, and how K and V are loaded (pointers, or tma: tensor descriptors, a candidate only
+where the device file's matrix_unit.tma holds and the key's K and V are descriptor-ready);
+candidates are pruned by the shared memory a stage's K and V blocks and the q tile take at the key's
+head dims. Its key: the query and key lengths on the dims ladder, the head dims, the group (query
+heads per KV head), the dtype, whether it is causal and whether K and V can be read by descriptors.
 
-attention_decode: block_n keys a step and the warps of the split-K decode; how many splits is
-derived from the device file's `programs` (enough programs to fill the device) and the context.
+attention_decode: block_n keys a step, the warps and stages of the split-K decode, and programs, the
+most the keys are split into over batch x KV heads (more programs than SMs keep more K and V loads
+in flight; the split count follows from it and the context; measured at batch 1, 8 KV heads, where
+the split matters most: at 64 x 8 groups every value splits little or not at all).
 Its key: the context on the dims ladder, the query rows a program takes, the head dim, the dtype.
 
 rope: tokens a program and warps. Its key: the element count class and the dtype.
@@ -25,10 +29,13 @@ from nbx.core.reference import oracle
 
 from .. import rows
 
-PREFILL_PARAMS = {"block_m": (64, 128), "block_n": (32, 64, 128), "num_warps": (4, 8), "num_stages": (1, 2, 3)}
+# the grid the last H200 run advised (block_n 32 and a single stage never won); x the load path
+PREFILL_PARAMS = {"block_m": (64, 128), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4),
+                  "loads": ("pointers", "tma")}
 PREFILL_KEY = {"q_len": "dims", "k_len": "dims", "head_dim": "exact", "v_dim": "exact", "group": "exact",
-               "dtype": "dtype", "causal": "flag"}
-DECODE_PARAMS = {"block_n": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3)}
+               "dtype": "dtype", "causal": "flag", "tma": "flag"}
+DECODE_PARAMS = {"block_n": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3),
+                 "programs": (264, 528, 1056)}   # 2, 4, 8 an SM of the H200's 132 (the grid only: no new compile)
 DECODE_KEY = {"k_len": "dims", "rows": "exact", "head_dim": "exact", "dtype": "dtype", "paged": "flag"}
 ROPE_PARAMS = {"block_tokens": (1, 2, 4, 8), "num_warps": (1, 2, 4)}
 ROPE_KEY = {"elements": "elements", "head_dim": "exact", "dtype": "dtype"}
@@ -45,7 +52,15 @@ def prefill_stage_bytes(setting, head_dim: int, v_dim: int, itemsize: int = 2) -
     return itemsize * (setting["block_m"] * d + max(1, setting["num_stages"]) * setting["block_n"] * (d + dv))
 
 
+def _loads_fit(setting, facts):
+    if setting["loads"] == "tma" and not facts.value("matrix_unit.tma"):
+        return "matrix_unit.tma is false: no tensor-descriptor copies"
+    return True
+
+
 def _prefill_fits(setting, rep, facts):
+    if setting["loads"] == "tma" and not rep["tma"]:
+        return "the key's K and V are not descriptor-ready (paged, or strides or bases not 16-byte aligned)"
     limit = facts.value("memory.max_shared_memory_per_block")
     used = prefill_stage_bytes(setting, rep["head_dim"], rep["v_dim"], as_dtype(rep["dtype"]).itemsize)
     if used > limit:
@@ -55,9 +70,16 @@ def _prefill_fits(setting, rep, facts):
     return True
 
 
+DECODE_WORKLOAD_GROUPS = 8   # batch 1 x 8 KV heads: decode_workload's launch
+
+
 def _decode_fits(setting, rep, facts):
     if setting["block_n"] > min(DECODE_PARAMS["block_n"]) and setting["block_n"] // 2 >= rep["k_len"]:
         return f"block_n {setting['block_n']} covers a context of {rep['k_len']} twice over"
+    fewest = min(DECODE_PARAMS["programs"])
+    blocks = math.ceil(rep["k_len"] / setting["block_n"])
+    if setting["programs"] > fewest and math.ceil(fewest / DECODE_WORKLOAD_GROUPS) >= blocks:
+        return f"{fewest} programs already split the workload's {blocks} blocks one a program"
     return True
 
 
@@ -101,7 +123,7 @@ def decode_workload(rep, device):
     from . import launch_paged, launch_sdpa
     from .. import launch
     from nbx.core.ops.attention import AttentionOptions
-    hk, dtype, d, n = 8, rep["dtype"], rep["head_dim"], rep["k_len"]
+    hk, dtype, d, n = DECODE_WORKLOAD_GROUPS, rep["dtype"], rep["head_dim"], rep["k_len"]
     hq = rep["rows"] * hk
     q = asarray(_normal((1, hq, 1, d), 37).astype(dtype.host), device=device)
     k = asarray(_normal((1, hk, n, d), 21).astype(dtype.host), device=device)
@@ -152,7 +174,7 @@ def rope_workload(rep, device):
 
 ATTENTION = autotune.declare(autotune.Tunable(
     "attention", params=PREFILL_PARAMS, key=PREFILL_KEY, default_from="tiles.attention", workload=prefill_workload,
-    fits=_prefill_fits))
+    constraint=_loads_fit, fits=_prefill_fits))
 ATTENTION_DECODE = autotune.declare(autotune.Tunable(
     "attention_decode", params=DECODE_PARAMS, key=DECODE_KEY, default_from="tiles.attention_decode",
     workload=decode_workload, fits=_decode_fits))
@@ -160,9 +182,9 @@ ROPE = autotune.declare(autotune.Tunable(
     "rope", params=ROPE_PARAMS, key=ROPE_KEY, default_from="tiles.rope", workload=rope_workload))
 
 
-def prefill_setting(device, q_len, k_len, head_dim, v_dim, group, dtype, causal):
+def prefill_setting(device, q_len, k_len, head_dim, v_dim, group, dtype, causal, tma):
     return autotune.setting(ATTENTION, device, q_len=q_len, k_len=k_len, head_dim=head_dim, v_dim=v_dim,
-                            group=group, dtype=dtype, causal=causal)
+                            group=group, dtype=dtype, causal=causal, tma=bool(tma))
 
 
 def decode_setting(device, k_len, rows, head_dim, dtype, paged):

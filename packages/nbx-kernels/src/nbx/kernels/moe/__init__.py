@@ -254,6 +254,20 @@ def launch_experts(x, weights, experts, w_gate, w_up, w_down, out: Tensor | None
     return plans.execute(plan, values)["out"]
 
 
+STAGES = {"alignment": slice(0, 2), "gemms": slice(2, 4), "combine": slice(4, 5)}   # the plan's launches
+
+
+def staged_runs(x, weights, experts, w_gate, w_up, w_down) -> dict:
+    """Each stage of the layer's plan (STAGES) run alone over one call's buffers, for a benchmark's
+    breakdown: {stage: fn()}, after one whole run has filled the tables and the intermediates each
+    stage reads (a stage rerun writes what it wrote before: the same bits)."""
+    plan = experts_plan(x, weights, experts, w_gate, w_up, w_down)
+    values = {"x": x, "weights": weights, "experts": experts, **_weight_values(w_gate, w_up, w_down)}
+    plans.execute(plan, values)
+    parts = {name: LaunchPlan(plan.device, plan.launches[part]) for name, part in STAGES.items()}
+    return {name: (lambda part=part: plans.execute(part, values)) for name, part in parts.items()}
+
+
 @implements("moe_experts")
 def _moe_experts(x, weights, experts, w_gate, w_up, w_down):
     return launch_experts(x, weights, experts, w_gate, w_up, w_down)
@@ -278,4 +292,4 @@ def experts_cost(x, weights, experts, w_gate, w_up, w_down) -> Cost:
                 notes=(f"block_m {plan.detail.setting['block_m']}" + (" (band)" if plan.detail.band else ""),))
 
 
-__all__ = ["launch_experts", "experts_plan", "weight_layout", "WeightLayout", "route_plan", "align_plan", "experts_cost"]
+__all__ = ["launch_experts", "experts_plan", "staged_runs", "STAGES", "weight_layout", "WeightLayout", "route_plan", "align_plan", "experts_cost"]

@@ -7,13 +7,14 @@ to a prefill tile and each selected expert's weights are read once per column ti
 call takes is the band's definition (a token count), not a tuned choice; each has its own device
 file default (tiles.moe_experts, tiles.moe_band) and its own certificates.
 
-The launch key: tokens (dims ladder), experts and top_k (exact: they fix the pairs per expert),
-the intermediate and hidden sizes (dims ladder), the dtype, and the weights' form ("dense", or
+The launch key (launch_key): tokens (the power of two at or above the count), experts and top_k
+(exact: they fix the pairs per expert), the intermediate and hidden sizes (dims ladder), the dtype, and the weights' form ("dense", or
 "int4-<scheme>-g<group>": W4A16). The representative launch routes token t's slot j to expert
 (t * top_k + j) % experts: every expert gets its share of rows.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -24,6 +25,7 @@ from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 
 from ..matmul.tuning import stage_bytes, stages_that_fit
+from ..rows import pow2_at_least
 
 BAND_TOKENS = 16
 # block_k under 64 and 2 stages never paid for 16-bit operands in matmul's sweeps: left out to keep
@@ -31,7 +33,11 @@ BAND_TOKENS = 16
 PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (64, 128, 256), "block_k": (64, 128), "group_m": (8,),
           "num_warps": (4, 8), "num_stages": (3, 4)}
 BAND_PARAMS = {**PARAMS, "block_m": (16, 32)}
-KEY = {"tokens": "dims", "experts": "exact", "top_k": "exact", "inter": "dims", "hidden": "dims", "dtype": "dtype",
+# tokens: the power of two at or above the count (rows.pow2_at_least, as the row kernels key their
+# width): a tile's fit follows an expert's rows, tokens * top_k / experts, on an octave scale, and a
+# model's prefill lengths then take 10 classes up to 8192 and the band 5, each screened or certified
+# once (the dims ladder's steps of 16 to 128 tokens took ~140).
+KEY = {"tokens": "exact", "experts": "exact", "top_k": "exact", "inter": "dims", "hidden": "dims", "dtype": "dtype",
        "weights": "label"}
 
 
@@ -41,13 +47,16 @@ def _gated_stage_bytes(setting, itemsize: int) -> int:
 
 
 def _fits(setting, rep, facts):
-    """Rows per expert twice under block_m, tiles twice the key's sizes, and stages of the gated
-    product that shared memory cannot hold."""
+    """Rows per expert twice under block_m or four times over a block_m under 64 (a short sweep:
+    a small row block pays only for a few rows an expert), tiles twice the key's sizes, and stages
+    of the gated product that shared memory cannot hold."""
     if rep["weights"] != "dense" and int(rep["weights"].rsplit("-g", 1)[1]) % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide the int4 group of {rep['weights']}"
     rows = math.ceil(rep["tokens"] * rep["top_k"] / rep["experts"])
     if setting["block_m"] > 16 and setting["block_m"] // 2 >= rows:
         return f"block_m {setting['block_m']} pads an expert's {rows} rows twice over"
+    if setting["block_m"] < 64 and 4 * setting["block_m"] <= rows:
+        return f"block_m {setting['block_m']} under a quarter of an expert's {rows} rows"
     small = min(rep["inter"], rep["hidden"])
     for block in ("block_n", "block_k"):
         if setting[block] > min(PARAMS[block]) and setting[block] // 2 >= small:
@@ -67,18 +76,42 @@ def _warps(setting, facts):
     return True
 
 
+def _normal(shape, seed: int, scale: float) -> np.ndarray:
+    """Fixed pseudo-random normals of standard deviation scale: the screen's x and weights.
+
+    Not sinusoids: over coherent rows and columns each product cancels (the gate's outputs came out
+    about 250 times under the sum of their terms' magnitudes at hidden 2048), and the layer's output
+    fell to ~1e-4 while the intermediate's and the pair rows' roundings (one each, as the torch loop
+    rounds) did not shrink with it: a correct bfloat16 kernel deviated 0.05 to 0.1 from the oracle
+    (a float64 emulation that rounds only those two reproduces the interpreter's 0.052 to three
+    digits), so no tile passed. Over independent values the products keep their sqrt(K) size and a
+    correct kernel stays near the output's own rounding. Drawn in float32 (half the host memory of
+    float64 at Mixtral's 470 M weights an operand), then cast to the key's dtype."""
+    values = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+    values *= np.float32(scale)
+    return values
+
+
+@functools.lru_cache(maxsize=1)
+def _host_weights(count: int, inter: int, hidden: int, dtype: str) -> tuple:
+    """w_gate, w_up, w_down of a layer on the host in the key's dtype (read-only), kept for the next
+    key of the same layer: a certification screens a layer's keys one after another, and Mixtral's
+    1.4 G weights take seconds to draw."""
+    host = as_dtype(dtype).host
+    drawn = (_normal((count, inter, hidden), 21, 1 / math.sqrt(hidden)).astype(host),
+             _normal((count, inter, hidden), 13, 1 / math.sqrt(hidden)).astype(host),
+             _normal((count, hidden, inter), 17, 1 / math.sqrt(inter)).astype(host))
+    for w in drawn:
+        w.flags.writeable = False
+    return drawn
+
+
 def representative_layer(rep, device):
     """(x, weights, experts, w_gate, w_up, w_down) of the key's sizes, every expert given rows."""
     tokens, count, k = rep["tokens"], rep["experts"], rep["top_k"]
     inter, hidden, dtype = rep["inter"], rep["hidden"], as_dtype(rep["dtype"])
-
-    def values(shape, phase, scale):
-        return (scale * np.sin(phase * np.arange(math.prod(shape), dtype=np.float64) + 0.5)).reshape(shape)
-
-    x = asarray(values((tokens, hidden), 0.37, 1.0).astype(dtype.host), device=device)
-    w_gate = asarray(values((count, inter, hidden), 0.21, 1 / math.sqrt(hidden)).astype(dtype.host), device=device)
-    w_up = asarray(values((count, inter, hidden), 0.13, 1 / math.sqrt(hidden)).astype(dtype.host), device=device)
-    w_down = asarray(values((count, hidden, inter), 0.17, 1 / math.sqrt(inter)).astype(dtype.host), device=device)
+    x = asarray(_normal((tokens, hidden), 37, 1.0).astype(dtype.host), device=device)
+    w_gate, w_up, w_down = (asarray(w, device=device) for w in _host_weights(count, inter, hidden, dtype.name))
     if rep["weights"] != "dense":   # int4-<scheme>-g<group>: the same values, quantized
         from nbx.core.quant import QuantizedTensor
         _, scheme, group = rep["weights"].split("-")
@@ -90,13 +123,15 @@ def representative_layer(rep, device):
 
 
 def experts_workload(rep, device):
+    """The key's layer into one output; the oracle of a window of rows runs on those tokens only
+    (a token's output depends on its own row, weights and experts)."""
     from .. import launch
     from . import launch_experts
     operands = representative_layer(rep, device)
     out = launch.output(operands[0].shape, operands[0].dtype, device)
     return autotune.TensorWorkload(
         out, lambda setting: launch_experts(*operands, out=out, setting=setting),
-        lambda rows: np.asarray(oracle("moe_experts", *operands))[rows])
+        lambda rows: np.asarray(oracle("moe_experts", *(a[rows] for a in operands[:3]), *operands[3:])))
 
 
 def _declare(name: str, params: dict, default: str):
@@ -110,12 +145,19 @@ EXPERTS = _declare("moe_experts", PARAMS, "tiles.moe_experts")
 BAND = _declare("moe_band", BAND_PARAMS, "tiles.moe_band")
 
 
+def launch_key(tokens: int, experts: int, top_k: int, inter: int, hidden: int, dtype, weights: str = "dense"
+               ) -> tuple:
+    """(tunable, key fields) of a layer's expert GEMMs: the band's for BAND_TOKENS tokens or fewer."""
+    tunable = BAND if tokens <= BAND_TOKENS else EXPERTS
+    return tunable, dict(tokens=pow2_at_least(tokens), experts=experts, top_k=top_k, inter=inter, hidden=hidden,
+                         dtype=dtype, weights=weights)
+
+
 def experts_setting(device, tokens: int, experts: int, top_k: int, inter: int, hidden: int, dtype,
                     weights: str = "dense"):
-    """The served setting of a layer's expert GEMMs: the band's for BAND_TOKENS tokens or fewer."""
-    tunable = BAND if tokens <= BAND_TOKENS else EXPERTS
-    return autotune.setting(tunable, device, tokens=tokens, experts=experts, top_k=top_k, inter=inter, hidden=hidden,
-                            dtype=dtype, weights=weights)
+    """The served setting of a layer's expert GEMMs."""
+    tunable, fields = launch_key(tokens, experts, top_k, inter, hidden, dtype, weights)
+    return autotune.setting(tunable, device, **fields)
 
 
-__all__ = ["EXPERTS", "BAND", "BAND_TOKENS", "PARAMS", "KEY", "experts_setting", "representative_layer"]
+__all__ = ["EXPERTS", "BAND", "BAND_TOKENS", "PARAMS", "KEY", "launch_key", "experts_setting", "representative_layer"]

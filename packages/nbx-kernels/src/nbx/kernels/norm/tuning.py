@@ -8,7 +8,7 @@ from nbx import autotune
 from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 
-from ..rows import ROW_KEY, ROW_PARAMS, representative_rows
+from ..rows import ROW_KEY, ROW_PARAMS, ROW_WEIGHTS, representative_rows
 
 EPS = 1e-6
 
@@ -26,6 +26,6 @@ def norm_workload(rep, device):
 
 
 NORM = autotune.declare(autotune.Tunable(
-    "norm", params=ROW_PARAMS, key=ROW_KEY, default_from="tiles.norm", workload=norm_workload))
+    "norm", params=ROW_PARAMS, key=ROW_KEY, weights=ROW_WEIGHTS, default_from="tiles.norm", workload=norm_workload))
 
 __all__ = ["NORM"]

@@ -8,6 +8,12 @@ H200 kept 1024 with split rows). The launch key, as for the row
 kernels (rows.py): the reduced length rounded up to a power of two, the element count's
 class, the input dtype, and whether the reduced dim is read across its stride while the kept rows
 are adjacent. The representative launch is a sum over the key's rows.
+
+Its setting depends on both sizes of the key alike (`weights`, for a key served a neighbour's
+setting): the block follows the row's width, `programs` the row count (a few long rows are split
+into column ranges). On the H200 a bfloat16 sum of 1 Mi elements in 8192-wide rows served the
+setting of 16 Mi elements of the same width lost 45 % (2026-12-01): the row count matters here,
+unlike to softmax's tile.
 """
 from __future__ import annotations
 
@@ -44,6 +50,6 @@ def sum_workload(rep, device):
 REDUCTION = autotune.declare(autotune.Tunable(
     "reduction",
     params={"block": (1024, 4096, 8192, 16384), "num_warps": (4, 8), "programs": (1056, 2112)},
-    key=ROW_KEY, default_from="tiles.reduction", workload=sum_workload))
+    key=ROW_KEY, weights={"width": 1, "elements": 1}, default_from="tiles.reduction", workload=sum_workload))
 
 __all__ = ["REDUCTION", "setting"]

@@ -7,7 +7,7 @@ import numpy as np
 from nbx import autotune
 from nbx.core.reference import oracle
 
-from ..rows import ROW_KEY, ROW_PARAMS, representative_rows, row_setting
+from ..rows import ROW_KEY, ROW_PARAMS, ROW_WEIGHTS, representative_rows, row_setting
 
 
 def softmax_workload(rep, device):
@@ -21,6 +21,6 @@ def softmax_workload(rep, device):
 
 
 SOFTMAX = autotune.declare(autotune.Tunable(
-    "softmax", params=ROW_PARAMS, key=ROW_KEY, default_from="tiles.softmax", workload=softmax_workload))
+    "softmax", params=ROW_PARAMS, key=ROW_KEY, weights=ROW_WEIGHTS, default_from="tiles.softmax", workload=softmax_workload))
 
 __all__ = ["SOFTMAX", "row_setting"]

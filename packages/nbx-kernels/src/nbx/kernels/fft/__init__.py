@@ -1,0 +1,337 @@
+"""nbx.fft (fftn, ifftn, rfftn, irfftn and through them every transform of nbx.fft) on the shared
+launch path, complex64 as interleaved float32 pairs.
+
+A transform over several dims is one 1-D transform a dim (the dim moved last, read through a dense
+copy when it is not already the unit-stride last dim). A 1-D transform of n points over rows is a
+chain of Stockham passes (kernel.py), one launch each, ping-ponging between two workspace rows:
+- n whose factors are 2, 3, 5, 7, 11 and 13: radices of the certified power of two (radix: 4, 8
+  or 16) for the power-of-two part, the odd primes merged while their product stays <= 16;
+- with the setting's `fused` on, a power of two up to FUSED_UP_TO points: one program a row, all
+  its radix-2 passes in registers (fft_row_kernel);
+- any other n: Bluestein's chirp-z, a convolution by the chirp through forward and inverse
+  transforms of M >= 2n - 1 points (a power of two): the chirp's spectrum (one row), the rows'
+  forward transform (first pass multiplies by the chirp), the inverse (first pass multiplies by the
+  chirp's spectrum, last pass by the chirp again).
+rfft of an even n reads its real row as n / 2 complex pairs (even samples + i odd ones), transforms
+them, and a post-pass separates the two spectra into the n / 2 + 1 bins; irfft of an even n is the
+inverse (a pre-pass joins them, the inverse transform's pairs are the samples). Odd n: rfft reads the
+real row into an n-point complex transform and keeps n / 2 + 1 bins; irfft extends its half
+spectrum by conjugate symmetry as it reads and stores the real parts. The norm mode is a
+scale applied by the last pass. float64 and complex128 are computed on the CPU only (refused here
+by name). stft and istft (spectral.py) frame, window and overlap-add around these transforms.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod, sqrt
+
+from nbx.core import dtypes
+from nbx.core import layout as core_layout
+from nbx.core.errors import NotSupportedError
+from nbx.core.tensor import Tensor, empty
+
+from .. import launch, plans
+from ..cost import Cost, declares
+from ..elementwise import _parts as pairs_of
+from ..plans import Launch, LaunchPlan, Slot
+from ..registry import implements
+from ..rows import pow2_at_least
+from .kernel import (CHIRP, CHIRP_SEQUENCE, COMPLEX, HERMITIAN, NONE, PAIRS, REAL, REAL_PAIRS, REAL_PART, SPECTRUM,
+                     fft_pass_kernel, fft_row_kernel, half_spectrum_kernel, real_spectrum_kernel)
+from .tuning import fft_setting
+
+REAL_INPUTS = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
+ODD_RADICES = (3, 5, 7, 11, 13)
+FUSED_UP_TO = 4096   # the longest row fft_row_kernel holds: 8192 float32 values over a program's threads
+MAX_ODD_RADIX = 16
+
+
+def radices(n: int, max_radix: int) -> tuple[int, ...] | None:
+    """n as the product of the passes' radices, or None when a prime factor above 13 remains
+    (Bluestein). The power-of-two part in radices of max_radix and one smaller power of two."""
+    if n == 1:
+        return (1,)
+    twos = (n & -n).bit_length() - 1
+    odd = n >> twos
+    step = max_radix.bit_length() - 1
+    out = [max_radix] * (twos // step) + ([1 << (twos % step)] if twos % step else [])
+    merged = 1
+    for p in ODD_RADICES:
+        while odd % p == 0:
+            odd //= p
+            if merged * p > MAX_ODD_RADIX:
+                out.append(merged)
+                merged = 1
+            merged *= p
+    if merged > 1:
+        out.append(merged)
+    return tuple(out) if odd == 1 else None
+
+
+def norm_scale(n: int, norm: str, inverse: bool) -> float:
+    """What the last pass multiplies by: 1, 1 / sqrt(n) or 1 / n as numpy's norm modes define."""
+    if norm == "ortho":
+        return 1.0 / sqrt(n)
+    divides = norm == "backward" if inverse else norm == "forward"
+    return 1.0 / n if divides else 1.0
+
+
+@dataclass(frozen=True)
+class Detail:
+    path: str          # "stockham" or "bluestein"
+    radices: tuple     # of the n-point (Stockham) or M-point (Bluestein) transform
+    tile: dict
+    flops: int
+    bytes_moved: int
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One pass of a chain: an R-point step of an n-point transform after ns points combined."""
+    n: int
+    radix: int
+    ns: int
+    sign: int
+    load: int = COMPLEX
+    pre: int = NONE
+    post: int = NONE
+    store: int = PAIRS
+
+
+def _chain(n: int, rads, sign: int) -> list[_Pass]:
+    out, ns = [], 1
+    for r in rads:
+        out.append(_Pass(n, r, ns, sign))
+        ns *= r
+    return out
+
+
+def _launches(passes: list[_Pass], rows: int, src: str, dst: str, tile: dict, *, length: int, src_len: int,
+              src_row: int, dst_row: int, dst_len: int, chirp_n: int = 1, chirp_sign: int = 1,
+              scale: float = 1.0) -> list[Launch]:
+    """Launches of a chain of passes from src to dst through the workspace rows work0 / work1: the
+    first pass reads src's rows (length, src_len, src_row), the last writes dst's (dst_row, dst_len)
+    scaled; between them full rows of 2 n floats."""
+    out = []
+    for i, p in enumerate(passes):
+        first, last = i == 0, i == len(passes) - 1
+        here = src if first else f"work{(i - 1) % 2}"
+        there = dst if last else f"work{i % 2}"
+        butterflies = rows * (p.n // p.radix)
+        block = min(tile["block_j"], pow2_at_least(butterflies))
+        aux = "spectrum" if p.pre == SPECTRUM else there
+        args = (Slot(here), Slot(there), Slot(aux), butterflies, p.n, p.ns, length if first else p.n,
+                src_len if first else p.n, src_row if first else 2 * p.n, dst_row if last else 2 * p.n,
+                dst_len if last else p.n, chirp_n, scale if last else 1.0)
+        meta = dict(R=p.radix, R_PAD=pow2_at_least(p.radix), BLOCK_J=block, SIGN=p.sign, LOAD=p.load if first else COMPLEX,
+                    PRE=p.pre, POST=p.post, CHIRP_SIGN=chirp_sign, STORE=p.store if last else PAIRS,
+                    num_warps=tile["num_warps"])
+        out.append(Launch(fft_pass_kernel, (-(-butterflies // block),), args, meta))
+    return out
+
+
+def _with(p: _Pass, **changes) -> _Pass:
+    return _Pass(**{**p.__dict__, **changes})
+
+
+def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store: int, src: str, dst: str, *,
+                      src_len: int, src_row: int, dst_row: int, dst_len: int, scale: float):
+    """(launches, workspace width, path, radices) of an n-point complex transform from src to dst."""
+    if fusable(n, tile) and load in (COMPLEX, REAL, REAL_PAIRS) and store == PAIRS and dst_len == n:
+        one = Launch(fft_row_kernel, (rows,), (Slot(src), Slot(dst), src_len, src_row, dst_row, scale),
+                     dict(N=n, PASSES=n.bit_length() - 1, SIGN=sign, LOAD=load, num_warps=tile["num_warps"]))
+        return [one], n, "fused", (2,) * (n.bit_length() - 1)
+    rads = radices(n, tile["radix"])
+    if rads is not None:
+        passes = _chain(n, rads, sign)
+        passes[0] = _with(passes[0], load=load)
+        passes[-1] = _with(passes[-1], store=store)   # one pass: both on it
+        return _launches(passes, rows, src, dst, tile, length=n, src_len=src_len, src_row=src_row, dst_row=dst_row,
+                         dst_len=dst_len, scale=scale), n, "stockham", rads
+    # Bluestein: X_k = c_k sum_j (x_j c_j) b_(k - j), c_t = exp(sign i pi t^2 / n), b = conj(c)
+    width = pow2_at_least(2 * n - 1)
+    rads = radices(width, tile["radix"])
+    kernel = _chain(width, rads, -1)
+    kernel[0] = _with(kernel[0], load=CHIRP_SEQUENCE)
+    launches = _launches(kernel, 1, dst, "spectrum", tile, length=n, src_len=n, src_row=0, dst_row=2 * width,
+                         dst_len=width, chirp_n=n, chirp_sign=sign)
+    forward, backward = _chain(width, rads, -1), _chain(width, rads, 1)
+    forward[0] = _with(forward[0], load=load, pre=CHIRP)
+    backward[0] = _with(backward[0], pre=SPECTRUM)
+    backward[-1] = _with(backward[-1], post=CHIRP, store=store)
+    launches += _launches(forward + backward, rows, src, dst, tile, length=n, src_len=src_len, src_row=src_row,
+                          dst_row=dst_row, dst_len=dst_len, chirp_n=n, chirp_sign=sign, scale=scale / width)
+    return launches, width, "bluestein", rads
+
+
+def fusable(n: int, tile: dict) -> bool:
+    """Whether the setting fuses an n-point transform's passes into one program a row: a power of
+    two from 2 to FUSED_UP_TO points (the row held in registers)."""
+    return bool(tile.get("fused")) and 2 <= n <= FUSED_UP_TO and n & (n - 1) == 0
+
+
+def _pointwise(kernel, total: int, args: tuple, tile: dict) -> Launch:
+    """A pre- or post-pass over total bins, as many a program as a pass's program holds."""
+    block = min(tile["block_j"] * tile["radix"], pow2_at_least(total))
+    return Launch(kernel, (-(-total // block),), (args[0], args[1], total, *args[2:]),
+                  dict(BLOCK=block, num_warps=tile["num_warps"]))
+
+
+def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: int, norm: str, device,
+          setting) -> LaunchPlan:
+    """The launches of an n-point transform of rows rows (each src_len stored values, read as
+    `load`) keeping out_len bins (complex pairs, or irfft's n reals). rfft and irfft of an even n
+    run an n / 2-point complex transform of the real row read as pairs, with a post-pass (rfft)
+    or a pre-pass (irfft) that separates or joins the even and odd samples' spectra."""
+    if setting is None:
+        setting = fft_setting(device, n, rows)
+    tile = {**launch.tiles("fft", device), **dict(setting)}
+    sign = 1 if inverse else -1
+    scale = norm_scale(n, norm, inverse)
+    real_out = load == HERMITIAN
+    out = plans.output("out", (rows, out_len) + (() if real_out else (2,)), dtypes.float32)
+    half, extra = n // 2, ()
+    if n % 2 == 0 and load == REAL and out_len == half + 1:   # rfft (fft of a real row keeps every bin)
+        launches, width, path, rads = _complex_launches(
+            rows, half, tile, -1, REAL_PAIRS, PAIRS, "x", "half", src_len=src_len, src_row=src_len,
+            dst_row=2 * half, dst_len=half, scale=1.0)
+        launches.append(_pointwise(real_spectrum_kernel, rows * (half + 1),
+                                   (Slot("half"), Slot("out"), half, 2 * half, 2 * out_len, scale), tile))
+        extra = (plans.workspace("half", (rows, half, 2), dtypes.float32),)
+    elif n % 2 == 0 and load == HERMITIAN:   # the inverse transform's pairs are the signal's samples
+        pre = _pointwise(half_spectrum_kernel, rows * half, (Slot("x"), Slot("half"), half, src_len, 2 * src_len,
+                                                               2 * half), tile)
+        launches, width, path, rads = _complex_launches(
+            rows, half, tile, 1, COMPLEX, PAIRS, "half", "out", src_len=half, src_row=2 * half, dst_row=n,
+            dst_len=half, scale=2.0 * scale)
+        launches.insert(0, pre)
+        extra = (plans.workspace("half", (rows, half, 2), dtypes.float32),)
+    else:
+        store = REAL_PART if real_out else PAIRS
+        launches, width, path, rads = _complex_launches(
+            rows, n, tile, sign, load, store, "x", "out", src_len=src_len, src_row=src_len * (1 if load == REAL else 2),
+            dst_row=out_len * (1 if real_out else 2), dst_len=out_len, scale=scale)
+    passes = [l for l in launches if l.kernel is fft_pass_kernel]
+    workspace = tuple(plans.workspace(f"work{i}", (rows, width, 2), dtypes.float32)
+                      for i in range(min(2, len(passes) - 1))) + extra
+    if path == "bluestein":
+        workspace += (plans.workspace("spectrum", (1, width, 2), dtypes.float32),)
+    # each pass reads and writes its rows' pairs (16 bytes a point), a pre- or post-pass reads two bins a bin
+    fused = [l for l in launches if l.kernel is fft_row_kernel]
+    pointwise = [l for l in launches if l.kernel in (real_spectrum_kernel, half_spectrum_kernel)]
+    moved = (sum(l.args[3] * l.meta["R"] * 16 for l in passes) + sum(l.args[2] * 24 for l in pointwise)
+             + sum(l.grid[0] * l.meta["N"] * 16 for l in fused))
+    flops = (sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in passes)   # an R-point product a butterfly
+             + sum(l.grid[0] * l.meta["N"] * l.meta["PASSES"] * 5 for l in fused))
+    return LaunchPlan(device, tuple(launches), (out,), workspace, detail=Detail(path, rads, tile, flops, moved))
+
+
+# ---- one 1-D transform over the rows of a 2-D (rows, length) tensor -----------------------------
+
+KINDS = {"fft": (False, False), "ifft": (True, False), "rfft": (False, False), "irfft": (True, True)}
+
+
+def check_dtype(op: str, dtype) -> None:
+    if dtype is not dtypes.complex64 and dtype not in REAL_INPUTS:
+        raise NotSupportedError(f"{op}: the FFT kernels compute complex64 and real {[d.name for d in REAL_INPUTS]} "
+                                f"inputs, not {dtype.name} (complex128 and float64 transforms run on the CPU)")
+
+
+def _out_len(op: str, n: int) -> int:
+    return n // 2 + 1 if op == "rfft" else n
+
+
+def transform_plan(rows: int, length: int, dtype, n: int, op: str, norm: str, device, setting=None) -> LaunchPlan:
+    inverse, hermitian = KINDS[op]
+    load = HERMITIAN if hermitian else COMPLEX if dtype.kind == "complex" else REAL
+    key = ("fft", rows, length, dtype, n, op, norm, device, plans.setting_key(setting))
+    return plans.cached("fft", key, lambda: _plan(rows, n, length, load, inverse, _out_len(op, n), norm, device,
+                                                  setting))
+
+
+def launch_transform(x: Tensor, n: int, op: str, norm: str, out: Tensor | None = None, setting=None) -> Tensor:
+    """op ('fft', 'ifft', 'rfft', 'irfft') of n points over the rows of a contiguous 2-D x (rows,
+    length): complex64 (rows, bins), or float32 (rows, n) for irfft. out: the result's buffer."""
+    check_dtype(op, x.dtype)
+    rows, length = x.shape
+    plan = transform_plan(rows, length, x.dtype, n, op, norm, x.device, setting)
+    given = None if out is None else (out if out.dtype is dtypes.float32 else pairs_of(out))
+    values = plans.execute(plan, {"x": pairs_of(x) if x.dtype.kind == "complex" else x, "out": given})
+    if out is not None:
+        return out
+    result = values["out"]
+    if op == "irfft":
+        return result
+    return Tensor(result.storage, dtypes.complex64, result.shape[:2])
+
+
+def _moved_last(shape, strides, dim: int):
+    order = [d for d in range(len(shape)) if d != dim] + [dim]
+    return order, tuple(shape[d] for d in order), tuple(strides[d] for d in order)
+
+
+def _along(x: Tensor, dim: int, n: int, op: str, norm: str) -> Tensor:
+    order, shape, _ = _moved_last(x.shape, x.strides, dim)
+    moved = x.permute(order).contiguous()
+    lead = shape[:-1]
+    bins = _out_len(op, n)
+    out_dtype = dtypes.float32 if op == "irfft" else dtypes.complex64
+    if prod(lead) == 0:
+        result = empty(lead + (bins,), out_dtype, x.device)
+    else:
+        result = launch_transform(moved.reshape(prod(lead), shape[-1]), n, op, norm).reshape(*lead, bins)
+    back = [order.index(d) for d in range(len(order))]
+    return result.permute(back)
+
+
+def steps(op: str, sizes, dims) -> list[tuple[int, int, str]]:
+    """(dim, n, 1-D op) in the order they run: rfftn's real transform first, irfftn's last."""
+    pairs = list(zip(dims, sizes))
+    if op == "fftn":
+        return [(d, n, "fft") for d, n in reversed(pairs)]
+    if op == "ifftn":
+        return [(d, n, "ifft") for d, n in reversed(pairs)]
+    if op == "rfftn":
+        return [(dims[-1], sizes[-1], "rfft")] + [(d, n, "fft") for d, n in reversed(pairs[:-1])]
+    return [(d, n, "ifft") for d, n in reversed(pairs[:-1])] + [(dims[-1], sizes[-1], "irfft")]
+
+
+def _transform(op: str):
+    def run(x, sizes, dims, norm):
+        check_dtype(op, x.dtype)
+        for dim, n, one in steps(op, sizes, dims):
+            x = _along(x, dim, n, one, norm)
+        return x
+    return run
+
+
+def _cost(op: str):
+    def cost(x, sizes, dims, norm) -> Cost:
+        check_dtype(op, x.dtype)
+        shape, strides, dtype = tuple(x.shape), tuple(x.strides), x.dtype
+        total = Cost(launches=0)
+        for dim, n, one in steps(op, sizes, dims):
+            order, moved, moved_strides = _moved_last(shape, strides, dim)
+            copy = () if core_layout.is_contiguous(moved, moved_strides) else (
+                plans.workspace("copy", moved, dtype).buffer(),)
+            plan = transform_plan(prod(moved[:-1]), moved[-1], dtype, n, one, norm, x.device)
+            detail = plan.detail
+            total = total + Cost(plan.buffers() + copy, detail.bytes_moved + 2 * sum(b.nbytes for b in copy),
+                                 detail.flops, len(plan.launches) + len(copy))
+            bins = _out_len(one, n)
+            dtype = dtypes.float32 if one == "irfft" else dtypes.complex64
+            result = moved[:-1] + (bins,)
+            back = [order.index(d) for d in range(len(order))]
+            dense = core_layout.contiguous_strides(result)
+            shape, strides = tuple(result[b] for b in back), tuple(dense[b] for b in back)
+        return total
+    return cost
+
+
+for _op in ("fftn", "ifftn", "rfftn", "irfftn"):
+    implements(_op)(_transform(_op))
+    declares(_op)(_cost(_op))
+
+from . import spectral  # noqa: E402,F401  (registers stft and istft)
+
+__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "FUSED_UP_TO"]

@@ -1,0 +1,68 @@
+"""Certified settings of the FFT passes: whether a power-of-two row up to 4096 points runs in one
+program (fused), else the largest power-of-two radix a pass takes and the butterflies a program
+owns; the warps.
+
+The launch key: the transform length n and the number of rows (both on the dims ladder). A larger
+radix means fewer passes over memory (log_radix n of them) but an R x R DFT product per butterfly
+in registers; which wins depends on n and on the register file, so it is certified per key. The
+representative launch: a forward complex FFT of the key's rows x n, complex64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nbx import autotune
+from nbx.core.ops.creation import asarray
+
+PARAMS = {"fused": (0, 1), "radix": (4, 8, 16), "block_j": (16, 64), "num_warps": (4, 8)}
+KEY = {"n": "dims", "rows": "dims"}
+
+
+def fft_key(n: int, rows: int) -> dict:
+    return {"n": int(n), "rows": int(rows)}
+
+
+def _registers(setting) -> int:
+    """A thread's registers, estimated: the R x R DFT product of BLOCK_J butterflies (two float32
+    terms an entry live at once) spread over the program's threads, plus the indices and phases."""
+    threads = 32 * setting["num_warps"]
+    return 40 + 2 * setting["block_j"] * setting["radix"] ** 2 // threads
+
+
+def _fits_key(setting, rep, facts):
+    """fused rows only where the key's length is a power of two the row kernel holds; there the
+    radix and block_j it does not read are not swept."""
+    from . import FUSED_UP_TO
+    n = rep["n"]
+    fusable = 2 <= n <= FUSED_UP_TO and n & (n - 1) == 0
+    if setting["fused"] and not fusable:
+        return f"n {n} is no power of two up to {FUSED_UP_TO}: no fused row"
+    if setting["fused"] and (setting["radix"], setting["block_j"]) != (PARAMS["radix"][0], PARAMS["block_j"][0]):
+        return "a fused row reads neither radix nor block_j"
+    return True
+
+
+def fft_workload(rep, device):
+    from . import launch_transform
+    rows, n = rep["rows"], rep["n"]
+    phase = 0.37 * np.arange(rows * n).reshape(rows, n)
+    values = (np.sin(phase + 0.5) + 1j * np.cos(0.61 * phase)).astype(np.complex64)
+    x = asarray(values, device=device)
+    expected = np.fft.fft(values.astype(np.complex128), axis=-1)
+    out = asarray(np.zeros((rows, n), np.complex64), device=device)
+    return autotune.TensorWorkload(
+        out, lambda setting: launch_transform(x, n, "fft", "backward", out=out, setting=setting),
+        lambda sel: expected[sel])
+
+
+FFT = autotune.declare(autotune.Tunable(
+    "fft", params=PARAMS, key=KEY, default_from="tiles.fft", workload=fft_workload,
+    constraint=autotune.registers(_registers), fits=_fits_key))
+
+
+def fft_setting(device, n: int, rows: int) -> dict:
+    """The served setting of the passes of an n-point transform over rows."""
+    return autotune.setting(FFT, device, **fft_key(n, rows))
+
+
+__all__ = ["FFT", "PARAMS", "KEY", "fft_key", "fft_setting"]

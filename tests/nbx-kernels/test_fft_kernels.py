@@ -1,0 +1,206 @@
+"""The FFT kernels (nbx.kernels.fft) against the float64 oracle: Stockham passes of power-of-two and
+smooth lengths, Bluestein for the others (17, 37), every norm mode, real and complex64 inputs,
+padding and cropping by n, transforms over dims other than the last, stft and istft. Tiny shapes
+on interp; the benchmark's shapes, marked gpu, on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.errors import NotSupportedError
+from nbx.kernels import cost, plans
+from nbx.kernels.fft import radices, transform_plan
+
+RNG = np.random.default_rng(21)
+LENGTHS = [1, 2, 7, 16, 60, 256, 17, 37]   # 7 and 60: odd radices; 17 and 37: Bluestein
+
+
+def _complex(shape, device):
+    values = (RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)).astype(np.complex64)
+    return nbx.asarray(values, device=device)
+
+
+def _real(shape, device, dtype="float32"):
+    return nbx.asarray(RNG.standard_normal(shape).astype(nbx.as_dtype(dtype).host), device=device)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_fft_and_ifft_of_complex64_rows_match_the_oracle(device, check, n):
+    x = _complex((3, n), device)
+    check(nbx.fft.fft(x), nbx.oracle("fftn", x, (n,), (1,), "backward"), device)
+    check(nbx.fft.ifft(x), nbx.oracle("ifftn", x, (n,), (1,), "backward"), device)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_rfft_and_irfft_of_real_rows_match_the_oracle(device, check, n):
+    x = _real((3, n), device)
+    spectrum = nbx.fft.rfft(x)
+    assert spectrum.dtype == nbx.complex64 and spectrum.shape == (3, n // 2 + 1)
+    check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)
+    check(nbx.fft.irfft(spectrum, n=n), nbx.oracle("irfftn", spectrum, (n,), (1,), "backward"), device)
+
+
+@pytest.mark.parametrize("norm", ["ortho", "forward"])
+def test_every_norm_mode_scales_as_numpy_does(device, check, norm):
+    x = _complex((2, 16), device)   # Stockham: the last pass scales
+    check(nbx.fft.fft(x, norm=norm), nbx.oracle("fftn", x, (16,), (1,), norm), device)
+    check(nbx.fft.ifft(x, norm=norm), nbx.oracle("ifftn", x, (16,), (1,), norm), device)
+    half = _complex((2, 9), device)   # Bluestein (17 points): the scale folds in 1 / M
+    check(nbx.fft.irfft(half, n=17, norm=norm), nbx.oracle("irfftn", half, (17,), (1,), norm), device)
+
+
+def test_smaller_radices_and_several_programs_a_pass_agree_with_the_oracle(device, check):
+    from nbx.kernels.fft import launch_transform
+    x = _complex((1, 256), device)
+    for setting in ({"radix": 4, "block_j": 16, "num_warps": 4}, {"radix": 8, "block_j": 8, "num_warps": 4}):
+        check(launch_transform(x, 256, "fft", "backward", setting=setting),
+              nbx.oracle("fftn", x, (256,), (1,), "backward"), device)
+
+
+def test_n_pads_and_crops_the_signal_and_the_half_spectrum(device, check):
+    x = _complex((2, 12), device)
+    for n in (16, 8):
+        check(nbx.fft.fft(x, n=n), nbx.oracle("fftn", x, (n,), (1,), "backward"), device)
+    half = _complex((2, 9), device)   # 9 bins: irfft of 16 reads them all, of 10 the first 6, of 40 pads
+    for n in (16, 10, 24):
+        check(nbx.fft.irfft(half, n=n), nbx.oracle("irfftn", half, (n,), (1,), "backward"), device)
+
+
+def test_two_dimensional_transforms_and_dims_other_than_the_last(device, check):
+    x = _complex((2, 6, 8), device)
+    check(nbx.fft.fft2(x), nbx.oracle("fftn", x, (6, 8), (1, 2), "backward"), device)
+    check(nbx.fft.ifft2(x, norm="ortho"), nbx.oracle("ifftn", x, (6, 8), (1, 2), "ortho"), device)
+    check(nbx.fft.fft(x, dim=0), nbx.oracle("fftn", x, (2,), (0,), "backward"), device)
+    r = _real((3, 5, 8), device).permute(2, 0, 1)   # not contiguous: read through a copy
+    spectrum = nbx.fft.rfft2(r)
+    check(spectrum, nbx.oracle("rfftn", r, (3, 5), (1, 2), "backward"), device)
+    check(nbx.fft.irfft2(spectrum, s=(3, 5)), nbx.oracle("irfftn", spectrum, (3, 5), (1, 2), "backward"), device)
+
+
+def test_half_precision_signals_transform_in_float32(device, check):
+    x = _real((2, 32), device, "float16")
+    out = nbx.fft.rfft(x)
+    assert out.dtype == nbx.complex64
+    check(out, nbx.oracle("rfftn", x, (32,), (1,), "backward"), device)
+    check(nbx.fft.fft(x), nbx.oracle("fftn", x, (32,), (1,), "backward"), device)   # every bin of a real row
+
+
+def test_float64_and_complex128_are_refused_by_name_on_kernel_devices(device):
+    with pytest.raises(NotSupportedError, match="complex128"):
+        nbx.fft.fft(nbx.asarray(np.ones(8, np.complex128), device=device))
+    with pytest.raises(NotSupportedError, match="float64"):
+        nbx.fft.rfft(nbx.asarray(np.ones(8), device=device))
+
+
+def test_a_fused_row_runs_every_pass_in_one_program(device, check):
+    from nbx.kernels.fft import launch_transform
+    fused = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 4}
+    x = _complex((3, 64), device)
+    check(launch_transform(x, 64, "ifft", "ortho", setting=fused), nbx.oracle("ifftn", x, (64,), (1,), "ortho"), device)
+    r = _real((3, 128), device)
+    check(launch_transform(r, 128, "fft", "backward", setting=fused), nbx.oracle("fftn", r, (128,), (1,), "backward"),
+          device)
+    spectrum = launch_transform(r, 128, "rfft", "backward", setting=fused)   # a fused 64-point row + the post-pass
+    check(spectrum, nbx.oracle("rfftn", r, (128,), (1,), "backward"), device)
+    check(launch_transform(spectrum, 128, "irfft", "backward", setting=fused),
+          nbx.oracle("irfftn", spectrum, (128,), (1,), "backward"), device)
+    assert transform_plan(3, 64, nbx.complex64, 64, "fft", "backward", device, fused).detail.path == "fused"
+
+
+def test_lengths_factor_into_the_passes_radices_or_take_bluestein():
+    assert radices(1, 16) == (1,)
+    assert radices(1 << 20, 16) == (16, 16, 16, 16, 16)
+    assert radices(1 << 10, 8) == (8, 8, 8, 2)
+    assert radices(400, 16) == (16, 5, 5)          # Whisper's n_fft: three passes
+    assert radices(60, 4) == (4, 15)
+    assert radices(17, 16) is None and radices(2 * 37, 16) is None
+
+
+def test_a_repeated_transform_reuses_its_plan_and_its_cost_is_the_plans(device):
+    plans.reset()
+    x = _real((3, 37), device)
+    nbx.fft.rfft(x)
+    nbx.fft.rfft(x)
+    assert plans.cached_count("fft") == 1
+    plan = transform_plan(3, 37, nbx.float32, 37, "rfft", "backward", device)
+    assert plan.detail.path == "bluestein"
+    declared = cost.price("rfftn", x, (37,), (1,), "backward")
+    assert declared.launches == len(plan.launches) and declared.outputs == 3 * 19 * 8
+
+
+def test_an_even_real_transform_runs_half_its_length_as_complex_pairs(device):
+    from nbx.kernels.fft.kernel import half_spectrum_kernel, real_spectrum_kernel
+    forward = transform_plan(3, 256, nbx.float32, 256, "rfft", "backward", device)
+    assert forward.launches[0].args[4] == 128 and forward.launches[-1].kernel is real_spectrum_kernel
+    inverse = transform_plan(3, 129, nbx.complex64, 256, "irfft", "backward", device)
+    assert inverse.launches[0].kernel is half_spectrum_kernel and inverse.launches[-1].args[4] == 128
+
+
+@pytest.mark.parametrize("window,win,center,mode", [("hann", 16, True, "reflect"), ("hamming", 12, True, "constant"),
+                                                    (None, 16, False, "reflect")])
+def test_stft_frames_windows_and_transforms_as_the_oracle(device, check, window, win, center, mode):
+    x = _real((2, 67), device)
+    w = None if window is None else getattr(nbx, f"{window}_window")(win, device=device)
+    out = nbx.stft(x, 16, hop_length=5, win_length=win, window=w, center=center, pad_mode=mode,
+                   return_complex=True)
+    check(out, nbx.oracle("stft", x, 16, 5, win, w, center, mode), device)
+    declared = cost.price("stft", x, 16, 5, win, w, center, mode, False, True)
+    assert declared.outputs == out.nbytes and declared.launches >= 2
+
+
+def test_stft_of_a_complex_signal_and_istft_invert_each_other(device, check):
+    x = _complex((1, 48), device)
+    w = nbx.hann_window(16, device=device)
+    spec = nbx.stft(x, 16, hop_length=4, window=w, onesided=False, return_complex=True)
+    check(spec, nbx.oracle("stft", x, 16, 4, None, w, True, "reflect", False, False), device)
+    back = nbx.istft(spec, 16, hop_length=4, window=w, onesided=False, return_complex=True, length=48)
+    check(back, x.numpy(), device)
+
+
+def test_istft_of_a_onesided_spectrogram_matches_the_oracle(device, check):
+    x = _real((1, 40), device)
+    w = nbx.hann_window(20, device=device)
+    spec = nbx.stft(x, 20, hop_length=6, window=w, return_complex=True, normalized=True)
+    back = nbx.istft(spec, 20, hop_length=6, window=w, normalized=True)
+    check(back, nbx.oracle("istft", spec, 20, 6, None, w, True, True), device)
+    assert cost.price("istft", spec, 20, 6, 20, w, True, True, True, None, False).outputs == back.nbytes
+    check(nbx.istft(spec, 20, hop_length=6, window=w, normalized=True, length=46),   # past the frames: zeros
+          nbx.oracle("istft", spec, 20, 6, None, w, True, True, None, 46), device)
+
+
+# ---- on the GPU: the benchmark's shapes ----------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1 << 10, 1 << 14, 1 << 20, 1000, 4099])
+def test_long_rfft_and_irfft_on_the_gpu(n, check):
+    device = nbx.as_device("cuda")
+    x = _real((4, n), device)
+    spectrum = nbx.fft.rfft(x)
+    check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)
+    check(nbx.fft.irfft(spectrum, n=n), nbx.oracle("irfftn", spectrum, (n,), (1,), "backward"), device)
+
+
+@pytest.mark.gpu
+def test_whisper_stft_on_the_gpu(check):
+    device = nbx.as_device("cuda")
+    x = _real((1, 30 * 16000), device)
+    w = nbx.hann_window(400, device=device)
+    check(nbx.stft(x, 400, 160, window=w, return_complex=True), nbx.oracle("stft", x, 400, 160, None, w), device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("n", [1024, 4096, 8192])
+def test_fused_rows_compile_and_agree_on_the_gpu(n, warps, check):
+    from nbx.kernels.fft import launch_transform
+    device = nbx.as_device("cuda")
+    fused = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps}
+    x = _real((8, n), device)
+    spectrum = launch_transform(x, n, "rfft", "backward", setting=fused)   # a fused n / 2 row + the post-pass
+    check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)
+    check(launch_transform(spectrum, n, "irfft", "backward", setting=fused),
+          nbx.oracle("irfftn", spectrum, (n,), (1,), "backward"), device)
+    if n <= 4096:
+        z = _complex((8, n), device)
+        check(launch_transform(z, n, "fft", "ortho", setting=fused), nbx.oracle("fftn", z, (n,), (1,), "ortho"), device)

@@ -1,0 +1,101 @@
+"""Write the attention family's launch keys for the H200, without a GPU: certificates/keys/nvidia-h200-140gb-attention.json.
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/write_attention_keys.py
+
+The keys of `attention` (flash prefill), `attention_decode` (split-K decode) and `rope` are functions
+of the calls' shapes (nbx.kernels.attention.tuning, classed by the device file's ladders through
+nbx.autotune.keys.form), so they can be listed from the shapes, as tools/write_linear_keys.py lists
+linear's:
+
+- tools/bench/bench_attention.py: its PREFILL (dense SDPA: K and V descriptor-ready), DECODE (one
+  query token, GQA 32/8, D 128, contiguous and paged) and ROPE_TOKENS cases (q [T, 32, 128] and k
+  [T, 8, 128]; the fused and the plain cache write of k and v, which run the rope kernel too);
+- Llama-3.2-1B (32/8 heads, D 64) and Llama-3.1-8B (32/8, D 128) as nbx.models runs them: prefill
+  of 512 - 16k tokens through paged_attention with packed queries (pointer loads: a paged cache is
+  no descriptor's), decode steps over contexts of 1k - 128k (the plan's context is the longest
+  rounded up to a power of two, so every power of two in between), batch 1 - 64, the rope of q
+  (rotary_embedding) and of k fused with the cache write, prefill and decode alike.
+
+Every call is bfloat16. Batch, and the paged cache's block size, are in no key (decode's split
+count follows the batch from the device file's `programs`; a block table is read per key alike).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from nbx.autotune import keys, records
+from nbx.core import device_files
+from nbx.kernels.attention.tuning import ATTENTION, ATTENTION_DECODE, ROPE
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "bench"))
+from attention_shapes import DECODE, DECODE_HEADS, PREFILL, ROPE_TOKENS  # noqa: E402  (torch-free)
+
+CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
+MODELS = {"llama-3.2-1b": dict(heads=32, kv_heads=8, head_dim=64), "llama-3.1-8b": dict(heads=32, kv_heads=8,
+                                                                                         head_dim=128)}
+PROMPTS = (512, 1024, 2048, 4096, 8192, 16384)
+CONTEXTS = tuple(2 ** p for p in range(10, 18))          # 1k .. 128k
+BATCHES = (1, 2, 4, 8, 16, 32, 64)
+DTYPE = "bfloat16"
+
+
+def record(facts, tunable, **observed) -> records.KeyRecord:
+    key = keys.form(tunable.name, tunable.key_fields, facts, **observed)
+    return records.KeyRecord(tunable.name, str(key), facts.name, CLASS, COMPILER, dict(key.observed))
+
+
+def prefill(facts, q_len, k_len, head_dim, group, causal, tma):
+    return record(facts, ATTENTION, q_len=q_len, k_len=k_len, head_dim=head_dim, v_dim=head_dim, group=group,
+                  dtype=DTYPE, causal=causal, tma=tma)
+
+
+def decode(facts, k_len, rows, head_dim, paged):
+    return record(facts, ATTENTION_DECODE, k_len=k_len, rows=rows, head_dim=head_dim, dtype=DTYPE, paged=paged)
+
+
+def rope(facts, tokens, heads, head_dim):
+    return record(facts, ROPE, elements=tokens * heads * head_dim, head_dim=head_dim, dtype=DTYPE)
+
+
+def all_records(facts) -> list[records.KeyRecord]:
+    hq, hk, d = DECODE_HEADS
+    out = [prefill(facts, n, n, d, hq // hk, causal, True) for d, hq, hk, n, causal in PREFILL]
+    for _, ctx in DECODE:   # one query token: a KV head's group of rows a program; contiguous and paged
+        out += [decode(facts, ctx, hq // hk, d, paged) for paged in (False, True)]
+    for tokens in ROPE_TOKENS:
+        out += [rope(facts, tokens, 32, 128), rope(facts, tokens, 8, 128)]
+    for m in MODELS.values():
+        group, d = m["heads"] // m["kv_heads"], m["head_dim"]
+        for n in PROMPTS:   # packed prompt over the paged cache: q_len and k_len the prompt
+            out += [prefill(facts, n, n, d, group, True, False), rope(facts, n, m["heads"], d),
+                    rope(facts, n, m["kv_heads"], d)]
+        out += [decode(facts, ctx, group, d, True) for ctx in CONTEXTS]
+        for batch in BATCHES:   # a decode step's rope: one token a sequence
+            out += [rope(facts, batch, m["heads"], d), rope(facts, batch, m["kv_heads"], d)]
+    return out
+
+
+def candidate_count(facts, rec) -> int:
+    tunable = {t.name: t for t in (ATTENTION, ATTENTION_DECODE, ROPE)}[rec.kernel]
+    rep = keys.representative(keys.parse(tunable.name, tunable.key, rec.key, facts, rec.observed), tunable.key, facts)
+    return len(tunable.candidates(facts, rep)[0])
+
+
+def main() -> int:
+    facts = device_files.for_arch("sm_90")
+    recs = records.merge(all_records(facts))
+    path = ROOT / "certificates" / "keys" / f"{CLASS}-attention.json"
+    path.unlink(missing_ok=True)
+    records.save(path, recs)
+    for name in ("attention", "attention_decode", "rope"):
+        mine = [r for r in recs if r.kernel == name]
+        counts = [candidate_count(facts, r) for r in mine]
+        print(f"{name}: {len(mine)} keys, {sum(counts)} candidates (at most {max(counts, default=0)} a key)")
+    print(f"{path.relative_to(ROOT)}: {len(recs)} keys")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

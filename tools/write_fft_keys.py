@@ -1,0 +1,32 @@
+"""Write the `fft` keys tools/bench/bench_fft.py forms on the H200, without a GPU:
+certificates/keys/nvidia-h200-140gb-fft.json.
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/write_fft_keys.py
+
+An fft key is the transform length n and the rows (nbx.kernels.fft.tuning.fft_key, classed by the
+device file's dims ladder): the benchmark's rfft and irfft of 2**22 points as rows x n for n = 2**10
+.. 2**20, and Whisper's stft (30 s of 16 kHz audio, n_fft 400, hop 160: 3001 frames of 400 points).
+"""
+from __future__ import annotations
+
+from nbx.autotune import keys, records
+from nbx.core import device_files
+from nbx.kernels.fft.tuning import FFT, fft_key
+from write_linear_keys import CLASS, COMPILER, ROOT, save_keys
+POINTS = 1 << 22
+WHISPER = (400, 1 + 30 * 16000 // 160)
+
+
+def main() -> int:
+    facts = device_files.for_arch("sm_90")
+    calls = [(1 << e, POINTS >> e) for e in (10, 12, 14, 16, 18, 20)] + [WHISPER]
+    recs = []
+    for n, rows in calls:
+        key = keys.form("fft", FFT.key_fields, facts, **fft_key(n, rows))
+        recs.append(records.KeyRecord("fft", str(key), facts.name, CLASS, COMPILER, dict(key.observed)))
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-fft.json", records.merge(recs), FFT, facts)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
