@@ -57,9 +57,7 @@ def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: 
         return LaunchPlan(device, (), outputs=(plans.output("tokens", (rows,), dtypes.INDEX),))
     grid = (rows, per_row)
     pb = lanes(per_row)
-    weights = Slot("w") if top_p else None
-    state = (Slot("x"), Slot("max"), Slot("hist"), Slot("hist", offset=rows * 4 * 256),  # masses after the counts
-             weights)
+    state = (Slot("x"), Slot("max"), Slot("hist"), Slot("hist", offset=rows * 4 * 256))  # masses after the counts
     scalars = (vocab, Slot("inv_t"), Slot("k"), Slot("p"))
     common = dict(BLOCK=block, num_warps=warps, enable_fp_fusion=False)
     flags = dict(TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, PB=pb)
@@ -79,23 +77,20 @@ def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: 
     return LaunchPlan(device, tuple(launches), outputs=(plans.output("tokens", (rows,), dtypes.INDEX),),
                       workspace=(plans.workspace("hist", (table,), dtypes.int64),
                                  plans.workspace("max", (rows * per_row,), dtypes.float32),
-                                 plans.workspace("kept", (rows * per_row * 2,), dtypes.int64))
-                      + ((plans.workspace("w", (rows * vocab,), dtypes.int64),) if top_p else ()))
+                                 plans.workspace("kept", (rows * per_row * 2,), dtypes.int64)))
 
 
 @declares("sample")
 def _sample_cost(logits: Tensor, temperature=1.0, k=None, p=1.0, floor=0.0, seed=0, offset=0) -> Cost:
     vocab = logits.shape[-1]
     top_k, top_p = k is not None and k < vocab, p < 1.0
-    rows, n = logits.size // max(vocab, 1), logits.size
-    reads_x = 1 + 4 * top_k + (1 if top_p else 2)  # max, top-k's histograms, then top-p's first pass or kept + draw
-    moved = reads_x * logits.nbytes + (n * 8 * (1 + 10 + 2) if top_p else 0)  # w written, read by 10 passes + 2
+    rows = logits.size // max(vocab, 1)
+    passes = 3 + 4 * top_k + 11 * top_p  # past top-p's first, its passes skip most blocks after one exp each
     return Cost(buffers=(Buffer("tokens", rows * 8), Buffer("uniforms", rows * 4, LAUNCH),
-                         Buffer("tables", rows * (4 * 256 + 11 * 16 + 3 * 1024) * 8, LAUNCH),
-                         Buffer("weights", n * 8 if top_p else 0, LAUNCH)),
-                bytes_moved=moved + rows * 12, launches=5 + 4 * top_k + 11 * top_p,  # with the uniforms' launch
-                notes=("passes over each row: the max, top-k's 4 digit histograms, top-p's 11 mass histograms (the "
-                       "first writes the int64 weights the rest read), the kept masses, the draw",))
+                         Buffer("tables", rows * (4 * 256 + 11 * 16 + 3 * 1024) * 8, LAUNCH)),
+                bytes_moved=passes * logits.nbytes + rows * 12, launches=5 + 4 * top_k + 11 * top_p,
+                notes=(f"{passes} passes over each row (L2-resident): the max, top-k's 4 digit histograms, top-p's 11 "
+                       "mass histograms, the kept masses, the draw; the uniforms' launch",))
 
 
 def sampling_workload(rep, device):

@@ -69,17 +69,20 @@ def _weights(l, inside, m, kth, cut, FLOOR, MIN_P: tl.constexpr):
 
 
 @triton.jit
-def _kept(x_ptr, w_ptr, r, cols, V, inv_t, m, kth, cut, FLOOR, MIN_P: tl.constexpr, STORED: tl.constexpr):
-    """The kept weights at cols: from the weights top-p's first pass wrote (STORED), else computed."""
-    if STORED:
-        w = tl.load(w_ptr + r * V + cols, mask=cols < V, other=0)
-        w = tl.where(w >= cut, w, 0)
-        if MIN_P:
-            w = tl.where(w >= FLOOR, w, 0)
-    else:
-        l, inside = _scaled(x_ptr, r, cols, V, inv_t)
-        w = _weights(l, inside, m, kth, cut, FLOOR, MIN_P)
-    return w
+def _may_reach(l, m, lo):
+    """Whether a weight of the block may reach lo, from its largest l alone (one exp a block): the
+    integer exp is within 1e-7 relative and 2 absolute of exp, so w(d1) <= 2 w(d2) + 8 for d1 <= d2."""
+    top = tl.max(tl.where(l == l, l, float("-inf")), 0)
+    return 2 * exp_weight(top - m) + 8 >= lo
+
+
+@triton.jit
+def _least_kept(cut, FLOOR, MIN_P: tl.constexpr):
+    """The least weight a kept logit has (a kept weight is positive)."""
+    least = tl.maximum(cut, 1)
+    if MIN_P:
+        least = tl.maximum(least, FLOOR)
+    return least
 
 
 @triton.jit
@@ -102,17 +105,22 @@ def _kth(hist_ptr, r, K, inv_t, TOP_K: tl.constexpr):
 
 @triton.jit
 def _cut(mass_ptr, r, P, PASSES: tl.constexpr):
-    """The first PASSES digits of the top-p threshold t (as the integer they make, shifted to
-    their place) and the mass of the kept weights above the digits found."""
+    """The first PASSES digits of the top-p threshold t, as the integer they make shifted to their
+    place. The passes add only the masses of digits 1-15 (bin 0 of the first holds the row's kept
+    total): a digit-0 bin is what its parent's mass leaves."""
     bins = tl.arange(0, MASS_BINS)
+    total = tl.load(mass_ptr + r * MASS_DIGITS * MASS_BINS)
+    goal = total.to(tl.float64) * P
     above = tl.zeros((), tl.int64)
+    inside = total  # the mass of the weights under the digits found so far
     prefix = tl.zeros((), tl.int64)
-    goal = tl.sum(tl.load(mass_ptr + r * MASS_DIGITS * MASS_BINS + bins), 0).to(tl.float64) * P
     for j in tl.static_range(PASSES):
-        mass = tl.load(mass_ptr + (r * MASS_DIGITS + j) * MASS_BINS + bins)
+        mass = tl.where(bins == 0, 0, tl.load(mass_ptr + (r * MASS_DIGITS + j) * MASS_BINS + bins))
+        mass = tl.where(bins == 0, inside - tl.sum(mass, 0), mass)
         at_least = above + tl.sum(tl.where(bins[None, :] >= bins[:, None], mass[None, :], 0), 1)
         digit = tl.max(tl.where(at_least.to(tl.float64) >= goal, bins, 0), 0)
         above += tl.sum(tl.where(bins > digit, mass, 0), 0)
+        inside = tl.sum(tl.where(bins == digit, mass, 0), 0)
         prefix = prefix | (digit.to(tl.int64) << (4 * (MASS_DIGITS - 1 - j)))
     return prefix
 
@@ -141,33 +149,39 @@ def partial_max_kernel(x_ptr, max_ptr, V, inv_t, chunk, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def mass_histogram_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, w_ptr, V, inv_t, K, P, chunk, TOP_K: tl.constexpr,
+def mass_histogram_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, V, inv_t, K, P, chunk, TOP_K: tl.constexpr,
                           PASS: tl.constexpr, BLOCK: tl.constexpr, PB: tl.constexpr):
     """mass[row, PASS, d] += the kept weights of the chunk whose digits above PASS are the ones
-    found and whose digit PASS is d. The first pass computes the top-k-kept weights and writes
-    them to w (one int64 a logit); the later ones and the draw read them back."""
+    found and whose digit PASS is d >= 1 (the first pass adds the row's kept total to bin 0). Only
+    a block whose weights may reach the least of those (prefix + 2**shift) computes them: past the
+    first pass, whose exp of every logit makes the total, most blocks read the logits (L2-resident)
+    and one exp, and move on."""
     r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     m, kth, prefix = _state(max_ptr, hist_ptr, mass_ptr, r, K, P, inv_t, TOP_K, PASS > 0, PASS, PB)
     shift = 4 * (MASS_DIGITS - 1 - PASS)
+    lo = prefix + (1 << shift)
     bins = tl.arange(0, MASS_BINS)
     sums = tl.zeros((MASS_BINS,), tl.int64)
+    total = tl.zeros((), tl.int64)
     for start in range(p * chunk, p * chunk + chunk, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
+        l, inside = _scaled(x_ptr, r, start + tl.arange(0, BLOCK), V, inv_t)
         if PASS == 0:
-            l, inside = _scaled(x_ptr, r, cols, V, inv_t)
             w = _weights(l, inside, m, kth, 0, 0, False)
-            tl.store(w_ptr + r * V + cols, w, mask=inside)
+            total += tl.sum(w, 0)
+            reach = tl.max(w, 0) >= lo
         else:
-            w = tl.load(w_ptr + r * V + cols, mask=cols < V, other=0)
-            w = tl.where((w >> (shift + 4)) == (prefix >> (shift + 4)), w, 0)
-        if tl.max(w, 0) > 0:  # past the first digits few weights still match: most blocks skip the one-hot
+            reach = _may_reach(l, m, lo)
+        if reach:
+            w = _weights(l, inside, m, kth, 0, 0, False)
             digit = (w >> shift) & 0xF
+            w = tl.where(((w >> (shift + 4)) == (prefix >> (shift + 4))) & (digit > 0), w, 0)
             sums += tl.sum(tl.where(digit[:, None] == bins[None, :], w[:, None], 0), 0)
+    sums = tl.where(bins == 0, total, sums)
     tl.atomic_add(mass_ptr + (r * MASS_DIGITS + PASS) * MASS_BINS + bins, sums, sem="relaxed")
 
 
 @triton.jit
-def kept_mass_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, w_ptr, kept_ptr, V, inv_t, K, P, FLOOR, chunk,
+def kept_mass_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, kept_ptr, V, inv_t, K, P, FLOOR, chunk,
                      TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr, BLOCK: tl.constexpr,
                      PB: tl.constexpr):
     """kept[row, p] = (the chunk's kept weight, its last kept index or -1)."""
@@ -177,16 +191,18 @@ def kept_mass_kernel(x_ptr, max_ptr, hist_ptr, mass_ptr, w_ptr, kept_ptr, V, inv
     last = tl.full((), -1, tl.int64)
     for start in range(p * chunk, p * chunk + chunk, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        w = _kept(x_ptr, w_ptr, r, cols, V, inv_t, m, kth, cut, FLOOR, MIN_P, TOP_P)
-        total += tl.sum(w, 0)
-        last = tl.maximum(last, tl.max(tl.where(w > 0, cols, -1), 0).to(tl.int64))
+        l, inside = _scaled(x_ptr, r, cols, V, inv_t)
+        if _may_reach(l, m, _least_kept(cut, FLOOR, MIN_P)):  # a block of none kept adds nothing
+            w = _weights(l, inside, m, kth, cut, FLOOR, MIN_P)
+            total += tl.sum(w, 0)
+            last = tl.maximum(last, tl.max(tl.where(w > 0, cols, -1), 0).to(tl.int64))
     at = (r * tl.num_programs(1) + p) * 2
     tl.store(kept_ptr + at, total)
     tl.store(kept_ptr + at + 1, last)
 
 
 @triton.jit
-def draw_kernel(x_ptr, u_ptr, max_ptr, hist_ptr, mass_ptr, w_ptr, kept_ptr, out_ptr, V, inv_t, K, P, FLOOR, chunk,
+def draw_kernel(x_ptr, u_ptr, max_ptr, hist_ptr, mass_ptr, kept_ptr, out_ptr, V, inv_t, K, P, FLOOR, chunk,
                 TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr, BLOCK: tl.constexpr,
                 PB: tl.constexpr):
     """The token: the first index whose running kept weight exceeds int64(u * kept); written by the
@@ -206,10 +222,12 @@ def draw_kernel(x_ptr, u_ptr, max_ptr, hist_ptr, mass_ptr, w_ptr, kept_ptr, out_
         token = tl.full((), V, tl.int64)
         for start in range(p * chunk, p * chunk + chunk, BLOCK):
             cols = start + tl.arange(0, BLOCK)
-            w = _kept(x_ptr, w_ptr, r, cols, V, inv_t, m, kth, cut, FLOOR, MIN_P, TOP_P)
-            sums = tl.cumsum(w, axis=0) + running
-            token = tl.minimum(token, tl.min(tl.where((sums > target) & (w > 0), cols, V), axis=0).to(tl.int64))
-            running += tl.sum(w, axis=0)
+            l, inside = _scaled(x_ptr, r, cols, V, inv_t)
+            if _may_reach(l, m, _least_kept(cut, FLOOR, MIN_P)):
+                w = _weights(l, inside, m, kth, cut, FLOOR, MIN_P)
+                sums = tl.cumsum(w, axis=0) + running
+                token = tl.minimum(token, tl.min(tl.where((sums > target) & (w > 0), cols, V), axis=0).to(tl.int64))
+                running += tl.sum(w, axis=0)
         tl.store(out_ptr + r, token)
     if (p == 0) & (target >= kept):
         last = tl.max(tl.load(kept_ptr + at + 1, mask=real, other=-1), 0)
