@@ -100,7 +100,7 @@ def test_the_sampling_kernel_draws_the_tokens_of_the_reference(device):
     block = launch.tiles("sampling", device)["block"]
     logits = (rng.standard_normal((2, 2 * block + 11)) * 3).astype(np.float32)
     c, d = both(logits, device, "bfloat16")
-    for options in ({}, {"top_k": 9, "top_p": 0.9, "min_p": 0.02, "temperature": 0.7}):
+    for options in ({}, {"top_k": 9, "top_p": 0.9, "min_p": 0.02, "temperature": 0.7}, {"top_p": 0.6, "temperature": 3.0}):
         expected = nbx.sample(c, generator=nbx.Generator(seed=3), **options)
         got = nbx.sample(d, generator=nbx.Generator(seed=3), **options)
         assert got.device == device and got.tolist() == expected.tolist()
