@@ -71,6 +71,19 @@ def test_the_launch_counts_of_top_k_and_the_radix_sort_do_not_grow_with_the_row(
     assert per_row > 64 and per_row * chunk >= 151936
 
 
+
+def test_the_select_radix_sort_and_sampling_workloads_launch_the_served_path_and_match_their_oracle(device):
+    from nbx.kernels.sampling import SAMPLING
+    from nbx.kernels.sort.radix import RADIX_SORT
+    from nbx.kernels.sort.topk import SELECT
+    for tunable, family, rep in ((SELECT, "select", {"width": 128, "elements": 256, "dtype": nbx.float32}),
+                                 (RADIX_SORT, "radix", {"width": 128, "elements": 128, "dtype": nbx.float32}),
+                                 (SAMPLING, "sampling", {"width": 128, "elements": 256, "dtype": nbx.bfloat16})):
+        workload = tunable.workload(rep, device)
+        workload.launch(dict(launch.tiles(family, device)))
+        np.testing.assert_array_equal(np.asarray(workload.output_rows(slice(None)), np.float64),
+                                      np.asarray(workload.reference_rows(slice(None)), np.float64))
+
 @pytest.mark.gpu
 def test_vocabulary_rows_and_a_large_sort_match_the_reference_on_the_gpu():
     device = nbx.as_device("cuda")

@@ -158,7 +158,7 @@ def radix_workload(rep, device):
     count = max(1, rep["elements"] // n)
     x = asarray((np.sin(0.37 * np.arange(count * n)).reshape(count, n) * 4.0).astype(rep["dtype"].host), device=device)
     out = launch.output((count, n), x.dtype, device)
-    reference = oracle("sort", x, -1, False)[0]
+    reference = oracle("sort", x, 1, False)[0]
     return autotune.TensorWorkload(out, lambda s: radix_sort(x, False, setting=s, values=out),
                                    lambda r: np.asarray(reference)[r])
 
