@@ -1,7 +1,8 @@
 """Sort of rows longer than one program: an LSD radix sort over 4-bit digits of the order key.
 
 Each of the 8 passes (digit j = bits 4j..4j+3 of order_key, complemented for descending) is three
-launches over the rows x tiles grid (a batch of rows is sorted segment-wise by the same passes):
+launches over the rows x tiles grid (a batch of rows is sorted segment-wise by the same passes),
+after one zeroing of the digit totals: 25 launches for any row length.
 
   histogram  hist[row, digit, tile] = how many of the tile's keys have that digit (and the row's
              totals by digit, added atomically)
