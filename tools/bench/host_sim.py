@@ -90,7 +90,7 @@ def main(argv=None) -> int:
                 op()
         profiler = cProfile.Profile()
         profiler.runcall(loop)
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime")).print_stats(25)
     return 0
 
 
