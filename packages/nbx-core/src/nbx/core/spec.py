@@ -32,6 +32,9 @@ class Param:
     def __init__(self, name: str, default=REQUIRED, aliases: tuple[str, ...] = ()):
         self.name, self.default, self.aliases = name, default, tuple(aliases)
 
+    def __repr__(self):
+        return self.name if self.default is REQUIRED else f"{self.name}={self.default!r}"
+
 
 def params(*names: str, **defaults) -> tuple[Param, ...]:
     """Parameters by name (required) then by name=default; dim and keepdim also take numpy's
@@ -85,9 +88,12 @@ class OpSpec:
     dtypes.computes_in(out_dtype)); cost names the declared cost (nbx.kernels.cost) of the op."""
 
     def __init__(self, name: str, signature: tuple[Param, ...], check: Callable, cost: str | None = None,
-                 doc: str | None = None):
+                 doc: str | None = None, by_value: tuple[str, ...] = ()):
+        """by_value: float parameters whose value the check reads (an eps: one value per model), so
+        that the signature holds their value, not their type."""
         self.name, self.params, self.check, self.cost = name, tuple(signature), check, cost or name
-        self.doc = doc
+        self.doc, self.by_value = doc, frozenset(by_value)
+        self._value_positions = frozenset(i for i, p in enumerate(signature) if p.name in by_value)
         self._names = tuple(p.name for p in self.params)
         self._alias = {a: p.name for p in self.params for a in (p.name, *p.aliases)}
         self.call_type = type(f"{name}_call", (Call,), {"__slots__": self._names})
@@ -126,7 +132,11 @@ class OpSpec:
             setattr(call, name, value)
         facts = Facts(**{p.name: p.default for p in self.params if p.name not in fields})
         call.facts = facts  # the defaults read through first, so that the check sees every argument
+        defaults = set(facts.__dict__)
         self.check(call, facts)
+        shadowed = (set(facts.__dict__) - defaults) & set(self._names)
+        if shadowed:  # a fact named as a parameter would be hidden by the argument itself
+            raise TypeError(f"{self.name}'s check derives {sorted(shadowed)}, named as its parameters")
         if "compute_dtype" not in facts.__dict__:
             from .dtypes import computes_in
             facts.compute_dtype = computes_in(facts.out_dtype)
@@ -170,11 +180,11 @@ _BY_TYPE = (float, complex)   # values a call may change freely: in the signatur
 def _signature(spec: OpSpec, args, kwargs) -> tuple | None:
     """The key of a call's signature, or None where an argument cannot be part of one (unhashable)."""
     key = [spec]
-    for v in args:
+    for i, v in enumerate(args):
         kind = type(v)
         if kind is Tensor:
             key.append((v.dtype, v.shape, v._strides, v._storage.device))
-        elif kind in _BY_TYPE:
+        elif kind in _BY_TYPE and i not in spec._value_positions:
             key.append(kind)
         else:
             key.append((kind, v))
@@ -182,7 +192,7 @@ def _signature(spec: OpSpec, args, kwargs) -> tuple | None:
         for name, v in kwargs.items():
             kind = type(v)
             key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
-                        else kind if kind in _BY_TYPE else (kind, v)))
+                        else kind if kind in _BY_TYPE and name not in spec.by_value else (kind, v)))
     key = tuple(key)
     try:
         hash(key)
