@@ -108,15 +108,17 @@ class OpSpec:
         if n_args > len(self._names):
             raise SignatureError(f"{self.name} takes at most {len(self._names)} positional arguments, got {n_args}")
         fields = list(self._names[:n_args])
+        spelled = dict.fromkeys(fields)   # parameter -> the keyword that gave it (None: positionally)
         for key in keywords:
             name = self._alias.get(key)
             if name is None:
                 raise SignatureError(f"{self.name} got an unexpected keyword argument {key!r} "
                                      f"(it takes {', '.join(self._names)})")
-            if name in fields:
-                twice = "both " + " and ".join(sorted({key, name})) if key != name or name in self._names[:n_args] \
-                    else f"{name} twice"
-                raise ArgumentError(f"{self.name} got {twice} (positionally or by keyword); pass one")
+            if name in spelled:
+                other = next((k for k in (key, spelled[name]) if k not in (None, name)), None)
+                raise (ArgumentError(f"{self.name} got both {name}= and {other}=; pass one") if other else
+                       SignatureError(f"{self.name} got multiple values for {name!r}"))
+            spelled[name] = key
             fields.append(name)
         for p in self.params:
             if p.default is REQUIRED and p.name not in fields:
