@@ -193,13 +193,19 @@ def by_weight(x1: Tensor, x2: Tensor) -> bool:
 
 
 @implements("matmul")
-def _matmul(x1: Tensor, x2: Tensor, dtype: DType) -> Tensor:
+def _matmul(call) -> Tensor:
+    """A checked matmul (nbx.core.ops.linalg's spec); no prepared path: a product's plan also reads
+    its operands' alignment, which the call's signature does not hold."""
+    x1, x2 = call.x1, call.x2
     if by_weight(x1, x2):
-        return epilogue.launch_linear(x1, x2.mT, dtype=dtype)
-    return launch_matmul(x1, x2, dtype)
+        return epilogue.launch_linear(x1, x2.mT, dtype=call.out_dtype)
+    return launch_matmul(x1, x2, call.out_dtype)
 
 
-declares("matmul")(lambda x1, x2: epilogue.linear_cost(x1, x2.mT) if by_weight(x1, x2) else matmul_cost(x1, x2))
+@declares("matmul")
+def _matmul_cost(call) -> Cost:
+    x1, x2 = call.x1, call.x2
+    return epilogue.linear_cost(x1, x2.mT) if by_weight(x1, x2) else matmul_cost(x1, x2)
 
 from . import epilogue, int4  # noqa: E402,F401  (linear, gated_linear; linear_int4)
 
