@@ -148,10 +148,13 @@ class OpSpec:
     def call(self, *args, **kwargs):
         """op(*args, **kwargs): checked once per signature, then dispatched with one Call."""
         key = _signature(self, args, kwargs)
-        if key is not None and getattr(dispatch._OBSERVER, "current", None) is None:
+        if getattr(dispatch._OBSERVER, "current", None) is None:
             if device_files._generation != _seen[0]:
                 forget()
-            found = _FAST.get(key)
+            try:
+                found = _FAST.get(key)
+            except TypeError:  # an unhashable argument (a list): no signature, checked every call
+                found = key = None
             if found is not None:
                 fields, facts, run = found
                 call = self.call_type.__new__(self.call_type)
@@ -180,7 +183,7 @@ _BY_TYPE = (float, complex)   # values a call may change freely: in the signatur
 
 
 def _signature(spec: OpSpec, args, kwargs) -> tuple | None:
-    """The key of a call's signature, or None where an argument cannot be part of one (unhashable)."""
+    """The key of a call's signature (unhashable where an argument is: then the call has none)."""
     key = [spec]
     for i, v in enumerate(args):
         kind = type(v)
@@ -195,12 +198,7 @@ def _signature(spec: OpSpec, args, kwargs) -> tuple | None:
             kind = type(v)
             key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
                         else kind if kind in _BY_TYPE and name not in spec.by_value else (kind, v)))
-    key = tuple(key)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return tuple(key)
 
 
 def forget() -> None:
