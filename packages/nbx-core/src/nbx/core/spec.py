@@ -134,9 +134,10 @@ class OpSpec:
             setattr(call, name, value)
         facts = Facts(**{p.name: p.default for p in self.params if p.name not in fields})
         call.facts = facts  # the defaults read through first, so that the check sees every argument
-        defaults = set(facts.__dict__)
+        defaults = dict(facts.__dict__)
         self.check(call, facts)
-        shadowed = (set(facts.__dict__) - defaults) & set(self._names)
+        found = facts.__dict__
+        shadowed = [n for n in self._names if n in found and (n not in defaults or found[n] is not defaults[n])]
         if shadowed:  # a fact named as a parameter would be hidden by the argument itself
             raise TypeError(f"{self.name}'s check derives {sorted(shadowed)}, named as its parameters")
         if "compute_dtype" not in facts.__dict__:
