@@ -277,9 +277,10 @@ class _Runner:
             if view is not None:
                 v = view(v)
             kind = type(v)
-            if kind is Tensor:  # Triton types a pointer by its element type too
-                key.append(v.dtype)
-                v = v.data_ptr()
+            if kind is Tensor:  # Triton types a pointer by its element type too (data_ptr(), inlined)
+                dtype = v.dtype
+                key.append(dtype)
+                v = v._storage._ptr + v._offset * dtype.itemsize
                 key.append(v % 16 == 0)
             elif kind is int:  # int_class, written out: the hot loop of every launch
                 width = 0 if -_I32 <= v < _I32 else 1 if -_I64 <= v < _I64 else 2
