@@ -94,3 +94,14 @@ def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, 
     setting = {"block_m": 16 if rows <= 16 else 128, "block_n": 64 if rows <= 16 else 128, "block_k": 128,
                "split_k": split_k, "group_m": 8, "num_warps": 4 if rows <= 16 else 8, "num_stages": 3}
     check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)
+
+
+def test_the_screen_workload_of_a_class_whose_representative_k_is_no_whole_number_of_groups_builds_and_agrees(device, check):
+    """A key's representative K (e.g. 3984 of the (3968, 4096] class) need not divide into groups;
+    the workload takes the nearest whole number of groups instead of refusing (the H200 bench's
+    int4 rows failed so)."""
+    rep = {"m": 2, "n": 32, "k": 200, "dtype": "bf16", "group": 64}
+    work = int4.int4_workload(rep, nbx.as_device(device))
+    work.launch(TILE)
+    assert work.out.shape == (2, 32)
+    check(work.out, work.reference_rows(slice(0, 2)), device)

@@ -56,6 +56,9 @@ def _fits(setting, rep, facts):
 def int4_workload(rep, device):
     from nbx.core.ops.creation import asarray
     m, n, k, dtype = rep["m"], rep["n"], rep["k"], as_dtype(rep["dtype"])
+    # a class's representative K (3984 in the (3968, 4096] class) need not be a whole number of
+    # groups, which a quantized weight must be: the nearest one stands in for it
+    k = max(rep["group"], round(k / rep["group"]) * rep["group"])
     x = asarray((np.sin(0.37 * np.arange(m * k) + 0.5)).reshape(m, k).astype(dtype.host), device=device)
     dense = (np.sin(0.21 * np.arange(n * k) + 0.5) / np.sqrt(k)).reshape(n, k)
     weight = QuantizedTensor.quantize(dense, rep["group"], "asymmetric", "bfloat16").to(device)
