@@ -84,9 +84,13 @@ def cases():
     yield "scatter-add", "[4096,64] f32 <- 1024 rows", 3 * 1024 * 64 * 4, 1, \
         lambda i: nbx.scatter(n_target, 0, n_rows, n_src, reduce="sum"), \
         lambda i: target.scatter_add(0, rows, src)
-    keys = torch.randn(1 << 24, device="cuda", generator=gen)
-    n_keys = view(keys)
-    yield "sort", "2^24 f32", 2 * keys.numel() * 4, 1, lambda i: nbx.sort(n_keys), lambda i: torch.sort(keys)
+    for log2 in (24, 26):
+        keys = torch.randn(1 << log2, device="cuda", generator=gen)
+        yield "sort", f"2^{log2} f32", 2 * keys.numel() * 4, 1, \
+            lambda i, nk=view(keys): nbx.sort(nk), lambda i, keys=keys: torch.sort(keys)
+    rows = torch.randn((64, 151936), device="cuda", generator=gen)
+    yield "sort-rows", "[64,151936] f32", 2 * rows.numel() * 4, 1, \
+        lambda i, nr=view(rows): nbx.sort(nr, axis=-1), lambda i: torch.sort(rows, dim=-1)
     for shape in ((1, 151936), (64, 151936)):
         logits = torch.randn(shape, device="cuda", generator=gen)
         nl = view(logits)

@@ -52,7 +52,7 @@ def stub_triton() -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5000)
-    parser.add_argument("--profile", help="cProfile this op (by own time)")
+    parser.add_argument("--profile", help="cProfile this op (by own time; SORT=cumtime for cumulative)")
     parser.add_argument("--parts", action="store_true", help="run host_parts.py's stages instead")
     args = parser.parse_args(argv)
     os.environ["NBX_AUTOTUNE_NO_SWEEP"] = "1"   # the device file's tiles: a simulated GPU cannot be timed
@@ -67,6 +67,8 @@ def main(argv=None) -> int:
     a = nbx.asarray(np.ones(4096, np.float32)).to(device)
     x = nbx.asarray(np.ones((16, 256), np.float32)).to(device)
     w = nbx.asarray(np.ones(256, np.float32)).to(device)
+    m = nbx.asarray(np.ones((1, 256), np.float32)).to(device)
+    wt = nbx.asarray(np.ones((256, 256), np.float32)).to(device)
     ops = {
         "empty((4096,))": lambda: empty((4096,), "float32", device),
         "a + b": lambda: a + a,
@@ -75,6 +77,7 @@ def main(argv=None) -> int:
         "softmax": lambda: nbx.softmax(x, dim=-1),
         "rms_norm": lambda: nbx.rms_norm(x, (256,), w),
         "sum": lambda: nbx.sum(x, dim=-1),
+        "x @ W.T": lambda: m @ wt.T,
     }
     print(f"{'op (simulated CUDA, launcher stubbed)':40s} us/call")
     for name, op in ops.items():
@@ -90,7 +93,7 @@ def main(argv=None) -> int:
                 op()
         profiler = cProfile.Profile()
         profiler.runcall(loop)
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime")).print_stats(25)
     return 0
 
 

@@ -36,6 +36,18 @@ class Registration:
 
 _REGISTRATIONS: dict[tuple[str, str], list[Registration]] = {}
 _IMPLEMENTATIONS: dict[tuple[str, str], Callable] = {}   # resolved, by (op, device type)
+_LISTENERS: list[Callable[[], None]] = []   # told when what serves an op may have changed
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """listener() runs whenever a registration or a backend may change what serves an op
+    (nbx.core.spec drops the implementations its signatures prepared)."""
+    _LISTENERS.append(listener)
+
+
+def _changed() -> None:
+    for listener in _LISTENERS:
+        listener()
 
 
 def register(op: str, backend: str, *, provider: str | None = None, priority: int | None = None):
@@ -48,6 +60,7 @@ def register(op: str, backend: str, *, provider: str | None = None, priority: in
         _REGISTRATIONS[op, backend] = candidates
         for key in [k for k in _IMPLEMENTATIONS if k[0] == op]:
             del _IMPLEMENTATIONS[key]
+        _changed()
         return fn
     return decorate
 
@@ -55,6 +68,7 @@ def register(op: str, backend: str, *, provider: str | None = None, priority: in
 def forget_resolved() -> None:
     """Resolve every op again (a backend registered: it may run Triton kernels)."""
     _IMPLEMENTATIONS.clear()
+    _changed()
 
 
 def _winner(op: str, device_type: str, candidates: list[Registration]) -> Registration | None:

@@ -77,6 +77,11 @@ class ArgumentError(NbxError, ValueError):
     """An argument outside what the operation accepts (a seed, a probability, a range, a scheme)."""
 
 
+class SignatureError(ArgumentError, TypeError):
+    """A call its op's signature does not take (a missing argument, an unknown keyword): a TypeError
+    as Python's own, named."""
+
+
 class OutOfMemoryError(DeviceError, MemoryError):
     """An allocation the device cannot serve; carries requested, live, cached, free and total bytes."""
 

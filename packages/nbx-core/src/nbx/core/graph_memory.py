@@ -27,16 +27,6 @@ from .errors import GraphCaptureError, NbxError, NotSupportedError
 ALIGNMENT = 512  # the pool rounds every request up to 512 bytes (docs/memory.md, rule 1): the plan does too
 
 
-def _price_args(op: str, args: tuple) -> tuple:
-    """The arguments a cost declaration takes, from those the front-end passed the implementation.
-
-    Elementwise front-ends pass (spec, operands, out_dtype) and their costs take the operands; every
-    other family's cost takes the implementation's own arguments."""
-    if len(args) == 3 and getattr(args[0], "name", None) == op and isinstance(args[1], (tuple, list)):
-        return tuple(args[1])
-    return args
-
-
 class Recorder:
     """dispatch.observed's observer: prices each outermost op call, logs each new storage, refuses host access."""
 
@@ -67,7 +57,7 @@ class Recorder:
             self.unpriced.append((op, "nbx.kernels is not installed"))
             return
         try:
-            self.costs.append(self.price(op, *_price_args(op, args), **kwargs))
+            self.costs.append(self.price(op, *args, **kwargs))
         except NbxError as exc:  # a copy, a fill: no declaration (or none on this device)
             self.unpriced.append((op, str(exc)))
         except TypeError as exc:  # the declaration does not take the arguments the front-end passed

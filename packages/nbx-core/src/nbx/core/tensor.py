@@ -28,6 +28,13 @@ class Tensor:
         self._strides = layout.contiguous_strides(self.shape) if strides is None else tuple(strides)
         self._offset = int(offset)
 
+    @classmethod
+    def _of(cls, storage: Storage, dtype: DType, shape: tuple, strides: tuple, offset: int = 0) -> "Tensor":
+        """A tensor of a layout its maker already checked (the launch path's outputs): no validation."""
+        t = object.__new__(cls)
+        t._storage, t.dtype, t.shape, t._strides, t._offset = storage, dtype, shape, strides, offset
+        return t
+
     # ---- facts -----------------------------------------------------------------------------
     @property
     def device(self) -> Device:

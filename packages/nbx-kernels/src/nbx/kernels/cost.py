@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nbx.core.errors import NotSupportedError
+from nbx.core.spec import Call, spec_of
 
 RESULT = "result"    # returned to the caller: lives past the launch
 LAUNCH = "launch"    # workspace the launch needs, freed when the wrapper returns
@@ -55,11 +56,17 @@ def declares(op: str):
 
 
 def price(op: str, *args, **kwargs) -> Cost:
-    """The declared cost of `op(*args, **kwargs)`, computed without launching anything."""
+    """The declared cost of `op(*args, **kwargs)`, computed without launching anything. An op with a
+    spec (nbx.core.spec) is priced from its checked call: the one the implementation receives, given
+    as price(op, call), or bound here from the front-end's arguments."""
     try:
         fn = _COSTS[op]
     except KeyError:
         raise NotSupportedError(f"{op} declares no cost (no kernel implements it yet)") from None
+    if not (len(args) == 1 and not kwargs and isinstance(args[0], Call)):
+        op_spec = spec_of(op)
+        if op_spec is not None:
+            return fn(op_spec.bind(*args, **kwargs))
     return fn(*args, **kwargs)
 
 

@@ -28,7 +28,7 @@ from math import prod
 import numpy as np
 import triton
 
-from nbx.core import device_files, dtypes
+from nbx.core import device_files, dtypes, spec
 from nbx.core import layout as core_layout
 from nbx.core.device import Device, get_backend
 from nbx.core.dispatch import observer
@@ -120,8 +120,10 @@ def cached(op: str, signature: tuple, build: Callable[[], LaunchPlan]) -> Launch
 
 
 def reset() -> None:
-    """Forget every plan and the compiled launchers they hold (tests, benchmarks of the first call)."""
+    """Forget every plan and the compiled launchers they hold (tests, benchmarks of the first call),
+    and the front-ends' prepared signatures holding them."""
     _PLANS.clear()
+    spec.forget()
 
 
 def cached_count(op: str | None = None) -> int:
@@ -158,11 +160,31 @@ def execute(plan: LaunchPlan, values: dict) -> dict:
             storage = backend.allocate(nbytes, device)
             if watching is not None:  # a step being captured plans its memory, as empty() tells it
                 watching.allocated(storage)
-            values[name] = Tensor(storage, dtype, shape, strides)
+            values[name] = Tensor._of(storage, dtype, shape, strides)
     for one in plan.launches:
         runner = one._runner[0] if one._runner else _make_runner(one, device)
         runner.run(values)
     return values
+
+
+def prepared(plan: LaunchPlan) -> Callable[[dict], dict] | None:
+    """execute(plan, values) for a signature's repeats (nbx.core.spec's fast path, which runs only
+    while no observer watches): the backend, the buffers and the launch runners looked up once.
+    None for a plan reading dense copies (execute makes them)."""
+    if plan.copies:
+        return None
+    backend, buffers = plan._allocations if plan._allocations else _allocations(plan)
+    runners = tuple(l._runner[0] if l._runner else _make_runner(l, plan.device) for l in plan.launches)
+    allocate, device, make = backend.allocate, plan.device, Tensor._of
+
+    def run(values: dict) -> dict:
+        for name, nbytes, dtype, shape, strides in buffers:
+            if values.get(name) is None:
+                values[name] = make(allocate(nbytes, device), dtype, shape, strides)
+        for runner in runners:
+            runner.run(values)
+        return values
+    return run
 
 
 def _allocations(plan: LaunchPlan) -> tuple:
@@ -255,9 +277,10 @@ class _Runner:
             if view is not None:
                 v = view(v)
             kind = type(v)
-            if kind is Tensor:  # Triton types a pointer by its element type too
-                key.append(v.dtype)
-                v = v.data_ptr()
+            if kind is Tensor:  # Triton types a pointer by its element type too (data_ptr(), inlined)
+                dtype = v.dtype
+                key.append(dtype)
+                v = v._storage._ptr + v._offset * dtype.itemsize
                 key.append(v % 16 == 0)
             elif kind is int:  # int_class, written out: the hot loop of every launch
                 width = 0 if -_I32 <= v < _I32 else 1 if -_I64 <= v < _I64 else 2
@@ -317,5 +340,5 @@ def _make_runner(one: Launch, device: Device) -> _Runner:
     return runner
 
 
-__all__ = ["Slot", "BufferSpec", "Launch", "LaunchPlan", "output", "workspace", "cached", "execute", "reset",
+__all__ = ["Slot", "BufferSpec", "Launch", "LaunchPlan", "output", "workspace", "cached", "execute", "prepared", "reset",
            "cached_count", "compiled_count", "setting_key", "int_class", "MAX_PLANS"]

@@ -129,10 +129,15 @@ class SizeIndex:
         for i in range(bisect_left(keys, size << _SIZE_SHIFT), len(keys)):
             yield blocks[keys[i]]
 
-    def before(self, size: int, end: int) -> list[Block]:
-        """The free blocks of at least size bytes placed before the key end, smallest first."""
+    def others_before(self, size: int, end: int, besides: Block) -> list[Block]:
+        """The free blocks but besides of at least size bytes placed before the key end, smallest first:
+        two bisects alone when besides is all there is (the held block's check, every request of its size)."""
         keys, blocks = self.keys, self.blocks
-        return [blocks[k] for k in keys[bisect_left(keys, size << _SIZE_SHIFT):bisect_left(keys, end)]]
+        lo = bisect_left(keys, size << _SIZE_SHIFT)
+        hi = bisect_left(keys, end, lo)
+        if hi == lo or (hi == lo + 1 and blocks[keys[lo]] is besides):
+            return []
+        return [b for b in (blocks[keys[j]] for j in range(lo, hi)) if b is not besides]
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -370,8 +370,8 @@ class Pool(RangeCarving):
         merged = size + nxt.size
         if self.rules.half_rule and not blk.seg.small and merged > self.rules.half_limit(size):
             return None
-        for other in index.before(size, index.key(blk, merged)):  # what best fit meets before the merge
-            if other is not nxt and self._eligible(other, stream):
+        for other in index.others_before(size, index.key(blk, merged), nxt):  # what best fit meets first
+            if self._eligible(other, stream):
                 return None
         self._held = None
         nxt.free_on = free_on

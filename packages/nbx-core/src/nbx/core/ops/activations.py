@@ -2,9 +2,10 @@
 
 gelu (exact and tanh), erf, softplus, mish, elu, leaky_relu, hardswish, hardsigmoid, glu,
 masked_fill, lerp, addcmul, addcdiv and nan_to_num, with torch's definitions. Integer inputs of the
-floating functions compute in the default float dtype, as the elementwise table's do. Each op's
-implementation receives the front-end's checked arguments followed by the output dtype (masked_fill
-and nan_to_num keep x's dtype and receive none); the CPU implementation is the reference computed
+floating functions compute in the default float dtype, as the elementwise table's do. The unary
+activations are OpSpecs (nbx.core.spec: their implementations take one checked call); the other
+ops' implementations receive the front-end's checked arguments followed by the output dtype
+(masked_fill and nan_to_num keep x's dtype and receive none). The CPU implementation is the reference computed
 in the op's compute dtype (float32 for half types), the oracle the same in float64.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..dispatch import implementation, register
 from ..dtypes import DType
 from ..errors import DTypeError, ShapeError
 from ..promotion import check_scalar, result_type
+from ..spec import OpSpec, define, front_end, params
 from ..tensor import Tensor
 from ._common import (check_category, common_device, compute_dtype, default_float_for,
                       host_operand, oracle_dtype, wrap)
@@ -81,30 +83,32 @@ def _unary_reference(name):
     return ref
 
 
-def _unary_front_end(name):
-    _, params = _UNARY[name]
+def _check_unary(call, facts) -> None:
+    """An activation's rules (its spec's check): a real tensor (integers compute in the default
+    float), gelu's approximate named, every other parameter a Python number."""
+    name = call.spec.name
+    facts.out_dtype = _float_input(name, call.x)
+    facts.device = call.x.device
+    if name == "gelu":
+        if call.approximate not in ("none", "tanh"):
+            raise DTypeError(f"gelu's approximate must be 'none' or 'tanh', not {call.approximate!r}")
+        return
+    for p, _ in _UNARY[name][1]:
+        _number(name, p, getattr(call, p))
 
-    def front_end(x, *args, **kwargs):
-        out_dtype = _float_input(name, x)
-        values = list(args) + [kwargs.pop(p, d) for p, d in params[len(args):]]
-        if kwargs or len(values) > len(params):
-            raise TypeError(f"{name}() takes x and {', '.join(p for p, _ in params) or 'no parameters'}")
-        if name == "gelu":
-            if values[0] not in ("none", "tanh"):
-                raise DTypeError(f"gelu's approximate must be 'none' or 'tanh', not {values[0]!r}")
-        else:
-            values = [_number(name, p, v) for (p, _), v in zip(params, values)]
-        return implementation(name, x.device)(x, *values, out_dtype)
-    front_end.__name__ = front_end.__qualname__ = name
-    signature = ", ".join(f"{p}={d!r}" for p, d in params)
-    front_end.__doc__ = f"{name}(x{', ' + signature if signature else ''}) elementwise, as torch defines it."
-    return front_end
+
+def _unary_front_end(name):
+    _, parameters = _UNARY[name]
+    signature = ", ".join(f"{p}={d!r}" for p, d in parameters)
+    return front_end(define(OpSpec(name, params("x", **dict(parameters)), _check_unary,
+                                   doc=f"{name}(x{', ' + signature if signature else ''}) elementwise, as torch "
+                                       f"defines it.")))
 
 
 for _name in _UNARY:
     _ref = _unary_reference(_name)
     reference.register(_name, _ref)
-    register(_name, "cpu")(lambda x, *p, _ref=_ref: wrap(_ref(x, *p[:-1]), p[-1]))
+    register(_name, "cpu")(lambda call, _ref=_ref: wrap(_ref(*call.values()), call.out_dtype))
     globals()[_name] = _unary_front_end(_name)
 
 

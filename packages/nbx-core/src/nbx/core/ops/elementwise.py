@@ -16,6 +16,7 @@ from ..dispatch import implementation, register
 from ..dtypes import DType
 from ..errors import DTypeError
 from ..promotion import check_scalar, result_type
+from ..spec import OpSpec, define, params
 from ..tensor import Tensor
 from ._common import (SCALARS, check_category, common_device, compute_dtype, default_float_for,
                       host_operand, oracle_dtype, wrap)
@@ -109,30 +110,40 @@ def _reference(op: Elementwise):
     return run
 
 
-def apply(op: Elementwise, *operands) -> Tensor:
-    """The front-end every elementwise op shares: check, promote, dispatch."""
-    if not any(isinstance(o, Tensor) for o in operands):
-        from .creation import asarray
-        operands = (asarray(operands[0]),) + operands[1:]
-    device = common_device(*operands)
+def _check(call, facts) -> None:
+    """The rules every elementwise op shares (its spec's check): one device, the promoted dtype in
+    the op's category, shapes that broadcast; the output dtype by the op's row."""
+    op, operands = _ROWS[call.spec.name], call.values()
+    facts.device = common_device(*operands)
     dtype = result_type(*operands)
     check_category(op.name, dtype, op.accepts)
-    if op.name == "pow" and dtype.is_integer and any(
-            isinstance(o, int) and o < 0 for o in operands[1:]):
+    if op.name == "pow" and dtype.is_integer and any(isinstance(o, int) and o < 0 for o in operands[1:]):
         raise DTypeError("pow of an integer tensor to a negative integer power is not representable")
-    return implementation(op.name, device)(op, operands, op.out_dtype(dtype))
+    facts.shape = layout.broadcast_shapes(*(o.shape for o in operands if isinstance(o, Tensor)))
+    facts.op, facts.out_dtype, facts.work_dtype = op, op.out_dtype(dtype), op.work_dtype(dtype)
 
 
 def _make_front_end(op: Elementwise):
+    doc = f"Elementwise {op.name} (Array API semantics; accepts {op.accepts} dtypes)."
+    op_spec = define(OpSpec(op.name, params("x") if op in UNARY else params("x1", "x2"), _check, doc=doc))
+    call = op_spec.call
     if op in UNARY:
         def front_end(x):
-            return apply(op, x)
+            return call(x if isinstance(x, Tensor) else _as_tensor(x))
     else:
         def front_end(x1, x2):
-            return apply(op, x1, x2)
+            if isinstance(x1, Tensor) or isinstance(x2, Tensor):
+                return call(x1, x2)
+            return call(_as_tensor(x1), x2)
     front_end.__name__ = front_end.__qualname__ = op.name
-    front_end.__doc__ = f"Elementwise {op.name} (Array API semantics; accepts {op.accepts} dtypes)."
+    front_end.__doc__, front_end.spec = doc, op_spec
     return front_end
+
+
+def _as_tensor(value) -> Tensor:
+    """An elementwise op of Python scalars alone: the first becomes a tensor (asarray's dtype)."""
+    from .creation import asarray
+    return asarray(value)
 
 
 def _check_broadcast(*operands) -> None:
@@ -140,12 +151,12 @@ def _check_broadcast(*operands) -> None:
     layout.broadcast_shapes(*(o.shape for o in operands if isinstance(o, Tensor)))
 
 
-def _cpu(op: Elementwise, operands, out_dtype: DType) -> Tensor:
-    _check_broadcast(*operands)
-    return wrap(_REFS[op.name](*operands), out_dtype)
+def _cpu(call) -> Tensor:
+    return wrap(_REFS[call.spec.name](*call.values()), call.out_dtype)
 
 
 _REFS = {}
+_ROWS = OPS
 for _op in OPS.values():
     _REFS[_op.name] = _reference(_op)
     reference.register(_op.name, _REFS[_op.name])
@@ -234,4 +245,4 @@ reference.register("where", _where_reference)
 reference.register("clamp", _clamp_reference)
 reference.register("astype", _astype_reference)
 
-__all__ = sorted(OPS) + ["where", "clamp", "clip", "astype", "apply", "OPS", "UNARY", "BINARY"]
+__all__ = sorted(OPS) + ["where", "clamp", "clip", "astype", "OPS", "UNARY", "BINARY"]

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import layout, reference
-from ..dispatch import implementation, register
+from .. import dtypes, layout, reference
+from ..dispatch import register
+from ..spec import OpSpec, define, front_end, params
 from ..tensor import Tensor
 from ._common import check_category, compute_dtype, oracle_dtype, wrap
 
@@ -24,27 +25,33 @@ def _softmax_reference(x, dim=-1, precision=reference.NATIVE, log=False):
     return out.reshape(x.shape)
 
 
-def _front_end(name: str, log: bool):
-    def op(x: Tensor, dim: int = -1, dtype=None) -> Tensor:
-        if dtype is not None:
-            x = x.to(dtype=dtype)
-        check_category(name, x.dtype, "real_floating")
-        layout.normalize_dim(dim, x.ndim)
-        return implementation(name, x.device)(x, dim)
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"{name} over dim, computed stably (the row's max subtracted first)."
-    return op
+def _check(call, facts) -> None:
+    x = call.x
+    facts.device = x.device
+    facts.out_dtype = x.dtype if call.dtype is None else dtypes.as_dtype(call.dtype)
+    check_category(call.spec.name, facts.out_dtype, "real_floating")
+    facts.row_dim = layout.normalize_dim(call.dim, x.ndim)
 
 
-softmax = _front_end("softmax", log=False)
-log_softmax = _front_end("log_softmax", log=True)
+def operand(call) -> Tensor:
+    """x in the requested dtype (dtype=: a cast first, as torch's)."""
+    return call.x if call.x.dtype is call.out_dtype else call.x.to(dtype=call.out_dtype)
+
+
+def _front_end(name: str):
+    doc = f"{name} over dim, computed stably (the row's max subtracted first)."
+    return front_end(define(OpSpec(name, params("x", dim=-1, dtype=None), _check, doc=doc)))
+
+
+softmax = _front_end("softmax")
+log_softmax = _front_end("log_softmax")
 
 
 def _register(name: str, log: bool):
     def ref(x, dim=-1, precision=reference.NATIVE):
         return _softmax_reference(x, dim, precision, log=log)
     reference.register(name, ref)
-    register(name, "cpu")(lambda x, dim: wrap(ref(x, dim), x.dtype))
+    register(name, "cpu")(lambda call: wrap(ref(operand(call), call.row_dim), call.out_dtype))
 
 
 _register("softmax", False)

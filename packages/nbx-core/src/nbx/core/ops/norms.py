@@ -15,6 +15,7 @@ from .. import layout, reference
 from ..dispatch import implementation, register
 from ..dtypes import finfo
 from ..errors import DTypeError, ShapeError
+from ..spec import OpSpec, define, front_end, params
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
 
@@ -100,16 +101,19 @@ def _normalized_dims(op: str, x: Tensor, normalized_shape) -> tuple[int, ...]:
     return shape
 
 
-def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
-               eps: float = 1e-5) -> Tensor:
-    """(x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape dims
-    (the biased variance, as torch.nn.functional.layer_norm)."""
+def _check_layer_norm(call, facts) -> None:
+    x, weight, bias = call.x, call.weight, call.bias
     _check_floating("layer_norm", x=x, weight=weight, bias=bias)
-    shape = _normalized_dims("layer_norm", x, normalized_shape)
-    _check_shape("layer_norm", "weight", weight, shape)
-    _check_shape("layer_norm", "bias", bias, shape)
-    common_device(x, weight, bias)
-    return implementation("layer_norm", x.device)(x, shape, weight, bias, float(eps))
+    facts.shape = _normalized_dims("layer_norm", x, call.normalized_shape)
+    _check_shape("layer_norm", "weight", weight, facts.shape)
+    _check_shape("layer_norm", "bias", bias, facts.shape)
+    facts.device, facts.out_dtype, facts.epsilon = common_device(x, weight, bias), x.dtype, float(call.eps)
+
+
+layer_norm = front_end(define(OpSpec(
+    "layer_norm", params("x", "normalized_shape", weight=None, bias=None, eps=1e-5), _check_layer_norm,
+    by_value=("eps",), doc="""(x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape dims
+    (the biased variance, as torch.nn.functional.layer_norm).""")))
 
 
 def _rms_eps(x: Tensor, eps) -> float:
@@ -117,14 +121,18 @@ def _rms_eps(x: Tensor, eps) -> float:
     return float(finfo(x.dtype).eps) if eps is None else float(eps)
 
 
-def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
-    """x / sqrt(mean(x**2) + eps) * weight over the trailing normalized_shape dims
-    (eps None: the machine epsilon of x's dtype, as torch.nn.functional.rms_norm)."""
+def _check_rms_norm(call, facts) -> None:
+    x, weight = call.x, call.weight
     _check_floating("rms_norm", x=x, weight=weight)
-    shape = _normalized_dims("rms_norm", x, normalized_shape)
-    _check_shape("rms_norm", "weight", weight, shape)
-    common_device(x, weight)
-    return implementation("rms_norm", x.device)(x, shape, weight, _rms_eps(x, eps))
+    facts.shape = _normalized_dims("rms_norm", x, call.normalized_shape)
+    _check_shape("rms_norm", "weight", weight, facts.shape)
+    facts.device, facts.out_dtype, facts.epsilon = common_device(x, weight), x.dtype, _rms_eps(x, call.eps)
+
+
+rms_norm = front_end(define(OpSpec(
+    "rms_norm", params("x", "normalized_shape", weight=None, eps=None), _check_rms_norm, by_value=("eps",),
+    doc="""x / sqrt(mean(x**2) + eps) * weight over the trailing normalized_shape dims
+    (eps None: the machine epsilon of x's dtype, as torch.nn.functional.rms_norm).""")))
 
 
 def _trailing_stats_reference(a: np.ndarray, k: int, rms: bool, eps: float):
@@ -222,9 +230,8 @@ def _batch_norm_reference(x, running_mean, running_var, weight=None, bias=None, 
 
 # ---- fused residual add + RMS norm --------------------------------------------------------------
 
-def add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor | None = None, eps: float | None = None):
-    """(normed, new_residual): new_residual = x + residual (rounded to the dtype), normed =
-    rms_norm(new_residual) over the last dim. The kernel reads x and residual once."""
+def _check_add_rms_norm(call, facts) -> None:
+    x, residual, weight = call.x, call.residual, call.weight
     _check_floating("add_rms_norm", x=x, residual=residual, weight=weight)
     if x.ndim < 1:
         raise ShapeError("add_rms_norm needs x of at least one dim")
@@ -233,8 +240,14 @@ def add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor | None = None, eps:
     if x.dtype is not residual.dtype:
         raise DTypeError(f"add_rms_norm: residual is {residual.dtype.name}, x is {x.dtype.name} (they must match)")
     _check_shape("add_rms_norm", "weight", weight, (x.shape[-1],))
-    common_device(x, residual, weight)
-    return implementation("add_rms_norm", x.device)(x, residual, weight, _rms_eps(x, eps))
+    facts.device, facts.out_dtype = common_device(x, residual, weight), x.dtype
+    facts.shape, facts.epsilon = (x.shape[-1],), _rms_eps(x, call.eps)
+
+
+add_rms_norm = front_end(define(OpSpec(
+    "add_rms_norm", params("x", "residual", weight=None, eps=None), _check_add_rms_norm, by_value=("eps",),
+    doc="""(normed, new_residual): new_residual = x + residual (rounded to the dtype), normed =
+    rms_norm(new_residual) over the last dim. The kernel reads x and residual once.""")))
 
 
 def _add_rms_norm_reference(x, residual, weight=None, eps=None, precision=reference.NATIVE):
@@ -262,13 +275,13 @@ def _scaled_masked_softmax_cpu(x, scale, mask, dim):
 
 
 @register("layer_norm", "cpu")
-def _layer_norm_cpu(x, normalized_shape, weight, bias, eps):
-    return wrap(_layer_norm_reference(x, normalized_shape, weight, bias, eps), x.dtype)
+def _layer_norm_cpu(call):
+    return wrap(_layer_norm_reference(call.x, call.shape, call.weight, call.bias, call.epsilon), call.out_dtype)
 
 
 @register("rms_norm", "cpu")
-def _rms_norm_cpu(x, normalized_shape, weight, eps):
-    return wrap(_rms_norm_reference(x, normalized_shape, weight, eps), x.dtype)
+def _rms_norm_cpu(call):
+    return wrap(_rms_norm_reference(call.x, call.shape, call.weight, call.epsilon), call.out_dtype)
 
 
 @register("group_norm", "cpu")
@@ -282,9 +295,9 @@ def _batch_norm_cpu(x, running_mean, running_var, weight, bias, eps):
 
 
 @register("add_rms_norm", "cpu")
-def _add_rms_norm_cpu(x, residual, weight, eps):
-    normed, total = _add_rms_norm_reference(x, residual, weight, eps)
-    return wrap(normed, x.dtype), wrap(total, x.dtype)
+def _add_rms_norm_cpu(call):
+    normed, total = _add_rms_norm_reference(call.x, call.residual, call.weight, call.epsilon)
+    return wrap(normed, call.out_dtype), wrap(total, call.out_dtype)
 
 
 __all__ = ["scaled_masked_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm", "add_rms_norm"]

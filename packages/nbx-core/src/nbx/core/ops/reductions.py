@@ -11,13 +11,15 @@ import numpy as np
 
 from .. import dtypes, layout, reference
 from ..dispatch import implementation, register
+from ..spec import OpSpec, define, front_end, params
 from ..dtypes import DType
 from ..errors import ShapeError
 from ..tensor import Tensor
 from ._common import check_category, compute_dtype, oracle_dtype, wrap
 
 
-def _accumulating_dtype(dtype: DType) -> DType:
+def accumulating_dtype(dtype: DType) -> DType:
+    """What sums and products of dtype accumulate in (and give): int64 for bool and signed, uint64 for unsigned."""
     if dtype.kind in ("bool", "int"):
         return dtypes.int64
     if dtype.kind == "uint":
@@ -51,7 +53,7 @@ def _out_dtype(name: str, dtype: DType, requested) -> DType:
         return dtypes.INDEX
     if requested is not None:
         return dtypes.as_dtype(requested)
-    return _accumulating_dtype(dtype) if rule == "accumulate" else dtype
+    return accumulating_dtype(dtype) if rule == "accumulate" else dtype
 
 
 def _logsumexp(a, axis, keepdims):
@@ -89,27 +91,37 @@ def _reference(name: str):
 
 
 def _cpu(name: str):
-    def run(x: Tensor, dims, keepdim: bool, out_dtype: DType, **kw) -> Tensor:
-        return wrap(_REFERENCES[name](x, dims, keepdim, **kw), out_dtype)
+    def run(call) -> Tensor:
+        kw = {"correction": call.correction} if name in ("var", "std") else {}
+        return wrap(_REFERENCES[name](call.x, call.dims, call.keepdim, dtype=getattr(call, "dtype", None), **kw), call.out_dtype)
     return run
 
 
-def _front_end(name: str):
-    category = _SPECS[name][2]
+def _check(call, facts) -> None:
+    """The rules of every reduction (its spec's check): the category, one dim for an index, an
+    identity for an empty extreme; the reduced dims normalized, the output dtype by the op's rule."""
+    name, x, dim = call.spec.name, call.x, call.dim
+    check_category(name, x.dtype, _SPECS[name][1])
+    if name in ("argmax", "argmin") and dim is not None and not isinstance(dim, int):
+        raise ShapeError(f"{name} reduces over one dim or all of them, got dim={dim}")
+    dims = layout.normalize_dims(dim, x.ndim)
+    if name in ("max", "min", "argmax", "argmin") and builtins.any(x.shape[d] == 0 for d in dims):
+        raise ShapeError(f"{name} of an empty tensor (shape {x.shape}) has no identity")
+    facts.device, facts.out_dtype = x.device, _out_dtype(name, x.dtype, getattr(call, "dtype", None))
+    facts.dims = dims if name not in ("argmax", "argmin") or dim is not None else None
 
-    def reduce(x: Tensor, dim=None, keepdim: bool = False, **kw) -> Tensor:
-        check_category(name, x.dtype, _SPECS[name][1])
-        if name in ("argmax", "argmin") and dim is not None and not isinstance(dim, int):
-            raise ShapeError(f"{name} reduces over one dim or all of them, got dim={dim}")
-        dims = layout.normalize_dims(dim, x.ndim)
-        if name in ("max", "min", "argmax", "argmin") and builtins.any(x.shape[d] == 0 for d in dims):
-            raise ShapeError(f"{name} of an empty tensor (shape {x.shape}) has no identity")
-        out_dtype = _out_dtype(name, x.dtype, kw.get("dtype"))
-        dims_arg = dims if name not in ("argmax", "argmin") or dim is not None else None
-        return implementation(name, x.device)(x, dims_arg, keepdim, out_dtype, **kw)
-    reduce.__name__ = reduce.__qualname__ = name
-    reduce.__doc__ = f"{name} over dim (None: every dim), keepdim as the Array API says ({category})."
-    return reduce
+
+def _signature(name: str):
+    if name in ("var", "std"):
+        return params("x", dim=None, keepdim=False, correction=0, dtype=None)
+    if name in ("argmax", "argmin"):
+        return params("x", dim=None, keepdim=False)
+    return params("x", dim=None, keepdim=False, dtype=None)
+
+
+def _front_end(name: str):
+    doc = f"{name} over dim (None: every dim), keepdim as the Array API says ({_SPECS[name][2]})."
+    return front_end(define(OpSpec(name, _signature(name), _check, doc=doc)))
 
 
 _REFERENCES = {name: _reference(name) for name in _SPECS}
@@ -126,12 +138,12 @@ def cumsum(x: Tensor, dim: int | None = None, dtype=None) -> Tensor:
         if x.ndim != 1:
             raise ShapeError(f"cumsum of a {x.ndim}-D tensor needs a dim")
         dim = 0
-    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else _accumulating_dtype(x.dtype)
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else accumulating_dtype(x.dtype)
     return implementation("cumsum", x.device)(x, layout.normalize_dim(dim, builtins.max(x.ndim, 1)), out_dtype)
 
 
 def _cumsum_reference(x, dim, out_dtype=None, precision=reference.NATIVE):
-    out_dtype = _accumulating_dtype(x.dtype) if out_dtype is None else dtypes.as_dtype(out_dtype)
+    out_dtype = accumulating_dtype(x.dtype) if out_dtype is None else dtypes.as_dtype(out_dtype)
     compute = oracle_dtype(out_dtype) if precision == reference.FLOAT64 else compute_dtype(out_dtype)
     a = x.numpy().astype(compute, copy=False)
     return np.cumsum(a.reshape(1) if a.ndim == 0 else a, axis=dim).reshape(a.shape)

@@ -17,7 +17,7 @@ from ..dtypes import DType
 from ..errors import ShapeError
 from ..tensor import Tensor
 from ._common import check_category, compute_dtype, oracle_dtype, wrap
-from .reductions import _accumulating_dtype
+from .reductions import accumulating_dtype
 from .reductions_more import ValuesIndices
 
 
@@ -32,12 +32,12 @@ def _scan_dim(name: str, x: Tensor, dim) -> int:
 def cumprod(x: Tensor, dim: int | None = None, dtype=None) -> Tensor:
     """Running product along dim (dim may be omitted for a 1-D tensor)."""
     check_category("cumprod", x.dtype, "numeric")
-    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else _accumulating_dtype(x.dtype)
+    out_dtype = dtypes.as_dtype(dtype) if dtype is not None else accumulating_dtype(x.dtype)
     return implementation("cumprod", x.device)(x, _scan_dim("cumprod", x, dim), out_dtype)
 
 
 def _cumprod_reference(x, dim, out_dtype=None, precision=reference.NATIVE):
-    out_dtype = _accumulating_dtype(x.dtype) if out_dtype is None else dtypes.as_dtype(out_dtype)
+    out_dtype = accumulating_dtype(x.dtype) if out_dtype is None else dtypes.as_dtype(out_dtype)
     compute = oracle_dtype(out_dtype) if precision == reference.FLOAT64 else compute_dtype(out_dtype)
     a = x.numpy().astype(compute, copy=False)
     with np.errstate(all="ignore"):

@@ -16,7 +16,7 @@ from nbx.core.ops.elementwise import OPS
 from nbx.core.promotion import result_type
 from nbx.core.tensor import Tensor
 
-from .. import launch
+from .. import launch, plans
 from ..cost import Buffer, Cost, declares
 from ..registry import implements
 from ..types import compute_type, tl_type
@@ -65,12 +65,28 @@ def _pick(op, operands):
     return fn, work, _scalars_as_work_dtype(operands, work)
 
 
-def _elementwise(op, operands, out_dtype: DType) -> Tensor:
-    plan = callsite.op_plan(op, operands, out_dtype, _pick)
+def _elementwise(call) -> Tensor:
+    """An elementwise op of nbx.core, its call checked by the op's spec."""
+    operands = call.values()
+    plan = callsite.op_plan(call.op, operands, call.out_dtype, _pick)
     detail = plan.detail
     if detail.tensor_scalars:
         operands = _scalars_as_work_dtype(operands, detail.work)
-    return _launch(plan, operands, out_dtype, detail.work, None)
+    return _launch(plan, operands, call.out_dtype, detail.work, None)
+
+
+def _prepare(call):
+    """The repeats of call's signature: its plan's launcher with the operands in their slots."""
+    plan = callsite.op_plan(call.op, call.values(), call.out_dtype, _pick)
+    run = plans.prepared(plan) if plan.detail.grid is not None and not plan.detail.tensor_scalars else None
+    if run is None:
+        return None
+    if len(call.spec.params) == 1:
+        return lambda c: run({"a": c.x, "out": None})["out"]
+    return lambda c: run({"a": c.x1, "b": c.x2, "out": None})["out"]
+
+
+_elementwise.prepare = _prepare
 
 
 def elementwise_cost(operands, out_dtype: DType, shape=None) -> Cost:
@@ -82,15 +98,13 @@ def elementwise_cost(operands, out_dtype: DType, shape=None) -> Cost:
     return Cost(buffers=(Buffer("out", n * out_dtype.itemsize),), bytes_moved=read + n * out_dtype.itemsize, flops=n)
 
 
-def _declare(op):
-    def cost(*operands) -> Cost:
-        return elementwise_cost(operands, op.out_dtype(result_type(*operands)))
-    declares(op.name)(cost)
+def _cost(call) -> Cost:
+    return elementwise_cost(call.values(), call.out_dtype, call.shape)
 
 
 for _name in OPS:
     implements(_name)(_elementwise)
-    _declare(OPS[_name])
+    declares(_name)(_cost)
 
 
 # ---- where, clamp, casts, copies -----------------------------------------------------------------

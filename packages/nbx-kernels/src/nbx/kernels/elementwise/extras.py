@@ -1,7 +1,8 @@
 """Kernel implementations of nbx.core's activations and fused pointwise ops (nbx/core/ops/activations.py).
 
-Each receives the front-end's checked arguments (parameters then the output dtype) and launches the
-one elementwise kernel with the op's function and its parameters as scalar operands.
+The activations receive their spec's checked call (nbx.core.spec); the fused pointwise ops the
+front-end's checked arguments (parameters then the output dtype). Each launches the one
+elementwise kernel with the op's function and its parameters as scalar operands.
 """
 from __future__ import annotations
 
@@ -25,21 +26,24 @@ def _tensors_cost(*operands_then_dtype) -> Cost:
 
 
 @implements("gelu")
-def _gelu(x: Tensor, approximate: str, out_dtype: DType) -> Tensor:
-    return _launch(act.gelu_tanh if approximate == "tanh" else act.gelu, [x], out_dtype)
+def _gelu(call) -> Tensor:
+    return _launch(act.gelu_tanh if call.approximate == "tanh" else act.gelu, [call.x], call.out_dtype)
 
 
 def _parametrised(name: str, fn):
     @implements(name)
-    def run(x: Tensor, *params_then_dtype) -> Tensor:
-        *params, out_dtype = params_then_dtype
-        return _launch(fn, [x, *params], out_dtype)
-    declares(name)(lambda x, *params_then_dtype: elementwise_cost([x], params_then_dtype[-1]))
+    def run(call) -> Tensor:   # x, then the activation's parameters (scalar operands of the kernel)
+        return _launch(fn, list(call.values()), call.out_dtype)
+    declares(name)(_activation_cost)
+
+
+def _activation_cost(call) -> Cost:
+    return elementwise_cost([call.x], call.out_dtype)
 
 
 for _name in ("erf", "mish", "hardswish", "hardsigmoid", "softplus", "elu", "leaky_relu"):
     _parametrised(_name, act.FUNCTIONS[_name])
-declares("gelu")(lambda x, approximate, out_dtype: elementwise_cost([x], out_dtype))
+declares("gelu")(_activation_cost)
 
 
 @implements("glu")

@@ -28,6 +28,7 @@ from ..cost import Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..elementwise.casts import COMPILED
 from ..registry import implements
+from ..rows import float_bits
 from ..types import tl_type
 from .kernel import matmul_kernel
 from .tuning import block_k_that_fits, matmul_setting, stages_that_fit
@@ -193,13 +194,47 @@ def by_weight(x1: Tensor, x2: Tensor) -> bool:
 
 
 @implements("matmul")
-def _matmul(x1: Tensor, x2: Tensor, dtype: DType) -> Tensor:
+def _matmul(call) -> Tensor:
+    """A checked matmul (nbx.core.ops.linalg's spec)."""
+    x1, x2 = call.x1, call.x2
     if by_weight(x1, x2):
-        return epilogue.launch_linear(x1, x2.mT, dtype=dtype)
-    return launch_matmul(x1, x2, dtype)
+        return epilogue.launch_linear(x1, x2.mT, dtype=call.out_dtype)
+    return launch_matmul(x1, x2, call.out_dtype)
 
 
-declares("matmul")(lambda x1, x2: epilogue.linear_cost(x1, x2.mT) if by_weight(x1, x2) else matmul_cost(x1, x2))
+def _prepare(call):
+    """The repeats of a product by a weight (x @ W.T): its plan's launcher. The plan also reads the
+    operands' alignment, which the signature does not hold: a repeat whose alignment differs takes
+    the full path."""
+    x1, x2 = call.x1, call.x2
+    if not by_weight(x1, x2) or x1.ndim < 2 or prod(call.shape) == 0:
+        return None
+    run = plans.prepared(epilogue.launch_plan(x1, x2.mT, dtype=call.out_dtype))
+    if run is None:
+        return None
+    aligned, one, make = (_address_aligned(x1), _address_aligned(x2)), float_bits(1.0), Tensor._of
+
+    def repeat(c):
+        x, w = c.x1, c.x2
+        if (_address_aligned(x), _address_aligned(w)) != aligned:
+            return _matmul(c)
+        weight = make(w._storage, w.dtype, w.shape[::-1], w._strides[::-1], w._offset)   # w.mT, unchecked
+        return run({"x": x, "weight": weight, "up": None, "out": None, "alpha": one, "beta": one, "bias": None,
+                    "residual": None})["out"]
+    return repeat
+
+
+def _address_aligned(t: Tensor) -> bool:
+    return t.data_ptr() % epilogue.TMA_ALIGN == 0
+
+
+_matmul.prepare = _prepare
+
+
+@declares("matmul")
+def _matmul_cost(call) -> Cost:
+    x1, x2 = call.x1, call.x2
+    return epilogue.linear_cost(x1, x2.mT) if by_weight(x1, x2) else matmul_cost(x1, x2)
 
 from . import epilogue, int4  # noqa: E402,F401  (linear, gated_linear; linear_int4)
 

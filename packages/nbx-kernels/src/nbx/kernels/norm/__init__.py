@@ -119,6 +119,14 @@ def _rows_plan(x: Tensor, keep: int, weight, bias, rms: bool, residual, groups, 
         outputs, (plans.workspace("partials", (2, lay.rows, tile.chunks), p.part_dtype),), p.copies, p)
 
 
+def rows_norm_plan(x: Tensor, keep: int, weight=None, bias=None, rms: bool = False, residual: Tensor | None = None,
+                   groups: int | None = None, setting=None) -> LaunchPlan:
+    """The launch plan of launch_rows_norm's arguments, kept per layout."""
+    key = (x.shape, x.strides, x.dtype, x.device, keep, groups, rms, _key(residual), _key(weight), _key(bias),
+           plans.setting_key(setting))
+    return plans.cached("norm", key, lambda: _rows_plan(x, keep, weight, bias, rms, residual, groups, setting))
+
+
 def launch_rows_norm(x: Tensor, keep: int, weight=None, bias=None, eps: float = 0.0, rms: bool = False,
                      residual: Tensor | None = None, groups: int | None = None, out: Tensor | None = None,
                      setting=None):
@@ -129,9 +137,7 @@ def launch_rows_norm(x: Tensor, keep: int, weight=None, bias=None, eps: float = 
         out = launch.output(x.shape, x.dtype, x.device, out)
         if x.size == 0:
             return out if residual is None else (out, launch.output(x.shape, x.dtype, x.device))
-    key = (x.shape, x.strides, x.dtype, x.device, keep, groups, rms, _key(residual), _key(weight), _key(bias),
-           plans.setting_key(setting))
-    p = plans.cached("norm", key, lambda: _rows_plan(x, keep, weight, bias, rms, residual, groups, setting))
+    p = rows_norm_plan(x, keep, weight, bias, rms, residual, groups, setting)
     values = plans.execute(p, {"x": x, "residual": residual, "out": out, "weight": weight, "bias": bias,
                                "eps_bits": float_bits(eps)})
     return values["out"] if residual is None else (values["out"], values["new_residual"])
@@ -161,14 +167,41 @@ def launch_batch_norm(x: Tensor, mean: Tensor, var: Tensor, weight=None, bias=No
 
 # ---- the ops ---------------------------------------------------------------------------------
 
-@implements("layer_norm")
-def _layer_norm(x, normalized_shape, weight, bias, eps):
-    return launch_rows_norm(x, x.ndim - len(normalized_shape), weight, bias, eps)
+def _trailing_norm(rms: bool, residual: bool = False):
+    """layer_norm, rms_norm or add_rms_norm of a checked call (nbx.core.ops.norms' specs)."""
+    def run(call):
+        return launch_rows_norm(call.x, call.x.ndim - len(call.shape), call.weight, None if rms else call.bias,
+                                call.epsilon, rms=rms, residual=call.residual if residual else None)
+
+    def prepare(call):
+        """A signature's repeats: its plan's launcher, eps's bits fixed by the signature."""
+        x = call.x
+        if x.size == 0:
+            return None
+        bias = None if rms else call.bias
+        execute = plans.prepared(rows_norm_plan(x, x.ndim - len(call.shape), call.weight, bias, rms,
+                                                call.residual if residual else None))
+        if execute is None:
+            return None
+        bits = float_bits(call.epsilon)
+        if residual:
+            def added(c):
+                values = execute({"x": c.x, "residual": c.residual, "out": None, "new_residual": None,
+                                  "weight": c.weight, "bias": None, "eps_bits": bits})
+                return values["out"], values["new_residual"]
+            return added
+        if rms:
+            return lambda c: execute({"x": c.x, "residual": None, "out": None, "weight": c.weight, "bias": None,
+                                      "eps_bits": bits})["out"]
+        return lambda c: execute({"x": c.x, "residual": None, "out": None, "weight": c.weight, "bias": c.bias,
+                                  "eps_bits": bits})["out"]
+    run.prepare = prepare
+    return run
 
 
-@implements("rms_norm")
-def _rms_norm(x, normalized_shape, weight, eps):
-    return launch_rows_norm(x, x.ndim - len(normalized_shape), weight, None, eps, rms=True)
+implements("layer_norm")(_trailing_norm(rms=False))
+implements("rms_norm")(_trailing_norm(rms=True))
+implements("add_rms_norm")(_trailing_norm(rms=True, residual=True))
 
 
 @implements("group_norm")
@@ -180,10 +213,6 @@ def _group_norm(x, num_groups, weight, bias, eps):
 def _batch_norm(x, running_mean, running_var, weight, bias, eps):
     return launch_batch_norm(x, running_mean, running_var, weight, bias, eps)
 
-
-@implements("add_rms_norm")
-def _add_rms_norm(x, residual, weight, eps):
-    return launch_rows_norm(x, x.ndim - 1, weight, None, eps, rms=True, residual=residual)
 
 
 # ---- declared costs ----------------------------------------------------------------------------
@@ -222,21 +251,15 @@ def norm_cost(inputs: dict, params: dict, keep: int, groups: int | None = None, 
     return Cost(tuple(buffers), moved, FLOPS_PER_ELEMENT * x.size, launches)
 
 
-def _trailing(x, normalized_shape) -> int:
-    k = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
-    return x.ndim - k
-
-
-declares("layer_norm")(lambda x, normalized_shape, weight=None, bias=None, eps=1e-5: norm_cost(
-    {"x": x}, {"weight": weight, "bias": bias}, _trailing(x, normalized_shape)))
-declares("rms_norm")(lambda x, normalized_shape, weight=None, eps=None: norm_cost(
-    {"x": x}, {"weight": weight}, _trailing(x, normalized_shape)))
+declares("layer_norm")(lambda call: norm_cost(
+    {"x": call.x}, {"weight": call.weight, "bias": call.bias}, call.x.ndim - len(call.shape)))
+declares("rms_norm")(lambda call: norm_cost({"x": call.x}, {"weight": call.weight}, call.x.ndim - len(call.shape)))
 declares("group_norm")(lambda x, num_groups, weight=None, bias=None, eps=1e-5: norm_cost(
     {"x": x}, {"weight": weight, "bias": bias}, 1, int(num_groups)))
 declares("batch_norm")(lambda x, running_mean, running_var, weight=None, bias=None, eps=1e-5: norm_cost(
     {"x": x}, {"running_mean": running_mean, "running_var": running_var, "weight": weight, "bias": bias}, 2,
     batch_norm=True))
-declares("add_rms_norm")(lambda x, residual, weight=None, eps=None: norm_cost(
-    {"x": x, "residual": residual}, {"weight": weight}, x.ndim - 1, outputs=2))
+declares("add_rms_norm")(lambda call: norm_cost(
+    {"x": call.x, "residual": call.residual}, {"weight": call.weight}, call.x.ndim - 1, outputs=2))
 
 __all__ = ["launch_rows_norm", "launch_batch_norm", "norm_cost", "plan"]

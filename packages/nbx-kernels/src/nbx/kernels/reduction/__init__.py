@@ -14,10 +14,11 @@ import math
 from nbx.core import dtypes
 from nbx.core import layout as core_layout
 from nbx.core.dtypes import DType, computes_in
-from nbx.core.ops.reductions import _out_dtype
+from nbx.core.ops.reductions import accumulating_dtype
 from nbx.core.ops.reductions_more import real_dtype
 from nbx.core.tensor import Tensor
 
+from .. import plans
 from ..cost import Cost, declares
 from ..registry import implements
 from . import launches as L
@@ -74,20 +75,41 @@ def _accumulating(name: str):
     return run
 
 
-for _name in ("sum", "prod", "mean", "max", "min", "any", "all", "count_nonzero", "vector_norm"):
+def _accumulating_call(name: str):
+    """sum, prod, mean, max, min, any, all of a checked call (nbx.core.ops.reductions' specs)."""
+    def run(call) -> Tensor:
+        return one(call.x, call.dims, call.keepdim, call.out_dtype)
+
+    def prepare(call):
+        """A signature's repeats: its plan's launcher (None where the plan reads a copy or launches nothing)."""
+        x = call.x
+        op, contribution, finish, acc, identity = _accumulation(name, x.dtype, call.out_dtype)
+        lp = L.accumulate_plan(x, call.dims, call.keepdim, call.out_dtype, op, contribution, finish, acc, identity)
+        execute = plans.prepared(lp) if lp.launches and lp.detail.view.copy is None else None
+        if execute is None:
+            return None
+        return lambda c: execute({"x": c.x, "out": None, "power": 0.0})["out"]
+    one = _accumulating(name)
+    run.prepare = prepare
+    return run
+
+
+for _name in ("sum", "prod", "mean", "max", "min", "any", "all"):
+    implements(_name)(_accumulating_call(_name))
+for _name in ("count_nonzero", "vector_norm"):
     implements(_name)(_accumulating(_name))
 
 
 # -- the extreme and its index, moments, logsumexp --------------------------------------------
 
 @implements("argmax")
-def _argmax(x: Tensor, dims, keepdim: bool, out_dtype: DType) -> Tensor:
-    return L.extreme_index(x, dims, keepdim, None, C.MAX)[1]
+def _argmax(call) -> Tensor:
+    return L.extreme_index(call.x, call.dims, call.keepdim, None, C.MAX)[1]
 
 
 @implements("argmin")
-def _argmin(x: Tensor, dims, keepdim: bool, out_dtype: DType) -> Tensor:
-    return L.extreme_index(x, dims, keepdim, None, C.MIN)[1]
+def _argmin(call) -> Tensor:
+    return L.extreme_index(call.x, call.dims, call.keepdim, None, C.MIN)[1]
 
 
 @implements("max_with_indices")
@@ -101,18 +123,18 @@ def _min_with_indices(x: Tensor, dims, keepdim: bool, out_dtype: DType):
 
 
 @implements("var")
-def _var(x: Tensor, dims, keepdim: bool, out_dtype: DType, correction=0, dtype=None) -> Tensor:
-    return L.moments(x, dims, keepdim, out_dtype, C.VAR, correction)
+def _var(call) -> Tensor:
+    return L.moments(call.x, call.dims, call.keepdim, call.out_dtype, C.VAR, call.correction)
 
 
 @implements("std")
-def _std(x: Tensor, dims, keepdim: bool, out_dtype: DType, correction=0, dtype=None) -> Tensor:
-    return L.moments(x, dims, keepdim, out_dtype, C.STD, correction)
+def _std(call) -> Tensor:
+    return L.moments(call.x, call.dims, call.keepdim, call.out_dtype, C.STD, call.correction)
 
 
 @implements("logsumexp")
-def _logsumexp(x: Tensor, dims, keepdim: bool, out_dtype: DType, dtype=None) -> Tensor:
-    return L.logsumexp(x, dims, keepdim, out_dtype)
+def _logsumexp(call) -> Tensor:
+    return L.logsumexp(call.x, call.dims, call.keepdim, call.out_dtype)
 
 
 # -- scans ---------------------------------------------------------------------------------------
@@ -143,18 +165,31 @@ def _dims(x: Tensor, dim):
     return core_layout.normalize_dims(dim, x.ndim)
 
 
+def _state(name: str, x_dtype: DType, out: DType, ord: float = 2.0) -> list:
+    if name in ("var", "std", "logsumexp"):
+        return [L.accumulator(x_dtype)] * (3 if name != "logsumexp" else 2)
+    return [_accumulation(name, x_dtype, out, ord)[3]]
+
+
 def _reduction_cost(name: str):
-    def cost(x: Tensor, dim=None, keepdim: bool = False, dtype=None, ord=2, correction=0) -> Cost:
-        if name in ("count_nonzero", "vector_norm"):
-            out = dtypes.INDEX if name == "count_nonzero" else real_dtype(x.dtype)
-        else:
-            out = _out_dtype(name, x.dtype, dtype)
-        if name in ("var", "std", "logsumexp"):
-            state = [L.accumulator(x.dtype)] * (3 if name != "logsumexp" else 2)
-        else:
-            state = [_accumulation(name, x.dtype, out, float(ord))[3]]
-        return L.plan(x, _dims(x, dim), keepdim, ordered=False).cost(x, [("out", out)], state)
+    """The cost of a checked call (the ops with a spec: price("sum", x, dim=1) binds it)."""
+    def cost(call) -> Cost:
+        x = call.x
+        return L.plan(x, call.dims, call.keepdim, ordered=False).cost(x, [("out", call.out_dtype)],
+                                                                      _state(name, x.dtype, call.out_dtype))
     return cost
+
+
+def _counting_cost(name: str):
+    def cost(x: Tensor, dim=None, keepdim: bool = False, ord=2) -> Cost:
+        out = dtypes.INDEX if name == "count_nonzero" else real_dtype(x.dtype)
+        return L.plan(x, _dims(x, dim), keepdim, ordered=False).cost(x, [("out", out)],
+                                                                     _state(name, x.dtype, out, float(ord)))
+    return cost
+
+
+def _extreme_index_call_cost(call) -> Cost:
+    return _extreme_index_cost(False)(call.x, call.dims, call.keepdim)
 
 
 def _extreme_index_cost(with_values: bool):
@@ -171,7 +206,7 @@ def _scan_dim(x: Tensor, dim) -> int:
 
 
 def _accumulating_scan_cost(x: Tensor, dim=None, dtype=None) -> Cost:
-    out = dtypes.as_dtype(dtype) if dtype is not None else _out_dtype("sum", x.dtype, None)
+    out = dtypes.as_dtype(dtype) if dtype is not None else accumulating_dtype(x.dtype)
     return S.scan_cost(x, _scan_dim(x, dim), [("out", out)])
 
 
@@ -179,17 +214,18 @@ def _running_extreme_cost(x: Tensor, dim=None) -> Cost:
     return S.scan_cost(x, _scan_dim(x, dim), [("values", x.dtype), ("indices", dtypes.INDEX)])
 
 
-for _name in ("sum", "prod", "mean", "max", "min", "any", "all", "count_nonzero", "var", "std", "logsumexp"):
+for _name in ("sum", "prod", "mean", "max", "min", "any", "all", "var", "std", "logsumexp"):
     declares(_name)(_reduction_cost(_name))
+declares("count_nonzero")(_counting_cost("count_nonzero"))
 
 
 @declares("vector_norm")
 def _vector_norm_cost(x: Tensor, ord=2, dim=None, keepdim: bool = False) -> Cost:
-    return _reduction_cost("vector_norm")(x, dim, keepdim, ord=ord)
+    return _counting_cost("vector_norm")(x, dim, keepdim, ord=ord)
 
 
 for _name in ("argmax", "argmin"):
-    declares(_name)(_extreme_index_cost(False))
+    declares(_name)(_extreme_index_call_cost)
 for _name in ("max_with_indices", "min_with_indices"):
     declares(_name)(_extreme_index_cost(True))
 for _name in ("cumsum", "cumprod"):

@@ -145,6 +145,15 @@ _X, _OUT, _PART = Slot("x"), Slot("out"), Slot("partials")
 def accumulate(x: Tensor, dims, keepdim: bool, out_dtype: DType, op: int, contribution: int, final: int,
                acc: DType, identity, power: float = 0.0, out: Tensor | None = None, setting=None) -> Tensor:
     """One accumulator over dims, into out when given (contiguous, of the result's shape and out_dtype)."""
+    lp = accumulate_plan(x, dims, keepdim, out_dtype, op, contribution, final, acc, identity, setting)
+    if out is not None:
+        launch.output(lp.detail.out_shape, out_dtype, x.device, out)
+    return _run(lp, x, out=out, power=power)["out"]
+
+
+def accumulate_plan(x: Tensor, dims, keepdim: bool, out_dtype: DType, op: int, contribution: int, final: int,
+                    acc: DType, identity, setting=None) -> LaunchPlan:
+    """accumulate's launch plan, kept per layout."""
     def build() -> LaunchPlan:
         p = _checked_plan(x, dims, keepdim, False, setting)
         return _reduction_plan(
@@ -155,10 +164,7 @@ def accumulate(x: Tensor, dims, keepdim: bool, out_dtype: DType, op: int, contri
             OP=op, IDENTITY=identity, ACC=tl_type(acc))
     key = _key(x, dims, keepdim, accumulate_kernel, out_dtype, op, contribution, final, acc, identity,
                type(identity), plans.setting_key(setting))
-    lp = plans.cached("reduction", key, build)
-    if out is not None:
-        launch.output(lp.detail.out_shape, out_dtype, x.device, out)
-    return _run(lp, x, out=out, power=power)["out"]
+    return plans.cached("reduction", key, build)
 
 
 INDEX32_LIMIT = 2**31 - 1

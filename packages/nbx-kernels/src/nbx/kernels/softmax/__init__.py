@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from nbx.core import layout as core_layout
 from nbx.core.dtypes import DType, statistics_dtype
+from nbx.core.ops.nn import operand
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans
@@ -139,14 +140,25 @@ def _broadcast_mask(x: Tensor, mask):
     return None if mask is None else mask.broadcast_to(x.shape)
 
 
-@implements("softmax")
-def _softmax(x: Tensor, dim: int) -> Tensor:
-    return launch_softmax(x, dim)
+def _softmax_op(log: bool):
+    def run(call) -> Tensor:
+        return launch_softmax(operand(call), call.row_dim, log=log)
+
+    def prepare(call):
+        """A signature's repeats: its plan's launcher, scale 1, no mask."""
+        if call.x.dtype is not call.out_dtype or call.x.size == 0:
+            return None
+        execute = plans.prepared(launch_plan(call.x, call.row_dim, log))
+        if execute is None:
+            return None
+        return lambda c: execute({"x": c.x, "out": None, "mask": None, "scale_bits": _ONE_BITS})["out"]
+    run.prepare = prepare
+    return run
 
 
-@implements("log_softmax")
-def _log_softmax(x: Tensor, dim: int) -> Tensor:
-    return launch_softmax(x, dim, log=True)
+_ONE_BITS = float_bits(1.0)
+implements("softmax")(_softmax_op(False))
+implements("log_softmax")(_softmax_op(True))
 
 
 @implements("scaled_masked_softmax")
@@ -154,8 +166,8 @@ def _scaled_masked_softmax(x: Tensor, scale: float, mask, dim: int) -> Tensor:
     return launch_softmax(x, dim, scale=scale, mask=mask)
 
 
-declares("softmax")(lambda x, dim=-1: softmax_cost(x, dim))
-declares("log_softmax")(lambda x, dim=-1: softmax_cost(x, dim))
+declares("softmax")(lambda call: softmax_cost(call.x, call.row_dim))
+declares("log_softmax")(lambda call: softmax_cost(call.x, call.row_dim))
 declares("scaled_masked_softmax")(
     lambda x, scale=1.0, mask=None, dim=-1: softmax_cost(x, dim, _broadcast_mask(x, mask)))
 

@@ -1,0 +1,244 @@
+"""One spec per op: its signature, its checks, its output and compute dtypes and its cost hook.
+
+The front-end, the CPU implementation, the kernels and `price()` all read an op's `OpSpec`:
+- `spec.call(*args, **kwargs)` is the op's front-end. It binds the arguments to the signature
+  (defaults, keyword aliases such as numpy's axis= for dim=), runs the spec's check, which refuses
+  what the op does not take and derives the facts the implementation reads (dims, an eps, the
+  output dtype), and hands the implementation registered for the operands' device one `Call`:
+  the arguments and the derived facts by name (`call.x`, `call.dims`, `call.out_dtype`).
+- The checks run once per signature: the operands' (dtype, shape, strides, device), the Python
+  floats' and complexes' types (a scale or a scalar operand may change every call) and every other
+  argument's value. A repeat of a signature is one dict lookup: the new arguments over the facts
+  derived before, straight to the implementation's prepared path (`prepare(call)`, when the
+  implementation offers one: the kernels' cached plan with its compiled launcher). So a check may
+  read floats' types but never their values, and derives facts only from what the signature holds.
+- `price(op, call)` (nbx.kernels.cost) reads the same call; `price(op, *args, **kwargs)` binds
+  through the spec first.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import device_files, dispatch
+from .errors import ArgumentError, SignatureError
+from .tensor import Tensor
+
+REQUIRED = object()   # a parameter without a default
+
+
+class Param:
+    __slots__ = ("name", "default", "aliases")
+
+    def __init__(self, name: str, default=REQUIRED, aliases: tuple[str, ...] = ()):
+        self.name, self.default, self.aliases = name, default, tuple(aliases)
+
+    def __repr__(self):
+        return self.name if self.default is REQUIRED else f"{self.name}={self.default!r}"
+
+
+def params(*names: str, **defaults) -> tuple[Param, ...]:
+    """Parameters by name (required) then by name=default; dim and keepdim also take numpy's
+    axis= and keepdims= (docs/core.md, Keywords)."""
+    found = [Param(n) for n in names] + [Param(n, d) for n, d in defaults.items()]
+    return tuple(Param(p.name, p.default, _NUMPY_SPELLINGS.get(p.name, ())) for p in found)
+
+
+_NUMPY_SPELLINGS = {"dim": ("axis",), "keepdim": ("keepdims",)}
+
+
+class Facts:
+    """What a check derives from a signature (shared by every call of it): the device, the output
+    and compute dtypes, and the spec's own (set as attributes by the check)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def __repr__(self):
+        return f"Facts({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+
+
+class Call:
+    """One checked call: the arguments by name (slots), then the derived facts (read through)."""
+    __slots__ = ("spec", "facts")
+
+    def __getattr__(self, name):  # a fact, or a parameter left at its default
+        if name == "facts":
+            raise AttributeError(name)
+        return getattr(self.facts, name)
+
+    def values(self) -> tuple:
+        """The arguments in the signature's order."""
+        return tuple(getattr(self, name) for name in self.spec._names)
+
+    def arguments(self) -> dict:
+        return {p.name: getattr(self, p.name) for p in self.spec.params}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={_short(v)}" for k, v in self.arguments().items())
+        return f"{self.spec.name}({args})"
+
+
+def _short(v):
+    return f"Tensor({v.dtype.name}, {v.shape})" if isinstance(v, Tensor) else repr(v)
+
+
+class OpSpec:
+    """An op's signature and rules. check(call, facts) refuses what the op does not take and sets
+    the facts it derives (facts.device and facts.out_dtype at least; compute_dtype defaults to
+    dtypes.computes_in(out_dtype)); cost names the declared cost (nbx.kernels.cost) of the op."""
+
+    def __init__(self, name: str, signature: tuple[Param, ...], check: Callable, cost: str | None = None,
+                 doc: str | None = None, by_value: tuple[str, ...] = ()):
+        """by_value: float parameters whose value the check reads (an eps: one value per model), so
+        that the signature holds their value, not their type."""
+        self.name, self.params, self.check, self.cost = name, tuple(signature), check, cost or name
+        self.doc, self.by_value = doc, frozenset(by_value)
+        self._value_positions = frozenset(i for i, p in enumerate(signature) if p.name in by_value)
+        self._names = tuple(p.name for p in self.params)
+        self._alias = {a: p.name for p in self.params for a in (p.name, *p.aliases)}
+        self.call_type = type(f"{name}_call", (Call,), {"__slots__": self._names})
+
+    def __repr__(self):
+        return f"OpSpec({self.name})"
+
+    # ---- binding ---------------------------------------------------------------------------
+    def _fields(self, n_args: int, keywords) -> tuple[str, ...]:
+        """The parameter each positional and keyword argument fills, refused by name where the
+        signature does not take them."""
+        if n_args > len(self._names):
+            raise SignatureError(f"{self.name} takes at most {len(self._names)} positional arguments, got {n_args}")
+        fields = list(self._names[:n_args])
+        spelled = dict.fromkeys(fields)   # parameter -> the keyword that gave it (None: positionally)
+        for key in keywords:
+            name = self._alias.get(key)
+            if name is None:
+                raise SignatureError(f"{self.name} got an unexpected keyword argument {key!r} "
+                                     f"(it takes {', '.join(self._names)})")
+            if name in spelled:
+                other = next((k for k in (key, spelled[name]) if k not in (None, name)), None)
+                raise (ArgumentError(f"{self.name} got both {name}= and {other}=; pass one") if other else
+                       SignatureError(f"{self.name} got multiple values for {name!r}"))
+            spelled[name] = key
+            fields.append(name)
+        for p in self.params:
+            if p.default is REQUIRED and p.name not in fields:
+                raise SignatureError(f"{self.name} is missing its argument {p.name!r}")
+        return tuple(fields)
+
+    def bind(self, *args, **kwargs) -> Call:
+        """The checked call of op(*args, **kwargs) (what the implementation and price() take)."""
+        fields = self._fields(len(args), kwargs)
+        call = self.call_type.__new__(self.call_type)
+        call.spec = self
+        for name, value in zip(fields, (*args, *kwargs.values())):
+            setattr(call, name, value)
+        facts = Facts(**{p.name: p.default for p in self.params if p.name not in fields})
+        call.facts = facts  # the defaults read through first, so that the check sees every argument
+        defaults = dict(facts.__dict__)
+        self.check(call, facts)
+        found = facts.__dict__
+        shadowed = [n for n in self._names if n in found and (n not in defaults or found[n] is not defaults[n])]
+        if shadowed:  # a fact named as a parameter would be hidden by the argument itself
+            raise TypeError(f"{self.name}'s check derives {sorted(shadowed)}, named as its parameters")
+        if "compute_dtype" not in facts.__dict__:
+            from .dtypes import computes_in
+            facts.compute_dtype = computes_in(facts.out_dtype)
+        return call
+
+    # ---- the front-end ---------------------------------------------------------------------
+    def call(self, *args, **kwargs):
+        """op(*args, **kwargs): checked once per signature, then dispatched with one Call."""
+        key = _signature(self, args, kwargs)
+        if getattr(dispatch._OBSERVER, "current", None) is None:
+            if device_files._generation != _seen[0]:
+                forget()
+            try:
+                found = _FAST.get(key)
+            except TypeError:  # an unhashable argument (a list): no signature, checked every call
+                found = key = None
+            if found is not None:
+                fields, facts, run = found
+                call = self.call_type.__new__(self.call_type)
+                call.spec, call.facts = self, facts
+                for name, value in zip(fields, (*args, *kwargs.values()) if kwargs else args):
+                    setattr(call, name, value)
+                return run(call)
+        call = self.bind(*args, **kwargs)
+        impl = dispatch.implementation(self.name, call.facts.device)
+        if key is not None and getattr(dispatch._OBSERVER, "current", None) is None:
+            prepare = getattr(impl, "prepare", None)
+            run = (prepare(call) if prepare is not None else None) or impl
+            if len(_FAST) >= MAX_SIGNATURES:
+                del _FAST[next(iter(_FAST))]
+            _FAST[key] = (self._fields(len(args), kwargs), call.facts, run)
+            return run(call)
+        return impl(call)
+
+
+# ---- the per-signature fast path -------------------------------------------------------------
+
+MAX_SIGNATURES = 4096
+_FAST: dict = {}
+_seen = [device_files.generation()]
+_BY_TYPE = (float, complex)   # values a call may change freely: in the signature by type only
+
+
+def _signature(spec: OpSpec, args, kwargs) -> tuple | None:
+    """The key of a call's signature (unhashable where an argument is: then the call has none)."""
+    key = [spec]
+    for i, v in enumerate(args):
+        kind = type(v)
+        if kind is Tensor:
+            key.append((v.dtype, v.shape, v._strides, v._storage.device))
+        elif kind in _BY_TYPE and i not in spec._value_positions:
+            key.append(kind)
+        else:
+            key.append((kind, v))
+    if kwargs:
+        for name, v in kwargs.items():
+            kind = type(v)
+            key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
+                        else kind if kind in _BY_TYPE and name not in spec.by_value else (kind, v)))
+    return tuple(key)
+
+
+def forget() -> None:
+    """Drop every signature's checks and prepared path (the device facts, the served settings, the
+    registered implementations or the cached plans changed)."""
+    _FAST.clear()
+    _seen[0] = device_files.generation()
+
+
+dispatch.on_change(forget)
+
+_SPECS: dict[str, OpSpec] = {}
+
+
+def define(spec: OpSpec) -> OpSpec:
+    """Register spec as its op's one spec; its front-end is spec.call."""
+    _SPECS[spec.name] = spec
+    return spec
+
+
+def spec_of(op: str) -> OpSpec | None:
+    return _SPECS.get(op)
+
+
+def specs() -> list[str]:
+    return sorted(_SPECS)
+
+
+def front_end(spec: OpSpec) -> Callable:
+    """A plain function calling spec (a name, a docstring and a signature a reader sees)."""
+    call = spec.call
+
+    def op(*args, **kwargs):
+        return call(*args, **kwargs)
+    op.__name__ = op.__qualname__ = spec.name
+    op.__doc__ = spec.doc
+    op.spec = spec
+    return op
+
+
+__all__ = ["OpSpec", "Param", "Call", "Facts", "params", "define", "spec_of", "specs", "front_end", "forget",
+           "REQUIRED", "MAX_SIGNATURES"]

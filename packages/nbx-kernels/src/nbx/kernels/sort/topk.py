@@ -1,0 +1,117 @@
+"""top-k plans: one program a row for rows up to tiles.sort's max_block_n (sort_rows_kernel), a
+radix select (select.py) over rows x P programs for longer ones, k = 1 as a two-launch reduction.
+
+The launch setting (tiles.select of the device file, or the certified one of the `select`
+tunable): `block`, the keys a program reads a step; `programs`, the programs a launch aims for
+(a row gets about programs / rows of them, at least one block each, at most MAX_PROGRAMS); and
+num_warps. The key: the row length to a power of two, the element count's class, the dtype.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+import triton
+
+from nbx import autotune
+from nbx.core import dtypes
+
+from .. import launch, plans
+from ..plans import Launch, LaunchPlan, Slot
+from ..rows import pow2_at_least
+from .select import (best_word_kernel, select_compact_kernel, select_counts_kernel, select_histogram_kernel,
+                     sort_words_kernel, zero_kernel)
+
+MAX_PROGRAMS = 1024   # a row's programs; the compaction sums the counts of the programs before it
+SELECT_KEY = {"width": "exact", "elements": "elements", "dtype": "dtype"}
+
+
+def select_setting(device, rows: int, n: int, dtype) -> dict:
+    return autotune.setting(SELECT, device, width=pow2_at_least(n), elements=rows * n, dtype=dtype)
+
+
+def lanes(count: int) -> int:
+    """A power of two holding count, at least 16 (a block a kernel reduces over)."""
+    return max(16, pow2_at_least(count))
+
+
+def split(rows: int, n: int, block: int, programs: int) -> tuple[int, int]:
+    """(programs a row, elements a program: a multiple of block)."""
+    blocks = triton.cdiv(n, block)
+    per_row = max(1, min(blocks, MAX_PROGRAMS, triton.cdiv(programs, max(rows, 1))))
+    steps = triton.cdiv(blocks, per_row)
+    return triton.cdiv(blocks, steps), steps * block
+
+
+def served_plan(op: str, rows, flags: tuple, setting, lookup, make) -> LaunchPlan:
+    """The cached plan make(shape, dtype, *flags, device, setting) of rows [..., n], with the served
+    setting lookup(device, rows, n, dtype) (looked up once a plan) unless setting overrides it."""
+    n = rows.shape[-1]
+    signature = (rows.shape, rows.dtype, *flags, rows.device, plans.setting_key(setting))
+
+    def build():
+        served = setting if setting is not None else lookup(rows.device, rows.size // n, n, rows.dtype)
+        return make(rows.shape, rows.dtype, *flags, rows.device, served)
+    return plans.cached(op, signature, build)
+
+
+def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchPlan:
+    """values, indices [..., k] of the k largest (smallest) of rows [..., n], n > max_block_n."""
+    n = shape[-1]
+    rows = prod(shape) // n
+    s = {**launch.tiles("select", device), **dict(setting)}
+    block, warps = s["block"], s["num_warps"]
+    per_row, chunk = split(rows, n, block, s["programs"])
+    grid = (rows, per_row)
+    common = dict(LARGEST=largest, BLOCK=block, num_warps=warps)
+    out_shape = tuple(shape[:-1]) + (k,)
+    outputs = (plans.output("values", out_shape, dtype), plans.output("indices", out_shape, dtypes.INDEX))
+    if k == 1:
+        launches = (Launch(best_word_kernel, grid, (Slot("x"), Slot("words"), n, chunk), common),
+                    Launch(sort_words_kernel, (rows,), (Slot("x"), Slot("words"), Slot("values"), Slot("indices"),
+                                                        n, per_row, 1),
+                           dict(BLOCK=lanes(per_row), num_warps=4)))
+        return LaunchPlan(device, launches, outputs,
+                          workspace=(plans.workspace("words", (rows * per_row,), dtypes.uint64),))
+    hist_words = rows * 4 * 256
+    launches = [Launch(zero_kernel, (triton.cdiv(hist_words, 1024),), (Slot("hist"), hist_words),
+                       dict(BLOCK=1024, num_warps=4))]
+    launches += [Launch(select_histogram_kernel, grid, (Slot("x"), Slot("hist"), n, k, chunk), {**common, "PASS": j})
+                 for j in range(4)]
+    launches += [
+        Launch(select_counts_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), n, k, chunk), common),
+        Launch(select_compact_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), Slot("words"), n, k, chunk),
+               {**common, "PROGRAMS": lanes(per_row)}),
+        Launch(sort_words_kernel, (rows,), (Slot("x"), Slot("words"), Slot("values"), Slot("indices"), n, k, k),
+               dict(BLOCK=lanes(k), num_warps=launch.tiles("sort", device)["num_warps"]))]
+    return LaunchPlan(device, tuple(launches), outputs, workspace=(
+        plans.workspace("hist", (hist_words,), dtypes.int32),
+        plans.workspace("counts", (rows * per_row * 2,), dtypes.int32),
+        plans.workspace("words", (rows * k,), dtypes.uint64)))
+
+
+def select_rows(rows, k: int, largest: bool, setting=None, values=None):
+    """(values, indices) of the radix select over rows [..., n] (contiguous); setting overrides the
+    served one (the certifier's), values is the output to write (its workload's)."""
+    plan = served_plan("topk", rows, (k, largest), setting, select_setting, select_plan)
+    done = plans.execute(plan, {"x": rows, "values": values})
+    return done["values"], done["indices"]
+
+
+def select_workload(rep, device):
+    from nbx.core.ops.creation import asarray
+    from nbx.core.reference import oracle
+    n = rep["width"]
+    count = max(1, rep["elements"] // n)
+    a = np.sin(0.37 * np.arange(count * n)).reshape(count, n) * 4.0
+    x = asarray(a.astype(rep["dtype"].host), device=device)
+    k = 50
+    out = launch.output((count, k), x.dtype, device)
+    reference = oracle("topk", x, k, 1, True)[0]
+    return autotune.TensorWorkload(out, lambda s: select_rows(x, k, True, setting=s, values=out),
+                                   lambda r: np.asarray(reference)[r])
+
+
+SELECT = autotune.declare(autotune.Tunable(
+    "select", params={"block": (1024, 2048, 4096), "num_warps": (4, 8), "programs": (264, 1056, 2112)},
+    key=SELECT_KEY, default_from="tiles.select", workload=select_workload))

@@ -1,0 +1,112 @@
+"""top-k's radix select and the radix sort of rows longer than one program (sort/select.py,
+sort/radix.py) against the numpy references, on interp in CI (small rows that still cross
+programs and tiles) and on the GPU (marked gpu, vocabulary-sized rows)."""
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.ops.sorting import take_sorted
+from nbx.kernels import launch
+from nbx.kernels.cost import price
+from nbx.kernels.sort.radix import radix_plan
+from nbx.kernels.sort.topk import select_plan, split
+
+rng = np.random.default_rng(31)
+
+
+def same(got, expected):
+    assert got.dtype is expected.dtype and got.shape == expected.shape
+    np.testing.assert_array_equal(got.numpy().astype(np.float64), expected.numpy().astype(np.float64))
+
+
+def with_ties_and_nans(shape, dtype):
+    a = rng.integers(-9, 9, shape).astype(np.float32)  # many ties
+    if dtype.startswith(("float", "bfloat")):
+        a[0, 3] = a[-1, -2] = np.nan
+        a[0, 5], a[0, 6] = -0.0, 0.0
+    return nbx.asarray(a).to(dtype=getattr(nbx, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_the_radix_select_keeps_the_references_values_and_indices_ties_to_the_lower_index(device, dtype):
+    limit = launch.tiles("sort", device)["max_block_n"]
+    c = with_ties_and_nans((2, 5 * limit + 3), dtype)  # odd length, several programs a row
+    d = c.to(device)
+    cases = ((1, True), (1, False), (7, False), (limit, True)) if dtype == "float32" else ((5, True),)
+    for k, largest in cases:
+        got, ref = nbx.topk(d, k, largest=largest), nbx.topk(c, k, largest=largest)
+        same(got.values, ref.values)
+        same(got.indices, ref.indices)
+    assert price("topk", d, 7).allocated > 0
+
+
+def test_topk_beyond_one_programs_sort_takes_the_radix_sorts_first_k_and_k_may_be_the_whole_row(device):
+    limit = launch.tiles("sort", device)["max_block_n"]
+    c = with_ties_and_nans((1, 2 * limit + 1), "float32")
+    d = c.to(device)
+    for k in (c.shape[1],):
+        got, ref = nbx.topk(d, k, largest=False), nbx.topk(c, k, largest=False)
+        same(got.values, ref.values)
+        same(got.indices, ref.indices)
+
+
+def test_the_radix_sort_is_stable_both_ways_over_a_batch_of_rows_with_nans_largest(device):
+    tile = launch.tiles("radix", device)["block"]
+    c = with_ties_and_nans((2, tile + 5), "float32")  # two tiles a row
+    d = c.to(device)
+    for descending in (False, True):
+        ref_values, ref_indices = take_sorted(c, 1, descending)
+        values, indices = take_sorted(d, 1, descending)
+        same(indices, ref_indices)
+        same(values, ref_values)
+
+
+def test_the_launch_counts_of_top_k_and_the_radix_sort_do_not_grow_with_the_row(device):
+    setting = launch.tiles("select", device)
+    for k, launches in ((1, 2), (50, 8)):
+        counts = {len(select_plan((4, n), nbx.float32, k, True, device, setting).launches) for n in (10 ** 3, 10 ** 6)}
+        assert counts == {launches}
+    assert {len(radix_plan((2, n), nbx.float32, False, device).launches) for n in (10 ** 3, 10 ** 7)} == {25}
+    per_row, chunk = split(1, 151936, 2048, 1056)  # a long row keeps many programs busy
+    assert per_row > 64 and per_row * chunk >= 151936
+
+
+
+def test_the_select_radix_sort_and_sampling_workloads_launch_the_served_path_and_match_their_oracle(device):
+    from nbx.kernels.sampling import SAMPLING
+    from nbx.kernels.sort.radix import RADIX_SORT
+    from nbx.kernels.sort.topk import SELECT
+    for tunable, family, rep in ((SELECT, "select", {"width": 128, "elements": 256, "dtype": nbx.float32}),
+                                 (RADIX_SORT, "radix", {"width": 128, "elements": 128, "dtype": nbx.float32}),
+                                 (SAMPLING, "sampling", {"width": 128, "elements": 256, "dtype": nbx.bfloat16})):
+        workload = tunable.workload(rep, device)
+        workload.launch(dict(launch.tiles(family, device)))
+        np.testing.assert_array_equal(np.asarray(workload.output_rows(slice(None)), np.float64),
+                                      np.asarray(workload.reference_rows(slice(None)), np.float64))
+
+@pytest.mark.gpu
+def test_vocabulary_rows_and_a_large_sort_match_the_reference_on_the_gpu():
+    device = nbx.as_device("cuda")
+    logits = nbx.randn(64, 151936, generator=nbx.Generator(seed=2))
+    for k in (1, 50, 1024, 5000):
+        for largest in (True, False):
+            got, ref = nbx.topk(logits.to(device), k, largest=largest), nbx.topk(logits, k, largest=largest)
+            same(got.values, ref.values)
+            same(got.indices, ref.indices)
+    rows = logits[:4]
+    for descending in (False, True):
+        same(nbx.argsort(rows.to(device), descending=descending), nbx.argsort(rows, descending=descending))
+    keys = nbx.asarray(rng.integers(0, 1 << 20, 1 << 22).astype(np.float32))  # ties in a long row
+    same(nbx.argsort(keys.to(device)), nbx.argsort(keys))
+
+
+@pytest.mark.gpu
+def test_the_split_sampling_step_draws_the_references_tokens_at_vocabulary_size_on_the_gpu():
+    device = nbx.as_device("cuda")
+    logits = (nbx.randn(64, 151936, generator=nbx.Generator(seed=5)) * 3.0).to(dtype=nbx.bfloat16)
+    on_gpu = logits.to(device)
+    for options in ({"temperature": 0.7, "top_p": 0.9}, {"top_k": 50, "top_p": 0.8}, {"min_p": 0.05},
+                    {"temperature": 2.0, "top_p": 0.99, "top_k": 5000}):
+        got = nbx.sample(on_gpu, generator=nbx.Generator(seed=9), **options)
+        expected = nbx.sample(logits, generator=nbx.Generator(seed=9), **options)
+        assert got.tolist() == expected.tolist(), options
