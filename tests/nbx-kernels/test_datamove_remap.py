@@ -32,7 +32,7 @@ def same(got, expected):
     np.testing.assert_array_equal(got.numpy().view(np.uint8), expected.numpy().view(np.uint8))
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "int8", "bool", "complex128", "float64"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "bool", "complex128", "float64"])  # words of 2, 1, 8 (x2), 8 bytes
 @pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
 def test_pad_of_every_mode_over_three_dims_with_crops_moves_the_bits_of_numpy(device, mode, dtype):
     c, d = both((3, 5, 7), dtype, device)
