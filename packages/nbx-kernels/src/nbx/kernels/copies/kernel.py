@@ -22,7 +22,9 @@ as two uint64 words, the last dim; CONSTANT's fill then has FILL_WORDS words).
 import triton
 import triton.language as tl
 
-COPY, CONSTANT, REFLECT, REPLICATE, CIRCULAR, FLIP, ROLL = 0, 1, 2, 3, 4, 5, 6
+COPY, CONSTANT, REFLECT, REPLICATE, CIRCULAR, FLIP, ROLL = 0, 1, 2, 3, 4, 5, 6   # MODE, as the host names it
+# the same, as the kernels read them: Triton's compiler takes a global only as a tl.constexpr
+_COPY, _CONSTANT, _REFLECT, _REPLICATE, _CIRCULAR, _FLIP, _ROLL = (tl.constexpr(m) for m in range(7))
 
 
 @triton.jit
@@ -30,22 +32,22 @@ def source_index(i, a, n, MODE: tl.constexpr):
     """(j, inside): where output index i reads along one dim of source size n; inside is False only
     for CONSTANT's pad."""
     inside = i >= 0
-    if MODE == COPY:
+    if MODE == _COPY:
         j = i
-    elif MODE == FLIP:
+    elif MODE == _FLIP:
         j = tl.where(a != 0, n - 1 - i, i)
-    elif MODE == ROLL:
+    elif MODE == _ROLL:
         j = i - a
         j = tl.where(j < 0, j + n, j)
     else:
         j = i - a
-        if MODE == CONSTANT:
+        if MODE == _CONSTANT:
             inside = (j >= 0) & (j < n)
             j = tl.where(inside, j, 0)
-        elif MODE == REFLECT:
+        elif MODE == _REFLECT:
             j = tl.where(j < 0, -j, j)
             j = tl.where(j >= n, 2 * n - 2 - j, j)
-        elif MODE == REPLICATE:
+        elif MODE == _REPLICATE:
             j = tl.minimum(tl.maximum(j, 0), n - 1)
         else:  # CIRCULAR: a pad is at most the size, so one wrap suffices
             j = tl.where(j < 0, j + n, j)
@@ -82,7 +84,7 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
         j3, in3 = c, c >= 0
     src = src_ptr + (j0 * s0 + j1 * s1 + j2 * s2)[:, None] + (j3 * s3)[None, :]
     out = out_ptr + (i0 * t0 + i1 * t1 + i2 * t2)[:, None] + (c * t3)[None, :]
-    if MODE == CONSTANT:
+    if MODE == _CONSTANT:
         inside = (in0 & in1 & in2)[:, None] & in3[None, :]
         values = tl.load(src, mask=mask & inside)
         if FILL_WORDS == 1:

@@ -27,6 +27,10 @@ COMPLEX, REAL, HERMITIAN, CHIRP_SEQUENCE, REAL_PAIRS = 0, 1, 2, 3, 4
 NONE, CHIRP, SPECTRUM = 0, 1, 2
 # what the last pass stores
 PAIRS, REAL_PART = 0, 1
+# the same codes as the kernels read them: Triton's compiler takes a global only as a tl.constexpr
+_COMPLEX, _REAL, _HERMITIAN, _CHIRP_SEQUENCE, _REAL_PAIRS = (tl.constexpr(c) for c in range(5))
+_NONE, _CHIRP, _SPECTRUM = (tl.constexpr(c) for c in range(3))
+_PAIRS, _REAL_PART = tl.constexpr(0), tl.constexpr(1)
 
 
 @triton.jit
@@ -59,21 +63,21 @@ def fft_pass_kernel(src, dst, aux, total, n, ns, length, src_len, src_row, dst_r
     live = (g < total)[:, None] & (r < R)[None, :]
     t = j[:, None] + r[None, :] * m              # each leg's input index
     # ---- read (a leg at or past `length`, or past the stored src_len, reads zero) ----
-    if LOAD == CHIRP_SEQUENCE:                   # b_t = b_(n - t) = exp(-i pi t^2 / chirp_n), |t| < chirp_n
+    if LOAD == _CHIRP_SEQUENCE:                   # b_t = b_(n - t) = exp(-i pi t^2 / chirp_n), |t| < chirp_n
         u = tl.where(t < length, t, n - t)
         inside = live & ((t < length) | (n - t < length))
         c, s = _chirp(u, chirp_n, -CHIRP_SIGN)
         re = tl.where(inside, c, 0.0)
         im = tl.where(inside, s, 0.0)
-    elif LOAD == REAL:
+    elif LOAD == _REAL:
         ok = live & (t < length) & (t < src_len)
         re = tl.load(src + row * src_row + t, mask=ok, other=0.0).to(tl.float32)
         im = tl.zeros_like(re)
-    elif LOAD == REAL_PAIRS:                     # a real row of 2 n values read as n pairs (rfft's half-length transform)
+    elif LOAD == _REAL_PAIRS:                     # a real row of 2 n values read as n pairs (rfft's half-length transform)
         ok = live & (t < length)
         re = tl.load(src + row * src_row + 2 * t, mask=ok & (2 * t < src_len), other=0.0).to(tl.float32)
         im = tl.load(src + row * src_row + 2 * t + 1, mask=ok & (2 * t + 1 < src_len), other=0.0).to(tl.float32)
-    elif LOAD == HERMITIAN:                      # X[t] = conj(X[length - t]) above the half
+    elif LOAD == _HERMITIAN:                      # X[t] = conj(X[length - t]) above the half
         mirrored = 2 * t > length
         u = tl.where(mirrored, length - t, t)
         ok = live & (t < length) & (u < src_len)
@@ -84,10 +88,10 @@ def fft_pass_kernel(src, dst, aux, total, n, ns, length, src_len, src_row, dst_r
         ok = live & (t < length) & (t < src_len)
         re = tl.load(src + row * src_row + 2 * t, mask=ok, other=0.0)
         im = tl.load(src + row * src_row + 2 * t + 1, mask=ok, other=0.0)
-    if PRE == CHIRP:
+    if PRE == _CHIRP:
         c, s = _chirp(t, chirp_n, CHIRP_SIGN)
         re, im = re * c - im * s, re * s + im * c
-    elif PRE == SPECTRUM:                        # one spectrum row for every row
+    elif PRE == _SPECTRUM:                        # one spectrum row for every row
         c = tl.load(aux + 2 * t, mask=live, other=0.0)
         s = tl.load(aux + 2 * t + 1, mask=live, other=0.0)
         re, im = re * c - im * s, re * s + im * c
@@ -101,11 +105,11 @@ def fft_pass_kernel(src, dst, aux, total, n, ns, length, src_len, src_row, dst_r
     out_im = tl.sum(re[:, :, None] * ws[None, :, :] + im[:, :, None] * wc[None, :, :], axis=1)
     # ---- write leg s at (j div ns) ns R + k + s ns ----
     d = (j // ns * ns * R + k)[:, None] + r[None, :] * ns
-    if POST == CHIRP:
+    if POST == _CHIRP:
         c, s = _chirp(d, chirp_n, CHIRP_SIGN)
         out_re, out_im = out_re * c - out_im * s, out_re * s + out_im * c
     keep = live & (d < dst_len)
-    if STORE == REAL_PART:
+    if STORE == _REAL_PART:
         tl.store(dst + row * dst_row + d, out_re * scale, mask=keep)
     else:
         tl.store(dst + row * dst_row + 2 * d, out_re * scale, mask=keep)
@@ -170,10 +174,10 @@ def fft_row_kernel(src, dst, src_len, src_row, dst_row, scale, N: tl.constexpr, 
     memory). Reads complex pairs, a real row, or a real row as pairs (REAL_PAIRS); writes pairs."""
     row = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, N)
-    if LOAD == REAL:
+    if LOAD == _REAL:
         re = tl.load(src + row * src_row + i, mask=i < src_len, other=0.0).to(tl.float32)
         im = tl.zeros_like(re)
-    elif LOAD == REAL_PAIRS:
+    elif LOAD == _REAL_PAIRS:
         re = tl.load(src + row * src_row + 2 * i, mask=2 * i < src_len, other=0.0).to(tl.float32)
         im = tl.load(src + row * src_row + 2 * i + 1, mask=2 * i + 1 < src_len, other=0.0).to(tl.float32)
     else:
