@@ -60,7 +60,8 @@ def test_the_cuda_host_path_runs_end_to_end_on_the_simulated_cuda_of_tools_host_
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     times = {line.rsplit(None, 1)[0]: float(line.rsplit(None, 1)[1]) for line in lines[1:-1]}
-    assert set(times) == {"empty((4096,))", "a + b", "a * 2.0", "exp(a)", "softmax", "rms_norm", "sum", "x @ W.T"}
+    assert set(times) == {"empty((4096,))", "a + b", "a * 2.0", "exp(a)", "softmax", "rms_norm", "sum", "x @ W.T",
+                          "embedding (1 id)"}
     assert all(0 < t < 10_000 for t in times.values()), times
     kept = int(lines[-1].split(": ")[1].split()[0])
     assert 6 <= kept <= 12, lines[-1]   # one kernel per op's launch, whatever the number of calls

@@ -69,6 +69,8 @@ def main(argv=None) -> int:
     w = nbx.asarray(np.ones(256, np.float32)).to(device)
     m = nbx.asarray(np.ones((1, 256), np.float32)).to(device)
     wt = nbx.asarray(np.ones((256, 256), np.float32)).to(device)
+    table = nbx.asarray(np.ones((1000, 256), np.float32)).to(device)
+    ids = nbx.asarray(np.array([3], np.int64)).to(device)
     ops = {
         "empty((4096,))": lambda: empty((4096,), "float32", device),
         "a + b": lambda: a + a,
@@ -78,6 +80,7 @@ def main(argv=None) -> int:
         "rms_norm": lambda: nbx.rms_norm(x, (256,), w),
         "sum": lambda: nbx.sum(x, dim=-1),
         "x @ W.T": lambda: m @ wt.T,
+        "embedding (1 id)": lambda: nbx.embedding(ids, table),
     }
     print(f"{'op (simulated CUDA, launcher stubbed)':40s} us/call")
     for name, op in ops.items():
