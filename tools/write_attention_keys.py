@@ -22,17 +22,16 @@ count follows the batch from the device file's `programs`; a block table is read
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from nbx.autotune import keys, records
+from nbx.autotune import records
 from nbx.core import device_files
 from nbx.kernels.attention.tuning import ATTENTION, ATTENTION_DECODE, ROPE
 
-ROOT = Path(__file__).resolve().parents[1]
+from keys_files import CLASS, ROOT, key_record, save_keys
+
 sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from attention_shapes import DECODE, DECODE_HEADS, PREFILL, ROPE_TOKENS  # noqa: E402  (torch-free)
 
-CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
 MODELS = {"llama-3.2-1b": dict(heads=32, kv_heads=8, head_dim=64), "llama-3.1-8b": dict(heads=32, kv_heads=8,
                                                                                          head_dim=128)}
 PROMPTS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -41,22 +40,18 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64)
 DTYPE = "bfloat16"
 
 
-def record(facts, tunable, **observed) -> records.KeyRecord:
-    key = keys.form(tunable.name, tunable.key_fields, facts, **observed)
-    return records.KeyRecord(tunable.name, str(key), facts.name, CLASS, COMPILER, dict(key.observed))
-
 
 def prefill(facts, q_len, k_len, head_dim, group, causal, tma):
-    return record(facts, ATTENTION, q_len=q_len, k_len=k_len, head_dim=head_dim, v_dim=head_dim, group=group,
+    return key_record(facts, ATTENTION, q_len=q_len, k_len=k_len, head_dim=head_dim, v_dim=head_dim, group=group,
                   dtype=DTYPE, causal=causal, tma=tma)
 
 
 def decode(facts, k_len, rows, head_dim, paged):
-    return record(facts, ATTENTION_DECODE, k_len=k_len, rows=rows, head_dim=head_dim, dtype=DTYPE, paged=paged)
+    return key_record(facts, ATTENTION_DECODE, k_len=k_len, rows=rows, head_dim=head_dim, dtype=DTYPE, paged=paged)
 
 
 def rope(facts, tokens, heads, head_dim):
-    return record(facts, ROPE, elements=tokens * heads * head_dim, head_dim=head_dim, dtype=DTYPE)
+    return key_record(facts, ROPE, elements=tokens * heads * head_dim, head_dim=head_dim, dtype=DTYPE)
 
 
 def all_records(facts) -> list[records.KeyRecord]:
@@ -77,23 +72,10 @@ def all_records(facts) -> list[records.KeyRecord]:
     return out
 
 
-def candidate_count(facts, rec) -> int:
-    tunable = {t.name: t for t in (ATTENTION, ATTENTION_DECODE, ROPE)}[rec.kernel]
-    rep = keys.representative(keys.parse(tunable.name, tunable.key, rec.key, facts, rec.observed), tunable.key, facts)
-    return len(tunable.candidates(facts, rep)[0])
-
 
 def main() -> int:
     facts = device_files.for_arch("sm_90")
-    recs = records.merge(all_records(facts))
-    path = ROOT / "certificates" / "keys" / f"{CLASS}-attention.json"
-    path.unlink(missing_ok=True)
-    records.save(path, recs)
-    for name in ("attention", "attention_decode", "rope"):
-        mine = [r for r in recs if r.kernel == name]
-        counts = [candidate_count(facts, r) for r in mine]
-        print(f"{name}: {len(mine)} keys, {sum(counts)} candidates (at most {max(counts, default=0)} a key)")
-    print(f"{path.relative_to(ROOT)}: {len(recs)} keys")
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-attention.json", records.merge(all_records(facts)), facts)
     return 0
 
 

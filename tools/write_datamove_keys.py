@@ -13,13 +13,14 @@ sampling read the device file's tiles (tiles.gather, tiles.sort, tiles.sampling)
 """
 from __future__ import annotations
 
-from nbx.autotune import keys, records
+from nbx.autotune import records
 from nbx.core import device_files, dtypes
 from nbx.core.layout import contiguous_strides
 from nbx.kernels.copies.kernel import CONSTANT, COPY, FLIP, REFLECT, ROLL
 from nbx.kernels.copies.remap import call_dims, key_inputs
 from nbx.kernels.copies.tuning import DATAMOVE, DATAMOVE_TRANSPOSE
-from write_linear_keys import CLASS, COMPILER, ROOT, save_keys
+
+from keys_files import CLASS, ROOT, key_record, save_keys
 
 WORD = dtypes.uint16   # bf16 and f16 move as 16-bit words
 BIG = (8192, 16384)
@@ -68,10 +69,8 @@ def main() -> int:
     for mode, dims in calls():
         fields = key_inputs(mode, dims, WORD)
         tunable = DATAMOVE_TRANSPOSE if fields["transposed"] else DATAMOVE
-        key = keys.form(tunable.name, tunable.key_fields, facts, **fields)
-        recs.append(records.KeyRecord(tunable.name, str(key), facts.name, CLASS, COMPILER, dict(key.observed)))
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-datamove.json", records.merge(recs),
-              {t.name: t for t in (DATAMOVE, DATAMOVE_TRANSPOSE)}, facts)
+        recs.append(key_record(facts, tunable, **fields))
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-datamove.json", records.merge(recs), facts)
     return 0
 
 

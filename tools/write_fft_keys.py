@@ -9,10 +9,11 @@ device file's dims ladder): the benchmark's rfft and irfft of 2**22 points as ro
 """
 from __future__ import annotations
 
-from nbx.autotune import keys, records
+from nbx.autotune import records
 from nbx.core import device_files
 from nbx.kernels.fft.tuning import FFT, fft_key
-from write_linear_keys import CLASS, COMPILER, ROOT, save_keys
+
+from keys_files import CLASS, ROOT, key_record, save_keys
 POINTS = 1 << 22
 WHISPER = (400, 1 + 30 * 16000 // 160)
 
@@ -20,11 +21,8 @@ WHISPER = (400, 1 + 30 * 16000 // 160)
 def main() -> int:
     facts = device_files.for_arch("sm_90")
     calls = [(1 << e, POINTS >> e) for e in (10, 12, 14, 16, 18, 20)] + [WHISPER]
-    recs = []
-    for n, rows in calls:
-        key = keys.form("fft", FFT.key_fields, facts, **fft_key(n, rows))
-        recs.append(records.KeyRecord("fft", str(key), facts.name, CLASS, COMPILER, dict(key.observed)))
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-fft.json", records.merge(recs), FFT, facts)
+    recs = [key_record(facts, FFT, **fft_key(n, rows)) for n, rows in calls]
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-fft.json", records.merge(recs), facts)
     return 0
 
 

@@ -18,27 +18,14 @@ and gate and up apart; nbx.models fuses them (one qkv weight, gated_linear), whi
 """
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-from nbx.autotune import keys, records
+from nbx.autotune import records
 from nbx.core import device_files
 from nbx.kernels.matmul.linear_tuning import LINEAR
 
-ROOT = Path(__file__).resolve().parents[1]
-CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
+from keys_files import CLASS, ROOT, bench_constants, key_record, save_keys
+
 LLAMA_1B = dict(hidden=2048, intermediate=8192, vocab=128256, heads=32, kv_heads=8, head_dim=64)
 PROMPT = 512
-
-
-def bench_constants(names) -> dict:
-    """GEMM, DECODE_ROWS, DECODE_SHAPES of bench_matmul.py, read without importing it (it imports torch)."""
-    tree = ast.parse((ROOT / "tools" / "bench" / "bench_matmul.py").read_text())
-    found = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names:
-            found[node.targets[0].id] = ast.literal_eval(node.value)
-    return found
 
 
 def decoder_calls(rows: int, m=LLAMA_1B) -> list[tuple]:
@@ -49,14 +36,13 @@ def decoder_calls(rows: int, m=LLAMA_1B) -> list[tuple]:
 
 
 def record(facts, m, n, k, form="plain", layout="nt") -> records.KeyRecord:
-    key = keys.form("linear", LINEAR.key_fields, facts, m=m, n=n, k=k, dtype="bfloat16", layout=layout, form=form,
-                    tma=True, precision="none")
-    return records.KeyRecord("linear", str(key), facts.name, CLASS, COMPILER, dict(key.observed))
+    return key_record(facts, LINEAR, m=m, n=n, k=k, dtype="bfloat16", layout=layout, form=form, tma=True,
+                      precision="none")
 
 
 def main() -> int:
     facts = device_files.for_arch("sm_90")
-    bench = bench_constants({"GEMM", "DECODE_ROWS", "DECODE_SHAPES"})
+    bench = bench_constants("bench_matmul.py", {"GEMM", "DECODE_ROWS", "DECODE_SHAPES"})
     head = (1, LLAMA_1B["vocab"], LLAMA_1B["hidden"], "plain")   # the last position's logits, prefill and decode
     groups = {
         "decode": [(m, n, k, "plain") for n, k in bench["DECODE_SHAPES"] for m in bench["DECODE_ROWS"]]
@@ -71,20 +57,8 @@ def main() -> int:
             recs.append(record(facts, 8192, 8192, 8192, layout="nn"))   # bench_matmul's square nn product
         recs = [r for r in records.merge(recs) if r.identity not in seen]
         seen.update(r.identity for r in recs)
-        save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-linear-{name}.json", recs, LINEAR, facts)
+        save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-linear-{name}.json", recs, facts)
     return 0
-
-
-def save_keys(path: Path, recs, tunable, facts) -> None:
-    """Write recs (KeyRecords of tunable, or of the tunables of a {name: tunable} mapping) to path
-    afresh and print how many keys and candidates."""
-    path.unlink(missing_ok=True)
-    records.save(path, recs)
-    tunables = tunable if isinstance(tunable, dict) else {tunable.name: tunable}
-    kept = sum(len(tunables[r.kernel].candidates(facts, keys.representative(
-        keys.parse(r.kernel, tunables[r.kernel].key, r.key, facts, r.observed), tunables[r.kernel].key, facts))[0])
-        for r in recs)
-    print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {kept} candidates")
 
 
 if __name__ == "__main__":

@@ -14,47 +14,26 @@ takes `moe_band`, the others `moe_experts` (launch_key says which). Routing and 
 """
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-from nbx.autotune import keys, lookup, records
+from nbx.autotune import records
 from nbx.core import device_files
 from nbx.kernels.moe.tuning import launch_key
 
-ROOT = Path(__file__).resolve().parents[1]
-CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
+from keys_files import CLASS, ROOT, bench_constants, key_record, save_keys
 
-
-def bench_constants(names) -> dict:
-    """LAYERS and TOKENS of bench_moe.py, read without importing it (it imports torch)."""
-    tree = ast.parse((ROOT / "tools" / "bench" / "bench_moe.py").read_text())
-    return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
-            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names}
 
 
 def record(facts, tokens, count, k, hidden, inter, weights="dense") -> records.KeyRecord:
     tunable, fields = launch_key(tokens, count, k, inter, hidden, "bfloat16", weights)
-    key = keys.form(tunable.name, tunable.key_fields, facts, **fields)
-    return records.KeyRecord(tunable.name, str(key), facts.name, CLASS, COMPILER, dict(key.observed))
+    return key_record(facts, tunable, **fields)
 
-
-def candidates(facts, rec) -> list[dict]:
-    tunable = lookup(rec.kernel)
-    rep = keys.representative(keys.parse(tunable.name, tunable.key, rec.key, facts, rec.observed), tunable.key, facts)
-    return tunable.candidates(facts, rep)[0]
 
 
 def main() -> int:
     facts = device_files.for_arch("sm_90")
-    bench = bench_constants({"LAYERS", "TOKENS"})
+    bench = bench_constants("bench_moe.py", {"LAYERS", "TOKENS"})
     recs = records.merge([record(facts, tokens, count, k, hidden, inter)
                           for count, k, hidden, inter in bench["LAYERS"].values() for tokens in bench["TOKENS"]])
-    path = ROOT / "certificates" / "keys" / f"{CLASS}-moe.json"
-    path.unlink(missing_ok=True)
-    records.save(path, recs)
-    for rec in recs:
-        print(f"{rec.kernel:<12} {rec.key}: {len(candidates(facts, rec))} candidates")
-    print(f"{path.relative_to(ROOT)}: {len(recs)} keys, {sum(len(candidates(facts, r)) for r in recs)} candidates")
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-moe.json", recs, facts)
     return 0
 
 

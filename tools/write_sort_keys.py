@@ -10,33 +10,26 @@ keys and [64, 151936] float32 rows. (The sampling step runs the device file's ti
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from nbx.autotune import keys, records
+from nbx.autotune import records
 from nbx.core import device_files
 from nbx.kernels.rows import pow2_at_least
 from nbx.kernels.sort.radix import RADIX_SORT
 from nbx.kernels.sort.topk import SELECT
 
-ROOT = Path(__file__).resolve().parents[1]
-CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
+from keys_files import CLASS, ROOT, key_record, save_keys
 VOCAB = 151936
 CALLS = [(SELECT, 1, VOCAB, "float32"), (SELECT, 64, VOCAB, "float32"),
          (RADIX_SORT, 1, 1 << 24, "float32"), (RADIX_SORT, 1, 1 << 26, "float32"), (RADIX_SORT, 64, VOCAB, "float32")]
 
 
 def record(facts, tunable, rows: int, n: int, dtype: str) -> records.KeyRecord:
-    key = keys.form(tunable.name, tunable.key_fields, facts, width=pow2_at_least(n), elements=rows * n, dtype=dtype)
-    return records.KeyRecord(tunable.name, str(key), facts.name, CLASS, COMPILER, dict(key.observed))
+    return key_record(facts, tunable, width=pow2_at_least(n), elements=rows * n, dtype=dtype)
 
 
 def main() -> int:
     facts = device_files.for_arch("sm_90")
-    recs = records.merge([record(facts, *call) for call in CALLS])
-    path = ROOT / "certificates" / "keys" / f"{CLASS}-sort.json"
-    path.unlink(missing_ok=True)
-    records.save(path, recs)
-    print(f"{path.relative_to(ROOT)}: {len(recs)} keys")
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-sort.json", records.merge([record(facts, *c) for c in CALLS]),
+              facts)
     return 0
 
 
