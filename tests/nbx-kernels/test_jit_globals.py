@@ -61,3 +61,22 @@ def test_no_kernel_reads_a_plain_python_number_as_a_global():
 def test_the_walk_finds_the_kernels_of_every_family():
     found = {module.__name__.split(".")[2] for module, _, _ in _jit_functions()}
     assert {"elementwise", "copies", "fft", "sort", "sampling", "attention", "matmul"} <= found, found
+
+
+def _constexpr_annotations_in_loops(fn) -> list[int]:
+    """Lines of `name: tl.constexpr = ...` inside a loop of fn: Triton's compiler unrolls a
+    static_range and then refuses the second assignment ("constexpr cannot be reassigned"), which
+    the interpreter never sees."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    lines = []
+    for loop in (node for node in ast.walk(tree) if isinstance(node, (ast.For, ast.While))):
+        for node in ast.walk(loop):
+            if isinstance(node, ast.AnnAssign) and "constexpr" in ast.unparse(node.annotation):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_kernel_annotates_a_constexpr_inside_a_loop():
+    offending = [f"{module.__name__}.{name} line {line}" for module, name, kernel in _jit_functions()
+                 for line in _constexpr_annotations_in_loops(kernel.fn)]
+    assert not offending, "drop the tl.constexpr annotation (the value is constexpr already):\n" + "\n".join(offending)

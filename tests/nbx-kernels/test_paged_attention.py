@@ -61,8 +61,9 @@ def test_chunked_prefill_reads_the_cached_prompt_and_its_own_tokens(device, chec
 
 @pytest.mark.parametrize("max_q_len", [1, None])
 def test_a_packed_decode_step_takes_the_split_path_and_matches_the_oracle(device, check, max_q_len, monkeypatch):
-    lens = [1, 50]       # one query a sequence, packed (what a model's decode step passes); MQA, so
-    k, v, table, seq_lens = filled_cache(device, lens, 4, hk=1, dtype="bfloat16")   # interp's 4 programs split
+    lens = [1, 400]      # one query a sequence, packed (what a model's decode step passes); MQA, and
+    # keys enough to split on every device (the H200's 64-key blocks: seven; interp's 4 programs: two)
+    k, v, table, seq_lens = filled_cache(device, lens, 16, hk=1, dtype="bfloat16")
     cu = on(device, np.arange(len(lens) + 1))
     q = on(device, rng.standard_normal((len(lens), 8, 16)), "bfloat16")
     paths = []
@@ -71,7 +72,7 @@ def test_a_packed_decode_step_takes_the_split_path_and_matches_the_oracle(device
         execute = attention.execute
         monkeypatch.setattr(attention, "execute", lambda lay, options, *a: paths.append(
             attention.launch_plan(lay, options).detail) or execute(lay, options, *a))
-    out, lse = nbx.paged_attention(q, k, v, table, seq_lens, cu, is_causal=True, return_lse=True, max_seq_len=50,
+    out, lse = nbx.paged_attention(q, k, v, table, seq_lens, cu, is_causal=True, return_lse=True, max_seq_len=400,
                                    max_q_len=max_q_len)
     options = AttentionOptions(0.25, True, "bottom_right")
     expected, expected_lse = nbx.oracle("paged_attention", q, k, v, table, seq_lens, cu, None, options, True)

@@ -186,7 +186,7 @@ def fft_row_kernel(src, dst, src_len, src_row, dst_row, scale, N: tl.constexpr, 
     M: tl.constexpr = N // 2
     j = tl.arange(0, M)
     for p in tl.static_range(PASSES):
-        ns: tl.constexpr = 1 << p
+        ns = 1 << p   # constexpr (p is); an annotation would be a reassignment Triton refuses
         a_re, b_re = tl.split(tl.permute(tl.reshape(re, (2, M)), (1, 0)))
         a_im, b_im = tl.split(tl.permute(tl.reshape(im, (2, M)), (1, 0)))
         c, s = _root(j % ns, 2 * ns + 0 * j, SIGN)

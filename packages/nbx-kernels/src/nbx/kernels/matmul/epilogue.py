@@ -38,7 +38,7 @@ from .fused import fused_matmul_kernel, split_epilogue_kernel
 from .kernel import SCALE_BLOCK
 from .hopper import tma_matmul_kernel
 from .linear_tuning import linear_setting
-from .tuning import block_k_that_fits, stages_that_fit
+from .tuning import block_k_that_fits, epilogue_bytes, stages_that_fit
 
 SPLIT_BLOCK = 1024   # elements a program of the split-K epilogue sums (a store pass: its size barely matters)
 
@@ -157,7 +157,8 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
                reach_m * n + reach_n, *(reach_m * abs(t[1]) + reach_n * abs(t[2]) for t in addends if t)) > INT32_MAX
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline)
-        stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), facts)
+        reserved = epilogue_bytes(s, dtype.itemsize, dtype.itemsize if addends[1] is not None else 0)
+        stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), facts, reserved)
     acc = tl.float64 if wide64 else tl.int32 if operands is dtypes.int8 else tl.float32
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
                     GATED=gated)

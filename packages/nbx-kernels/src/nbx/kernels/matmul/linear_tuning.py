@@ -26,7 +26,7 @@ from nbx.core.reference import oracle
 
 from nbx.core.dtypes import as_dtype
 
-from .tuning import _warps_for_tile, dot_k_fits, representative_operands, stage_bytes, stages_that_fit
+from .tuning import _warps_for_tile, dot_k_fits, epilogue_bytes, representative_operands, stage_bytes, stages_that_fit
 
 PARAMS = {"kernel": ("tiles", "tma"), "block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256),
           "block_k": (32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
@@ -104,8 +104,8 @@ def _fits(setting, rep, facts):
         return found
     itemsize = as_dtype(rep["dtype"]).itemsize
     limit = facts.value("memory.max_shared_memory_per_block")
-    if stages_that_fit(setting, itemsize, itemsize, facts) < setting["num_stages"]:
-        return (f"{setting['num_stages']} stages of {as_dtype(rep['dtype']).name} operands pass "
+    if stages_that_fit(setting, itemsize, itemsize, facts, epilogue_bytes(setting, itemsize)) < setting["num_stages"]:
+        return (f"{setting['num_stages']} stages of {as_dtype(rep['dtype']).name} operands and the epilogue pass "
                 f"memory.max_shared_memory_per_block {limit}")
     if rep["form"] == "gated" and setting["num_stages"] * _gated_stage_bytes(setting, itemsize) > limit:
         return f"{setting['num_stages']} stages of a gated tile pass memory.max_shared_memory_per_block {limit}"

@@ -50,14 +50,25 @@ def stage_bytes(setting, a_itemsize: int = HALF_BYTES, b_itemsize: int = HALF_BY
     return setting["block_k"] * (setting["block_m"] * a_itemsize + setting["block_n"] * b_itemsize)
 
 
-def stages_that_fit(setting, a_itemsize: int, b_itemsize: int, facts) -> int:
+def stages_that_fit(setting, a_itemsize: int, b_itemsize: int, facts, reserved: int = 0) -> int:
     """The setting's stages, fewer where its operands' stages would pass the shared memory a block
-    may have (a float32 or float64 product served a setting certified for 16-bit ones)."""
+    may have (a float32 or float64 product served a setting certified for 16-bit ones) beside the
+    reserved bytes the epilogue stages (epilogue_bytes)."""
     stages = setting["num_stages"]
     if stages <= 1:
         return stages
-    fit = facts.value("memory.max_shared_memory_per_block") // stage_bytes(setting, a_itemsize, b_itemsize)
+    fit = (facts.value("memory.max_shared_memory_per_block") - reserved) // stage_bytes(setting, a_itemsize, b_itemsize)
     return max(1, min(stages, fit))
+
+
+def epilogue_bytes(setting, out_itemsize: int, residual_itemsize: int = 0) -> int:
+    """Shared memory the epilogue of a tile takes beside the pipeline's stages: the tma kernel
+    stages C for its descriptor store, and a residual read through pointers is converted into the
+    accumulator's layout through shared memory (on the H200 a 128 x 256 bf16 tile with a residual
+    asked 96 KiB more than the stages: without this, a setting certified without one fails to
+    compile with one)."""
+    tile = setting["block_m"] * setting["block_n"]
+    return tile * ((out_itemsize if setting.get("kernel") == "tma" else 0) + residual_itemsize)
 
 
 DOT_WIDTHS = {1: "one_byte", 2: "two_byte", 4: "four_byte", 8: "eight_byte"}
@@ -153,5 +164,5 @@ def matmul_setting(device, m: int, n: int, k: int, dtype, a_strides, b_strides):
     return autotune.setting(MATMUL, device, **launch_key(m, n, k, dtype, a_strides, b_strides))
 
 
-__all__ = ["MATMUL", "PARAMS", "KEY", "launch_key", "matmul_setting", "stages_that_fit", "representative_operands",
+__all__ = ["MATMUL", "PARAMS", "KEY", "launch_key", "matmul_setting", "stages_that_fit", "epilogue_bytes", "representative_operands",
            "min_dot_k", "block_k_that_fits", "dot_k_fits"]
