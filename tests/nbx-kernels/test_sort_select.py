@@ -66,7 +66,7 @@ def test_the_launch_counts_of_top_k_and_the_radix_sort_do_not_grow_with_the_row(
     for k, launches in ((1, 2), (50, 8)):
         counts = {len(select_plan((4, n), nbx.float32, k, True, device, setting).launches) for n in (10 ** 3, 10 ** 6)}
         assert counts == {launches}
-    assert {len(radix_plan((2, n), nbx.float32, False, device).launches) for n in (10 ** 3, 10 ** 7)} == {25}
+    assert {len(radix_plan((2, n), nbx.float32, False, device).launches) for n in (10 ** 3, 10 ** 7)} == {6}
     per_row, chunk = split(1, 151936, 2048, 1056)  # a long row keeps many programs busy
     assert per_row > 64 and per_row * chunk >= 151936
 

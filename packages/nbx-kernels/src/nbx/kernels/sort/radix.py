@@ -1,21 +1,26 @@
-"""Sort of rows longer than one program: an LSD radix sort over 4-bit digits of the order key.
+"""Sort of rows longer than one program: a onesweep LSD radix sort over 8-bit digits of the order key.
 
-Each of the 8 passes (digit j = bits 4j..4j+3 of order_key, complemented for descending) is three
-launches over the rows x tiles grid (a batch of rows is sorted segment-wise by the same passes),
-after one zeroing of the digit totals: 25 launches for any row length.
+The key (order_key, complemented for descending) has 4 digits; a dtype whose low digits are a
+function of its higher ones (bfloat16's low 16 bits, float16's low 8, int8's middle 16 ...) skips
+those passes (DIGIT_PASSES). Launches for any row length: one zeroing of the state, one histogram,
+one scatter a pass (6 for float32):
 
-  histogram  hist[row, digit, tile] = how many of the tile's keys have that digit (and the row's
-             totals by digit, added atomically)
-  offsets    the exclusive scan of hist over (digit, tile) in that order, one program a (row,
-             digit) starting from the totals of the smaller digits: where tile t's first key of
-             digit d lands in the row
-  scatter    each key to offsets[row, digit, tile] + its rank among the tile's keys of that digit,
-             the rank read from a cumsum of the tile's one-hot digits, packed four 16-bit counters
-             to a uint64 (four cumsums a key instead of sixteen)
+  histogram  one read of the keys: the row's counts of every digit of every pass (hist[row, pass,
+             digit]), rows x P programs adding their counts atomically
+  scatter    one launch a pass over rows x tiles, each program one tile of `block` keys: it takes a
+             virtual tile id from an atomic counter (so a tile only ever waits on tiles that took
+             an earlier id, which are running or done: no deadlock whatever order the GPU starts
+             programs in), publishes its digit counts in its status words, and looks back over the
+             earlier tiles of its row (decoupled look-back: a tile's word holds its own counts
+             until it knows its inclusive prefix, then that) to learn where its keys of each digit
+             start. Its keys are ranked inside the tile by one tl.sort of (digit << 16 | place),
+             which keeps equal digits in input order, and written where they belong with their
+             original index beside them: each pass reads keys and indices once and writes them once.
 
-so every pass is stable and the sort is too (ties in input order, descending included: the key is
-complemented, not the position). The keys travel as their own values (no decoding at the end) with
-their original index (int32) beside them; the last pass writes the outputs (int64 indices).
+Every pass is stable, so the sort is (ties in input order, descending too: the key is complemented,
+not the position). A status word is 0 (not yet published), 1 + the tile's count (its aggregate) or
+-(1 + the inclusive count of the row up to and including the tile). On interp the programs run one
+after another in id order, so every look-back finds its predecessor's inclusive word at once.
 """
 from __future__ import annotations
 
@@ -34,76 +39,112 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..rows import pow2_at_least
 from .kernel import order_key
 from .select import zero_kernel
-from .topk import lanes, served_plan
+from .topk import served_plan, split
 
-PASSES = 8
-RADIX = tl.constexpr(16)
+DIGITS = 4
+BINS = tl.constexpr(256)
+COUNTERS = 16   # the state's first words: the passes' virtual tile counters (padded)
+# the digits (0 lowest) a dtype's order key needs sorted: the others are functions of the higher
+# digits (the sign decides them), so skipping their passes keeps the order
+DIGIT_PASSES = {"bfloat16": (2, 3), "float16": (1, 2, 3), "int8": (0, 3), "int16": (0, 1, 3),
+                "uint8": (0,), "bool": (0,), "uint16": (0, 1)}
 
 
 @triton.jit
-def _digits(v_ptr, r, cols, n, SHIFT: tl.constexpr, DESCENDING: tl.constexpr):
+def _sort_keys(v_ptr, r, cols, n, DESCENDING: tl.constexpr):
     inside = cols < n
     v = tl.load(v_ptr + r * n + cols, mask=inside)
     key = order_key(v)
     if DESCENDING:
         key = ~key
-    return v, ((key >> SHIFT) & 0xF).to(tl.int32), inside
+    return key, inside
 
 
 @triton.jit
-def radix_histogram_kernel(v_ptr, hist_ptr, totals_ptr, n, SHIFT: tl.constexpr, DESCENDING: tl.constexpr,
-                           BLOCK: tl.constexpr):
-    """hist[row, d, tile] and, added atomically, the pass's row totals by digit (totals[pass, row, d])."""
-    r, t = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    tiles = tl.num_programs(1)
-    _, digit, inside = _digits(v_ptr, r, t * BLOCK + tl.arange(0, BLOCK), n, SHIFT, DESCENDING)
-    counts = tl.histogram(digit, RADIX, mask=inside)
-    bins = tl.arange(0, RADIX)
-    tl.store(hist_ptr + (r * RADIX + bins) * tiles + t, counts)
-    tl.atomic_add(totals_ptr + ((SHIFT // 4) * tl.num_programs(0) + r) * RADIX + bins, counts, sem="relaxed")
+def _digit(key, DIGIT: tl.constexpr):
+    return ((key >> (8 * DIGIT)) & 0xFF).to(tl.int32)
 
 
 @triton.jit
-def radix_offsets_kernel(hist_ptr, totals_ptr, off_ptr, tiles, SHIFT: tl.constexpr, SCAN: tl.constexpr):
-    """off[row, d, t] = the keys of the row with a smaller digit, plus those of digit d in earlier tiles."""
-    r, d = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    row = hist_ptr + r * RADIX * tiles
-    slots = tl.arange(0, SCAN)
-    bins = tl.arange(0, RADIX)
-    totals = tl.load(totals_ptr + ((SHIFT // 4) * tl.num_programs(0) + r) * RADIX + bins)
-    carry = tl.sum(tl.where(bins < d, totals, 0), 0)  # the keys of the digits below d
-    for start in range(0, tiles, SCAN):
-        at = d * tiles + start + slots
-        counts = tl.load(row + at, mask=start + slots < tiles, other=0)
-        tl.store(off_ptr + r * RADIX * tiles + at, carry + tl.cumsum(counts, 0) - counts, mask=start + slots < tiles)
-        carry += tl.sum(counts, 0)
+def radix_histogram_kernel(v_ptr, state_ptr, n, chunk, DESCENDING: tl.constexpr, BLOCK: tl.constexpr):
+    """state[COUNTERS + (row * 4 + digit) * 256 + d] += the keys of this chunk whose digit is d."""
+    r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    c0 = tl.zeros((BINS,), tl.int32)
+    c1 = tl.zeros((BINS,), tl.int32)
+    c2 = tl.zeros((BINS,), tl.int32)
+    c3 = tl.zeros((BINS,), tl.int32)
+    for start in range(p * chunk, p * chunk + chunk, BLOCK):
+        key, inside = _sort_keys(v_ptr, r, start + tl.arange(0, BLOCK), n, DESCENDING)
+        c0 += tl.histogram(_digit(key, 0), BINS, mask=inside)
+        c1 += tl.histogram(_digit(key, 1), BINS, mask=inside)
+        c2 += tl.histogram(_digit(key, 2), BINS, mask=inside)
+        c3 += tl.histogram(_digit(key, 3), BINS, mask=inside)
+    at = state_ptr + 16 + r * 4 * BINS + tl.arange(0, BINS)
+    tl.atomic_add(at, c0, sem="relaxed")
+    tl.atomic_add(at + BINS, c1, sem="relaxed")
+    tl.atomic_add(at + 2 * BINS, c2, sem="relaxed")
+    tl.atomic_add(at + 3 * BINS, c3, sem="relaxed")
 
 
 @triton.jit
-def _field_sum(digit, inside, q: tl.constexpr):
-    one = tl.full(digit.shape, 1, tl.uint64) << (16 * (digit & 3)).to(tl.uint64)
-    return tl.cumsum(tl.where(inside & ((digit >> 2) == q), one, 0).to(tl.uint64), 0)
+def _look_back(status_ptr, r, t, tiles):
+    """The keys of each digit in row r's tiles before t, from their status words (tile 0 always
+    publishes an inclusive word, so every digit's walk ends)."""
+    bins = tl.arange(0, BINS)
+    prefix = tl.zeros((BINS,), tl.int32)
+    cursor = tl.zeros((BINS,), tl.int64) + t - 1
+    pending = cursor >= 0
+    while tl.max(pending.to(tl.int32), 0) > 0:
+        word = tl.load(status_ptr + (r * tiles + cursor) * BINS + bins, mask=pending, other=0, volatile=True)
+        inclusive = pending & (word < 0)
+        aggregate = pending & (word > 0)
+        prefix += tl.where(inclusive, -word - 1, tl.where(aggregate, word - 1, 0))
+        cursor -= aggregate.to(tl.int64)
+        pending = pending & ~inclusive
+    return prefix
 
 
 @triton.jit
-def radix_scatter_kernel(v_ptr, i_ptr, off_ptr, v_out, i_out, n, SHIFT: tl.constexpr, DESCENDING: tl.constexpr,
-                         BLOCK: tl.constexpr):
-    """i_ptr None: the first pass (each key's index is its column)."""
-    r, t = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    tiles = tl.num_programs(1)
-    cols = t * BLOCK + tl.arange(0, BLOCK)
-    v, digit, inside = _digits(v_ptr, r, cols, n, SHIFT, DESCENDING)
+def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT: tl.constexpr, PASS: tl.constexpr,
+                         DESCENDING: tl.constexpr, BLOCK: tl.constexpr):
+    """One pass over digit DIGIT (the PASS-th pass run); i_ptr None: the first pass (each key's
+    index is its column)."""
+    vid = tl.atomic_add(state_ptr + PASS, 1, sem="relaxed").to(tl.int64)
+    r, t = vid // tiles, vid % tiles
+    total = tl.num_programs(0).to(tl.int64)   # rows x tiles
+    status_ptr = state_ptr + 16 + total // tiles * 4 * BINS + PASS * total * BINS
+    bins = tl.arange(0, BINS)
+    local = tl.arange(0, BLOCK)
+    key, inside = _sort_keys(v_ptr, r, t * BLOCK + local, n, DESCENDING)
+    digit = _digit(key, DIGIT)
+    counts = tl.histogram(digit, BINS, mask=inside)
+    mine = status_ptr + (r * tiles + t) * BINS + bins
+    if t == 0:
+        before = tl.zeros((BINS,), tl.int32)
+    else:
+        tl.atomic_xchg(mine, counts + 1, sem="relaxed")
+        before = _look_back(status_ptr, r, t, tiles)
+    tl.atomic_xchg(mine, -(before + counts + 1), sem="relaxed")
+    row_counts = tl.load(state_ptr + 16 + (r * 4 + DIGIT) * BINS + bins)
+    # where the tile's first key of digit d lands, less where it sits in the tile's digit order
+    shift = tl.cumsum(row_counts, 0) - row_counts + before - (tl.cumsum(counts, 0) - counts)
+    ranked = tl.sort(tl.where(inside, digit, BINS) << 16 | local)
+    place = ranked & 0xFFFF
+    d = ranked >> 16
+    kept = d < BINS
+    dest = tl.gather(shift, tl.where(kept, d, 0), 0).to(tl.int64) + local
+    cols = t * BLOCK + place
+    v = tl.load(v_ptr + r * n + cols, mask=kept)
     if i_ptr is None:
         index = cols.to(tl.int32)
     else:
-        index = tl.load(i_ptr + r * n + cols, mask=inside)
-    q = digit >> 2
-    sums = tl.where(q == 0, _field_sum(digit, inside, 0), tl.where(q == 1, _field_sum(digit, inside, 1), tl.where(
-        q == 2, _field_sum(digit, inside, 2), _field_sum(digit, inside, 3))))
-    rank = ((sums >> (16 * (digit & 3)).to(tl.uint64)) & 0xFFFF).to(tl.int32) - 1
-    dest = tl.load(off_ptr + (r * RADIX + digit) * tiles + t, mask=inside, other=0) + rank
-    tl.store(v_out + r * n + dest, v, mask=inside)
-    tl.store(i_out + r * n + dest, index.to(i_out.dtype.element_ty), mask=inside)
+        index = tl.load(i_ptr + r * n + cols, mask=kept)
+    tl.store(v_out + r * n + dest, v, mask=kept)
+    tl.store(i_out + r * n + dest, index.to(i_out.dtype.element_ty), mask=kept)
+
+
+def digit_passes(dtype) -> tuple[int, ...]:
+    return DIGIT_PASSES.get(dtype.name, tuple(range(DIGITS)))
 
 
 def radix_setting(device, rows: int, n: int, dtype) -> dict:
@@ -118,38 +159,40 @@ def radix_sort(rows, descending: bool, setting=None, values=None):
     return done["values"], done["indices"]
 
 
+def state_words(rows: int, tiles: int, passes: int) -> int:
+    """The int32 state: the counters, the row histograms, a pass's status words per tile and digit."""
+    return COUNTERS + rows * DIGITS * 256 + passes * rows * tiles * 256
+
+
 def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPlan:
     n = shape[-1]
     rows = prod(shape) // n
     s = {**launch.tiles("radix", device), **dict(setting or {})}
     block, warps = s["block"], s["num_warps"]
+    if block > 1 << 16:
+        raise ValueError(f"a radix tile ranks its keys by 16-bit places: block {block} is over 65536")
     tiles = triton.cdiv(n, block)
-    grid = (rows, tiles)
+    passes = digit_passes(dtype)
+    words = state_words(rows, tiles, len(passes))
+    per_row, chunk = split(rows, n, block, launch.tiles("select", device)["programs"])
     meta = dict(DESCENDING=descending, BLOCK=block, num_warps=warps)
-    totals = PASSES * rows * 16
-    launches = [Launch(zero_kernel, (triton.cdiv(totals, 1024),), (Slot("totals"), totals),
-                       dict(BLOCK=1024, num_warps=4))]
-    for j in range(PASSES):
+    launches = [Launch(zero_kernel, (triton.cdiv(words, 1024),), (Slot("state"), words), dict(BLOCK=1024, num_warps=4)),
+                Launch(radix_histogram_kernel, (rows, per_row), (Slot("x"), Slot("state"), n, chunk), meta)]
+    for j, digit in enumerate(passes):
         source = "x" if j == 0 else "va" if j % 2 else "vb"
         index = None if j == 0 else Slot("ia" if j % 2 else "ib")
-        last = j == PASSES - 1
+        last = j == len(passes) - 1
         target, target_index = ("values", "indices") if last else ("vb", "ib") if j % 2 else ("va", "ia")
-        launches += [
-            Launch(radix_histogram_kernel, grid, (Slot(source), Slot("hist"), Slot("totals"), n),
-                   {**meta, "SHIFT": 4 * j}),
-            Launch(radix_offsets_kernel, (rows, 16), (Slot("hist"), Slot("totals"), Slot("offsets"), tiles),
-                   dict(SHIFT=4 * j, SCAN=min(lanes(tiles), 4096), num_warps=4)),
-            Launch(radix_scatter_kernel, grid, (Slot(source), index, Slot("offsets"), Slot(target), Slot(target_index),
-                                                n), {**meta, "SHIFT": 4 * j})]
-    table = rows * 16 * tiles
+        launches.append(Launch(radix_scatter_kernel, (rows * tiles,),
+                               (Slot(source), index, Slot(target), Slot(target_index), Slot("state"), n, tiles),
+                               {**meta, "DIGIT": digit, "PASS": j}))
+    ping_pong = () if len(passes) == 1 else (
+        plans.workspace("va", (rows * n,), dtype), plans.workspace("ia", (rows * n,), dtypes.int32)) + (
+        () if len(passes) == 2 else (plans.workspace("vb", (rows * n,), dtype),
+                                     plans.workspace("ib", (rows * n,), dtypes.int32)))
     return LaunchPlan(device, tuple(launches),
                       outputs=(plans.output("values", shape, dtype), plans.output("indices", shape, dtypes.INDEX)),
-                      workspace=(plans.workspace("va", (rows * n,), dtype), plans.workspace("vb", (rows * n,), dtype),
-                                 plans.workspace("ia", (rows * n,), dtypes.int32),
-                                 plans.workspace("ib", (rows * n,), dtypes.int32),
-                                 plans.workspace("hist", (table,), dtypes.int32),
-                                 plans.workspace("offsets", (table,), dtypes.int32),
-                                 plans.workspace("totals", (totals,), dtypes.int32)))
+                      workspace=ping_pong + (plans.workspace("state", (words,), dtypes.int32),))
 
 
 def radix_workload(rep, device):
@@ -165,6 +208,6 @@ def radix_workload(rep, device):
 
 
 RADIX_SORT = autotune.declare(autotune.Tunable(
-    "radix_sort", params={"block": (1024, 2048, 4096), "num_warps": (4, 8, 16)},
+    "radix_sort", params={"block": (1024, 2048, 4096, 8192), "num_warps": (4, 8, 16)},
     key={"width": "exact", "elements": "elements", "dtype": "dtype"}, default_from="tiles.radix",
     workload=radix_workload))
