@@ -3,12 +3,14 @@ sort/radix.py) against the numpy references, on interp in CI (small rows that st
 programs and tiles) and on the GPU (marked gpu, vocabulary-sized rows)."""
 import numpy as np
 import pytest
+import triton
+import triton.language as tl
 
 import nbx.core as nbx
 from nbx.core.ops.sorting import take_sorted
 from nbx.kernels import launch
 from nbx.kernels.cost import price
-from nbx.kernels.sort.radix import radix_plan
+from nbx.kernels.sort.radix import _look_back, radix_plan
 from nbx.kernels.sort.topk import select_plan, split
 
 rng = np.random.default_rng(31)
@@ -50,9 +52,34 @@ def test_topk_beyond_one_programs_sort_takes_the_radix_sorts_first_k_and_k_may_b
         same(got.indices, ref.indices)
 
 
-def test_the_radix_sort_is_stable_both_ways_over_a_batch_of_rows_with_nans_largest(device):
+@triton.jit
+def look_back_probe(status_ptr, out_ptr, r, t, tiles):
+    tl.store(out_ptr + tl.arange(0, 256), _look_back(status_ptr, r, t, tiles))
+
+
+SORTED_DTYPES = ["float32", "float16", "bfloat16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool"]
+
+
+def keys_of(shape, dtype):
+    """Full-range keys (every digit varies) mixed with many ties, NaNs and signed zeros for floats."""
+    if dtype == "bool":
+        return nbx.asarray(rng.integers(0, 2, shape).astype(bool))
+    if dtype.startswith(("float", "bfloat")):
+        a = (rng.standard_normal(shape) * 10.0 ** rng.integers(-30, 30, shape)).astype(np.float32)
+        a[..., ::3] = rng.integers(-4, 4, a[..., ::3].shape)
+        a[0, 3] = a[-1, -2] = a[0, 7] = np.nan
+        a[0, 5], a[0, 6] = -0.0, 0.0
+        return nbx.asarray(a).to(dtype=getattr(nbx, dtype))
+    info = np.iinfo(dtype)
+    a = rng.integers(int(info.min), int(info.max), shape, endpoint=True, dtype=np.int64)
+    a[..., ::3] = rng.integers(int(info.min), int(info.min) + 4, a[..., ::3].shape)
+    return nbx.asarray(a.astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", SORTED_DTYPES)
+def test_the_onesweep_sort_of_every_dtype_is_numpys_stable_sort_both_ways_across_several_tiles(device, dtype):
     tile = launch.tiles("radix", device)["block"]
-    c = with_ties_and_nans((2, tile + 5), "float32")  # two tiles a row
+    c = keys_of((2, 2 * tile + 5), dtype)
     d = c.to(device)
     for descending in (False, True):
         ref_values, ref_indices = take_sorted(c, 1, descending)
@@ -61,12 +88,38 @@ def test_the_radix_sort_is_stable_both_ways_over_a_batch_of_rows_with_nans_large
         same(values, ref_values)
 
 
+def test_ranking_a_tile_by_one_bitonic_sort_as_gpus_do_gives_the_same_stable_order(device):
+    from nbx.kernels.sort.radix import radix_sort
+    c = keys_of((1, 37), "bfloat16")   # 3 tiles of 16 keys, 2 passes
+    setting = {**launch.tiles("radix", device), "block": 16, "rank_by_sort": 1}
+    values, indices = radix_sort(c.to(device), True, setting=setting)
+    ref_values, ref_indices = take_sorted(c, 1, True)
+    same(indices, ref_indices)
+    same(values, ref_values)
+
+
+def test_a_look_back_walks_earlier_tiles_aggregates_until_an_inclusive_word_per_digit(device):
+    """The GPU's case interp's order never makes: earlier tiles that published only their own
+    counts (the walk adds them and steps back) or nothing yet past the walk's end."""
+    tiles = 5
+    status = np.zeros((2, tiles, 256), np.int32)
+    own = rng.integers(0, 50, (tiles, 256)).astype(np.int32)
+    status[1, 0] = -(own[0] + 1)                 # tile 0: inclusive
+    status[1, 1] = own[1] + 1                    # tile 1: its aggregate only
+    status[1, 2, :128] = -(own[:3, :128].sum(0) + 1)  # tile 2: inclusive for the low digits
+    status[1, 2, 128:] = own[2, 128:] + 1             # aggregate for the high ones
+    status[1, 3] = own[3] + 1
+    got = nbx.zeros(256, dtype=nbx.int32).to(device)
+    look_back_probe[(1,)](nbx.asarray(status.reshape(-1)).to(device), got, 1, 4, tiles)
+    np.testing.assert_array_equal(got.numpy(), own[:4].sum(0))
+
+
 def test_the_launch_counts_of_top_k_and_the_radix_sort_do_not_grow_with_the_row(device):
     setting = launch.tiles("select", device)
     for k, launches in ((1, 2), (50, 8)):
         counts = {len(select_plan((4, n), nbx.float32, k, True, device, setting).launches) for n in (10 ** 3, 10 ** 6)}
         assert counts == {launches}
-    assert {len(radix_plan((2, n), nbx.float32, False, device).launches) for n in (10 ** 3, 10 ** 7)} == {6}
+    assert {len(radix_plan((2, n), nbx.float32, False, device).launches) for n in (10 ** 3, 10 ** 7)} == {6}  # zero, histogram, 4 passes
     per_row, chunk = split(1, 151936, 2048, 1056)  # a long row keeps many programs busy
     assert per_row > 64 and per_row * chunk >= 151936
 

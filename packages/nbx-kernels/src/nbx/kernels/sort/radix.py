@@ -33,6 +33,7 @@ import triton.language as tl
 
 from nbx import autotune
 from nbx.core import dtypes
+from nbx.core.errors import ArgumentError
 
 from .. import launch, plans
 from ..plans import Launch, LaunchPlan, Slot
@@ -106,7 +107,7 @@ def _look_back(status_ptr, r, t, tiles):
 
 @triton.jit
 def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT: tl.constexpr, PASS: tl.constexpr,
-                         DESCENDING: tl.constexpr, BLOCK: tl.constexpr):
+                         DESCENDING: tl.constexpr, BLOCK: tl.constexpr, RANK_BY_SORT: tl.constexpr):
     """One pass over digit DIGIT (the PASS-th pass run); i_ptr None: the first pass (each key's
     index is its column)."""
     vid = tl.atomic_add(state_ptr + PASS, 1, sem="relaxed").to(tl.int64)
@@ -126,15 +127,26 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT:
         before = _look_back(status_ptr, r, t, tiles)
     tl.atomic_xchg(mine, -(before + counts + 1), sem="relaxed")
     row_counts = tl.load(state_ptr + 16 + (r * 4 + DIGIT) * BINS + bins)
-    # where the tile's first key of digit d lands, less where it sits in the tile's digit order
-    shift = tl.cumsum(row_counts, 0) - row_counts + before - (tl.cumsum(counts, 0) - counts)
-    ranked = tl.sort(tl.where(inside, digit, BINS) << 16 | local)
-    place = ranked & 0xFFFF
-    d = ranked >> 16
-    kept = d < BINS
-    dest = tl.gather(shift, tl.where(kept, d, 0), 0).to(tl.int64) + local
-    cols = t * BLOCK + place
-    v = tl.load(v_ptr + r * n + cols, mask=kept)
+    starts = tl.cumsum(row_counts, 0) - row_counts + before  # where the tile's first key of each digit lands
+    if RANK_BY_SORT:
+        # one sort of (digit, place) words: the keys in digit order, equal digits in input order;
+        # a key's rank is its place in that order less where its digit starts in the tile
+        ranked = tl.sort(tl.where(inside, digit, BINS) << 16 | local)
+        place = ranked & 0xFFFF
+        d = ranked >> 16
+        kept = d < BINS
+        dest = tl.gather(starts - (tl.cumsum(counts, 0) - counts), tl.where(kept, d, 0), 0).to(tl.int64) + local
+        cols = t * BLOCK + place
+        v = tl.load(v_ptr + r * n + cols, mask=kept)
+    else:
+        # the interpreter's way (its bitonic network is slow): the equal digits before each key
+        # counted over a BLOCK x BLOCK comparison (small tiles only)
+        kept = inside
+        cols = t * BLOCK + local
+        earlier = (digit[None, :] == digit[:, None]) & (local[None, :] < local[:, None]) & inside[None, :]
+        rank = tl.sum(earlier.to(tl.int32), 1)
+        dest = tl.gather(starts, digit, 0).to(tl.int64) + rank
+        v = tl.load(v_ptr + r * n + cols, mask=kept)
     if i_ptr is None:
         index = cols.to(tl.int32)
     else:
@@ -169,8 +181,9 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
     rows = prod(shape) // n
     s = {**launch.tiles("radix", device), **dict(setting or {})}
     block, warps = s["block"], s["num_warps"]
-    if block > 1 << 16:
-        raise ValueError(f"a radix tile ranks its keys by 16-bit places: block {block} is over 65536")
+    if block > (1 << 16 if s["rank_by_sort"] else 256):
+        raise ArgumentError(f"a radix tile of {block} keys is over what its ranking takes (rank_by_sort "
+                         f"{s['rank_by_sort']}: 16-bit places, else a block x block comparison of at most 256)")
     tiles = triton.cdiv(n, block)
     passes = digit_passes(dtype)
     words = state_words(rows, tiles, len(passes))
@@ -185,7 +198,7 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
         target, target_index = ("values", "indices") if last else ("vb", "ib") if j % 2 else ("va", "ia")
         launches.append(Launch(radix_scatter_kernel, (rows * tiles,),
                                (Slot(source), index, Slot(target), Slot(target_index), Slot("state"), n, tiles),
-                               {**meta, "DIGIT": digit, "PASS": j}))
+                               {**meta, "DIGIT": digit, "PASS": j, "RANK_BY_SORT": bool(s["rank_by_sort"])}))
     ping_pong = () if len(passes) == 1 else (
         plans.workspace("va", (rows * n,), dtype), plans.workspace("ia", (rows * n,), dtypes.int32)) + (
         () if len(passes) == 2 else (plans.workspace("vb", (rows * n,), dtype),
