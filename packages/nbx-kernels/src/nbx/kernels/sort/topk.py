@@ -19,8 +19,8 @@ from nbx.core import dtypes
 from .. import launch, plans
 from ..plans import Launch, LaunchPlan, Slot
 from ..rows import pow2_at_least
-from .select import (best_word_kernel, select_compact_kernel, select_counts_kernel, select_histogram_kernel,
-                     sort_words_kernel, zero_kernel)
+from .select import (best_word_kernel, candidate_histogram_kernel, select_compact_kernel, select_counts_kernel,
+                     select_filter_kernel, select_histogram_kernel, sort_words_kernel, zero_kernel)
 
 MAX_PROGRAMS = 1024   # a row's programs; the compaction sums the counts of the programs before it
 SELECT_KEY = {"width": "exact", "elements": "elements", "dtype": "dtype"}
@@ -73,19 +73,23 @@ def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchP
                            dict(BLOCK=lanes(per_row), num_warps=4)))
         return LaunchPlan(device, launches, outputs,
                           workspace=(plans.workspace("words", (rows * per_row,), dtypes.uint64),))
-    hist_words = rows * 4 * 256
-    launches = [Launch(zero_kernel, (triton.cdiv(hist_words, 1024),), (Slot("hist"), hist_words),
-                       dict(BLOCK=1024, num_warps=4))]
-    launches += [Launch(select_histogram_kernel, grid, (Slot("x"), Slot("hist"), n, k, chunk), {**common, "PASS": j})
-                 for j in range(4)]
+    hist_words = rows * 4 * 256 + rows   # the digit histograms, then each row's count of sure winners
+    x, hist, cand, taken = Slot("x"), Slot("hist"), Slot("candidates"), Slot("taken")
+    launches = [Launch(zero_kernel, (triton.cdiv(hist_words, 1024),), (hist, hist_words), dict(BLOCK=1024, num_warps=4)),
+                Launch(select_histogram_kernel, grid, (x, hist, n, chunk), common),
+                Launch(select_filter_kernel, grid, (x, hist, Slot("words"), cand, taken, n, k, chunk), common)]
+    launches += [Launch(candidate_histogram_kernel, grid, (x, hist, cand, taken, n, k, chunk), {**common, "PASS": j})
+                 for j in (2, 3)]
     launches += [
-        Launch(select_counts_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), n, k, chunk), common),
-        Launch(select_compact_kernel, grid, (Slot("x"), Slot("hist"), Slot("counts"), Slot("words"), n, k, chunk),
+        Launch(select_counts_kernel, grid, (x, hist, cand, taken, Slot("counts"), n, k, chunk), common),
+        Launch(select_compact_kernel, grid, (x, hist, cand, taken, Slot("counts"), Slot("words"), n, k, chunk),
                {**common, "PROGRAMS": lanes(per_row)}),
-        Launch(sort_words_kernel, (rows,), (Slot("x"), Slot("words"), Slot("values"), Slot("indices"), n, k, k),
+        Launch(sort_words_kernel, (rows,), (x, Slot("words"), Slot("values"), Slot("indices"), n, k, k),
                dict(BLOCK=lanes(k), num_warps=launch.tiles("sort", device)["num_warps"]))]
     return LaunchPlan(device, tuple(launches), outputs, workspace=(
         plans.workspace("hist", (hist_words,), dtypes.int32),
+        plans.workspace("candidates", (rows * n,), dtypes.int32),
+        plans.workspace("taken", (rows * per_row,), dtypes.int32),
         plans.workspace("counts", (rows * per_row * 2,), dtypes.int32),
         plans.workspace("words", (rows * k,), dtypes.uint64)))
 
