@@ -144,11 +144,23 @@ def test_vocabulary_rows_and_a_large_sort_match_the_reference_on_the_gpu():
             got, ref = nbx.topk(logits.to(device), k, largest=largest), nbx.topk(logits, k, largest=largest)
             same(got.values, ref.values)
             same(got.indices, ref.indices)
-    rows = logits[:4]
-    for descending in (False, True):
-        same(nbx.argsort(rows.to(device), descending=descending), nbx.argsort(rows, descending=descending))
+    on_gpu = logits.to(device)
+    for descending in (False, True):  # the benchmark's sort-rows shape, a tile's look-back within each row
+        for got, ref in zip(take_sorted(on_gpu, 1, descending), take_sorted(logits, 1, descending)):
+            same(got, ref)
     keys = nbx.asarray(rng.integers(0, 1 << 20, 1 << 22).astype(np.float32))  # ties in a long row
     same(nbx.argsort(keys.to(device)), nbx.argsort(keys))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32"])
+def test_the_benchmarks_sort_of_two_to_the_24_keys_matches_numpys_stable_sort_on_the_gpu(dtype):
+    """4096 tiles a pass walking back over each other: the look-back's concurrency, at the bench's size."""
+    device = nbx.as_device("cuda")
+    keys = (nbx.randn(1 << 24, generator=nbx.Generator(seed=3)) * 100.0).to(dtype=getattr(nbx, dtype))
+    for descending in (False, True):
+        for got, ref in zip(take_sorted(keys.to(device), 0, descending), take_sorted(keys, 0, descending)):
+            same(got, ref)
 
 
 @pytest.mark.gpu

@@ -1,8 +1,9 @@
 """sort / argsort and top-k on Triton kernels (tiles.sort of the device file).
 
 A row of up to max_block_n keys is sorted by one program (sort/kernel.py). A longer row (up to
-2**31 keys) is sorted by an LSD radix sort (sort/radix.py: 8 passes of 4-bit digits, 3 launches
-each, over rows x tiles), and its top-k is a radix select (sort/select.py, sort/topk.py). 64-bit
+2**31 keys) is sorted by a onesweep LSD radix sort (sort/radix.py: one histogram launch, then one
+scatter launch a pass of 8-bit digits, over rows x tiles), and its top-k is a radix select
+(sort/select.py, sort/topk.py). 64-bit
 keys are refused by name (the order key and the packed words hold 32 bits).
 """
 from __future__ import annotations
@@ -87,23 +88,36 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
     outputs = (Buffer("values", x.nbytes), Buffer("indices", x.size * 8))
     if x.ndim == 0 or x.shape[axis] <= launch.tiles("sort", x.device)["max_block_n"]:  # one program a row
         return Cost(buffers=outputs, bytes_moved=3 * x.nbytes + x.size * 8)
-    # the radix sort: 8 passes, each reading the keys for the histogram, then keys and indices for
-    # the scatter, writing both (ping-pong buffers of keys and int32 indices)
-    return Cost(buffers=outputs + (Buffer("keys", 2 * x.nbytes, LAUNCH), Buffer("positions", x.size * 8, LAUNCH)),
-                bytes_moved=8 * (3 * x.nbytes + 2 * x.size * 4), launches=25,
-                notes=("an LSD radix sort: 8 passes of 4-bit digits, 3 launches each",))
+    # the onesweep radix sort: one histogram read of the keys, then per pass one read and one write
+    # of keys and int32 indices (the first pass reads no indices, the last writes int64 ones: even)
+    from .radix import digit_passes, state_words
+    passes = len(digit_passes(x.dtype))
+    n = x.shape[axis]
+    rows = x.size // n
+    tiles = -(-n // launch.tiles("radix", x.device)["block"])
+    state = state_words(rows, tiles, passes) * 4
+    work = (Buffer("keys", min(passes - 1, 2) * x.nbytes, LAUNCH),
+            Buffer("positions", min(passes - 1, 2) * x.size * 4, LAUNCH), Buffer("state", state, LAUNCH))
+    moved = x.nbytes + passes * 2 * (x.nbytes + x.size * 4) + 2 * state  # the state zeroed, then read and written
+    return Cost(buffers=outputs + work, bytes_moved=moved, launches=2 + passes,
+                notes=(f"a onesweep LSD radix sort: {passes} passes of 8-bit digits, one scatter launch each "
+                       "after one histogram launch",))
 
 
 @declares("topk")
 def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
     n = max(x.shape[dim], 1)
     rows, out = x.size // n, x.size // n * k
-    passes = 2 if k == 1 else 6  # k = 1: one reduction pass; else 4 digit histograms, the counts, the compaction
+    # k = 1: one reduction pass; else two full passes (the top-digit histogram, the filter), then
+    # passes over the candidates only (their count depends on the data: counted here as none)
+    passes = 1 if k == 1 else 2
     return Cost(buffers=(Buffer("values", out * x.dtype.itemsize), Buffer("indices", out * 8),
                          Buffer("words", max(out, rows * 1024) * 8, LAUNCH),
-                         Buffer("histograms", rows * (4 * 256 + 2 * 1024) * 4, LAUNCH)),
+                         Buffer("candidates", x.size * 4, LAUNCH),
+                         Buffer("histograms", rows * (4 * 256 + 1 + 3 * 1024) * 4, LAUNCH)),
                 bytes_moved=passes * x.nbytes + out * (16 + 2 * x.dtype.itemsize), launches=2 if k == 1 else 8,
-                notes=(f"{passes} passes over each row (a radix select; rows up to tiles.sort.max_block_n: one)",))
+                notes=(f"{passes} passes over each row, then over its candidates "
+                       "(a radix select; rows up to tiles.sort.max_block_n: one)",))
 
 
 __all__ = ["sort", "topk"]
