@@ -53,8 +53,8 @@ def test_topk_beyond_one_programs_sort_takes_the_radix_sorts_first_k_and_k_may_b
 
 
 @triton.jit
-def look_back_probe(status_ptr, out_ptr, r, t, tiles):
-    tl.store(out_ptr + tl.arange(0, 256), _look_back(status_ptr, r, t, tiles))
+def look_back_probe(status_ptr, out_ptr, r, t, tiles, WINDOW: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, 256), _look_back(status_ptr, r, t, tiles, WINDOW))
 
 
 SORTED_DTYPES = ["float32", "float16", "bfloat16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool"]
@@ -98,20 +98,21 @@ def test_ranking_a_tile_by_one_bitonic_sort_as_gpus_do_gives_the_same_stable_ord
     same(values, ref_values)
 
 
-def test_a_look_back_walks_earlier_tiles_aggregates_until_an_inclusive_word_per_digit(device):
+@pytest.mark.parametrize("window", [1, 2, 4])
+def test_a_look_back_walks_earlier_tiles_aggregates_until_an_inclusive_word_per_digit(device, window):
     """The GPU's case interp's order never makes: earlier tiles that published only their own
-    counts (the walk adds them and steps back) or nothing yet past the walk's end."""
-    tiles = 5
+    counts (a step adds them and goes on back), an inclusive word for some digits only, tile 0's
+    inclusive word ending the walk, windows that reach past tile 0."""
+    tiles = 7
     status = np.zeros((2, tiles, 256), np.int32)
     own = rng.integers(0, 50, (tiles, 256)).astype(np.int32)
-    status[1, 0] = -(own[0] + 1)                 # tile 0: inclusive
-    status[1, 1] = own[1] + 1                    # tile 1: its aggregate only
-    status[1, 2, :128] = -(own[:3, :128].sum(0) + 1)  # tile 2: inclusive for the low digits
-    status[1, 2, 128:] = own[2, 128:] + 1             # aggregate for the high ones
-    status[1, 3] = own[3] + 1
+    status[1, :] = own + 1                            # aggregates ...
+    status[1, 0] = -(own[0] + 1)                      # ... tile 0's inclusive
+    status[1, 3, :128] = -(own[:4, :128].sum(0) + 1)  # tile 3 inclusive for the low digits only
+    status[1, 6] = 0                                  # the tile looking back has not published
     got = nbx.zeros(256, dtype=nbx.int32).to(device)
-    look_back_probe[(1,)](nbx.asarray(status.reshape(-1)).to(device), got, 1, 4, tiles)
-    np.testing.assert_array_equal(got.numpy(), own[:4].sum(0))
+    look_back_probe[(1,)](nbx.asarray(status.reshape(-1)).to(device), got, 1, 6, tiles, window)
+    np.testing.assert_array_equal(got.numpy(), own[:6].sum(0))
 
 
 def test_the_launch_counts_of_top_k_and_the_radix_sort_do_not_grow_with_the_row(device):

@@ -44,6 +44,7 @@ from .topk import served_plan, split
 
 DIGITS = 4
 BINS = tl.constexpr(256)
+LOOK_BACK = tl.constexpr(32)   # the tiles a look-back step reads
 COUNTERS = 16   # the state's first words: the passes' virtual tile counters (padded)
 # the digits (0 lowest) a dtype's order key needs sorted: the others are functions of the higher
 # digits (the sign decides them), so skipping their passes keeps the order
@@ -88,20 +89,31 @@ def radix_histogram_kernel(v_ptr, state_ptr, n, chunk, DESCENDING: tl.constexpr,
 
 
 @triton.jit
-def _look_back(status_ptr, r, t, tiles):
-    """The keys of each digit in row r's tiles before t, from their status words (tile 0 always
-    publishes an inclusive word, so every digit's walk ends)."""
+def _look_back(status_ptr, r, t, tiles, WINDOW: tl.constexpr):
+    """The keys of each digit in row r's tiles before t, from their status words, WINDOW tiles a
+    step (one round trip covers them, as CUB's warp-wide look-back): a digit's step adds the
+    words back to the nearest inclusive one if all between are published (then it is done), all
+    WINDOW aggregates if no inclusive is among them (then it steps back), nothing if an
+    unpublished word comes first (then it polls again). Tile 0 always publishes an inclusive word
+    and windows past it read as inclusive zeros, so every digit's walk ends."""
     bins = tl.arange(0, BINS)
+    back = tl.arange(0, WINDOW)[:, None]           # 0: the nearest tile of the window
     prefix = tl.zeros((BINS,), tl.int32)
-    cursor = tl.zeros((BINS,), tl.int64) + t - 1
+    cursor = tl.zeros((BINS,), tl.int64) + t - 1  # each digit's nearest tile not yet added
     pending = cursor >= 0
     while tl.max(pending.to(tl.int32), 0) > 0:
-        word = tl.load(status_ptr + (r * tiles + cursor) * BINS + bins, mask=pending, other=0, volatile=True)
-        inclusive = pending & (word < 0)
-        aggregate = pending & (word > 0)
-        prefix += tl.where(inclusive, -word - 1, tl.where(aggregate, word - 1, 0))
-        cursor -= aggregate.to(tl.int64)
-        pending = pending & ~inclusive
+        tile = cursor[None, :] - back
+        word = tl.load(status_ptr + (r * tiles + tile) * BINS + bins[None, :], mask=pending[None, :] & (tile >= 0),
+                       other=-1, volatile=True)
+        first_inclusive = tl.min(tl.where(word < 0, back, WINDOW), 0)
+        first_unpublished = tl.min(tl.where(word == 0, back, WINDOW), 0)
+        ready = pending & ((first_unpublished == WINDOW) | (first_inclusive < first_unpublished))
+        done = ready & (first_inclusive < WINDOW)
+        added = tl.where(word < 0, -word - 1, word - 1)
+        taken = (back <= first_inclusive[None, :]) & ready[None, :]
+        prefix += tl.sum(tl.where(taken, added, 0), 0)
+        cursor -= tl.where(ready & ~done, WINDOW, 0).to(tl.int64)
+        pending = pending & ~done
     return prefix
 
 
@@ -124,7 +136,7 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT:
         before = tl.zeros((BINS,), tl.int32)
     else:
         tl.atomic_xchg(mine, counts + 1, sem="relaxed")
-        before = _look_back(status_ptr, r, t, tiles)
+        before = _look_back(status_ptr, r, t, tiles, LOOK_BACK)
     tl.atomic_xchg(mine, -(before + counts + 1), sem="relaxed")
     row_counts = tl.load(state_ptr + 16 + (r * 4 + DIGIT) * BINS + bins)
     starts = tl.cumsum(row_counts, 0) - row_counts + before  # where the tile's first key of each digit lands
