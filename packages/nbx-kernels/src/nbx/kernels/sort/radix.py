@@ -44,7 +44,7 @@ from .topk import served_plan, split
 
 DIGITS = 4
 BINS = tl.constexpr(256)
-LOOK_BACK = 32   # the most tiles a look-back step reads (a row of fewer tiles: their count to a power of two)
+LOOK_BACK = 8   # the most tiles a look-back step reads (a row of fewer tiles: their count to a power of two)
 COUNTERS = 16   # the state's first words: the passes' virtual tile counters (padded)
 # the digits (0 lowest) a dtype's order key needs sorted: the others are functions of the higher
 # digits (the sign decides them), so skipping their passes keeps the order
@@ -91,7 +91,7 @@ def radix_histogram_kernel(v_ptr, state_ptr, n, chunk, DESCENDING: tl.constexpr,
 @triton.jit
 def _look_back(status_ptr, r, t, tiles, WINDOW: tl.constexpr):
     """The keys of each digit in row r's tiles before t, from their status words, WINDOW tiles a
-    step (one round trip covers them, as CUB's warp-wide look-back): a digit's step adds the
+    step (one round trip covers them; CUB walks one at a time, a thread a digit): a digit's step adds the
     words back to the nearest inclusive one if all between are published (then it is done), all
     WINDOW aggregates if no inclusive is among them (then it steps back), nothing if an
     unpublished word comes first (then it polls again). Tile 0 always publishes an inclusive word

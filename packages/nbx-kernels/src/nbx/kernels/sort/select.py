@@ -114,7 +114,7 @@ def candidate_histogram_kernel(x_ptr, hist_ptr, cand_ptr, taken_ptr, n, k, chunk
     counts = tl.zeros((BINS,), tl.int32)
     taken = tl.load(taken_ptr + r * tl.num_programs(1) + p)
     for start in range(0, taken, BLOCK):
-        u, _, inside = _candidates(x_ptr, cand_ptr, r, p, start, taken, n, chunk, LARGEST, BLOCK)
+        u, cols, inside = _candidates(x_ptr, cand_ptr, r, p, start, taken, n, chunk, LARGEST, BLOCK)
         inside = inside & ((u >> (32 - 8 * PASS)) == prefix)
         counts += tl.histogram(((u >> (24 - 8 * PASS)) & 0xFF).to(tl.int32), BINS, mask=inside)
     tl.atomic_add(hist_ptr + (r * DIGITS + PASS) * BINS + tl.arange(0, BINS), counts, sem="relaxed")
@@ -130,7 +130,7 @@ def select_counts_kernel(x_ptr, hist_ptr, cand_ptr, taken_ptr, counts_ptr, n, k,
     equal = tl.zeros((), tl.int32)
     taken = tl.load(taken_ptr + r * tl.num_programs(1) + p)
     for start in range(0, taken, BLOCK):
-        u, _, inside = _candidates(x_ptr, cand_ptr, r, p, start, taken, n, chunk, LARGEST, BLOCK)
+        u, cols, inside = _candidates(x_ptr, cand_ptr, r, p, start, taken, n, chunk, LARGEST, BLOCK)
         less += tl.sum((inside & (u < threshold)).to(tl.int32), 0)
         equal += tl.sum((inside & (u == threshold)).to(tl.int32), 0)
     at = (r * tl.num_programs(1) + p) * 2
