@@ -2,7 +2,7 @@
 
 A row of up to max_block_n keys is sorted by one program (sort/kernel.py). A longer row (up to
 2**31 keys) is sorted by a onesweep LSD radix sort (sort/radix.py: one histogram launch, then one
-scatter launch a pass of 8-bit digits, over rows x tiles), and its top-k is a radix select
+scatter launch a pass of 4- or 8-bit digits, over rows x tiles), and its top-k is a radix select
 (sort/select.py, sort/topk.py). 64-bit
 keys are refused by name (the order key and the packed words hold 32 bits).
 """
@@ -91,16 +91,16 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
     # the onesweep radix sort: one histogram read of the keys, then per pass one read and one write
     # of keys and int32 indices (the first pass reads no indices, the last writes int64 ones: even)
     from .radix import digit_passes, state_words
-    passes = len(digit_passes(x.dtype))
+    tile = launch.tiles("radix", x.device)
+    passes = len(digit_passes(x.dtype, tile["digit_bits"]))
     n = x.shape[axis]
     rows = x.size // n
-    tiles = -(-n // launch.tiles("radix", x.device)["block"])
-    state = state_words(rows, tiles, passes) * 4
+    state = state_words(rows, -(-n // tile["block"]), passes, tile["digit_bits"]) * 4
     work = (Buffer("keys", min(passes - 1, 2) * x.nbytes, LAUNCH),
             Buffer("positions", min(passes - 1, 2) * x.size * 4, LAUNCH), Buffer("state", state, LAUNCH))
     moved = x.nbytes + passes * 2 * (x.nbytes + x.size * 4) + 2 * state  # the state zeroed, then read and written
     return Cost(buffers=outputs + work, bytes_moved=moved, launches=2 + passes,
-                notes=(f"a onesweep LSD radix sort: {passes} passes of 8-bit digits, one scatter launch each "
+                notes=(f"a onesweep LSD radix sort: {passes} passes of {tile['digit_bits']}-bit digits, one scatter launch each "
                        "after one histogram launch",))
 
 

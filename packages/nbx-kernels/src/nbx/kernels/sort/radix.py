@@ -1,21 +1,25 @@
-"""Sort of rows longer than one program: a onesweep LSD radix sort over 8-bit digits of the order key.
+"""Sort of rows longer than one program: a onesweep LSD radix sort over digits of the order key.
 
-The key (order_key, complemented for descending) has 4 digits; a dtype whose low digits are a
-function of its higher ones (bfloat16's low 16 bits, float16's low 8, int8's middle 16 ...) skips
-those passes (DIGIT_PASSES). Launches for any row length: one zeroing of the state, one histogram,
-one scatter a pass (6 for float32):
+The key (order_key, complemented for descending) has 32 bits; a digit is `digit_bits` of them (the
+setting: 4 or 8). A dtype whose low bits are a function of its higher ones (bfloat16's low 16,
+float16's low 13, int8's 8-30 ...) skips the digits made of those only (VARYING_BITS). Launches for
+any row length: one zeroing of the state, one histogram, one scatter a pass (10 for float32 in
+4-bit digits, 6 in 8-bit):
 
-  histogram  one read of the keys: the row's counts of every digit of every pass (hist[row, pass,
-             digit]), rows x P programs adding their counts atomically
+  histogram  one read of the keys: the row's counts of every digit of every pass (hist[row, digit
+             position, digit]), rows x P programs adding their counts atomically
   scatter    one launch a pass over rows x tiles, each program one tile of `block` keys: it takes a
              virtual tile id from an atomic counter (so a tile only ever waits on tiles that took
              an earlier id, which are running or done: no deadlock whatever order the GPU starts
              programs in), publishes its digit counts in its status words, and looks back over the
              earlier tiles of its row (decoupled look-back: a tile's word holds its own counts
              until it knows its inclusive prefix, then that) to learn where its keys of each digit
-             start. Its keys are ranked inside the tile by one tl.sort of (digit << 16 | place),
-             which keeps equal digits in input order, and written where they belong with their
-             original index beside them: each pass reads keys and indices once and writes them once.
+             start. Its keys are ranked inside the tile stably (4-bit digits: cumsums of one-hot
+             digits, four 16-bit counters packed in a uint64, four cumsums a key; 8-bit digits: one
+             tl.sort of (digit << 16 | place) words, whose bitonic network costs ~150 shared-memory
+             exchanges a 4096-key tile on sm_90, which is why 4 bits is the default until the H200
+             says otherwise) and written where they belong with their original index beside them:
+             each pass reads keys and indices once and writes them once.
 
 Every pass is stable, so the sort is (ties in input order, descending too: the key is complemented,
 not the position). A status word is 0 (not yet published), 1 + the tile's count (its aggregate) or
@@ -42,14 +46,12 @@ from .kernel import order_key
 from .select import zero_kernel
 from .topk import served_plan, split
 
-DIGITS = 4
-BINS = tl.constexpr(256)
 LOOK_BACK = 8   # the most tiles a look-back step reads (a row of fewer tiles: their count to a power of two)
 COUNTERS = 16   # the state's first words: the passes' virtual tile counters (padded)
-# the digits (0 lowest) a dtype's order key needs sorted: the others are functions of the higher
-# digits (the sign decides them), so skipping their passes keeps the order
-DIGIT_PASSES = {"bfloat16": (2, 3), "float16": (1, 2, 3), "int8": (0, 3), "int16": (0, 1, 3),
-                "uint8": (0,), "bool": (0,), "uint16": (0, 1)}
+# the bits of a dtype's order key that vary: the others are functions of the higher ones (the sign
+# decides them), so a digit of none of these bits needs no pass
+VARYING_BITS = {"bfloat16": range(16, 32), "float16": range(13, 32), "int8": (*range(8), 31),
+                "int16": (*range(16), 31), "uint8": range(8), "bool": (0,), "uint16": range(16)}
 
 
 @triton.jit
@@ -63,33 +65,29 @@ def _sort_keys(v_ptr, r, cols, n, DESCENDING: tl.constexpr):
 
 
 @triton.jit
-def _digit(key, DIGIT: tl.constexpr):
-    return ((key >> (8 * DIGIT)) & 0xFF).to(tl.int32)
+def _digit(key, DIGIT: tl.constexpr, BITS: tl.constexpr):
+    return ((key >> (BITS * DIGIT)) & ((1 << BITS) - 1)).to(tl.int32)
 
 
 @triton.jit
-def radix_histogram_kernel(v_ptr, state_ptr, n, chunk, DESCENDING: tl.constexpr, BLOCK: tl.constexpr):
-    """state[COUNTERS + (row * 4 + digit) * 256 + d] += the keys of this chunk whose digit is d."""
+def radix_histogram_kernel(v_ptr, state_ptr, n, chunk, DESCENDING: tl.constexpr, BITS: tl.constexpr,
+                           BLOCK: tl.constexpr):
+    """state[COUNTERS + (row * digits + j) * bins + d] += the keys of this chunk whose digit j is d."""
     r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    c0 = tl.zeros((BINS,), tl.int32)
-    c1 = tl.zeros((BINS,), tl.int32)
-    c2 = tl.zeros((BINS,), tl.int32)
-    c3 = tl.zeros((BINS,), tl.int32)
+    DIGITS: tl.constexpr = 32 // BITS
+    BINS: tl.constexpr = 1 << BITS
+    which = tl.arange(0, DIGITS)[:, None]
+    counts = tl.zeros((DIGITS, BINS), tl.int32)
     for start in range(p * chunk, p * chunk + chunk, BLOCK):
         key, inside = _sort_keys(v_ptr, r, start + tl.arange(0, BLOCK), n, DESCENDING)
-        c0 += tl.histogram(_digit(key, 0), BINS, mask=inside)
-        c1 += tl.histogram(_digit(key, 1), BINS, mask=inside)
-        c2 += tl.histogram(_digit(key, 2), BINS, mask=inside)
-        c3 += tl.histogram(_digit(key, 3), BINS, mask=inside)
-    at = state_ptr + 16 + r * 4 * BINS + tl.arange(0, BINS)
-    tl.atomic_add(at, c0, sem="relaxed")
-    tl.atomic_add(at + BINS, c1, sem="relaxed")
-    tl.atomic_add(at + 2 * BINS, c2, sem="relaxed")
-    tl.atomic_add(at + 3 * BINS, c3, sem="relaxed")
+        for j in tl.static_range(DIGITS):
+            counts += tl.where(which == j, tl.histogram(_digit(key, j, BITS), BINS, mask=inside)[None, :], 0)
+    at = (r * DIGITS + which) * BINS + tl.arange(0, BINS)[None, :]
+    tl.atomic_add(state_ptr + 16 + at, counts, sem="relaxed")
 
 
 @triton.jit
-def _look_back(status_ptr, r, t, tiles, WINDOW: tl.constexpr):
+def _look_back(status_ptr, r, t, tiles, BINS: tl.constexpr, WINDOW: tl.constexpr):
     """The keys of each digit in row r's tiles before t, from their status words, WINDOW tiles a
     step (one round trip covers them; CUB walks one at a time, a thread a digit): a digit's step adds the
     words back to the nearest inclusive one if all between are published (then it is done), all
@@ -118,30 +116,37 @@ def _look_back(status_ptr, r, t, tiles, WINDOW: tl.constexpr):
 
 
 @triton.jit
+def _field_sum(digit, inside, q: tl.constexpr):
+    one = tl.full(digit.shape, 1, tl.uint64) << (16 * (digit & 3)).to(tl.uint64)
+    return tl.cumsum(tl.where(inside & ((digit >> 2) == q), one, 0).to(tl.uint64), 0)
+
+
+@triton.jit
 def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT: tl.constexpr, PASS: tl.constexpr,
-                         DESCENDING: tl.constexpr, BLOCK: tl.constexpr, RANK_BY_SORT: tl.constexpr,
-                         WINDOW: tl.constexpr):
-    """One pass over digit DIGIT (the PASS-th pass run); i_ptr None: the first pass (each key's
-    index is its column)."""
+                         DESCENDING: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, WINDOW: tl.constexpr):
+    """One pass over digit DIGIT of BITS bits (the PASS-th pass run); i_ptr None: the first pass
+    (each key's index is its column)."""
+    DIGITS: tl.constexpr = 32 // BITS
+    BINS: tl.constexpr = 1 << BITS
     vid = tl.atomic_add(state_ptr + PASS, 1, sem="relaxed").to(tl.int64)
     r, t = vid // tiles, vid % tiles
     total = tl.num_programs(0).to(tl.int64)   # rows x tiles
-    status_ptr = state_ptr + 16 + total // tiles * 4 * BINS + PASS * total * BINS
+    status_ptr = state_ptr + 16 + total // tiles * DIGITS * BINS + PASS * total * BINS
     bins = tl.arange(0, BINS)
     local = tl.arange(0, BLOCK)
     key, inside = _sort_keys(v_ptr, r, t * BLOCK + local, n, DESCENDING)
-    digit = _digit(key, DIGIT)
+    digit = _digit(key, DIGIT, BITS)
     counts = tl.histogram(digit, BINS, mask=inside)
     mine = status_ptr + (r * tiles + t) * BINS + bins
     if t == 0:
         before = tl.zeros((BINS,), tl.int32)
     else:
         tl.atomic_xchg(mine, counts + 1, sem="relaxed")
-        before = _look_back(status_ptr, r, t, tiles, WINDOW)
+        before = _look_back(status_ptr, r, t, tiles, BINS, WINDOW)
     tl.atomic_xchg(mine, -(before + counts + 1), sem="relaxed")
-    row_counts = tl.load(state_ptr + 16 + (r * 4 + DIGIT) * BINS + bins)
+    row_counts = tl.load(state_ptr + 16 + (r * DIGITS + DIGIT) * BINS + bins)
     starts = tl.cumsum(row_counts, 0) - row_counts + before  # where the tile's first key of each digit lands
-    if RANK_BY_SORT:
+    if BITS == 8:
         # one sort of (digit, place) words: the keys in digit order, equal digits in input order;
         # a key's rank is its place in that order less where its digit starts in the tile
         ranked = tl.sort(tl.where(inside, digit, BINS) << 16 | local)
@@ -150,16 +155,17 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT:
         kept = d < BINS
         dest = tl.gather(starts - (tl.cumsum(counts, 0) - counts), tl.where(kept, d, 0), 0).to(tl.int64) + local
         cols = t * BLOCK + place
-        v = tl.load(v_ptr + r * n + cols, mask=kept)
     else:
-        # the interpreter's way (its bitonic network is slow): the equal digits before each key
-        # counted over a BLOCK x BLOCK comparison (small tiles only)
+        # 16 digits: a key's rank among the tile's keys of its digit is a cumsum of one-hot digits,
+        # four 16-bit counters packed to a uint64 (four cumsums a key instead of sixteen)
         kept = inside
         cols = t * BLOCK + local
-        earlier = (digit[None, :] == digit[:, None]) & (local[None, :] < local[:, None]) & inside[None, :]
-        rank = tl.sum(earlier.to(tl.int32), 1)
+        q = digit >> 2
+        sums = tl.where(q == 0, _field_sum(digit, inside, 0), tl.where(q == 1, _field_sum(digit, inside, 1), tl.where(
+            q == 2, _field_sum(digit, inside, 2), _field_sum(digit, inside, 3))))
+        rank = ((sums >> (16 * (digit & 3)).to(tl.uint64)) & 0xFFFF).to(tl.int32) - 1
         dest = tl.gather(starts, digit, 0).to(tl.int64) + rank
-        v = tl.load(v_ptr + r * n + cols, mask=kept)
+    v = tl.load(v_ptr + r * n + cols, mask=kept)
     if i_ptr is None:
         index = cols.to(tl.int32)
     else:
@@ -168,8 +174,10 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT:
     tl.store(i_out + r * n + dest, index.to(i_out.dtype.element_ty), mask=kept)
 
 
-def digit_passes(dtype) -> tuple[int, ...]:
-    return DIGIT_PASSES.get(dtype.name, tuple(range(DIGITS)))
+def digit_passes(dtype, bits: int) -> tuple[int, ...]:
+    """The digits (0 lowest) of `bits` bits whose pass the dtype's order key needs."""
+    varying = VARYING_BITS.get(dtype.name, range(32))
+    return tuple(j for j in range(32 // bits) if any(j * bits <= b < (j + 1) * bits for b in varying))
 
 
 def radix_setting(device, rows: int, n: int, dtype) -> dict:
@@ -184,24 +192,24 @@ def radix_sort(rows, descending: bool, setting=None, values=None):
     return done["values"], done["indices"]
 
 
-def state_words(rows: int, tiles: int, passes: int) -> int:
+def state_words(rows: int, tiles: int, passes: int, bits: int) -> int:
     """The int32 state: the counters, the row histograms, a pass's status words per tile and digit."""
-    return COUNTERS + rows * DIGITS * 256 + passes * rows * tiles * 256
+    return COUNTERS + (rows * (32 // bits) + passes * rows * tiles) * (1 << bits)
 
 
 def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPlan:
     n = shape[-1]
     rows = prod(shape) // n
     s = {**launch.tiles("radix", device), **dict(setting or {})}
-    block, warps = s["block"], s["num_warps"]
-    if block > (1 << 16 if s["rank_by_sort"] else 256):
-        raise ArgumentError(f"a radix tile of {block} keys is over what its ranking takes (rank_by_sort "
-                         f"{s['rank_by_sort']}: 16-bit places, else a block x block comparison of at most 256)")
+    block, warps, bits = s["block"], s["num_warps"], s["digit_bits"]
+    if block >= 1 << 16 or bits not in (4, 8):
+        raise ArgumentError(f"a radix tile ranks its keys by 16-bit places or counters, over digits of 4 or 8 bits: "
+                            f"block {block} and digit_bits {bits} are not such")
     tiles = triton.cdiv(n, block)
-    passes = digit_passes(dtype)
-    words = state_words(rows, tiles, len(passes))
+    passes = digit_passes(dtype, bits)
+    words = state_words(rows, tiles, len(passes), bits)
     per_row, chunk = split(rows, n, block, launch.tiles("select", device)["programs"])
-    meta = dict(DESCENDING=descending, BLOCK=block, num_warps=warps)
+    meta = dict(DESCENDING=descending, BITS=bits, BLOCK=block, num_warps=warps)
     launches = [Launch(zero_kernel, (triton.cdiv(words, 1024),), (Slot("state"), words), dict(BLOCK=1024, num_warps=4)),
                 Launch(radix_histogram_kernel, (rows, per_row), (Slot("x"), Slot("state"), n, chunk), meta)]
     for j, digit in enumerate(passes):
@@ -211,7 +219,7 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
         target, target_index = ("values", "indices") if last else ("vb", "ib") if j % 2 else ("va", "ia")
         launches.append(Launch(radix_scatter_kernel, (rows * tiles,),
                                (Slot(source), index, Slot(target), Slot(target_index), Slot("state"), n, tiles),
-                               {**meta, "DIGIT": digit, "PASS": j, "RANK_BY_SORT": bool(s["rank_by_sort"]),
+                               {**meta, "DIGIT": digit, "PASS": j,
                                 "WINDOW": min(LOOK_BACK, pow2_at_least(tiles))}))
     ping_pong = () if len(passes) == 1 else (
         plans.workspace("va", (rows * n,), dtype), plans.workspace("ia", (rows * n,), dtypes.int32)) + (
@@ -235,6 +243,6 @@ def radix_workload(rep, device):
 
 
 RADIX_SORT = autotune.declare(autotune.Tunable(
-    "radix_sort", params={"block": (1024, 2048, 4096, 8192), "num_warps": (4, 8, 16)},
+    "radix_sort", params={"block": (1024, 2048, 4096, 8192), "num_warps": (4, 8, 16), "digit_bits": (4, 8)},
     key={"width": "exact", "elements": "elements", "dtype": "dtype"}, default_from="tiles.radix",
     workload=radix_workload))
