@@ -160,10 +160,10 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT:
         # four 16-bit counters packed to a uint64 (four cumsums a key instead of sixteen)
         kept = inside
         cols = t * BLOCK + local
-        q = digit >> 2
-        sums = tl.where(q == 0, _field_sum(digit, inside, 0), tl.where(q == 1, _field_sum(digit, inside, 1), tl.where(
-            q == 2, _field_sum(digit, inside, 2), _field_sum(digit, inside, 3))))
-        rank = ((sums >> (16 * (digit & 3)).to(tl.uint64)) & 0xFFFF).to(tl.int32) - 1
+        rank = tl.zeros((BLOCK,), tl.int32)
+        for q in tl.static_range(4):  # one cumsum live at a time (registers: a tile of 16 keys a thread)
+            field = (_field_sum(digit, inside, q) >> (16 * (digit & 3)).to(tl.uint64)) & 0xFFFF
+            rank = tl.where((digit >> 2) == q, field.to(tl.int32) - 1, rank)
         dest = tl.gather(starts, digit, 0).to(tl.int64) + rank
     v = tl.load(v_ptr + r * n + cols, mask=kept)
     if i_ptr is None:
