@@ -40,6 +40,7 @@ TOP_BIT = tl.constexpr(WEIGHT_BITS)
 BINS = tl.constexpr(512)          # weight_digit < 8 * 42
 # the bounds' margins (float32-exact: a float constant enters a kernel as float32)
 MORE, LESS = tl.constexpr(1.0 + 2.0 ** -20), tl.constexpr(1.0 - 2.0 ** -20)
+TINY = tl.constexpr(2.0 ** -40)
 BAND = tl.constexpr(4)            # a row's band record: lo, hi, d_min, d_max
 
 
@@ -165,26 +166,39 @@ def _bin_bounds(d):
 
 
 @triton.jit
+def _bin_mass(hist_ptr, r, C, d, LOW: tl.constexpr):
+    """(the least if LOW, else the most) mass row r's weights of digit d can hold, float64."""
+    n = tl.zeros(d.shape, tl.int32)
+    real = (d >= 0) & (d < BINS)
+    for c in range(0, C):
+        n += tl.load(hist_ptr + (r * C + c) * BINS + d, mask=real, other=0)
+    low, high = _bin_bounds(d)
+    if LOW:
+        return n.to(tl.float64) * low.to(tl.float64) * LESS
+    return n.to(tl.float64) * high.to(tl.float64) * MORE
+
+
+@triton.jit
 def band_kernel(total_ptr, hist_ptr, band_ptr, count_ptr, P, C, CB: tl.constexpr):
     """The band of digits that must hold row r's top-p threshold t, from count bounds on the
-    bins' masses (float64 with a 2**-20 margin, far above the sums' rounding), and [lo, hi)."""
+    bins' masses (float64 with a 2**-20 margin, far above the sums' rounding), and [lo, hi).
+    Each bound on a mass above a digit is also read off the exact total minus the bound on the
+    mass below it, so the band stays narrow for p near 1 too."""
     r = tl.program_id(0).to(tl.int64)
-    goal = _row_sum(total_ptr, r, C, CB).to(tl.float64) * P
+    total = _row_sum(total_ptr, r, C, CB).to(tl.float64)
+    goal = total * P
     i = tl.arange(0, BINS)
     d = BINS - 1 - i                      # i = 0: the heaviest digit
-    n = tl.zeros((BINS,), tl.int32)
-    n_next = tl.zeros((BINS,), tl.int32)  # the counts of digit d + 1
-    for c in range(0, C):
-        n += tl.load(hist_ptr + (r * C + c) * BINS + d)
-        n_next += tl.load(hist_ptr + (r * C + c) * BINS + d + 1, mask=d + 1 < BINS, other=0)
-    low, high = _bin_bounds(d)
-    low_next, _ = _bin_bounds(d + 1)
-    # at most / at least the mass of the digits >= d, and at least that of the digits > d
-    most = tl.cumsum(n.to(tl.float64) * high.to(tl.float64), 0) * MORE
-    least_above = tl.cumsum(n_next.to(tl.float64) * low_next.to(tl.float64), 0) * LESS
+    # at most the mass of the digits >= d; at least the mass of the digits > d
+    # (the slack total * TINY: the total and the masses as float64 are rounded)
+    most = tl.minimum(tl.cumsum(_bin_mass(hist_ptr, r, C, d, False), 0),
+                      total + total * TINY - tl.cumsum(_bin_mass(hist_ptr, r, C, d - 1, True), 0, reverse=True))
+    least_above = tl.maximum(tl.cumsum(_bin_mass(hist_ptr, r, C, d + 1, True), 0),
+                             total - total * TINY - tl.cumsum(_bin_mass(hist_ptr, r, C, d, False), 0, reverse=True))
     # t's digit d* has mass(>= d*) >= goal and mass(> d*) < goal
     d_max = BINS - 1 - tl.min(tl.where(most >= goal, i, BINS), axis=0)
     d_min = BINS - 1 - tl.max(tl.where(least_above < goal, i, -1), axis=0)
+    low, high = _bin_bounds(d)
     lo = tl.sum(tl.where(d == d_min, low, 0), axis=0)
     hi = tl.sum(tl.where(d == d_max, high, 0), axis=0)
     lost = d_min > d_max                  # never expected: then the band is every weight

@@ -1,0 +1,75 @@
+"""The decoding step split over rows x chunks of programs (sampling/kernel.py) against the numpy
+reference: the exact tokens, on every top-p path (the band's weights bisected in registers, over
+copied blocks, over the row), on interp in CI (tiles.sampling: 64-element blocks, 100 candidates)
+and on the GPU at the benchmark's shape (marked gpu)."""
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.core.ops.sampling import floor_weight, sample_reference
+from nbx.kernels import launch, plans
+from nbx.kernels.sampling import sample_plan
+
+rng = np.random.default_rng(41)
+
+
+def run(x, temperature, k, p, floor, u):
+    """The plan's values after a run (tokens and workspace), with the row uniforms u."""
+    rows, vocab = x.shape
+    plan = sample_plan(rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, x.device)
+    f32 = lambda v: float(np.float32(v))  # noqa: E731 - the scalars as the front-end passes them
+    return plans.execute(plan, {"x": x, "u": nbx.asarray(u).to(x.device), "inv_t": f32(1.0 / temperature), "k": k,
+                                "p": f32(p), "floor": floor_weight(floor)})
+
+
+def reference(x, temperature, k, p, floor, u, monkeypatch):
+    """sample_reference with the row uniforms u (the reference reads them from the Philox stream)."""
+    from nbx.core.random import philox
+    monkeypatch.setattr(philox, "uniform_stream", lambda seed, offset, rows: u)
+    return sample_reference(x.to("cpu"), temperature, k, p, floor, 0, 0)
+
+
+def test_every_top_p_path_draws_the_references_tokens_across_chunks(device, monkeypatch):
+    tiles = launch.tiles("sampling", device)
+    vocab = 2 * tiles["block"] + 11
+    peaked = rng.standard_normal(vocab) * 3
+    flat = rng.standard_normal(vocab) * 0.04   # a band of most of the row: more than a block, within the cap
+    equal = np.zeros(vocab)                    # one weight everywhere: more than the cap
+    x = nbx.asarray(np.stack([peaked, flat, equal]).astype(np.float32)).to(device)
+    u = rng.random(3).astype(np.float32)
+    done = run(x, 1.0, vocab, 0.6, 0.0, u)
+    counts = done["count"].numpy()
+    assert counts[0] <= tiles["block"] < counts[1] <= tiles["candidates"] < counts[2], counts
+    assert len(set(done["maxes"].shape)) == 1 and done["maxes"].shape[0] > 3  # rows split over chunks
+    np.testing.assert_array_equal(done["tokens"].numpy(), reference(x, 1.0, vocab, 0.6, 0.0, u, monkeypatch))
+
+
+def test_top_k_top_p_and_min_p_together_and_masked_logits_draw_the_references_tokens(device, monkeypatch):
+    vocab = 2 * launch.tiles("sampling", device)["block"] + 11
+    a = rng.standard_normal((2, vocab)) * 2
+    a[0, ::3] = -np.inf                        # a masked vocabulary
+    a[1, :40] = a[1, 40]                       # ties at the top
+    x = nbx.asarray(a.astype(np.float32)).to(dtype=nbx.bfloat16).to(device)
+    u = np.array([0.999999, 0.3], np.float32)
+    for temperature, k, p, floor in ((0.7, 9, 0.9, 0.02), (3.0, vocab - 1, 0.95, 0.0), (1.0, vocab, 0.0, 0.0)):
+        got = run(x, temperature, k, p, floor, u)["tokens"].numpy()
+        np.testing.assert_array_equal(got, reference(x, temperature, k, p, floor, u, monkeypatch))
+
+
+@pytest.mark.gpu
+def test_the_benchmark_step_draws_the_references_tokens_inside_the_float64_top_p_set_on_the_gpu():
+    device = nbx.as_device("cuda")
+    logits = (nbx.randn(64, 151936, generator=nbx.Generator(seed=0)) * 3.0).to(dtype=nbx.bfloat16)
+    on_gpu = logits.to(device)
+    for seed in range(3):
+        got = nbx.sample(on_gpu, temperature=0.7, top_p=0.9, generator=nbx.Generator(seed=seed)).numpy()
+        expected = nbx.sample(logits, temperature=0.7, top_p=0.9, generator=nbx.Generator(seed=seed)).numpy()
+        np.testing.assert_array_equal(got, expected)
+        l = logits.numpy().astype(np.float64) / 0.7
+        prob = np.exp(l - l.max(axis=1, keepdims=True))
+        prob /= prob.sum(axis=1, keepdims=True)
+        ordered = -np.sort(-prob, axis=1)
+        cut = np.argmax(np.cumsum(ordered, axis=1) >= 0.9, axis=1)
+        smallest_kept = ordered[np.arange(64), cut]
+        # the integer weights are exp within ~1e-7: only a token at the set's edge could differ
+        assert np.all(prob[np.arange(64), got] >= smallest_kept * (1 - 1e-6))
