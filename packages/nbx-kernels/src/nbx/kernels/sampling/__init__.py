@@ -44,7 +44,7 @@ def _f32(value: float) -> float:
 
 def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device) -> LaunchPlan:
     tiles = launch.tiles("sampling", device)
-    block, cap = tiles["block"], tiles["candidates"]
+    block, cap = tiles["block"], lanes(tiles["candidates"])  # the sort of the copies takes a power of two
     chunks, chunk = split(rows, vocab, block, tiles["programs"])
     grid, C = (rows, chunks), chunks
     meta = dict(BLOCK=block, num_warps=tiles["num_warps"], enable_fp_fusion=False)
@@ -83,25 +83,27 @@ def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: b
                    dict(wide, TOP_K=top_k)),
             Launch(resolve_kernel, (rows,), (x, Slot("maxes"), sel, Slot("totals"), Slot("band"), Slot("count"),
                                              Slot("above"), Slot("candidates"), Slot("cut"), vocab, inv_t, Slot("k"),
-                                             Slot("p"), C, cap), dict(wide, TOP_K=top_k))]
+                                             Slot("p"), C), dict(wide, TOP_K=top_k, CAP=cap))]
     launches += [
         Launch(kept_kernel, grid, (x, Slot("maxes"), sel, cut, Slot("kept"), Slot("last"), vocab, inv_t, Slot("k"),
                                    Slot("floor"), chunk), dict(wide, **flags)),
         Launch(draw_kernel, (rows,), (x, Slot("maxes"), sel, cut, Slot("kept"), Slot("last"), Slot("u"),
                                       Slot("tokens"), vocab, inv_t, Slot("k"), Slot("floor"), chunk, C),
                dict(wide, **flags))]
-    return LaunchPlan(device, tuple(launches) if rows else (),
-                      outputs=(plans.output("tokens", (rows,), dtypes.INDEX),), workspace=tuple(workspace))
+    return LaunchPlan(device, tuple(launches) if rows else (), outputs=(plans.output("tokens", (rows,), dtypes.INDEX),),
+                      workspace=tuple(workspace) if rows else ())
 
 
 @declares("sample")
 def _sample_cost(logits: Tensor, temperature=1.0, k=None, p=1.0, floor=0.0, seed=0, offset=0) -> Cost:
+    """The plan's buffers and launches (and the uniforms' draw); the passes over the logits."""
     vocab = logits.shape[-1]
     rows = logits.size // max(vocab, 1)
     top_k, top_p = k is not None and k < vocab, p < 1.0
+    plan = sample_plan(rows, vocab, logits.dtype, top_k, top_p, floor > 0.0, logits.device)
     passes = 2 + (4 if top_k else 0) + (2 if top_p else 0)  # max, kept; select's 4; mass, compact (the draw: one chunk)
-    return Cost(buffers=(Buffer("tokens", rows * 8), Buffer("uniforms", rows * 4, LAUNCH)),
-                bytes_moved=passes * logits.nbytes + rows * 12, launches=3 + (5 if top_k else 0) + (4 if top_p else 0),
+    return Cost(buffers=plan.buffers() + (Buffer("uniforms", rows * 4, LAUNCH),),
+                bytes_moved=passes * logits.nbytes + rows * 12, launches=len(plan.launches) + 1,
                 notes=(f"{passes} passes over each row, split over programs (the later ones L2-resident); "
                        "the top-p bisection runs over the band of weights that holds its threshold",))
 

@@ -41,7 +41,8 @@ BINS = tl.constexpr(512)          # weight_digit < 8 * 42
 # the bounds' margins (float32-exact: a float constant enters a kernel as float32)
 MORE, LESS = tl.constexpr(1.0 + 2.0 ** -20), tl.constexpr(1.0 - 2.0 ** -20)
 TINY = tl.constexpr(2.0 ** -40)
-BAND = tl.constexpr(4)            # a row's band record: lo, hi, d_min, d_max
+BAND = tl.constexpr(4)
+PIVOTS = tl.constexpr(8)           # the masses one sweep of the row bisection weighs            # a row's band record: lo, hi, d_min, d_max
 
 
 @triton.jit
@@ -245,41 +246,49 @@ def compact_kernel(x_ptr, max_ptr, sel_ptr, band_ptr, count_ptr, above_ptr, cand
 
 
 @triton.jit
+def _sorted_threshold(cand_ptr, r, CAP, count, above, goal, WIDTH: tl.constexpr):
+    """The largest copied weight v whose {w >= v} holds float64 mass >= goal (above: the mass over
+    the band): the copies sorted, their mass from each one up a reverse cumsum (at the first of
+    equal weights it holds them all)."""
+    lanes = tl.arange(0, WIDTH)
+    held = tl.sort(tl.load(cand_ptr + r * CAP + lanes, mask=lanes < count, other=0))
+    mass = (above + tl.cumsum(held, 0, reverse=True)).to(tl.float64)
+    return tl.max(tl.where((held > 0) & (mass >= goal), held, 0), axis=0)
+
+
+@triton.jit
 def resolve_kernel(x_ptr, max_ptr, sel_ptr, total_ptr, band_ptr, count_ptr, above_ptr, cand_ptr, cut_ptr,
-                   V, inv_t, K, P, C, CAP, TOP_K: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr):
-    """cut[r] = the largest t whose {w >= t} holds float64 mass >= goal, by bisection in [lo, hi)."""
+                   V, inv_t, K, P, C, TOP_K: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
+                   CAP: tl.constexpr):
+    """cut[r] = the largest t whose {w >= t} holds float64 mass >= goal: t is one of the band's
+    weights, found among their copies when they all fit (CAP), else by bisection in [lo, hi) over
+    the row (PIVOTS masses a sweep)."""
     r = tl.program_id(0).to(tl.int64)
     goal = _row_sum(total_ptr, r, C, CB).to(tl.float64) * P
-    above = _row_sum(above_ptr, r, C, CB)
-    lo = tl.load(band_ptr + r * BAND)
-    hi = tl.load(band_ptr + r * BAND + 1)
     count = tl.load(count_ptr + r).to(tl.int64)
-    lanes = tl.arange(0, BLOCK)
-    if count <= BLOCK:                    # the band in registers
-        held = tl.load(cand_ptr + r * CAP + lanes, mask=lanes < count, other=0)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            ok = (above + tl.sum(tl.where(held >= mid, held, 0), axis=0)).to(tl.float64) >= goal
-            lo = tl.where(ok, mid, lo)
-            hi = tl.where(ok, hi, mid)
+    lo = tl.load(band_ptr + r * BAND)
+    if count <= BLOCK:
+        if count > 0:
+            lo = _sorted_threshold(cand_ptr, r, CAP, count, _row_sum(above_ptr, r, C, CB), goal, BLOCK)
     elif count <= CAP:
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            mass = above
-            for start in range(0, count, BLOCK):
-                held = tl.load(cand_ptr + r * CAP + start + lanes, mask=start + lanes < count, other=0)
-                mass += tl.sum(tl.where(held >= mid, held, 0), axis=0)
-            ok = mass.to(tl.float64) >= goal
-            lo = tl.where(ok, mid, lo)
-            hi = tl.where(ok, hi, mid)
+        lo = _sorted_threshold(cand_ptr, r, CAP, count, _row_sum(above_ptr, r, C, CB), goal, CAP)
     else:                                 # a band too wide to copy: the row itself
+        hi = tl.load(band_ptr + r * BAND + 1)
         m = _row_max(max_ptr, r, C, CB)
         kth = _kth_key(sel_ptr, r, K, inv_t, TOP_K)
+        j = tl.arange(0, PIVOTS)
         while hi - lo > 1:
-            mid = (lo + hi) // 2
-            ok = _row_total(x_ptr, r, V, inv_t, m, kth, mid, BLOCK).to(tl.float64) >= goal
-            lo = tl.where(ok, mid, lo)
-            hi = tl.where(ok, hi, mid)
+            step = tl.maximum((hi - lo) // (PIVOTS + 1), 1)
+            pivots = tl.minimum(lo + step * (j + 1), hi - 1)
+            mass = tl.zeros((PIVOTS,), tl.int64)
+            for start in range(0, V, BLOCK):
+                l, inside = _scaled(x_ptr, r, start + tl.arange(0, BLOCK), V, inv_t)
+                w = _weights(l, inside, m, kth, 0, 0, False)
+                mass += tl.sum(tl.where(w[:, None] >= pivots[None, :], w[:, None], 0), axis=0)
+            ok = mass.to(tl.float64) >= goal     # true up to some pivot: the mass falls as they rise
+            below = tl.max(tl.where(ok, pivots, lo), axis=0)
+            hi = tl.min(tl.where(ok, hi, pivots), axis=0)
+            lo = below
     tl.store(cut_ptr + r, lo)
 
 
