@@ -1,6 +1,6 @@
 """The decoding step split over rows x chunks of programs (sampling/kernel.py) against the numpy
-reference: the exact tokens, on every top-p path (the band's weights bisected in registers, over
-copied blocks, over the row), on interp in CI (tiles.sampling: 64-element blocks, 100 candidates)
+reference: the exact tokens, on every top-p path (the band's weights sorted in a short block, in
+the whole copy, over the row), on interp in CI (tiles.sampling: 64-element blocks, 128 candidates)
 and on the GPU at the benchmark's shape (marked gpu)."""
 import numpy as np
 import pytest

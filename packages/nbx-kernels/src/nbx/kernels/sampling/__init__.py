@@ -48,6 +48,7 @@ def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: b
     chunks, chunk = split(rows, vocab, block, tiles["programs"])
     grid, C = (rows, chunks), chunks
     meta = dict(BLOCK=block, num_warps=tiles["num_warps"], enable_fp_fusion=False)
+    small = min(lanes(block), 256, cap)  # most bands: a short sort
     wide = dict(meta, CB=lanes(chunks))
     x, inv_t = Slot("x"), Slot("inv_t")
     # a kernel told TOP_K / TOP_P False never reads its select-histogram / cut pointer: maxes stands in
@@ -83,7 +84,7 @@ def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: b
                    dict(wide, TOP_K=top_k)),
             Launch(resolve_kernel, (rows,), (x, Slot("maxes"), sel, Slot("totals"), Slot("band"), Slot("count"),
                                              Slot("above"), Slot("candidates"), Slot("cut"), vocab, inv_t, Slot("k"),
-                                             Slot("p"), C), dict(wide, TOP_K=top_k, CAP=cap))]
+                                             Slot("p"), C), dict(wide, TOP_K=top_k, SMALL=small, CAP=cap))]
     launches += [
         Launch(kept_kernel, grid, (x, Slot("maxes"), sel, cut, Slot("kept"), Slot("last"), vocab, inv_t, Slot("k"),
                                    Slot("floor"), chunk), dict(wide, **flags)),

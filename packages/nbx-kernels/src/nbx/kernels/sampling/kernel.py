@@ -41,8 +41,8 @@ BINS = tl.constexpr(512)          # weight_digit < 8 * 42
 # the bounds' margins (float32-exact: a float constant enters a kernel as float32)
 MORE, LESS = tl.constexpr(1.0 + 2.0 ** -20), tl.constexpr(1.0 - 2.0 ** -20)
 TINY = tl.constexpr(2.0 ** -40)
-BAND = tl.constexpr(4)
-PIVOTS = tl.constexpr(8)           # the masses one sweep of the row bisection weighs            # a row's band record: lo, hi, d_min, d_max
+BAND = tl.constexpr(4)            # a row's band record: lo, hi, d_min, d_max
+PIVOTS = tl.constexpr(8)          # the masses one sweep of the row bisection weighs
 
 
 @triton.jit
@@ -169,7 +169,7 @@ def _bin_bounds(d):
 @triton.jit
 def _bin_mass(hist_ptr, r, C, d, LOW: tl.constexpr):
     """(the least if LOW, else the most) mass row r's weights of digit d can hold, float64."""
-    n = tl.zeros(d.shape, tl.int32)
+    n = tl.zeros((BINS,), tl.int32)
     real = (d >= 0) & (d < BINS)
     for c in range(0, C):
         n += tl.load(hist_ptr + (r * C + c) * BINS + d, mask=real, other=0)
@@ -207,7 +207,7 @@ def band_kernel(total_ptr, hist_ptr, band_ptr, count_ptr, P, C, CB: tl.constexpr
     hi = tl.where(lost, WEIGHT_OF_ONE + 1, hi)
     d_min = tl.where(lost, 0, d_min)
     d_max = tl.where(lost, BINS - 1, d_max)
-    nothing = ~(goal > 0)                 # p = 0, or no weight: the bisection's answer, 2**40
+    nothing = goal <= 0.0                 # p = 0, or no weight: the bisection's answer, 2**40
     lo = tl.where(nothing, WEIGHT_OF_ONE, lo)
     hi = tl.where(nothing, WEIGHT_OF_ONE + 1, hi)
     d_min = tl.where(nothing, BINS, d_min)
@@ -259,17 +259,17 @@ def _sorted_threshold(cand_ptr, r, CAP, count, above, goal, WIDTH: tl.constexpr)
 @triton.jit
 def resolve_kernel(x_ptr, max_ptr, sel_ptr, total_ptr, band_ptr, count_ptr, above_ptr, cand_ptr, cut_ptr,
                    V, inv_t, K, P, C, TOP_K: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
-                   CAP: tl.constexpr):
+                   SMALL: tl.constexpr, CAP: tl.constexpr):
     """cut[r] = the largest t whose {w >= t} holds float64 mass >= goal: t is one of the band's
-    weights, found among their copies when they all fit (CAP), else by bisection in [lo, hi) over
-    the row (PIVOTS masses a sweep)."""
+    weights, found among their copies when they all fit (CAP; a short sort for SMALL or fewer),
+    else by bisection in [lo, hi) over the row (PIVOTS masses a sweep)."""
     r = tl.program_id(0).to(tl.int64)
     goal = _row_sum(total_ptr, r, C, CB).to(tl.float64) * P
     count = tl.load(count_ptr + r).to(tl.int64)
     lo = tl.load(band_ptr + r * BAND)
-    if count <= BLOCK:
+    if count <= SMALL:
         if count > 0:
-            lo = _sorted_threshold(cand_ptr, r, CAP, count, _row_sum(above_ptr, r, C, CB), goal, BLOCK)
+            lo = _sorted_threshold(cand_ptr, r, CAP, count, _row_sum(above_ptr, r, C, CB), goal, SMALL)
     elif count <= CAP:
         lo = _sorted_threshold(cand_ptr, r, CAP, count, _row_sum(above_ptr, r, C, CB), goal, CAP)
     else:                                 # a band too wide to copy: the row itself
