@@ -45,7 +45,7 @@ def test_every_top_p_path_draws_the_references_tokens_across_chunks(device, monk
 
 
 def test_top_k_top_p_and_min_p_together_and_masked_logits_draw_the_references_tokens(device, monkeypatch):
-    vocab = 2 * launch.tiles("sampling", device)["block"] + 11
+    vocab = launch.tiles("sampling", device)["block"] + 11  # two chunks a row
     a = rng.standard_normal((2, vocab)) * 2
     a[0, ::3] = -np.inf                        # a masked vocabulary
     a[1, :40] = a[1, 40]                       # ties at the top
