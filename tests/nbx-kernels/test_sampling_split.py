@@ -56,6 +56,31 @@ def test_top_k_top_p_and_min_p_together_and_masked_logits_draw_the_references_to
         np.testing.assert_array_equal(got, reference(x, temperature, k, p, floor, u, monkeypatch))
 
 
+def _case(name: str, constexprs: dict):
+    """(module, kernel, signature, constexprs) of a sampling kernel for the sm_90 lowering."""
+    import inspect
+    from nbx.kernels.sampling import kernel as module
+    pointers = {"x_ptr": "*bf16", "max_ptr": "*fp32", "u_ptr": "*fp32", "sel_ptr": "*i32", "hist_ptr": "*i32",
+                "count_ptr": "*i32"}  # the others hold int64
+    scalars = {"inv_t": "fp32", "P": "fp32", "FLOOR": "i64"}
+    names = inspect.signature(getattr(module, name).fn).parameters
+    signature = {n: pointers.get(n, "*i64") if n.endswith("_ptr") else scalars.get(n, "i32")
+                 for n in names if n not in constexprs}
+    return module.__name__, name, signature, constexprs
+
+
+def test_the_split_sampling_kernels_lower_for_sm90_with_every_filter():
+    from test_kernels_lower_for_hopper import lowering_failures
+    tiles = dict(CB=16, BLOCK=2048)
+    cases = [_case("chunk_max_kernel", {"BLOCK": 2048}), _case("band_kernel", {"CB": 16})]
+    for on in (False, True):  # every filter off, every filter on
+        flags = dict(tiles, TOP_K=on, TOP_P=on, MIN_P=on)
+        cases += [_case("mass_kernel", dict(tiles, TOP_K=on)), _case("compact_kernel", dict(tiles, TOP_K=on)),
+                  _case("resolve_kernel", dict(tiles, TOP_K=on, SMALL=256, CAP=4096)), _case("kept_kernel", flags),
+                  _case("draw_kernel", flags)]
+    assert lowering_failures(cases) == []
+
+
 @pytest.mark.gpu
 def test_the_benchmark_step_draws_the_references_tokens_inside_the_float64_top_p_set_on_the_gpu():
     device = nbx.as_device("cuda")
