@@ -1,0 +1,120 @@
+"""The decode loop's host work: each token one replay of the captured step and one small read.
+
+On interp nbx.graph runs the captured step's function eagerly, so what the host does outside it
+(the loop's own reads, uploads, synchronizations and ops) is what it does around a CUDA graph's
+replay on a GPU. The tokens are held to the eager decode's, the cpu's and the float64 reference's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from model_checks import assert_greedy_matches
+from model_reference import decoder_logits
+
+import nbx.core as nbx
+from nbx import models
+from nbx.core import deferred_checks, dispatch
+from nbx.models.writer import small_config
+
+PROMPTS = [[1, 17, 42, 5, 99, 23, 64, 8], [3, 4, 5]]
+NEW = 4
+
+
+@dataclass
+class HostWork:
+    """What the host does outside a step's function (nbx.core.dispatch's observer), in order:
+    ("op", name), ("read", nbytes), ("upload", nbytes), ("sync", device), ("token", row)."""
+    events: list = field(default_factory=list)
+    _depth: int = 0
+
+    def record(self, op, fn, *args, **kwargs):
+        if self._depth or deferred_checks.deferring():
+            return fn(*args, **kwargs)
+        self.events.append(("op", op))
+        self._depth += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._depth -= 1
+
+    def allocated(self, storage) -> None:
+        pass
+
+    def host_access(self, tensor, what: str) -> None:
+        if not self._depth and not deferred_checks.deferring():
+            self.events.append(("read" if what == "numpy()" else "upload", tensor.nbytes))
+
+    def steps(self) -> list[list]:
+        """The events before each step's first token (a step's tokens come one a row, together)."""
+        out, current = [], []
+        for event in self.events:
+            if event[0] == "token":
+                if current or not out:
+                    out.append(current)
+                current = []
+            else:
+                current.append(event)
+        return out + [current]   # the last: what follows the generation's last token
+
+
+@pytest.fixture
+def interp():
+    from nbx.core.device import backends
+    if "interp" not in backends():
+        pytest.skip("the interp device is not registered (a GPU run: TRITON_INTERPRET is not 1)")
+    return nbx.as_device("interp")
+
+
+def test_each_decoded_token_costs_the_host_one_replay_and_one_small_read_and_the_tokens_are_the_eager_decodes(
+        tmp_path, interp, monkeypatch):
+    folder = models.write_checkpoint(tmp_path / "m", small_config("LlamaForCausalLM", num_hidden_layers=1), seed=11)
+    model = models.load(folder, device=interp)
+    model.graph_decoding = False
+    free = model.generate_batch(PROMPTS, NEW)
+    assert model.last_decode == "eager"
+    for prompt, tokens in zip(PROMPTS, free):
+        assert_greedy_matches(tokens, decoder_logits(folder, prompt + tokens), len(prompt), nbx.float32, interp)
+    assert models.load(folder).generate_batch(PROMPTS, NEW) == free   # the cpu's numpy references
+    # the second sequence stops at its second token: the step's rows change once, mid-generation
+    eos = free[1][1]
+    assert eos not in free[0] and eos != free[1][0]
+    model.eos = (eos,)
+    expected = [free[0], free[1][:2]]
+
+    model.graph_decoding = True
+    work = HostWork()
+    from nbx.core.device import get_backend
+    backend = get_backend("interp")
+    synchronize = backend.synchronize
+    monkeypatch.setattr(backend, "synchronize", lambda device: (work.events.append(("sync", str(device))),
+                                                                synchronize(device))[1])
+    with dispatch.observed(work):
+        got = model.generate_batch(PROMPTS, NEW, on_token=lambda row, token: work.events.append(("token", row)))
+    assert model.last_decode == "graph"
+    assert got == expected
+
+    steps = work.steps()
+    assert len(steps) == NEW + 1
+    rows = [2, 2, 1, 1]   # the rows decoding at each step
+    for index, events in enumerate(steps[1:NEW], start=1):
+        reads = [e for e in events if e[0] == "read"]
+        assert reads == [("read", 8 * rows[index])], f"step {index}: one read of the next ids, got {events}"
+        assert not [e for e in events if e[0] == "sync"], f"step {index}: {events}"
+        uploads = [e for e in events if e[0] == "upload"]
+        if rows[index] == rows[index - 1] and index > 1:
+            # nothing but the replay: interp's eager stand-in copies the step's outputs (a GPU graph writes them)
+            assert uploads == [] and [e for e in events if e[0] == "op"] == [("op", "copy_")], f"step {index}: {events}"
+        else:   # a batch's first step: its rows' state (ids, positions, slot and block tables, cu_seqlens) written once
+            assert 0 < len(uploads) <= 5, f"step {index}: {events}"
+    assert [e for e in steps[NEW] if e[0] != "op"] == [("read", 4)], "after the last token: the step flag, once"
+
+
+def test_sampled_decoding_through_the_captured_step_draws_the_eager_decodes_tokens(tmp_path, interp):
+    folder = models.write_checkpoint(tmp_path / "m", small_config("LlamaForCausalLM", num_hidden_layers=1), seed=5)
+    model = models.load(folder, device=interp)
+    model.graph_decoding = False
+    eager = model.generate(PROMPTS[1], 3, temperature=0.8, top_k=20, seed=3)
+    model.graph_decoding = True
+    assert model.generate(PROMPTS[1], 3, temperature=0.8, top_k=20, seed=3) == eager
+    assert model.last_decode == "graph"
