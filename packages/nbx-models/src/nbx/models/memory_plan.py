@@ -19,7 +19,8 @@ Bytes are the bytes asked (nbx.memory's pool reports its peak of requested bytes
 
 Not priced: kernels' launch workspaces (split-K partials of decode rows, the paged attention's
 split partials: kilobytes to a few MiB at batch 1), sampling's workspaces (greedy is priced), the
-captured decode steps' private pools (nbx.graph: outside the allocator's figures, reported apart),
+captured decode steps' private pools (nbx.graph: outside the allocator's figures, reported apart)
+and their state (ids, positions, cu_seqlens, the block and slot tables: batch x capacity int32),
 the autotune screens a first run makes, and mixture-of-experts layers (refused by name).
 """
 from __future__ import annotations
