@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from model_checks import assert_greedy_matches
+from model_checks import assert_greedy_matches, model_dtype
 from model_reference import decoder_logits
 
 import nbx.core as nbx
@@ -66,29 +66,39 @@ def interp():
     return nbx.as_device("interp")
 
 
+@pytest.fixture(params=["interp", pytest.param("cuda", marks=pytest.mark.gpu)])
+def stepping(request):
+    """The devices whose decode steps are nbx.graph steps: interp (run eagerly) and cuda (graphs)."""
+    return request.getfixturevalue("interp") if request.param == "interp" else nbx.as_device("cuda")
+
+
 def test_each_decoded_token_costs_the_host_one_replay_and_one_small_read_and_the_tokens_are_the_eager_decodes(
-        tmp_path, interp, monkeypatch):
-    folder = models.write_checkpoint(tmp_path / "m", small_config("LlamaForCausalLM", num_hidden_layers=1), seed=11)
-    model = models.load(folder, device=interp)
+        tmp_path, stepping, monkeypatch):
+    device = stepping
+    dtype = model_dtype(device)
+    folder = models.write_checkpoint(tmp_path / "m", small_config("LlamaForCausalLM", num_hidden_layers=1), seed=11,
+                                     dtype=dtype)
+    model = models.load(folder, device=device)
     model.graph_decoding = False
     free = model.generate_batch(PROMPTS, NEW)
     assert model.last_decode == "eager"
     for prompt, tokens in zip(PROMPTS, free):
-        assert_greedy_matches(tokens, decoder_logits(folder, prompt + tokens), len(prompt), nbx.float32, interp)
-    assert models.load(folder).generate_batch(PROMPTS, NEW) == free   # the cpu's numpy references
-    # the second sequence stops at its second token: the step's rows change once, mid-generation
-    eos = free[1][1]
-    assert eos not in free[0] and eos != free[1][0]
-    model.eos = (eos,)
-    expected = [free[0], free[1][:2]]
+        assert_greedy_matches(tokens, decoder_logits(folder, prompt + tokens), len(prompt), dtype, device)
+    if device.type == "interp":
+        assert models.load(folder).generate_batch(PROMPTS, NEW) == free   # the cpu's numpy references
+    # the second sequence stops at an EOS id mid-generation: the step's rows change once
+    stops = [j for j in range(1, NEW - 1) if free[1][j] not in free[0] and free[1][j] not in free[1][:j]]
+    assert stops, f"no token of the second sequence stops it alone: {free}"
+    stop = stops[0]
+    model.eos = (free[1][stop],)
+    expected = [free[0], free[1][:stop + 1]]
 
     model.graph_decoding = True
     work = HostWork()
     from nbx.core.device import get_backend
-    backend = get_backend("interp")
+    backend = get_backend(device.type)
     synchronize = backend.synchronize
-    monkeypatch.setattr(backend, "synchronize", lambda device: (work.events.append(("sync", str(device))),
-                                                                synchronize(device))[1])
+    monkeypatch.setattr(backend, "synchronize", lambda d: (work.events.append(("sync", str(d))), synchronize(d))[1])
     with dispatch.observed(work):
         got = model.generate_batch(PROMPTS, NEW, on_token=lambda row, token: work.events.append(("token", row)))
     assert model.last_decode == "graph"
@@ -96,17 +106,18 @@ def test_each_decoded_token_costs_the_host_one_replay_and_one_small_read_and_the
 
     steps = work.steps()
     assert len(steps) == NEW + 1
-    rows = [2, 2, 1, 1]   # the rows decoding at each step
+    rows = [2] * (stop + 1) + [1] * (NEW - stop - 1)   # the rows decoding at each step
+    # interp's eager stand-in copies the step's outputs (a GPU graph writes them): the one op it runs
+    replay_ops = [("op", "copy_")] if device.type == "interp" else []
     for index, events in enumerate(steps[1:NEW], start=1):
         reads = [e for e in events if e[0] == "read"]
         assert reads == [("read", 8 * rows[index])], f"step {index}: one read of the next ids, got {events}"
         assert not [e for e in events if e[0] == "sync"], f"step {index}: {events}"
         uploads = [e for e in events if e[0] == "upload"]
-        if rows[index] == rows[index - 1] and index > 1:
-            # nothing but the replay: interp's eager stand-in copies the step's outputs (a GPU graph writes them)
-            assert uploads == [] and [e for e in events if e[0] == "op"] == [("op", "copy_")], f"step {index}: {events}"
-        else:   # a batch's first step: its rows' state (ids, positions, slot and block tables, cu_seqlens) written once
-            assert 0 < len(uploads) <= 5, f"step {index}: {events}"
+        if index > 1 and rows[index] == rows[index - 1]:
+            assert uploads == [] and [e for e in events if e[0] == "op"] == replay_ops, f"step {index}: {events}"
+        else:   # a batch's first step: its rows' state written once (and, after a graph's capture, once again)
+            assert 0 < len(uploads) <= 5 + 2 * (device.type == "cuda"), f"step {index}: {events}"
     assert [e for e in steps[NEW] if e[0] != "op"] == [("read", 4)], "after the last token: the step flag, once"
 
 
