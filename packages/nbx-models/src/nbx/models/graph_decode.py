@@ -56,6 +56,7 @@ class _Rows:
     cu: nbx.Tensor           # int32 [batch + 1]
     positions: list[int]     # pos, on the host
     fed: list[int]           # ids, on the host
+    bucket: int | None = None   # the current length bucket (lengths only grow: looked up when one passes it)
 
 
 class GraphDecode:
@@ -99,7 +100,7 @@ class GraphDecode:
         else:
             rows.slot_of[...] = nbx.asarray(slot_of, device=device)
             rows.table[...] = nbx.asarray(table, device=device)
-        rows.positions, rows.fed = positions, list(tokens)
+        rows.positions, rows.fed, rows.bucket = positions, list(tokens), None
         self._write(rows)
         self._current = rows
 
@@ -126,7 +127,10 @@ class GraphDecode:
         """The next token of each row: one replay, one read. draw(logits) -> int64 tokens on the
         device: a sampled step (the draw runs after the replay); None: greedy, all inside it."""
         rows = self._current
-        bucket = nbx.graph.length_bucket(max(rows.positions) + 1, self.decoder.device, self.capacity)
+        longest = max(rows.positions) + 1
+        if rows.bucket is None or longest > rows.bucket:
+            rows.bucket = nbx.graph.length_bucket(longest, self.decoder.device, self.capacity)
+        bucket = rows.bucket
         greedy = draw is None
         key = (rows.seqs, bucket, greedy)
         step = self._steps.get(key)
