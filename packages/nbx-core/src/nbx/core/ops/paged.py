@@ -8,8 +8,8 @@ block_tokens]; a slot is that row counted over the whole cache, block * block_to
 sequence's queries are its last tokens, so alignment is bottom-right: query t of a sequence of q_len
 queries and seq_len cached tokens sits at position seq_len - q_len + t (its own key, written first).
 
-Values in the table, the lengths and the slots are checked on host-memory devices (cpu, interp);
-on a GPU that would wait for the device, so the kernels instead skip slots outside the cache
+Values in the table, the lengths and the slots are checked on host-memory devices (cpu, interp
+outside captured steps); on a GPU that would wait for the device, so the kernels instead skip slots outside the cache
 (-1 marks a padding token, as in vLLM) and read no block past a sequence's length; nbx.memory's
 cache checks its own tables when it builds them.
 """
@@ -29,7 +29,12 @@ from .rotary import _rotary_reference, check_rotary
 
 
 def _host_checked(*tensors) -> bool:
-    return all(t.device.type in ("cpu", "interp") for t in tensors if t is not None)
+    """Values are checked on host-memory devices, except interp's inside a captured step (nbx.graph),
+    which runs as a GPU's would: a step reads nothing back, the kernels skip bad slots and blocks."""
+    from ..deferred_checks import deferring
+    inside_step = deferring()
+    return all(t.device.type == "cpu" or (t.device.type == "interp" and not inside_step)
+               for t in tensors if t is not None)
 
 
 def _check_cache(op: str, k_cache: Tensor, v_cache: Tensor, kv_heads_dim: int = 2) -> None:
