@@ -9,6 +9,7 @@ import nbx.core as nbx
 from nbx.core.ops.sampling import floor_weight, sample_reference
 from nbx.kernels import launch, plans
 from nbx.kernels.sampling import sample_plan
+from nbx.kernels.sort.topk import lanes
 
 rng = np.random.default_rng(41)
 
@@ -38,9 +39,10 @@ def test_every_top_p_path_draws_the_references_tokens_across_chunks(device, monk
     x = nbx.asarray(np.stack([peaked, flat, equal]).astype(np.float32)).to(device)
     u = rng.random(3).astype(np.float32)
     done = run(x, 1.0, vocab, 0.6, 0.0, u)
-    counts = done["count"].numpy()
-    assert counts[0] <= tiles["block"] < counts[1] <= tiles["candidates"] < counts[2], counts
-    assert len(set(done["maxes"].shape)) == 1 and done["maxes"].shape[0] > 3  # rows split over chunks
+    counts = done["count"].numpy()  # the band's weights: the short sort's, the whole copy's, the row's
+    small = min(lanes(tiles["block"]), 256, lanes(tiles["candidates"]))
+    assert counts[0] <= small < counts[1] <= lanes(tiles["candidates"]) < counts[2], counts
+    assert done["maxes"].shape[0] > 3  # rows split over chunks
     np.testing.assert_array_equal(done["tokens"].numpy(), reference(x, 1.0, vocab, 0.6, 0.0, u, monkeypatch))
 
 

@@ -66,7 +66,8 @@ def breakdown(logits, options) -> None:
 def main() -> int:
     cycles = banner()
     gen = torch.Generator(device="cuda").manual_seed(0)
-    print(f"{'case':<20} {'shape':<16} {'nbx us':>9} {'torch us':>9} {'ratio':>6} {'host us nbx/torch':>18}", flush=True)
+    print(f"{'case':<20} {'shape':<16} {'nbx us':>9} {'torch us':>9} {'ratio':>6} {'host us nbx/torch':>18}",
+          flush=True)
     for rows in (1, 64):
         logits = torch.randn((rows, VOCAB), device="cuda", dtype=torch.bfloat16, generator=gen) * 3
         view = nbx.from_dlpack(logits)
