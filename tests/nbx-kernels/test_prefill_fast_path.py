@@ -126,3 +126,32 @@ def test_repeated_cache_writes_and_paged_attention_check_once_and_host_memory_st
                           spec.spec_of("paged_attention").bind(q, k_cache, v_cache, table, lens, cu,
                                                                is_causal=True).options)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_gpu_repeats_of_paged_attention_and_the_fused_write_read_each_calls_tensors(counts, monkeypatch, check):
+    """On a GPU nothing is read back, so a repeat is the prepared launcher alone: the interpreter
+    stands in, with its host checks off, and each repeat's new tensors must be the ones read."""
+    from nbx.core.ops import paged
+    from nbx.kernels import attention
+    monkeypatch.setattr(paged, "_host_checked", lambda *tensors: False)
+    layouts, paged_layout = [], attention.paged_layout
+    monkeypatch.setattr(attention, "paged_layout", lambda *a, **kw: layouts.append(1) or paged_layout(*a, **kw))
+    device = nbx.as_device("interp")
+    cos, sin = nbx.rope_tables({"head_dim": 16, "max_position_embeddings": 64}, device="interp")
+    table, lens, cu = on(np.array([[1, 0]], np.int32)), on(np.array([6], np.int32)), on(np.array([0, 6], np.int32))
+    slots = on(np.array([4, 5, 6, 7, 0, 1], np.int64))
+    pos = on(np.arange(6, dtype=np.int64))
+    options = spec.spec_of("paged_attention").bind(on(np.zeros((6, 4, 16))), on(np.zeros((2, 4, 2, 16))),
+                                                   on(np.zeros((2, 4, 2, 16))), table, lens, cu, is_causal=True).options
+    checks = counts["paged_attention"]
+    for _ in range(3):
+        k_cache, v_cache = on(np.zeros((2, 4, 2, 16))), on(np.zeros((2, 4, 2, 16)))   # a new cache each time
+        k, v, q = (on(rng.standard_normal(s)) for s in ((6, 2, 16), (6, 2, 16), (6, 4, 16)))
+        expected = nbx.oracle("rotary_kv_cache_write", k, v, cos, sin, pos, k_cache, v_cache, slots)
+        nbx.rotary_kv_cache_write(k, v, cos, sin, pos, k_cache, v_cache, slots)
+        np.testing.assert_allclose(k_cache.numpy(), expected[0], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(v_cache.numpy(), expected[1])
+        out = nbx.paged_attention(q, k_cache, v_cache, table, lens, cu, is_causal=True, max_seq_len=6, max_q_len=6)
+        check(out, nbx.oracle("paged_attention", q, k_cache, v_cache, table, lens, cu, None, options), device)
+    assert (counts["rotary_kv_cache_write"], counts["paged_attention"] - checks, counts["plans"], len(layouts)) == \
+        (1, 1, 1, 1)
