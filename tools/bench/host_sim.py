@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     stub_triton()
     if args.parts:
         import host_parts
-        return host_parts.main(["--calls", str(args.calls)])
+        return host_parts.main(["--calls", str(args.calls)] + (["--prefill"] if args.prefill else []))
     import nbx.core as nbx
     from nbx.core.tensor import empty
     device = nbx.as_device("cuda:0")
