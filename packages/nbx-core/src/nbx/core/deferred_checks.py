@@ -10,6 +10,7 @@ bounds). The flag is read at the next check: the next host read of a tensor of t
 bounds check there; it is cleared when read, and a raised one is an IndexingError naming the
 deferred ops. The eager fallback (cpu, interp) runs every call of a step the same way, so a step
 behaves alike on every device. On cpu the ops check on the host at once (nothing to read back).
+A loop that reads every step's outputs can read them under `postponed()` and check once at its end.
 """
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def check(device: Device) -> None:
     """Read device's step flag if a step may have raised it since the last read; clear it, and raise
     IndexingError if it was raised. Nothing is read inside a step, nor when nothing is pending."""
     state = _FLAGS.get(device)
-    if state is None or not state.armed or deferring():
+    if state is None or not state.armed or deferring() or getattr(_LOCAL, "postponed", 0):
         return
     state.armed = False  # before the read: the read itself is a host read that checks
     if state.flag.numpy()[0]:
@@ -86,3 +87,15 @@ def check(device: Device) -> None:
                         for op, sizes in sorted(state.ops.items()))
         raise IndexingError(f"an index was out of range in a captured step on {device} (checked when read: "
                             f"nothing was read or written out of bounds); the ops checked inside steps there: {ops}")
+
+
+@contextmanager
+def postponed():
+    """Host reads in the block leave the step flags armed, for the next read after it (or an
+    explicit check) to read: a decode loop reads each replayed step's tokens under it and checks
+    once after its last step, one read a token rather than two (the tokens, then the flag)."""
+    _LOCAL.postponed = getattr(_LOCAL, "postponed", 0) + 1
+    try:
+        yield
+    finally:
+        _LOCAL.postponed -= 1

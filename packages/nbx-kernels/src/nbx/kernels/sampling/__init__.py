@@ -1,5 +1,11 @@
-"""nbx.sample's draw on Triton devices: one program a row (sampling/kernel.py), the row's uniform
-drawn by the random family's kernel from the same Philox counters the CPU reference reads."""
+"""nbx.sample's draw on Triton devices over rows x C programs (sampling/kernel.py says the passes),
+the row's uniform drawn by the random family's kernel from the same Philox counters the CPU
+reference reads.
+
+tiles.sampling of the device file: `block`, the logits a program reads a step; `programs`, the
+programs a launch aims for (a row gets about programs / rows chunks, as top-k's select splits it);
+`candidates`, the band weights a row may copy out for the top-p bisection (a wider band is bisected
+over the row instead); num_warps."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +19,10 @@ from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
-from .kernel import sample_kernel
+from ..sort.select import select_histogram_kernel, zero_kernel
+from ..sort.topk import lanes, split
+from .kernel import (BINS, band_kernel, chunk_max_kernel, compact_kernel, draw_kernel, kept_kernel, mass_kernel,
+                     resolve_kernel)
 
 
 @implements("sample")
@@ -23,7 +32,7 @@ def sample(logits: Tensor, temperature: float, k: int, p: float, floor: float, s
     uniforms = empty((rows,), dtypes.float32, logits.device)
     implementation("random.rand", logits.device)(uniforms, seed, offset)
     signature = (rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device)
-    plan = plans.cached("sample", signature, lambda: _sample_plan(*signature))
+    plan = plans.cached("sample", signature, lambda: sample_plan(*signature))
     # the scalars as the float32 values the reference uses (the interpreter would keep doubles)
     return plans.execute(plan, {"x": x, "u": uniforms, "inv_t": _f32(1.0 / temperature), "k": k, "p": _f32(p),
                                 "floor": floor_weight(floor)})["tokens"]
@@ -33,24 +42,71 @@ def _f32(value: float) -> float:
     return float(np.float32(value))
 
 
-def _sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device) -> LaunchPlan:
+def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device) -> LaunchPlan:
     tiles = launch.tiles("sampling", device)
-    launches = () if not rows else (Launch(
-        sample_kernel, (rows,), (Slot("x"), Slot("u"), Slot("tokens"), vocab, Slot("inv_t"), Slot("k"), Slot("p"),
-                                 Slot("floor")),
-        dict(TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, BLOCK=tiles["block"], num_warps=tiles["num_warps"],
-             enable_fp_fusion=False)),)
-    return LaunchPlan(device, launches, outputs=(plans.output("tokens", (rows,), dtypes.INDEX),))
+    block, cap = tiles["block"], lanes(tiles["candidates"])  # the sort of the copies takes a power of two
+    chunks, chunk = split(rows, vocab, block, tiles["programs"])
+    grid, C = (rows, chunks), chunks
+    meta = dict(BLOCK=block, num_warps=tiles["num_warps"], enable_fp_fusion=False)
+    small = min(lanes(block), 256, cap)  # most bands: a short sort
+    wide = dict(meta, CB=lanes(chunks))
+    x, inv_t = Slot("x"), Slot("inv_t")
+    # a kernel told TOP_K / TOP_P False never reads its select-histogram / cut pointer: maxes stands in
+    sel = Slot("sel") if top_k else Slot("maxes")
+    cut = Slot("cut") if top_p else Slot("maxes")
+    flags = dict(TOP_K=top_k, TOP_P=top_p, MIN_P=min_p)
+    workspace = [plans.workspace("maxes", (rows * C,), dtypes.float32),
+                 plans.workspace("kept", (rows * C,), dtypes.int64),
+                 plans.workspace("last", (rows * C,), dtypes.int64)]
+    launches = [Launch(chunk_max_kernel, grid, (x, Slot("maxes"), vocab, inv_t, chunk), meta)]
+    if top_k:
+        hist_words = rows * 4 * 256
+        workspace.append(plans.workspace("sel", (hist_words,), dtypes.int32))
+        launches.append(Launch(zero_kernel, (-(-hist_words // 1024),), (Slot("sel"), hist_words),
+                               dict(BLOCK=1024, num_warps=4)))
+        launches += [Launch(select_histogram_kernel, grid, (x, Slot("sel"), vocab, Slot("k"), chunk),
+                            dict(meta, LARGEST=True, PASS=j)) for j in range(4)]
+    if top_p:
+        workspace += [plans.workspace("totals", (rows * C,), dtypes.int64),
+                      plans.workspace("hist", (rows * C * BINS.value,), dtypes.int32),
+                      plans.workspace("band", (rows * 4,), dtypes.int64),
+                      plans.workspace("count", (rows,), dtypes.int32),
+                      plans.workspace("above", (rows * C,), dtypes.int64),
+                      plans.workspace("candidates", (rows * cap,), dtypes.int64),
+                      plans.workspace("cut", (rows,), dtypes.int64)]
+        launches += [
+            Launch(mass_kernel, grid, (x, Slot("maxes"), sel, Slot("totals"), Slot("hist"), vocab, inv_t, Slot("k"),
+                                       chunk), dict(wide, TOP_K=top_k)),
+            Launch(band_kernel, (rows,), (Slot("totals"), Slot("hist"), Slot("band"), Slot("count"), Slot("p"), C),
+                   dict(CB=lanes(chunks), num_warps=4)),
+            Launch(compact_kernel, grid, (x, Slot("maxes"), sel, Slot("band"), Slot("count"), Slot("above"),
+                                          Slot("candidates"), vocab, inv_t, Slot("k"), chunk, cap),
+                   dict(wide, TOP_K=top_k)),
+            Launch(resolve_kernel, (rows,), (x, Slot("maxes"), sel, Slot("totals"), Slot("band"), Slot("count"),
+                                             Slot("above"), Slot("candidates"), Slot("cut"), vocab, inv_t, Slot("k"),
+                                             Slot("p"), C), dict(wide, TOP_K=top_k, SMALL=small, CAP=cap))]
+    launches += [
+        Launch(kept_kernel, grid, (x, Slot("maxes"), sel, cut, Slot("kept"), Slot("last"), vocab, inv_t, Slot("k"),
+                                   Slot("floor"), chunk), dict(wide, **flags)),
+        Launch(draw_kernel, (rows,), (x, Slot("maxes"), sel, cut, Slot("kept"), Slot("last"), Slot("u"),
+                                      Slot("tokens"), vocab, inv_t, Slot("k"), Slot("floor"), chunk, C),
+               dict(wide, **flags))]
+    return LaunchPlan(device, tuple(launches) if rows else (), outputs=(plans.output("tokens", (rows,), dtypes.INDEX),),
+                      workspace=tuple(workspace) if rows else ())
 
 
 @declares("sample")
 def _sample_cost(logits: Tensor, temperature=1.0, k=None, p=1.0, floor=0.0, seed=0, offset=0) -> Cost:
+    """The plan's buffers and launches (and the uniforms' draw); the passes over the logits."""
     vocab = logits.shape[-1]
-    passes = 3 + (32 if k is not None and k < vocab else 0) + (42 if p < 1.0 else 0)
     rows = logits.size // max(vocab, 1)
-    return Cost(buffers=(Buffer("tokens", rows * 8), Buffer("uniforms", rows * 4, LAUNCH)),
-                bytes_moved=passes * logits.nbytes + rows * 12, launches=2,
-                notes=(f"{passes} passes over each row (L2-resident): max, top-k and top-p bisections, sums, the draw",))
+    top_k, top_p = k is not None and k < vocab, p < 1.0
+    plan = sample_plan(rows, vocab, logits.dtype, top_k, top_p, floor > 0.0, logits.device)
+    passes = 2 + (4 if top_k else 0) + (2 if top_p else 0)  # max, kept; select's 4; mass, compact (the draw: one chunk)
+    return Cost(buffers=plan.buffers() + (Buffer("uniforms", rows * 4, LAUNCH),),
+                bytes_moved=passes * logits.nbytes + rows * 12, launches=len(plan.launches) + 1,
+                notes=(f"{passes} passes over each row, split over programs (the later ones L2-resident); "
+                       "the top-p bisection runs over the band of weights that holds its threshold",))
 
 
 __all__ = ["sample"]
