@@ -56,3 +56,27 @@ def test_the_fused_fft_row_lowers_for_sm90_at_every_load_mode_and_width():
     cases = [(*FFT_ROW, {"N": n, "PASSES": n.bit_length() - 1, "SIGN": sign, "LOAD": load})
              for n in (16, 1024, 8192) for load in (0, 1, 2) for sign in (-1, 1)]
     assert lowering_failures(cases) == []
+
+
+def test_the_onesweep_sort_and_the_candidate_select_lower_for_sm90():
+    """Their loops carry values the interpreter never types (a reused `_` across a loop was one)."""
+    radix, select = "nbx.kernels.sort.radix", "nbx.kernels.sort.select"
+    scatter = {"v_ptr": "*fp32", "i_ptr": "*i32", "v_out": "*fp32", "i_out": "*i64", "state_ptr": "*i32", "n": "i32",
+               "tiles": "i32"}
+    rows = {"x_ptr": "*fp32", "hist_ptr": "*i32"}
+    candidates = {**rows, "cand_ptr": "*i32", "taken_ptr": "*i32"}
+    cases = [(radix, "radix_histogram_kernel", {"v_ptr": "*fp32", "state_ptr": "*i32", "n": "i32", "chunk": "i32"},
+              {"DESCENDING": False, "BITS": bits, "BLOCK": 2048}) for bits in (4, 8)]
+    cases += [(radix, "radix_scatter_kernel", scatter,
+               {"DIGIT": 1, "PASS": 1, "DESCENDING": True, "BITS": bits, "BLOCK": 2048, "WINDOW": 8}) for bits in (4, 8)]
+    common = {"LARGEST": True, "BLOCK": 2048}
+    cases += [(select, "select_histogram_kernel", {**rows, "n": "i32", "chunk": "i32"}, common),
+              (select, "select_filter_kernel", {**rows, "words_ptr": "*u64", "cand_ptr": "*i32", "taken_ptr": "*i32",
+                                                "n": "i32", "k": "i32", "chunk": "i32"}, common),
+              (select, "candidate_histogram_kernel", {**candidates, "n": "i32", "k": "i32", "chunk": "i32"},
+               {**common, "PASS": 2}),
+              (select, "select_counts_kernel", {**candidates, "counts_ptr": "*i32", "n": "i32", "k": "i32",
+                                                "chunk": "i32"}, common),
+              (select, "select_compact_kernel", {**candidates, "counts_ptr": "*i32", "words_ptr": "*u64", "n": "i32",
+                                                 "k": "i32", "chunk": "i32"}, {**common, "PROGRAMS": 16})]
+    assert lowering_failures(cases) == []
