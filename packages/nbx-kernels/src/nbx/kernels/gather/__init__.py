@@ -153,7 +153,8 @@ def _scatter_plan(rows_shape, dtype: DType, k: int, reduce, include_self: bool, 
         scatter_rows_kernel, grid, (Slot("rows"), Slot("idx"), Slot("src"), Slot("flag"), n, k),
         dict(BLOCK_P=block, BLOCK_J=block, REDUCE=0 if reduce is None else 1, INCLUDE_SELF=include_self,
              IDENTITY=_identity(reduce or "sum", work), OP=op,
-             COMPUTE=tl_type(work) if reduce is None else compute_type(work), num_warps=tiles["num_warps"])),),
+             COMPUTE=tl_type(work) if reduce is None else compute_type(work), TAG=TAGS["scatter"],
+             num_warps=tiles["num_warps"])),),
         copies=("idx", "src"))
 
 
