@@ -198,7 +198,7 @@ def _scatter_ref(x, dim, index, src, reduce, include_self, precision="native"):
             touched = np.zeros(a.shape, bool)
             touched[where] = True
             denom = np.where(touched, np.maximum(count, 1), 1)
-            out = out / denom if a.dtype.kind == "f" else out // denom
+            out = out / denom if x.dtype.kind == "float" else out // denom  # (bfloat16's numpy kind is "V")
     return out
 
 
