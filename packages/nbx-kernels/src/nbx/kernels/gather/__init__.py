@@ -86,7 +86,7 @@ def take(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     spec = plan.outputs[0]
     out = empty(spec.shape, x.dtype, x.device)
     if plan.launches:
-        plans.execute(plan, {"x": as_bits(x)[0], "idx": indices, "out_bits": as_bits(out)[0],
+        plans.execute(plan, {"x": as_bits(x)[0], "idx": indices, "out": out, "out_bits": as_bits(out)[0],
                              "flag": deferred_checks.flag_for(x.device, "take", x.shape[axis])})
     return out
 
