@@ -32,11 +32,11 @@ def test_take_moves_rows_of_any_width_bit_for_bit_through_every_word_size(device
 
 
 def test_a_take_program_covers_several_short_rows_or_a_slice_of_a_long_one():
-    device = nbx.as_device("interp")
-    row_bytes = 64  # devices/triton/interp.yml tiles.gather
-    assert row_tile(1, 4, device) == (row_bytes // 4, 1)
-    assert row_tile(5, 4, device) == (2, 8)
-    assert row_tile(4096, 2, device) == (1, row_bytes // 2)
+    assert row_tile(1, 16) == (16, 1)
+    assert row_tile(5, 16) == (2, 8)
+    assert row_tile(4096, 4096) == (1, 4096)
+    assert row_tile(151936, 4096) == (1, 4096)
+    assert row_tile(64, 1024) == (16, 64)
 
 
 @pytest.mark.parametrize("dtype, reduce", [(d, "sum") for d in ATOMIC_DTYPES] +

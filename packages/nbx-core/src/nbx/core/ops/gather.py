@@ -45,6 +45,8 @@ def ravel_checked(op: str, arrays, sizes, shape) -> Tensor:
     from . import elementwise as ew
     from .. import deferred_checks
     deferring = deferred_checks.deferring() or any(a.device.type != "cpu" for a in arrays)
+    if deferring and len(arrays) == 1:  # the kernel wraps a negative index and flags a bad one itself
+        return arrays[0].broadcast_to(shape)
     flat = bad = None
     for a, size in zip(arrays, sizes):
         if deferring:

@@ -46,12 +46,10 @@ def as_bits(x: Tensor) -> tuple[Tensor, int]:
                       x.storage_offset * 2), 2
 
 
-def row_tile(inner: int, itemsize: int, device) -> tuple[int, int]:
-    """(ROWS, COLS) of a program moving rows of `inner` words of itemsize bytes: tiles.gather's
-    row_bytes a program, one row's run of columns (a power of two) or several short rows."""
-    tiles = launch.tiles("gather", device)
-    per_program = max(1, tiles["row_bytes"] // itemsize)
-    cols = min(triton.next_power_of_2(max(inner, 1)), triton.next_power_of_2(per_program))
+def row_tile(inner: int, per_program: int) -> tuple[int, int]:
+    """(ROWS, COLS) of a program taking per_program elements of rows `inner` wide: one row's run of
+    columns (a power of two) or several short rows."""
+    cols = min(triton.next_power_of_2(max(inner, 1)), triton.next_power_of_2(max(per_program, 1)))
     return max(1, per_program // cols), cols
 
 
@@ -61,7 +59,7 @@ def _take_plan(shape, strides, dtype: DType, index_shape, index_dense: bool, axi
     outer, n, inner = prod(shape[:axis]), shape[axis], prod(shape[axis + 1:]) * words
     m = prod(index_shape)
     out_shape = shape[:axis] + tuple(index_shape) + shape[axis + 1:]
-    rows_per, cols = row_tile(inner, dtype.itemsize // words, device)
+    rows_per, cols = row_tile(inner, tiles["row_bytes"] // (dtype.itemsize // words))  # row_bytes a program
     grid = (triton.cdiv(outer * m, rows_per), triton.cdiv(inner, cols))
     launches = () if prod(out_shape) == 0 else (Launch(
         take_rows_kernel, grid, (Slot("x"), Slot("idx"), Slot("out_bits"), Slot("flag"), n, m, outer * m, inner),
@@ -192,7 +190,7 @@ def _scatter_add_plan(frame, k: int, index_strides, src_strides, work: DType, me
     """frame = (outer, n, inner) of the accumulator; the index and the updates are [outer, k, inner]."""
     outer, n, inner = frame
     tiles = launch.tiles("gather", device)
-    rows_per, cols = row_tile(inner, work.itemsize, device)
+    rows_per, cols = row_tile(inner, tiles["block"])  # block updates a program: 8 atomics a thread
     grid = (triton.cdiv(outer * k, rows_per), triton.cdiv(inner, cols))
 
     def one(clear: bool) -> Launch:
