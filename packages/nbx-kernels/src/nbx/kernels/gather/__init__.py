@@ -62,13 +62,15 @@ def _take_plan(shape, strides, dtype: DType, index_shape, index_dense: bool, axi
     rows_per, cols = row_tile(inner, tiles["row_bytes"] // (dtype.itemsize // words))  # row_bytes a program
     grid = (triton.cdiv(outer * m, rows_per), triton.cdiv(inner, cols))
     launches = () if prod(out_shape) == 0 else (Launch(
-        take_rows_kernel, grid, (Slot("x"), Slot("idx"), Slot("out_bits"), Slot("flag"), n, m, outer * m, inner),
+        take_rows_kernel, grid, (Slot("x"), Slot("idx"), Slot("out"), Slot("flag"), n, m, outer * m, inner),
         dict(ROWS=rows_per, COLS=cols, TAG=TAGS["take"], num_warps=tiles["num_warps"])),)
     from nbx.core import layout
     dense_x = layout.is_contiguous(shape, strides)
     copies = (() if dense_x else ("x",)) + (() if index_dense else ("idx",))
-    return LaunchPlan(device, launches, outputs=(plans.output("out", out_shape, dtype),), copies=copies,
-                      detail=(rows_per, cols))
+    # the runtime allocates the output as words (no per-call validation); take views it as dtype
+    bits = plans.output("out", out_shape + ((2,) if words == 2 else ()), _BITS[dtype.itemsize // words])
+    return LaunchPlan(device, launches, outputs=(bits,), copies=copies,
+                      detail=(rows_per, cols, out_shape, layout.contiguous_strides(out_shape)))
 
 
 def _plan_of_take(x: Tensor, indices: Tensor, axis: int) -> LaunchPlan:
@@ -81,12 +83,10 @@ def _plan_of_take(x: Tensor, indices: Tensor, axis: int) -> LaunchPlan:
 @implements("take")
 def take(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     plan = _plan_of_take(x, indices, axis)
-    spec = plan.outputs[0]
-    out = empty(spec.shape, x.dtype, x.device)
-    if plan.launches:
-        plans.execute(plan, {"x": as_bits(x)[0], "idx": indices, "out": out, "out_bits": as_bits(out)[0],
-                             "flag": deferred_checks.flag_for(x.device, "take", x.shape[axis])})
-    return out
+    flag = deferred_checks.flag_for(x.device, "take", x.shape[axis]) if plan.launches else None
+    words = plans.execute(plan, {"x": as_bits(x)[0], "idx": indices, "flag": flag})["out"]
+    _, _, shape, strides = plan.detail
+    return Tensor._of(words.storage, x.dtype, shape, strides)
 
 
 def axis_last(t: Tensor, axis: int) -> Tensor:
