@@ -9,8 +9,8 @@ from nbx.kernels.gather import row_tile
 
 rng = np.random.default_rng(41)
 
-ATOMIC_DTYPES = ["float32", "float64", "bfloat16", "float16", "float8_e4m3fn", "int32", "int64", "int8", "uint8", "int16",
-                 "uint16", "uint32", "uint64", "bool"]
+ATOMIC_DTYPES = ["float32", "float64", "bfloat16", "float16", "float8_e4m3fn", "int32", "int64", "int8", "uint8",
+                 "int16", "uint16", "uint32", "uint64", "bool"]
 
 
 def values_of(shape, dtype):
