@@ -264,3 +264,16 @@ def test_inside_a_captured_step_a_bad_index_is_masked_and_raised_when_the_output
         outside.numpy()
     np.testing.assert_array_equal(step(nbx.asarray(good).to(device))[0].numpy(), a[good])
     step.close()
+
+
+def test_reads_under_postponed_leave_a_steps_bound_flag_for_the_next_check(device):
+    from nbx.core import deferred_checks
+    table = nbx.asarray(rng.standard_normal((6, 4)).astype(np.float32)).to(device)
+    step = nbx.graph.capture(lambda ids: nbx.embedding(ids, table), nbx.asarray([1, 2]).to(device))
+    rows = step(nbx.asarray([1, 9]).to(device))
+    with deferred_checks.postponed():
+        rows.numpy()   # a decode loop's read of its tokens: the flag stays armed
+    with pytest.raises(IndexingError, match="captured step.*take"):
+        deferred_checks.check(device)
+    deferred_checks.check(device)   # read once: cleared
+    step.close()

@@ -208,25 +208,24 @@ def test_the_decode_step_replayed_as_a_captured_graph_gives_the_eager_decodes_to
 
 class _EagerStep:
     """nbx.graph's Step reduced to what GraphDecode uses, run eagerly: the wiring of the captured
-    function (static inputs, bucketed length) checked on the cpu, where front-ends read hosts."""
+    function (its state on the device, advanced by each run) checked on the cpu, where front-ends
+    read hosts."""
+    captured, reserved = False, 0
 
-    def __init__(self, fn, *inputs, length, max_length, device):
-        self.fn, self.inputs, self.max_length, self.calls = fn, inputs, max_length, 0
+    def __init__(self, fn, device):
+        self.fn = fn
+        self.outputs = fn()   # the capture's run is the step's first run, as nbx.graph's eager fallback
 
-    def _run(self, length):
-        bucket = min(self.max_length, 1 << (length - 1).bit_length())   # any bound >= length serves
-        self.calls += 1
-        return self.fn(*self.inputs, types.SimpleNamespace(bucket=bucket))
-
-    def replay(self, length):
-        return self._run(length)
-
-    def __call__(self, *inputs, length):
-        self.inputs = inputs
-        return self._run(length)
+    def replay(self):
+        self.outputs = self.fn()
+        return self.outputs
 
     def close(self):
         pass
+
+
+def _power_of_two_bucket(n, device, max_length):
+    return min(max_length, 1 << (n - 1).bit_length())   # any bound >= n serves
 
 
 def test_the_captured_decode_steps_function_decodes_the_eager_forwards_tokens(tmp_path, monkeypatch):
@@ -237,7 +236,8 @@ def test_the_captured_decode_steps_function_decodes_the_eager_forwards_tokens(tm
     assert model.last_decode == "eager"
     model.release_cache()   # the kept cache was made without a graph decode
     monkeypatch.setattr(decoder, "graph_available", lambda cache: True)
-    monkeypatch.setattr(nbx, "graph", types.SimpleNamespace(capture=_EagerStep), raising=False)
+    monkeypatch.setattr(nbx, "graph", types.SimpleNamespace(capture=_EagerStep, length_bucket=_power_of_two_bucket),
+                        raising=False)
     assert model.generate_batch(prompts, 7) == eager
     assert model.last_decode == "graph"
 

@@ -23,7 +23,9 @@ generation loop must: wall time, a synchronized step's GPU time plus the host's 
 roofline (the bytes a decode step must read, every weight once, the lm_head included, and the KV
 cache at the mean context, over the copy bandwidth measured in this run), peak GB (nbx: its
 allocator's peak of requested bytes in the timed run, against model.memory_plan's price made
-before any run; torch: torch.cuda.max_memory_allocated).
+before any run; torch: torch.cuda.max_memory_allocated). Printed under the table (and in the
+json, host_us_token): each system's host time a decode step, from one step's read of its tokens to
+the next step's read (the launches or the replay, the loop's Python; the GPU's own time is not in it).
 
 int4 (--int4-layers, default 1,2): Llama-3-8B's shape with only a few layers (the lm_head and
 embeddings whole), bfloat16 and int4 (group 128, asymmetric, bfloat16 scales and minima)
@@ -144,12 +146,15 @@ def torch_eager(model, prompts, new_tokens):
     start = time.perf_counter()
     token = model.forward(ids, torch.arange(n, device="cuda")[None].expand(b, n), cache).argmax(-1)
     out = [token.tolist()]
-    first = time.perf_counter()
+    first = last_read = time.perf_counter()
+    host = 0.0
     for step in range(1, new_tokens):
         pos = torch.full((b, 1), n + step - 1, device="cuda")
         token = model.forward(token[:, None], pos, cache).argmax(-1)
+        host += time.perf_counter() - last_read
         out.append(token.tolist())
-    return out, first - start, time.perf_counter() - first
+        last_read = time.perf_counter()
+    return out, first - start, last_read - first, host / max(1, new_tokens - 1)
 
 
 def torch_graphs(model, prompts, new_tokens):
@@ -179,36 +184,56 @@ def torch_graphs(model, prompts, new_tokens):
     logits = model.forward(ids, torch.arange(n, device="cuda")[None].expand(b, n), cache, static_length=True)
     static_token.copy_(logits.argmax(-1)[:, None])
     out = [static_token[:, 0].tolist()]
-    first = time.perf_counter()
+    first = last_read = time.perf_counter()
+    host = 0.0
     for step_index in range(1, new_tokens):
         static_pos.fill_(n + step_index - 1)
         graph.replay()
+        host += time.perf_counter() - last_read
         out.append(static_token[:, 0].tolist())
-    return out, first - start, time.perf_counter() - first
+        last_read = time.perf_counter()
+    return out, first - start, last_read - first, host / max(1, new_tokens - 1)
 
 
 # ---- nbx -----------------------------------------------------------------------------------
 def nbx_run(model, prompts, new_tokens):
+    """(tokens, prefill s, decode s, host s a decode step): the host's time between one step's read
+    of its tokens and the next step's (the replay's launch, the loop's Python), from the reads'
+    own times: every step reads its tokens once, through Tensor.tolist."""
     model.eos = ()   # random weights: run every step
-    times = []
-    start = time.perf_counter()
-    out = model.generate_batch(prompts, new_tokens, on_token=lambda i, t: times.append(time.perf_counter()))
+    times, reads = [], []
+    tolist = nbx.Tensor.tolist
+
+    def timed_tolist(tensor):
+        began = time.perf_counter()
+        out = tolist(tensor)
+        reads.append((began, time.perf_counter()))
+        return out
+
+    nbx.Tensor.tolist = timed_tolist
+    try:
+        start = time.perf_counter()
+        out = model.generate_batch(prompts, new_tokens, on_token=lambda i, t: times.append(time.perf_counter()))
+    finally:
+        nbx.Tensor.tolist = tolist
     first = times[len(prompts) - 1]
-    return out, first - start, times[-1] - first
+    host = [b - a_end for (_, a_end), (b, _) in zip(reads, reads[1:])]
+    return out, first - start, times[-1] - first, sum(host) / max(1, len(host))
 
 
 def nbx_timed(model, prompts, new_tokens):
     """A warm-up generation at the timed sizes, then the timed one; the allocator's peaks (requested
     bytes) of both: (tokens, prefill s, decode s, first run's peak, timed run's peak, the captured
-    steps' private pools)."""
+    steps' private pools, host s a decode step)."""
     from nbx.memory.allocator import get_allocator
     allocator, cuda0 = get_allocator("cuda"), nbx.as_device("cuda:0")
     allocator.reset_peak(cuda0)
     nbx_run(model, prompts, new_tokens)   # kernels compiled, screened and tuned; decode steps captured
     first_peak = allocator.stats(cuda0).peak_live_bytes
     allocator.reset_peak(cuda0)
-    tokens, prefill, decode = nbx_run(model, prompts, new_tokens)   # replays the kept cache's captured steps
-    return tokens, prefill, decode, first_peak, allocator.stats(cuda0).peak_live_bytes, model.decode_graph_bytes()
+    tokens, prefill, decode, host = nbx_run(model, prompts, new_tokens)   # replays the kept cache's captured steps
+    return (tokens, prefill, decode, first_peak, allocator.stats(cuda0).peak_live_bytes, model.decode_graph_bytes(),
+            host)
 
 
 def copy_bandwidth() -> float:
@@ -265,10 +290,11 @@ def compare(shape, args, bandwidth, gen, results):
         plan = model.memory_plan([args.prompt] * args.batch, args.new)
         step_bytes = read_bytes_per_step(model, config, args.batch, args.prompt, args.new)
         print(f"nbx load {time.perf_counter() - t0:.1f} s; {plan.line()}")
-        rows, nbx_tokens = [], None
+        rows, nbx_tokens, host = [], None, {}
         try:
-            nbx_tokens, prefill, decode, first_peak, peak, pools = nbx_timed(model, prompts, args.new)
+            nbx_tokens, prefill, decode, first_peak, peak, pools, host_s = nbx_timed(model, prompts, args.new)
             rows.append((f"nbx ({model.last_decode} decode)", prefill, decode, peak))
+            host[rows[-1][0]] = host_s
             print(f"nbx peak / priced: timed run {peak / plan.total:.3f} (goal <= 1.05); first run "
                   f"{first_peak / plan.total:.3f} (a kernel's first launch screens its setting on inputs of its "
                   f"key's smallest launch: the lm_head's weight among them); the captured decode steps' private "
@@ -280,16 +306,16 @@ def compare(shape, args, bandwidth, gen, results):
         cleared()
         peer = TorchLlama(folder, config)
         torch_eager(peer, [p[:16] for p in prompts], 4)   # cuBLAS handles and SDPA kernels loaded
-        _, cold_prefill, cold_decode = torch_eager(peer, prompts, args.new)   # every context length's plans made
+        _, cold_prefill, cold_decode, _ = torch_eager(peer, prompts, args.new)   # every context length's plans made
         torch.cuda.reset_peak_memory_stats()
-        eager_tokens, prefill, decode = torch_eager(peer, prompts, args.new)
+        eager_tokens, prefill, decode, host["torch eager"] = torch_eager(peer, prompts, args.new)
         rows.append(("torch eager", prefill, decode, torch.cuda.max_memory_allocated()))
         print(f"torch eager's cold run (the same sizes, first): prefill {args.batch * args.prompt / cold_prefill:,.0f} "
               f"tokens/s, decode {decoded / cold_decode:,.1f} tokens/s")
         torch.cuda.reset_peak_memory_stats()
-        _, prefill, decode = torch_graphs(peer, prompts, args.new)
+        _, prefill, decode, host["torch CUDA graphs"] = torch_graphs(peer, prompts, args.new)
         rows.append(("torch CUDA graphs", prefill, decode, torch.cuda.max_memory_allocated()))
-        table(shape, args, rows, step_bytes, bandwidth, plan, results)
+        table(shape, args, rows, step_bytes, bandwidth, plan, results, host)
         if nbx_tokens is not None:
             torch_rows = [list(r) for r in zip(*eager_tokens)]
             same = sum(a == b for x, y in zip(nbx_tokens, torch_rows) for a, b in zip(x, y))
@@ -299,7 +325,7 @@ def compare(shape, args, bandwidth, gen, results):
         torch.cuda.empty_cache()
 
 
-def table(shape, args, rows, step_bytes, bandwidth, plan, results):
+def table(shape, args, rows, step_bytes, bandwidth, plan, results, host):
     decoded = args.batch * (args.new - 1)
     rates = {name: (args.batch * args.prompt / prefill, decoded / decode) for name, prefill, decode, _ in rows}
     eager, graphs = rates["torch eager"], rates["torch CUDA graphs"]
@@ -316,8 +342,11 @@ def table(shape, args, rows, step_bytes, bandwidth, plan, results):
                             prefill_tokens_s=prefill_tps, prefill_vs_torch=prefill_tps / best_prefill,
                             decode_tokens_s=tps, ms_token=decode / (args.new - 1) * 1e3, roofline_pct=roof,
                             peak_gb=peak / GB, priced_gb=plan.total / GB if name.startswith("nbx") else None,
-                            vs_torch_graphs=tps / graphs[1], vs_torch_eager=tps / eager[1]))
+                            vs_torch_graphs=tps / graphs[1], vs_torch_eager=tps / eager[1],
+                            host_us_token=host[name] * 1e6 if name in host else None))
     print("(prefill vs torch: against the faster of torch's two prefills; decode against each torch peer)")
+    print("host time a decode step, from one step's read of its tokens to the next step's read (its launches, "
+          "the loop's Python): " + ", ".join(f"{name} {seconds * 1e6:,.1f} us" for name, seconds in host.items()))
 
 
 # ---- int4 against bfloat16, at Llama-3-8B's shape with a few layers -----------------------------
@@ -356,7 +385,7 @@ def int4_case(args, bandwidth, results):
                 plan = model.memory_plan([args.prompt], new)
                 step_bytes = read_bytes_per_step(model, {**config, "num_hidden_layers": layers}, 1, args.prompt, new)
                 try:
-                    _, prefill, decode, _, peak, _ = nbx_timed(model, prompt, new)
+                    _, prefill, decode, _, peak, _, host_s = nbx_timed(model, prompt, new)
                 except nbx.NbxError as exc:
                     print(f"  {kind} {layers} layers: nbx refused: {type(exc).__name__}: {exc}")
                     cleared(model)
@@ -365,8 +394,8 @@ def int4_case(args, bandwidth, results):
                 measured[kind, layers] = (per_token, step_bytes)
                 print(f"  {kind:9} {layers} layers, measured: decode {1 / per_token:9,.1f} tokens/s ({per_token * 1e3:.3f} "
                       f"ms/token, {100 * step_bytes / per_token / bandwidth:.1f}% of roofline), prefill "
-                      f"{args.prompt / prefill:,.0f} tokens/s, peak / priced {peak / plan.total:.3f} "
-                      f"({model.last_decode} decode)")
+                      f"{args.prompt / prefill:,.0f} tokens/s, peak / priced {peak / plan.total:.3f}, host "
+                      f"{host_s * 1e6:,.1f} us a step ({model.last_decode} decode)")
                 cleared(model)
                 del model
     lo, hi = counts

@@ -5,6 +5,7 @@ plan run with the call's values (output allocation and launches: plans.execute),
 (the plan's runner, output given), and the compiled launcher alone. Torch-free.
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') TRITON_INTERPRET=0 python3 tools/bench/host_parts.py
+    ... host_parts.py --prefill   # also a Llama-1B prefill layer's ops (512 tokens, bf16; host_sim.prefill_ops)
 
 What the whole op spends beyond plans.execute is the signature's lookup (checks, promotion,
 dispatch and the plan lookup are paid once per signature).
@@ -89,6 +90,8 @@ _LAST: dict = {}
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--prefill", action="store_true",
+                        help="also the ops of one Llama-1B prefill layer and its halves (the plan shown: its last)")
     args = parser.parse_args(argv)
     device = nbx.as_device("cuda")
     backend = get_backend("cuda")
@@ -97,7 +100,11 @@ def main(argv=None) -> int:
     print(f"{'backend.current_device()':48s} {per_call_us(backend.current_device, args.calls):7.2f}")
     print(f"{'stream lookup (plans._stream_of(0))':48s} {per_call_us(lambda: plans._stream_of(0), args.calls):7.2f}")
     print(f"{'plans.hooks_set()':48s} {per_call_us(plans.hooks_set, args.calls):7.2f}")
-    for name, op in ops(device).items():
+    found = ops(device)
+    if args.prefill:
+        from host_sim import prefill_ops
+        found.update(prefill_ops(nbx, device))
+    for name, op in found.items():
         op()
         with LastPlan() as rec:
             op()

@@ -49,18 +49,85 @@ def stub_triton() -> None:
     plans._stream_of = lambda index: 0
 
 
+PREFILL = dict(hidden=2048, heads=32, kv_heads=8, head_dim=64, intermediate=8192, tokens=512)
+PREFILL_CASES = ("linear +residual 512x2048x2048", "gated_linear 512x2048->8192", "paged_attention prefill 512",
+                 "rotary_embedding q 512", "rotary_kv_cache_write 512", "varlen_attention 512",
+                 "decoder layer (attention half)", "decoder layer (mlp half)", "decoder layer (whole)")
+
+
+class _SeededWeights:
+    """What nbx.models.Decoder reads of a checkpoint (device, get): seeded bf16 tensors."""
+
+    def __init__(self, nbx, device):
+        self.device, self._nbx, self._rng = device, nbx, np.random.default_rng(0)
+
+    def get(self, name, shape):
+        a = (self._rng.standard_normal(shape) * 0.02).astype(np.float32)
+        if name.endswith("norm.weight"):
+            a += 1
+        return self._nbx.asarray(a).to(self.device).to(dtype="bfloat16")
+
+
+def prefill_ops(nbx, device) -> dict:
+    """One decoder layer of the Llama-1B shape over a 512-token prompt, as nbx.models' prefill
+    forward calls it (decoder.py: _attention, _mlp; kv_cache.py: PagedStep.attend), op by op and whole."""
+    from nbx.models.decoder import FAMILIES, Decoder
+    s = PREFILL
+    n, h, hq, hk, e = s["tokens"], s["hidden"], s["heads"], s["kv_heads"], s["head_dim"]
+    config = dict(architectures=["LlamaForCausalLM"], hidden_size=h, num_attention_heads=hq, num_key_value_heads=hk,
+                  head_dim=e, intermediate_size=s["intermediate"], num_hidden_layers=1, vocab_size=256,
+                  rms_norm_eps=1e-5, max_position_embeddings=1024, tie_word_embeddings=True)
+    model = Decoder(FAMILIES["LlamaForCausalLM"], config, _SeededWeights(nbx, device))
+    layer = model.layers[0]
+    cache = model.new_cache([n])
+    model._ensure_rope(n)
+    pos = nbx.asarray(np.arange(n), dtype=nbx.int64, device=device)
+    step = cache.begin([0], [n])   # one step's slots, written again by every repeat
+    x = model.embed_rows(nbx.asarray(np.arange(n) % 256, dtype=nbx.int64, device=device))
+    hx = nbx.rms_norm(x, (h,), layer.input_norm, model.eps)
+    qkv = nbx.linear(hx, layer.wqkv, layer.bqkv)
+    q = qkv[:, :hq * e].reshape(n, hq, e)
+    k = qkv[:, hq * e:(hq + hk) * e].reshape(n, hk, e)
+    v = qkv[:, (hq + hk) * e:].reshape(n, hk, e)
+    kc, vc = step.cache.k[0], step.cache.v[0]
+    cu_k = nbx.asarray(np.array([0, n], np.int32)).to(device)
+    kk, vv = k.contiguous(), v.contiguous()
+    return {
+        "linear +residual 512x2048x2048": lambda: model.output_linear(hx, layer.wo, layer.bo, x),
+        "gated_linear 512x2048->8192": lambda: nbx.gated_linear(hx, layer.gate, layer.up, activation=model.activation),
+        "rotary_embedding q 512": lambda: nbx.rotary_embedding(q, model._cos, model._sin, pos),
+        "rotary_kv_cache_write 512": lambda: nbx.rotary_kv_cache_write(k, v, model._cos, model._sin, pos, kc, vc,
+                                                                       step.slots),
+        "paged_attention prefill 512": lambda: nbx.paged_attention(
+            q, kc, vc, step.table, step.lens, step.cu, is_causal=True, window=None, max_seq_len=step.max_seq_len,
+            max_q_len=step.max_q_len),
+        "varlen_attention 512": lambda: nbx.varlen_attention(q, kk, vv, cu_k, cu_k, is_causal=True),
+        "decoder layer (attention half)": lambda: model._attention(0, layer, x, pos, step, n),
+        "decoder layer (mlp half)": lambda: model._mlp(layer, x),
+        "decoder layer (whole)": lambda: model._mlp(layer, model._attention(0, layer, x, pos, step, n)),
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--profile", help="cProfile this op (by own time; SORT=cumtime for cumulative)")
     parser.add_argument("--parts", action="store_true", help="run host_parts.py's stages instead")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time this process's CPU time, not the wall clock (a machine shared with other work)")
+    parser.add_argument("--prefill", action="store_true",
+                        help="also the ops of one Llama-1B prefill layer (512 tokens, bf16) and the whole layer")
     args = parser.parse_args(argv)
+    if args.cpu_time:
+        import time
+        import host_timing
+        host_timing.time = type("process_clock", (), {"perf_counter_ns": staticmethod(time.process_time_ns)})
     os.environ["NBX_AUTOTUNE_NO_SWEEP"] = "1"   # the device file's tiles: a simulated GPU cannot be timed
     simulated_cuda()
     stub_triton()
     if args.parts:
         import host_parts
-        return host_parts.main(["--calls", str(args.calls)])
+        return host_parts.main(["--calls", str(args.calls)] + (["--prefill"] if args.prefill else []))
     import nbx.core as nbx
     from nbx.core.tensor import empty
     device = nbx.as_device("cuda:0")
@@ -82,6 +149,8 @@ def main(argv=None) -> int:
         "x @ W.T": lambda: m @ wt.T,
         "embedding (1 id)": lambda: nbx.embedding(ids, table),
     }
+    if args.prefill or args.profile in PREFILL_CASES:
+        ops.update(prefill_ops(nbx, device))
     print(f"{'op (simulated CUDA, launcher stubbed)':40s} us/call")
     for name, op in ops.items():
         print(f"{name:40s} {per_call_us(op, args.calls):7.2f}")

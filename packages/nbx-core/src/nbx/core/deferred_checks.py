@@ -19,7 +19,8 @@ runs no Python: replayed() marks it to be read), read alike. The eager fallback 
 a step the same way, so a step behaves alike on every device.
 
 Devices: cpu checks on the host at once (its ops are numpy's: nothing to defer); interp (Triton's
-interpreter) follows the GPU semantics, so CI runs the path the GPU runs.
+interpreter) follows the GPU semantics, so CI runs the path the GPU runs. A loop that reads every
+step's outputs can read them under `postponed()` and check once at its end.
 """
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ def check(device: Device) -> None:
     """Read device's record if a kernel may have raised it since the last read; clear it, and raise
     IndexingError if it was raised. Nothing is read inside a step, nor when nothing is pending."""
     record = _RECORDS.get(device)
-    if record is None or not record.armed or deferring():
+    if record is None or not record.armed or deferring() or getattr(_LOCAL, "postponed", 0):
         return
     record.armed = False  # before the read: the read itself is a host read that checks
     tag = int(record.flag.numpy()[0])
@@ -100,6 +101,18 @@ def check(device: Device) -> None:
         from .dispatch import implementation
         implementation("fill_", device)(record.flag, 0)
         raise IndexingError(describe(tag, device, record.ops))
+
+
+@contextmanager
+def postponed():
+    """Host reads in the block leave the records armed, for the next read after it (or an
+    explicit check) to read: a decode loop reads each replayed step's tokens under it and checks
+    once after its last step, one read a token rather than two (the tokens, then the record)."""
+    _LOCAL.postponed = getattr(_LOCAL, "postponed", 0) + 1
+    try:
+        yield
+    finally:
+        _LOCAL.postponed -= 1
 
 
 def describe(tag: int, device: Device, step_ops: dict) -> str:

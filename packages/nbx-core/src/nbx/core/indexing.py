@@ -59,7 +59,8 @@ def basic_view(t: Tensor, key: tuple) -> Tensor:
             raise IndexingError(f"{type(item).__name__} is not a valid index")
     shape += t.shape[dim:]
     strides += t.strides[dim:]
-    return t._view(shape, strides, offset)
+    # ints throughout (slice_dim's, the tensor's own): the view needs no second validation
+    return Tensor._of(t._storage, t.dtype, tuple(shape), tuple(strides), offset)
 
 
 def _host_key(t: Tensor, key: tuple) -> tuple:

@@ -102,7 +102,7 @@ class Tensor:
         strides = layout.view_strides(self.shape, self._strides, new_shape)
         if strides is None:
             return self.contiguous().view(new_shape)
-        return self._view(new_shape, strides)
+        return Tensor._of(self._storage, self.dtype, new_shape, tuple(strides), self._offset)  # checked above
 
     def permute(self, *dims) -> "Tensor":
         dims = layout.shape_args(dims)

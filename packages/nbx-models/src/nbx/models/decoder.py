@@ -25,7 +25,7 @@ from .graph_decode import GraphDecode
 from .graph_decode import available as graph_available
 from .kv_cache import new_cache
 from . import moe
-from .sampling import pick_tokens
+from .sampling import pick, pick_tokens
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
                "gelu_new": "gelu_tanh", "relu": "relu"}
@@ -259,13 +259,18 @@ class Decoder:
         self.last_decode = "graph" if graph is not None else "eager"   # what decoded (the tests read it)
         active = list(range(len(sequences)))
         step_ids = sequences
+        draw = None if temperature == 0 else (lambda logits: pick(logits, temperature, top_k, top_p, generator))
+        begun = None   # the rows the captured decode step was last given
         for step in range(max_new_tokens):
             if step and graph is not None:
-                rows = graph([seq[0] for seq in step_ids], active)
+                if begun != active:   # the first decode step, or a sequence ended: the rows' state written once
+                    graph.begin(active, [seq[0] for seq in step_ids])
+                    begun = list(active)
+                tokens = graph.next_tokens(draw)   # one replay, one read
             else:
                 rows = self.forward(step_ids, cache, active, last_only=True)
-            tokens = pick_tokens(rows, temperature, top_k, top_p, generator)
-            del rows   # the step's logits go before the next step runs (memory_plan prices one step's)
+                tokens = pick_tokens(rows, temperature, top_k, top_p, generator)
+                del rows   # the step's logits go before the next step runs (memory_plan prices one step's)
             still = []
             for i, token in zip(active, tokens):
                 new[i].append(token)
@@ -277,6 +282,8 @@ class Decoder:
                 break
             active = [i for i, _ in still]
             step_ids = [[token] for _, token in still]
+        if graph is not None:
+            graph.check()   # the steps' deferred bounds flag, read once for the whole generation
         return new
 
     def _decode_state(self, capacities: list[int]):
@@ -288,6 +295,8 @@ class Decoder:
         kept = self._kept
         if kept is not None and kept[0] == (tuple(capacities), use_graph):
             kept[1].reset()
+            if kept[2] is not None:
+                kept[2].reset()
             return kept[1], kept[2]
         del kept   # the old cache goes before the new one is made: never two at once
         self.release_cache()
@@ -330,9 +339,9 @@ class Decoder:
         step = cache.begin(seqs, lengths)
         x = self.layers_forward(self.embed_rows(ids), pos, step, total)
         cache.end()
-        if last_only:
-            last = nbx.asarray([a + n - 1 for a, n in zip(starts, lengths)], dtype=nbx.int64, device=self.device)
-            x = nbx.take(x, last, axis=0)
+        if last_only:   # views of the last rows (a take would read its eager bounds check back: a sync)
+            last = [x[a + n - 1:a + n] for a, n in zip(starts, lengths)]
+            x = last[0] if len(last) == 1 else nbx.concat(last, axis=0)
         logits = self.head(x)
         if last_only:
             return logits

@@ -19,7 +19,8 @@ Bytes are the bytes asked (nbx.memory's pool reports its peak of requested bytes
 
 Not priced: kernels' launch workspaces (split-K partials of decode rows, the paged attention's
 split partials: kilobytes to a few MiB at batch 1), sampling's workspaces (greedy is priced), the
-captured decode steps' private pools (nbx.graph: outside the allocator's figures, reported apart),
+captured decode steps' private pools (nbx.graph: outside the allocator's figures, reported apart)
+and their state (ids, positions, cu_seqlens, the block and slot tables: batch x capacity int32),
 the autotune screens a first run makes, and mixture-of-experts layers (refused by name).
 """
 from __future__ import annotations
@@ -107,8 +108,10 @@ def _forward_live(decoder, tokens: int, batch: int, table: int, contiguous: bool
     if not contiguous:
         indices += 4 * (tokens + table + batch + (batch + 1 if tokens > batch else 0))  # slots, table, lens, cu
     layers = max(_layer_live(decoder, layer, tokens, contiguous) for layer in decoder.layers)
-    # the lm_head: x and its last rows (and their indices); then those rows, their norm and the logits
-    head = batch * INDEX_BYTES + item * max((tokens + batch) * s.hidden, 2 * batch * s.hidden + batch * decoder.vocab)
+    # the lm_head: x, whose last rows it reads (views; joined by a concat for several sequences), their
+    # norm and the logits
+    joined = batch * s.hidden if batch > 1 else 0
+    head = item * (tokens * s.hidden + joined + batch * s.hidden + batch * decoder.vocab)
     return indices + max(layers, head)
 
 

@@ -9,15 +9,19 @@ from __future__ import annotations
 import nbx.core as nbx
 
 
-def pick_tokens(logits: nbx.Tensor, temperature: float, top_k, top_p, generator) -> list[int]:
-    """One token id per row of logits [rows, vocab] (one read back to the host for all rows)."""
+def pick(logits: nbx.Tensor, temperature: float, top_k, top_p, generator) -> nbx.Tensor:
+    """One token id per row of logits [rows, vocab], on the logits' device (int64 [rows]); nothing read back."""
     if temperature < 0:
         raise nbx.ArgumentError(f"temperature is >= 0 (0: greedy), got {temperature}")
     if temperature == 0:
-        return [int(t) for t in nbx.argmax(logits, dim=-1).tolist()]
+        return nbx.argmax(logits, dim=-1)
     sample = getattr(nbx, "sample", None)
     if sample is None:
         raise nbx.NotSupportedError("sampled decoding needs nbx.sample (the sampling ops of issue 17), which this "
                                     "nbx-core does not have yet; temperature=0 decodes greedily")
-    return [int(t) for t in sample(logits, temperature=temperature, top_k=top_k, top_p=top_p,
-                                   generator=generator).tolist()]
+    return sample(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+
+
+def pick_tokens(logits: nbx.Tensor, temperature: float, top_k, top_p, generator) -> list[int]:
+    """pick's tokens as Python ints (one read back to the host for all rows)."""
+    return [int(t) for t in pick(logits, temperature, top_k, top_p, generator).tolist()]

@@ -8,8 +8,8 @@ block_tokens]; a slot is that row counted over the whole cache, block * block_to
 sequence's queries are its last tokens, so alignment is bottom-right: query t of a sequence of q_len
 queries and seq_len cached tokens sits at position seq_len - q_len + t (its own key, written first).
 
-Values in the table, the lengths and the slots are checked on host-memory devices (cpu, interp);
-on a GPU that would wait for the device, so the kernels instead skip slots outside the cache
+Values in the table, the lengths and the slots are checked on host-memory devices (cpu, interp
+outside captured steps); on a GPU that would wait for the device, so the kernels instead skip slots outside the cache
 (-1 marks a padding token, as in vLLM) and read no block past a sequence's length; nbx.memory's
 cache checks its own tables when it builds them.
 """
@@ -22,14 +22,20 @@ import numpy as np
 from .. import reference
 from ..dispatch import implementation, register
 from ..errors import DTypeError, IndexingError, ShapeError
+from ..spec import OpSpec, define, front_end, params
 from ..tensor import Tensor
 from ._common import check_category, common_device
 from .attention import AttentionOptions, _check_alibi, _check_dtypes, _check_tensor, _options, _precision, attend
-from .rotary import _rotary_reference, check_rotary
+from .rotary import _rotary_reference, check_positions, check_rotary
 
 
 def _host_checked(*tensors) -> bool:
-    return all(t.device.type in ("cpu", "interp") for t in tensors if t is not None)
+    """Values are checked on host-memory devices, except interp's inside a captured step (nbx.graph),
+    which runs as a GPU's would: a step reads nothing back, the kernels skip bad slots and blocks."""
+    from ..deferred_checks import deferring
+    inside_step = deferring()
+    return all(t.device.type == "cpu" or (t.device.type == "interp" and not inside_step)
+               for t in tensors if t is not None)
 
 
 def _check_cache(op: str, k_cache: Tensor, v_cache: Tensor, kv_heads_dim: int = 2) -> None:
@@ -44,22 +50,12 @@ def _check_cache(op: str, k_cache: Tensor, v_cache: Tensor, kv_heads_dim: int = 
         raise DTypeError(f"{op}: k_cache is {k_cache.dtype.name}, v_cache {v_cache.dtype.name} (they must match)")
 
 
-def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
-                    cu_seqlens_q: Tensor | None = None, *, is_causal: bool = False, scale: float | None = None,
-                    window=None, softcap: float | None = None, alibi_slopes: Tensor | None = None,
-                    return_lse: bool = False, max_seq_len: int | None = None, max_q_len: int | None = None):
-    """Each sequence's queries attending to its cached tokens (their own included).
-
-    q (batch, q_len, Hq, E) for a fixed count of queries a sequence (decode: 1, speculative: 2-8),
-    or (total_q, Hq, E) packed with cu_seqlens_q (chunked prefill); Hq % Hk == 0. block_table
-    (batch, max_blocks) and seq_lens (batch,) integers. Options as scaled_dot_product_attention's,
-    the alignment bottom-right. max_seq_len: the longest seq_len, when the caller knows it (else
-    read from seq_lens, which waits for the device). max_q_len (packed q): a bound on the queries
-    of any one sequence, when the caller knows it (a decode step: 1); else, on a GPU, total_q (the
-    offsets are never read on the host there: the kernel reads each sequence's rows from
-    cu_seqlens_q on the device, so a captured step takes them as inputs). Returns out shaped as q
-    with Ev, and with return_lse the lse (batch, Hq, q_len) or (Hq, total_q) float32."""
+def _check_paged(call, facts) -> None:
+    """paged_attention's rules that the signature decides (shapes, dtypes, options, the device),
+    once a signature; what the values decide (offsets, lengths, the table) is paged_bounds'."""
     op = "paged_attention"
+    q, k_cache, v_cache, block_table, seq_lens = call.q, call.k_cache, call.v_cache, call.block_table, call.seq_lens
+    cu_seqlens_q, max_q_len = call.cu_seqlens_q, call.max_q_len
     _check_cache(op, k_cache, v_cache)
     _check_tensor(op, "q", q)
     for role, t in (("block_table", block_table), ("seq_lens", seq_lens)):
@@ -80,11 +76,49 @@ def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
                          f"{tuple(block_table.shape)}, {tuple(seq_lens.shape)}")
     batch = seq_lens.shape[0]
     if packed:
-        from .attention import _cu_seqlens, _cu_seqlens_shape
+        from .attention import _cu_seqlens_shape
         _cu_seqlens_shape(op, "cu_seqlens_q", cu_seqlens_q, batch)
         if max_q_len is not None and (int(max_q_len) < 0 or int(max_q_len) > q.shape[0]):
             raise ShapeError(f"{op}: max_q_len {max_q_len} is outside 0 .. the {q.shape[0]} packed queries")
-        if _host_checked(cu_seqlens_q):   # host memory: the values are checked (and bound) for free
+    elif q.shape[0] != batch:
+        raise ShapeError(f"{op}: q has {q.shape[0]} sequences, seq_lens {batch}")
+    facts.options = _options(op, q.shape[-1], call.is_causal, call.scale, "bottom_right", call.window, call.softcap)
+    _check_alibi(op, call.alibi_slopes, (batch, hq))
+    facts.device = common_device(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, call.alibi_slopes)
+    facts.out_dtype = q.dtype
+    facts.host_values = _host_checked(block_table, seq_lens, cu_seqlens_q)   # host memory: values checked per call
+
+
+paged_attention = front_end(define(OpSpec(
+    "paged_attention", params("q", "k_cache", "v_cache", "block_table", "seq_lens", cu_seqlens_q=None, is_causal=False,
+                              scale=None, window=None, softcap=None, alibi_slopes=None, return_lse=False,
+                              max_seq_len=None, max_q_len=None),
+    _check_paged, by_value=("scale", "softcap"), doc="""Each sequence's queries attending to its cached tokens (their
+own included).
+
+q (batch, q_len, Hq, E) for a fixed count of queries a sequence (decode: 1, speculative: 2-8),
+or (total_q, Hq, E) packed with cu_seqlens_q (chunked prefill); Hq % Hk == 0. block_table
+(batch, max_blocks) and seq_lens (batch,) integers. Options as scaled_dot_product_attention's,
+the alignment bottom-right. max_seq_len: the longest seq_len, when the caller knows it (else
+read from seq_lens, which waits for the device). max_q_len (packed q): a bound on the queries
+of any one sequence, when the caller knows it (a decode step: 1); else, on a GPU, total_q (the
+offsets are never read on the host there: the kernel reads each sequence's rows from
+cu_seqlens_q on the device, so a captured step takes them as inputs). Returns out shaped as q
+with Ev, and with return_lse the lse (batch, Hq, q_len) or (Hq, total_q) float32.
+Checked once a signature (scale and softcap by value; max_seq_len and max_q_len are ints, by value);
+the values of the table, the lengths and the offsets each call, on host-memory devices.""")))
+
+
+def paged_bounds(call) -> tuple[int, int | None]:
+    """(max_seq_len, max_q_len) of one checked call: the given bounds, or read from the lengths and
+    offsets; on host-memory devices (cpu, interp) the values are checked too, each call (they are
+    no part of the signature)."""
+    op, q, seq_lens, cu_seqlens_q = "paged_attention", call.q, call.seq_lens, call.cu_seqlens_q
+    max_seq_len, max_q_len = call.max_seq_len, call.max_q_len
+    batch = seq_lens.shape[0]
+    if cu_seqlens_q is not None:
+        if call.host_values:   # host memory: the values are checked (and bound) for free
+            from .attention import _cu_seqlens
             offsets = _cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, q.shape[0], batch)
             longest = int(np.diff(offsets).max()) if batch else 0
             if max_q_len is not None and longest > int(max_q_len):
@@ -92,23 +126,15 @@ def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
             max_q_len = longest if max_q_len is None else max_q_len
         elif max_q_len is None:
             max_q_len = q.shape[0]
-    elif q.shape[0] != batch:
-        raise ShapeError(f"{op}: q has {q.shape[0]} sequences, seq_lens {batch}")
-    options = _options(op, q.shape[-1], is_causal, scale, "bottom_right", window, softcap)
-    alibi_slopes = _check_alibi(op, alibi_slopes, (batch, hq))
-    common_device(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes)
-    if max_seq_len is None or _host_checked(block_table, seq_lens):
+    if max_seq_len is None or call.host_values:
         lens = seq_lens.numpy().astype(np.int64)
         longest = int(lens.max()) if batch else 0
         if max_seq_len is not None and longest > max_seq_len:
             raise ShapeError(f"{op}: max_seq_len {max_seq_len} is below the longest seq_len {longest}")
         max_seq_len = longest if max_seq_len is None else max_seq_len
-        if _host_checked(block_table, seq_lens):
-            check_block_table(op, block_table.numpy(), lens, k_cache.shape[0], k_cache.shape[1])
-    out, lse = implementation(op, q.device)(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes,
-                                            options, bool(return_lse), int(max_seq_len),
-                                            None if max_q_len is None else int(max_q_len))
-    return (out, lse) if return_lse else out
+        if call.host_values:
+            check_block_table(op, call.block_table.numpy(), lens, call.k_cache.shape[0], call.k_cache.shape[1])
+    return int(max_seq_len), None if max_q_len is None else int(max_q_len)
 
 
 def check_block_table(op: str, table: np.ndarray, lens: np.ndarray, num_blocks: int, block_tokens: int) -> None:
@@ -168,7 +194,9 @@ def _paged_reference(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q=No
 
 # ---- writes -----------------------------------------------------------------------------------------
 
-def _check_write(op: str, k, v, k_cache, v_cache, slots) -> None:
+def _check_write(op: str, k, v, k_cache, v_cache, slots):
+    """The writes' rules that the signature decides; their device. The slots' values are
+    check_slots' (per call, on host memory)."""
     _check_cache(op, k_cache, v_cache)
     for role, t in (("k", k), ("v", v), ("slots", slots)):
         _check_tensor(op, role, t)
@@ -184,30 +212,45 @@ def _check_write(op: str, k, v, k_cache, v_cache, slots) -> None:
                          f"{k_cache.dtype.name}")
     if slots.shape != (k.shape[0],):
         raise ShapeError(f"{op}: slots has shape {tuple(slots.shape)}, expected ({k.shape[0]},)")
-    common_device(k, v, k_cache, v_cache, slots)
-    if _host_checked(slots):
-        s = slots.numpy()
-        rows = k_cache.shape[0] * k_cache.shape[1]
-        if s.size and (s.max() >= rows or s.min() < -1):
-            raise IndexingError(f"{op}: slots span [{s.min()}, {s.max()}]; the cache holds {rows} rows "
-                                f"(-1 marks a padding token)")
+    return common_device(k, v, k_cache, v_cache, slots)
 
 
-def kv_cache_write(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor) -> None:
-    """k[t] and v[t] (tokens, Hk, E / Ev) written to row slots[t] of the caches (in place); a slot
-    of -1 is a padding token and is skipped."""
-    _check_write("kv_cache_write", k, v, k_cache, v_cache, slots)
-    implementation("kv_cache_write", k.device)(k, v, k_cache, v_cache, slots)
+def check_slots(call) -> None:
+    """A write's slot values (and, fused with the rope on the cpu, its positions), checked each call
+    on host-memory devices: a GPU would wait for the device (its kernel skips slots outside the cache)."""
+    if not call.host_values:
+        return
+    s = call.slots.numpy()
+    rows = call.k_cache.shape[0] * call.k_cache.shape[1]
+    if s.size and (s.max() >= rows or s.min() < -1):
+        raise IndexingError(f"{call.spec.name}: slots span [{s.min()}, {s.max()}]; the cache holds {rows} rows "
+                            f"(-1 marks a padding token)")
+    if call.facts.device.type == "cpu" and call.spec.name == "rotary_kv_cache_write":
+        check_positions(call.positions, call.cos.shape[0])
 
 
-def rotary_kv_cache_write(k: Tensor, v: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, k_cache: Tensor,
-                          v_cache: Tensor, slots: Tensor, interleaved: bool = False) -> None:
-    """rotary_embedding(k, cos, sin, positions) and v written to the caches' slots in one pass (in
-    place): the fused form of the rope of k followed by kv_cache_write."""
-    op = "rotary_kv_cache_write"
-    _check_write(op, k, v, k_cache, v_cache, slots)
-    check_rotary(op, k, cos, sin, positions)
-    implementation(op, k.device)(k, v, cos, sin, positions, k_cache, v_cache, slots, bool(interleaved))
+def _check_kv_write(call, facts) -> None:
+    facts.device = _check_write(call.spec.name, call.k, call.v, call.k_cache, call.v_cache, call.slots)
+    facts.out_dtype = call.k.dtype
+    facts.host_values = _host_checked(call.slots)
+
+
+def _check_rotary_write(call, facts) -> None:
+    _check_kv_write(call, facts)
+    check_rotary(call.spec.name, call.k, call.cos, call.sin, call.positions)
+    facts.interleave = bool(call.interleaved)
+
+
+kv_cache_write = front_end(define(OpSpec(
+    "kv_cache_write", params("k", "v", "k_cache", "v_cache", "slots"), _check_kv_write,
+    doc="""k[t] and v[t] (tokens, Hk, E / Ev) written to row slots[t] of the caches (in place); a slot
+of -1 is a padding token and is skipped. Checked once a signature; the slots each call on host memory.""")))
+
+rotary_kv_cache_write = front_end(define(OpSpec(
+    "rotary_kv_cache_write", params("k", "v", "cos", "sin", "positions", "k_cache", "v_cache", "slots",
+                                    interleaved=False), _check_rotary_write,
+    doc="""rotary_embedding(k, cos, sin, positions) and v written to the caches' slots in one pass (in
+place): the fused form of the rope of k followed by kv_cache_write. Checked once a signature.""")))
 
 
 def _write_into(kc: np.ndarray, vc: np.ndarray, k_values: np.ndarray, v_values: np.ndarray, slots) -> None:
@@ -240,22 +283,27 @@ reference.register("rotary_kv_cache_write", _rotary_write_reference)
 
 
 @register("paged_attention", "cpu")
-def _paged_cpu(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
-               max_seq_len, max_q_len):
+def _paged_cpu(call):
     from .attention import _with_lse
-    return _with_lse(_paged_reference(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options,
-                                      True), q.dtype, return_lse)
+    paged_bounds(call)
+    out, lse = _with_lse(_paged_reference(call.q, call.k_cache, call.v_cache, call.block_table, call.seq_lens,
+                                          call.cu_seqlens_q, call.alibi_slopes, call.options, True), call.q.dtype,
+                         call.return_lse)
+    return (out, lse) if call.return_lse else out
 
 
 @register("kv_cache_write", "cpu")
-def _write_cpu(k, v, k_cache, v_cache, slots):
-    _write_into(k_cache._host_view(), v_cache._host_view(), k.numpy(), v.numpy(), slots)
+def _write_cpu(call):
+    check_slots(call)
+    _write_into(call.k_cache._host_view(), call.v_cache._host_view(), call.k.numpy(), call.v.numpy(), call.slots)
 
 
 @register("rotary_kv_cache_write", "cpu")
-def _rotary_write_cpu(k, v, cos, sin, positions, k_cache, v_cache, slots, interleaved):
-    rotated = _rotary_reference(k, cos, sin, positions, interleaved).astype(k_cache.dtype.host)
-    _write_into(k_cache._host_view(), v_cache._host_view(), rotated, v.numpy(), slots)
+def _rotary_write_cpu(call):
+    check_slots(call)
+    rotated = _rotary_reference(call.k, call.cos, call.sin, call.positions, call.interleave)
+    _write_into(call.k_cache._host_view(), call.v_cache._host_view(), rotated.astype(call.k_cache.dtype.host),
+                call.v.numpy(), call.slots)
 
 
 __all__ = ["paged_attention", "kv_cache_write", "rotary_kv_cache_write", "check_block_table"]

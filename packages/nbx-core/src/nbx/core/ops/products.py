@@ -32,6 +32,7 @@ from ..dtypes import DType, as_dtype
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..layout import broadcast_shapes
 from ..promotion import result_type
+from ..spec import OpSpec, define, front_end, params
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
 from .linalg import _matmul_shape, matmul
@@ -100,6 +101,39 @@ def _addend(op: str, name: str, t, shape: tuple) -> None:
     raise ShapeError(f"{op}'s {name} of shape {t.shape} does not broadcast to the result's {shape}")
 
 
+def _check_linear_call(call, facts) -> None:
+    """linear's rules, once a signature: the operands' shapes, dtypes and device, the epilogue's
+    options (alpha and beta by value: the int8 product refuses any but 1)."""
+    x, weight, bias, residual = call.x, call.weight, call.bias, call.residual
+    _tensors("linear", x=x, weight=weight)
+    _check_linear(x, tuple(weight.shape), bias, residual)
+    alpha, beta = _number("linear", "alpha", call.alpha), _number("linear", "beta", call.beta)
+    activation = _activation("linear", call.activation)
+    if x.dtype.name == "int8" or weight.dtype.name == "int8":
+        if x.dtype.name != "int8" or weight.dtype.name != "int8":
+            raise DTypeError(f"linear multiplies int8 by int8 only, got {x.dtype.name} and {weight.dtype.name}")
+        if (call.out_dtype is not None and as_dtype(call.out_dtype).name != "int32") or bias is not None \
+                or residual is not None or activation is not None or alpha != 1.0 or beta != 1.0 \
+                or call.input_precision is not None:
+            raise ArgumentError("linear of int8 operands gives their int32 product alone: no out_dtype but int32, no "
+                                "bias, activation, residual, alpha, beta or input_precision")
+        facts.device = common_device(x, weight)
+        facts.result_dtype = facts.compute_dtype = as_dtype("int32")
+        facts.precision = None
+        return
+    operands = [t for t in (x, weight, bias, residual) if t is not None]
+    facts.device = common_device(*operands)
+    facts.result_dtype = _out_dtype("linear", operands, call.out_dtype)
+    facts.compute_dtype = compute_dtype(facts.result_dtype)
+    facts.precision = _input_precision("linear", call.input_precision, result_type(x, weight))
+
+
+_LINEAR = define(OpSpec("linear", params("x", "weight", bias=None, activation=None, residual=None, alpha=1.0, beta=1.0,
+                                         out_dtype=None, input_precision=None),
+                        _check_linear_call, by_value=("alpha", "beta")))
+_linear_call = _LINEAR.call
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=None, residual=None,
            alpha=1.0, beta=1.0, out_dtype=None, input_precision=None) -> Tensor:
     """activation(alpha * (x @ weight.T) + bias) + beta * residual; weight is [out, in], a float
@@ -108,45 +142,32 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=
     input_precision (float32 operands only, asked per call): "ieee" (the default: float32
     products), "tf32" (operands rounded to TF32, to nearest with ties away from zero, then
     multiplied exactly and summed in float32) or "tf32x3" (each operand split into two TF32
-    parts, three products: close to float32 at TF32 speed)."""
-    from ..quant import QuantizedTensor
-    if isinstance(weight, QuantizedTensor):
-        return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
-    _tensors("linear", x=x, weight=weight)
-    _check_linear(x, tuple(weight.shape), bias, residual)
-    if x.dtype.name == "int8" or weight.dtype.name == "int8":
-        return _linear_int8(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision)
-    operands = [t for t in (x, weight, bias, residual) if t is not None]
-    device = common_device(*operands)
-    dtype = _out_dtype("linear", operands, out_dtype)
-    precision = _input_precision("linear", input_precision, result_type(x, weight))
-    return implementation("linear", device)(x, weight, bias, _activation("linear", activation), residual,
-                                            _number("linear", "alpha", alpha), _number("linear", "beta", beta), dtype,
-                                            input_precision=precision)
+    parts, three products: close to float32 at TF32 speed).
+
+    A dense weight's calls go through linear's OpSpec (checked once a signature: the operands'
+    layouts, alpha and beta by value, every other option by value); the implementation receives
+    the call, its facts result_dtype and precision."""
+    if type(weight) is not Tensor:
+        from ..quant import QuantizedTensor
+        if isinstance(weight, QuantizedTensor):
+            return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
+    if type(alpha) is float and type(beta) is float and alpha == 1.0 and beta == 1.0 and out_dtype is None \
+            and input_precision is None:   # the common call: its signature without the defaults spelled out
+        return _linear_call(x, weight, bias, activation, residual)
+    return _linear_call(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision)
 
 
 def _check_linear(x: Tensor, w_shape: tuple, bias, residual) -> None:
-    """x [..., in] against a weight [out, in]; bias and residual broadcast to the result."""
-    if len(w_shape) != 2:
+    """x [..., in] against a weight [out, in] (or a batch [B, rows, in] against [B, out, in]: addmm
+    and baddbmm lend their products to linear); bias and residual broadcast to the result."""
+    batched = len(w_shape) == 3 and x.ndim == 3 and x.shape[0] == w_shape[0]
+    if len(w_shape) != 2 and not batched:
         raise ShapeError(f"linear's weight is [out, in] (2-D), got shape {w_shape}")
-    if x.ndim < 1 or x.shape[-1] != w_shape[1]:
-        raise ShapeError(f"linear of x {x.shape} with weight {w_shape}: x's last dim must be in={w_shape[1]}")
-    shape = tuple(x.shape[:-1]) + (w_shape[0],)
+    if x.ndim < 1 or x.shape[-1] != w_shape[-1]:
+        raise ShapeError(f"linear of x {x.shape} with weight {w_shape}: x's last dim must be in={w_shape[-1]}")
+    shape = tuple(x.shape[:-1]) + (w_shape[-2],)
     _addend("linear", "bias", bias, shape)
     _addend("linear", "residual", residual, shape)
-
-
-def _linear_int8(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision) -> Tensor:
-    """int8 x int8 -> int32: exact sums of exact products, no epilogue (quantized activations are
-    rescaled by the caller, in float)."""
-    if x.dtype.name != "int8" or weight.dtype.name != "int8":
-        raise DTypeError(f"linear multiplies int8 by int8 only, got {x.dtype.name} and {weight.dtype.name}")
-    if (out_dtype is not None and as_dtype(out_dtype).name != "int32") or bias is not None or residual is not None \
-            or activation is not None or alpha != 1.0 or beta != 1.0 or input_precision is not None:
-        raise ArgumentError("linear of int8 operands gives their int32 product alone: no out_dtype but int32, no "
-                            "bias, activation, residual, alpha, beta or input_precision")
-    device = common_device(x, weight)
-    return implementation("linear", device)(x, weight, None, None, None, 1.0, 1.0, as_dtype("int32"))
 
 
 def _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype) -> Tensor:
@@ -160,8 +181,8 @@ def _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype) 
                                                  dtype)
 
 
-def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, *, activation="silu", out_dtype=None) -> Tensor:
-    """activation(x @ w_gate.T) * (x @ w_up.T): the gated pair of a SwiGLU (GeGLU) MLP."""
+def _check_gated(call, facts) -> None:
+    x, w_gate, w_up = call.x, call.w_gate, call.w_up
     _tensors("gated_linear", x=x, w_gate=w_gate, w_up=w_up)
     if w_gate.ndim != 2 or w_gate.shape != w_up.shape:
         raise ShapeError(f"gated_linear's weights are two [out, in] matrices of one shape, got {w_gate.shape} "
@@ -169,11 +190,17 @@ def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, *, activation="silu", 
     if x.ndim < 1 or x.shape[-1] != w_gate.shape[1]:
         raise ShapeError(f"gated_linear of x {x.shape} with weights {w_gate.shape}: x's last dim must be "
                          f"in={w_gate.shape[1]}")
-    if activation is None:
+    if call.activation is None:
         raise ArgumentError("gated_linear's activation names the gate's function (silu for SwiGLU); None is not one")
-    device = common_device(x, w_gate, w_up)
-    dtype = _out_dtype("gated_linear", [x, w_gate, w_up], out_dtype)
-    return implementation("gated_linear", device)(x, w_gate, w_up, _activation("gated_linear", activation), dtype)
+    _activation("gated_linear", call.activation)
+    facts.device = common_device(x, w_gate, w_up)
+    facts.result_dtype = _out_dtype("gated_linear", [x, w_gate, w_up], call.out_dtype)
+    facts.compute_dtype = compute_dtype(facts.result_dtype)
+
+
+gated_linear = front_end(define(OpSpec("gated_linear", params("x", "w_gate", "w_up", activation="silu", out_dtype=None),
+                                       _check_gated, doc="""activation(x @ w_gate.T) * (x @ w_up.T): the gated pair
+of a SwiGLU (GeGLU) MLP, checked once a signature (the implementation reads call.result_dtype).""")))
 
 
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
@@ -238,10 +265,10 @@ def _add_product(op, input, x1, x2, beta, alpha):  # noqa: A002
     shape = _matmul_shape(x1.shape, x2.shape)
     _addend(op, "input", input, shape)
     beta, alpha = _number(op, "beta", beta), _number(op, "alpha", alpha)
-    device = common_device(input, x1, x2)
+    common_device(input, x1, x2)
     dtype = _out_dtype(op, [input, x1, x2], None)
     # linear's weight is [out, in]: mat2 is read through its transpose, a view
-    return implementation("linear", device)(x1, x2.mT, None, None, None if beta == 0 else input, alpha, beta, dtype)
+    return _linear_call(x1, x2.mT, None, None, None if beta == 0 else input, alpha, beta, dtype)
 
 
 def _check_bmm(op, x1, x2):
@@ -353,9 +380,9 @@ reference.register("bmm", _bmm_reference)
 
 
 @register("linear", "cpu")
-def _linear_cpu(x, weight, bias, activation, residual, alpha, beta, dtype, input_precision=None) -> Tensor:
-    return wrap(_linear_reference(x, weight, bias, activation, residual, alpha, beta,
-                                  input_precision=input_precision), dtype)
+def _linear_cpu(call) -> Tensor:
+    return wrap(_linear_reference(call.x, call.weight, call.bias, call.activation, call.residual, call.alpha,
+                                  call.beta, input_precision=call.precision), call.result_dtype)
 
 
 @register("scaled_linear", "cpu")
@@ -369,8 +396,8 @@ def _linear_int4_cpu(x, weight, bias, activation, residual, alpha, beta, dtype) 
 
 
 @register("gated_linear", "cpu")
-def _gated_cpu(x, w_gate, w_up, activation, dtype) -> Tensor:
-    return wrap(_gated_reference(x, w_gate, w_up, activation), dtype)
+def _gated_cpu(call) -> Tensor:
+    return wrap(_gated_reference(call.x, call.w_gate, call.w_up, call.activation), call.result_dtype)
 
 
 # ---- einsum ----------------------------------------------------------------------------------

@@ -20,23 +20,30 @@ import numpy as np
 from .. import dtypes, reference
 from ..dispatch import implementation, register
 from ..errors import ArgumentError, DTypeError, IndexingError, NotSupportedError, ShapeError
+from ..spec import OpSpec, define, front_end, params
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 
 
-def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, interleaved: bool = False) -> Tensor:
-    """x (*tokens, heads, head_dim) rotated by the angles of each token's position.
+def _check_rotary_call(call, facts) -> None:
+    facts.device = check_rotary("rotary_embedding", call.x, call.cos, call.sin, call.positions)
+    facts.out_dtype = call.x.dtype
+    facts.interleave = bool(call.interleaved)
 
-    cos, sin: (max_positions, rotary_dim) tables as HF builds them (rotary_dim even, <= head_dim);
-    positions: an integer tensor of x's token shape (*tokens), each in [0, max_positions).
-    interleaved: GPT-J's layout (pairs 2i, 2i + 1) instead of the half-split one (i, i + rotary_dim/2).
-    Returns a new tensor of x's shape and dtype (computed in float32 for the half types).
-    On a GPU a position outside the table is not checked on the host (that would wait for the
-    device): the kernel writes NaN for that token's rotated dims, so it cannot pass unseen."""
-    device = check_rotary("rotary_embedding", x, cos, sin, positions)
-    return implementation("rotary_embedding", device)(x, cos, sin, positions, bool(interleaved))
+
+rotary_embedding = front_end(define(OpSpec(
+    "rotary_embedding", params("x", "cos", "sin", "positions", interleaved=False), _check_rotary_call,
+    doc="""x (*tokens, heads, head_dim) rotated by the angles of each token's position.
+
+cos, sin: (max_positions, rotary_dim) tables as HF builds them (rotary_dim even, <= head_dim);
+positions: an integer tensor of x's token shape (*tokens), each in [0, max_positions).
+interleaved: GPT-J's layout (pairs 2i, 2i + 1) instead of the half-split one (i, i + rotary_dim/2).
+Returns a new tensor of x's shape and dtype (computed in float32 for the half types).
+On a GPU a position outside the table is not checked on the host (that would wait for the
+device): the kernel writes NaN for that token's rotated dims, so it cannot pass unseen; the cpu
+checks every call's positions. Checked once a signature (the operands' layouts, interleaved).""")))
 
 
 def check_rotary(op: str, x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor):
@@ -59,13 +66,10 @@ def check_rotary(op: str, x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor
     if tuple(positions.shape) != tuple(x.shape[:-2]):
         raise ShapeError(f"{op}: positions has shape {tuple(positions.shape)}, expected x's token shape "
                          f"{tuple(x.shape[:-2])}")
-    device = common_device(x, cos, sin, positions)
-    if device.type == "cpu":
-        _check_positions(positions, cos.shape[0])
-    return device
+    return common_device(x, cos, sin, positions)   # position values: checked per call on the cpu
 
 
-def _check_positions(positions: Tensor, max_positions: int) -> None:
+def check_positions(positions: Tensor, max_positions: int) -> None:
     p = positions.numpy()
     if p.size and (p.min() < 0 or p.max() >= max_positions):
         raise IndexingError(f"rotary_embedding: positions span [{p.min()}, {p.max()}], the tables hold "
@@ -102,8 +106,9 @@ reference.register("rotary_embedding", _rotary_reference)
 
 
 @register("rotary_embedding", "cpu")
-def _rotary_cpu(x, cos, sin, positions, interleaved):
-    return wrap(_rotary_reference(x, cos, sin, positions, interleaved), x.dtype)
+def _rotary_cpu(call):
+    check_positions(call.positions, call.cos.shape[0])
+    return wrap(_rotary_reference(call.x, call.cos, call.sin, call.positions, call.interleave), call.x.dtype)
 
 
 # ---- the tables, from a Hugging Face config --------------------------------------------------------

@@ -366,18 +366,53 @@ def _unit_rows(t: Tensor) -> Tensor:
 
 
 @implements("paged_attention")
-def _paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse, max_seq_len,
-           max_q_len):
-    return launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
-                        max_seq_len, max_q_len=max_q_len)
+def _paged(call):
+    """A checked paged_attention (nbx.core.ops.paged's spec): its bounds from the call (checked
+    there on host memory), then the launch."""
+    from nbx.core.ops.paged import paged_bounds
+    max_seq_len, max_q_len = paged_bounds(call)
+    out, lse = launch_paged(call.q, call.k_cache, call.v_cache, call.block_table, call.seq_lens, call.cu_seqlens_q,
+                            call.alibi_slopes, call.options, call.return_lse, max_seq_len, max_q_len=max_q_len)
+    return (out, lse) if call.return_lse else out
 
 
-def launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
-                 max_seq_len, out=None, setting=None, decode_setting=None, max_q_len=None):
-    """paged_attention into out (new, or a given contiguous one); setting and decode_setting
-    override the served ones (the certifier's). Nothing is read back from the device: the plan is
-    sized by max_seq_len and (packed q) max_q_len, bounds the front-end supplies (max_q_len None:
-    total_q), each rounded up to a power of two; the kernel reads every sequence's own lengths."""
+def _prepare_paged(call):
+    """A signature's repeats on a GPU: the plan's launcher, looked up once. The plan reads the
+    layouts and the bounds (in the signature: max_seq_len, max_q_len by value), never an address;
+    host-memory devices check every call's values, and index tensors that need an int32 copy take
+    the full path."""
+    from nbx.core.ops.paged import paged_bounds
+    if call.host_values or call.max_seq_len is None:
+        return None
+    max_seq_len, max_q_len = paged_bounds(call)   # the given bounds: nothing read
+    lay, values = paged_layout(call.q, call.k_cache, call.v_cache, call.block_table, call.seq_lens,
+                               call.cu_seqlens_q, call.alibi_slopes, call.return_lse, max_seq_len, max_q_len)
+    if prod(lay.out_shape) == 0 or values["q"] is not call.q or values["table"] is not call.block_table \
+            or values["kv_lens"] is not call.seq_lens or values["cu_q"] is not call.cu_seqlens_q:
+        return None
+    run = plans.prepared(launch_plan(lay, call.options))
+    if run is None:
+        return None
+    with_lse = call.return_lse
+
+    def repeat(c):
+        q = c.q
+        slopes = c.alibi_slopes
+        done = run({"q": q, "k": c.k_cache, "v": c.v_cache, "out": None, "lse": None, "mask": q,
+                    "slopes": q if slopes is None else slopes, "cu_q": q if c.cu_seqlens_q is None else c.cu_seqlens_q,
+                    "kv_lens": c.seq_lens, "table": c.block_table})
+        return (done["out"], done["lse"]) if with_lse else done["out"]
+    return repeat
+
+
+_paged.prepare = _prepare_paged
+
+
+def paged_layout(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, return_lse, max_seq_len,
+                 max_q_len=None):
+    """(Layout, values) of one paged_attention call: its operands as the kernel reads them (q's
+    head dim at unit stride, the index tensors int32), sized by max_seq_len and (packed q)
+    max_q_len (None: total_q)."""
     from .rope import cache_rows
     check_supported("paged_attention", q, v_cache.shape[-1])
     cache_rows(k_cache), cache_rows(v_cache)  # refused unless blocks and tokens merge into rows
@@ -403,8 +438,18 @@ def launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi
                      _packed_out(out_shape), lse_shape, (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True,
                      **common)
     cu_q = None if cu_seqlens_q is None else _unit_rows(cu_seqlens_q)
-    values = {"q": q, "k": k_cache, "v": v_cache, "slopes": alibi_slopes, "cu_q": cu_q, "kv_lens": lens,
-              "table": table}
+    return lay, {"q": q, "k": k_cache, "v": v_cache, "slopes": alibi_slopes, "cu_q": cu_q, "kv_lens": lens,
+                 "table": table}
+
+
+def launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, options, return_lse,
+                 max_seq_len, out=None, setting=None, decode_setting=None, max_q_len=None):
+    """paged_attention into out (new, or a given contiguous one); setting and decode_setting
+    override the served ones (the certifier's). Nothing is read back from the device: the plan is
+    sized by max_seq_len and (packed q) max_q_len, bounds the front-end supplies (max_q_len None:
+    total_q), each rounded up to a power of two; the kernel reads every sequence's own lengths."""
+    lay, values = paged_layout(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, return_lse,
+                               max_seq_len, max_q_len)
     if out is not None:
         from .. import launch
         values["out"] = launch.output(lay.out_shape, q.dtype, q.device, out)

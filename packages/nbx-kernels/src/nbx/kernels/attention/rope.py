@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from nbx.core.errors import NotSupportedError
+from nbx.core.ops.paged import check_slots
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans, rows
@@ -126,21 +127,15 @@ def _described(t: Tensor) -> tuple:
     return (tuple(t.shape), tuple(t.strides), t.dtype)
 
 
-def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slots=None, cache=None, v=None,
-                v_cache=None):
-    """rotary_embedding of x into out (new, or a given contiguous one), or, with slots, into
-    cache's rows slots[t] (cache: (rows, heads, dim), a view of a paged cache's blocks), v copied
-    into v_cache alike. cos None: nothing rotated (kv_cache_write)."""
+def rope_plan(x, cos, sin, positions, interleaved, setting=None, slots=None, cache=None, v=None, v_cache=None):
+    """(plan, values but "out") of one rope launch (launch_rope's arguments), the plan kept per
+    call layout in the one plan cache."""
     if x.dtype.name not in ("float16", "bfloat16", "float32"):
         raise NotSupportedError(f"rotary_embedding on {x.device.type} takes float16, bfloat16 or float32; got "
                                 f"{x.dtype.name}")
     device = x.device
     flat = _flat_tokens(x)
     tokens, heads, dim = flat.shape
-    if slots is None:
-        out = launch.output(x.shape, x.dtype, device, out)
-    if tokens == 0 or heads == 0:
-        return out
     table = None
     if cos is not None:
         cos, sin = _table(cos), _table(sin)
@@ -155,20 +150,37 @@ def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slo
     plan = plans.cached("rotary_embedding", signature, lambda: _build(
         _described(flat), table and table[:2], None if vv is None else _described(vv), target, v_target,
         interleaved, device, setting))
-    pos = _unit(positions.reshape(tokens)) if positions is not None else _unit(slots)
+    if positions is not None and positions.ndim != 1:
+        positions = positions.reshape(tokens)
+    pos = _unit(positions) if positions is not None else _unit(slots)
     values = {"x": flat, "cos": cos if cos is not None else flat, "sin": sin if sin is not None else flat,
-              "positions": pos, "out": cache if cache is not None else out.reshape(tokens, heads, dim),
-              "slots": _unit(slots) if slots is not None else pos, "v": vv if vv is not None else flat,
-              "v_out": v_cache if v_cache is not None else flat,
+              "positions": pos, "out": cache, "slots": _unit(slots) if slots is not None else pos,
+              "v": vv if vv is not None else flat, "v_out": v_cache if v_cache is not None else flat,
               "out_rows": cache.shape[0] if cache is not None else tokens}
+    return plan, values
+
+
+def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slots=None, cache=None, v=None,
+                v_cache=None):
+    """rotary_embedding of x into out (new, or a given contiguous one), or, with slots, into
+    cache's rows slots[t] (cache: (rows, heads, dim), a view of a paged cache's blocks), v copied
+    into v_cache alike. cos None: nothing rotated (kv_cache_write)."""
+    plan, values = rope_plan(x, cos, sin, positions, interleaved, setting, slots, cache, v, v_cache)
+    tokens, heads, dim = values["x"].shape
+    if slots is None:
+        out = launch.output(x.shape, x.dtype, x.device, out)
+        values["out"] = out.reshape(tokens, heads, dim)
+    if tokens == 0 or heads == 0:
+        return out
     plans.execute(plan, values)
     return out
 
 
 def _unit(t: Tensor) -> Tensor:
-    """Positions or slots as int32 (what the kernel's arithmetic takes) at unit stride."""
+    """Positions or slots as the kernel reads them: int32 or int64 (it widens each to int64 as it
+    loads it, so neither is cast: a cast would be a launch a call), at unit stride."""
     from nbx.core import dtypes
-    if t.dtype is not dtypes.int32:
+    if t.dtype is not dtypes.int32 and t.dtype is not dtypes.int64:
         t = t.to(dtype=dtypes.int32)
     return t if t.shape[0] <= 1 or t.strides[0] == 1 else t.contiguous()
 
@@ -182,24 +194,98 @@ def cache_rows(cache: Tensor) -> Tensor:
     return cache._view((cache.shape[0] * cache.shape[1], cache.shape[2], cache.shape[3]), cache.strides[1:])
 
 
+def _rows_view(cache: Tensor) -> Tensor:
+    """cache_rows of a cache whose layout was checked for this signature: the view, made unchecked."""
+    shape, strides = cache.shape, cache._strides
+    return Tensor._of(cache._storage, cache.dtype, (shape[0] * shape[1], shape[2], shape[3]), strides[1:],
+                      cache._offset)
+
+
+def _write(call, rotated: bool):
+    launch_rope(call.k, call.cos if rotated else None, call.sin if rotated else None,
+                call.positions if rotated else None, call.interleave if rotated else False, slots=call.slots,
+                cache=cache_rows(call.k_cache), v=call.v, v_cache=cache_rows(call.v_cache))
+
+
 @implements("kv_cache_write")
-def _kv_cache_write(k, v, k_cache, v_cache, slots):
-    launch_rope(k, None, None, None, False, slots=slots, cache=cache_rows(k_cache), v=v, v_cache=cache_rows(v_cache))
+def _kv_cache_write(call):
+    check_slots(call)
+    _write(call, False)
 
 
 @implements("rotary_kv_cache_write")
-def _rotary_kv_cache_write(k, v, cos, sin, positions, k_cache, v_cache, slots, interleaved):
-    launch_rope(k, cos, sin, positions, interleaved, slots=slots, cache=cache_rows(k_cache), v=v,
-                v_cache=cache_rows(v_cache))
+def _rotary_kv_cache_write(call):
+    check_slots(call)
+    _write(call, True)
+
+
+def _prepare_write(call, rotated: bool):
+    """A signature's repeats on a GPU (host memory checks each call's slots): the launcher, the
+    caches' row views made unchecked (their layout is the signature's), positions and slots
+    read as they are (int32 or int64 at unit stride, else the full path)."""
+    k, slots, positions = call.k, call.slots, call.positions if rotated else None
+    if call.host_values or k.shape[0] == 0 or k.shape[1] == 0 or k.ndim != 3 or k.strides[-1] != 1 \
+            or call.v.strides[-1] != 1:
+        return None
+    plan, values = rope_plan(k, call.cos if rotated else None, call.sin if rotated else None, positions,
+                             call.interleave if rotated else False, slots=slots, cache=cache_rows(call.k_cache),
+                             v=call.v, v_cache=cache_rows(call.v_cache))
+    if values["slots"] is not slots or (rotated and (values["positions"] is not positions or values["cos"] is not
+                                                     call.cos or values["sin"] is not call.sin)):
+        return None
+    run = plans.prepared(plan)
+    if run is None:
+        return None
+    out_rows = values["out_rows"]
+
+    def repeat(c):
+        kc = _rows_view(c.k_cache)
+        values = {"x": c.k, "v": c.v, "out": kc, "v_out": _rows_view(c.v_cache), "slots": c.slots,
+                  "out_rows": out_rows}
+        if rotated:
+            values.update(cos=c.cos, sin=c.sin, positions=c.positions)
+        else:
+            values.update(cos=c.k, sin=c.k, positions=c.slots)
+        run(values)
+    return repeat
+
+
+_kv_cache_write.prepare = lambda call: _prepare_write(call, False)
+_rotary_kv_cache_write.prepare = lambda call: _prepare_write(call, True)
 
 
 @implements("rotary_embedding")
-def _rotary(x, cos, sin, positions, interleaved):
-    return launch_rope(x, cos, sin, positions, interleaved)
+def _rotary(call):
+    return launch_rope(call.x, call.cos, call.sin, call.positions, call.interleave)
 
 
-def rope_cost(x, cos, sin, positions, interleaved=False) -> Cost:
+def _prepare_rotary(call):
+    """A signature's repeats: the launcher, when x (tokens, heads, dim) and the tables are read as
+    they are (no copy: a view of the whole qkv product is) and positions need no cast."""
+    x = call.x
+    if x.ndim != 3 or x.shape[0] == 0 or x.shape[1] == 0 or x.strides[-1] != 1:
+        return None
+    plan, values = rope_plan(x, call.cos, call.sin, call.positions, call.interleave)
+    if values["positions"] is not call.positions or values["cos"] is not call.cos or values["sin"] is not call.sin:
+        return None
+    run = plans.prepared(plan)
+    if run is None:
+        return None
+    rows = values["out_rows"]
+
+    def repeat(c):
+        x, p = c.x, c.positions
+        return run({"x": x, "cos": c.cos, "sin": c.sin, "positions": p, "out": None, "slots": p, "v": x, "v_out": x,
+                    "out_rows": rows})["out"]
+    return repeat
+
+
+_rotary.prepare = _prepare_rotary
+
+
+def rope_cost(call) -> Cost:
     """The output; x read and written once, each token's cos and sin rows once, its position."""
+    x, cos, positions = call.x, call.cos, call.positions
     rotary_dim = cos.shape[1]
     tokens = prod(x.shape[:-2])
     moved = 2 * x.nbytes + tokens * (2 * rotary_dim * cos.dtype.itemsize + positions.dtype.itemsize)
@@ -208,4 +294,4 @@ def rope_cost(x, cos, sin, positions, interleaved=False) -> Cost:
 
 declares("rotary_embedding")(rope_cost)
 
-__all__ = ["launch_rope", "rope_kernel", "rope_cost"]
+__all__ = ["launch_rope", "rope_plan", "rope_kernel", "rope_cost"]

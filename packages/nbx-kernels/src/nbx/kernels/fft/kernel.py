@@ -186,13 +186,14 @@ def fft_row_kernel(src, dst, src_len, src_row, dst_row, scale, N: tl.constexpr, 
     M: tl.constexpr = N // 2
     j = tl.arange(0, M)
     for p in tl.static_range(PASSES):
-        ns = 1 << p   # constexpr (p is); an annotation would be a reassignment Triton refuses
+        # the pass's butterfly span is 1 << p, written out at each use: assigned to a name it would
+        # become a tensor (Triton's assignment), annotated tl.constexpr a reassignment Triton refuses
         a_re, b_re = tl.split(tl.permute(tl.reshape(re, (2, M)), (1, 0)))
         a_im, b_im = tl.split(tl.permute(tl.reshape(im, (2, M)), (1, 0)))
-        c, s = _root(j % ns, 2 * ns + 0 * j, SIGN)
+        c, s = _root(j % (1 << p), 2 * (1 << p) + 0 * j, SIGN)
         b_re, b_im = b_re * c - b_im * s, b_re * s + b_im * c
         # leg s of butterfly j = q ns + k goes to q 2 ns + s ns + k: (q, k, s) -> (q, s, k)
-        re = tl.reshape(tl.permute(tl.reshape(tl.join(a_re + b_re, a_re - b_re), (M // ns, ns, 2)), (0, 2, 1)), (N,))
-        im = tl.reshape(tl.permute(tl.reshape(tl.join(a_im + b_im, a_im - b_im), (M // ns, ns, 2)), (0, 2, 1)), (N,))
+        re = tl.reshape(tl.permute(tl.reshape(tl.join(a_re + b_re, a_re - b_re), (M // (1 << p), 1 << p, 2)), (0, 2, 1)), (N,))
+        im = tl.reshape(tl.permute(tl.reshape(tl.join(a_im + b_im, a_im - b_im), (M // (1 << p), 1 << p, 2)), (0, 2, 1)), (N,))
     tl.store(dst + row * dst_row + 2 * i, re * scale)
     tl.store(dst + row * dst_row + 2 * i + 1, im * scale)

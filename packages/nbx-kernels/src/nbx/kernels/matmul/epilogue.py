@@ -339,19 +339,50 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
 
 
 @implements("linear")
-def _linear(x: Tensor, weight: Tensor, bias, activation, residual, alpha: float, beta: float, dtype: DType,
-            input_precision=None) -> Tensor:
-    return launch_linear(x, weight, bias, activation, residual, alpha, beta, dtype, input_precision=input_precision)
+def _linear(call) -> Tensor:
+    """A checked linear (nbx.core.ops.products' spec): its facts result_dtype and precision."""
+    return launch_linear(call.x, call.weight, call.bias, call.activation, call.residual, call.alpha, call.beta,
+                         call.result_dtype, input_precision=call.precision)
 
 
 @implements("gated_linear")
-def _gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, activation, dtype: DType) -> Tensor:
-    return launch_linear(x, w_gate, activation=activation, dtype=dtype, up=w_up)
+def _gated_linear(call) -> Tensor:
+    return launch_linear(call.x, call.w_gate, activation=call.activation, dtype=call.result_dtype, up=call.w_up)
 
 
-declares("linear")(lambda x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None,
-                   input_precision=None: linear_cost(x, weight, bias, activation, residual, alpha, beta, dtype,
-                                                     input_precision=input_precision))
+def _prepared_product(call, weight: str, up: str | None, first, alpha: float, beta: float):
+    """A signature's repeats of linear or gated_linear: the plan's launcher, looked up once. The
+    plan also reads the operands' alignment, which the signature does not hold: a repeat whose
+    alignment differs from the first call's takes the full path (first: the implementation)."""
+    x, w, u = call.x, getattr(call, weight), None if up is None else getattr(call, up)
+    bias, residual = getattr(call, "bias", None), getattr(call, "residual", None)
+    dtype = call.result_dtype
+    if prod(out_shape(x.shape, w.shape)) == 0:
+        return None
+    run = plans.prepared(launch_plan(x, w, bias, residual, u, call.activation, dtype,
+                                     input_precision=getattr(call, "precision", None)))
+    if run is None:   # a dense copy of x, the bias or the residual: execute makes it
+        return None
+    aligned = (_aligned(x), _aligned(w) and _aligned(u))
+    alpha, beta = float_bits(alpha), float_bits(beta)
+
+    def repeat(c):
+        x, w = c.x, getattr(c, weight)
+        u = None if up is None else getattr(c, up)
+        if (_aligned(x), _aligned(w) and _aligned(u)) != aligned:
+            return first(c)
+        return run({"x": x, "weight": w, "up": u, "out": None, "alpha": alpha, "beta": beta,
+                    "bias": getattr(c, "bias", None), "residual": getattr(c, "residual", None)})["out"]
+    return repeat
+
+
+_linear.prepare = lambda call: _prepared_product(call, "weight", None, _linear, call.alpha, call.beta)
+_gated_linear.prepare = lambda call: _prepared_product(call, "w_gate", "w_up", _gated_linear, 1.0, 1.0)
+
+declares("linear")(lambda call: linear_cost(call.x, call.weight, call.bias, call.activation, call.residual, call.alpha,
+                                            call.beta, call.result_dtype, input_precision=call.precision))
+
+
 @implements("scaled_linear")
 def _scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, bias, activation, residual,
                    dtype: DType) -> Tensor:
@@ -360,7 +391,7 @@ def _scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, 
 
 declares("scaled_linear")(lambda x, weight, scale_x, scale_w, bias=None, activation=None, residual=None, dtype=None:
                           linear_cost(x, weight, bias, activation, residual, dtype=dtype, scales=(scale_x, scale_w)))
-declares("gated_linear")(lambda x, w_gate, w_up, activation="silu", dtype=None:
-                         linear_cost(x, w_gate, activation=activation, dtype=dtype, up=w_up))
+declares("gated_linear")(lambda call: linear_cost(call.x, call.w_gate, activation=call.activation,
+                                                  dtype=call.result_dtype, up=call.w_up))
 
 __all__ = ["launch_linear", "linear_cost", "plan", "LinearPlan", "out_shape"]

@@ -1,0 +1,58 @@
+"""Kernels whose Python front-end the interpreter accepts but Triton's compiler refused on the
+H200 are lowered here to TTIR for sm_90, as the compiler's first stage does there: no GPU needed.
+
+Triton turns a plain assignment of a constexpr expression into a tensor (so `ns = 1 << p` inside a
+static_range made a reshape's shape a tensor), which `TRITON_INTERPRET=1` never sees. The suite
+runs under the interpreter, so the lowering runs in a child process without it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton.backends.nvidia.compiler")
+
+_LOWER = r'''
+import json, sys
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import CUDABackend
+from triton.compiler import ASTSource
+from triton._C.libtriton import ir
+import importlib
+
+target = GPUTarget("cuda", 90, 32)
+backend = CUDABackend(target)
+failures = []
+for module, name, signature, constexprs in json.loads(sys.argv[1]):
+    kernel = getattr(importlib.import_module(module), name)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    options = backend.parse_options({})
+    source = ASTSource(kernel, {**signature, **{c: "constexpr" for c in constexprs}}, constexprs=constexprs)
+    try:
+        source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
+    except Exception as exc:
+        failures.append(f"{name} {constexprs}: {type(exc).__name__}: {str(exc).splitlines()[-1] if str(exc) else ''}")
+print(json.dumps(failures))
+'''
+
+FFT_ROW = ("nbx.kernels.fft.kernel", "fft_row_kernel",
+           {"src": "*fp32", "dst": "*fp32", "src_len": "i32", "src_row": "i64", "dst_row": "i64", "scale": "fp32"})
+
+
+def lowering_failures(cases) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _LOWER, json.dumps(cases)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_fused_fft_row_lowers_for_sm90_at_every_load_mode_and_width():
+    cases = [(*FFT_ROW, {"N": n, "PASSES": n.bit_length() - 1, "SIGN": sign, "LOAD": load})
+             for n in (16, 1024, 8192) for load in (0, 1, 2) for sign in (-1, 1)]
+    assert lowering_failures(cases) == []
