@@ -100,3 +100,16 @@ def test_vocabulary_sized_embedding_and_index_put_on_the_gpu(check):
     vals = nbx.randn(8192, 256, generator=nbx.Generator(seed=6))
     check(nbx.index_put(table.to(device), (rows.to(device),), vals.to(device), accumulate=True),
           nbx.oracle("scatter", table, 0, _expanded(rows.numpy(), (8192, 256), 0), vals, "sum", True), device)
+
+
+@pytest.mark.parametrize("word", ["uint8", "uint16", "uint32", "uint64"])
+def test_the_remap_copys_screen_workload_is_made_for_every_word_and_copies_bit_for_bit(device, word):
+    """The bench's scatter-add failed with OverflowError on the H200: its axis-last transpose of int64
+    indices (8-byte words) screened the datamove_transpose tunable, whose workload took its bits
+    modulo 2**64, a Python int numpy refuses. Made for every word (the GPU screens; interp does not)."""
+    from nbx.kernels.copies import tuning
+    for transposed, mapped in ((True, False), (False, True), (False, False)):
+        load = tuning.workload({"n": 96, "inner": 8, "dtype": nbx.as_dtype(word), "mapped": mapped,
+                                "transposed": transposed}, device)
+        load.launch(None)
+        np.testing.assert_array_equal(load.output_rows(slice(0, 12)), load.reference_rows(slice(0, 12)))
