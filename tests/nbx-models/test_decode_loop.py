@@ -121,7 +121,7 @@ def test_each_decoded_token_costs_the_host_one_replay_and_one_small_read_and_the
         else:   # a batch's first step: its rows' state written once (and, after a graph's capture, once again);
             # its capture's warm-up may screen new launch keys, which synchronize
             assert 0 < len(uploads) <= 5 + 2 * (device.type == "cuda"), f"step {index}: {events}"
-    assert [e for e in steps[NEW] if e[0] != "op"] == [("read", 4)], "after the last token: the step flag, once"
+    assert [e for e in steps[NEW] if e[0] != "op"] == [("read", 8)], "after the last token: the int64 record, once"
 
 
 def test_sampled_decoding_through_the_captured_step_draws_the_eager_decodes_tokens(tmp_path, interp):

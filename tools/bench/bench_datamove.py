@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import traceback
 
 import torch
 import torch.nn.functional as F
@@ -75,8 +76,8 @@ def cases():
         ni = view(ids)
         yield "embedding", f"151936x4096 bf16, {n_ids} ids", 2 * n_ids * 4096 * 2, 1, \
             lambda i, ni=ni: nbx.embedding(ni, nw), lambda i, ids=ids: F.embedding(ids, weight)
-    # the deterministic scatter compares every update of a row with every place of it (docs/kernels.md):
-    # a decode-sized case; an index_add at vocabulary size (151936 places x 8192 updates) would take seconds
+    # a sum scatter is one atomic add an update (docs/kernels.md); nbx's scatters are out of place, so the
+    # peers are torch's out-of-place spellings (a clone and the in-place op)
     target = torch.zeros((4096, 64), device="cuda", dtype=torch.float32)
     rows = torch.randint(0, 4096, (1024, 1), device="cuda", generator=gen).expand(1024, 64).contiguous()
     src = torch.randn((1024, 64), device="cuda", generator=gen)
@@ -84,6 +85,17 @@ def cases():
     yield "scatter-add", "[4096,64] f32 <- 1024 rows", 3 * 1024 * 64 * 4, 1, \
         lambda i: nbx.scatter(n_target, 0, n_rows, n_src, reduce="sum"), \
         lambda i: target.scatter_add(0, rows, src)
+    table = torch.randn((32768, 1024), device="cuda", generator=gen)   # 128 MiB of f32
+    put_rows = torch.randint(0, 32768, (8192,), device="cuda", generator=gen)
+    put_vals = torch.randn((8192, 1024), device="cuda", generator=gen)
+    n_table, n_put_rows, n_put_vals = view(table), view(put_rows), view(put_vals)
+    # bytes: the clone (read + write the table) and each update read once and added into its row
+    yield "index_put", "[32768,1024] f32 += 8192 rows", 2 * table.numel() * 4 + 3 * put_vals.numel() * 4, 1, \
+        lambda i: nbx.index_put(n_table, (n_put_rows,), n_put_vals, accumulate=True), \
+        lambda i: torch.index_put(table, (put_rows,), put_vals, accumulate=True)
+    yield "index_add", "[32768,1024] f32 <- 8192 rows", 2 * table.numel() * 4 + 3 * put_vals.numel() * 4, 1, \
+        lambda i: nbx.index_add(n_table, 0, n_put_rows, n_put_vals), \
+        lambda i: table.index_add(0, put_rows, put_vals)
     for log2 in (24, 26):
         keys = torch.randn(1 << log2, device="cuda", generator=gen)
         yield "sort", f"2^{log2} f32", 2 * keys.numel() * 4, 1, \
@@ -138,8 +150,10 @@ def main(argv=None) -> int:
             continue
         try:
             ours, peer = timed(nbx_fn, copies, cycles), timed(torch_fn, copies, cycles)
-        except Exception as exc:  # one refused case must not hide the rest
-            print(f"{op:<15} {case:<34} FAILED: {type(exc).__name__}: {exc}", flush=True)
+        except Exception as exc:  # one refused case must not hide the rest; where it was raised, to mend it
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            print(f"{op:<15} {case:<34} FAILED: {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno} "
+                  f"in {where.name})", flush=True)
             continue
         rate, peer_rate = nbytes / ours.gpu_us / 1e6, nbytes / peer.gpu_us / 1e6
         if op == "clone":

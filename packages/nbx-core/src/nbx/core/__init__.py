@@ -21,6 +21,7 @@ from .safetensors import load_safetensors, save_safetensors
 from .tensor import Tensor, from_numpy
 from .dlpack import from_dlpack
 from . import graph  # nbx.graph.capture: steps captured once and replayed
+from .deferred_checks import synchronize  # waits for a device; raises a bounds check left pending there
 from . import operators as _operators  # installs Python operators on Tensor  # noqa: F401
 from .version import __version__
 from importlib import import_module as _import_module

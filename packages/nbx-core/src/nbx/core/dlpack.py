@@ -249,6 +249,8 @@ def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=
         t, copied = t.clone(), True
     backend = get_backend(t.device.type)
     if backend.host_accessible:
+        from .deferred_checks import check
+        check(t.device)  # the host reads it now: a bounds check pending there is raised first
         if stream not in (None, -1) and not copied:
             raise DLPackError(f"stream must be None for a host-memory (kDLCPU) tensor, got {stream!r}")
     else:  # the consumer's stream waits for nbx's work on the tensor (a fresh copy's too)

@@ -325,7 +325,7 @@ class Step:
             _flat(result)  # refused before a graph is made of it
             return result
 
-        deferred_checks.prepare(self.device)  # the bounds flag the step's ops raise, made before a capture
+        deferred_checks.prepare(self.device)  # the bounds record the step's kernels raise, made before a capture
         graphs = _capture_support(self.device)
         if graphs is None:
             entry.outputs = run()

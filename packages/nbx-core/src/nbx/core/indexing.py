@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import layout
+from . import deferred_checks, layout
 from .errors import CrossDeviceError, IndexingError, NotSupportedError
 from .tensor import Tensor
 
@@ -156,7 +156,9 @@ def _one_array_put(t: Tensor, key: tuple, value) -> bool:
     src = src.to(dtype=t.dtype) if src.dtype is not t.dtype else src
     if index.ndim == 0:
         src = src.unsqueeze(dim) if src.ndim == len(shape) - 1 else src
-    view._copy_from(index_copy(view, dim, flat, src.broadcast_to(shape).contiguous()))
+    written = index_copy(view, dim, flat, src.broadcast_to(shape).contiguous())
+    deferred_checks.check(t.device)  # a sync: a refused assignment leaves t unchanged (none inside a step)
+    view._copy_from(written)
     return True
 
 

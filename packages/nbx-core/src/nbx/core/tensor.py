@@ -269,7 +269,7 @@ class Tensor:
         watching = work_observer()
         if watching is not None:  # inside a step being captured: a host read is refused on every device
             watching.host_access(self, "numpy()")
-        deferred_checks.check(self.device)  # a bounds flag a captured step raised is read with the data
+        deferred_checks.check(self.device)  # a bounds check a kernel left pending there is raised first
         if self._storage.host is not None:
             return self._host_view()
         lo, hi = layout.element_span(self.shape, self._strides, self._offset)

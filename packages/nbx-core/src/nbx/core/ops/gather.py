@@ -36,14 +36,17 @@ def wrap_checked(op: str, index: Tensor, size: int) -> Tensor:
 
 def ravel_checked(op: str, arrays, sizes, shape) -> Tensor:
     """The flat index (int64, broadcast to shape) of integer arrays over dims of those sizes, each
-    wrapped from the end and checked (wrap_checked: a readback). Inside a captured step, where no
-    readback is possible, an entry with a bad index becomes -prod(sizes) - 1, which the take or
-    scatter kernel using the flat index flags and masks (nbx.core.deferred_checks)."""
+    wrapped from the end. On cpu each is checked at once (wrap_checked); on other devices, where a
+    check would be a readback (and none is possible inside a captured step), an entry with a bad
+    index becomes -prod(sizes) - 1, which the take or scatter kernel using the flat index masks
+    and raises at the next synchronization (nbx.core.deferred_checks)."""
     from math import prod
 
     from . import elementwise as ew
     from .. import deferred_checks
-    deferring = deferred_checks.deferring()
+    deferring = deferred_checks.deferring() or any(a.device.type != "cpu" for a in arrays)
+    if deferring and len(arrays) == 1:  # the kernel wraps a negative index and flags a bad one itself
+        return arrays[0].broadcast_to(shape)
     flat = bad = None
     for a, size in zip(arrays, sizes):
         if deferring:
@@ -197,7 +200,7 @@ def _scatter_ref(x, dim, index, src, reduce, include_self, precision="native"):
             touched = np.zeros(a.shape, bool)
             touched[where] = True
             denom = np.where(touched, np.maximum(count, 1), 1)
-            out = out / denom if a.dtype.kind == "f" else out // denom
+            out = out / denom if x.dtype.kind == "float" else out // denom  # (bfloat16's numpy kind is "V")
     return out
 
 

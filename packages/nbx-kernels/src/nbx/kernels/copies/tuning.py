@@ -35,7 +35,8 @@ def workload(rep, device):
     from .remap import remap_copy
     inner, word, mapped = rep["inner"], rep["dtype"], rep["mapped"]
     rows = max(1, rep["n"] // inner)
-    bits = np.arange(rows * inner, dtype=np.uint64) * 2654435761 % (1 << (8 * word.itemsize))
+    # masked, not taken modulo 2**64: numpy refuses a Python int past uint64 (OverflowError for 8-byte words)
+    bits = np.arange(rows * inner, dtype=np.uint64) * np.uint64(2654435761) & np.uint64((1 << (8 * word.itemsize)) - 1)
     src = asarray(bits.astype(word.host).reshape(rows, inner), device=device)
     if rep["transposed"]:  # out [rows, inner] of src [inner, rows] read through its transpose
         flat = asarray(bits.astype(word.host).reshape(inner, rows), device=device)

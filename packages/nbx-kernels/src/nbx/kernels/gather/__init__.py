@@ -2,11 +2,12 @@
 
 A gather moves bits: x is read as the unsigned integer of its itemsize (any dtype of the table,
 bool, float8 and complex64 included; complex128 as two uint64 words), so one compiled kernel
-serves every dtype of a size. Bounds are checked on the device: a flag the kernel raises for an
-index outside [-n, n) is read back after the launch (4 bytes and a stream synchronization) and
-turned into IndexingError; the kernel never dereferences such an index. Inside a captured step
-the read-back is deferred (nbx.core.deferred_checks: the device's step flag). Scatters are out of place
-into a fresh copy, so a refused call leaves nothing changed.
+serves every dtype of a size. Bounds are checked on the device without a host synchronization:
+a kernel masks an index outside [-n, n) and raises the device's pending record, which the host
+reads at its next synchronization (nbx.core.deferred_checks: an IndexingError then, as a GPU's
+asynchronous errors surface). Scatters are out of place into a fresh copy. A sum or mean scatter
+(scatter_add, index_add, index_put(accumulate=True)) is one atomic add an update; the others
+(last wins, prod, amax, amin) fold each place's updates in order (deterministic, no atomics).
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from math import prod
 import triton
 
 from nbx.core import deferred_checks, dtypes
+from nbx.core.deferred_checks import OP_CODES, TAG_SHIFT
 from nbx.core.dtypes import DType
-from nbx.core.errors import DTypeError, IndexingError, NotSupportedError
+from nbx.core.errors import DTypeError, NotSupportedError
 from nbx.core.ops.creation import asarray
 from nbx.core.tensor import Tensor, empty
 
@@ -25,67 +27,66 @@ from ..cost import Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..types import compute_type, tl_type
-from .kernel import (COMBINE_CODES, compact_kernel, scatter_rows_kernel, searchsorted_kernel, take_along_kernel,
-                     take_rows_kernel)
+from .kernel import (COMBINE_CODES, compact_kernel, scatter_add_kernel, scatter_rows_kernel, searchsorted_kernel,
+                     take_along_kernel, take_rows_kernel)
 
 _BITS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+TAGS = {op: code << TAG_SHIFT for op, code in OP_CODES.items()}  # what each op's kernel writes in the record
 
 
 def as_bits(x: Tensor) -> tuple[Tensor, int]:
     """x (any layout) viewed as unsigned words of its itemsize (complex128: two uint64 words an
-    element, a trailing dim of 2), and how many words an element takes."""
+    element, a trailing dim of 2), and how many words an element takes (x's layout is valid
+    already: no new validation)."""
     words = 2 if x.dtype.itemsize == 16 else 1
     word = _BITS[x.dtype.itemsize // words]
     if words == 1:
-        return Tensor(x.storage, word, x.shape, x.strides, x.storage_offset), 1
-    return Tensor(x.storage, word, x.shape + (2,), tuple(2 * s for s in x.strides) + (1,), x.storage_offset * 2), 2
+        return Tensor._of(x.storage, word, x.shape, x.strides, x.storage_offset), 1
+    return Tensor._of(x.storage, word, x.shape + (2,), tuple(2 * s for s in x.strides) + (1,),
+                      x.storage_offset * 2), 2
 
 
-def bounds_flag(op: str, device, size: int) -> Tensor:
-    """The int32 flag op's kernel raises for a bad index: a fresh zeroed one, read back after the
-    launch; inside a captured step the device's step flag, read later (nbx.core.deferred_checks)."""
-    if deferred_checks.deferring():
-        return deferred_checks.step_flag(device, op, size)
-    from nbx.core.ops.creation import zeros
-    return zeros(1, dtype=dtypes.int32, device=device)
+def row_tile(inner: int, per_program: int) -> tuple[int, int]:
+    """(ROWS, COLS) of a program taking per_program elements of rows `inner` wide: one row's run of
+    columns (a power of two) or several short rows."""
+    cols = min(triton.next_power_of_2(max(inner, 1)), triton.next_power_of_2(max(per_program, 1)))
+    return max(1, per_program // cols), cols
 
 
-def raise_if_flagged(op: str, flag: Tensor, size: int) -> None:
-    """IndexingError if the kernel raised flag (at once: eager); inside a step the check is deferred."""
-    if not deferred_checks.deferring() and flag.numpy()[0]:
-        raise IndexingError(f"{op}: an index is out of range for a dim of size {size}")
-
-
-def _take_plan(shape, dtype: DType, index_shape, axis: int, device) -> LaunchPlan:
+def _take_plan(shape, strides, dtype: DType, index_shape, index_dense: bool, axis: int, device) -> LaunchPlan:
     tiles = launch.tiles("gather", device)
     words = 2 if dtype.itemsize == 16 else 1
     outer, n, inner = prod(shape[:axis]), shape[axis], prod(shape[axis + 1:]) * words
     m = prod(index_shape)
     out_shape = shape[:axis] + tuple(index_shape) + shape[axis + 1:]
-    grid = (outer * m, triton.cdiv(inner, tiles["block"]))
+    rows_per, cols = row_tile(inner, tiles["row_bytes"] // (dtype.itemsize // words))  # row_bytes a program
+    grid = (triton.cdiv(outer * m, rows_per), triton.cdiv(inner, cols))
     launches = () if prod(out_shape) == 0 else (Launch(
-        take_rows_kernel, grid, (Slot("x"), Slot("idx"), Slot("out_bits"), Slot("flag"), n, m, inner),
-        dict(BLOCK=tiles["block"], num_warps=tiles["num_warps"])),)
-    return LaunchPlan(device, launches, outputs=(plans.output("out", out_shape, dtype),),
-                      workspace=(plans.workspace("flag", (1,), dtypes.int32),), copies=("x", "idx"))
+        take_rows_kernel, grid, (Slot("x"), Slot("idx"), Slot("out"), Slot("flag"), n, m, outer * m, inner),
+        dict(ROWS=rows_per, COLS=cols, TAG=TAGS["take"], num_warps=tiles["num_warps"])),)
+    from nbx.core import layout
+    dense_x = layout.is_contiguous(shape, strides)
+    copies = (() if dense_x else ("x",)) + (() if index_dense else ("idx",))
+    # the runtime allocates the output as words (no per-call validation); take views it as dtype
+    bits = plans.output("out", out_shape + ((2,) if words == 2 else ()), _BITS[dtype.itemsize // words])
+    return LaunchPlan(device, launches, outputs=(bits,), copies=copies,
+                      detail=(rows_per, cols, out_shape, layout.contiguous_strides(out_shape)))
 
 
 def _plan_of_take(x: Tensor, indices: Tensor, axis: int) -> LaunchPlan:
-    return plans.cached("take", (x.shape, x.dtype, indices.shape, axis, x.device),
-                        lambda: _take_plan(x.shape, x.dtype, indices.shape, axis, x.device))
+    """One cache lookup a call: the signature holds the layouts, so the plan knows what is dense."""
+    signature = (x.shape, x.strides, x.dtype, indices.shape, indices.strides, axis, x.device)
+    return plans.cached("take", signature, lambda: _take_plan(x.shape, x.strides, x.dtype, indices.shape,
+                                                             indices.is_contiguous(), axis, x.device))
 
 
 @implements("take")
 def take(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     plan = _plan_of_take(x, indices, axis)
-    out = empty(plan.outputs[0].shape, x.dtype, x.device)
-    if not plan.launches:
-        return out
-    flag = bounds_flag("take", x.device, x.shape[axis])
-    plans.execute(plan, {"x": as_bits(x.contiguous())[0], "idx": indices, "out": out, "out_bits": as_bits(out)[0],
-                         "flag": flag})
-    raise_if_flagged("take", flag, x.shape[axis])
-    return out
+    flag = deferred_checks.flag_for(x.device, "take", x.shape[axis]) if plan.launches else None
+    words = plans.execute(plan, {"x": as_bits(x)[0], "idx": indices, "flag": flag})["out"]
+    _, _, shape, strides = plan.detail
+    return Tensor._of(words.storage, x.dtype, shape, strides)
 
 
 def axis_last(t: Tensor, axis: int) -> Tensor:
@@ -105,8 +106,8 @@ def _take_along_plan(rows_shape, index_shape, device) -> LaunchPlan:
     launches = () if prod(index_shape) == 0 else (Launch(
         take_along_kernel, (prod(index_shape) // m, triton.cdiv(m, tiles["block"])),
         (Slot("x"), Slot("idx"), Slot("out_bits"), Slot("flag"), n, m),
-        dict(BLOCK=tiles["block"], num_warps=tiles["num_warps"])),)
-    return LaunchPlan(device, launches, workspace=(plans.workspace("flag", (1,), dtypes.int32),))
+        dict(BLOCK=tiles["block"], TAG=TAGS["take_along_axis"], num_warps=tiles["num_warps"])),)
+    return LaunchPlan(device, launches)
 
 
 @implements("take_along_axis")
@@ -119,9 +120,8 @@ def take_along_axis(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     plan = plans.cached("take_along_axis", (rows_x.shape, x.dtype.itemsize, idx.shape, x.device),
                         lambda: _take_along_plan(rows_x.shape, idx.shape, x.device))
     if plan.launches:
-        flag = bounds_flag("take_along_axis", x.device, x.shape[axis])
-        plans.execute(plan, {"x": as_bits(rows_x)[0], "idx": idx, "out_bits": as_bits(out)[0], "flag": flag})
-        raise_if_flagged("take_along_axis", flag, x.shape[axis])
+        plans.execute(plan, {"x": as_bits(rows_x)[0], "idx": idx, "out_bits": as_bits(out)[0],
+                             "flag": deferred_checks.flag_for(x.device, "take_along_axis", x.shape[axis])})
     return axis_back(out, axis)
 
 
@@ -145,20 +145,23 @@ def _scatter_plan(rows_shape, dtype: DType, k: int, reduce, include_self: bool, 
     block = max(16, min(64, tiles["block"] // 16))
     work = dtype if reduce is None else dtypes.float32 if dtype.kind == "float" and dtype.itemsize < 4 \
         else dtypes.int32 if dtype is dtypes.bool_ else dtype
-    op = COMBINE_CODES["sum" if reduce in (None, "mean") else reduce]
+    op = COMBINE_CODES[reduce or "sum"]  # (reduce None: the last update wins, no fold)
     grid = (prod(rows_shape) // n, triton.cdiv(n, block))
     return LaunchPlan(device, (Launch(
-        scatter_rows_kernel, grid, (Slot("rows"), Slot("idx"), Slot("src"), Slot("counts"), Slot("flag"), n, k),
+        scatter_rows_kernel, grid, (Slot("rows"), Slot("idx"), Slot("src"), Slot("flag"), n, k),
         dict(BLOCK_P=block, BLOCK_J=block, REDUCE=0 if reduce is None else 1, INCLUDE_SELF=include_self,
              IDENTITY=_identity(reduce or "sum", work), OP=op,
-             COMPUTE=tl_type(work) if reduce is None else compute_type(work), num_warps=tiles["num_warps"])),),
-        workspace=(plans.workspace("flag", (1,), dtypes.int32),), copies=("idx", "src"))
+             COMPUTE=tl_type(work) if reduce is None else compute_type(work), TAG=TAGS["scatter"],
+             num_warps=tiles["num_warps"])),),
+        copies=("idx", "src"))
 
 
 @implements("scatter")
 def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce, include_self: bool) -> Tensor:
     if x.dtype.is_complex:
         raise DTypeError("scatter of complex tensors has no kernel (Triton has no complex type)")
+    if reduce in ("sum", "mean"):
+        return scatter_add(x, dim, index, src, reduce == "mean", include_self)
     out = x.clone()
     region = out[tuple(slice(None) if d == dim else slice(0, s) for d, s in enumerate(index.shape))]
     rows = axis_last(region, dim)
@@ -168,16 +171,74 @@ def scatter(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce, include_sel
         return out
     plan = plans.cached("scatter", (rows.shape, x.dtype, k, reduce, include_self, x.device),
                         lambda: _scatter_plan(rows.shape, x.dtype, k, reduce, include_self, x.device))
-    counts = empty(rows.shape, dtypes.int32, x.device) if reduce == "mean" else None
-    flag = bounds_flag("scatter", x.device, n)
-    plans.execute(plan, {"rows": rows, "idx": idx, "src": updates, "counts": counts, "flag": flag})
-    raise_if_flagged("scatter", flag, n)
-    if reduce == "mean":
-        from nbx.core.ops.elementwise import where
-        denom = (counts + int(include_self)).to(dtype=x.dtype)
-        divided = rows / denom if x.dtype.kind == "float" else rows // denom
-        rows = where(counts > 0, divided.to(dtype=x.dtype), rows)
+    plans.execute(plan, {"rows": rows, "idx": idx, "src": updates,
+                         "flag": deferred_checks.flag_for(x.device, "scatter", n)})
     region._copy_from(axis_back(rows, dim))
+    return out
+
+
+# the dtypes Triton's atomic add takes natively; the others accumulate in a wider copy, cast back
+_ATOMIC = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.uint64)
+
+
+def _accumulator(dtype: DType) -> DType:
+    return dtype if dtype in _ATOMIC else dtypes.float32 if dtype.kind == "float" else dtypes.int32
+
+
+def _scatter_add_plan(frame, k: int, index_strides, src_strides, work: DType, mean: bool, include_self: bool,
+                      device) -> LaunchPlan:
+    """frame = (outer, n, inner) of the accumulator; the index and the updates are [outer, k, inner]."""
+    outer, n, inner = frame
+    tiles = launch.tiles("gather", device)
+    rows_per, cols = row_tile(inner, tiles["block"])  # block updates a program: 8 atomics a thread
+    grid = (triton.cdiv(outer * k, rows_per), triton.cdiv(inner, cols))
+
+    def one(clear: bool) -> Launch:
+        return Launch(scatter_add_kernel, grid, (Slot("acc"), Slot("idx"), Slot("src"), Slot("counts"), Slot("flag"),
+                                                 n, k, outer * k, inner, *index_strides, *src_strides),
+                      dict(ROWS=rows_per, COLS=cols, CLEAR=clear, TAG=TAGS["scatter"], num_warps=tiles["num_warps"]))
+    launches = (one(False),) if include_self else (one(True), one(False))
+    counts = (plans.workspace("counts", (outer, n, inner), dtypes.int32),) if mean else ()
+    return LaunchPlan(device, launches, workspace=counts, detail=(rows_per, cols))
+
+
+def scatter_add(x: Tensor, dim: int, index: Tensor, src: Tensor, mean: bool, include_self: bool) -> Tensor:
+    """The sum (or mean) scatter: one atomic add an update into a copy of x (duplicates in no fixed
+    order, as torch's). Where index spans x in every other dim (index_add, index_put, embedding
+    gradients) x is the accumulator as it lies and the index is read through its strides (an
+    expanded row with stride 0); otherwise the indexed region is brought axis-last first."""
+    from nbx.core.ops.creation import zeros
+    out = x.clone()
+    k, n = index.shape[dim], x.shape[dim]
+    if index.size == 0:
+        return out
+    spans = all(index.shape[d] == x.shape[d] for d in range(x.ndim) if d != dim)
+    region = out if spans else out[tuple(slice(None) if d == dim else slice(0, s) for d, s in enumerate(index.shape))]
+    if spans:
+        outer, inner = prod(x.shape[:dim]), prod(x.shape[dim + 1:])
+        target, idx, updates = out, index.reshape(outer, k, inner), src.reshape(outer, k, inner)
+    else:
+        target = axis_last(region, dim)
+        outer, inner = target.size // n, 1
+        idx, updates = axis_last(index, dim).reshape(outer, k, 1), axis_last(src, dim).reshape(outer, k, 1)
+    work = _accumulator(x.dtype)
+    acc = target if work is x.dtype else target.to(dtype=work)
+    plan = plans.cached("scatter_add", ((outer, n, inner), k, idx.strides, updates.strides, work, mean, include_self,
+                                        x.device),
+                        lambda: _scatter_add_plan((outer, n, inner), k, idx.strides, updates.strides, work, mean,
+                                                  include_self, x.device))
+    counts = zeros((outer, n, inner), dtype=dtypes.int32, device=x.device) if mean else None
+    plans.execute(plan, {"acc": acc, "idx": idx, "src": updates, "counts": counts,
+                         "flag": deferred_checks.flag_for(x.device, "scatter", n)})
+    if mean:
+        from nbx.core.ops.elementwise import where
+        counts = counts.reshape(acc.shape)
+        denom = (counts + int(include_self)).to(dtype=work)
+        acc = where(counts > 0, acc / denom if work.kind == "float" else acc // denom, acc)
+    if acc is not target:
+        target._copy_from(acc)  # the copy casts a wider accumulator back
+    if target is not region:
+        region._copy_from(axis_back(target, dim))
     return out
 
 
@@ -287,24 +348,29 @@ def _take_cost(x: Tensor, indices: Tensor, axis: int = 0) -> Cost:
 @declares("take_along_axis")
 def _take_along_cost(x: Tensor, indices: Tensor, axis: int = -1) -> Cost:
     out = indices.size * x.dtype.itemsize
-    return Cost(buffers=(plans.output("out", indices.shape, x.dtype).buffer(),
-                         plans.workspace("flag", (1,), dtypes.int32).buffer()),
+    return Cost(buffers=(plans.output("out", indices.shape, x.dtype).buffer(),),
                 bytes_moved=2 * out + indices.nbytes, notes=("x and indices are made axis-last contiguous first",))
 
 
 @declares("scatter")
 def _scatter_cost(x: Tensor, dim: int, index: Tensor, src: Tensor, reduce=None, include_self=True) -> Cost:
-    return Cost(buffers=(plans.output("out", x.shape, x.dtype).buffer(),
-                         plans.workspace("flag", (1,), dtypes.int32).buffer()),
-                bytes_moved=2 * x.nbytes + index.nbytes + index.size * x.dtype.itemsize, launches=4,
+    updates = index.nbytes + index.size * x.dtype.itemsize
+    if reduce in ("sum", "add", "mean"):
+        return Cost(buffers=(plans.output("out", x.shape, x.dtype).buffer(),),
+                    bytes_moved=2 * x.nbytes + updates + index.size * x.dtype.itemsize,
+                    launches=2 if include_self else 3,
+                    notes=("the clone, then one atomic add an update (a read-modify-write of its place); bf16, f16 "
+                           "and ints under 4 bytes accumulate in a float32 / int32 copy",))
+    return Cost(buffers=(plans.output("out", x.shape, x.dtype).buffer(),),
+                bytes_moved=2 * x.nbytes + updates, launches=4,
                 notes=("the clone, the axis-last region copies in and out, the scatter",))
 
 
 @implements("index_put")
 def index_put(x: Tensor, indices: tuple, values: Tensor, accumulate: bool) -> Tensor:
     """x[indices] = values (or +=) as a scatter over x's indexed leading dims flattened: bool
-    indices become their True positions, integer ones broadcast together, are checked (a readback;
-    inside a captured step a flag, deferred) and raveled into one flat index."""
+    indices become their True positions, integer ones broadcast together and are raveled into one
+    flat index (a bad entry made one the scatter kernel flags: raised at the next synchronization)."""
     from nbx.core import layout
     from nbx.core.errors import IndexingError, ShapeError
     from nbx.core.ops.gather import nonzero, ravel_checked, scatter

@@ -1,7 +1,8 @@
 """Gather and scatter kernels. Every index is read as int64, a negative one counts from the end,
-and one outside [-n, n) raises a flag (an int32 the wrapper reads back after the launch) instead
-of being dereferenced: a bad index never reads or writes out of bounds, and costs no extra pass
-over the indices (the check rides on the load the gather does anyway)."""
+and one outside [-n, n) is masked (never dereferenced: a bad index reads or writes nothing out of
+bounds) and raises the device's pending record (nbx.core.deferred_checks: an int64 the host reads
+at its next synchronization) by an atomic max of TAG | n, TAG the op's code shifted; the check
+costs no extra pass over the indices (it rides on the load the gather does anyway)."""
 import triton
 import triton.language as tl
 
@@ -9,46 +10,51 @@ from ..reduction import combine
 
 
 @triton.jit
-def _wrap(i, n, flag_ptr, mask):
+def _wrap(i, n, flag_ptr, mask, TAG: tl.constexpr):
     i = i.to(tl.int64)
     i = tl.where(i < 0, i + n, i)
     bad = mask & ((i < 0) | (i >= n))
-    tl.atomic_max(flag_ptr + tl.zeros_like(i).to(tl.int32), 1, mask=bad)
+    tl.atomic_max(flag_ptr + tl.zeros_like(i).to(tl.int32), i * 0 + n + TAG, mask=bad)
     return i, mask & ~bad
 
 
 @triton.jit
-def take_rows_kernel(x_ptr, idx_ptr, out_ptr, flag_ptr, n, m, inner, BLOCK: tl.constexpr):
-    """out[o, j, :] = x[o, idx[j], :] over x viewed as [outer, n, inner]; program (o * m + j, column block)."""
-    row = tl.program_id(0).to(tl.int64)
-    o = row // m
-    j = row % m
-    cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    inside = cols < inner
-    i, ok = _wrap(tl.load(idx_ptr + j + tl.zeros_like(cols)), n, flag_ptr, inside)
-    values = tl.load(x_ptr + (o * n + i) * inner + cols, mask=ok)
-    tl.store(out_ptr + row * inner + cols, values, mask=inside)
+def take_rows_kernel(x_ptr, idx_ptr, out_ptr, flag_ptr, n, m, rows, inner, ROWS: tl.constexpr, COLS: tl.constexpr,
+                     TAG: tl.constexpr):
+    """out[o, j, :] = x[o, idx[j], :] over x viewed as [outer, n, inner] and out as [rows = outer * m,
+    inner]: a program moves ROWS output rows of COLS columns (column block program_id(1)). Each
+    row's index is loaded once, so its columns are one contiguous run the compiler moves in
+    16-byte vectors (inner a multiple of 16 keeps every row aligned)."""
+    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    live = r < rows
+    o = r // m
+    j = r % m
+    cols = tl.program_id(1).to(tl.int64) * COLS + tl.arange(0, COLS)
+    i, ok = _wrap(tl.load(idx_ptr + j, mask=live, other=0), n, flag_ptr, live, TAG)
+    inside = live[:, None] & (cols[None, :] < inner)
+    values = tl.load(x_ptr + ((o * n + i) * inner)[:, None] + cols[None, :], mask=ok[:, None] & inside)
+    tl.store(out_ptr + (r * inner)[:, None] + cols[None, :], values, mask=inside)
 
 
 @triton.jit
-def take_along_kernel(x_ptr, idx_ptr, out_ptr, flag_ptr, n, m, BLOCK: tl.constexpr):
+def take_along_kernel(x_ptr, idx_ptr, out_ptr, flag_ptr, n, m, BLOCK: tl.constexpr, TAG: tl.constexpr):
     """out[r, j] = x[r, idx[r, j]] over rows of x [rows, n] and of idx [rows, m]."""
     r = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = cols < m
-    i, ok = _wrap(tl.load(idx_ptr + r * m + cols, mask=inside, other=0), n, flag_ptr, inside)
+    i, ok = _wrap(tl.load(idx_ptr + r * m + cols, mask=inside, other=0), n, flag_ptr, inside, TAG)
     tl.store(out_ptr + r * m + cols, tl.load(x_ptr + r * n + i, mask=ok), mask=inside)
 
 
 @triton.jit
-def scatter_rows_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, BLOCK_P: tl.constexpr,
+def scatter_rows_kernel(out_ptr, idx_ptr, src_ptr, flag_ptr, n, k, BLOCK_P: tl.constexpr,
                         BLOCK_J: tl.constexpr, REDUCE: tl.constexpr, INCLUDE_SELF: tl.constexpr,
-                        IDENTITY: tl.constexpr, OP: tl.constexpr, COMPUTE: tl.constexpr):
+                        IDENTITY: tl.constexpr, OP: tl.constexpr, COMPUTE: tl.constexpr, TAG: tl.constexpr):
     """Row r of out [rows, n] takes the updates of row r of idx/src [rows, k] that name each of
     its places, folded in update order within a block and block by block: the same result on
     every run (no atomics on the values). REDUCE=0: the last update wins; else the combine of op
     code OP (combine.Code; NaN propagating in max/min, as numpy's maximum/minimum) folds them,
-    starting from IDENTITY; count_ptr (sum's counts, for a mean) is written when not None. The
+    starting from IDENTITY (sums and means take scatter_add_kernel's atomics instead). The
     combine is picked by constexpr branches (Triton 3.6 rejects a function passed as a constexpr)."""
     r = tl.program_id(0).to(tl.int64)
     places = tl.program_id(1).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -58,7 +64,7 @@ def scatter_rows_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, BL
     for start in range(0, k, BLOCK_J):
         js = start + tl.arange(0, BLOCK_J)
         valid = js < k
-        i, ok = _wrap(tl.load(idx_ptr + r * k + js, mask=valid, other=0), n, flag_ptr, valid)
+        i, ok = _wrap(tl.load(idx_ptr + r * k + js, mask=valid, other=0), n, flag_ptr, valid, TAG)
         src = tl.load(src_ptr + r * k + js, mask=ok).to(COMPUTE)
         match = (i[None, :] == places[:, None]) & ok[None, :]
         if REDUCE == 0:
@@ -75,11 +81,9 @@ def scatter_rows_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, BL
             acc = tl.where(n_hits > 0, folded, acc)
             hits += n_hits
     tl.store(out_ptr + r * n + places, acc.to(out_ptr.dtype.element_ty), mask=inside)
-    if count_ptr is not None:
-        tl.store(count_ptr + r * n + places, hits, mask=inside)
 
 
-# the op code of each reduction's fold (a mean folds a sum, then divides by the counts)
+# the op code of each reduction's fold
 COMBINE_CODES = {"sum": combine.Code.ADD, "prod": combine.Code.MUL, "amax": combine.Code.MAX,
                  "amin": combine.Code.MIN}
 
@@ -119,3 +123,30 @@ def searchsorted_kernel(seq_ptr, v_ptr, out_ptr, n, m, steps, ROWS_SHARED: tl.co
         lo = tl.where(active & go_right, mid + 1, lo)
         hi = tl.where(active & ~go_right, mid, hi)
     tl.store(out_ptr + r * m + cols, lo, mask=inside)
+
+
+@triton.jit
+def scatter_add_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, rows, inner, idx_s0, idx_s1, idx_s2,
+                       src_s0, src_s1, src_s2, ROWS: tl.constexpr, COLS: tl.constexpr, CLEAR: tl.constexpr,
+                       TAG: tl.constexpr):
+    """out[o, idx[o, j, c], c] += src[o, j, c] over out viewed as [outer, n, inner] (contiguous) and
+    idx/src as [outer, k, inner] of any strides (an expanded index row is read with stride 0): one
+    atomic add an update, so duplicates sum in no fixed order, as torch's scatter_add/index_add.
+    A program takes ROWS update rows (r = o * k + j) of COLS columns. CLEAR: store 0 at each
+    indexed place instead (include_self=False's first pass). count_ptr, when not None, counts the
+    updates of each place (a mean's denominator)."""
+    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    o = r // k
+    j = r % k
+    cols = tl.program_id(1).to(tl.int64) * COLS + tl.arange(0, COLS)
+    live = (r < rows)[:, None] & (cols < inner)[None, :]
+    at = (o * idx_s0 + j * idx_s1)[:, None] + cols[None, :] * idx_s2
+    i, ok = _wrap(tl.load(idx_ptr + at, mask=live, other=0), n, flag_ptr, live, TAG)
+    place = out_ptr + (o[:, None] * n + i) * inner + cols[None, :]
+    if CLEAR:
+        tl.store(place, tl.zeros([ROWS, COLS], out_ptr.dtype.element_ty), mask=ok)
+    else:
+        values = tl.load(src_ptr + (o * src_s0 + j * src_s1)[:, None] + cols[None, :] * src_s2, mask=ok)
+        tl.atomic_add(place, values.to(out_ptr.dtype.element_ty), mask=ok)
+        if count_ptr is not None:
+            tl.atomic_add(count_ptr + (o[:, None] * n + i) * inner + cols[None, :], 1, mask=ok)
