@@ -75,6 +75,7 @@ def test_the_split_sampling_kernels_lower_for_sm90_with_every_filter():
     from test_kernels_lower_for_hopper import lowering_failures
     tiles = dict(CB=16, BLOCK=2048)
     cases = [_case("chunk_max_kernel", {"BLOCK": 2048}), _case("band_kernel", {"CB": 16})]
+    cases += [_case("top_k_digits_kernel", {"PASS": j, "BLOCK": 2048}) for j in range(4)]
     for on in (False, True):  # every filter off, every filter on
         flags = dict(tiles, TOP_K=on, TOP_P=on, MIN_P=on)
         cases += [_case("mass_kernel", dict(tiles, TOP_K=on)), _case("compact_kernel", dict(tiles, TOP_K=on)),

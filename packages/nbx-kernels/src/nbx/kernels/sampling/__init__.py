@@ -19,10 +19,10 @@ from .. import launch, plans
 from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
-from ..sort.select import select_histogram_kernel, zero_kernel
+from ..sort.select import zero_kernel
 from ..sort.topk import lanes, split
 from .kernel import (BINS, band_kernel, chunk_max_kernel, compact_kernel, draw_kernel, kept_kernel, mass_kernel,
-                     resolve_kernel)
+                     resolve_kernel, top_k_digits_kernel)
 
 
 @implements("sample")
@@ -64,8 +64,8 @@ def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: b
         workspace.append(plans.workspace("sel", (hist_words,), dtypes.int32))
         launches.append(Launch(zero_kernel, (-(-hist_words // 1024),), (Slot("sel"), hist_words),
                                dict(BLOCK=1024, num_warps=4)))
-        launches += [Launch(select_histogram_kernel, grid, (x, Slot("sel"), vocab, Slot("k"), chunk),
-                            dict(meta, LARGEST=True, PASS=j)) for j in range(4)]
+        launches += [Launch(top_k_digits_kernel, grid, (x, Slot("sel"), vocab, Slot("k"), chunk),
+                            dict(meta, PASS=j)) for j in range(4)]
     if top_p:
         workspace += [plans.workspace("totals", (rows * C,), dtypes.int64),
                       plans.workspace("hist", (rows * C * BINS.value,), dtypes.int32),

@@ -7,8 +7,9 @@ their sums: exact in any order, so the chunking does not change them and the kep
 are the numpy reference's. The launches, in order (sampling/__init__.py builds them):
 
   chunk_max      each chunk's max of l = x * (1 / T); every later program merges the C maxima
-  (top-k)        sort/select.py's radix-select histograms of x: the k-th largest x, scaled, is the
-                 k-th largest l (x -> x * (1/T) is monotone), read back with select's _found
+  (top-k)        top_k_digits: four radix-select digit histograms of x over the whole row (select's
+                 digits and _found): the k-th largest x, scaled, is the k-th largest l (x -> x * (1/T)
+                 is monotone)
   mass           (top-p) each chunk's kept weight and a count histogram of its weights' digits
                  (weight_digit: bit length and 3 bits below the leading one, monotone in w)
   band           (top-p, one program a row) the total, the goal p * total, and from the counts
@@ -30,7 +31,8 @@ import triton.language as tl
 from nbx.core.ops.sampling import EXP2_Q30, LOG2E_Q30, WEIGHT_BITS
 
 from ..sort.kernel import order_key
-from ..sort.select import _found
+from ..sort.select import DIGITS, _found, _keys
+from ..sort.select import BINS as SELECT_BINS
 
 C0, C1, C2, C3, C4, C5, C6, C7, C8 = (tl.constexpr(c) for c in EXP2_Q30)
 LOG2E = tl.constexpr(LOG2E_Q30)
@@ -38,6 +40,25 @@ SHIFT = tl.constexpr(WEIGHT_BITS - 30)
 WEIGHT_OF_ONE = tl.constexpr(1 << WEIGHT_BITS)
 TOP_BIT = tl.constexpr(WEIGHT_BITS)
 BINS = tl.constexpr(512)          # weight_digit < 8 * 42
+
+
+@triton.jit
+def top_k_digits_kernel(x_ptr, hist_ptr, n, k, chunk, PASS: tl.constexpr, BLOCK: tl.constexpr):
+    """hist[row, PASS] += the counts of digit PASS (8 bits, from the top) of program p's chunk of
+    row r, among the keys whose earlier digits are those of the row's k-th largest key (the earlier
+    passes' histograms, read with _found). Four passes give that key whole; top-k of long rows in
+    sort/ reads the row twice and then only candidates, which a step that needs only the k-th
+    value's digits does not."""
+    r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    prefix, _ = _found(hist_ptr, r, k, PASS)
+    counts = tl.zeros((SELECT_BINS,), tl.int32)
+    for start in range(p * chunk, p * chunk + chunk, BLOCK):
+        u, inside = _keys(x_ptr, r, start + tl.arange(0, BLOCK), n, True)
+        if PASS > 0:
+            inside = inside & ((u >> (32 - 8 * PASS)) == prefix)
+        counts += tl.histogram(((u >> (24 - 8 * PASS)) & 0xFF).to(tl.int32), SELECT_BINS, mask=inside)
+    tl.atomic_add(hist_ptr + (r * DIGITS + PASS) * SELECT_BINS + tl.arange(0, SELECT_BINS), counts, sem="relaxed")
+
 # the bounds' margins (float32-exact: a float constant enters a kernel as float32)
 MORE, LESS = tl.constexpr(1.0 + 2.0 ** -20), tl.constexpr(1.0 - 2.0 ** -20)
 TINY = tl.constexpr(2.0 ** -40)
