@@ -203,6 +203,14 @@ def _compute(t: Tensor, precision):
     return t.numpy().astype(dtype, copy=False), dtype
 
 
+def _conv_compute(t: Tensor, precision):
+    """A convolution's operand on the CPU: in float64 for every floating dtype, rounded once at the
+    end. The BLAS product's summation order changes with the number of output positions, so float32
+    sums would differ in their last bits between a band of the image and the whole of it; float64
+    sums rounded to float32 (or a half type) agree, and tiled_conv_chain is bit-equal to the chain."""
+    return _compute(t, reference.FLOAT64 if t.dtype.kind == "float" else precision)
+
+
 def _group_product(windows: np.ndarray, w: np.ndarray, groups: int, n: int) -> np.ndarray:
     """windows (N, C, *O, *K) by w (F, C / groups, *K) -> (N, F, *O), group by group."""
     outs, ks = "xyz"[:n], "ijk"[:n]
@@ -218,7 +226,7 @@ def _conv_reference(n: int):
         from .products import apply_activation
         xb, unbatched = _batched(x, n)
         stride, pads, dilation, groups = conv_args(f"conv{n}d", n, xb, weight, bias, stride, padding, dilation, groups)
-        a, dtype = _compute(xb, precision)
+        a, dtype = _conv_compute(xb, precision)
         w = weight.numpy().astype(dtype, copy=False)
         mode = {"zeros": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}[padding_mode]
         a = np.pad(a, ((0, 0), (0, 0)) + pads, mode=mode)
