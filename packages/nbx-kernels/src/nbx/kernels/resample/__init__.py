@@ -87,7 +87,8 @@ def _grid_plan(x, grid, mode: str, padding_mode: str, align_corners: bool) -> La
             *grid.strides, *o_strides)
     grid_dims = (-(-batch * out_h * out_w // block_p), -(-channels // block_c))
     meta = dict(NEAREST_MODE=mode == "nearest", PADDING=PADDINGS[padding_mode], ALIGN=align_corners,
-                BLOCK_P=block_p, BLOCK_C=block_c, num_warps=tile["num_warps"])
+                BLOCK_P=block_p, BLOCK_C=block_c, num_warps=tile["num_warps"],
+                enable_fp_fusion=False)  # coordinates rounded op by op, as the oracle: nearest's ties fall alike
     return LaunchPlan(device, (Launch(grid_sample_kernel, grid_dims, args, meta),),
                       (plans.output("out", storage, x.dtype),), detail=view)
 

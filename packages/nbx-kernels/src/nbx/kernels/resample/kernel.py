@@ -108,7 +108,7 @@ def _reflect(coord, twice_low, twice_high):
     low = twice_low * 0.5
     span = (twice_high - twice_low) * 0.5
     distance = tl.abs(coord - low)
-    flips = tl.floor(distance / span)
+    flips = tl.floor(tl.div_rn(distance, span))  # rounded as the host divides (nearest's ties)
     extra = distance - flips * span
     odd = (flips.to(tl.int32) % 2) != 0
     return tl.where(odd, span - extra + low, extra + low)
