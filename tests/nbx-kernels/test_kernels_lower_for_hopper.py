@@ -77,14 +77,18 @@ NORM_WRITE = ("nbx.kernels.norm.kernel", "norm_chunk_write_kernel", {
     **_typed("x_ptr new_res_ptr out_ptr w_ptr b_ptr", "*bf16"), "part_ptr": "*fp32",
     **_typed("rows n chunks b1 b2 xs0 xs1 xs2 xsn os0 os1 os2 osn groups group_channels positions inner xso oso",
              "i32"), "eps_bits": "i64"})
+CONV_GEMM = ("nbx.kernels.conv.kernel", "conv_gemm_kernel", {
+    **_typed("x w bias out res", "*bf16"),
+    **_typed("BATCH C_G D H W O_G OD OH OW KD KH KW sd sh sw pd ph pw dd dh dw xs_n xs_c xs_d xs_h xs_w ws_g ws_o "
+             "ws_c ws_d ws_h ws_w os_n os_c os_d os_h os_w rs_n rs_c rs_d rs_h rs_w", "i32")})
 GRID_SAMPLE = ("nbx.kernels.resample.kernel", "grid_sample_kernel", {
     **_typed("x grid out", "*bf16"),
     **_typed("N C H W OH OW xs_n xs_c xs_h xs_w gs_n gs_h gs_w gs_k os_n os_c os_h os_w", "i32")})
 
 
-def test_the_group_norm_and_grid_sample_kernels_lower_for_sm90():
-    """Group norm's kernels channels-last (TWO_D) with SiLU, grid_sample in every mode and padding:
-    one child process for both (its start is most of the cost)."""
+def test_the_image_kernels_lower_for_sm90():
+    """Group norm's kernels channels-last (TWO_D) with SiLU, grid_sample in every mode and padding,
+    the implicit GEMM with its fused upsample: one child process (its start is most of the cost)."""
     rows = dict(RMS=False, ADD=False, HAS_W=True, HAS_B=True, GROUPED=True, COMPUTE="tl.float32", BLOCK_ROWS=1,
                 BLOCK_N=1024, WIDE=False)
     cases = [(*NORM_ROWS, {**rows, "ONE_PASS": one_pass, "TWO_D": two_d, "ACTIVATION": act})
@@ -95,4 +99,7 @@ def test_the_group_norm_and_grid_sample_kernels_lower_for_sm90():
     cases += [(*GRID_SAMPLE, {"NEAREST_MODE": nearest, "PADDING": padding, "ALIGN": align, "BLOCK_P": 64,
                               "BLOCK_C": 32})
               for nearest in (False, True) for padding in (0, 1, 2) for align in (False, True)]
+    gemm = dict(TRANSPOSED=False, HAS_BIAS=True, ACTIVATION="silu", HAS_RES=False, DOT="tl.bfloat16", IEEE=False,
+                BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
+    cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
     assert lowering_failures(cases) == []
