@@ -119,6 +119,14 @@ def image_cases(gen):
                gbytes + out_bytes + 2 * grid.numel(), cg,
                lambda i, m=mode, p=padding: nbx.grid_sample(ng[i], n_grid, m, p, False),
                lambda i, m=mode, p=padding: F.grid_sample(gs[i], grid, m, p, False))
+    (us, nu, cu), ubytes = _input((2, 640, 32, 32), gen)
+    wu = (torch.randn((640, 640, 3, 3), device="cuda", dtype=torch.bfloat16, generator=gen) / 76).to(memory_format=CL)
+    bu = torch.randn(640, device="cuda", dtype=torch.bfloat16, generator=gen)
+    nwu, nbu = view(wu), view(bu)
+    yield ("conv_up2", "unet upsample (2,640,32^2) x2 -> k3 bf16 cl", 2 * 2 * 64 * 64 * 640 * 640 * 9,
+           ubytes + 4 * ubytes + 2 * wu.numel(), cu,
+           lambda i: nbx.conv2d(nu[i], nwu, nbu, 1, 1, upsample=2),
+           lambda i: F.conv2d(F.interpolate(us[i], scale_factor=2, mode="nearest"), wu, bu, 1, 1))
     (ts, nt, ct), tbytes = _input((1, 128, 1024, 1024), gen)
     weights = [(torch.randn((128, 128, 3, 3), device="cuda", dtype=torch.bfloat16, generator=gen) / 34)
                .to(memory_format=CL) for _ in range(2)]
