@@ -8,8 +8,10 @@ call, and the cold single call after an L2 flush. TFLOP/s counts 2 * outputs * t
 channels a group; TB/s the bytes an op must move once (inputs read, output written). ratio = torch
 time / nbx time (above 1: nbx faster). Every 4-D case is channels-last (torch.channels_last, the
 weights too: the layout a model converts its weights to at load); the conv1d cases are
-channels-first (N, C, L). The first line is the copy ceiling (a clone of 256 MiB). The image cases:
-GroupNorm -> SiLU, instance norm, grid_sample and a VAE stage run by tiled_conv_chain (`--ops gn_silu group_norm inst_norm grid_sample tiled_chain`). A case nbx
+channels-first (N, C, L). The first line is the copy ceiling (a clone of 256 MiB). The image cases
+(`--ops gn_silu group_norm inst_norm grid_sample conv_up2 tiled_chain`): GroupNorm -> SiLU, group
+and instance norm, grid_sample, a UNet upsample block (conv2d upsample=2 against interpolate +
+conv2d) and a VAE stage run by tiled_conv_chain against torch's whole-image chain. A case nbx
 refuses prints FAILED with the error and the run goes on. About two minutes on the H200.
 """
 from __future__ import annotations
