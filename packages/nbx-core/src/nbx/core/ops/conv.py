@@ -139,8 +139,8 @@ def _upsample(op: str, x: Tensor, weight: Tensor, groups, upsample) -> int:
     if isinstance(upsample, bool) or not isinstance(upsample, (int, np.integer)) or upsample < 1:
         raise ArgumentError(f"{op}: upsample is a positive integer factor (nearest), got {upsample!r}")
     upsample = int(upsample)
-    if upsample > 1 and (all(k == 1 for k in weight.shape[2:]) or int(groups) == x.shape[1] == weight.shape[0]
-                         or (weight.shape[1] == 1 and int(groups) == x.shape[1])):
+    depthwise = weight.shape[1] == 1 and int(groups) == x.shape[1]
+    if upsample > 1 and (depthwise or all(k == 1 for k in weight.shape[2:])):
         raise NotSupportedError(f"{op}: upsample= is fused into convolutions with a kernel larger than 1 x 1 that "
                                 f"are not depthwise; upsample this one first (interpolate, mode='nearest')")
     return upsample

@@ -70,14 +70,14 @@ class Plan:
 
 
 def _channels_last_groups(shape, x_strides, groups):
-    """(merged shape, x's and out's row strides, two_d, positions, storage) of a channels-last
+    """(merged shape, x's and out's row strides, two_d, (storage shape, view)) of a channels-last
     group read in place (its output channels-last), or None."""
     if groups is None or not is_channels_last(shape, x_strides):
         return None
     x_view = _channels_inner_view(shape, x_strides, groups)
-    storage, out_strides, view = storage_layout(shape[0], shape[1], tuple(shape[2:]), True)
     if x_view is None:
         return None
+    storage, out_strides, view = storage_layout(shape[0], shape[1], tuple(shape[2:]), True)
     (merged, xs, x_outer), (_, os_, o_outer) = x_view, _channels_inner_view(shape, out_strides, groups)
     inner = shape[1] // groups
     if inner == 1:  # instance norm: a channel's positions, one stride
