@@ -145,8 +145,10 @@ def _rows_plan(x: Tensor, keep: int, weight, bias, rms: bool, residual, groups, 
     group_args = (1, 1, 1) if groups is None else (groups, x.shape[1] // groups, p.positions)
     inner, x_outer, out_outer = p.two_d or (1, 0, 0)
     two_d_args = (inner, x_outer, out_outer)
+    # a channels-inner row's last element lies (n / inner) outer strides in: int64 offsets past 2**31
+    wide = wide_columns(lay) or (lay.n // inner + 1) * max(abs(x_outer), abs(out_outer)) >= 2**31 - 1
     flags = dict(RMS=rms, ADD=residual is not None, COMPUTE=compute_type(x.dtype), BLOCK_ROWS=tile.block_rows,
-                 BLOCK_N=tile.block_n, WIDE=wide_columns(lay), TWO_D=p.two_d is not None, num_warps=tile.num_warps)
+                 BLOCK_N=tile.block_n, WIDE=wide, TWO_D=p.two_d is not None, num_warps=tile.num_warps)
     affine = dict(HAS_W=weight is not None, HAS_B=bias is not None, GROUPED=groups is not None,
                   ACTIVATION=activation)
     rows = (lay.rows, lay.n)
