@@ -69,13 +69,13 @@ def _typed(names: str, kind: str) -> dict:
 _ROW_STRIDES = "xs0 xs1 xs2 xsn rs0 rs1 rs2 rsn os0 os1 os2 osn"
 NORM_ROWS = ("nbx.kernels.norm.kernel", "norm_rows_kernel", {
     **_typed("x_ptr res_ptr out_ptr new_res_ptr w_ptr b_ptr", "*bf16"),
-    **_typed(f"rows n b1 b2 {_ROW_STRIDES} groups group_channels positions inner xso oso", "i32"), "eps_bits": "i64"})
+    **_typed(f"rows n b1 b2 {_ROW_STRIDES} groups group_channels positions xso oso", "i32"), "eps_bits": "i64"})
 NORM_STATS = ("nbx.kernels.norm.kernel", "norm_chunk_stats_kernel", {
     **_typed("x_ptr res_ptr new_res_ptr", "*bf16"), "part_ptr": "*fp32",
-    **_typed(f"rows n chunks b1 b2 {_ROW_STRIDES} inner xso oso", "i32")})
+    **_typed(f"rows n chunks b1 b2 {_ROW_STRIDES} xso oso", "i32")})
 NORM_WRITE = ("nbx.kernels.norm.kernel", "norm_chunk_write_kernel", {
     **_typed("x_ptr new_res_ptr out_ptr w_ptr b_ptr", "*bf16"), "part_ptr": "*fp32",
-    **_typed("rows n chunks b1 b2 xs0 xs1 xs2 xsn os0 os1 os2 osn groups group_channels positions inner xso oso",
+    **_typed("rows n chunks b1 b2 xs0 xs1 xs2 xsn os0 os1 os2 osn groups group_channels positions xso oso",
              "i32"), "eps_bits": "i64"})
 CONV_GEMM = ("nbx.kernels.conv.kernel", "conv_gemm_kernel", {
     **_typed("x w bias out res", "*bf16"),
@@ -91,11 +91,11 @@ def test_the_image_kernels_lower_for_sm90():
     the implicit GEMM with its fused upsample: one child process (its start is most of the cost)."""
     rows = dict(RMS=False, ADD=False, HAS_W=True, HAS_B=True, GROUPED=True, COMPUTE="tl.float32", BLOCK_ROWS=1,
                 BLOCK_N=1024, WIDE=False)
-    cases = [(*NORM_ROWS, {**rows, "ONE_PASS": one_pass, "TWO_D": two_d, "ACTIVATION": act})
-             for one_pass in (True, False) for two_d in (False, True) for act in (None, "silu")]
+    cases = [(*NORM_ROWS, {**rows, "ONE_PASS": one_pass, "INNER": inner, "TWO_D": inner > 1, "ACTIVATION": act})
+             for one_pass in (True, False) for inner in (0, 1, 16) for act in (None, "silu")]
     cases += [(*NORM_STATS, {k: rows[k] for k in ("RMS", "ADD", "COMPUTE", "BLOCK_ROWS", "BLOCK_N", "WIDE")}
-               | {"TWO_D": True})]
-    cases += [(*NORM_WRITE, {**rows, "PART_BLOCK": 32, "TWO_D": True, "ACTIVATION": "silu"})]
+               | {"INNER": 16, "TWO_D": True})]
+    cases += [(*NORM_WRITE, {**rows, "PART_BLOCK": 32, "INNER": 10, "TWO_D": True, "ACTIVATION": "silu"})]
     cases += [(*GRID_SAMPLE, {"NEAREST_MODE": nearest, "PADDING": padding, "ALIGN": align, "BLOCK_P": 64,
                               "BLOCK_C": 32})
               for nearest in (False, True) for padding in (0, 1, 2) for align in (False, True)]

@@ -64,13 +64,14 @@ class Plan:
     path: str                     # rows.ONE_PASS, LOOPED or SPLIT
     copies: tuple[str, ...]       # inputs read through a dense copy
     part_dtype: DType             # the partials of split rows
-    two_d: tuple | None = None    # a channels-inner group: (inner, x's outer stride, out's outer stride)
-    positions: int = 1            # elements of a group's row one channel apart (the affine's channel)
+    two_d: tuple | None = None    # a channels-inner group read in 2-D: (x's outer stride, out's outer stride)
+    inner: int = 0                # channels a row's inner dim holds (its channel is j % inner); 0: channels-first
+    positions: int = 1            # channels-first: elements of a group's row one channel apart
     storage: tuple | None = None  # the output's storage shape and the permutation that views it, if not x's shape
 
 
 def _channels_last_groups(shape, x_strides, groups):
-    """(merged shape, x's and out's row strides, two_d, (storage shape, view)) of a channels-last
+    """(merged shape, x's and out's row strides, two_d, inner, (storage shape, view)) of a channels-last
     group read in place (its output channels-last), or None."""
     if groups is None or not is_channels_last(shape, x_strides):
         return None
@@ -85,16 +86,16 @@ def _channels_last_groups(shape, x_strides, groups):
     elif x_outer == inner * xs[2] and o_outer == inner * os_[2]:  # channels and positions merge
         two_d = None
     else:
-        two_d = (inner, x_outer, o_outer)
-    return merged, [xs, os_], two_d, (storage, view)
+        two_d = (x_outer, o_outer)
+    return merged, [xs, os_], two_d, inner, (storage, view)
 
 
 def _decide(shape, inputs, params, dtype: DType, keep: int, groups, device, family: str, setting) -> Plan:
-    two_d, positions, storage = None, prod(shape[2:]) if groups is not None else 1, None
+    two_d, inner, positions, storage = None, 0, prod(shape[2:]) if groups is not None else 1, None
     in_place = _channels_last_groups(shape, inputs[0][2], groups) if len(inputs) == 1 else None
     if in_place is not None:
-        merged_shape, strides, two_d, storage = in_place
-        positions, copies = 1, []
+        merged_shape, strides, two_d, inner, storage = in_place
+        copies = []
         layout = as_rows(merged_shape, strides, len(merged_shape) - 1)
     else:
         merged_shape, dense = _merged_view(shape, contiguous_strides(shape), keep, groups)
@@ -114,7 +115,7 @@ def _decide(shape, inputs, params, dtype: DType, keep: int, groups, device, fami
         setting = row_setting(NORM, device, layout.rows, layout.n, dtype, strided)
     tile = blocks(layout.rows, layout.n, strided, {**launch.tiles("norm", device), **dict(setting)})
     path = LOOPED if family == "batch_norm" else row_path(tile, device)
-    return Plan(layout, tile, path, tuple(copies), statistics_dtype(dtype), two_d, positions, storage)
+    return Plan(layout, tile, path, tuple(copies), statistics_dtype(dtype), two_d, inner, positions, storage)
 
 
 def plan(inputs: dict, params: dict, keep: int, groups: int | None = None, batch_norm: bool = False,
@@ -143,12 +144,11 @@ def _rows_plan(x: Tensor, keep: int, weight, bias, rms: bool, residual, groups, 
     x_strides, out_strides = lay.strides[0], lay.strides[-1]
     res_strides = lay.strides[1] if residual is not None else (0, 0, 0, 0)
     group_args = (1, 1, 1) if groups is None else (groups, x.shape[1] // groups, p.positions)
-    inner, x_outer, out_outer = p.two_d or (1, 0, 0)
-    two_d_args = (inner, x_outer, out_outer)
+    two_d_args = p.two_d or (0, 0)
     # a channels-inner row's last element lies (n / inner) outer strides in: int64 offsets past 2**31
-    wide = wide_columns(lay) or (lay.n // inner + 1) * max(abs(x_outer), abs(out_outer)) >= 2**31 - 1
+    wide = wide_columns(lay) or (lay.n // max(p.inner, 1) + 1) * max(map(abs, two_d_args)) >= 2**31 - 1
     flags = dict(RMS=rms, ADD=residual is not None, COMPUTE=compute_type(x.dtype), BLOCK_ROWS=tile.block_rows,
-                 BLOCK_N=tile.block_n, WIDE=wide, TWO_D=p.two_d is not None, num_warps=tile.num_warps)
+                 BLOCK_N=tile.block_n, WIDE=wide, INNER=p.inner, TWO_D=p.two_d is not None, num_warps=tile.num_warps)
     affine = dict(HAS_W=weight is not None, HAS_B=bias is not None, GROUPED=groups is not None,
                   ACTIVATION=activation)
     rows = (lay.rows, lay.n)

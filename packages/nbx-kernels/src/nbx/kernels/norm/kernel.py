@@ -3,8 +3,9 @@ with per-channel weights; instance norm is group norm of one channel a group; th
 first stores x + residual), and batch norm's per-channel affine map.
 
 A row's elements are one dim through one stride, or (TWO_D: a channels-last group, its channels
-contiguous) two: element j at (j // inner) * outer stride + (j % inner) * inner stride, so a group
-of channels-last channels is read in place. ACTIVATION (None or silu, ...) follows the affine map
+contiguous) two: element j at (j // INNER) * outer stride + (j % INNER) * inner stride, so a group
+of channels-last channels is read in place. INNER (a constexpr: the divisions become multiplies) is
+the channels of such a row, or 0 for a channels-first row (its channel is j // positions). ACTIVATION (None or silu, ...) follows the affine map
 in the store (GroupNorm -> SiLU in one pass of writes).
 
 A program holds a [BLOCK_ROWS, BLOCK_N] tile. A row that fits is read once and normalized in
@@ -24,10 +25,10 @@ from ..rows import columns, float_argument, row_offsets
 
 
 @triton.jit
-def column_offsets(col, inner, s_inner, s_outer, TWO_D: tl.constexpr):
+def column_offsets(col, s_inner, s_outer, INNER: tl.constexpr, TWO_D: tl.constexpr):
     """The offsets of a row's elements col (see the module's text)."""
     if TWO_D:
-        offsets = (col // inner) * s_outer + (col % inner) * s_inner
+        offsets = (col // INNER) * s_outer + (col % INNER) * s_inner
     else:
         offsets = col * s_inner
     return offsets
@@ -35,10 +36,11 @@ def column_offsets(col, inner, s_inner, s_outer, TWO_D: tl.constexpr):
 
 @triton.jit
 def _load_row_piece(x_ptr, res_ptr, new_res_ptr, row, col, valid, b1, b2,
-                    xs0, xs1, xs2, xsn, rs0, rs1, rs2, rsn, out_offs, inner, xso,
-                    ADD: tl.constexpr, STORE_SUM: tl.constexpr, COMPUTE: tl.constexpr, TWO_D: tl.constexpr):
+                    xs0, xs1, xs2, xsn, rs0, rs1, rs2, rsn, out_offs, xso,
+                    ADD: tl.constexpr, STORE_SUM: tl.constexpr, COMPUTE: tl.constexpr, INNER: tl.constexpr,
+                    TWO_D: tl.constexpr):
     x = tl.load(x_ptr + row_offsets(row, b1, b2, xs0, xs1, xs2)[:, None]
-                + column_offsets(col, inner, xsn, xso, TWO_D)[None, :], mask=valid, other=0).to(COMPUTE)
+                + column_offsets(col, xsn, xso, INNER, TWO_D)[None, :], mask=valid, other=0).to(COMPUTE)
     if ADD:
         r = tl.load(res_ptr + row_offsets(row, b1, b2, rs0, rs1, rs2)[:, None] + col[None, :] * rsn,
                     mask=valid, other=0).to(COMPUTE)
@@ -51,14 +53,16 @@ def _load_row_piece(x_ptr, res_ptr, new_res_ptr, row, col, valid, b1, b2,
 
 @triton.jit
 def _affine_operands(w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions,
-                     HAS_W: tl.constexpr, HAS_B: tl.constexpr, GROUPED: tl.constexpr):
+                     HAS_W: tl.constexpr, HAS_B: tl.constexpr, GROUPED: tl.constexpr, INNER: tl.constexpr):
     """The weight and bias of a piece as stored (0 where absent, unused): loaded before the row's
     reductions, so that their latency overlaps them instead of following them."""
     w = 0
     b = 0
     if GROUPED:  # the channel of each element of a group's row
-        # positions: elements a channel apart (channels-first); 1 when channels are the inner dim
-        index = (row % groups)[:, None] * group_channels + (col[None, :] // positions) % group_channels
+        if INNER == 0:  # channels-first: a channel's positions lie together
+            index = (row % groups)[:, None] * group_channels + col[None, :] // positions
+        else:  # channels the row's inner dim
+            index = (row % groups)[:, None] * group_channels + col[None, :] % INNER
         if HAS_W:
             w = tl.load(w_ptr + index, mask=valid, other=0)
         if HAS_B:
@@ -84,10 +88,10 @@ def _affine(y, w, b, HAS_W: tl.constexpr, HAS_B: tl.constexpr, COMPUTE: tl.const
 def norm_rows_kernel(
     x_ptr, res_ptr, out_ptr, new_res_ptr, w_ptr, b_ptr, rows, n, b1, b2,
     xs0, xs1, xs2, xsn, rs0, rs1, rs2, rsn, os0, os1, os2, osn,
-    groups, group_channels, positions, inner, xso, oso, eps_bits,
+    groups, group_channels, positions, xso, oso, eps_bits,
     RMS: tl.constexpr, ADD: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, GROUPED: tl.constexpr,
     COMPUTE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr,
-    WIDE: tl.constexpr, TWO_D: tl.constexpr, ACTIVATION: tl.constexpr,
+    WIDE: tl.constexpr, INNER: tl.constexpr, TWO_D: tl.constexpr, ACTIVATION: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_ok = row < rows
@@ -96,11 +100,11 @@ def norm_rows_kernel(
     if ONE_PASS:
         col = tl.arange(0, BLOCK_N)
         valid = row_ok[:, None] & (col < n)[None, :]
-        out_offs = out_rows[:, None] + column_offsets(col, inner, osn, oso, TWO_D)[None, :]
+        out_offs = out_rows[:, None] + column_offsets(col, osn, oso, INNER, TWO_D)[None, :]
         x = _load_row_piece(x_ptr, res_ptr, new_res_ptr, row, col, valid, b1, b2, xs0, xs1, xs2, xsn,
-                            rs0, rs1, rs2, rsn, out_offs, inner, xso, ADD, True, COMPUTE, TWO_D)
+                            rs0, rs1, rs2, rsn, out_offs, xso, ADD, True, COMPUTE, INNER, TWO_D)
         w, b = _affine_operands(w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions, HAS_W, HAS_B,
-                                GROUPED)
+                                GROUPED, INNER)
         if RMS:
             rstd = 1 / tl.sqrt(tl.sum(x * x, 1) / n + eps)
             y = x * rstd[:, None]
@@ -118,8 +122,8 @@ def norm_rows_kernel(
             col = columns(piece, BLOCK_N, WIDE)
             valid = row_ok[:, None] & (col < n)[None, :]
             x = _load_row_piece(x_ptr, res_ptr, new_res_ptr, row, col, valid, b1, b2, xs0, xs1, xs2, xsn,
-                                rs0, rs1, rs2, rsn, out_rows[:, None] + column_offsets(col, inner, osn, oso, TWO_D)[None, :],
-                                inner, xso, ADD, True, COMPUTE, TWO_D)
+                                rs0, rs1, rs2, rsn, out_rows[:, None] + column_offsets(col, osn, oso, INNER, TWO_D)[None, :],
+                                xso, ADD, True, COMPUTE, INNER, TWO_D)
             if RMS:
                 squares += tl.sum(x * x, 1)
             else:
@@ -134,11 +138,11 @@ def norm_rows_kernel(
         for piece in range(0, tl.cdiv(n, BLOCK_N)):
             col = columns(piece, BLOCK_N, WIDE)
             valid = row_ok[:, None] & (col < n)[None, :]
-            out_offs = out_rows[:, None] + column_offsets(col, inner, osn, oso, TWO_D)[None, :]
+            out_offs = out_rows[:, None] + column_offsets(col, osn, oso, INNER, TWO_D)[None, :]
             x = _load_row_piece(x_ptr, res_ptr, new_res_ptr, row, col, valid, b1, b2, xs0, xs1, xs2, xsn,
-                                rs0, rs1, rs2, rsn, out_offs, inner, xso, ADD, False, COMPUTE, TWO_D)
+                                rs0, rs1, rs2, rsn, out_offs, xso, ADD, False, COMPUTE, INNER, TWO_D)
             w, b = _affine_operands(w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions, HAS_W,
-                                    HAS_B, GROUPED)
+                                    HAS_B, GROUPED, INNER)
             if RMS:
                 y = x * rstd[:, None]
             else:
@@ -181,9 +185,9 @@ def channel_affine_kernel(
 @triton.jit
 def norm_chunk_stats_kernel(
     x_ptr, res_ptr, new_res_ptr, part_ptr, rows, n, chunks, b1, b2,
-    xs0, xs1, xs2, xsn, rs0, rs1, rs2, rsn, os0, os1, os2, osn, inner, xso, oso,
+    xs0, xs1, xs2, xsn, rs0, rs1, rs2, rsn, os0, os1, os2, osn, xso, oso,
     RMS: tl.constexpr, ADD: tl.constexpr, COMPUTE: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr, TWO_D: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr, WIDE: tl.constexpr, INNER: tl.constexpr, TWO_D: tl.constexpr,
 ):
     """part[0, row, piece] = the piece's sum of squares (RMS) or mean; part[1, ...] = its squared
     deviations (layer norm). With ADD the piece's new residual is stored here."""
@@ -192,9 +196,9 @@ def norm_chunk_stats_kernel(
     row = (pid // chunks).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     col = columns(piece, BLOCK_N, WIDE)
     valid = (row < rows)[:, None] & (col < n)[None, :]
-    out_offs = row_offsets(row, b1, b2, os0, os1, os2)[:, None] + column_offsets(col, inner, osn, oso, TWO_D)[None, :]
+    out_offs = row_offsets(row, b1, b2, os0, os1, os2)[:, None] + column_offsets(col, osn, oso, INNER, TWO_D)[None, :]
     x = _load_row_piece(x_ptr, res_ptr, new_res_ptr, row, col, valid, b1, b2, xs0, xs1, xs2, xsn,
-                        rs0, rs1, rs2, rsn, out_offs, inner, xso, ADD, True, COMPUTE, TWO_D)
+                        rs0, rs1, rs2, rsn, out_offs, xso, ADD, True, COMPUTE, INNER, TWO_D)
     slot = row * chunks + piece
     if RMS:
         tl.store(part_ptr + slot, tl.sum(x * x, 1), mask=row < rows)
@@ -238,10 +242,10 @@ def _merged_stats(part_ptr, row, rows, n, chunks, RMS: tl.constexpr, COMPUTE: tl
 @triton.jit(do_not_specialize=["eps_bits"])
 def norm_chunk_write_kernel(
     x_ptr, new_res_ptr, out_ptr, w_ptr, b_ptr, part_ptr, rows, n, chunks, b1, b2,
-    xs0, xs1, xs2, xsn, os0, os1, os2, osn, groups, group_channels, positions, inner, xso, oso, eps_bits,
+    xs0, xs1, xs2, xsn, os0, os1, os2, osn, groups, group_channels, positions, xso, oso, eps_bits,
     RMS: tl.constexpr, ADD: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, GROUPED: tl.constexpr,
     COMPUTE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr, PART_BLOCK: tl.constexpr,
-    WIDE: tl.constexpr, TWO_D: tl.constexpr, ACTIVATION: tl.constexpr,
+    WIDE: tl.constexpr, INNER: tl.constexpr, TWO_D: tl.constexpr, ACTIVATION: tl.constexpr,
 ):
     """Normalizes a piece with its row's merged statistics (with ADD, the stored new residual)."""
     pid = tl.program_id(0)
@@ -251,15 +255,15 @@ def norm_chunk_write_kernel(
     valid = (row < rows)[:, None] & (col < n)[None, :]
     eps = float_argument(eps_bits).to(COMPUTE)
     w, b = _affine_operands(w_ptr, b_ptr, row, col, valid, n, groups, group_channels, positions, HAS_W, HAS_B,
-                            GROUPED)
+                            GROUPED, INNER)
     mean, squares = _merged_stats(part_ptr, row, rows, n, chunks, RMS, COMPUTE, BLOCK_ROWS, BLOCK_N, PART_BLOCK)
     rstd = 1 / tl.sqrt(squares / n + eps)
-    out_offs = row_offsets(row, b1, b2, os0, os1, os2)[:, None] + column_offsets(col, inner, osn, oso, TWO_D)[None, :]
+    out_offs = row_offsets(row, b1, b2, os0, os1, os2)[:, None] + column_offsets(col, osn, oso, INNER, TWO_D)[None, :]
     if ADD:
         x = tl.load(new_res_ptr + out_offs, mask=valid, other=0).to(COMPUTE)
     else:
         x = tl.load(x_ptr + row_offsets(row, b1, b2, xs0, xs1, xs2)[:, None]
-                    + column_offsets(col, inner, xsn, xso, TWO_D)[None, :], mask=valid, other=0).to(COMPUTE)
+                    + column_offsets(col, xsn, xso, INNER, TWO_D)[None, :], mask=valid, other=0).to(COMPUTE)
     if RMS:
         y = x * rstd[:, None]
     else:
