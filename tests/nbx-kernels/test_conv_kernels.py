@@ -202,3 +202,43 @@ def test_activation_and_residual_are_fused_into_the_store(device, check, ws, gro
     residual = _put(RNG.standard_normal((1, ws[0], 3, 5)), device, channels_last=not channels_last)
     out = nbx.conv2d(x, w, b, 1, padding, 1, groups, activation="silu", residual=residual)
     check(out, nbx.oracle("conv2d", x, w, b, 1, padding, 1, groups, activation="silu", residual=residual), device)
+
+
+# ---- upsample fused into the convolution's input load (issue 21) ---------------------------------
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
+def test_conv2d_with_upsample_is_bit_equal_to_interpolate_then_conv2d(device, check, channels_last):
+    x = _put(RNG.standard_normal((1, 3, 3, 4)), device, channels_last=channels_last)
+    w, b = _put(RNG.standard_normal((4, 3, 3, 3)), device), _put(RNG.standard_normal(4), device)
+    for stride, padding in ((1, 1), (2, 0)):
+        fused = nbx.conv2d(x, w, b, stride, padding, upsample=2, activation="silu")
+        plain = nbx.conv2d(nbx.interpolate(x, scale_factor=2), w, b, stride, padding, activation="silu")
+        np.testing.assert_array_equal(fused.numpy(), plain.numpy())
+        check(fused, nbx.oracle("conv2d", x, w, b, stride, padding, activation="silu", upsample=2), device)
+    assert cost.price("conv2d", x, w, b, (1, 1), ((1, 1), (1, 1)), (1, 1), 1, None, None, 2).flops == \
+        2 * 6 * 8 * 4 * 3 * 9
+    x1, w1 = _put(RNG.standard_normal((1, 2, 5)), device), _put(RNG.standard_normal((3, 2, 3)), device)
+    np.testing.assert_array_equal(nbx.conv1d(x1, w1, None, 1, 1, upsample=3).numpy(),
+                                  nbx.conv1d(nbx.interpolate(x1, scale_factor=3), w1, None, 1, 1).numpy())
+
+
+def test_conv2d_upsample_refuses_what_the_implicit_gemm_does_not_fuse(device):
+    x = _put(RNG.standard_normal((1, 2, 3, 3)), device)
+    with pytest.raises(NotSupportedError, match="upsample this one first"):
+        nbx.conv2d(x, _put(RNG.standard_normal((2, 1, 3, 3)), device), None, 1, 1, 1, 2, upsample=2)
+    with pytest.raises(NotSupportedError, match="larger than 1 x 1"):
+        nbx.conv2d(x, _put(RNG.standard_normal((4, 2, 1, 1)), device), upsample=2)
+    from nbx.core.errors import ArgumentError
+    with pytest.raises(ArgumentError, match="positive integer factor"):
+        nbx.conv2d(x, _put(RNG.standard_normal((4, 2, 3, 3)), device), upsample=1.5)
+
+
+@pytest.mark.gpu
+def test_a_unet_upsample_block_fused_is_bit_equal_to_interpolate_then_conv_on_the_gpu(check):
+    device = nbx.as_device("cuda")
+    x = _put(RNG.standard_normal((2, 640, 32, 32)), device, "bfloat16", channels_last=True)
+    w = _put(RNG.standard_normal((640, 640, 3, 3)) / np.sqrt(9 * 640), device, "bfloat16")
+    b = _put(RNG.standard_normal(640), device, "bfloat16")
+    fused = nbx.conv2d(x, w, b, 1, 1, upsample=2)
+    np.testing.assert_array_equal(fused.numpy(), nbx.conv2d(nbx.interpolate(x, scale_factor=2), w, b, 1, 1).numpy())
+    check(fused, nbx.oracle("conv2d", x, w, b, 1, 1, upsample=2), device)

@@ -26,8 +26,12 @@ import importlib
 target = GPUTarget("cuda", 90, 32)
 backend = CUDABackend(target)
 failures = []
+import triton.language as tl
 for module, name, signature, constexprs in json.loads(sys.argv[1]):
     kernel = getattr(importlib.import_module(module), name)
+    # a constexpr spelled "tl.<name>" is Triton's dtype of that name
+    constexprs = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
+                  for k, v in constexprs.items()}
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
@@ -79,4 +83,47 @@ def test_the_onesweep_sort_and_the_candidate_select_lower_for_sm90():
                                                 "chunk": "i32"}, common),
               (select, "select_compact_kernel", {**candidates, "counts_ptr": "*i32", "words_ptr": "*u64", "n": "i32",
                                                  "k": "i32", "chunk": "i32"}, {**common, "PROGRAMS": 16})]
+    assert lowering_failures(cases) == []
+
+
+def _typed(names: str, kind: str) -> dict:
+    return {name: kind for name in names.split()}
+
+
+_ROW_STRIDES = "xs0 xs1 xs2 xsn rs0 rs1 rs2 rsn os0 os1 os2 osn"
+NORM_ROWS = ("nbx.kernels.norm.kernel", "norm_rows_kernel", {
+    **_typed("x_ptr res_ptr out_ptr new_res_ptr w_ptr b_ptr", "*bf16"),
+    **_typed(f"rows n b1 b2 {_ROW_STRIDES} groups group_channels positions xso oso", "i32"), "eps_bits": "i64"})
+NORM_STATS = ("nbx.kernels.norm.kernel", "norm_chunk_stats_kernel", {
+    **_typed("x_ptr res_ptr new_res_ptr", "*bf16"), "part_ptr": "*fp32",
+    **_typed(f"rows n chunks b1 b2 {_ROW_STRIDES} xso oso", "i32")})
+NORM_WRITE = ("nbx.kernels.norm.kernel", "norm_chunk_write_kernel", {
+    **_typed("x_ptr new_res_ptr out_ptr w_ptr b_ptr", "*bf16"), "part_ptr": "*fp32",
+    **_typed("rows n chunks b1 b2 xs0 xs1 xs2 xsn os0 os1 os2 osn groups group_channels positions xso oso",
+             "i32"), "eps_bits": "i64"})
+CONV_GEMM = ("nbx.kernels.conv.kernel", "conv_gemm_kernel", {
+    **_typed("x w bias out res", "*bf16"),
+    **_typed("BATCH C_G D H W O_G OD OH OW KD KH KW sd sh sw pd ph pw dd dh dw xs_n xs_c xs_d xs_h xs_w ws_g ws_o "
+             "ws_c ws_d ws_h ws_w os_n os_c os_d os_h os_w rs_n rs_c rs_d rs_h rs_w", "i32")})
+GRID_SAMPLE = ("nbx.kernels.resample.kernel", "grid_sample_kernel", {
+    **_typed("x grid out", "*bf16"),
+    **_typed("N C H W OH OW xs_n xs_c xs_h xs_w gs_n gs_h gs_w gs_k os_n os_c os_h os_w", "i32")})
+
+
+def test_the_image_kernels_lower_for_sm90():
+    """Group norm's kernels channels-last (TWO_D) with SiLU, grid_sample in every mode and padding,
+    the implicit GEMM with its fused upsample: one child process (its start is most of the cost)."""
+    rows = dict(RMS=False, ADD=False, HAS_W=True, HAS_B=True, GROUPED=True, COMPUTE="tl.float32", BLOCK_ROWS=1,
+                BLOCK_N=1024, WIDE=False)
+    cases = [(*NORM_ROWS, {**rows, "ONE_PASS": one_pass, "INNER": inner, "TWO_D": inner > 1, "ACTIVATION": act})
+             for one_pass in (True, False) for inner in (0, 1, 16) for act in (None, "silu")]
+    cases += [(*NORM_STATS, {k: rows[k] for k in ("RMS", "ADD", "COMPUTE", "BLOCK_ROWS", "BLOCK_N", "WIDE")}
+               | {"INNER": 16, "TWO_D": True})]
+    cases += [(*NORM_WRITE, {**rows, "PART_BLOCK": 32, "INNER": 10, "TWO_D": True, "ACTIVATION": "silu"})]
+    cases += [(*GRID_SAMPLE, {"NEAREST_MODE": nearest, "PADDING": padding, "ALIGN": align, "BLOCK_P": 64,
+                              "BLOCK_C": 32})
+              for nearest in (False, True) for padding in (0, 1, 2) for align in (False, True)]
+    gemm = dict(TRANSPOSED=False, HAS_BIAS=True, ACTIVATION="silu", HAS_RES=False, DOT="tl.bfloat16", IEEE=False,
+                BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
+    cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
     assert lowering_failures(cases) == []

@@ -176,3 +176,72 @@ def test_refusals_name_the_shape_and_the_dtype(device):
         nbx.batch_norm(x, on(device, np.zeros(6)), on(device, np.ones(6), "int64"))
     with pytest.raises(DTypeError, match="residual is float16, x is float32"):
         nbx.add_rms_norm(x, on(device, np.ones((2, 6, 4)), "float16"))
+
+
+# ---- channels-last group and instance norm, GroupNorm -> SiLU (issue 21) --------------------------
+
+def channels_last(device, array, dtype="float32"):
+    """array (N, C, *S) as a channels-last tensor: an (N, *S, C) buffer viewed as (N, C, *S)."""
+    t = on(device, np.ascontiguousarray(np.moveaxis(array, 1, -1)), dtype)
+    return t.permute(0, array.ndim - 1, *range(1, array.ndim - 1))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_channels_last_group_norm_with_silu_is_read_in_place_on_short_looped_and_split_rows(device, dtype, check):
+    long = long_row(device)
+    cases = [((2, 6, 3, 5), 3, ONE_PASS), ((fill_rows(device), 4, long // 2 + 3), 1, LOOPED),
+             ((1, 8, long // 4 + 5), 2, SPLIT), ((1, 6, 4, 4), 6, ONE_PASS)]
+    for shape, groups, path in cases:
+        a = rng.standard_normal(shape) * 2 + 1
+        x = channels_last(device, a, dtype)
+        w, b = on(device, rng.standard_normal(shape[1]), dtype), on(device, rng.standard_normal(shape[1]), dtype)
+        p = plan({"x": x}, {"weight": w, "bias": b}, 1, groups)
+        assert p.copies == () and p.path == path, (shape, p.copies, p.path)
+        for activation in (None, "silu"):
+            out = nbx.group_norm(x, groups, w, b, activation=activation)
+            check(out, nbx.oracle("group_norm", x, groups, w, b, 1e-5, activation), device)
+            assert out.strides[1] == 1, "a channels-last input gives a channels-last output"
+    x = on(device, rng.standard_normal((2, 6, 3, 4)), dtype)
+    check(nbx.group_norm(x, 2, activation="silu"), nbx.oracle("group_norm", x, 2, None, None, 1e-5, "silu"), device)
+
+
+@pytest.mark.parametrize("layout", ["cf", "cl"])
+def test_instance_norm_uses_each_channels_statistics_or_the_running_ones(device, layout, check):
+    a = rng.standard_normal((2, 5, 3, 7)) * 3 - 1
+    x = channels_last(device, a) if layout == "cl" else on(device, a)
+    w, b = on(device, rng.standard_normal(5)), on(device, rng.standard_normal(5))
+    mean, var = on(device, rng.standard_normal(5)), on(device, rng.random(5) + 0.5)
+    out = nbx.instance_norm(x, weight=w, bias=b)
+    check(out, nbx.oracle("instance_norm", x, None, None, w, b), device)
+    assert (out.strides[1] == 1) == (layout == "cl")
+    assert plan({"x": x}, {"weight": w, "bias": b}, 1, 5).copies == ()
+    check(nbx.instance_norm(x, mean, var, w, b, use_input_stats=False, eps=1e-3),
+          nbx.oracle("instance_norm", x, mean, var, w, b, False, 0.1, 1e-3), device)
+    assert price("instance_norm", x, None, None, w, b).bytes_moved == price("group_norm", x, 5, w, b).bytes_moved
+
+
+def test_instance_norm_refuses_what_inference_cannot_do(device):
+    from nbx.core.errors import ArgumentError, NotSupportedError
+    x = on(device, np.ones((2, 3, 4)))
+    stats = on(device, np.ones(3))
+    with pytest.raises(NotSupportedError, match="would be updated"):
+        nbx.instance_norm(x, stats, stats)
+    with pytest.raises(ArgumentError, match="give both"):
+        nbx.instance_norm(x, stats, None, use_input_stats=False)
+    with pytest.raises(ShapeError, match="more than 1 spatial element"):
+        nbx.instance_norm(on(device, np.ones((2, 3, 1))))
+    with pytest.raises(ArgumentError, match="activation is one of"):
+        nbx.group_norm(x, 3, activation="tanh")
+
+
+@pytest.mark.gpu
+def test_sd_vae_group_norm_silu_in_bfloat16_channels_last(check):
+    """The SD VAE decoder's GroupNorm(32) -> SiLU at [1, 512, 128, 128], read channels-last in place."""
+    device = nbx.as_device("cuda")
+    for shape in ((1, 512, 128, 128), (1, 128, 512, 512), (2, 320, 64, 64)):
+        x = channels_last(device, rng.standard_normal(shape, dtype=np.float32), "bfloat16")
+        w = on(device, rng.standard_normal(shape[1]), "bfloat16")
+        b = on(device, rng.standard_normal(shape[1]), "bfloat16")
+        assert plan({"x": x}, {"weight": w, "bias": b}, 1, 32).copies == ()
+        check(nbx.group_norm(x, 32, w, b, 1e-6, activation="silu"),
+              nbx.oracle("group_norm", x, 32, w, b, 1e-6, "silu"), device)

@@ -8,7 +8,10 @@ call, and the cold single call after an L2 flush. TFLOP/s counts 2 * outputs * t
 channels a group; TB/s the bytes an op must move once (inputs read, output written). ratio = torch
 time / nbx time (above 1: nbx faster). Every 4-D case is channels-last (torch.channels_last, the
 weights too: the layout a model converts its weights to at load); the conv1d cases are
-channels-first (N, C, L). The first line is the copy ceiling (a clone of 256 MiB). A case nbx
+channels-first (N, C, L). The first line is the copy ceiling (a clone of 256 MiB). The image cases
+(`--ops gn_silu group_norm inst_norm grid_sample conv_up2 tiled_chain`): GroupNorm -> SiLU, group
+and instance norm, grid_sample, a UNet upsample block (conv2d upsample=2 against interpolate +
+conv2d) and a VAE stage run by tiled_conv_chain against torch's whole-image chain. A case nbx
 refuses prints FAILED with the error and the run goes on. About two minutes on the H200.
 """
 from __future__ import annotations
@@ -94,6 +97,48 @@ def memory_cases(gen):
            lambda i: nbx.adaptive_avg_pool2d(ng[i], 1), lambda i: F.adaptive_avg_pool2d(gs[i], 1))
 
 
+def image_cases(gen):
+    """GroupNorm(32) -> SiLU of the SD VAE decoder, instance norm and grid_sample (issue 21), and a
+    VAE decoder stage run band by band (tiled_conv_chain) against torch's whole-image chain."""
+    (xs, nx, c), nbytes = _input((1, 512, 128, 128), gen)
+    w = torch.randn(512, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(512, device="cuda", dtype=torch.bfloat16, generator=gen)
+    nw, nb = view(w), view(b)
+    yield ("gn_silu", "(1,512,128,128) G32 + silu bf16 cl", 0, 2 * nbytes, c,
+           lambda i: nbx.group_norm(nx[i], 32, nw, nb, 1e-6, activation="silu"),
+           lambda i: F.silu(F.group_norm(xs[i], 32, w, b, 1e-6)))
+    yield ("group_norm", "(1,512,128,128) G32 bf16 cl", 0, 2 * nbytes, c,
+           lambda i: nbx.group_norm(nx[i], 32, nw, nb, 1e-6), lambda i: F.group_norm(xs[i], 32, w, b, 1e-6))
+    (ys, ny, cy), ybytes = _input((4, 256, 64, 64), gen)
+    yield ("inst_norm", "(4,256,64,64) bf16 cl", 0, 2 * ybytes, cy,
+           lambda i: nbx.instance_norm(ny[i]), lambda i: F.instance_norm(ys[i]))
+    (gs, ng, cg), gbytes = _input((2, 64, 128, 128), gen)
+    grid = torch.rand((2, 96, 96, 2), device="cuda", generator=gen).mul(2.2).sub(1.1).to(torch.bfloat16)
+    n_grid = view(grid)
+    out_bytes = 2 * 2 * 64 * 96 * 96
+    for mode, padding in (("bilinear", "zeros"), ("bilinear", "reflection"), ("nearest", "border")):
+        yield ("grid_sample", f"(2,64,128,128) grid 96^2 {mode} {padding} bf16 cl", 0,
+               gbytes + out_bytes + 2 * grid.numel(), cg,
+               lambda i, m=mode, p=padding: nbx.grid_sample(ng[i], n_grid, m, p, False),
+               lambda i, m=mode, p=padding: F.grid_sample(gs[i], grid, m, p, False))
+    (us, nu, cu), ubytes = _input((2, 640, 32, 32), gen)
+    wu = (torch.randn((640, 640, 3, 3), device="cuda", dtype=torch.bfloat16, generator=gen) / 76).to(memory_format=CL)
+    bu = torch.randn(640, device="cuda", dtype=torch.bfloat16, generator=gen)
+    nwu, nbu = view(wu), view(bu)
+    yield ("conv_up2", "unet upsample (2,640,32^2) x2 -> k3 bf16 cl", 2 * 2 * 64 * 64 * 640 * 640 * 9,
+           ubytes + 4 * ubytes + 2 * wu.numel(), cu,
+           lambda i: nbx.conv2d(nu[i], nwu, nbu, 1, 1, upsample=2),
+           lambda i: F.conv2d(F.interpolate(us[i], scale_factor=2, mode="nearest"), wu, bu, 1, 1))
+    (ts, nt, ct), tbytes = _input((1, 128, 1024, 1024), gen)
+    weights = [(torch.randn((128, 128, 3, 3), device="cuda", dtype=torch.bfloat16, generator=gen) / 34)
+               .to(memory_format=CL) for _ in range(2)]
+    layers = [nbx.ConvLayer(view(weights[0]), None, 1, 1, activation="silu"), nbx.ConvLayer(view(weights[1]), None, 1, 1)]
+    flops = 2 * 2 * 1024 * 1024 * 128 * 128 * 9
+    yield ("tiled_chain", "2 x (1,128,1024^2) k3 bands of 128 rows bf16 cl", flops, 3 * tbytes, ct,
+           lambda i: nbx.tiled_conv_chain(nt[i], layers, 128),
+           lambda i: F.conv2d(F.silu(F.conv2d(ts[i], weights[0], None, 1, 1)), weights[1], None, 1, 1))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", nargs="*", help="only these ops")
@@ -109,7 +154,7 @@ def main(argv=None) -> int:
     del big
     print(f"{'op':<12} {'case':<44} {'nbx us':>9} {'torch us':>9} {'nbx TF|TB/s':>11} {'torch':>8} {'ratio':>6} "
           f"{'dev':>8} {'host us nbx/torch':>18} {'cold us nbx/torch':>18}")
-    for source in (conv_cases(gen), memory_cases(gen)):
+    for source in (conv_cases(gen), memory_cases(gen), image_cases(gen)):
         for op, case, flops, moved, copies, nbx_fn, torch_fn in source:
             if args.ops and op not in args.ops:
                 continue

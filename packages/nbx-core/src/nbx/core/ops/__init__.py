@@ -1,6 +1,7 @@
 """The op front-ends of nbx.core; each dispatches to the implementation of its operands' backend."""
 from .activations import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
+from .bands import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .creation import *  # noqa: F401,F403
 from .datamove import *  # noqa: F401,F403

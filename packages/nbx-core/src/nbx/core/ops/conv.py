@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import reference
 from ..dispatch import implementation, register
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
 
@@ -77,8 +77,9 @@ def _batched(x: Tensor, n: int) -> tuple[Tensor, bool]:
     return (x.unsqueeze(0), True) if x.ndim == n + 1 else (x, False)
 
 
-def conv_args(op: str, n: int, x, weight, bias, stride, padding, dilation, groups):
-    """The normalized arguments of a convolution: (stride, pads, dilation, groups), checked."""
+def conv_args(op: str, n: int, x, weight, bias, stride, padding, dilation, groups, upsample: int = 1):
+    """The normalized arguments of a convolution: (stride, pads, dilation, groups), checked (of x's
+    nearest upsampling by upsample)."""
     groups = int(groups)
     kernel = tuple(weight.shape[2:])
     stride, dilation = spatial_tuple(stride, n, "stride"), spatial_tuple(dilation, n, "dilation")
@@ -93,7 +94,7 @@ def conv_args(op: str, n: int, x, weight, bias, stride, padding, dilation, group
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ShapeError(f"{op}: bias has shape {bias.shape}, expected ({weight.shape[0]},)")
     for d in range(n):
-        if conv_out_size(x.shape[2 + d], *pads[d], kernel[d], stride[d], dilation[d]) < 1:
+        if conv_out_size(x.shape[2 + d] * upsample, *pads[d], kernel[d], stride[d], dilation[d]) < 1:
             raise ShapeError(f"{op}: the kernel {kernel} (dilation {dilation}) is larger than the padded input "
                              f"{x.shape[2:]} in spatial dim {d}")
     return stride, pads, dilation, groups
@@ -103,25 +104,46 @@ def _conv_front_end(n: int):
     op = f"conv{n}d"
 
     def conv(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
-             groups: int = 1, padding_mode: str = "zeros", *, activation=None, residual: Tensor | None = None) -> Tensor:
+             groups: int = 1, padding_mode: str = "zeros", *, activation=None, residual: Tensor | None = None,
+             upsample: int = 1) -> Tensor:
         _check_operands(op, n, input, weight, bias)
         x, unbatched = _batched(input, n)
-        stride, pads, dilation, groups = conv_args(op, n, x, weight, bias, stride, padding, dilation, groups)
+        upsample = _upsample(op, x, weight, groups, upsample)
+        stride, pads, dilation, groups = conv_args(op, n, x, weight, bias, stride, padding, dilation, groups, upsample)
         activation = _activation(op, activation)
         if residual is not None:
-            residual = _check_residual(op, n, x, weight, residual, stride, pads, dilation, unbatched)
+            residual = _check_residual(op, n, x, weight, residual, stride, pads, dilation, unbatched, upsample)
         if padding_mode not in PADDING_MODES:
             raise ArgumentError(f"{op}: padding_mode {padding_mode!r} is none of {PADDING_MODES}")
         if padding_mode != "zeros" and any(lo or hi for lo, hi in pads):
+            if upsample > 1:  # the pad reads the upsampled image's edge: upsample first
+                from .resample import interpolate
+                x, upsample = interpolate(x, scale_factor=upsample, mode="nearest"), 1
             from .datamove import pad
             x = pad(x, [a for lo_hi in reversed(pads) for a in lo_hi], mode=padding_mode)
             pads = ((0, 0),) * n
-        out = implementation(op, x.device)(x, weight, bias, stride, pads, dilation, groups, activation, residual)
+        impl = implementation(op, x.device)
+        out = impl(x, weight, bias, stride, pads, dilation, groups, activation, residual, *(
+            (upsample,) if upsample > 1 else ()))
         return out.squeeze(0) if unbatched else out
     conv.__name__ = conv.__qualname__ = op
     conv.__doc__ = (f"torch.nn.functional.{op}: the {n}-D convolution (cross-correlation) of input by weight; "
-                    f"activation(conv + bias) + residual with the keyword-only extensions (fused in the store).")
+                    f"activation(conv + bias) + residual with the keyword-only extensions (fused in the store); "
+                    f"upsample=k: of interpolate(input, scale_factor=k, mode='nearest'), read by the kernel at "
+                    f"(i // k) (a UNet's upsample block, without the upsampled image in memory).")
     return conv
+
+
+def _upsample(op: str, x: Tensor, weight: Tensor, groups, upsample) -> int:
+    """upsample= checked: a positive integer factor, for a convolution the implicit GEMM serves."""
+    if isinstance(upsample, bool) or not isinstance(upsample, (int, np.integer)) or upsample < 1:
+        raise ArgumentError(f"{op}: upsample is a positive integer factor (nearest), got {upsample!r}")
+    upsample = int(upsample)
+    depthwise = weight.shape[1] == 1 and int(groups) == x.shape[1]
+    if upsample > 1 and (depthwise or all(k == 1 for k in weight.shape[2:])):
+        raise NotSupportedError(f"{op}: upsample= is fused into convolutions with a kernel larger than 1 x 1 that "
+                                f"are not depthwise; upsample this one first (interpolate, mode='nearest')")
+    return upsample
 
 
 def _activation(op: str, activation):
@@ -131,13 +153,14 @@ def _activation(op: str, activation):
     return activation
 
 
-def _check_residual(op: str, n: int, x: Tensor, weight: Tensor, residual, stride, pads, dilation, unbatched: bool):
+def _check_residual(op: str, n: int, x: Tensor, weight: Tensor, residual, stride, pads, dilation, unbatched: bool,
+                    upsample: int = 1):
     """The residual as a batched tensor of the output's shape and dtype."""
     if not isinstance(residual, Tensor) or residual.dtype is not x.dtype:
         raise DTypeError(f"{op}: residual must be a {x.dtype.name} tensor")
     common_device(x, residual)
-    shape = (x.shape[0], weight.shape[0], *(conv_out_size(x.shape[2 + d], *pads[d], weight.shape[2 + d], stride[d],
-                                                          dilation[d]) for d in range(n)))
+    shape = (x.shape[0], weight.shape[0], *(conv_out_size(x.shape[2 + d] * upsample, *pads[d], weight.shape[2 + d],
+                                                          stride[d], dilation[d]) for d in range(n)))
     batched = residual.unsqueeze(0) if unbatched else residual
     if tuple(batched.shape) != shape:
         raise ShapeError(f"{op}: residual has shape {tuple(residual.shape)}, the output's is {shape[unbatched:]}")
@@ -203,6 +226,14 @@ def _compute(t: Tensor, precision):
     return t.numpy().astype(dtype, copy=False), dtype
 
 
+def _conv_compute(t: Tensor, precision):
+    """A convolution's operand on the CPU: in float64 for every floating dtype, rounded once at the
+    end. The BLAS product's summation order changes with the number of output positions, so float32
+    sums would differ in their last bits between a band of the image and the whole of it; float64
+    sums rounded to float32 (or a half type) agree, and tiled_conv_chain is bit-equal to the chain."""
+    return _compute(t, reference.FLOAT64 if t.dtype.kind == "float" else precision)
+
+
 def _group_product(windows: np.ndarray, w: np.ndarray, groups: int, n: int) -> np.ndarray:
     """windows (N, C, *O, *K) by w (F, C / groups, *K) -> (N, F, *O), group by group."""
     outs, ks = "xyz"[:n], "ijk"[:n]
@@ -214,11 +245,14 @@ def _group_product(windows: np.ndarray, w: np.ndarray, groups: int, n: int) -> n
 
 def _conv_reference(n: int):
     def ref(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, padding_mode="zeros",
-            activation=None, residual=None, precision=reference.NATIVE):
+            activation=None, residual=None, upsample=1, precision=reference.NATIVE):
         from .products import apply_activation
         xb, unbatched = _batched(x, n)
-        stride, pads, dilation, groups = conv_args(f"conv{n}d", n, xb, weight, bias, stride, padding, dilation, groups)
-        a, dtype = _compute(xb, precision)
+        stride, pads, dilation, groups = conv_args(f"conv{n}d", n, xb, weight, bias, stride, padding, dilation, groups,
+                                                   upsample)
+        a, dtype = _conv_compute(xb, precision)
+        for axis in range(2, 2 + n):   # nearest upsampling: input position i is stored position i // upsample
+            a = np.repeat(a, upsample, axis=axis)
         w = weight.numpy().astype(dtype, copy=False)
         mode = {"zeros": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}[padding_mode]
         a = np.pad(a, ((0, 0), (0, 0)) + pads, mode=mode)
@@ -276,9 +310,9 @@ def _register_conv(op: str, ref) -> None:
     reference.register(op, ref)
 
     @register(op, "cpu")
-    def cpu(x, weight, bias, stride, pads, dilation, groups, activation, residual):
-        return wrap(ref(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual),
-                    x.dtype)
+    def cpu(x, weight, bias, stride, pads, dilation, groups, activation, residual, upsample=1):
+        return wrap(ref(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual,
+                        upsample=upsample), x.dtype)
 
 
 for _n in (1, 2, 3):

@@ -1,5 +1,5 @@
-"""Scaled and masked softmax and the normalizations: layer, RMS, group, batch (inference) norm
-and the fused residual add + RMS norm.
+"""Scaled and masked softmax and the normalizations: layer, RMS, group (with a fused activation:
+GroupNorm -> SiLU), instance, batch (inference) norm and the fused residual add + RMS norm.
 
 Statistics of the half and float8 types are computed in fp32 (the CPU reference and the kernels
 alike); the output has the input's dtype. Weights, biases and masks may have another floating
@@ -14,7 +14,7 @@ import numpy as np
 from .. import layout, reference
 from ..dispatch import implementation, register
 from ..dtypes import finfo
-from ..errors import DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
 from ..spec import OpSpec, define, front_end, params
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
@@ -172,9 +172,13 @@ def _channels(op: str, x: Tensor) -> int:
 
 
 def group_norm(x: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
-               eps: float = 1e-5) -> Tensor:
+               eps: float = 1e-5, *, activation=None) -> Tensor:
     """Each of num_groups groups of consecutive channels of x (N, C, *) normalized as one (mean and
-    biased variance over its channels and positions), then weight[c] and bias[c] per channel."""
+    biased variance over its channels and positions), then weight[c] and bias[c] per channel, then
+    activation (keyword-only, linear's names: "silu" is a diffusion UNet's GroupNorm -> SiLU), fused
+    into the kernel's store. A channels-last x gives a channels-last result, as conv2d."""
+    from .products import _activation
+    activation = _activation("group_norm", activation)
     _check_floating("group_norm", x=x, weight=weight, bias=bias)
     channels = _channels("group_norm", x)
     num_groups = int(num_groups)
@@ -183,7 +187,7 @@ def group_norm(x: Tensor, num_groups: int, weight: Tensor | None = None, bias: T
     _check_shape("group_norm", "weight", weight, (channels,))
     _check_shape("group_norm", "bias", bias, (channels,))
     common_device(x, weight, bias)
-    return implementation("group_norm", x.device)(x, num_groups, weight, bias, float(eps))
+    return implementation("group_norm", x.device)(x, num_groups, weight, bias, float(eps), activation)
 
 
 def _per_channel(t: Tensor | None, compute, ndim: int):
@@ -191,7 +195,9 @@ def _per_channel(t: Tensor | None, compute, ndim: int):
     return None if a is None else a.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def _group_norm_reference(x, num_groups, weight=None, bias=None, eps=1e-5, precision=reference.NATIVE):
+def _group_norm_reference(x, num_groups, weight=None, bias=None, eps=1e-5, activation=None,
+                          precision=reference.NATIVE):
+    from .products import apply_activation
     compute = _precision_dtype(x.dtype, precision)
     a = x.numpy().astype(compute, copy=False)
     grouped = a.reshape(a.shape[0], num_groups, prod(a.shape[1:]) // num_groups)
@@ -200,7 +206,7 @@ def _group_norm_reference(x, num_groups, weight=None, bias=None, eps=1e-5, preci
         out = out * _per_channel(weight, compute, a.ndim)
     if bias is not None:
         out = out + _per_channel(bias, compute, a.ndim)
-    return out
+    return apply_activation(out, activation)
 
 
 def batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, weight: Tensor | None = None,
@@ -226,6 +232,51 @@ def _batch_norm_reference(x, running_mean, running_var, weight=None, bias=None, 
     if bias is not None:
         out = out + _per_channel(bias, compute, a.ndim)
     return out
+
+
+def _instance_norm_mode(x, running_mean, running_var, weight, bias, use_input_stats: bool) -> str:
+    """"group" (each (sample, channel) by its own statistics) or "batch" (by the running ones), checked."""
+    _check_floating("instance_norm", x=x, running_mean=running_mean, running_var=running_var, weight=weight,
+                    bias=bias)
+    channels = _channels("instance_norm", x)
+    if x.ndim < 3:
+        raise ShapeError(f"instance_norm takes x of shape (N, C, *spatial), got {tuple(x.shape)}")
+    for role, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
+        _check_shape("instance_norm", role, t, (channels,))
+    common_device(x, running_mean, running_var, weight, bias)
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ArgumentError("instance_norm: use_input_stats=False normalizes by running_mean and running_var; "
+                                "give both")
+        return "batch"
+    if running_mean is not None or running_var is not None:
+        raise NotSupportedError("instance_norm: running statistics with use_input_stats=True would be updated "
+                                "(training); nbx runs inference: pass use_input_stats=False to use them")
+    if prod(x.shape[2:]) < 2:
+        raise ShapeError(f"instance_norm: expected more than 1 spatial element per channel, got {tuple(x.shape)}")
+    return "group"
+
+
+def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,
+                  weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """torch.nn.functional.instance_norm for inference: each (sample, channel) of input (N, C, *)
+    normalized by its own mean and biased variance over the positions (use_input_stats, the group
+    norm kernels with one channel a group), or by running_mean / running_var (use_input_stats=False,
+    batch norm's map); then weight[c] and bias[c]. momentum only moves running statistics, which
+    inference never updates. A channels-last input is read in place and gives a channels-last result."""
+    mode = _instance_norm_mode(input, running_mean, running_var, weight, bias, use_input_stats)
+    if mode == "batch":
+        return implementation("batch_norm", input.device)(input, running_mean, running_var, weight, bias, float(eps))
+    return implementation("group_norm", input.device)(input, input.shape[1], weight, bias, float(eps), None)
+
+
+def _instance_norm_reference(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                             momentum=0.1, eps=1e-5, precision=reference.NATIVE):
+    mode = _instance_norm_mode(x, running_mean, running_var, weight, bias, use_input_stats)
+    if mode == "batch":
+        return _batch_norm_reference(x, running_mean, running_var, weight, bias, eps, precision)
+    return _group_norm_reference(x, x.shape[1], weight, bias, eps, precision=precision)
 
 
 # ---- fused residual add + RMS norm --------------------------------------------------------------
@@ -266,6 +317,7 @@ reference.register("layer_norm", _layer_norm_reference)
 reference.register("rms_norm", _rms_norm_reference)
 reference.register("group_norm", _group_norm_reference)
 reference.register("batch_norm", _batch_norm_reference)
+reference.register("instance_norm", _instance_norm_reference)
 reference.register("add_rms_norm", _add_rms_norm_reference)
 
 
@@ -285,8 +337,8 @@ def _rms_norm_cpu(call):
 
 
 @register("group_norm", "cpu")
-def _group_norm_cpu(x, num_groups, weight, bias, eps):
-    return wrap(_group_norm_reference(x, num_groups, weight, bias, eps), x.dtype)
+def _group_norm_cpu(x, num_groups, weight, bias, eps, activation=None):
+    return wrap(_group_norm_reference(x, num_groups, weight, bias, eps, activation), x.dtype)
 
 
 @register("batch_norm", "cpu")
@@ -300,4 +352,5 @@ def _add_rms_norm_cpu(call):
     return wrap(normed, call.out_dtype), wrap(total, call.out_dtype)
 
 
-__all__ = ["scaled_masked_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm", "add_rms_norm"]
+__all__ = ["scaled_masked_softmax", "layer_norm", "rms_norm", "group_norm", "instance_norm", "batch_norm",
+           "add_rms_norm"]

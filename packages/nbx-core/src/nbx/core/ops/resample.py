@@ -7,6 +7,14 @@ the source coordinate of output o uses 1 / scale_factor when a scale_factor is g
 recompute_scale_factor is not True, else input size / output size (torch's rule). Every mode is
 separable: the reference applies one (output, input) weight matrix per spatial dim, in float64 for
 the oracle. antialias is refused by name.
+
+grid_sample(input, grid, mode='bilinear', padding_mode='zeros', align_corners=None), as torch:
+input (N, C, H, W), grid (N, Ho, Wo, 2) of (x, y) in [-1, 1]; -1 and 1 are the corner pixels'
+centres (align_corners) or their outer edges; 'zeros' reads 0 outside, 'border' clips the source
+coordinate, 'reflection' reflects it about the edges (the centres with align_corners, else the
+outer edges) and then clips. The source coordinates are computed in float32 (float64 for a float64
+input), as torch's kernels compute them, so nearest's rounding (half to even) falls the same way in
+the oracle; the bilinear weights and the sums in float64 there.
 """
 from __future__ import annotations
 
@@ -135,7 +143,104 @@ def _interpolate_reference(x, size=None, scale_factor=None, mode="nearest", alig
     return resample(x, sizes, scales, mode, corners, precision)
 
 
+GRID_MODES = ("bilinear", "nearest")
+GRID_PADDING = ("zeros", "border", "reflection")
+
+
+def grid_sample_args(input: Tensor, grid: Tensor, mode: str, padding_mode: str, align_corners):
+    """(mode, padding_mode, align_corners), checked; a named error for what grid_sample refuses."""
+    for role, t in (("input", input), ("grid", grid)):
+        if not isinstance(t, Tensor):
+            raise DTypeError(f"grid_sample: {role} must be a tensor, got {type(t).__name__}")
+        check_category(f"grid_sample ({role})", t.dtype, "real_floating")
+    if grid.dtype is not input.dtype:
+        raise DTypeError(f"grid_sample: grid is {grid.dtype.name}, input is {input.dtype.name} (they must match, "
+                         f"as torch)")
+    if mode == "bicubic" or input.ndim == 5:
+        raise NotSupportedError(f"grid_sample: {'bicubic' if mode == 'bicubic' else 'a 5-D (volumetric) input'} "
+                                f"is not implemented yet (2-D bilinear and nearest are)")
+    if mode not in GRID_MODES:
+        raise ArgumentError(f"grid_sample: mode {mode!r} is none of {GRID_MODES}")
+    if padding_mode not in GRID_PADDING:
+        raise ArgumentError(f"grid_sample: padding_mode {padding_mode!r} is none of {GRID_PADDING}")
+    if input.ndim != 4 or grid.ndim != 4 or grid.shape[3] != 2 or grid.shape[0] != input.shape[0]:
+        raise ShapeError(f"grid_sample takes input (N, C, H, W) and grid (N, Ho, Wo, 2) of the same N; got "
+                         f"{tuple(input.shape)} and {tuple(grid.shape)}")
+    if min(input.shape[2:]) < 1:
+        raise ShapeError(f"grid_sample: input {tuple(input.shape)} has no pixel to sample")
+    from ._common import common_device
+    common_device(input, grid)
+    return mode, padding_mode, bool(align_corners)
+
+
+def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros",
+                align_corners=None) -> Tensor:
+    """torch.nn.functional.grid_sample of a 4-D input (see the module's text); align_corners None is
+    False, as torch. A channels-last input gives a channels-last output."""
+    mode, padding_mode, corners = grid_sample_args(input, grid, mode, padding_mode, align_corners)
+    return implementation("grid_sample", input.device)(input, grid, mode, padding_mode, corners)
+
+
+def _reflect(coord: np.ndarray, twice_low: int, twice_high: int) -> np.ndarray:
+    """torch's reflect_coordinates: coord reflected into [twice_low / 2, twice_high / 2]."""
+    t = coord.dtype.type
+    if twice_low == twice_high:
+        return np.zeros_like(coord)
+    low, span = t(twice_low / 2), t((twice_high - twice_low) / 2)
+    distance = np.abs(coord - low)
+    flips = np.floor(distance / span)
+    extra = distance - flips * span
+    return np.where(flips % 2 == 0, extra + low, span - extra + low)
+
+
+def grid_source(g: np.ndarray, size: int, padding_mode: str, align_corners: bool) -> np.ndarray:
+    """The source coordinate (in g's dtype, pixel units) of normalized grid values g along a dim
+    of size pixels (torch's grid_sampler_compute_source_index)."""
+    t = g.dtype.type
+    if align_corners:
+        coord = (g + t(1)) * t(0.5) * t(size - 1)
+    else:
+        coord = ((g + t(1)) * t(size) - t(1)) * t(0.5)
+    if padding_mode == "reflection":
+        coord = _reflect(coord, 0, 2 * (size - 1)) if align_corners else _reflect(coord, -1, 2 * size - 1)
+    if padding_mode != "zeros":
+        coord = np.clip(coord, t(0), t(size - 1))
+    return coord
+
+
+def _grid_sample_reference(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None,
+                           precision=reference.NATIVE):
+    mode, padding_mode, corners = grid_sample_args(input, grid, mode, padding_mode, align_corners)
+    dtype = oracle_dtype(input.dtype) if precision == reference.FLOAT64 else compute_dtype(input.dtype)
+    coord_dtype = np.float64 if input.dtype.name == "float64" else np.float32
+    a = input.numpy().astype(dtype, copy=False)
+    g = grid.numpy().astype(coord_dtype)
+    height, width = a.shape[2:]
+    with np.errstate(all="ignore"):
+        ix = grid_source(g[..., 0], width, padding_mode, corners)
+        iy = grid_source(g[..., 1], height, padding_mode, corners)
+    batch = np.arange(a.shape[0])[:, None, None]
+
+    def tap(yi, xi):  # (N, C, Ho, Wo) values at integer positions, 0 outside
+        inside = (xi >= 0) & (xi < width) & (yi >= 0) & (yi < height)
+        v = a[batch, :, np.clip(yi, 0, height - 1), np.clip(xi, 0, width - 1)]  # (N, Ho, Wo, C)
+        return np.moveaxis(np.where(inside[..., None], v, 0), -1, 1)
+    if mode == "nearest":
+        return tap(np.rint(iy).astype(np.int64), np.rint(ix).astype(np.int64))  # half to even, as nearbyint
+    x0, y0 = np.floor(ix), np.floor(iy)
+    fx, fy = (ix - x0).astype(dtype)[:, None], (iy - y0).astype(dtype)[:, None]
+    x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
+    return (tap(y0, x0) * (1 - fx) * (1 - fy) + tap(y0, x0 + 1) * fx * (1 - fy)
+            + tap(y0 + 1, x0) * (1 - fx) * fy + tap(y0 + 1, x0 + 1) * fx * fy)
+
+
 reference.register("interpolate", _interpolate_reference)
+reference.register("grid_sample", _grid_sample_reference)
+
+
+@register("grid_sample", "cpu")
+def _grid_sample_cpu(input, grid, mode, padding_mode, align_corners):
+    return wrap(_grid_sample_reference(input, grid, mode, padding_mode, align_corners), input.dtype)
 
 
 @register("interpolate", "cpu")
@@ -143,4 +248,4 @@ def _interpolate_cpu(x, sizes, scales, mode, align_corners):
     return wrap(resample(x, sizes, scales, mode, align_corners), x.dtype)
 
 
-__all__ = ["interpolate"]
+__all__ = ["interpolate", "grid_sample"]

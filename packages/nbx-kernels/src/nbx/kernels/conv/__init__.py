@@ -3,7 +3,7 @@
 Paths, decided from shapes alone (one plan each, `plans.cached`):
 - depthwise (groups == input channels, one input channel a group, not transposed): the window
   kernel (kernel.py), a BLOCK_C x BLOCK_W tile of one output row, channels by width;
-- 1 x 1, stride 1, no padding, one group, channels-last input: a product, nbx.linear of the
+- 1 x 1, stride 1, no padding, one group, channels-last input (no upsample): a product, nbx.linear of the
   (positions, channels) matrix by the (out, in) weight with the bias in its epilogue;
 - every other convolution and the 2-D / 3-D transposed ones: the implicit GEMM (kernel.py), tiled
   by the certified setting of its launch key (tuning.py);
@@ -117,7 +117,7 @@ def _gemm_meta(dtype, tile: dict, device) -> dict:
 
 
 def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transposed: bool, dtype, device, setting,
-                 out_slot: str = "out", epilogue: Epilogue = NO_EPILOGUE) -> tuple[Launch, dict]:
+                 out_slot: str = "out", epilogue: Epilogue = NO_EPILOGUE, upsample=(1, 1, 1)) -> tuple[Launch, dict]:
     """The implicit GEMM launch over 3-D geometry (batch, c_g, groups, o_g, sizes, outs, kernel,
     stride, pad, dilation), tiled by setting or the certified one."""
     batch, c_g, groups, o_g, sizes, outs, kernel, stride, pad, dilation = geometry
@@ -126,6 +126,7 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
         setting = conv_setting(device, m, o_g, k, dtype, x_strides[1] == 1 and c_g * groups > 1)
     tile = {**launch.tiles("conv", device), **dict(setting)}
     meta = dict(TRANSPOSED=transposed, HAS_BIAS=bias, **epilogue.meta(), **_gemm_meta(dtype, tile, device))
+    meta.update(zip(("UP_D", "UP_H", "UP_W"), upsample))
     tiles = -(-m // tile["block_m"]) * -(-o_g // tile["block_n"])
     res_slot, *res_strides = epilogue.args()
     args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
@@ -138,8 +139,11 @@ def _spatial(shape, strides, n: int):
 
 
 def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, pads, dilation, groups, device,
-               setting, epilogue: Epilogue = NO_EPILOGUE) -> LaunchPlan:
+               setting, epilogue: Epilogue = NO_EPILOGUE, upsample: int = 1) -> LaunchPlan:
+    """upsample > 1 (the implicit GEMM only): the convolution of x's nearest upsampling by it."""
     n = len(x_shape) - 2
+    read_shape = x_shape
+    x_shape = (*x_shape[:2], *(s * upsample for s in x_shape[2:]))   # the image the convolution sees
     batch, channels, out_channels = x_shape[0], x_shape[1], w_shape[0]
     c_g, o_g = channels // groups, out_channels // groups
     kernel = tuple(w_shape[2:])
@@ -151,8 +155,8 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
     geometry = (batch, c_g, groups, o_g, sizes, three(outs, 1), three(kernel, 1), three(stride, 1),
                 three([p[0] for p in pads], 0), three(dilation, 1))
     flops = 2 * batch * prod(outs) * out_channels * c_g * prod(kernel)
-    moved = (prod(x_shape) + prod(w_shape) + prod(storage) + (out_channels if has_bias else 0)) * dtype.itemsize
-    if c_g == 1 and groups == channels:  # depthwise: out channel c reads input channel c // (O / C)
+    moved = (prod(read_shape) + prod(w_shape) + prod(storage) + (out_channels if has_bias else 0)) * dtype.itemsize
+    if c_g == 1 and groups == channels and upsample == 1:  # depthwise: out channel c reads input channel c // (O / C)
         tile = window_tile(device, cl)
         ws = (w_strides[0], *three(w_strides[2:], 0))
         res_slot, *res_strides = epilogue.args()
@@ -167,7 +171,8 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
         return LaunchPlan(device, (Launch(window_kernel, grid, args, meta),), (plans.output("out", storage, dtype),),
                           detail=Detail("depthwise", view, tile, flops, moved))
     w_s = (o_g * w_strides[0], w_strides[0], w_strides[1], *three(w_strides[2:], 0))
-    one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, False, dtype, device, setting, epilogue=epilogue)
+    one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, False, dtype, device, setting, epilogue=epilogue,
+                             upsample=three([upsample] * n, 1))
     return LaunchPlan(device, (one,), (plans.output("out", storage, dtype),),
                       detail=Detail("gemm", view, tile, flops, moved))
 
@@ -230,21 +235,21 @@ def _product_operands(x: Tensor, weight: Tensor):
 
 
 def conv_plan(x, weight, bias, stride, pads, dilation, groups, setting=None, activation=None,
-              residual=None) -> LaunchPlan:
+              residual=None, upsample: int = 1) -> LaunchPlan:
     epilogue = Epilogue(activation, residual_strides(residual))
     key = ("conv", _layout(x), _layout(weight), bias is not None, stride, pads, dilation, groups, x.device,
-           plans.setting_key(setting), epilogue)
+           plans.setting_key(setting), epilogue, upsample)
     return plans.cached("conv", key, lambda: _conv_plan(x.shape, x.strides, weight.shape, weight.strides,
                                                         bias is not None, x.dtype, stride, pads, dilation, groups,
-                                                        x.device, setting, epilogue))
+                                                        x.device, setting, epilogue, upsample))
 
 
 def launch_conv(x, weight, bias, stride, pads, dilation, groups, out=None, setting=None, activation=None,
-                residual=None) -> Tensor:
+                residual=None, upsample: int = 1) -> Tensor:
     """The convolution through the window or implicit-GEMM kernel, activation(conv + bias) +
     residual (out: the plan's storage buffer when given; setting overrides the served one: the
-    certifier's)."""
-    plan = conv_plan(x, weight, bias, stride, pads, dilation, groups, setting, activation, residual)
+    certifier's); upsample > 1: of x's nearest upsampling, fused into the GEMM's input load."""
+    plan = conv_plan(x, weight, bias, stride, pads, dilation, groups, setting, activation, residual, upsample)
     values = plans.execute(plan, {"x": x, "w": weight, "bias": x if bias is None else bias, "out": out,
                                   "res": residual})
     return values["out"].permute(*plan.detail.view)
@@ -257,14 +262,15 @@ def _product_residual(residual: Tensor | None):
     return residual.permute(0, *range(2, residual.ndim), 1).reshape(-1, residual.shape[1])
 
 
-def _convolution(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None):
+def _convolution(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None, upsample=1):
     check_dtype(f"conv{x.ndim - 2}d", x.dtype)
-    if is_product(x, weight, stride, pads, dilation, groups):
+    if upsample == 1 and is_product(x, weight, stride, pads, dilation, groups):
         from nbx.core.ops.products import linear
         rows, w = _product_operands(x, weight)
         out = linear(rows, w, bias, activation=activation, residual=_product_residual(residual))
         return out.reshape(x.shape[0], *x.shape[2:], weight.shape[0]).permute(0, x.ndim - 1, *range(1, x.ndim - 1))
-    return launch_conv(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual)
+    return launch_conv(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual,
+                       upsample=upsample)
 
 
 def _transposed(x, weight, bias, stride, padding, output_padding, groups, dilation):
@@ -287,10 +293,10 @@ def _cost(plan: LaunchPlan) -> Cost:
     return Cost(plan.buffers(), plan.detail.bytes_moved, plan.detail.flops, len(plan.launches))
 
 
-def _conv_cost(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None) -> Cost:
-    if is_product(x, weight, stride, pads, dilation, groups):
+def _conv_cost(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None, upsample=1) -> Cost:
+    if upsample == 1 and is_product(x, weight, stride, pads, dilation, groups):
         return price("linear", *_product_operands(x, weight), bias, activation, _product_residual(residual))
-    return _cost(conv_plan(x, weight, bias, stride, pads, dilation, groups, None, activation, residual))
+    return _cost(conv_plan(x, weight, bias, stride, pads, dilation, groups, None, activation, residual, upsample))
 
 
 def _transpose_cost(x, weight, bias, stride, padding, output_padding, groups, dilation) -> Cost:

@@ -61,9 +61,11 @@ def conv_gemm_kernel(
     TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
     DOT: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    UP_D: tl.constexpr = 1, UP_H: tl.constexpr = 1, UP_W: tl.constexpr = 1,
 ):
     """Grid: (tiles of (N * OD * OH * OW) x O_G, groups). The epilogue: activation(acc + bias) +
-    res (res read through its strides, any layout)."""
+    res (res read through its strides, any layout). UP_*: a nearest upsampling fused into the
+    input's load: D, H, W are the upsampled sizes and position i reads stored position i // UP."""
     g = tl.program_id(1)
     M = BATCH * OD * OH * OW
     tile_m, tile_n = _grouped_tile(tl.program_id(0), M, O_G, BLOCK_M, BLOCK_N, GROUP_M)
@@ -91,6 +93,12 @@ def conv_gemm_kernel(
         i_h, ok_h = _tap(oh, kh, H, sh, ph, dh, TRANSPOSED)
         i_w, ok_w = _tap(ow, kw, W, sw, pw, dw, TRANSPOSED)
         ok = in_m & ok_d & ok_h & ok_w
+        if UP_D > 1:
+            i_d = i_d // UP_D
+        if UP_H > 1:
+            i_h = i_h // UP_H
+        if UP_W > 1:
+            i_w = i_w // UP_W
         ck = c0 + rk
         in_k = ck < C_G
         a_ptrs = x + (x_row + i_d * xs_d + i_h * xs_h + i_w * xs_w)[:, None] + ck[None, :] * xs_c

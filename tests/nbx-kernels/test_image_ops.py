@@ -1,0 +1,90 @@
+"""grid_sample and the tiled conv chain on the kernel devices (issue 21): grid_sample against the
+float64 oracle in every mode, padding and align_corners, both layouts; the band-by-band chain
+bit-equal to the untiled one. Tiny shapes on interp; realistic ones, marked gpu, on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.kernels import cost
+
+RNG = np.random.default_rng(11)
+MODES = [(mode, padding, align) for mode in ("bilinear", "nearest") for padding in ("zeros", "border", "reflection")
+         for align in (False, True)]
+
+
+def _put(a, device, dtype="float32", channels_last=False):
+    a = np.asarray(a)
+    host = nbx.as_dtype(dtype).host
+    if not channels_last:
+        return nbx.asarray(a.astype(host), device=device)
+    t = nbx.asarray(np.ascontiguousarray(np.moveaxis(a, 1, -1)).astype(host), device=device)
+    return t.permute(0, a.ndim - 1, *range(1, a.ndim - 1))
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
+def test_grid_sample_matches_the_oracle_in_every_mode_padding_and_alignment(device, check, channels_last):
+    x = _put(RNG.standard_normal((2, 5, 4, 7)), device, channels_last=channels_last)
+    grid = _put(RNG.uniform(-1.3, 1.3, (2, 2, 3, 2)), device)   # points outside [-1, 1] reach the padding
+    for mode, padding, align in MODES:
+        out = nbx.grid_sample(x, grid, mode, padding, align)
+        check(out, nbx.oracle("grid_sample", x, grid, mode, padding, align), device)
+        assert (out.strides[1] == 1) == channels_last, "the output keeps the input's layout"
+
+
+def test_grid_sample_of_a_single_pixel_a_transposed_grid_and_bfloat16(device, check):
+    one = _put(RNG.standard_normal((1, 3, 1, 1)), device)
+    grid = _put(RNG.uniform(-2, 2, (1, 2, 3, 2)), device)
+    for padding in ("zeros", "reflection"):
+        for align in (False, True):
+            check(nbx.grid_sample(one, grid, "bilinear", padding, align),
+                  nbx.oracle("grid_sample", one, grid, "bilinear", padding, align), device)
+    x = _put(RNG.standard_normal((1, 2, 6, 5)), device, "bfloat16", channels_last=True)
+    strided = _put(RNG.uniform(-1, 1, (1, 4, 3, 2)), device, "bfloat16").permute(0, 2, 1, 3)  # grid read by strides
+    out = nbx.grid_sample(x, strided, "bilinear", "border")
+    check(out, nbx.oracle("grid_sample", x, strided, "bilinear", "border"), device)
+    assert cost.price("grid_sample", x, strided, "bilinear", "border").buffers[0].nbytes == out.size * 2
+
+
+def test_the_tiled_chain_is_bit_equal_to_the_untiled_chain_on_the_kernels(device):
+    """Values of a few bits (integers, relu between layers) make every sum exact, so the check sees
+    the halos alone: the interpreter's tl.dot is numpy's BLAS, whose last bits move with a
+    position's place in its tile. The CPU test checks random values (tests/nbx-core)."""
+    layers = [nbx.ConvLayer(_put(RNG.integers(-2, 3, (2, 2, 3, 1)), device), _put([1, -1], device), 1, (1, 0),
+                            activation="relu"),
+              nbx.ConvLayer(_put(RNG.integers(-2, 3, (2, 2, 3, 1)), device), None, 2, (2, 0), padding_mode="reflect")]
+    field = nbx.receptive_field(layers)
+    x = _put(RNG.integers(-2, 3, (1, 2, 4 * field + 3, 2)), device, channels_last=True)
+    full = nbx.conv_chain(x, layers).numpy()
+    for band in (field, 2 * field, 4 * field, 8 * field):
+        np.testing.assert_array_equal(nbx.tiled_conv_chain(x, layers, band).numpy(), full, err_msg=f"band {band}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
+def test_grid_sample_at_a_warping_shape_on_the_gpu(check, dtype, channels_last):
+    device = nbx.as_device("cuda")
+    x = _put(RNG.standard_normal((2, 64, 128, 128), dtype=np.float32), device, dtype, channels_last)
+    grid = _put(RNG.uniform(-1.1, 1.1, (2, 96, 96, 2)), device, dtype)
+    for mode, padding, align in MODES:
+        check(nbx.grid_sample(x, grid, mode, padding, align), nbx.oracle("grid_sample", x, grid, mode, padding, align),
+              device)
+
+
+@pytest.mark.gpu
+def test_the_tiled_chain_of_a_vae_decoder_stage_is_bit_equal_on_the_gpu():
+    """Two 3 x 3 bfloat16 convolutions (stride 1 and 2) of 64 channels over a 1024-row image, in
+    bands of 1, 2, 4 and 8 receptive fields; the values (dyadic, a few bits) make every float32 sum
+    exact, whatever tile the certificates serve a band."""
+    device = nbx.as_device("cuda")
+    def weight():
+        return _put(RNG.integers(-1, 2, (64, 64, 3, 3)) * 0.125, device, "bfloat16")
+    layers = [nbx.ConvLayer(weight(), None, 1, 1, activation="relu"),
+              nbx.ConvLayer(weight(), None, 2, 1, padding_mode="reflect")]
+    x = _put(RNG.integers(-1, 2, (1, 64, 1024, 64)), device, "bfloat16", channels_last=True)
+    full = nbx.conv_chain(x, layers).numpy()
+    field = nbx.receptive_field(layers)
+    for band in (field, 2 * field, 4 * field, 8 * field):
+        np.testing.assert_array_equal(nbx.tiled_conv_chain(x, layers, band).numpy(), full, err_msg=f"band {band}")
