@@ -6,8 +6,10 @@ copy when it is not already the unit-stride last dim). A 1-D transform of n poin
 chain of Stockham passes (kernel.py), one launch each, ping-ponging between two workspace rows:
 - n whose factors are 2, 3, 5, 7, 11 and 13: radices of the certified power of two (radix: 4, 8
   or 16) for the power-of-two part, the odd primes merged while their product stays <= 16;
-- with the setting's `fused` on, a power of two up to FUSED_UP_TO points: one program a row, all
-  its radix-2 passes in registers (fft_row_kernel);
+- with the setting's `fused` on, n = N1 x N2 with both <= TILE_MAX: one program a row, two dense DFT
+  products on the matrix unit with the twiddles between them (tile.py: one read, one write); rfft
+  and irfft of such an even n run their n points directly there (no half-length trick, no pre- or
+  post-pass);
 - any other n: Bluestein's chirp-z, a convolution by the chirp through forward and inverse
   transforms of M >= 2n - 1 points (a power of two): the chirp's spectrum (one row), the rows'
   forward transform (first pass multiplies by the chirp), the inverse (first pass multiplies by the
@@ -37,12 +39,14 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..rows import pow2_at_least
 from .kernel import (CHIRP, CHIRP_SEQUENCE, COMPLEX, HERMITIAN, NONE, PAIRS, REAL, REAL_PAIRS, REAL_PART, SPECTRUM,
-                     fft_pass_kernel, fft_row_kernel, half_spectrum_kernel, real_spectrum_kernel)
+                     fft_pass_kernel, half_spectrum_kernel, real_spectrum_kernel)
+from .tile import fft_tile_kernel, irfft_tile_kernel
 from .tuning import fft_setting
 
 REAL_INPUTS = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 ODD_RADICES = (3, 5, 7, 11, 13)
-FUSED_UP_TO = 4096   # the longest row fft_row_kernel holds: 8192 float32 values over a program's threads
+TILE_MAX = 64        # the longest side of a row's tile (tile.py): a 64 x 64 complex DFT matrix a program
+FUSED_UP_TO = TILE_MAX * TILE_MAX
 MAX_ODD_RADIX = 16
 
 
@@ -137,10 +141,9 @@ def _with(p: _Pass, **changes) -> _Pass:
 def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store: int, src: str, dst: str, *,
                       src_len: int, src_row: int, dst_row: int, dst_len: int, scale: float):
     """(launches, workspace width, path, radices) of an n-point complex transform from src to dst."""
-    if fusable(n, tile) and load in (COMPLEX, REAL, REAL_PAIRS) and store == PAIRS and dst_len == n:
-        one = Launch(fft_row_kernel, (rows,), (Slot(src), Slot(dst), src_len, src_row, dst_row, scale),
-                     dict(N=n, PASSES=n.bit_length() - 1, SIGN=sign, LOAD=load, num_warps=tile["num_warps"]))
-        return [one], n, "fused", (2,) * (n.bit_length() - 1)
+    if fusable(n, tile, real=False) and load in (COMPLEX, REAL, REAL_PAIRS) and store == PAIRS and dst_len == n:
+        return [_tile_launch(fft_tile_kernel, rows, n, tile, src, dst, src_len, src_row, dst_row, scale,
+                             SIGN=sign, LOAD=load, HALF=False)], n, "fused", tile_factors(n, False)
     rads = radices(n, tile["radix"])
     if rads is not None:
         passes = _chain(n, rads, sign)
@@ -164,10 +167,40 @@ def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store
     return launches, width, "bluestein", rads
 
 
-def fusable(n: int, tile: dict) -> bool:
-    """Whether the setting fuses an n-point transform's passes into one program a row: a power of
-    two from 2 to FUSED_UP_TO points (the row held in registers)."""
-    return bool(tile.get("fused")) and 2 <= n <= FUSED_UP_TO and n & (n - 1) == 0
+def tile_factors(n: int, real: bool) -> tuple[int, int] | None:
+    """(N1, N2) of an n-point row one program transforms (tile.py), N1, N2 <= TILE_MAX (N2 even for a
+    real row, whose half spectrum takes N2 / 2 columns), the least padded work; None: no such pair."""
+    best = None
+    for n1 in range(1, TILE_MAX + 1):
+        n2 = n // n1
+        if n % n1 or n2 > TILE_MAX or (real and n2 % 2):
+            continue
+        p1, p2 = _tile_dim(n1), _tile_dim(n2)
+        work = p1 * p2 * (p1 + (_tile_dim(n2 // 2) if real else p2))
+        if best is None or work < best[0]:
+            best = (work, n1, n2)
+    return None if best is None else best[1:]
+
+
+def _tile_dim(d: int) -> int:
+    return max(16, pow2_at_least(d))   # tl.dot's smallest dim
+
+
+def fusable(n: int, tile: dict, real: bool = False) -> bool:
+    """Whether the setting runs an n-point row in one program (tile.py): n = N1 N2, both <= TILE_MAX."""
+    return bool(tile.get("fused")) and tile_factors(n, real) is not None
+
+
+def _tile_launch(kernel, rows: int, n: int, tile: dict, src: str, dst: str, src_len: int, src_row: int, dst_row: int,
+                 scale: float, **meta) -> Launch:
+    """One program a tile_rows rows of an n-point row transform (a complex one, or rfft's with HALF)."""
+    real = kernel is irfft_tile_kernel or meta.get("HALF")
+    n1, n2 = tile_factors(n, real)
+    k2 = n2 // 2 if real else n2
+    per = min(tile["tile_rows"], rows)
+    return Launch(kernel, (-(-rows // per),), (Slot(src), Slot(dst), rows, src_len, src_row, dst_row, scale),
+                  dict(N1=n1, N2=n2, P1=_tile_dim(n1), P2=_tile_dim(n2), K2=k2, PK2=_tile_dim(k2), ROWS=per,
+                       PRECISION="tf32x3" if tile["tf32x3"] else "ieee", num_warps=tile["num_warps"], **meta))
 
 
 def _pointwise(kernel, total: int, args: tuple, tile: dict) -> Launch:
@@ -191,7 +224,14 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
     real_out = load == HERMITIAN
     out = plans.output("out", (rows, out_len) + (() if real_out else (2,)), dtypes.float32)
     half, extra = n // 2, ()
-    if n % 2 == 0 and load == REAL and out_len == half + 1:   # rfft (fft of a real row keeps every bin)
+    if n % 2 == 0 and load == REAL and out_len == half + 1 and fusable(n, tile, real=True):   # one program a row
+        launches = [_tile_launch(fft_tile_kernel, rows, n, tile, "x", "out", src_len, src_len, 2 * out_len, scale,
+                                 SIGN=-1, LOAD=REAL, HALF=True)]
+        width, path, rads = n, "fused", tile_factors(n, True)
+    elif n % 2 == 0 and load == HERMITIAN and fusable(n, tile, real=True):
+        launches = [_tile_launch(irfft_tile_kernel, rows, n, tile, "x", "out", src_len, 2 * src_len, n, scale)]
+        width, path, rads = n, "fused", tile_factors(n, True)
+    elif n % 2 == 0 and load == REAL and out_len == half + 1:   # rfft (fft of a real row keeps every bin)
         launches, width, path, rads = _complex_launches(
             rows, half, tile, -1, REAL_PAIRS, PAIRS, "x", "half", src_len=src_len, src_row=src_len,
             dst_row=2 * half, dst_len=half, scale=1.0)
@@ -217,13 +257,19 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
     if path == "bluestein":
         workspace += (plans.workspace("spectrum", (1, width, 2), dtypes.float32),)
     # each pass reads and writes its rows' pairs (16 bytes a point), a pre- or post-pass reads two bins a bin
-    fused = [l for l in launches if l.kernel is fft_row_kernel]
+    fused = [l for l in launches if l.kernel in (fft_tile_kernel, irfft_tile_kernel)]
     pointwise = [l for l in launches if l.kernel in (real_spectrum_kernel, half_spectrum_kernel)]
     moved = (sum(l.args[3] * l.meta["R"] * 16 for l in passes) + sum(l.args[2] * 24 for l in pointwise)
-             + sum(l.grid[0] * l.meta["N"] * 16 for l in fused))
+             + sum(l.args[2] * l.meta["N1"] * l.meta["N2"] * 16 for l in fused))
     flops = (sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in passes)   # an R-point product a butterfly
-             + sum(l.grid[0] * l.meta["N"] * l.meta["PASSES"] * 5 for l in fused))
+             + sum(l.args[2] * _tile_flops(l.meta) for l in fused))
     return LaunchPlan(device, tuple(launches), (out,), workspace, detail=Detail(path, rads, tile, flops, moved))
+
+
+def _tile_flops(meta) -> int:
+    """A row's padded products: four real products (two for a real operand) a complex one."""
+    p1, p2, pk2 = meta["P1"], meta["P2"], meta["PK2"]
+    return 2 * 4 * p1 * (p1 * p2 + p2 * pk2)
 
 
 # ---- one 1-D transform over the rows of a 2-D (rows, length) tensor -----------------------------
@@ -334,4 +380,4 @@ for _op in ("fftn", "ifftn", "rfftn", "irfftn"):
 
 from . import spectral  # noqa: E402,F401  (registers stft and istft)
 
-__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "FUSED_UP_TO"]
+__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "tile_factors", "FUSED_UP_TO"]
