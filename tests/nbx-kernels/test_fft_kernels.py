@@ -93,19 +93,49 @@ def test_float64_and_complex128_are_refused_by_name_on_kernel_devices(device):
         nbx.fft.rfft(nbx.asarray(np.ones(8), device=device))
 
 
-def test_a_fused_row_runs_every_pass_in_one_program(device, check):
+TILE = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 4, "tf32x3": 0, "tile_rows": 2}
+
+
+@pytest.mark.parametrize("tf32x3", [0, 1])
+def test_a_row_tile_transforms_each_row_in_one_program_with_two_dft_products(device, check, tf32x3):
     from nbx.kernels.fft import launch_transform
-    fused = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 4}
-    x = _complex((3, 64), device)
-    check(launch_transform(x, 64, "ifft", "ortho", setting=fused), nbx.oracle("ifftn", x, (64,), (1,), "ortho"), device)
-    r = _real((3, 128), device)
-    check(launch_transform(r, 128, "fft", "backward", setting=fused), nbx.oracle("fftn", r, (128,), (1,), "backward"),
+    tile = {**TILE, "tf32x3": tf32x3}
+    x = _complex((3, 64), device)   # 4 x 16 (padded to 16 x 16): 3 rows over 2 programs, the last redone
+    check(launch_transform(x, 64, "ifft", "ortho", setting=tile), nbx.oracle("ifftn", x, (64,), (1,), "ortho"), device)
+    r = _real((3, 400), device)     # Whisper's n_fft: 25 x 16, padded to 32 x 16
+    check(launch_transform(r, 400, "fft", "backward", setting=tile), nbx.oracle("fftn", r, (400,), (1,), "backward"),
           device)
-    spectrum = launch_transform(r, 128, "rfft", "backward", setting=fused)   # a fused 64-point row + the post-pass
-    check(spectrum, nbx.oracle("rfftn", r, (128,), (1,), "backward"), device)
-    check(launch_transform(spectrum, 128, "irfft", "backward", setting=fused),
-          nbx.oracle("irfftn", spectrum, (128,), (1,), "backward"), device)
-    assert transform_plan(3, 64, nbx.complex64, 64, "fft", "backward", device, fused).detail.path == "fused"
+    spectrum = launch_transform(r, 400, "rfft", "forward", setting=tile)   # 200 bins by the product, the Nyquist bin
+    check(spectrum, nbx.oracle("rfftn", r, (400,), (1,), "forward"), device)
+    check(launch_transform(spectrum, 400, "irfft", "forward", setting=tile),
+          nbx.oracle("irfftn", spectrum, (400,), (1,), "forward"), device)
+    plan = transform_plan(3, 400, nbx.float32, 400, "rfft", "backward", device, tile)
+    assert plan.detail.path == "fused" and len(plan.launches) == 1 and plan.launches[0].meta["ROWS"] == 2
+
+
+def test_a_row_tile_pads_crops_and_serves_the_half_length_of_a_longer_real_row(device, check):
+    from nbx.kernels.fft import launch_transform
+    r = _real((2, 12), device)
+    for n in (16, 8):   # the row zero-padded, then cropped
+        check(launch_transform(r, n, "rfft", "backward", setting=TILE), nbx.oracle("rfftn", r, (n,), (1,), "backward"),
+              device)
+    half = _complex((2, 9), device)   # irfft of 16 reads 9 bins, of 10 the first 6, of 24 pads
+    for n in (16, 10, 24):
+        check(launch_transform(half, n, "irfft", "backward", setting=TILE),
+              nbx.oracle("irfftn", half, (n,), (1,), "backward"), device)
+    long = _real((1, 8192), device)   # 8192 > 64 x 64: the 4096-point complex tile (a real row as pairs) + post-pass
+    plan = transform_plan(1, 8192, nbx.float32, 8192, "rfft", "backward", device, TILE)
+    assert plan.detail.path == "fused" and plan.launches[0].meta["LOAD"] == 4 and len(plan.launches) == 2
+    check(launch_transform(long, 8192, "rfft", "backward", setting=TILE),
+          nbx.oracle("rfftn", long, (8192,), (1,), "backward"), device)
+
+
+def test_rows_factor_into_tiles_of_the_least_padded_work():
+    from nbx.kernels.fft import tile_factors
+    assert tile_factors(1024, True) == (16, 64) and tile_factors(4096, False) == (64, 64)
+    assert tile_factors(400, True) == (25, 16)     # N2 even for a real row
+    assert tile_factors(8192, False) is None and tile_factors(67, False) is None
+    assert tile_factors(7, True) is None and tile_factors(7, False) == (1, 7)
 
 
 def test_lengths_factor_into_the_passes_radices_or_take_bluestein():
@@ -190,17 +220,18 @@ def test_whisper_stft_on_the_gpu(check):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tf32x3", [0, 1])
 @pytest.mark.parametrize("warps", [4, 8])
-@pytest.mark.parametrize("n", [1024, 4096, 8192])
-def test_fused_rows_compile_and_agree_on_the_gpu(n, warps, check):
+@pytest.mark.parametrize("n", [400, 1024, 4096, 8192])
+def test_row_tiles_compile_and_agree_on_the_gpu(n, warps, tf32x3, check):
     from nbx.kernels.fft import launch_transform
     device = nbx.as_device("cuda")
-    fused = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps}
-    x = _real((8, n), device)
-    spectrum = launch_transform(x, n, "rfft", "backward", setting=fused)   # a fused n / 2 row + the post-pass
+    tile = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps, "tf32x3": tf32x3, "tile_rows": 8}
+    x = _real((37, n), device)   # 37 rows: the last program redoes the last row
+    spectrum = launch_transform(x, n, "rfft", "backward", setting=tile)   # 8192: a 4096-point tile + the post-pass
     check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)
-    check(launch_transform(spectrum, n, "irfft", "backward", setting=fused),
+    check(launch_transform(spectrum, n, "irfft", "backward", setting=tile),
           nbx.oracle("irfftn", spectrum, (n,), (1,), "backward"), device)
     if n <= 4096:
-        z = _complex((8, n), device)
-        check(launch_transform(z, n, "fft", "ortho", setting=fused), nbx.oracle("fftn", z, (n,), (1,), "ortho"), device)
+        z = _complex((37, n), device)
+        check(launch_transform(z, n, "fft", "ortho", setting=tile), nbx.oracle("fftn", z, (n,), (1,), "ortho"), device)

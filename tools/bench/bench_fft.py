@@ -12,8 +12,9 @@ and cold (peer_timing.cold: one call after an L2 flush), the host time a call, t
 call (peer_timing.call_ms: host overhead included), GB/s of the bytes a transform must move once,
 the ratio torch / nbx (above 1: nbx faster) and the deviation from torch. It finishes in under a
 minute on the H200 (NBX_AUTOTUNE_NO_SWEEP=1: the device file's tile, no sweep, until certified).
-Rows of 2**10 and 2**12 points are timed a second time through the fused row kernel (one program a
-row, every pass in registers: the `fused` choice of the fft tunable, off in the device file).
+Rows of 2**10 and 2**12 points and the stft are timed again through the row tile (one program a row,
+two dense DFT products on tl.dot: the `fused` choice of the fft tunable, off in the device file),
+its products exact (ieee) and on the tensor cores (tf32x3).
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ POINTS = 1 << 22
 LENGTHS = [1 << e for e in (10, 12, 14, 16, 18, 20)]
 COPIES = 4
 WHISPER = dict(samples=30 * 16000, n_fft=400, hop=160)
-FUSED = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 8}
+TILES = {precision: {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 8, "tf32x3": on, "tile_rows": 8}
+         for precision, on in (("ieee", 0), ("tf32x3", 1))}
 
 
 def _deviation(a, b: torch.Tensor) -> float:
@@ -50,12 +52,12 @@ def cases():
                lambda i, xs=xs: torch.fft.rfft(xs[i]))
         yield (f"irfft {rows} x {n // 2 + 1} complex64 -> {n}", moved,
                lambda i, s=nspecs, n=n: nbx.fft.irfft(s[i], n=n), lambda i, s=specs, n=n: torch.fft.irfft(s[i], n=n))
-        if n // 2 <= FUSED_UP_TO:   # the fused row kernel, which certification may pick for these keys
-            yield (f"rfft  {rows} x {n} float32, fused rows", moved,
-                   lambda i, nx=nx, n=n: launch_transform(nx[i], n, "rfft", "backward", setting=FUSED),
+        for precision, tile in TILES.items() if n // 2 <= FUSED_UP_TO else ():   # the row tile certification may pick
+            yield (f"rfft  {rows} x {n} float32, row tile {precision}", moved,
+                   lambda i, nx=nx, n=n, t=tile: launch_transform(nx[i], n, "rfft", "backward", setting=t),
                    lambda i, xs=xs: torch.fft.rfft(xs[i]))
-            yield (f"irfft {rows} x {n // 2 + 1} complex64 -> {n}, fused rows", moved,
-                   lambda i, s=nspecs, n=n: launch_transform(s[i], n, "irfft", "backward", setting=FUSED),
+            yield (f"irfft {rows} x {n // 2 + 1} complex64 -> {n}, row tile {precision}", moved,
+                   lambda i, s=nspecs, n=n, t=tile: launch_transform(s[i], n, "irfft", "backward", setting=t),
                    lambda i, s=specs, n=n: torch.fft.irfft(s[i], n=n))
     n_fft, hop = WHISPER["n_fft"], WHISPER["hop"]
     audio = [torch.randn(WHISPER["samples"], device="cuda", generator=gen) for _ in range(COPIES)]
