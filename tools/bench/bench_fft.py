@@ -12,7 +12,7 @@ and cold (peer_timing.cold: one call after an L2 flush), the host time a call, t
 call (peer_timing.call_ms: host overhead included), GB/s of the bytes a transform must move once,
 the ratio torch / nbx (above 1: nbx faster) and the deviation from torch. It finishes in under a
 minute on the H200 (NBX_AUTOTUNE_NO_SWEEP=1: the device file's tile, no sweep, until certified).
-Rows of 2**10 and 2**12 points and the stft are timed again through the row tile (one program a row,
+Rows of 2**10 and 2**12 points are timed again through the row tile (one program a row,
 two dense DFT products on tl.dot: the `fused` choice of the fft tunable, off in the device file),
 its products exact (ieee) and on the tensor cores (tf32x3).
 """

@@ -9,7 +9,9 @@ chain of Stockham passes (kernel.py), one launch each, ping-ponging between two 
 - with the setting's `fused` on, n = N1 x N2 with both <= TILE_MAX: one program a row, two dense DFT
   products on the matrix unit with the twiddles between them (tile.py: one read, one write); rfft
   and irfft of such an even n run their n points directly there (no half-length trick, no pre- or
-  post-pass);
+  post-pass); a power of two past FUSED_UP_TO: one or two column passes (an R-point DFT of the
+  row's columns each, R 16 to 64, on tl.dot) before the tile of the sub-rows they leave, which
+  stores each bin in place: 2 or 3 round trips through memory up to 2^24 points;
 - any other n: Bluestein's chirp-z, a convolution by the chirp through forward and inverse
   transforms of M >= 2n - 1 points (a power of two): the chirp's spectrum (one row), the rows'
   forward transform (first pass multiplies by the chirp), the inverse (first pass multiplies by the
@@ -40,13 +42,14 @@ from ..registry import implements
 from ..rows import pow2_at_least
 from .kernel import (CHIRP, CHIRP_SEQUENCE, COMPLEX, HERMITIAN, NONE, PAIRS, REAL, REAL_PAIRS, REAL_PART, SPECTRUM,
                      fft_pass_kernel, half_spectrum_kernel, real_spectrum_kernel)
-from .tile import fft_tile_kernel, irfft_tile_kernel
+from .tile import fft_column_kernel, fft_tile_kernel, irfft_tile_kernel
 from .tuning import fft_setting
 
 REAL_INPUTS = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 ODD_RADICES = (3, 5, 7, 11, 13)
 TILE_MAX = 64        # the longest side of a row's tile (tile.py): a 64 x 64 complex DFT matrix a program
 FUSED_UP_TO = TILE_MAX * TILE_MAX
+COLUMNS_UP_TO = FUSED_UP_TO * TILE_MAX * TILE_MAX   # two column passes of 64 before a tile's row
 MAX_ODD_RADIX = 16
 
 
@@ -144,6 +147,11 @@ def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store
     if fusable(n, tile, real=False) and load in (COMPLEX, REAL, REAL_PAIRS) and store == PAIRS and dst_len == n:
         return [_tile_launch(fft_tile_kernel, rows, n, tile, src, dst, src_len, src_row, dst_row, scale,
                              SIGN=sign, LOAD=load, HALF=False)], n, "fused", tile_factors(n, False)
+    cols = column_radices(n) if tile.get("fused") and load in (COMPLEX, REAL, REAL_PAIRS) and store == PAIRS \
+        and dst_len == n else None
+    if cols:
+        return _column_launches(rows, n, cols, tile, sign, load, src, dst, src_len, src_row, dst_row, scale), n, \
+            "columns", cols + tile_factors(n // prod(cols), False)
     rads = radices(n, tile["radix"])
     if rads is not None:
         passes = _chain(n, rads, sign)
@@ -182,6 +190,40 @@ def tile_factors(n: int, real: bool) -> tuple[int, int] | None:
     return None if best is None else best[1:]
 
 
+def column_radices(n: int) -> tuple[int, ...] | None:
+    """The radices of the column passes before a tile's row for a power of two n past FUSED_UP_TO up
+    to COLUMNS_UP_TO (one pass up to 64 x 4096 points, two beyond), each 16 to 64; else None."""
+    if n <= FUSED_UP_TO or n > COLUMNS_UP_TO or n & (n - 1):
+        return None
+    bits = n.bit_length() - 1 - (FUSED_UP_TO.bit_length() - 1)   # what the tile's row cannot hold
+    passes = -(-bits // 6)
+    each = max(4, -(-bits // passes))
+    return (1 << each,) * passes
+
+
+def _column_launches(rows: int, n: int, cols, tile: dict, sign: int, load: int, src: str, dst: str, src_len: int,
+                     src_row: int, dst_row: int, scale: float) -> list[Launch]:
+    """The column passes (src to work0, work0 to work1) and the tile of the sub-rows they leave,
+    which stores each bin in the long row's order."""
+    out, here, count, length = [], src, rows, n
+    for i, r in enumerate(cols):
+        m = length // r
+        block = min(tile["block_j"], m)
+        out.append(Launch(fft_column_kernel, (count, m // block),
+                          (Slot(here), Slot(f"work{i}"), src_len if i == 0 else length, src_row if i == 0 else 2 * length),
+                          dict(M=m, R=r, RP=_tile_dim(r), BLOCK_M=block, SIGN=sign, LOAD=load if i == 0 else COMPLEX,
+                               PRECISION=_precision(tile), num_warps=tile["num_warps"])))
+        here, count, length = f"work{i}", count * r, m
+    ga, gb = (tuple(cols) + (1,))[:2]
+    out.append(_tile_launch(fft_tile_kernel, count, length, tile, here, dst, length, 2 * length, dst_row, scale,
+                            SIGN=sign, LOAD=COMPLEX, HALF=False, GA=ga, GB=gb))
+    return out
+
+
+def _precision(tile: dict) -> str:
+    return "tf32x3" if tile["tf32x3"] else "ieee"
+
+
 def _tile_dim(d: int) -> int:
     return max(16, pow2_at_least(d))   # tl.dot's smallest dim
 
@@ -198,9 +240,11 @@ def _tile_launch(kernel, rows: int, n: int, tile: dict, src: str, dst: str, src_
     n1, n2 = tile_factors(n, real)
     k2 = n2 // 2 if real else n2
     per = min(tile["tile_rows"], rows)
+    if kernel is fft_tile_kernel:
+        meta = {"GA": 1, "GB": 1, **meta}
     return Launch(kernel, (-(-rows // per),), (Slot(src), Slot(dst), rows, src_len, src_row, dst_row, scale),
                   dict(N1=n1, N2=n2, P1=_tile_dim(n1), P2=_tile_dim(n2), K2=k2, PK2=_tile_dim(k2), ROWS=per,
-                       PRECISION="tf32x3" if tile["tf32x3"] else "ieee", num_warps=tile["num_warps"], **meta))
+                       PRECISION=_precision(tile), num_warps=tile["num_warps"], **meta))
 
 
 def _pointwise(kernel, total: int, args: tuple, tile: dict) -> Launch:
@@ -252,17 +296,20 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
             rows, n, tile, sign, load, store, "x", "out", src_len=src_len, src_row=src_len * (1 if load == REAL else 2),
             dst_row=out_len * (1 if real_out else 2), dst_len=out_len, scale=scale)
     passes = [l for l in launches if l.kernel is fft_pass_kernel]
+    columns = [l for l in launches if l.kernel is fft_column_kernel]
     workspace = tuple(plans.workspace(f"work{i}", (rows, width, 2), dtypes.float32)
-                      for i in range(min(2, len(passes) - 1))) + extra
+                      for i in range(max(min(2, len(passes) - 1), len(columns)))) + extra
     if path == "bluestein":
         workspace += (plans.workspace("spectrum", (1, width, 2), dtypes.float32),)
     # each pass reads and writes its rows' pairs (16 bytes a point), a pre- or post-pass reads two bins a bin
     fused = [l for l in launches if l.kernel in (fft_tile_kernel, irfft_tile_kernel)]
     pointwise = [l for l in launches if l.kernel in (real_spectrum_kernel, half_spectrum_kernel)]
     moved = (sum(l.args[3] * l.meta["R"] * 16 for l in passes) + sum(l.args[2] * 24 for l in pointwise)
-             + sum(l.args[2] * l.meta["N1"] * l.meta["N2"] * 16 for l in fused))
+             + sum(l.args[2] * l.meta["N1"] * l.meta["N2"] * 16 for l in fused)
+             + sum(l.grid[0] * l.meta["R"] * l.meta["M"] * 16 for l in columns))
     flops = (sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in passes)   # an R-point product a butterfly
-             + sum(l.args[2] * _tile_flops(l.meta) for l in fused))
+             + sum(l.args[2] * _tile_flops(l.meta) for l in fused)
+             + sum(l.grid[0] * l.meta["M"] * l.meta["RP"] ** 2 * 8 for l in columns))
     return LaunchPlan(device, tuple(launches), (out,), workspace, detail=Detail(path, rads, tile, flops, moved))
 
 
@@ -380,4 +427,4 @@ for _op in ("fftn", "ifftn", "rfftn", "irfftn"):
 
 from . import spectral  # noqa: E402,F401  (registers stft and istft)
 
-__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "tile_factors", "FUSED_UP_TO"]
+__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "tile_factors", "column_radices", "FUSED_UP_TO"]

@@ -14,6 +14,11 @@ program from exact integer phases and serve its ROWS rows. Dims pad to powers of
 A real row (rfft, HALF) needs bins 0..N/2 only: with N2 even, k2 < N2 / 2 gives bins 0..N/2 - 1,
 the Nyquist bin N/2 = sum_n (-1)^n x[n] a reduction; B = F1 A of a real A is two products, C half
 the columns. irfft_tile_kernel runs the same steps backwards on a half spectrum.
+
+A longer row (N = R M, M a tile's row) first takes one or two column passes (fft_column_kernel):
+the R-point DFT of each column of the row read as [R, M] (k1 of n1, strided M apart), times
+w_N^(k1 m), written in place of the columns (one read, one write); each [k1, :] is then an M-point
+row whose bin k is the long row's k1 + R k: the tile stores it there.
 """
 import triton
 import triton.language as tl
@@ -41,11 +46,14 @@ def _cdot(ar, ai, br, bi, PRECISION: tl.constexpr):
 @triton.jit(do_not_specialize=["rows", "src_len"])
 def fft_tile_kernel(src, dst, rows, src_len, src_row, dst_row, scale, N1: tl.constexpr, N2: tl.constexpr,
                     P1: tl.constexpr, P2: tl.constexpr, K2: tl.constexpr, PK2: tl.constexpr, SIGN: tl.constexpr,
-                    LOAD: tl.constexpr, HALF: tl.constexpr, ROWS: tl.constexpr, PRECISION: tl.constexpr):
+                    LOAD: tl.constexpr, HALF: tl.constexpr, ROWS: tl.constexpr, PRECISION: tl.constexpr,
+                    GA: tl.constexpr, GB: tl.constexpr):
     """ROWS rows a program: complex pairs (a real row, LOAD REAL; a real row as pairs, REAL_PAIRS) of
     src_len stored values, the
     first N1 N2 transformed; writes bins k1 + N1 k2 for k2 < K2 as pairs (HALF: K2 = N2 / 2 and the
-    Nyquist bin N / 2 too, rfft's N / 2 + 1 bins)."""
+    Nyquist bin N / 2 too, rfft's N / 2 + 1 bins). After column passes (fft_column_kernel) of
+    radices GA and GB a row s is the sub-row (r, k1, k2) of a longer row r, s = (r GA + k1) GB + k2,
+    its bin k that row's k1 + GA k2 + GA GB k: stored there, dst_row apart a row r."""
     N: tl.constexpr = N1 * N2
     a = tl.arange(0, P1)                                  # n1 of the input, k1 of the output
     b = tl.arange(0, P2)                                  # n2
@@ -76,7 +84,9 @@ def fft_tile_kernel(src, dst, rows, src_len, src_row, dst_row, scale, N1: tl.con
             br, bi = _cdot(f1r, f1i, xr, xi, PRECISION)
         br, bi = br * tr - bi * ti, br * ti + bi * tr
         cr, ci = _cdot(br, bi, f2r, f2i, PRECISION)
-        tl.store(dst + row * dst_row + 2 * k[:, :, None] + part, tl.join(cr, ci) * scale, mask=keep)
+        inner = row % (GA * GB)
+        out = dst + row // (GA * GB) * dst_row + 2 * (inner // GB + GA * (inner % GB))
+        tl.store(out + 2 * (GA * GB) * k[:, :, None] + part, tl.join(cr, ci) * scale, mask=keep)
         if HALF:   # the Nyquist bin, real: sum_n (-1)^n x[n]
             nyquist = tl.sum(tl.sum(tl.where(t % 2 == 1, -xr, xr), axis=1), axis=0)
             tl.store(dst + row * dst_row + N, nyquist * scale)
@@ -115,3 +125,34 @@ def irfft_tile_kernel(src, dst, rows, src_len, src_row, dst_row, scale, N1: tl.c
         x = tl.dot(g1r, br, input_precision=PRECISION) - tl.dot(g1i, bi, input_precision=PRECISION)
         nyquist = tl.load(src + row * src_row + N, mask=N // 2 < src_len, other=0.0)
         tl.store(dst + row * dst_row + t, (x + sign * nyquist) * scale, mask=stored)
+
+
+@triton.jit(do_not_specialize=["src_len"])
+def fft_column_kernel(src, dst, src_len, src_row, M: tl.constexpr, R: tl.constexpr, RP: tl.constexpr,
+                      BLOCK_M: tl.constexpr, SIGN: tl.constexpr, LOAD: tl.constexpr, PRECISION: tl.constexpr):
+    """A column pass of an N = R M point row (program (row, block)): Y[k1, m] = w_N^(k1 m)
+    sum_n1 w_R^(n1 k1) x[n1 M + m] for the block's BLOCK_M columns m, as one [RP, RP] x [RP, BLOCK_M]
+    complex product; reads src_len stored values a row (complex pairs, a real row or a real row as
+    pairs), writes the row's 2 N floats of pairs (dst rows 2 N apart)."""
+    row = tl.program_id(0).to(tl.int64)
+    r = tl.arange(0, RP)
+    m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    t = r[:, None] * M + m[None, :]
+    inside = (r < R)[:, None] & (m < M)[None, :]
+    fr, fi = _dft_matrix(r, r, R, R, R, SIGN)                 # [k1, n1]
+    tr, ti = _dft_matrix(r, m, R, M, R * M, SIGN)             # the twiddles [k1, m]
+    part = tl.arange(0, 2)[None, None, :]
+    if LOAD == _REAL:
+        xr = tl.load(src + row * src_row + t, mask=inside & (t < src_len), other=0.0).to(tl.float32)
+        yr = tl.dot(fr, xr, input_precision=PRECISION)
+        yi = tl.dot(fi, xr, input_precision=PRECISION)
+    else:
+        if LOAD == _REAL_PAIRS:
+            stored = 2 * t[:, :, None] + part < src_len
+        else:
+            stored = t[:, :, None] < src_len
+        pairs = tl.load(src + row * src_row + 2 * t[:, :, None] + part, mask=inside[:, :, None] & stored, other=0.0)
+        xr, xi = tl.split(pairs.to(tl.float32))
+        yr, yi = _cdot(fr, fi, xr, xi, PRECISION)
+    yr, yi = yr * tr - yi * ti, yr * ti + yi * tr
+    tl.store(dst + row * (2 * R * M) + 2 * t[:, :, None] + part, tl.join(yr, yi), mask=inside[:, :, None])

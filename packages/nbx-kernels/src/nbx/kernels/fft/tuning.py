@@ -1,5 +1,6 @@
 """Certified settings of the FFT passes: whether a row of n = N1 x N2 points (both <= 64) runs in
-one program (fused: two dense DFT products, tile.py), there the rows a program takes (tile_rows: its
+one program (fused: two dense DFT products, tile.py; longer powers of two after one or two column
+passes of block_j columns a program), there the rows a program takes (tile_rows: its
 DFT matrices formed once for them) and whether its products run on the tensor cores as three TF32
 products (tf32x3) or as exact float32 products; else the largest power-of-two radix a pass takes
 and the butterflies a program owns; the warps.
@@ -37,14 +38,16 @@ def _first(setting, names) -> bool:
 
 
 def _fits_key(setting, rep, facts):
-    """fused rows only where the key's length is N1 x N2 with both <= 64 (the tile, tile.py); the
+    """fused rows only where the key's length is N1 x N2 with both <= 64 (the tile, tile.py) or a
+    power of two the column passes take to a tile; the
     parameters the chosen path does not read are not swept."""
-    from . import tile_factors
+    from . import column_radices, tile_factors
     n = rep["n"]
-    if setting["fused"] and tile_factors(n, False) is None:
-        return f"n {n} is no N1 x N2 with both <= 64: no fused row"
-    if setting["fused"] and not _first(setting, ("radix", "block_j")):
-        return "a fused row reads neither radix nor block_j"
+    tiled, columns = tile_factors(n, False) is not None, column_radices(n) is not None
+    if setting["fused"] and not (tiled or columns):
+        return f"n {n} is neither N1 x N2 with both <= 64 nor a power of two up to 2^24: no fused row"
+    if setting["fused"] and not _first(setting, ("radix",) if columns else ("radix", "block_j")):
+        return "a fused row reads no radix (and a tile's row no block_j: the column passes' columns a program)"
     if not setting["fused"] and not _first(setting, ("tf32x3", "tile_rows")):
         return "the passes read neither tf32x3 nor tile_rows"
     return True
