@@ -130,12 +130,38 @@ def test_a_row_tile_pads_crops_and_serves_the_half_length_of_a_longer_real_row(d
           nbx.oracle("rfftn", long, (8192,), (1,), "backward"), device)
 
 
+def test_column_passes_before_a_row_tile_store_the_bins_of_a_longer_row_in_order(device, check, monkeypatch):
+    import nbx.kernels.fft as fft
+    from nbx.kernels.fft import launch_transform
+    monkeypatch.setattr(fft, "TILE_MAX", 2)       # tiny tiles: 32 points take one column pass, 512 two
+    monkeypatch.setattr(fft, "FUSED_UP_TO", 4)
+    monkeypatch.setattr(fft, "COLUMNS_UP_TO", 4 * 64 * 64)
+    plans.reset()
+    tile = {**TILE, "tile_rows": 64}              # the sub-rows of 2 points: 64 a program
+    try:
+        z = _complex((2, 32), device)
+        check(launch_transform(z, 32, "ifft", "ortho", setting=tile), nbx.oracle("ifftn", z, (32,), (1,), "ortho"), device)
+        r = _real((1, 1024), device)              # rfft's 512-point half: 16 x 16 columns, then rows of 2
+        plan = transform_plan(1, 1024, nbx.float32, 1024, "rfft", "backward", device, tile)
+        assert plan.detail.path == "columns" and plan.detail.radices[:2] == (16, 16) and len(plan.launches) == 4
+        spectrum = launch_transform(r, 1024, "rfft", "backward", setting=tile)
+        check(spectrum, nbx.oracle("rfftn", r, (1024,), (1,), "backward"), device)
+        check(launch_transform(spectrum, 1024, "irfft", "backward", setting=tile),
+              nbx.oracle("irfftn", spectrum, (1024,), (1,), "backward"), device)
+    finally:
+        plans.reset()
+
+
 def test_rows_factor_into_tiles_of_the_least_padded_work():
     from nbx.kernels.fft import tile_factors
     assert tile_factors(1024, True) == (16, 64) and tile_factors(4096, False) == (64, 64)
     assert tile_factors(400, True) == (25, 16)     # N2 even for a real row
     assert tile_factors(8192, False) is None and tile_factors(67, False) is None
     assert tile_factors(7, True) is None and tile_factors(7, False) == (1, 7)
+    from nbx.kernels.fft import column_radices
+    assert column_radices(4096) is None and column_radices(3 * 4096) is None and column_radices(1 << 25) is None
+    assert column_radices(8192) == (16,) and column_radices(1 << 18) == (64,)   # 16 x 512, 64 x 4096
+    assert column_radices(1 << 19) == (16, 16) and column_radices(1 << 20) == (16, 16)
 
 
 def test_lengths_factor_into_the_passes_radices_or_take_bluestein():
@@ -222,13 +248,13 @@ def test_whisper_stft_on_the_gpu(check):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tf32x3", [0, 1])
 @pytest.mark.parametrize("warps", [4, 8])
-@pytest.mark.parametrize("n", [400, 1024, 4096, 8192])
+@pytest.mark.parametrize("n", [400, 1024, 4096, 8192, 1 << 14, 1 << 17, 1 << 20])
 def test_row_tiles_compile_and_agree_on_the_gpu(n, warps, tf32x3, check):
     from nbx.kernels.fft import launch_transform
     device = nbx.as_device("cuda")
     tile = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps, "tf32x3": tf32x3, "tile_rows": 8}
-    x = _real((37, n), device)   # 37 rows: the last program redoes the last row
-    spectrum = launch_transform(x, n, "rfft", "backward", setting=tile)   # 8192: a 4096-point tile + the post-pass
+    x = _real((37 if n <= 8192 else 3, n), device)   # 37 rows: the last program redoes the last row
+    spectrum = launch_transform(x, n, "rfft", "backward", setting=tile)   # past 4096: column passes on the half
     check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)
     check(launch_transform(spectrum, n, "irfft", "backward", setting=tile),
           nbx.oracle("irfftn", spectrum, (n,), (1,), "backward"), device)
