@@ -185,6 +185,20 @@ def test_a_repeated_transform_reuses_its_plan_and_its_cost_is_the_plans(device):
     assert declared.launches == len(plan.launches) and declared.outputs == 3 * 19 * 8
 
 
+def test_a_repeated_transform_of_one_signature_runs_its_prepared_launches(device, check):
+    from nbx.core import spec
+    plans.reset()
+    x = _real((2, 3, 64), device)
+    nbx.fft.rfft(x)
+    again = nbx.fft.rfft(x)   # the spec's fast path: the plan's prepared launches over x's storage
+    assert again.shape == (2, 3, 33) and again.dtype == nbx.complex64
+    check(again, nbx.oracle("rfftn", x, (64,), (2,), "backward"), device)
+    back = [nbx.fft.irfft(again, n=64) for _ in range(2)][1]
+    assert back.shape == (2, 3, 64) and back.dtype == nbx.float32
+    check(back, nbx.oracle("irfftn", again, (64,), (2,), "backward"), device)
+    assert {key[0].name for key in spec._FAST} >= {"rfftn", "irfftn"} and plans.cached_count("fft") == 2
+
+
 def test_an_even_real_transform_runs_half_its_length_as_complex_pairs(device):
     from nbx.kernels.fft.kernel import half_spectrum_kernel, real_spectrum_kernel
     forward = transform_plan(3, 256, nbx.float32, 256, "rfft", "backward", device)

@@ -390,16 +390,35 @@ def steps(op: str, sizes, dims) -> list[tuple[int, int, str]]:
 
 
 def _transform(op: str):
-    def run(x, sizes, dims, norm):
+    def run(call):
+        x = call.x
         check_dtype(op, x.dtype)
-        for dim, n, one in steps(op, sizes, dims):
-            x = _along(x, dim, n, one, norm)
+        for dim, n, one in steps(op, call.sizes, call.dims):
+            x = _along(x, dim, n, one, call.norm)
         return x
+
+    def prepare(call):
+        """A repeat of a one-step transform over the unit-stride last dim of a dense x: the plan's
+        prepared launches over x's storage, the result a dense tensor of x's lead dims (None else)."""
+        x = call.x
+        check_dtype(op, x.dtype)
+        (dim, n, one), *more = steps(op, call.sizes, call.dims)
+        if more or dim != x.ndim - 1 or not core_layout.is_contiguous(x.shape, x.strides) or x.size == 0:
+            return None
+        rows = prod(x.shape[:-1])
+        repeat = plans.prepared(transform_plan(rows, x.shape[-1], x.dtype, n, one, call.norm, x.device))
+        if repeat is None:
+            return None
+        shape, dtype, pairs = x.shape[:-1] + (_out_len(one, n),), call.out_dtype, x.dtype.kind == "complex"
+        return lambda c: Tensor(repeat({"x": pairs_of(c.x) if pairs else c.x, "out": None})["out"].storage, dtype,
+                                shape)
+    run.prepare = prepare
     return run
 
 
 def _cost(op: str):
-    def cost(x, sizes, dims, norm) -> Cost:
+    def cost(call) -> Cost:
+        x, sizes, dims, norm = call.x, call.sizes, call.dims, call.norm
         check_dtype(op, x.dtype)
         shape, strides, dtype = tuple(x.shape), tuple(x.strides), x.dtype
         total = Cost(launches=0)
