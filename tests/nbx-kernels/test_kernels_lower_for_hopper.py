@@ -42,7 +42,8 @@ print(json.dumps(failures))
 
 _TILE_ARGS = {"src": "*fp32", "dst": "*fp32", "rows": "i32", "src_len": "i32", "src_row": "i64", "dst_row": "i64",
               "scale": "fp32"}
-FFT_TILE = ("nbx.kernels.fft.tile", "fft_tile_kernel", _TILE_ARGS)
+FFT_TILE = ("nbx.kernels.fft.tile", "fft_tile_kernel", {"src": "*fp32", "dst": "*fp32", "window": "*fp32",
+                                                       **{k: v for k, v in _TILE_ARGS.items() if k not in ("src", "dst")}})
 IRFFT_TILE = ("nbx.kernels.fft.tile", "irfft_tile_kernel", _TILE_ARGS)
 FFT_COLUMN = ("nbx.kernels.fft.tile", "fft_column_kernel", {"src": "*fp32", "dst": "*fp32", "src_len": "i32",
                                                              "src_row": "i64"})
@@ -65,7 +66,8 @@ def _tile_meta(n: int, real: bool) -> dict:
 
 def test_the_fft_row_tiles_lower_for_sm90_at_every_load_mode_width_and_precision():
     cases = [(*FFT_TILE, {**_tile_meta(n, half), "SIGN": sign, "LOAD": load, "HALF": half, "ROWS": rows,
-                          "PRECISION": precision, "GA": 1 if half else 16, "GB": 1 if half else 16})
+                          "PRECISION": precision, "GA": 1 if half else 16, "GB": 1 if half else 16,
+                          "WINDOWED": half and rows == 8})
              for n, load, half in ((16, 0, False), (4096, 0, False), (1000, 2, False), (1024, 1, True), (400, 1, True))
              for sign in (-1, 1) for rows in (1, 8) for precision in ("ieee", "tf32x3")]
     cases += [(*IRFFT_TILE, {**_tile_meta(n, True), "ROWS": 8, "PRECISION": precision})

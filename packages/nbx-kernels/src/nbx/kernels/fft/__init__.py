@@ -240,9 +240,11 @@ def _tile_launch(kernel, rows: int, n: int, tile: dict, src: str, dst: str, src_
     n1, n2 = tile_factors(n, real)
     k2 = n2 // 2 if real else n2
     per = min(tile["tile_rows"], rows)
+    window = ()
     if kernel is fft_tile_kernel:
-        meta = {"GA": 1, "GB": 1, **meta}
-    return Launch(kernel, (-(-rows // per),), (Slot(src), Slot(dst), rows, src_len, src_row, dst_row, scale),
+        meta = {"GA": 1, "GB": 1, "WINDOWED": False, **meta}
+        window = (Slot("window" if meta["WINDOWED"] else src),)
+    return Launch(kernel, (-(-rows // per),), (Slot(src), Slot(dst), *window, rows, src_len, src_row, dst_row, scale),
                   dict(N1=n1, N2=n2, P1=_tile_dim(n1), P2=_tile_dim(n2), K2=k2, PK2=_tile_dim(k2), ROWS=per,
                        PRECISION=_precision(tile), num_warps=tile["num_warps"], **meta))
 
@@ -255,7 +257,7 @@ def _pointwise(kernel, total: int, args: tuple, tile: dict) -> Launch:
 
 
 def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: int, norm: str, device,
-          setting) -> LaunchPlan:
+          setting, frames: tuple | None = None) -> LaunchPlan:
     """The launches of an n-point transform of rows rows (each src_len stored values, read as
     `load`) keeping out_len bins (complex pairs, or irfft's n reals). rfft and irfft of an even n
     run an n / 2-point complex transform of the real row read as pairs, with a post-pass (rfft)
@@ -268,9 +270,12 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
     real_out = load == HERMITIAN
     out = plans.output("out", (rows, out_len) + (() if real_out else (2,)), dtypes.float32)
     half, extra = n // 2, ()
+    if frames is not None and not (n % 2 == 0 and load == REAL and out_len == half + 1 and fusable(n, tile, real=True)):
+        raise NotSupportedError(f"frames read in place: only by the row tile of a real even row, not {n} points here")
     if n % 2 == 0 and load == REAL and out_len == half + 1 and fusable(n, tile, real=True):   # one program a row
-        launches = [_tile_launch(fft_tile_kernel, rows, n, tile, "x", "out", src_len, src_len, 2 * out_len, scale,
-                                 SIGN=-1, LOAD=REAL, HALF=True)]
+        hop, windowed = frames or (src_len, False)   # stft's frames: hop apart in the signal, windowed as read
+        launches = [_tile_launch(fft_tile_kernel, rows, n, tile, "x", "out", src_len, hop, 2 * out_len, scale,
+                                 SIGN=-1, LOAD=REAL, HALF=True, WINDOWED=windowed)]
         width, path, rads = n, "fused", tile_factors(n, True)
     elif n % 2 == 0 and load == HERMITIAN and fusable(n, tile, real=True):
         launches = [_tile_launch(irfft_tile_kernel, rows, n, tile, "x", "out", src_len, 2 * src_len, n, scale)]
@@ -305,12 +310,16 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
     fused = [l for l in launches if l.kernel in (fft_tile_kernel, irfft_tile_kernel)]
     pointwise = [l for l in launches if l.kernel in (real_spectrum_kernel, half_spectrum_kernel)]
     moved = (sum(l.args[3] * l.meta["R"] * 16 for l in passes) + sum(l.args[2] * 24 for l in pointwise)
-             + sum(l.args[2] * l.meta["N1"] * l.meta["N2"] * 16 for l in fused)
+             + sum(_tile_rows(l) * l.meta["N1"] * l.meta["N2"] * 16 for l in fused)
              + sum(l.grid[0] * l.meta["R"] * l.meta["M"] * 16 for l in columns))
     flops = (sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in passes)   # an R-point product a butterfly
-             + sum(l.args[2] * _tile_flops(l.meta) for l in fused)
+             + sum(_tile_rows(l) * _tile_flops(l.meta) for l in fused)
              + sum(l.grid[0] * l.meta["M"] * l.meta["RP"] ** 2 * 8 for l in columns))
     return LaunchPlan(device, tuple(launches), (out,), workspace, detail=Detail(path, rads, tile, flops, moved))
+
+
+def _tile_rows(one: Launch) -> int:
+    return one.args[3 if one.kernel is fft_tile_kernel else 2]
 
 
 def _tile_flops(meta) -> int:
@@ -334,12 +343,21 @@ def _out_len(op: str, n: int) -> int:
     return n // 2 + 1 if op == "rfft" else n
 
 
-def transform_plan(rows: int, length: int, dtype, n: int, op: str, norm: str, device, setting=None) -> LaunchPlan:
+def transform_plan(rows: int, length: int, dtype, n: int, op: str, norm: str, device, setting=None,
+                   frames: tuple | None = None) -> LaunchPlan:
+    """frames: (hop, windowed) for rfft rows read as frames hop apart of one signal, times the
+    slot `window` when windowed (stft; only the row tile does, see frames_in_place)."""
     inverse, hermitian = KINDS[op]
     load = HERMITIAN if hermitian else COMPLEX if dtype.kind == "complex" else REAL
-    key = ("fft", rows, length, dtype, n, op, norm, device, plans.setting_key(setting))
+    key = ("fft", rows, length, dtype, n, op, norm, device, plans.setting_key(setting), frames)
     return plans.cached("fft", key, lambda: _plan(rows, n, length, load, inverse, _out_len(op, n), norm, device,
-                                                  setting))
+                                                  setting, frames))
+
+
+def frames_in_place(rows: int, n: int, dtype, device) -> bool:
+    """Whether the served setting reads stft's frames of an n-point rfft over rows in place."""
+    tile = {**launch.tiles("fft", device), **dict(fft_setting(device, n, rows))}
+    return dtype in REAL_INPUTS and n % 2 == 0 and fusable(n, tile, real=True)
 
 
 def launch_transform(x: Tensor, n: int, op: str, norm: str, out: Tensor | None = None, setting=None) -> Tensor:
@@ -446,4 +464,5 @@ for _op in ("fftn", "ifftn", "rfftn", "irfftn"):
 
 from . import spectral  # noqa: E402,F401  (registers stft and istft)
 
-__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "tile_factors", "column_radices", "FUSED_UP_TO"]
+__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "tile_factors", "column_radices", "frames_in_place",
+           "FUSED_UP_TO"]

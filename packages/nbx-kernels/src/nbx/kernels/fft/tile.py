@@ -44,16 +44,18 @@ def _cdot(ar, ai, br, bi, PRECISION: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["rows", "src_len"])
-def fft_tile_kernel(src, dst, rows, src_len, src_row, dst_row, scale, N1: tl.constexpr, N2: tl.constexpr,
+def fft_tile_kernel(src, dst, window, rows, src_len, src_row, dst_row, scale, N1: tl.constexpr, N2: tl.constexpr,
                     P1: tl.constexpr, P2: tl.constexpr, K2: tl.constexpr, PK2: tl.constexpr, SIGN: tl.constexpr,
                     LOAD: tl.constexpr, HALF: tl.constexpr, ROWS: tl.constexpr, PRECISION: tl.constexpr,
-                    GA: tl.constexpr, GB: tl.constexpr):
+                    GA: tl.constexpr, GB: tl.constexpr, WINDOWED: tl.constexpr):
     """ROWS rows a program: complex pairs (a real row, LOAD REAL; a real row as pairs, REAL_PAIRS) of
     src_len stored values, the
     first N1 N2 transformed; writes bins k1 + N1 k2 for k2 < K2 as pairs (HALF: K2 = N2 / 2 and the
     Nyquist bin N / 2 too, rfft's N / 2 + 1 bins). After column passes (fft_column_kernel) of
     radices GA and GB a row s is the sub-row (r, k1, k2) of a longer row r, s = (r GA + k1) GB + k2,
-    its bin k that row's k1 + GA k2 + GA GB k: stored there, dst_row apart a row r."""
+    its bin k that row's k1 + GA k2 + GA GB k: stored there, dst_row apart a row r. WINDOWED (a
+    real row): each sample times window[n] as it is read (stft's frames, src_row = the hop apart in
+    the signal: no frames in memory)."""
     N: tl.constexpr = N1 * N2
     a = tl.arange(0, P1)                                  # n1 of the input, k1 of the output
     b = tl.arange(0, P2)                                  # n2
@@ -66,11 +68,15 @@ def fft_tile_kernel(src, dst, rows, src_len, src_row, dst_row, scale, N1: tl.con
     k = a[:, None] + N1 * c[None, :]                      # each output's bin
     keep = ((a < N1)[:, None] & (c < K2)[None, :])[:, :, None]
     part = tl.arange(0, 2)[None, None, :]
+    if WINDOWED:
+        w = tl.load(window + t, mask=inside & (t < src_len), other=0.0)
     for i in range(ROWS):
         # past the last row the last program redoes the last row (the same values written again): no masks
         row = tl.minimum(tl.program_id(0).to(tl.int64) * ROWS + i, rows - 1)
         if LOAD == _REAL:
             xr = tl.load(src + row * src_row + t, mask=inside & (t < src_len), other=0.0).to(tl.float32)
+            if WINDOWED:
+                xr = xr * w
             br = tl.dot(f1r, xr, input_precision=PRECISION)
             bi = tl.dot(f1i, xr, input_precision=PRECISION)
         else:
