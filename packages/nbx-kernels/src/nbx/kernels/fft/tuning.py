@@ -17,7 +17,7 @@ import numpy as np
 from nbx import autotune
 from nbx.core.ops.creation import asarray
 
-PARAMS = {"fused": (0, 1), "radix": (4, 8, 16), "block_j": (16, 64), "num_warps": (4, 8), "tf32x3": (0, 1),
+PARAMS = {"fused": (0, 1), "radix": (4, 8, 16), "block_j": (16, 64), "num_warps": (4, 8, 16), "tf32x3": (0, 1),
           "tile_rows": (1, 8)}
 KEY = {"n": "dims", "rows": "dims"}
 
