@@ -208,8 +208,8 @@ def _column_launches(rows: int, n: int, cols, tile: dict, sign: int, load: int, 
     out, here, count, length = [], src, rows, n
     for i, r in enumerate(cols):
         m = length // r
-        block = min(tile["block_j"], m)
-        out.append(Launch(fft_column_kernel, (count, m // block),
+        block = max(16, min(tile["block_j"], m))   # tl.dot's smallest dim (past m: masked)
+        out.append(Launch(fft_column_kernel, (count, -(-m // block)),
                           (Slot(here), Slot(f"work{i}"), src_len if i == 0 else length, src_row if i == 0 else 2 * length),
                           dict(M=m, R=r, RP=_tile_dim(r), BLOCK_M=block, SIGN=sign, LOAD=load if i == 0 else COMPLEX,
                                PRECISION=_precision(tile), num_warps=tile["num_warps"])))
