@@ -124,9 +124,10 @@ def test_a_row_tile_pads_crops_and_serves_the_half_length_of_a_longer_real_row(d
         check(launch_transform(half, n, "irfft", "backward", setting=TILE),
               nbx.oracle("irfftn", half, (n,), (1,), "backward"), device)
     long = _real((1, 8192), device)   # 8192 > 64 x 64: the 4096-point complex tile (a real row as pairs) + post-pass
-    plan = transform_plan(1, 8192, nbx.float32, 8192, "rfft", "backward", device, TILE)
+    wide = {**TILE, "radix": 16, "block_j": 64}   # the post-pass: 1024 bins a program
+    plan = transform_plan(1, 8192, nbx.float32, 8192, "rfft", "backward", device, wide)
     assert plan.detail.path == "fused" and plan.launches[0].meta["LOAD"] == 4 and len(plan.launches) == 2
-    check(launch_transform(long, 8192, "rfft", "backward", setting=TILE),
+    check(launch_transform(long, 8192, "rfft", "backward", setting=wide),
           nbx.oracle("rfftn", long, (8192,), (1,), "backward"), device)
 
 
@@ -274,6 +275,23 @@ def test_whisper_stft_on_the_gpu(check):
     x = _real((1, 30 * 16000), device)
     w = nbx.hann_window(400, device=device)
     check(nbx.stft(x, 400, 160, window=w, return_complex=True), nbx.oracle("stft", x, 400, 160, None, w), device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tf32x3", [0, 1])
+def test_whisper_stft_reads_its_frames_in_place_on_the_gpu(tf32x3, check, monkeypatch):
+    import nbx.kernels.fft as fft
+    device = nbx.as_device("cuda")
+    tile = {**TILE, "num_warps": 8, "tf32x3": tf32x3, "tile_rows": 8}
+    monkeypatch.setattr(fft, "fft_setting", lambda device, n, rows: tile)
+    plans.reset()
+    try:
+        x = _real((1, 30 * 16000), device)
+        w = nbx.hann_window(400, device=device)
+        check(nbx.stft(x, 400, 160, window=w, return_complex=True), nbx.oracle("stft", x, 400, 160, None, w), device)
+        assert cost.price("stft", x, 400, 160, 400, w, True, "reflect", False, True).launches == 2
+    finally:
+        plans.reset()
 
 
 @pytest.mark.gpu
