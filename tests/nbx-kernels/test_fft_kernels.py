@@ -145,10 +145,8 @@ def test_column_passes_before_a_row_tile_store_the_bins_of_a_longer_row_in_order
         r = _real((1, 1024), device)              # rfft's 512-point half: 16 x 16 columns, then rows of 2
         plan = transform_plan(1, 1024, nbx.float32, 1024, "rfft", "backward", device, tile)
         assert plan.detail.path == "columns" and plan.detail.radices[:2] == (16, 16) and len(plan.launches) == 4
-        spectrum = launch_transform(r, 1024, "rfft", "backward", setting=tile)
-        check(spectrum, nbx.oracle("rfftn", r, (1024,), (1,), "backward"), device)
-        check(launch_transform(spectrum, 1024, "irfft", "backward", setting=tile),
-              nbx.oracle("irfftn", spectrum, (1024,), (1,), "backward"), device)
+        check(launch_transform(r, 1024, "rfft", "backward", setting=tile),   # the inverse: ifft above, gpu tests
+              nbx.oracle("rfftn", r, (1024,), (1,), "backward"), device)
     finally:
         plans.reset()
 
