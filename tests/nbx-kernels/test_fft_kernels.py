@@ -123,12 +123,12 @@ def test_a_row_tile_pads_crops_and_serves_the_half_length_of_a_longer_real_row(d
     for n in (16, 10, 24):
         check(launch_transform(half, n, "irfft", "backward", setting=TILE),
               nbx.oracle("irfftn", half, (n,), (1,), "backward"), device)
-    long = _real((1, 8192), device)   # 8192 > 64 x 64: the 4096-point complex tile (a real row as pairs) + post-pass
-    wide = {**TILE, "radix": 16, "block_j": 64}   # the post-pass: 1024 bins a program
-    plan = transform_plan(1, 8192, nbx.float32, 8192, "rfft", "backward", device, wide)
+    long = _real((1, 4096), device)   # 64 x 64 is past TILE_AREA: the 2048-point complex tile (a real row as pairs)
+    wide = {**TILE, "radix": 16, "block_j": 64}   # + the post-pass, 1024 bins a program
+    plan = transform_plan(1, 4096, nbx.float32, 4096, "rfft", "backward", device, wide)
     assert plan.detail.path == "fused" and plan.launches[0].meta["LOAD"] == 4 and len(plan.launches) == 2
-    check(launch_transform(long, 8192, "rfft", "backward", setting=wide),
-          nbx.oracle("rfftn", long, (8192,), (1,), "backward"), device)
+    check(launch_transform(long, 4096, "rfft", "backward", setting=wide),
+          nbx.oracle("rfftn", long, (4096,), (1,), "backward"), device)
 
 
 def test_column_passes_before_a_row_tile_store_the_bins_of_a_longer_row_in_order(device, check, monkeypatch):
@@ -153,14 +153,15 @@ def test_column_passes_before_a_row_tile_store_the_bins_of_a_longer_row_in_order
 
 def test_rows_factor_into_tiles_of_the_least_padded_work():
     from nbx.kernels.fft import tile_factors
-    assert tile_factors(1024, True) == (16, 64) and tile_factors(4096, False) == (64, 64)
+    assert tile_factors(1024, True) == (16, 64) and tile_factors(2048, False) == (32, 64)
+    assert tile_factors(4096, False) is None        # 64 x 64: past TILE_AREA (its registers spill)
     assert tile_factors(400, True) == (25, 16)     # N2 even for a real row
-    assert tile_factors(8192, False) is None and tile_factors(67, False) is None
+    assert tile_factors(67, False) is None
     assert tile_factors(7, True) is None and tile_factors(7, False) == (1, 7)
     from nbx.kernels.fft import column_radices
-    assert column_radices(4096) is None and column_radices(3 * 4096) is None and column_radices(1 << 25) is None
-    assert column_radices(8192) == (16,) and column_radices(1 << 18) == (64,)   # 16 x 512, 64 x 4096
-    assert column_radices(1 << 19) == (16, 16) and column_radices(1 << 20) == (16, 16)
+    assert column_radices(2048) is None and column_radices(3 * 4096) is None and column_radices(1 << 24) is None
+    assert column_radices(4096) == (16,) and column_radices(1 << 17) == (64,)   # 16 x 256, 64 x 2048
+    assert column_radices(1 << 19) == (16, 16) and column_radices(1 << 20) == (32, 32)
 
 
 def test_lengths_factor_into_the_passes_radices_or_take_bluestein():
@@ -301,7 +302,7 @@ def test_row_tiles_compile_and_agree_on_the_gpu(n, warps, tf32x3, check):
     device = nbx.as_device("cuda")
     tile = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps, "tf32x3": tf32x3, "tile_rows": 8}
     x = _real((37 if n <= 8192 else 3, n), device)   # 37 rows: the last program redoes the last row
-    spectrum = launch_transform(x, n, "rfft", "backward", setting=tile)   # past 4096: column passes on the half
+    spectrum = launch_transform(x, n, "rfft", "backward", setting=tile)   # 4096: the 2048-point half as a tile; past it column passes
     check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)
     check(launch_transform(spectrum, n, "irfft", "backward", setting=tile),
           nbx.oracle("irfftn", spectrum, (n,), (1,), "backward"), device)

@@ -13,7 +13,7 @@ call (peer_timing.call_ms: host overhead included), GB/s of the bytes a transfor
 the ratio torch / nbx (above 1: nbx faster) and the deviation from torch. It finishes in under a
 minute on the H200 (NBX_AUTOTUNE_NO_SWEEP=1: the device file's tile, no sweep, until certified).
 Every case is timed again through the row tile (one program a row, two dense DFT products on
-tl.dot; past 4096 points one or two column passes first: the `fused` choice of the fft tunable,
+tl.dot; past 2048 points one or two column passes first: the `fused` choice of the fft tunable,
 off in the device file), its products exact (ieee) and on the tensor cores (tf32x3); the stft's
 frames then read in place by the tile, windowed as loaded (the padding included in its time).
 """

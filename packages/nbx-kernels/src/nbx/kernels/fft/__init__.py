@@ -6,12 +6,13 @@ copy when it is not already the unit-stride last dim). A 1-D transform of n poin
 chain of Stockham passes (kernel.py), one launch each, ping-ponging between two workspace rows:
 - n whose factors are 2, 3, 5, 7, 11 and 13: radices of the certified power of two (radix: 4, 8
   or 16) for the power-of-two part, the odd primes merged while their product stays <= 16;
-- with the setting's `fused` on, n = N1 x N2 with both <= TILE_MAX: one program a row, two dense DFT
+- with the setting's `fused` on, n = N1 x N2 with both <= TILE_MAX (padded, <= TILE_AREA points):
+  one program a row, two dense DFT
   products on the matrix unit with the twiddles between them (tile.py: one read, one write); rfft
   and irfft of such an even n run their n points directly there (no half-length trick, no pre- or
   post-pass); a power of two past FUSED_UP_TO: one or two column passes (an R-point DFT of the
   row's columns each, R 16 to 64, on tl.dot) before the tile of the sub-rows they leave, which
-  stores each bin in place: 2 or 3 round trips through memory up to 2^24 points;
+  stores each bin in place: 2 or 3 round trips through memory up to 2^23 points;
 - any other n: Bluestein's chirp-z, a convolution by the chirp through forward and inverse
   transforms of M >= 2n - 1 points (a power of two): the chirp's spectrum (one row), the rows'
   forward transform (first pass multiplies by the chirp), the inverse (first pass multiplies by the
@@ -48,7 +49,9 @@ from .tuning import fft_setting
 REAL_INPUTS = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 ODD_RADICES = (3, 5, 7, 11, 13)
 TILE_MAX = 64        # the longest side of a row's tile (tile.py): a 64 x 64 complex DFT matrix a program
-FUSED_UP_TO = TILE_MAX * TILE_MAX
+TILE_AREA = 2048     # its padded points: a 64 x 64 tile's matrices, twiddles and rows spill kilobytes a
+                     # thread on sm_90 (ptxas: 4.7 KB at 8 warps, 6 KB at 16); 32 x 64 a few hundred bytes
+FUSED_UP_TO = TILE_AREA
 COLUMNS_UP_TO = FUSED_UP_TO * TILE_MAX * TILE_MAX   # two column passes of 64 before a tile's row
 MAX_ODD_RADIX = 16
 
@@ -176,14 +179,17 @@ def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store
 
 
 def tile_factors(n: int, real: bool) -> tuple[int, int] | None:
-    """(N1, N2) of an n-point row one program transforms (tile.py), N1, N2 <= TILE_MAX (N2 even for a
-    real row, whose half spectrum takes N2 / 2 columns), the least padded work; None: no such pair."""
+    """(N1, N2) of an n-point row one program transforms (tile.py), N1, N2 <= TILE_MAX and their padded
+    product <= TILE_AREA (N2 even for a real row, whose half spectrum takes N2 / 2 columns), the least
+    padded work; None: no such pair."""
     best = None
     for n1 in range(1, TILE_MAX + 1):
         n2 = n // n1
         if n % n1 or n2 > TILE_MAX or (real and n2 % 2):
             continue
         p1, p2 = _tile_dim(n1), _tile_dim(n2)
+        if p1 * p2 > TILE_AREA:
+            continue
         work = p1 * p2 * (p1 + (_tile_dim(n2 // 2) if real else p2))
         if best is None or work < best[0]:
             best = (work, n1, n2)
@@ -192,7 +198,7 @@ def tile_factors(n: int, real: bool) -> tuple[int, int] | None:
 
 def column_radices(n: int) -> tuple[int, ...] | None:
     """The radices of the column passes before a tile's row for a power of two n past FUSED_UP_TO up
-    to COLUMNS_UP_TO (one pass up to 64 x 4096 points, two beyond), each 16 to 64; else None."""
+    to COLUMNS_UP_TO (one pass up to 64 x 2048 points, two beyond), each 16 to 64; else None."""
     if n <= FUSED_UP_TO or n > COLUMNS_UP_TO or n & (n - 1):
         return None
     bits = n.bit_length() - 1 - (FUSED_UP_TO.bit_length() - 1)   # what the tile's row cannot hold

@@ -1,5 +1,5 @@
 """Certified settings of the FFT passes: whether a row of n = N1 x N2 points (both <= 64) runs in
-one program (fused: two dense DFT products, tile.py; longer powers of two after one or two column
+one program (fused: two dense DFT products, tile.py, up to 2048 padded points; longer powers of two after one or two column
 passes of block_j columns a program), there the rows a program takes (tile_rows: its
 DFT matrices formed once for them) and whether its products run on the tensor cores as three TF32
 products (tf32x3) or as exact float32 products; else the largest power-of-two radix a pass takes
@@ -45,7 +45,7 @@ def _fits_key(setting, rep, facts):
     n = rep["n"]
     tiled, columns = tile_factors(n, False) is not None, column_radices(n) is not None
     if setting["fused"] and not (tiled or columns):
-        return f"n {n} is neither N1 x N2 with both <= 64 nor a power of two up to 2^24: no fused row"
+        return f"n {n} is neither a tile's N1 x N2 nor a power of two the column passes take: no fused row"
     if setting["fused"] and not _first(setting, ("radix",) if columns else ("radix", "block_j")):
         return "a fused row reads no radix (and a tile's row no block_j: the column passes' columns a program)"
     if not setting["fused"] and not _first(setting, ("tf32x3", "tile_rows")):
