@@ -136,7 +136,7 @@ def test_column_passes_before_a_row_tile_store_the_bins_of_a_longer_row_in_order
     from nbx.kernels.fft import launch_transform
     monkeypatch.setattr(fft, "TILE_MAX", 2)       # tiny tiles: 32 points take one column pass, 512 two
     monkeypatch.setattr(fft, "FUSED_UP_TO", 4)
-    monkeypatch.setattr(fft, "COLUMNS_UP_TO", 4 * 64 * 64)
+    monkeypatch.setattr(fft, "COLUMNS_UP_TO", 4 * 32 * 32)
     plans.reset()
     tile = {**TILE, "tile_rows": 64}              # the sub-rows of 2 points: 64 a program
     try:
@@ -159,8 +159,9 @@ def test_rows_factor_into_tiles_of_the_least_padded_work():
     assert tile_factors(67, False) is None
     assert tile_factors(7, True) is None and tile_factors(7, False) == (1, 7)
     from nbx.kernels.fft import column_radices
-    assert column_radices(2048) is None and column_radices(3 * 4096) is None and column_radices(1 << 24) is None
-    assert column_radices(4096) == (16,) and column_radices(1 << 17) == (64,)   # 16 x 256, 64 x 2048
+    assert column_radices(2048) is None and column_radices(3 * 4096) is None and column_radices(1 << 22) is None
+    assert column_radices(4096) == (16,) and column_radices(1 << 16) == (32,)   # 16 x 256, 32 x 2048
+    assert column_radices(1 << 17) == (16, 16)                                  # 16 x 16 x 512
     assert column_radices(1 << 19) == (16, 16) and column_radices(1 << 20) == (32, 32)
 
 

@@ -11,8 +11,8 @@ chain of Stockham passes (kernel.py), one launch each, ping-ponging between two 
   products on the matrix unit with the twiddles between them (tile.py: one read, one write); rfft
   and irfft of such an even n run their n points directly there (no half-length trick, no pre- or
   post-pass); a power of two past FUSED_UP_TO: one or two column passes (an R-point DFT of the
-  row's columns each, R 16 to 64, on tl.dot) before the tile of the sub-rows they leave, which
-  stores each bin in place: 2 or 3 round trips through memory up to 2^23 points;
+  row's columns each, R 16 to COLUMN_MAX, on tl.dot) before the tile of the sub-rows they leave, which
+  stores each bin in place: 2 or 3 round trips through memory up to 2^21 points;
 - any other n: Bluestein's chirp-z, a convolution by the chirp through forward and inverse
   transforms of M >= 2n - 1 points (a power of two): the chirp's spectrum (one row), the rows'
   forward transform (first pass multiplies by the chirp), the inverse (first pass multiplies by the
@@ -52,7 +52,8 @@ TILE_MAX = 64        # the longest side of a row's tile (tile.py): a 64 x 64 com
 TILE_AREA = 2048     # its padded points: a 64 x 64 tile's matrices, twiddles and rows spill kilobytes a
                      # thread on sm_90 (ptxas: 4.7 KB at 8 warps, 6 KB at 16); 32 x 64 a few hundred bytes
 FUSED_UP_TO = TILE_AREA
-COLUMNS_UP_TO = FUSED_UP_TO * TILE_MAX * TILE_MAX   # two column passes of 64 before a tile's row
+COLUMN_MAX = 32      # a column pass's radix: 64 spills 1-4 KB a thread on sm_90 (ptxas), 32 none
+COLUMNS_UP_TO = FUSED_UP_TO * COLUMN_MAX * COLUMN_MAX   # two column passes before a tile's row
 MAX_ODD_RADIX = 16
 
 
@@ -198,11 +199,12 @@ def tile_factors(n: int, real: bool) -> tuple[int, int] | None:
 
 def column_radices(n: int) -> tuple[int, ...] | None:
     """The radices of the column passes before a tile's row for a power of two n past FUSED_UP_TO up
-    to COLUMNS_UP_TO (one pass up to 64 x 2048 points, two beyond), each 16 to 64; else None."""
+    to COLUMNS_UP_TO (one pass up to 32 x 2048 points, two beyond), each 16 to COLUMN_MAX; else None."""
     if n <= FUSED_UP_TO or n > COLUMNS_UP_TO or n & (n - 1):
         return None
     bits = n.bit_length() - 1 - (FUSED_UP_TO.bit_length() - 1)   # what the tile's row cannot hold
-    passes = -(-bits // 6)
+    most = COLUMN_MAX.bit_length() - 1
+    passes = -(-bits // most)
     each = max(4, -(-bits // passes))
     return (1 << each,) * passes
 
