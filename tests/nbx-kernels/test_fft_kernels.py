@@ -93,19 +93,76 @@ def test_float64_and_complex128_are_refused_by_name_on_kernel_devices(device):
         nbx.fft.rfft(nbx.asarray(np.ones(8), device=device))
 
 
-def test_a_fused_row_runs_every_pass_in_one_program(device, check):
+TILE = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 4, "tf32x3": 0, "tile_rows": 2}
+
+
+@pytest.mark.parametrize("tf32x3", [0, 1])
+def test_a_row_tile_transforms_each_row_in_one_program_with_two_dft_products(device, check, tf32x3):
     from nbx.kernels.fft import launch_transform
-    fused = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 4}
-    x = _complex((3, 64), device)
-    check(launch_transform(x, 64, "ifft", "ortho", setting=fused), nbx.oracle("ifftn", x, (64,), (1,), "ortho"), device)
-    r = _real((3, 128), device)
-    check(launch_transform(r, 128, "fft", "backward", setting=fused), nbx.oracle("fftn", r, (128,), (1,), "backward"),
+    tile = {**TILE, "tf32x3": tf32x3}
+    x = _complex((3, 64), device)   # 4 x 16 (padded to 16 x 16): 3 rows over 2 programs, the last redone
+    check(launch_transform(x, 64, "ifft", "ortho", setting=tile), nbx.oracle("ifftn", x, (64,), (1,), "ortho"), device)
+    r = _real((3, 400), device)     # Whisper's n_fft: 25 x 16, padded to 32 x 16
+    check(launch_transform(r, 400, "fft", "backward", setting=tile), nbx.oracle("fftn", r, (400,), (1,), "backward"),
           device)
-    spectrum = launch_transform(r, 128, "rfft", "backward", setting=fused)   # a fused 64-point row + the post-pass
-    check(spectrum, nbx.oracle("rfftn", r, (128,), (1,), "backward"), device)
-    check(launch_transform(spectrum, 128, "irfft", "backward", setting=fused),
-          nbx.oracle("irfftn", spectrum, (128,), (1,), "backward"), device)
-    assert transform_plan(3, 64, nbx.complex64, 64, "fft", "backward", device, fused).detail.path == "fused"
+    spectrum = launch_transform(r, 400, "rfft", "forward", setting=tile)   # 200 bins by the product, the Nyquist bin
+    check(spectrum, nbx.oracle("rfftn", r, (400,), (1,), "forward"), device)
+    check(launch_transform(spectrum, 400, "irfft", "forward", setting=tile),
+          nbx.oracle("irfftn", spectrum, (400,), (1,), "forward"), device)
+    plan = transform_plan(3, 400, nbx.float32, 400, "rfft", "backward", device, tile)
+    assert plan.detail.path == "fused" and len(plan.launches) == 1 and plan.launches[0].meta["ROWS"] == 2
+
+
+def test_a_row_tile_pads_crops_and_serves_the_half_length_of_a_longer_real_row(device, check):
+    from nbx.kernels.fft import launch_transform
+    r = _real((2, 12), device)
+    for n in (16, 8):   # the row zero-padded, then cropped
+        check(launch_transform(r, n, "rfft", "backward", setting=TILE), nbx.oracle("rfftn", r, (n,), (1,), "backward"),
+              device)
+    half = _complex((2, 9), device)   # irfft of 16 reads 9 bins, of 10 the first 6, of 24 pads
+    for n in (16, 10, 24):
+        check(launch_transform(half, n, "irfft", "backward", setting=TILE),
+              nbx.oracle("irfftn", half, (n,), (1,), "backward"), device)
+    long = _real((1, 4096), device)   # 64 x 64 is past TILE_AREA: the 2048-point complex tile (a real row as pairs)
+    wide = {**TILE, "radix": 16, "block_j": 64}   # + the post-pass, 1024 bins a program
+    plan = transform_plan(1, 4096, nbx.float32, 4096, "rfft", "backward", device, wide)
+    assert plan.detail.path == "fused" and plan.launches[0].meta["LOAD"] == 4 and len(plan.launches) == 2
+    check(launch_transform(long, 4096, "rfft", "backward", setting=wide),
+          nbx.oracle("rfftn", long, (4096,), (1,), "backward"), device)
+
+
+def test_column_passes_before_a_row_tile_store_the_bins_of_a_longer_row_in_order(device, check, monkeypatch):
+    import nbx.kernels.fft as fft
+    from nbx.kernels.fft import launch_transform
+    monkeypatch.setattr(fft, "TILE_MAX", 2)       # tiny tiles: 32 points take one column pass, 512 two
+    monkeypatch.setattr(fft, "FUSED_UP_TO", 4)
+    monkeypatch.setattr(fft, "COLUMNS_UP_TO", 4 * 32 * 32)
+    plans.reset()
+    tile = {**TILE, "tile_rows": 64}              # the sub-rows of 2 points: 64 a program
+    try:
+        z = _complex((2, 32), device)
+        check(launch_transform(z, 32, "ifft", "ortho", setting=tile), nbx.oracle("ifftn", z, (32,), (1,), "ortho"), device)
+        r = _real((1, 1024), device)              # rfft's 512-point half: 16 x 16 columns, then rows of 2
+        plan = transform_plan(1, 1024, nbx.float32, 1024, "rfft", "backward", device, tile)
+        assert plan.detail.path == "columns" and plan.detail.radices[:2] == (16, 16) and len(plan.launches) == 4
+        check(launch_transform(r, 1024, "rfft", "backward", setting=tile),   # the inverse: ifft above, gpu tests
+              nbx.oracle("rfftn", r, (1024,), (1,), "backward"), device)
+    finally:
+        plans.reset()
+
+
+def test_rows_factor_into_tiles_of_the_least_padded_work():
+    from nbx.kernels.fft import tile_factors
+    assert tile_factors(1024, True) == (16, 64) and tile_factors(2048, False) == (32, 64)
+    assert tile_factors(4096, False) is None        # 64 x 64: past TILE_AREA (its registers spill)
+    assert tile_factors(400, True) == (25, 16)     # N2 even for a real row
+    assert tile_factors(67, False) is None
+    assert tile_factors(7, True) is None and tile_factors(7, False) == (1, 7)
+    from nbx.kernels.fft import column_radices
+    assert column_radices(2048) is None and column_radices(3 * 4096) is None and column_radices(1 << 22) is None
+    assert column_radices(4096) == (16,) and column_radices(1 << 16) == (32,)   # 16 x 256, 32 x 2048
+    assert column_radices(1 << 17) == (16, 16)                                  # 16 x 16 x 512
+    assert column_radices(1 << 19) == (16, 16) and column_radices(1 << 20) == (32, 32)
 
 
 def test_lengths_factor_into_the_passes_radices_or_take_bluestein():
@@ -129,6 +186,20 @@ def test_a_repeated_transform_reuses_its_plan_and_its_cost_is_the_plans(device):
     assert declared.launches == len(plan.launches) and declared.outputs == 3 * 19 * 8
 
 
+def test_a_repeated_transform_of_one_signature_runs_its_prepared_launches(device, check):
+    from nbx.core import spec
+    plans.reset()
+    x = _real((2, 3, 64), device)
+    nbx.fft.rfft(x)
+    again = nbx.fft.rfft(x)   # the spec's fast path: the plan's prepared launches over x's storage
+    assert again.shape == (2, 3, 33) and again.dtype == nbx.complex64
+    check(again, nbx.oracle("rfftn", x, (64,), (2,), "backward"), device)
+    back = [nbx.fft.irfft(again, n=64) for _ in range(2)][1]
+    assert back.shape == (2, 3, 64) and back.dtype == nbx.float32
+    check(back, nbx.oracle("irfftn", again, (64,), (2,), "backward"), device)
+    assert {key[0].name for key in spec._FAST} >= {"rfftn", "irfftn"} and plans.cached_count("fft") == 2
+
+
 def test_an_even_real_transform_runs_half_its_length_as_complex_pairs(device):
     from nbx.kernels.fft.kernel import half_spectrum_kernel, real_spectrum_kernel
     forward = transform_plan(3, 256, nbx.float32, 256, "rfft", "backward", device)
@@ -147,6 +218,23 @@ def test_stft_frames_windows_and_transforms_as_the_oracle(device, check, window,
     check(out, nbx.oracle("stft", x, 16, 5, win, w, center, mode), device)
     declared = cost.price("stft", x, 16, 5, win, w, center, mode, False, True)
     assert declared.outputs == out.nbytes and declared.launches >= 2
+
+
+def test_stft_reads_its_frames_in_place_through_the_row_tile_and_windows_them_as_it_loads(device, check, monkeypatch):
+    import nbx.kernels.fft as fft
+    monkeypatch.setattr(fft, "fft_setting", lambda device, n, rows: TILE)   # the row tile served at every key
+    plans.reset()
+    try:
+        x = _real((1, 67), device)
+        w = nbx.hann_window(12, device=device)          # centred in n_fft 16
+        out = nbx.stft(x, 16, hop_length=5, win_length=12, window=w, return_complex=True)
+        check(out, nbx.oracle("stft", x, 16, 5, 12, w, True, "reflect"), device)
+        declared = cost.price("stft", x, 16, 5, 12, w, True, "reflect", False, True)
+        assert declared.outputs == out.nbytes and declared.launches == 2   # the padding, the tile
+        bare = nbx.stft(x[0], 16, hop_length=4, center=False, return_complex=True)   # no window: no product
+        check(bare, nbx.oracle("stft", x[0], 16, 4, None, None, False), device)
+    finally:
+        plans.reset()
 
 
 def test_stft_of_a_complex_signal_and_istft_invert_each_other(device, check):
@@ -190,17 +278,35 @@ def test_whisper_stft_on_the_gpu(check):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tf32x3", [0, 1])
+def test_whisper_stft_reads_its_frames_in_place_on_the_gpu(tf32x3, check, monkeypatch):
+    import nbx.kernels.fft as fft
+    device = nbx.as_device("cuda")
+    tile = {**TILE, "num_warps": 8, "tf32x3": tf32x3, "tile_rows": 8}
+    monkeypatch.setattr(fft, "fft_setting", lambda device, n, rows: tile)
+    plans.reset()
+    try:
+        x = _real((1, 30 * 16000), device)
+        w = nbx.hann_window(400, device=device)
+        check(nbx.stft(x, 400, 160, window=w, return_complex=True), nbx.oracle("stft", x, 400, 160, None, w), device)
+        assert cost.price("stft", x, 400, 160, 400, w, True, "reflect", False, True).launches == 2
+    finally:
+        plans.reset()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tf32x3", [0, 1])
 @pytest.mark.parametrize("warps", [4, 8])
-@pytest.mark.parametrize("n", [1024, 4096, 8192])
-def test_fused_rows_compile_and_agree_on_the_gpu(n, warps, check):
+@pytest.mark.parametrize("n", [400, 1024, 4096, 8192, 1 << 14, 1 << 17, 1 << 20])
+def test_row_tiles_compile_and_agree_on_the_gpu(n, warps, tf32x3, check):
     from nbx.kernels.fft import launch_transform
     device = nbx.as_device("cuda")
-    fused = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps}
-    x = _real((8, n), device)
-    spectrum = launch_transform(x, n, "rfft", "backward", setting=fused)   # a fused n / 2 row + the post-pass
+    tile = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps, "tf32x3": tf32x3, "tile_rows": 8}
+    x = _real((37 if n <= 8192 else 3, n), device)   # 37 rows: the last program redoes the last row
+    spectrum = launch_transform(x, n, "rfft", "backward", setting=tile)   # 4096: the 2048-point half as a tile; past it column passes
     check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)
-    check(launch_transform(spectrum, n, "irfft", "backward", setting=fused),
+    check(launch_transform(spectrum, n, "irfft", "backward", setting=tile),
           nbx.oracle("irfftn", spectrum, (n,), (1,), "backward"), device)
     if n <= 4096:
-        z = _complex((8, n), device)
-        check(launch_transform(z, n, "fft", "ortho", setting=fused), nbx.oracle("fftn", z, (n,), (1,), "ortho"), device)
+        z = _complex((37, n), device)
+        check(launch_transform(z, n, "fft", "ortho", setting=tile), nbx.oracle("fftn", z, (n,), (1,), "ortho"), device)

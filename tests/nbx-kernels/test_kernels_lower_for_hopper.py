@@ -44,8 +44,13 @@ for module, name, signature, constexprs in json.loads(sys.argv[1]):
 print(json.dumps(failures))
 '''
 
-FFT_ROW = ("nbx.kernels.fft.kernel", "fft_row_kernel",
-           {"src": "*fp32", "dst": "*fp32", "src_len": "i32", "src_row": "i64", "dst_row": "i64", "scale": "fp32"})
+_TILE_ARGS = {"src": "*fp32", "dst": "*fp32", "rows": "i32", "src_len": "i32", "src_row": "i64", "dst_row": "i64",
+              "scale": "fp32"}
+FFT_TILE = ("nbx.kernels.fft.tile", "fft_tile_kernel", {"src": "*fp32", "dst": "*fp32", "window": "*fp32",
+                                                       **{k: v for k, v in _TILE_ARGS.items() if k not in ("src", "dst")}})
+IRFFT_TILE = ("nbx.kernels.fft.tile", "irfft_tile_kernel", _TILE_ARGS)
+FFT_COLUMN = ("nbx.kernels.fft.tile", "fft_column_kernel", {"src": "*fp32", "dst": "*fp32", "src_len": "i32",
+                                                             "src_row": "i64"})
 
 
 def lowering_failures(cases) -> list[str]:
@@ -56,9 +61,25 @@ def lowering_failures(cases) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_the_fused_fft_row_lowers_for_sm90_at_every_load_mode_and_width():
-    cases = [(*FFT_ROW, {"N": n, "PASSES": n.bit_length() - 1, "SIGN": sign, "LOAD": load})
-             for n in (16, 1024, 8192) for load in (0, 1, 2) for sign in (-1, 1)]
+def _tile_meta(n: int, real: bool) -> dict:
+    from nbx.kernels.fft import _tile_dim, tile_factors
+    n1, n2 = tile_factors(n, real)
+    k2 = n2 // 2 if real else n2
+    return {"N1": n1, "N2": n2, "P1": _tile_dim(n1), "P2": _tile_dim(n2), "K2": k2, "PK2": _tile_dim(k2)}
+
+
+def test_the_fft_row_tiles_lower_for_sm90_at_every_load_mode_width_and_precision():
+    cases = [(*FFT_TILE, {**_tile_meta(n, half), "SIGN": sign, "LOAD": load, "HALF": half, "ROWS": rows,
+                          "PRECISION": precision, "GA": 1 if half else 16, "GB": 1 if half else 16,
+                          "WINDOWED": half and rows == 8})
+             for n, load, half in ((16, 0, False), (2048, 0, False), (1000, 2, False), (1024, 1, True), (400, 1, True))
+             for sign in (-1, 1) for rows in (1, 8) for precision in ("ieee", "tf32x3")]
+    cases += [(*IRFFT_TILE, {**_tile_meta(n, True), "ROWS": 8, "PRECISION": precision})
+              for n in (16, 400, 2048) for precision in ("ieee", "tf32x3")]
+    cases += [(*FFT_COLUMN, {"M": m, "R": r, "RP": max(16, r), "BLOCK_M": block, "SIGN": sign, "LOAD": load,
+                             "PRECISION": precision})
+              for m, r, block in ((512, 16, 16), (2048, 32, 64)) for load in (0, 1, 4) for sign in (-1, 1)
+              for precision in ("ieee", "tf32x3")]
     assert lowering_failures(cases) == []
 
 

@@ -12,8 +12,10 @@ and cold (peer_timing.cold: one call after an L2 flush), the host time a call, t
 call (peer_timing.call_ms: host overhead included), GB/s of the bytes a transform must move once,
 the ratio torch / nbx (above 1: nbx faster) and the deviation from torch. It finishes in under a
 minute on the H200 (NBX_AUTOTUNE_NO_SWEEP=1: the device file's tile, no sweep, until certified).
-Rows of 2**10 and 2**12 points are timed a second time through the fused row kernel (one program a
-row, every pass in registers: the `fused` choice of the fft tunable, off in the device file).
+Every case is timed again through the row tile (one program a row, two dense DFT products on
+tl.dot; past 2048 points one or two column passes first: the `fused` choice of the fft tunable,
+off in the device file), its products exact (ieee) and on the tensor cores (tf32x3); the stft's
+frames then read in place by the tile, windowed as loaded (the padding included in its time).
 """
 from __future__ import annotations
 
@@ -21,14 +23,17 @@ import numpy as np
 import torch
 
 import nbx.core as nbx
-from nbx.kernels.fft import FUSED_UP_TO, launch_transform
+from nbx.core.tensor import Tensor
+from nbx.kernels import plans
+from nbx.kernels.fft import launch_transform, transform_plan
 from peer_timing import banner, both, call_ms
 
 POINTS = 1 << 22
 LENGTHS = [1 << e for e in (10, 12, 14, 16, 18, 20)]
 COPIES = 4
 WHISPER = dict(samples=30 * 16000, n_fft=400, hop=160)
-FUSED = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 8}
+TILES = {precision: {"fused": 1, "radix": 4, "block_j": 16, "num_warps": 8, "tf32x3": on, "tile_rows": 8}
+         for precision, on in (("ieee", 0), ("tf32x3", 1))}
 
 
 def _deviation(a, b: torch.Tensor) -> float:
@@ -50,12 +55,12 @@ def cases():
                lambda i, xs=xs: torch.fft.rfft(xs[i]))
         yield (f"irfft {rows} x {n // 2 + 1} complex64 -> {n}", moved,
                lambda i, s=nspecs, n=n: nbx.fft.irfft(s[i], n=n), lambda i, s=specs, n=n: torch.fft.irfft(s[i], n=n))
-        if n // 2 <= FUSED_UP_TO:   # the fused row kernel, which certification may pick for these keys
-            yield (f"rfft  {rows} x {n} float32, fused rows", moved,
-                   lambda i, nx=nx, n=n: launch_transform(nx[i], n, "rfft", "backward", setting=FUSED),
+        for precision, tile in TILES.items():   # the row tile certification may pick
+            yield (f"rfft  {rows} x {n} float32, row tile {precision}", moved,
+                   lambda i, nx=nx, n=n, t=tile: launch_transform(nx[i], n, "rfft", "backward", setting=t),
                    lambda i, xs=xs: torch.fft.rfft(xs[i]))
-            yield (f"irfft {rows} x {n // 2 + 1} complex64 -> {n}, fused rows", moved,
-                   lambda i, s=nspecs, n=n: launch_transform(s[i], n, "irfft", "backward", setting=FUSED),
+            yield (f"irfft {rows} x {n // 2 + 1} complex64 -> {n}, row tile {precision}", moved,
+                   lambda i, s=nspecs, n=n, t=tile: launch_transform(s[i], n, "irfft", "backward", setting=t),
                    lambda i, s=specs, n=n: torch.fft.irfft(s[i], n=n))
     n_fft, hop = WHISPER["n_fft"], WHISPER["hop"]
     audio = [torch.randn(WHISPER["samples"], device="cuda", generator=gen) for _ in range(COPIES)]
@@ -66,6 +71,18 @@ def cases():
     yield (f"stft  {WHISPER['samples']} samples n_fft {n_fft} hop {hop} hann -> {n_fft // 2 + 1} x {frames}", moved,
            lambda i: nbx.stft(naudio[i], n_fft, hop, window=nwindow, return_complex=True),
            lambda i: torch.stft(audio[i], n_fft, hop, window=window, return_complex=True))
+    for precision, tile in TILES.items():
+        yield (f"stft  {WHISPER['samples']} samples n_fft {n_fft} hop {hop} hann, frames in place, row tile {precision}",
+               moved, lambda i, t=tile: _stft_in_place(naudio[i], nwindow, n_fft, hop, frames, t),
+               lambda i: torch.stft(audio[i], n_fft, hop, window=window, return_complex=True))
+
+
+def _stft_in_place(signal, window, n_fft: int, hop: int, frames: int, tile: dict):
+    """nbx.stft's in-place path under the given setting (the served one picks it once certified)."""
+    padded = nbx.pad(signal.reshape(1, 1, -1), (n_fft // 2, n_fft // 2), mode="reflect").reshape(1, -1)
+    plan = transform_plan(frames, n_fft, nbx.float32, n_fft, "rfft", "backward", signal.device, tile, frames=(hop, True))
+    out = plans.execute(plan, {"x": padded, "window": window, "out": None})["out"]
+    return Tensor(out.storage, nbx.complex64, (frames, n_fft // 2 + 1)).transpose(0, 1)
 
 
 def main() -> int:

@@ -7,16 +7,19 @@ float32) give complex64, float64 gives complex128; integer and bool inputs compu
 float dtype. Every transform reaches one of four ops (fftn, ifftn, rfftn, irfftn) with normalized
 sizes and dims; the CPU computes them with numpy's pocketfft in the input's precision. On Triton
 devices nbx.kernels.fft computes complex64 (and real float32 / half) transforms; float64 and
-complex128 ones are refused there by name (NotSupportedError).
+complex128 ones are refused there by name (NotSupportedError). The four ops have specs
+(nbx.core.spec: x, sizes, dims, norm), so a repeated call of one signature takes the spec's fast
+path.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import dtypes, layout, reference
-from .dispatch import implementation, register
+from .dispatch import register
 from .errors import ArgumentError, DTypeError, ShapeError
 from .ops._common import wrap
+from .spec import OpSpec, define, params
 from .tensor import Tensor
 
 NORMS = ("backward", "ortho", "forward")
@@ -75,7 +78,14 @@ def _transform(op: str, x: Tensor, s, dim, norm) -> Tensor:
         sizes = sizes[:-1] + (last,)
     if any(n < 1 for n in sizes):
         raise ShapeError(f"{op}: transform sizes {sizes} over dims {dims} of shape {x.shape} must be positive")
-    return implementation(op, x.device)(x, sizes, dims, _norm(norm))
+    return _SPECS[op].call(x, sizes, dims, _norm(norm))
+
+
+def _check(call, facts) -> None:
+    """What a transform's normalized call derives: its device and its result's dtype."""
+    x = call.x
+    facts.device = x.device
+    facts.out_dtype = real_dtype(x.dtype) if call.spec.name == "irfftn" else complex_dtype(x.dtype)
 
 
 def fft(input, n=None, dim=-1, norm=None):
@@ -151,12 +161,14 @@ def _register(op: str) -> None:
     ref = _reference(op)
     reference.register(op, ref)
 
-    def cpu(x, sizes, dims, norm):
-        out = ref(x, sizes, dims, norm)
-        return wrap(out, real_dtype(x.dtype) if op == "irfftn" else complex_dtype(x.dtype))
+    def cpu(call):
+        return wrap(ref(call.x, call.sizes, call.dims, call.norm), call.out_dtype)
     register(op, "cpu")(cpu)
 
 
+_SPECS = {op: define(OpSpec(op, params("x", "sizes", "dims", "norm"), _check,
+                            doc=f"{op} of x over dims, sizes points each (normalized by nbx.fft's front-ends)"))
+          for op in _NUMPY}
 for _op in _NUMPY:
     _register(_op)
 

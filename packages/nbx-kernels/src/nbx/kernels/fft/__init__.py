@@ -6,8 +6,13 @@ copy when it is not already the unit-stride last dim). A 1-D transform of n poin
 chain of Stockham passes (kernel.py), one launch each, ping-ponging between two workspace rows:
 - n whose factors are 2, 3, 5, 7, 11 and 13: radices of the certified power of two (radix: 4, 8
   or 16) for the power-of-two part, the odd primes merged while their product stays <= 16;
-- with the setting's `fused` on, a power of two up to FUSED_UP_TO points: one program a row, all
-  its radix-2 passes in registers (fft_row_kernel);
+- with the setting's `fused` on, n = N1 x N2 with both <= TILE_MAX (padded, <= TILE_AREA points):
+  one program a row, two dense DFT
+  products on the matrix unit with the twiddles between them (tile.py: one read, one write); rfft
+  and irfft of such an even n run their n points directly there (no half-length trick, no pre- or
+  post-pass); a power of two past FUSED_UP_TO: one or two column passes (an R-point DFT of the
+  row's columns each, R 16 to COLUMN_MAX, on tl.dot) before the tile of the sub-rows they leave, which
+  stores each bin in place: 2 or 3 round trips through memory up to 2^21 points;
 - any other n: Bluestein's chirp-z, a convolution by the chirp through forward and inverse
   transforms of M >= 2n - 1 points (a power of two): the chirp's spectrum (one row), the rows'
   forward transform (first pass multiplies by the chirp), the inverse (first pass multiplies by the
@@ -37,12 +42,18 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..rows import pow2_at_least
 from .kernel import (CHIRP, CHIRP_SEQUENCE, COMPLEX, HERMITIAN, NONE, PAIRS, REAL, REAL_PAIRS, REAL_PART, SPECTRUM,
-                     fft_pass_kernel, fft_row_kernel, half_spectrum_kernel, real_spectrum_kernel)
+                     fft_pass_kernel, half_spectrum_kernel, real_spectrum_kernel)
+from .tile import fft_column_kernel, fft_tile_kernel, irfft_tile_kernel
 from .tuning import fft_setting
 
 REAL_INPUTS = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 ODD_RADICES = (3, 5, 7, 11, 13)
-FUSED_UP_TO = 4096   # the longest row fft_row_kernel holds: 8192 float32 values over a program's threads
+TILE_MAX = 64        # the longest side of a row's tile (tile.py): a 64 x 64 complex DFT matrix a program
+TILE_AREA = 2048     # its padded points: a 64 x 64 tile's matrices, twiddles and rows spill kilobytes a
+                     # thread on sm_90 (ptxas: 4.7 KB at 8 warps, 6 KB at 16); 32 x 64 a few hundred bytes
+FUSED_UP_TO = TILE_AREA
+COLUMN_MAX = 32      # a column pass's radix: 64 spills 1-4 KB a thread on sm_90 (ptxas), 32 none
+COLUMNS_UP_TO = FUSED_UP_TO * COLUMN_MAX * COLUMN_MAX   # two column passes before a tile's row
 MAX_ODD_RADIX = 16
 
 
@@ -137,10 +148,14 @@ def _with(p: _Pass, **changes) -> _Pass:
 def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store: int, src: str, dst: str, *,
                       src_len: int, src_row: int, dst_row: int, dst_len: int, scale: float):
     """(launches, workspace width, path, radices) of an n-point complex transform from src to dst."""
-    if fusable(n, tile) and load in (COMPLEX, REAL, REAL_PAIRS) and store == PAIRS and dst_len == n:
-        one = Launch(fft_row_kernel, (rows,), (Slot(src), Slot(dst), src_len, src_row, dst_row, scale),
-                     dict(N=n, PASSES=n.bit_length() - 1, SIGN=sign, LOAD=load, num_warps=tile["num_warps"]))
-        return [one], n, "fused", (2,) * (n.bit_length() - 1)
+    if fusable(n, tile, real=False) and load in (COMPLEX, REAL, REAL_PAIRS) and store == PAIRS and dst_len == n:
+        return [_tile_launch(fft_tile_kernel, rows, n, tile, src, dst, src_len, src_row, dst_row, scale,
+                             SIGN=sign, LOAD=load, HALF=False)], n, "fused", tile_factors(n, False)
+    cols = column_radices(n) if tile.get("fused") and load in (COMPLEX, REAL, REAL_PAIRS) and store == PAIRS \
+        and dst_len == n else None
+    if cols:
+        return _column_launches(rows, n, cols, tile, sign, load, src, dst, src_len, src_row, dst_row, scale), n, \
+            "columns", cols + tile_factors(n // prod(cols), False)
     rads = radices(n, tile["radix"])
     if rads is not None:
         passes = _chain(n, rads, sign)
@@ -164,10 +179,82 @@ def _complex_launches(rows: int, n: int, tile: dict, sign: int, load: int, store
     return launches, width, "bluestein", rads
 
 
-def fusable(n: int, tile: dict) -> bool:
-    """Whether the setting fuses an n-point transform's passes into one program a row: a power of
-    two from 2 to FUSED_UP_TO points (the row held in registers)."""
-    return bool(tile.get("fused")) and 2 <= n <= FUSED_UP_TO and n & (n - 1) == 0
+def tile_factors(n: int, real: bool) -> tuple[int, int] | None:
+    """(N1, N2) of an n-point row one program transforms (tile.py), N1, N2 <= TILE_MAX and their padded
+    product <= TILE_AREA (N2 even for a real row, whose half spectrum takes N2 / 2 columns), the least
+    padded work; None: no such pair."""
+    best = None
+    for n1 in range(1, TILE_MAX + 1):
+        n2 = n // n1
+        if n % n1 or n2 > TILE_MAX or (real and n2 % 2):
+            continue
+        p1, p2 = _tile_dim(n1), _tile_dim(n2)
+        if p1 * p2 > TILE_AREA:
+            continue
+        work = p1 * p2 * (p1 + (_tile_dim(n2 // 2) if real else p2))
+        if best is None or work < best[0]:
+            best = (work, n1, n2)
+    return None if best is None else best[1:]
+
+
+def column_radices(n: int) -> tuple[int, ...] | None:
+    """The radices of the column passes before a tile's row for a power of two n past FUSED_UP_TO up
+    to COLUMNS_UP_TO (one pass up to 32 x 2048 points, two beyond), each 16 to COLUMN_MAX; else None."""
+    if n <= FUSED_UP_TO or n > COLUMNS_UP_TO or n & (n - 1):
+        return None
+    bits = n.bit_length() - 1 - (FUSED_UP_TO.bit_length() - 1)   # what the tile's row cannot hold
+    most = COLUMN_MAX.bit_length() - 1
+    passes = -(-bits // most)
+    each = max(4, -(-bits // passes))
+    return (1 << each,) * passes
+
+
+def _column_launches(rows: int, n: int, cols, tile: dict, sign: int, load: int, src: str, dst: str, src_len: int,
+                     src_row: int, dst_row: int, scale: float) -> list[Launch]:
+    """The column passes (src to work0, work0 to work1) and the tile of the sub-rows they leave,
+    which stores each bin in the long row's order."""
+    out, here, count, length = [], src, rows, n
+    for i, r in enumerate(cols):
+        m = length // r
+        block = max(16, min(tile["block_j"], m))   # tl.dot's smallest dim (past m: masked)
+        out.append(Launch(fft_column_kernel, (count, -(-m // block)),
+                          (Slot(here), Slot(f"work{i}"), src_len if i == 0 else length, src_row if i == 0 else 2 * length),
+                          dict(M=m, R=r, RP=_tile_dim(r), BLOCK_M=block, SIGN=sign, LOAD=load if i == 0 else COMPLEX,
+                               PRECISION=_precision(tile), num_warps=tile["num_warps"])))
+        here, count, length = f"work{i}", count * r, m
+    ga, gb = (tuple(cols) + (1,))[:2]
+    out.append(_tile_launch(fft_tile_kernel, count, length, tile, here, dst, length, 2 * length, dst_row, scale,
+                            SIGN=sign, LOAD=COMPLEX, HALF=False, GA=ga, GB=gb))
+    return out
+
+
+def _precision(tile: dict) -> str:
+    return "tf32x3" if tile["tf32x3"] else "ieee"
+
+
+def _tile_dim(d: int) -> int:
+    return max(16, pow2_at_least(d))   # tl.dot's smallest dim
+
+
+def fusable(n: int, tile: dict, real: bool = False) -> bool:
+    """Whether the setting runs an n-point row in one program (tile.py): n = N1 N2, both <= TILE_MAX."""
+    return bool(tile.get("fused")) and tile_factors(n, real) is not None
+
+
+def _tile_launch(kernel, rows: int, n: int, tile: dict, src: str, dst: str, src_len: int, src_row: int, dst_row: int,
+                 scale: float, **meta) -> Launch:
+    """One program a tile_rows rows of an n-point row transform (a complex one, or rfft's with HALF)."""
+    real = kernel is irfft_tile_kernel or meta.get("HALF")
+    n1, n2 = tile_factors(n, real)
+    k2 = n2 // 2 if real else n2
+    per = min(tile["tile_rows"], rows)
+    window = ()
+    if kernel is fft_tile_kernel:
+        meta = {"GA": 1, "GB": 1, "WINDOWED": False, **meta}
+        window = (Slot("window" if meta["WINDOWED"] else src),)
+    return Launch(kernel, (-(-rows // per),), (Slot(src), Slot(dst), *window, rows, src_len, src_row, dst_row, scale),
+                  dict(N1=n1, N2=n2, P1=_tile_dim(n1), P2=_tile_dim(n2), K2=k2, PK2=_tile_dim(k2), ROWS=per,
+                       PRECISION=_precision(tile), num_warps=tile["num_warps"], **meta))
 
 
 def _pointwise(kernel, total: int, args: tuple, tile: dict) -> Launch:
@@ -178,7 +265,7 @@ def _pointwise(kernel, total: int, args: tuple, tile: dict) -> Launch:
 
 
 def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: int, norm: str, device,
-          setting) -> LaunchPlan:
+          setting, frames: tuple | None = None) -> LaunchPlan:
     """The launches of an n-point transform of rows rows (each src_len stored values, read as
     `load`) keeping out_len bins (complex pairs, or irfft's n reals). rfft and irfft of an even n
     run an n / 2-point complex transform of the real row read as pairs, with a post-pass (rfft)
@@ -191,7 +278,17 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
     real_out = load == HERMITIAN
     out = plans.output("out", (rows, out_len) + (() if real_out else (2,)), dtypes.float32)
     half, extra = n // 2, ()
-    if n % 2 == 0 and load == REAL and out_len == half + 1:   # rfft (fft of a real row keeps every bin)
+    if frames is not None and not (n % 2 == 0 and load == REAL and out_len == half + 1 and fusable(n, tile, real=True)):
+        raise NotSupportedError(f"frames read in place: only by the row tile of a real even row, not {n} points here")
+    if n % 2 == 0 and load == REAL and out_len == half + 1 and fusable(n, tile, real=True):   # one program a row
+        hop, windowed = frames or (src_len, False)   # stft's frames: hop apart in the signal, windowed as read
+        launches = [_tile_launch(fft_tile_kernel, rows, n, tile, "x", "out", src_len, hop, 2 * out_len, scale,
+                                 SIGN=-1, LOAD=REAL, HALF=True, WINDOWED=windowed)]
+        width, path, rads = n, "fused", tile_factors(n, True)
+    elif n % 2 == 0 and load == HERMITIAN and fusable(n, tile, real=True):
+        launches = [_tile_launch(irfft_tile_kernel, rows, n, tile, "x", "out", src_len, 2 * src_len, n, scale)]
+        width, path, rads = n, "fused", tile_factors(n, True)
+    elif n % 2 == 0 and load == REAL and out_len == half + 1:   # rfft (fft of a real row keeps every bin)
         launches, width, path, rads = _complex_launches(
             rows, half, tile, -1, REAL_PAIRS, PAIRS, "x", "half", src_len=src_len, src_row=src_len,
             dst_row=2 * half, dst_len=half, scale=1.0)
@@ -212,18 +309,31 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
             rows, n, tile, sign, load, store, "x", "out", src_len=src_len, src_row=src_len * (1 if load == REAL else 2),
             dst_row=out_len * (1 if real_out else 2), dst_len=out_len, scale=scale)
     passes = [l for l in launches if l.kernel is fft_pass_kernel]
+    columns = [l for l in launches if l.kernel is fft_column_kernel]
     workspace = tuple(plans.workspace(f"work{i}", (rows, width, 2), dtypes.float32)
-                      for i in range(min(2, len(passes) - 1))) + extra
+                      for i in range(max(min(2, len(passes) - 1), len(columns)))) + extra
     if path == "bluestein":
         workspace += (plans.workspace("spectrum", (1, width, 2), dtypes.float32),)
     # each pass reads and writes its rows' pairs (16 bytes a point), a pre- or post-pass reads two bins a bin
-    fused = [l for l in launches if l.kernel is fft_row_kernel]
+    fused = [l for l in launches if l.kernel in (fft_tile_kernel, irfft_tile_kernel)]
     pointwise = [l for l in launches if l.kernel in (real_spectrum_kernel, half_spectrum_kernel)]
     moved = (sum(l.args[3] * l.meta["R"] * 16 for l in passes) + sum(l.args[2] * 24 for l in pointwise)
-             + sum(l.grid[0] * l.meta["N"] * 16 for l in fused))
+             + sum(_tile_rows(l) * l.meta["N1"] * l.meta["N2"] * 16 for l in fused)
+             + sum(l.grid[0] * l.meta["R"] * l.meta["M"] * 16 for l in columns))
     flops = (sum(l.args[3] * l.meta["R"] ** 2 * 8 for l in passes)   # an R-point product a butterfly
-             + sum(l.grid[0] * l.meta["N"] * l.meta["PASSES"] * 5 for l in fused))
+             + sum(_tile_rows(l) * _tile_flops(l.meta) for l in fused)
+             + sum(l.grid[0] * l.meta["M"] * l.meta["RP"] ** 2 * 8 for l in columns))
     return LaunchPlan(device, tuple(launches), (out,), workspace, detail=Detail(path, rads, tile, flops, moved))
+
+
+def _tile_rows(one: Launch) -> int:
+    return one.args[3 if one.kernel is fft_tile_kernel else 2]
+
+
+def _tile_flops(meta) -> int:
+    """A row's padded products: four real products (two for a real operand) a complex one."""
+    p1, p2, pk2 = meta["P1"], meta["P2"], meta["PK2"]
+    return 2 * 4 * p1 * (p1 * p2 + p2 * pk2)
 
 
 # ---- one 1-D transform over the rows of a 2-D (rows, length) tensor -----------------------------
@@ -241,12 +351,21 @@ def _out_len(op: str, n: int) -> int:
     return n // 2 + 1 if op == "rfft" else n
 
 
-def transform_plan(rows: int, length: int, dtype, n: int, op: str, norm: str, device, setting=None) -> LaunchPlan:
+def transform_plan(rows: int, length: int, dtype, n: int, op: str, norm: str, device, setting=None,
+                   frames: tuple | None = None) -> LaunchPlan:
+    """frames: (hop, windowed) for rfft rows read as frames hop apart of one signal, times the
+    slot `window` when windowed (stft; only the row tile does, see frames_in_place)."""
     inverse, hermitian = KINDS[op]
     load = HERMITIAN if hermitian else COMPLEX if dtype.kind == "complex" else REAL
-    key = ("fft", rows, length, dtype, n, op, norm, device, plans.setting_key(setting))
+    key = ("fft", rows, length, dtype, n, op, norm, device, plans.setting_key(setting), frames)
     return plans.cached("fft", key, lambda: _plan(rows, n, length, load, inverse, _out_len(op, n), norm, device,
-                                                  setting))
+                                                  setting, frames))
+
+
+def frames_in_place(rows: int, n: int, dtype, device) -> bool:
+    """Whether the served setting reads stft's frames of an n-point rfft over rows in place."""
+    tile = {**launch.tiles("fft", device), **dict(fft_setting(device, n, rows))}
+    return dtype in REAL_INPUTS and n % 2 == 0 and fusable(n, tile, real=True)
 
 
 def launch_transform(x: Tensor, n: int, op: str, norm: str, out: Tensor | None = None, setting=None) -> Tensor:
@@ -297,16 +416,35 @@ def steps(op: str, sizes, dims) -> list[tuple[int, int, str]]:
 
 
 def _transform(op: str):
-    def run(x, sizes, dims, norm):
+    def run(call):
+        x = call.x
         check_dtype(op, x.dtype)
-        for dim, n, one in steps(op, sizes, dims):
-            x = _along(x, dim, n, one, norm)
+        for dim, n, one in steps(op, call.sizes, call.dims):
+            x = _along(x, dim, n, one, call.norm)
         return x
+
+    def prepare(call):
+        """A repeat of a one-step transform over the unit-stride last dim of a dense x: the plan's
+        prepared launches over x's storage, the result a dense tensor of x's lead dims (None else)."""
+        x = call.x
+        check_dtype(op, x.dtype)
+        (dim, n, one), *more = steps(op, call.sizes, call.dims)
+        if more or dim != x.ndim - 1 or not core_layout.is_contiguous(x.shape, x.strides) or x.size == 0:
+            return None
+        rows = prod(x.shape[:-1])
+        repeat = plans.prepared(transform_plan(rows, x.shape[-1], x.dtype, n, one, call.norm, x.device))
+        if repeat is None:
+            return None
+        shape, dtype, pairs = x.shape[:-1] + (_out_len(one, n),), call.out_dtype, x.dtype.kind == "complex"
+        return lambda c: Tensor(repeat({"x": pairs_of(c.x) if pairs else c.x, "out": None})["out"].storage, dtype,
+                                shape)
+    run.prepare = prepare
     return run
 
 
 def _cost(op: str):
-    def cost(x, sizes, dims, norm) -> Cost:
+    def cost(call) -> Cost:
+        x, sizes, dims, norm = call.x, call.sizes, call.dims, call.norm
         check_dtype(op, x.dtype)
         shape, strides, dtype = tuple(x.shape), tuple(x.strides), x.dtype
         total = Cost(launches=0)
@@ -334,4 +472,5 @@ for _op in ("fftn", "ifftn", "rfftn", "irfftn"):
 
 from . import spectral  # noqa: E402,F401  (registers stft and istft)
 
-__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "FUSED_UP_TO"]
+__all__ = ["launch_transform", "transform_plan", "radices", "norm_scale", "steps", "check_dtype", "fusable", "tile_factors", "column_radices", "frames_in_place",
+           "FUSED_UP_TO"]

@@ -163,37 +163,3 @@ def half_spectrum_kernel(x, z, total, h, src_len, x_row, z_row, BLOCK: tl.conste
     e_re, e_im, o_re, o_im = _twiddled(a_re, a_im, b_re, b_im, k, 2 * h, 1)
     tl.store(z + row * z_row + 2 * k, e_re - o_im, mask=live)
     tl.store(z + row * z_row + 2 * k + 1, e_im + o_re, mask=live)
-
-
-@triton.jit(do_not_specialize=["src_len"])
-def fft_row_kernel(src, dst, src_len, src_row, dst_row, scale, N: tl.constexpr, PASSES: tl.constexpr,
-                   SIGN: tl.constexpr, LOAD: tl.constexpr):
-    """A whole power-of-two row in one program: its log2 N radix-2 Stockham passes in registers
-    (each a reshape of the row, the butterflies of pass p pairing x[j] with x[j + N / 2], and the
-    results placed by a reshape and a permute: the shuffle goes through shared memory, not global
-    memory). Reads complex pairs, a real row, or a real row as pairs (REAL_PAIRS); writes pairs."""
-    row = tl.program_id(0).to(tl.int64)
-    i = tl.arange(0, N)
-    if LOAD == _REAL:
-        re = tl.load(src + row * src_row + i, mask=i < src_len, other=0.0).to(tl.float32)
-        im = tl.zeros_like(re)
-    elif LOAD == _REAL_PAIRS:
-        re = tl.load(src + row * src_row + 2 * i, mask=2 * i < src_len, other=0.0).to(tl.float32)
-        im = tl.load(src + row * src_row + 2 * i + 1, mask=2 * i + 1 < src_len, other=0.0).to(tl.float32)
-    else:
-        re = tl.load(src + row * src_row + 2 * i, mask=i < src_len, other=0.0)
-        im = tl.load(src + row * src_row + 2 * i + 1, mask=i < src_len, other=0.0)
-    M: tl.constexpr = N // 2
-    j = tl.arange(0, M)
-    for p in tl.static_range(PASSES):
-        # the pass's butterfly span is 1 << p, written out at each use: assigned to a name it would
-        # become a tensor (Triton's assignment), annotated tl.constexpr a reassignment Triton refuses
-        a_re, b_re = tl.split(tl.permute(tl.reshape(re, (2, M)), (1, 0)))
-        a_im, b_im = tl.split(tl.permute(tl.reshape(im, (2, M)), (1, 0)))
-        c, s = _root(j % (1 << p), 2 * (1 << p) + 0 * j, SIGN)
-        b_re, b_im = b_re * c - b_im * s, b_re * s + b_im * c
-        # leg s of butterfly j = q ns + k goes to q 2 ns + s ns + k: (q, k, s) -> (q, s, k)
-        re = tl.reshape(tl.permute(tl.reshape(tl.join(a_re + b_re, a_re - b_re), (M // (1 << p), 1 << p, 2)), (0, 2, 1)), (N,))
-        im = tl.reshape(tl.permute(tl.reshape(tl.join(a_im + b_im, a_im - b_im), (M // (1 << p), 1 << p, 2)), (0, 2, 1)), (N,))
-    tl.store(dst + row * dst_row + 2 * i, re * scale)
-    tl.store(dst + row * dst_row + 2 * i + 1, im * scale)

@@ -3,6 +3,8 @@
 stft: the signal padded by nbx.pad (center), its frames a strided view (frames x n_fft, hop apart:
 no copy), multiplied by the window centred in n_fft (the one dense pass that forms the frames),
 then rfft (onesided) or fft of each frame; the result (B?, freqs, frames) is a transposed view.
+Where the served setting runs an n_fft-point rfft as the row tile, a one-signal onesided stft reads
+its frames in place and windows them as it loads (one launch after the padding, no frames in memory).
 istft: irfft (onesided) or ifft of each frame, the window, then the overlap-add kernel of
 conv_transpose1d (each output gathers its frames' taps, no atomics; the trimming of center as its
 padding) and a product by the inverse of the window's squared envelope. The envelope is a function
@@ -30,7 +32,7 @@ from ..elementwise import _parts as pairs_of
 from ..plans import Launch, LaunchPlan, Slot, cached, execute, output
 from ..registry import implements
 from ..rows import pow2_at_least
-from . import _along, check_dtype
+from . import _along, check_dtype, frames_in_place, transform_plan
 
 
 def _full_window(window: Tensor | None, n_fft: int, win: int, device) -> Tensor | None:
@@ -61,10 +63,23 @@ def _stft(x, n_fft, hop, win, window, center, pad_mode, normalized, onesided):
     if center:
         signal = pad(signal.reshape(signal.shape[0], 1, signal.shape[1]), (n_fft // 2, n_fft // 2),
                      mode=pad_mode).reshape(signal.shape[0], -1)
-    frames = _framed(signal.contiguous(), n_fft, hop, _full_window(window, n_fft, win, x.device))
-    spec = _along(frames, 2, n_fft, "rfft" if onesided else "fft", "ortho" if normalized else "backward")
+    signal, norm = signal.contiguous(), "ortho" if normalized else "backward"
+    full = _full_window(window, n_fft, win, x.device)
+    count = 1 + (signal.shape[1] - n_fft) // hop
+    if _in_place(signal.shape[0], onesided, count, n_fft, signal.dtype, x.device):
+        plan = transform_plan(count, n_fft, signal.dtype, n_fft, "rfft", norm, x.device, frames=(hop, full is not None))
+        window_values = None if full is None else full.to(dtype=dtypes.float32).contiguous()
+        out = execute(plan, {"x": signal, "window": window_values, "out": None})["out"]
+        spec = Tensor(out.storage, dtypes.complex64, (1, count, n_fft // 2 + 1))
+    else:
+        spec = _along(_framed(signal, n_fft, hop, full), 2, n_fft, "rfft" if onesided else "fft", norm)
     spec = spec.transpose(1, 2)
     return spec[0] if x.ndim == 1 else spec
+
+
+def _in_place(batch: int, onesided: bool, count: int, n_fft: int, dtype, device) -> bool:
+    """Whether stft's frames are read in place by the row tile (one signal, onesided)."""
+    return batch == 1 and onesided and count >= 1 and frames_in_place(count, n_fft, dtype, device)
 
 
 def _envelope_inverse(window: Tensor | None, n_fft: int, win: int, hop: int, count: int, start: int, length: int):
@@ -154,6 +169,12 @@ def _stft_cost(x, n_fft, hop, win, window, center, pad_mode, normalized, oneside
     batch = 1 if x.ndim == 1 else x.shape[0]
     length = x.shape[-1] + (2 * (n_fft // 2) if center else 0)
     count = 1 + (length - n_fft) // hop
+    if _in_place(batch, onesided, count, n_fft, x.dtype, x.device):   # the padding, then one launch
+        plan = transform_plan(count, n_fft, x.dtype, n_fft, "rfft", "ortho" if normalized else "backward", x.device,
+                              frames=(hop, window is not None or win < n_fft))
+        padded = (Buffer("padded", length * x.dtype.itemsize, LAUNCH),) if center else ()
+        return Cost(plan.buffers() + padded, plan.detail.bytes_moved + 2 * sum(b.nbytes for b in padded),
+                    plan.detail.flops, len(plan.launches) + len(padded))
     work = _work_dtype(x.dtype)
     made = [Buffer("frames", batch * count * n_fft * work.itemsize, LAUNCH)]
     if center:

@@ -1,6 +1,9 @@
-"""Certified settings of the FFT passes: whether a power-of-two row up to 4096 points runs in one
-program (fused), else the largest power-of-two radix a pass takes and the butterflies a program
-owns; the warps.
+"""Certified settings of the FFT passes: whether a row of n = N1 x N2 points (both <= 64) runs in
+one program (fused: two dense DFT products, tile.py, up to 2048 padded points; longer powers of two after one or two column
+passes of block_j columns a program), there the rows a program takes (tile_rows: its
+DFT matrices formed once for them) and whether its products run on the tensor cores as three TF32
+products (tf32x3) or as exact float32 products; else the largest power-of-two radix a pass takes
+and the butterflies a program owns; the warps.
 
 The launch key: the transform length n and the number of rows (both on the dims ladder). A larger
 radix means fewer passes over memory (log_radix n of them) but an R x R DFT product per butterfly
@@ -14,7 +17,8 @@ import numpy as np
 from nbx import autotune
 from nbx.core.ops.creation import asarray
 
-PARAMS = {"fused": (0, 1), "radix": (4, 8, 16), "block_j": (16, 64), "num_warps": (4, 8)}
+PARAMS = {"fused": (0, 1), "radix": (4, 8, 16), "block_j": (16, 64), "num_warps": (4, 8, 16), "tf32x3": (0, 1),
+          "tile_rows": (1, 8)}
 KEY = {"n": "dims", "rows": "dims"}
 
 
@@ -29,16 +33,23 @@ def _registers(setting) -> int:
     return 40 + 2 * setting["block_j"] * setting["radix"] ** 2 // threads
 
 
+def _first(setting, names) -> bool:
+    return all(setting[p] == PARAMS[p][0] for p in names)
+
+
 def _fits_key(setting, rep, facts):
-    """fused rows only where the key's length is a power of two the row kernel holds; there the
-    radix and block_j it does not read are not swept."""
-    from . import FUSED_UP_TO
+    """fused rows only where the key's length is N1 x N2 with both <= 64 (the tile, tile.py) or a
+    power of two the column passes take to a tile; the
+    parameters the chosen path does not read are not swept."""
+    from . import column_radices, tile_factors
     n = rep["n"]
-    fusable = 2 <= n <= FUSED_UP_TO and n & (n - 1) == 0
-    if setting["fused"] and not fusable:
-        return f"n {n} is no power of two up to {FUSED_UP_TO}: no fused row"
-    if setting["fused"] and (setting["radix"], setting["block_j"]) != (PARAMS["radix"][0], PARAMS["block_j"][0]):
-        return "a fused row reads neither radix nor block_j"
+    tiled, columns = tile_factors(n, False) is not None, column_radices(n) is not None
+    if setting["fused"] and not (tiled or columns):
+        return f"n {n} is neither a tile's N1 x N2 nor a power of two the column passes take: no fused row"
+    if setting["fused"] and not _first(setting, ("radix",) if columns else ("radix", "block_j")):
+        return "a fused row reads no radix (and a tile's row no block_j: the column passes' columns a program)"
+    if not setting["fused"] and not _first(setting, ("tf32x3", "tile_rows")):
+        return "the passes read neither tf32x3 nor tile_rows"
     return True
 
 
