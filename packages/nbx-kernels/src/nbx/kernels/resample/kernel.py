@@ -118,7 +118,7 @@ def _reflect(coord, twice_low, twice_high):
 def _grid_source(g, size, PADDING: tl.constexpr, ALIGN: tl.constexpr):
     """The float32 source coordinate of normalized grid values g along a dim of size pixels,
     held to [-2, size + 1] (outside it every tap reads the padding: the int casts stay in range)."""
-    fsize = size.to(tl.float32)
+    fsize = tl.cast(size, tl.float32)   # size may be a constexpr 1 (Triton specializes it)
     if ALIGN:
         coord = (g + 1.0) * 0.5 * (fsize - 1.0)
     else:
