@@ -17,7 +17,8 @@ or a multiple of 16, any other scalar by its type. A family never restates those
 generation). The signature is the family's: everything `build` reads (the tensors' shapes,
 strides and dtypes, the device, flags, an overriding setting). The generation moves when the
 device files are read again (`device_files.forget()`) or the autotune serving state is reset:
-every plan made before is then dropped. `reset()` drops them for tests and benchmarks.
+every plan made before is then dropped. `reset()` drops them for tests and benchmarks. `constant(values, dtype, device)` keeps a small
+device tensor a launch reads (a pad's fill) in the same cache.
 """
 from __future__ import annotations
 
@@ -117,6 +118,15 @@ def cached(op: str, signature: tuple, build: Callable[[], LaunchPlan]) -> Launch
             del _PLANS[next(iter(_PLANS))]
         found = _PLANS[key] = build()
     return found
+
+
+def constant(values: np.ndarray, dtype: DType, device) -> Tensor:
+    """A kept device tensor of values (a fill a kernel reads through a pointer: no upload a call),
+    held in the plan cache as the `detail` of a plan of no launch: bounded and dropped with the plans."""
+    from nbx.core.ops.creation import asarray
+    host = np.ascontiguousarray(values, dtype=dtype.host)
+    signature = (dtype, device, host.shape, host.tobytes())
+    return cached("constant", signature, lambda: LaunchPlan(device, (), detail=asarray(host, device=device))).detail
 
 
 def reset() -> None:
@@ -340,5 +350,5 @@ def _make_runner(one: Launch, device: Device) -> _Runner:
     return runner
 
 
-__all__ = ["Slot", "BufferSpec", "Launch", "LaunchPlan", "output", "workspace", "cached", "execute", "prepared", "reset",
+__all__ = ["Slot", "BufferSpec", "Launch", "LaunchPlan", "output", "workspace", "cached", "constant", "execute", "prepared", "reset",
            "cached_count", "compiled_count", "setting_key", "int_class", "MAX_PLANS"]

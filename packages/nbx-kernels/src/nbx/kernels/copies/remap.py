@@ -15,7 +15,6 @@ import numpy as np
 import triton
 
 from nbx.core.dtypes import DType
-from nbx.core.ops.creation import asarray
 from nbx.core.tensor import Tensor
 
 from .. import plans
@@ -156,19 +155,9 @@ def rows_copy(dst: Tensor, src: Tensor) -> bool:
     return dims[-1].out_stride == 1 and (dims[-1].src_stride == 1 or transposed(dims))
 
 
-_FILLS: dict = {}
-
-
 def _fill(value, dtype: DType, device) -> Tensor:
     """A kept one-element device tensor of value (no upload a call: CONSTANT reads it through a pointer)."""
-    bits = np.asarray(value).astype(dtype.host).tobytes()
-    key = (dtype, device, bits)
-    found = _FILLS.get(key)
-    if found is None:
-        if len(_FILLS) >= 256:
-            del _FILLS[next(iter(_FILLS))]
-        found = _FILLS[key] = asarray(np.asarray([value]).astype(dtype.host), device=device)
-    return found
+    return plans.constant(np.asarray([value]).astype(dtype.host), dtype, device)
 
 
 def remap_copy(out: Tensor, src: Tensor, mode: int, params, value=0, setting=None) -> Tensor:
