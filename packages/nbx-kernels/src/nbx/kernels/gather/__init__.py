@@ -425,5 +425,5 @@ declares("searchsorted")(lambda x1, x2, side="left": Cost(
     bytes_moved=x2.nbytes + 8 * x2.size + x1.nbytes, launches=3,
     notes=("a sortedness check (read back), then one binary search a value",)))
 
-__all__ = ["TAKE", "take", "launch_take", "take_along_axis", "scatter", "as_bits", "axis_last", "axis_back", "true_positions", "argwhere",
-           "masked_select", "masked_scatter", "searchsorted", "index_put"]
+__all__ = ["TAKE", "take", "launch_take", "take_along_axis", "scatter", "as_bits", "axis_last", "axis_back",
+           "true_positions", "argwhere", "masked_select", "masked_scatter", "searchsorted", "index_put"]

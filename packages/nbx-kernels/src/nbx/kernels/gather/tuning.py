@@ -40,7 +40,7 @@ def _fits_threads(setting, facts):
     per_thread = setting["row_bytes"] // (setting["num_warps"] * facts.value("compute.warp_size"))
     if per_thread < 16:
         return f"{setting['row_bytes']} bytes over {setting['num_warps']} warps: under 16 bytes a thread"
-    return per_thread <= 256 or f"{setting['row_bytes']} bytes over {setting['num_warps']} warps: over 256 bytes a thread"
+    return per_thread <= 256 or f"{setting['row_bytes']} bytes over {setting['num_warps']} warps: over 256 a thread"
 
 
 def _fits_key(setting, rep, facts):
@@ -58,7 +58,8 @@ def take_workload(rep, device):
     word = dtypes.uint16 if row_bytes >= 2 else dtypes.uint8
     inner = row_bytes // word.itemsize
     rows = max(ids, min(TABLE_ROWS, TABLE_BYTES // row_bytes))
-    bits = (np.arange(rows * inner, dtype=np.uint64) * np.uint64(2654435761)) & np.uint64((1 << (8 * word.itemsize)) - 1)
+    mask = np.uint64((1 << (8 * word.itemsize)) - 1)
+    bits = (np.arange(rows * inner, dtype=np.uint64) * np.uint64(2654435761)) & mask
     table = asarray(bits.astype(word.host).reshape(rows, inner), device=device)
     picks = (np.arange(ids, dtype=np.int64) * 40503) % rows   # scattered, repeating only past `rows`
     index = asarray(picks, device=device)

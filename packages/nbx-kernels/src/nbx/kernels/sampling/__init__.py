@@ -5,7 +5,8 @@ reference reads.
 tiles.sampling of the device file: `block`, the logits a program reads a step; `programs`, the
 programs a launch aims for (a row gets about programs / rows chunks, as top-k's select splits it);
 `candidates`, the band weights a row may copy out for the top-p bisection (a wider band is bisected
-over the row instead); num_warps."""
+over the row instead); num_warps. Served per launch key by the `sampling` tunable (sampling/tuning.py):
+a certified setting, else the device file's tile."""
 from __future__ import annotations
 
 import numpy as np
