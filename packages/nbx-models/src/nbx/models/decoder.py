@@ -339,7 +339,7 @@ class Decoder:
         step = cache.begin(seqs, lengths)
         x = self.layers_forward(self.embed_rows(ids), pos, step, total)
         cache.end()
-        if last_only:   # views of the last rows (a take would read its eager bounds check back: a sync)
+        if last_only:   # views of the last rows: no gather launch
             last = [x[a + n - 1:a + n] for a, n in zip(starts, lengths)]
             x = last[0] if len(last) == 1 else nbx.concat(last, axis=0)
         logits = self.head(x)
