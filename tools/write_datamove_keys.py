@@ -8,8 +8,8 @@ key_inputs, classed by the device file's ladders through nbx.autotune.keys.form)
 from the shapes: tools/bench/bench_datamove.py's cases (bf16 (8192, 16384): concat's two parts
 along axis 1, pad constant (1,1,1,1), pad reflect (3,3), flip, roll, the transpose (its keys are
 `datamove_transpose`'s), a [32, 4096, 128] head transpose, a KV-cache append) and the decode layouts of the models nbx runs (Llama-3.2-1B, 3-8B:
-KV appends of 8 and 32 heads at contexts 512 to 8192, their head transposes). gather, sort and
-sampling read the device file's tiles (tiles.gather, tiles.sort, tiles.sampling): no tunable, no key.
+KV appends of 8 and 32 heads at contexts 512 to 8192, their head transposes). take's and the sampling
+step's keys are tools/write_gather_keys.py's and tools/write_sampling_keys.py's.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ certificates/keys/nvidia-h200-140gb-sort.json.
 The keys of tools/bench/bench_datamove.py's sort and top-k cases (a key is the row length
 to a power of two, the element count's class and the dtype, classed by the device file's ladders):
 `select` (top-k's radix select) on [1|64, 151936] float32, `radix_sort` on 2^24 and 2^26 float32
-keys and [64, 151936] float32 rows. (The sampling step runs the device file's tile: it has no tunable.)
+keys and [64, 151936] float32 rows. (The sampling step's keys: tools/write_sampling_keys.py.)
 """
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ from ..registry import implements
 from ..types import compute_type, tl_type
 from .kernel import (COMBINE_CODES, compact_kernel, scatter_add_kernel, scatter_rows_kernel, searchsorted_kernel,
                      take_along_kernel, take_rows_kernel)
+from .tuning import TAKE, take_setting
 
 _BITS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 TAGS = {op: code << TAG_SHIFT for op, code in OP_CODES.items()}  # what each op's kernel writes in the record
@@ -53,12 +54,18 @@ def row_tile(inner: int, per_program: int) -> tuple[int, int]:
     return max(1, per_program // cols), cols
 
 
-def _take_plan(shape, strides, dtype: DType, index_shape, index_dense: bool, axis: int, device) -> LaunchPlan:
-    tiles = launch.tiles("gather", device)
+def _take_plan(shape, strides, dtype: DType, index_shape, index_dense: bool, axis: int, device,
+               setting=None) -> LaunchPlan:
     words = 2 if dtype.itemsize == 16 else 1
     outer, n, inner = prod(shape[:axis]), shape[axis], prod(shape[axis + 1:]) * words
     m = prod(index_shape)
     out_shape = shape[:axis] + tuple(index_shape) + shape[axis + 1:]
+    if setting is not None:
+        tiles = setting
+    elif prod(out_shape):  # the served tile of this launch's key (certified, a neighbour's, or the device file's)
+        tiles = take_setting(device, inner * (dtype.itemsize // words), outer * m)
+    else:
+        tiles = launch.tiles("gather", device)  # nothing launches
     rows_per, cols = row_tile(inner, tiles["row_bytes"] // (dtype.itemsize // words))  # row_bytes a program
     grid = (triton.cdiv(outer * m, rows_per), triton.cdiv(inner, cols))
     launches = () if prod(out_shape) == 0 else (Launch(
@@ -73,20 +80,28 @@ def _take_plan(shape, strides, dtype: DType, index_shape, index_dense: bool, axi
                       detail=(rows_per, cols, out_shape, layout.contiguous_strides(out_shape)))
 
 
-def _plan_of_take(x: Tensor, indices: Tensor, axis: int) -> LaunchPlan:
+def _plan_of_take(x: Tensor, indices: Tensor, axis: int, setting=None) -> LaunchPlan:
     """One cache lookup a call: the signature holds the layouts, so the plan knows what is dense."""
-    signature = (x.shape, x.strides, x.dtype, indices.shape, indices.strides, axis, x.device)
+    signature = (x.shape, x.strides, x.dtype, indices.shape, indices.strides, axis, x.device,
+                 plans.setting_key(setting))
     return plans.cached("take", signature, lambda: _take_plan(x.shape, x.strides, x.dtype, indices.shape,
-                                                             indices.is_contiguous(), axis, x.device))
+                                                             indices.is_contiguous(), axis, x.device, setting))
+
+
+def launch_take(x: Tensor, indices: Tensor, axis: int, setting=None, out: Tensor | None = None) -> Tensor:
+    """take's launch; `setting` (the certifier's) overrides the served tile, `out` (a dense tensor of
+    the result's shape and x's dtype) receives it."""
+    plan = _plan_of_take(x, indices, axis, setting)
+    flag = deferred_checks.flag_for(x.device, "take", x.shape[axis]) if plan.launches else None
+    words = plans.execute(plan, {"x": as_bits(x)[0], "idx": indices, "flag": flag,
+                                 "out": None if out is None else as_bits(out)[0]})["out"]
+    _, _, shape, strides = plan.detail
+    return Tensor._of(words.storage, x.dtype, shape, strides)
 
 
 @implements("take")
 def take(x: Tensor, indices: Tensor, axis: int) -> Tensor:
-    plan = _plan_of_take(x, indices, axis)
-    flag = deferred_checks.flag_for(x.device, "take", x.shape[axis]) if plan.launches else None
-    words = plans.execute(plan, {"x": as_bits(x)[0], "idx": indices, "flag": flag})["out"]
-    _, _, shape, strides = plan.detail
-    return Tensor._of(words.storage, x.dtype, shape, strides)
+    return launch_take(x, indices, axis)
 
 
 def axis_last(t: Tensor, axis: int) -> Tensor:
@@ -410,5 +425,5 @@ declares("searchsorted")(lambda x1, x2, side="left": Cost(
     bytes_moved=x2.nbytes + 8 * x2.size + x1.nbytes, launches=3,
     notes=("a sortedness check (read back), then one binary search a value",)))
 
-__all__ = ["take", "take_along_axis", "scatter", "as_bits", "axis_last", "axis_back", "true_positions", "argwhere",
-           "masked_select", "masked_scatter", "searchsorted", "index_put"]
+__all__ = ["TAKE", "take", "launch_take", "take_along_axis", "scatter", "as_bits", "axis_last", "axis_back",
+           "true_positions", "argwhere", "masked_select", "masked_scatter", "searchsorted", "index_put"]

@@ -5,7 +5,8 @@ reference reads.
 tiles.sampling of the device file: `block`, the logits a program reads a step; `programs`, the
 programs a launch aims for (a row gets about programs / rows chunks, as top-k's select splits it);
 `candidates`, the band weights a row may copy out for the top-p bisection (a wider band is bisected
-over the row instead); num_warps."""
+over the row instead); num_warps. Served per launch key by the `sampling` tunable (sampling/tuning.py):
+a certified setting, else the device file's tile."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,27 +24,39 @@ from ..sort.select import zero_kernel
 from ..sort.topk import lanes, split
 from .kernel import (BINS, band_kernel, chunk_max_kernel, compact_kernel, draw_kernel, kept_kernel, mass_kernel,
                      resolve_kernel, top_k_digits_kernel)
+from .tuning import SAMPLING, sampling_setting
 
 
 @implements("sample")
 def sample(logits: Tensor, temperature: float, k: int, p: float, floor: float, seed: int, offset: int) -> Tensor:
-    rows, vocab = logits.shape
-    x = logits.contiguous()
+    rows = logits.shape[0]
     uniforms = empty((rows,), dtypes.float32, logits.device)
     implementation("random.rand", logits.device)(uniforms, seed, offset)
+    return launch_sample(logits, uniforms, temperature, k, p, floor)
+
+
+def launch_sample(logits: Tensor, uniforms: Tensor, temperature: float, k: int, p: float, floor: float,
+                  setting=None, tokens: Tensor | None = None) -> Tensor:
+    """The step's launches over logits [rows, vocab] with the rows' uniforms; `setting` (the
+    certifier's) overrides the served tile, `tokens` (int64 [rows]) receives the draw."""
+    rows, vocab = logits.shape
+    x = logits.contiguous()
     signature = (rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device)
-    plan = plans.cached("sample", signature, lambda: sample_plan(*signature))
+    plan = plans.cached("sample", signature + (plans.setting_key(setting),),
+                        lambda: sample_plan(*signature, setting=setting))
     # the scalars as the float32 values the reference uses (the interpreter would keep doubles)
     return plans.execute(plan, {"x": x, "u": uniforms, "inv_t": _f32(1.0 / temperature), "k": k, "p": _f32(p),
-                                "floor": floor_weight(floor)})["tokens"]
+                                "floor": floor_weight(floor), "tokens": tokens})["tokens"]
 
 
 def _f32(value: float) -> float:
     return float(np.float32(value))
 
 
-def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device) -> LaunchPlan:
-    tiles = launch.tiles("sampling", device)
+def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device,
+                setting=None) -> LaunchPlan:
+    # the served tile of the key (certified, a neighbour's, or the device file's); no rows launch nothing
+    tiles = setting or (sampling_setting(device, rows, vocab, dtype) if rows else launch.tiles("sampling", device))
     block, cap = tiles["block"], lanes(tiles["candidates"])  # the sort of the copies takes a power of two
     chunks, chunk = split(rows, vocab, block, tiles["programs"])
     grid, C = (rows, chunks), chunks
@@ -109,4 +122,4 @@ def _sample_cost(logits: Tensor, temperature=1.0, k=None, p=1.0, floor=0.0, seed
                        "the top-p bisection runs over the band of weights that holds its threshold",))
 
 
-__all__ = ["sample"]
+__all__ = ["SAMPLING", "sample", "launch_sample", "sample_plan"]
