@@ -1,19 +1,20 @@
 """W4A16: x @ W.T with W a grouped int4 QuantizedTensor, dequantized in registers.
 
-The weight never exists in memory as floats: each program loads a (BLOCK_K / 2, BLOCK_N) tile of
-packed bytes (qweight [N, K / 2], byte j of a row holding q[2j] in its low nibble, q[2j + 1] in
-its high one), the scale (and minimum) of the tile's group for each of its BLOCK_N columns, and
-forms w = q * scale (+ minimum) in float32, rounded to x's dtype for the dot. The low nibbles
-multiply the even columns of the x tile and the high nibbles the odd ones: two dots of BLOCK_K / 2
-over x read at stride 2, so no interleave of the unpacked nibbles is needed (x's tile is small and
-stays in cache). BLOCK_K divides the group size, so a tile of K lies in one group.
+The weight never exists in memory as floats. qweight is [N, K / 2] bytes, byte j of a row holding
+q[2j] in its low nibble and q[2j + 1] in its high one: the low nibbles multiply x's even columns of
+K and the high ones its odd columns, two dots of BLOCK_K / 2 over x read at stride 2, so the
+unpacked nibbles need no interleave (x's tile is small and stays in cache). BLOCK_K divides the
+group size, so a K step lies in one group and loads each column's scale (and minimum) once.
 
-Split K, the epilogue and its fixed-order partials are those of the float kernel (fused.py).
+int4_linear_kernel (linear): the swapped product C^T = W @ x^T, weight rows on the matrix unit's
+long side, so that decode rows (M 1-16) fill a dot of 16 and the packed weight is streamed once
+along its rows; int4_step: the K step of a (x rows, weight columns) tile, which the MoE kernels
+share. Split K, the epilogue and its fixed-order partials are those of the float kernel (fused.py).
 """
 import triton
 import triton.language as tl
 
-from ..elementwise.casts import narrow, widen
+from ..elementwise.casts import COMPILED, narrow, widen
 from ..rows import float_argument
 from .fused import epilogue
 from .kernel import _dot_operand, _grouped_tile
@@ -51,15 +52,58 @@ def int4_step(acc, a_even, a_odd, q_ptrs, s_ptrs, z_ptrs, in_n, k, DOT: tl.const
                   input_precision=PRECISION)
 
 
+@triton.jit
+def _nibble_values(n, SIGNED: tl.constexpr, DOT: tl.constexpr):
+    """The nibbles n (uint8, 0..15) as the integers q they code, exactly, in DOT: the nibble ORed
+    into the low mantissa bits of a float whose ulp is 1 (bfloat16 128, float16 1024, float32 2^23),
+    less that float. Two bit and float ops in place of an integer-to-float conversion per element.
+    (The interpreter's numpy has no bfloat16: there a bfloat16 dot takes float32 operands.)"""
+    bias: tl.constexpr = 8 if SIGNED else 0
+    if SIGNED:
+        n = n ^ 8
+    if DOT == tl.bfloat16 and COMPILED:
+        q = (n.to(tl.uint16) | 0x4300).to(tl.bfloat16, bitcast=True) - (128.0 + bias)
+    elif DOT == tl.float16:
+        q = (n.to(tl.uint16) | 0x6400).to(tl.float16, bitcast=True) - (1024.0 + bias)
+    else:
+        q = (n.to(tl.uint32) | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + bias)
+    return q
+
+
+@triton.jit
+def _weight_tile(n, scale, minimum, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr,
+                 DOT: tl.constexpr):
+    """A (BLOCK_N, BLOCK_K / 2) tile of nibbles as the dot's operand: FOLD, the integers q (the
+    scale and minimum are applied to the dot's sums); else q * scale (+ minimum) in float32 rounded
+    to DOT as the reference rounds a cast."""
+    if FOLD:
+        w = _nibble_values(n, SIGNED, DOT)
+    else:
+        w = _nibble_values(n, SIGNED, tl.float32) * scale[:, None]
+        if ASYMMETRIC:
+            w += minimum[:, None]
+        if DOT != tl.float32:
+            w = narrow(w, DOT)
+    return _dot_operand(w, DOT)
+
+
 @triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
-def int4_matmul_kernel(
+def int4_linear_kernel(
     a_ptr, q_ptr, s_ptr, z_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, K,
     sam, sak, sqn, ssn, sbias_m, sbias_n, sres_m, sres_n, alpha_bits, beta_bits,
-    DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, WIDE: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr,
+    ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
 ):
-    """Grid: (tiles of M x N, SPLIT_K). sqn, ssn: the row strides of qweight (bytes) and of the
+    """C^T = W @ x^T by tiles of (BLOCK_N weight rows, BLOCK_M rows of x): the dequantized weight
+    is the dot's first operand, which the matrix unit takes from registers (Hopper's wgmma), and
+    x^T the second, from shared memory; each weight row's packed bytes are read along K, 16 bytes
+    a load from BLOCK_K = 32 on. Decode rows take BLOCK_M = 16 (the dot's least) and split K so
+    that every SM streams the weight; prefill rows take wide tiles. FOLD: the dot sums x * q and
+    the group's scale (and minimum, times the sum of x) multiply the sums once a K step (fewer
+    ops per weight element: decode); else each element is dequantized before the dot.
+    Grid: (tiles of M x N, SPLIT_K). sqn, ssn: the row strides of qweight (bytes) and of the
     scales and minima (groups); both are read at unit stride along K."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -71,26 +115,45 @@ def int4_matmul_kernel(
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rh = rh.to(tl.int64)
-    in_m = (rm < M)[:, None]
+    in_m = rm < M
     in_n = rn < N
-    even_ptrs = a_ptr + rm[:, None] * sam + (2 * rh[None, :]) * sak
-    q_ptrs = q_ptr + rn[None, :] * sqn + rh[:, None]
+    even_ptrs = a_ptr + rm[None, :] * sam + (2 * rh[:, None]) * sak      # x^T's even rows of K: (BLOCK_K / 2, BLOCK_M)
+    q_ptrs = q_ptr + rn[:, None] * sqn + rh[None, :]                      # (BLOCK_N, BLOCK_K / 2) bytes
+    s_ptrs = s_ptr + rn * ssn
+    z_ptrs = z_ptr + rn * ssn
 
     total = K // BLOCK_K
     per = tl.cdiv(total, SPLIT_K)
     first = split * per
     steps = tl.minimum(per, total - first)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k in range(first, first + steps):
-        a_even = _dot_operand(tl.load(even_ptrs + k * BLOCK_K * sak, mask=in_m, other=0), DOT)
-        a_odd = _dot_operand(tl.load(even_ptrs + (k * BLOCK_K + 1) * sak, mask=in_m, other=0), DOT)
-        acc = int4_step(acc, a_even, a_odd, q_ptrs, s_ptr + rn * ssn, z_ptr + rn * ssn, in_n, k, DOT, PRECISION,
-                        GROUP, SIGNED, ASYMMETRIC, BLOCK_K)
+        packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
+        x_even = tl.load(even_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0)
+        x_odd = tl.load(even_ptrs + (k * BLOCK_K + 1) * sak, mask=in_m[None, :], other=0)
+        group = (k * BLOCK_K) // GROUP
+        scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
+        minimum = scale
+        if ASYMMETRIC:
+            minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
+        low = _weight_tile(packed & 0xF, scale, minimum, SIGNED, ASYMMETRIC, FOLD, DOT)
+        high = _weight_tile(packed >> 4, scale, minimum, SIGNED, ASYMMETRIC, FOLD, DOT)
+        a_even, a_odd = _dot_operand(x_even, DOT), _dot_operand(x_odd, DOT)
+        if FOLD:
+            sums = tl.dot(low, a_even, input_precision=PRECISION)
+            sums = tl.dot(high, a_odd, sums, input_precision=PRECISION)
+            acc += sums * scale[:, None]
+            if ASYMMETRIC:
+                x_sum = tl.sum(widen(x_even, tl.float32), axis=0) + tl.sum(widen(x_odd, tl.float32), axis=0)
+                acc += minimum[:, None] * x_sum[None, :]
+        else:
+            acc = tl.dot(low, a_even, acc, input_precision=PRECISION)
+            acc = tl.dot(high, a_odd, acc, input_precision=PRECISION)
 
-    mask = in_m & in_n[None, :]
-    at = rm[:, None] * N + rn[None, :]
+    mask = in_n[:, None] & in_m[None, :]
+    at = rm[None, :] * N + rn[:, None]
     if SPLIT_K == 1:
-        y = epilogue(acc, acc, 0, rm[:, None], rn[None, :], mask, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0, sres_m,
+        y = epilogue(acc, acc, 0, rm[None, :], rn[:, None], mask, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0, sres_m,
                      sres_n, float_argument(alpha_bits).to(tl.float32), float_argument(beta_bits).to(tl.float32),
                      tl.float32, HAS_BIAS, ACTIVATION, HAS_RES, False)
         tl.store(c_ptr + at, narrow(y, c_ptr.dtype.element_ty), mask=mask)
