@@ -56,8 +56,8 @@ def int4_step(acc, a_even, a_odd, q_ptrs, s_ptrs, z_ptrs, in_n, k, DOT: tl.const
 def _nibble_values(n, SIGNED: tl.constexpr, DOT: tl.constexpr):
     """The nibbles n (uint8, 0..15) as the integers q they code, exactly, in DOT: the nibble ORed
     into the low mantissa bits of a float whose ulp is 1 (bfloat16 128, float16 1024, float32 2^23),
-    less that float. Two bit and float ops in place of an integer-to-float conversion per element.
-    (The interpreter's numpy has no bfloat16: there a bfloat16 dot takes float32 operands.)"""
+    less that float, in place of an integer-to-float conversion per element. (The interpreter's
+    numpy has no bfloat16: there a bfloat16 dot takes float32 operands.)"""
     bias: tl.constexpr = 8 if SIGNED else 0
     if SIGNED:
         n = n ^ 8
@@ -70,19 +70,68 @@ def _nibble_values(n, SIGNED: tl.constexpr, DOT: tl.constexpr):
     return q
 
 
+# Four packed bytes (one register) to the low and the high nibbles as 16-bit float pairs, the same
+# magic numbers on pairs: bytes 0 and 1 (2 and 3) permuted into the two halves of a word, masked and
+# ORed with the magic pair in one lop3 (signed: XORed, which flips bit 3 and sets the magic's bits
+# at once), the high nibbles likewise after a shift by 4, then one packed fma less the magic.
+_PAIRS_ASM = """{
+.reg .b32 t0, t1, mask, magic, one, less;
+mov.b32 mask, 0x000F000F;
+mov.b32 magic, MAGIC;
+mov.b32 one, ONE;
+mov.b32 less, LESS;
+prmt.b32 t0, $4, $4, 0x0100;
+prmt.b32 t1, $4, $4, 0x0302;
+lop3.b32 $0, t0, mask, magic, LUT;
+lop3.b32 $1, t1, mask, magic, LUT;
+shr.u32 t0, t0, 4;
+shr.u32 t1, t1, 4;
+lop3.b32 $2, t0, mask, magic, LUT;
+lop3.b32 $3, t1, mask, magic, LUT;
+fma.rn.TYPE $0, $0, one, less;
+fma.rn.TYPE $1, $1, one, less;
+fma.rn.TYPE $2, $2, one, less;
+fma.rn.TYPE $3, $3, one, less;
+}"""
+# (magic, one, less) of each 16-bit dot type, unsigned and signed (q ^ 8 then less 8 more)
+_PAIRS = {(bf, signed): _PAIRS_ASM.replace("MAGIC", magic).replace("ONE", one).replace("LESS", less)
+          .replace("LUT", "0x6A" if signed else "0xEA").replace("TYPE", "bf16x2" if bf else "f16x2")
+          for bf, signed, magic, one, less in ((True, False, "0x43004300", "0x3F803F80", "0xC300C300"),
+                                               (True, True, "0x43084308", "0x3F803F80", "0xC308C308"),
+                                               (False, False, "0x64006400", "0x3C003C00", "0xE400E400"),
+                                               (False, True, "0x64086408", "0x3C003C00", "0xE408E408"))}
+PAIRS_BF16, PAIRS_BF16_SIGNED = tl.constexpr(_PAIRS[True, False]), tl.constexpr(_PAIRS[True, True])
+PAIRS_F16, PAIRS_F16_SIGNED = tl.constexpr(_PAIRS[False, False]), tl.constexpr(_PAIRS[False, True])
+
+
 @triton.jit
-def _weight_tile(n, scale, minimum, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr,
-                 DOT: tl.constexpr):
-    """A (BLOCK_N, BLOCK_K / 2) tile of nibbles as the dot's operand: FOLD, the integers q (the
-    scale and minimum are applied to the dot's sums); else q * scale (+ minimum) in float32 rounded
-    to DOT as the reference rounds a cast."""
-    if FOLD:
-        w = _nibble_values(n, SIGNED, DOT)
+def _nibble_pairs(packed, SIGNED: tl.constexpr, DOT: tl.constexpr):
+    """(q of the low nibbles, q of the high nibbles) of packed bytes, exactly, in DOT: compiled for
+    a 16-bit DOT, four bytes a few instructions (_PAIRS_ASM; elementwise code of the same numbers
+    spends three byte permutes a pair); else _nibble_values."""
+    if COMPILED and (DOT == tl.bfloat16 or DOT == tl.float16):
+        if DOT == tl.bfloat16:
+            low, high = tl.inline_asm_elementwise(PAIRS_BF16_SIGNED if SIGNED else PAIRS_BF16, "=r,=r,=r,=r,r",
+                                                  [packed], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+        else:
+            low, high = tl.inline_asm_elementwise(PAIRS_F16_SIGNED if SIGNED else PAIRS_F16, "=r,=r,=r,=r,r",
+                                                  [packed], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
     else:
-        w = _nibble_values(n, SIGNED, tl.float32) * scale[:, None]
-        if ASYMMETRIC:
-            w += minimum[:, None]
-        if DOT != tl.float32:
+        low, high = _nibble_values(packed & 0xF, SIGNED, DOT), _nibble_values(packed >> 4, SIGNED, DOT)
+    return low, high
+
+
+@triton.jit
+def _scaled(q, scale, minimum, ASYMMETRIC: tl.constexpr, DOT: tl.constexpr):
+    """q * scale (+ minimum) in float32, rounded to DOT as the reference rounds a cast (compiled:
+    the hardware's rounding; a weight is never NaN where its scale is not)."""
+    w = q.to(tl.float32) * scale[:, None]
+    if ASYMMETRIC:
+        w += minimum[:, None]
+    if DOT != tl.float32:
+        if COMPILED:
+            w = w.to(DOT, fp_downcast_rounding="rtne")
+        else:
             w = narrow(w, DOT)
     return _dot_operand(w, DOT)
 
@@ -117,7 +166,8 @@ def int4_linear_kernel(
         rh = rh.to(tl.int64)
     in_m = rm < M
     in_n = rn < N
-    even_ptrs = a_ptr + rm[None, :] * sam + (2 * rh[:, None]) * sak      # x^T's even rows of K: (BLOCK_K / 2, BLOCK_M)
+    # x^T's rows of K as (BLOCK_K / 2, BLOCK_M, 2) pairs (2j, 2j + 1), split into the even and odd rows in registers
+    pair_ptrs = a_ptr + rm[None, :, None] * sam + (2 * rh[:, None, None] + tl.arange(0, 2)[None, None, :]) * sak
     q_ptrs = q_ptr + rn[:, None] * sqn + rh[None, :]                      # (BLOCK_N, BLOCK_K / 2) bytes
     s_ptrs = s_ptr + rn * ssn
     z_ptrs = z_ptr + rn * ssn
@@ -127,28 +177,27 @@ def int4_linear_kernel(
     first = split * per
     steps = tl.minimum(per, total - first)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    ones = _dot_operand(tl.full((BLOCK_N, BLOCK_K // 2), 1, DOT), DOT)
     for k in range(first, first + steps):
         packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
-        x_even = tl.load(even_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0)
-        x_odd = tl.load(even_ptrs + (k * BLOCK_K + 1) * sak, mask=in_m[None, :], other=0)
+        x_even, x_odd = tl.split(tl.load(pair_ptrs + k * BLOCK_K * sak, mask=in_m[None, :, None], other=0))
         group = (k * BLOCK_K) // GROUP
         scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
         minimum = scale
         if ASYMMETRIC:
             minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
-        low = _weight_tile(packed & 0xF, scale, minimum, SIGNED, ASYMMETRIC, FOLD, DOT)
-        high = _weight_tile(packed >> 4, scale, minimum, SIGNED, ASYMMETRIC, FOLD, DOT)
+        low, high = _nibble_pairs(packed, SIGNED, DOT)
         a_even, a_odd = _dot_operand(x_even, DOT), _dot_operand(x_odd, DOT)
         if FOLD:
-            sums = tl.dot(low, a_even, input_precision=PRECISION)
-            sums = tl.dot(high, a_odd, sums, input_precision=PRECISION)
+            sums = tl.dot(_dot_operand(low, DOT), a_even, input_precision=PRECISION)
+            sums = tl.dot(_dot_operand(high, DOT), a_odd, sums, input_precision=PRECISION)
             acc += sums * scale[:, None]
-            if ASYMMETRIC:
-                x_sum = tl.sum(widen(x_even, tl.float32), axis=0) + tl.sum(widen(x_odd, tl.float32), axis=0)
-                acc += minimum[:, None] * x_sum[None, :]
+            if ASYMMETRIC:  # the step's sums of x, on the matrix unit (a sum across threads costs more)
+                x_sums = tl.dot(ones, a_even, input_precision=PRECISION)
+                acc += minimum[:, None] * tl.dot(ones, a_odd, x_sums, input_precision=PRECISION)
         else:
-            acc = tl.dot(low, a_even, acc, input_precision=PRECISION)
-            acc = tl.dot(high, a_odd, acc, input_precision=PRECISION)
+            acc = tl.dot(_scaled(low, scale, minimum, ASYMMETRIC, DOT), a_even, acc, input_precision=PRECISION)
+            acc = tl.dot(_scaled(high, scale, minimum, ASYMMETRIC, DOT), a_odd, acc, input_precision=PRECISION)
 
     mask = in_n[:, None] & in_m[None, :]
     at = rm[None, :] * N + rn[:, None]
