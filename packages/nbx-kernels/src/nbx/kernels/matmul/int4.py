@@ -17,8 +17,8 @@ block_k = the group. Each K step is two dots of block_k / 2 (even and odd K), he
 device's matrix_unit.min_dot_k. Pruned besides (_fits): a tile twice the key's size, tiles of
 under 64 rows of x from m = 128 on (each weight tile dequantized too often), prefill (m >= 1024)
 on tiles under 128 x 64, 16-bit K steps of 32 on long K, split K outside decode rows (m <= 64),
-splits leaving a program under two K steps or passing SPLIT_TILES_MAX programs, and stages whose
-x and weight tiles pass the shared memory of a block."""
+splits leaving a program under two K steps or passing SPLIT_TILES_MAX programs, stages deeper
+than half a program's K steps, and stages whose x and weight tiles pass a block's shared memory."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,6 +70,9 @@ def _tile_fits(setting, rep) -> str | bool:
             rep["k"] >= 16 * setting["block_k"]:
         return f"block_k {setting['block_k']} of 16-bit operands on k={rep['k']}: steps too short to pipeline"
     split = setting["split_k"]
+    steps = rep["k"] // (setting["block_k"] * split)
+    if setting["num_stages"] > max(2, steps // 2):
+        return f"{setting['num_stages']} stages over {steps} K steps a program: deeper than the loop pays for"
     if split == 1:
         return True
     if rep["m"] > DECODE_M:
