@@ -35,12 +35,16 @@ def model_calls(shape: dict, rows: int) -> list[tuple]:
     return [(rows, q + 2 * kv, hidden), (rows, hidden, q), (rows, inter, hidden), (rows, hidden, inter)]
 
 
-def main() -> int:
-    facts = device_files.for_arch("sm_90")
+def key_records(facts) -> list[records.KeyRecord]:
     calls = list(bench_constants("bench_matmul.py", {"INT4_SHAPES"})["INT4_SHAPES"])
     calls += [call for name in ("1b", "8b") for rows in (1, PROMPT) for call in model_calls(MODELS[name], rows)]
-    recs = [key_record(facts, LINEAR_INT4, m=m, n=n, k=k, dtype="bfloat16", group=GROUP) for m, n, k in calls]
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-int4.json", records.merge(recs), facts)
+    return records.merge([key_record(facts, LINEAR_INT4, m=m, n=n, k=k, dtype="bfloat16", group=GROUP)
+                          for m, n, k in calls])
+
+
+def main() -> int:
+    facts = device_files.for_arch("sm_90")
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-int4.json", key_records(facts), facts)
     return 0
 
 

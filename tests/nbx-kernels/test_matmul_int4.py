@@ -84,6 +84,31 @@ def test_the_int4_tunable_prunes_block_k_that_does_not_divide_the_group():
     assert any("prefill takes 128 x 64 or wider" in why for _, why in pruned)
 
 
+def test_the_shipped_int4_keys_are_the_writers_each_with_a_short_sweep_of_decode_or_prefill_tiles():
+    """certificates/keys/nvidia-h200-140gb-int4.json is what tools/write_int4_keys.py writes; a key's
+    sweep stays short (the certification budget), decode keys sweep split K over 16-row tiles."""
+    import json
+    import sys
+    from pathlib import Path
+    from nbx.autotune import keys
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "tools"))
+    try:
+        writer = __import__("write_int4_keys")
+    finally:
+        sys.path.remove(str(root / "tools"))
+    hopper = device_files.for_arch("sm_90")
+    recs = writer.key_records(hopper)
+    shipped = json.loads((root / "certificates" / "keys" / "nvidia-h200-140gb-int4.json").read_text())["keys"]
+    assert sorted(r["key"] for r in shipped) == sorted(r.key for r in recs)
+    for rec in recs:
+        rep = keys.representative(keys.parse("linear_int4", int4.KEY, rec.key, hopper, rec.observed), int4.KEY, hopper)
+        kept, _ = int4.LINEAR_INT4.candidates(hopper, rep)
+        assert 16 <= len(kept) <= 80, (rec.key, len(kept))
+        if rep["m"] <= 16:
+            assert {s["block_m"] for s in kept} == {16} and {s["split_k"] for s in kept} >= {1, 2, 4}, rec.key
+
+
 def test_the_int4_workload_passes_the_screen_for_a_decode_and_a_split_candidate():
     from nbx import kernels
     from nbx.autotune import screen
