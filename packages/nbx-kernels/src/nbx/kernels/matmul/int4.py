@@ -45,7 +45,7 @@ from ..types import tl_type
 from . import INT32_MAX
 from .epilogue import SPLIT_BLOCK, _addend_strides, _rows
 from .fused import split_epilogue_kernel
-from .linear_tuning import DECODE_M, PREFILL_M, SPLIT_TILES_MAX
+from .linear_tuning import PREFILL_M, steps_fit
 from .quantized import int4_linear_kernel
 from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stage_bytes, stages_that_fit
 
@@ -66,23 +66,10 @@ def _tile_fits(setting, rep) -> str | bool:
         return f"block_m {setting['block_m']} on m={rep['m']} dequantizes each weight tile too often"
     if rep["m"] >= PREFILL_M and (setting["block_m"] < 128 or setting["block_n"] < 64):
         return f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: prefill takes 128 x 64 or wider"
-    if setting["block_k"] == min(PARAMS["block_k"]) and as_dtype(rep["dtype"]).itemsize <= 2 and \
-            rep["k"] >= 16 * setting["block_k"]:
-        return f"block_k {setting['block_k']} of 16-bit operands on k={rep['k']}: steps too short to pipeline"
-    split = setting["split_k"]
-    steps = rep["k"] // (setting["block_k"] * split)
+    steps = rep["k"] // (setting["block_k"] * setting["split_k"])
     if setting["num_stages"] > max(2, steps // 2):
         return f"{setting['num_stages']} stages over {steps} K steps a program: deeper than the loop pays for"
-    if split == 1:
-        return True
-    if rep["m"] > DECODE_M:
-        return f"split_k {split} on m={rep['m']}: K is split for decode rows (m <= {DECODE_M}) only"
-    if rep["k"] < 2 * split * setting["block_k"]:
-        return f"split_k {split} leaves under two block_k {setting['block_k']} steps of k={rep['k']} a program"
-    tiles = -(-rep["m"] // setting["block_m"]) * -(-rep["n"] // setting["block_n"])
-    if tiles * split > SPLIT_TILES_MAX:
-        return f"{tiles} tiles x split_k {split} pass {SPLIT_TILES_MAX} programs"
-    return True
+    return steps_fit(setting, rep)
 
 
 def _fits(setting, rep, facts):
