@@ -167,8 +167,9 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     cases = [(*INT4_LINEAR, {**base, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
                              "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": block_m <= 32, "BLOCK_M": block_m,
                              "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
-             for dot in ("tl.bfloat16", "tl.float16", "tl.float32") for signed in (False, True)
-             for block_m, block_n, block_k, split in ((16, 128, 128, 4), (128, 128, 64, 1))]
+             for dot in ("tl.bfloat16", "tl.float16", "tl.float32")
+             for signed, (block_m, block_n, block_k, split) in ((False, (16, 128, 128, 4)), (True, (128, 128, 64, 1)),
+                                                                (True, (16, 64, 128, 1)))]
     cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
                                  "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
                                  "ACTIVATION": "silu", "HAS_RES": True}))
