@@ -1,15 +1,17 @@
 """W4A16: x @ W.T with W a grouped int4 QuantizedTensor, dequantized in registers.
 
 The weight never exists in memory as floats. qweight is [N, K / 2] bytes, byte j of a row holding
-q[2j] in its low nibble and q[2j + 1] in its high one: the low nibbles multiply x's even columns of
-K and the high ones its odd columns, two dots of BLOCK_K / 2 over x read at stride 2, so the
-unpacked nibbles need no interleave (x's tile is small and stays in cache). BLOCK_K divides the
-group size, so a K step lies in one group and loads each column's scale (and minimum) once.
+q[2j] in its low nibble and q[2j + 1] in its high one. BLOCK_K divides the group size, so a K
+step lies in one group and loads each weight row's scale (and minimum) once.
 
 int4_linear_kernel (linear): the swapped product C^T = W @ x^T, weight rows on the matrix unit's
 long side, so that decode rows (M 1-16) fill a dot of 16 and the packed weight is streamed once
-along its rows; int4_step: the K step of a (x rows, weight columns) tile, which the MoE kernels
-share. Split K, the epilogue and its fixed-order partials are those of the float kernel (fused.py).
+along its rows. Decode tiles multiply the low nibbles by x's even columns of K and the high ones by
+its odd columns (two dots of BLOCK_K / 2, x's K pairs split in registers); wide tiles interleave
+the dequantized nibbles back into K order (tl.join) and take x^T as it lies, straight from shared
+memory. int4_step: the K step of a (x rows, weight columns) tile (two half-K dots over x read at
+stride 2, float32 dequantization), which the MoE kernels share. Split K, the epilogue and its
+fixed-order partials are those of the float kernel (fused.py).
 """
 import triton
 import triton.language as tl
@@ -160,13 +162,18 @@ def int4_linear_kernel(
     rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rh = tl.arange(0, BLOCK_K // 2)
+    rk = tl.arange(0, BLOCK_K)
     if WIDE:
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rh = rh.to(tl.int64)
+        rk = rk.to(tl.int64)
     in_m = rm < M
     in_n = rn < N
-    # x^T's rows of K as (BLOCK_K / 2, BLOCK_M, 2) pairs (2j, 2j + 1), split into the even and odd rows in registers
+    # x^T (BLOCK_K, BLOCK_M), which wide tiles multiply by the weight's nibbles interleaved back into K
+    # order; FOLD tiles read it as (BLOCK_K / 2, BLOCK_M, 2) pairs (2j, 2j + 1) split into even and odd
+    # rows in registers, to multiply the low and high nibbles as they are (for 16 rows of x the cheaper)
+    x_ptrs = a_ptr + rm[None, :] * sam + rk[:, None] * sak
     pair_ptrs = a_ptr + rm[None, :, None] * sam + (2 * rh[:, None, None] + tl.arange(0, 2)[None, None, :]) * sak
     q_ptrs = q_ptr + rn[:, None] * sqn + rh[None, :]                      # (BLOCK_N, BLOCK_K / 2) bytes
     s_ptrs = s_ptr + rn * ssn
@@ -180,15 +187,15 @@ def int4_linear_kernel(
     ones = _dot_operand(tl.full((BLOCK_N, BLOCK_K // 2), 1, DOT), DOT)
     for k in range(first, first + steps):
         packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
-        x_even, x_odd = tl.split(tl.load(pair_ptrs + k * BLOCK_K * sak, mask=in_m[None, :, None], other=0))
         group = (k * BLOCK_K) // GROUP
         scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
         minimum = scale
         if ASYMMETRIC:
             minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
         low, high = _nibble_pairs(packed, SIGNED, DOT)
-        a_even, a_odd = _dot_operand(x_even, DOT), _dot_operand(x_odd, DOT)
         if FOLD:
+            x_even, x_odd = tl.split(tl.load(pair_ptrs + k * BLOCK_K * sak, mask=in_m[None, :, None], other=0))
+            a_even, a_odd = _dot_operand(x_even, DOT), _dot_operand(x_odd, DOT)
             sums = tl.dot(_dot_operand(low, DOT), a_even, input_precision=PRECISION)
             sums = tl.dot(_dot_operand(high, DOT), a_odd, sums, input_precision=PRECISION)
             acc += sums * scale[:, None]
@@ -196,8 +203,10 @@ def int4_linear_kernel(
                 x_sums = tl.dot(ones, a_even, input_precision=PRECISION)
                 acc += minimum[:, None] * tl.dot(ones, a_odd, x_sums, input_precision=PRECISION)
         else:
-            acc = tl.dot(_scaled(low, scale, minimum, ASYMMETRIC, DOT), a_even, acc, input_precision=PRECISION)
-            acc = tl.dot(_scaled(high, scale, minimum, ASYMMETRIC, DOT), a_odd, acc, input_precision=PRECISION)
+            w = tl.reshape(tl.join(_scaled(low, scale, minimum, ASYMMETRIC, DOT),
+                                   _scaled(high, scale, minimum, ASYMMETRIC, DOT)), (BLOCK_N, BLOCK_K))
+            x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
+            acc = tl.dot(w, x_t, acc, input_precision=PRECISION)
 
     mask = in_n[:, None] & in_m[None, :]
     at = rm[None, :] * N + rn[:, None]
