@@ -13,8 +13,9 @@ The tunable `linear_int4`: block_m (rows of x), block_n (weight rows), block_k, 
 and stages, keyed by M, N, K, the activations' dtype and the group size; its default is the
 device file's tiles.linear. block_k must divide the group (a K step lies in one group): larger
 candidates are pruned, and a served tile whose block_k does not divide the group runs with
-block_k = the group. Each K step is two dots of block_k / 2 (even and odd K), held to the
-device's matrix_unit.min_dot_k. Pruned besides (_fits): a tile twice the key's size, tiles of
+block_k = the group. A decode tile's K step is two dots of block_k / 2 (even and odd K), held to
+the device's matrix_unit.min_dot_k (wide tiles, one dot of block_k, keep the same bound). Whether
+a tile folds the scales is a function of its certified block_m, never of the call's M. Pruned besides (_fits): a tile twice the key's size, tiles of
 under 64 rows of x from m = 128 on (each weight tile dequantized too often), prefill (m >= 1024)
 on tiles under 128 x 64, 16-bit K steps of 32 on long K, split K outside decode rows (m <= 64),
 splits leaving a program under two K steps or passing SPLIT_TILES_MAX programs, stages deeper
