@@ -82,6 +82,23 @@ def test_an_integer_output_must_match_exactly_and_an_unwritten_position_fails_un
     assert np.isnan(screen.fills(dtypes.float16)[0])
 
 
+def test_an_exact_output_that_matches_is_never_widened_to_float64_for_a_deviation(fakes, hopper, monkeypatch):
+    """The certifier screens 256 MiB copies: a float64 deviation of each candidate's output took seconds."""
+    class Words(fakes.FakeWorkload):
+        def launch(self, setting):
+            self.out[:] = np.arange(self.out.size) % 65536
+
+        def reference_rows(self, rows):
+            return (np.arange(self.out.size) % 65536).astype(np.uint16)[rows]
+
+    def refused(out, ref):
+        raise AssertionError("a float64 deviation of an output equal to its oracle")
+
+    monkeypatch.setattr(screen, "oracle_deviation", refused)
+    result = screen.run(Words({"n": 4096, "dtype": dtypes.uint16}, fakes.Clock(), {}), [{"block": 0}], hopper)
+    assert result.verdicts[0].passed and result.verdicts[0].deviation == 0.0
+
+
 def test_a_missing_tolerance_refuses_the_screen_by_name(fakes, hopper):
     no_table = fakes.Overlay(hopper, autotune__screen_tolerance=fakes.ABSENT)
     with pytest.raises(ScreenRefusal, match=r"the screen of a float32 output needs autotune.screen_tolerance, "
