@@ -71,6 +71,21 @@ def test_flip_and_roll_of_reversed_and_sliced_views_match_numpy(device):
     same(nbx.roll(dv, 5), nbx.roll(cv, 5))
 
 
+@pytest.mark.parametrize("dtype", ["bool", "bfloat16", "float32", "int64"])   # 16, 8, 4 and 2 words a 16-byte group
+def test_a_flip_of_a_dense_last_dim_moves_16_byte_groups_and_matches_at_ragged_widths(device, dtype):
+    for shape in ((3, 37), (2, 3, 64), (5, 1)):
+        c, d = both(shape, dtype, device)
+        plan = rm.plan_for(empty(d.shape, d.dtype, d.device), d, FLIP, (0,) * (d.ndim - 1) + (1,))
+        assert plan.launches[0].meta["FLIP_VEC"] == (16 // d.dtype.itemsize if shape[-1] > 1 else 1)
+        same(nbx.flip(d, axis=-1), nbx.flip(c, axis=-1))
+        same(nbx.flip(d, axis=(0, -1)), nbx.flip(c, axis=(0, -1)))
+    narrow = {"block": 256, "block_c": 16, "num_warps": 4}   # a tail column block: groups past the row's end
+    c, d = both((4, 100), dtype, device)
+    out = empty(d.shape, d.dtype, d.device)
+    rm.remap_copy(out, d, FLIP, (0, 1), setting=narrow)
+    same(out, nbx.flip(c, axis=1))
+
+
 def test_concat_writes_each_part_with_one_launch_and_a_head_transpose_copies_rows(device):
     c, d = both((3, 4, 8), "float32", device)
     same(nbx.concat([d, d[:, :1], d[:, :0]], axis=1), nbx.concat([c, c[:, :1], c[:, :0]], axis=1))

@@ -56,10 +56,28 @@ def source_index(i, a, n, MODE: tl.constexpr):
 
 
 @triton.jit
+def flip_tile(out_ptr, src_ptr, src_row, out_row, live, col_block, n, VEC: tl.constexpr, BLOCK_R: tl.constexpr,
+              BLOCK_C: tl.constexpr):
+    """out[r, c] = src[r, n - 1 - c] for a last dim of unit stride on both sides: the tile is groups of
+    VEC words (16 bytes). Output group g (columns c0 + g * VEC + v) reads the source group starting at
+    n - c0 - (g + 1) * VEC backwards; so each group is loaded ascending (one 16-byte load where n is
+    a multiple of VEC: Triton sees the alignment) and reversed in the thread's registers, and the
+    loads vectorise as the stores do (j = n - 1 - c per element defeats the vectoriser)."""
+    c0 = col_block * BLOCK_C
+    g = tl.arange(0, BLOCK_C // VEC)
+    v = tl.arange(0, VEC)
+    cols = (c0 + g * VEC)[None, :, None] + v[None, None, :]
+    src_cols = (n - c0 - (g + 1) * VEC)[None, :, None] + v[None, None, :]
+    inside = live[:, None, None] & (cols < n)
+    values = tl.load(src_ptr + src_row[:, None, None] + src_cols, mask=live[:, None, None] & (src_cols >= 0))
+    tl.store(out_ptr + out_row[:, None, None] + cols, tl.flip(values, 2), mask=inside)
+
+
+@triton.jit
 def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
                  n0, n1, n2, n3, a0, a1, a2, a3, s0, s1, s2, s3, t0, t1, t2, t3,
                  MODE: tl.constexpr, MAP_INNER: tl.constexpr, FLAT_ROWS: tl.constexpr, FILL_WORDS: tl.constexpr,
-                 INDEX64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                 INDEX64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, FLIP_VEC: tl.constexpr = 1):
     pid = tl.program_id(0)
     if INDEX64:
         pid = pid.to(tl.int64)
@@ -82,16 +100,21 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
         j3, in3 = source_index(c, a3, n3, MODE)
     else:
         j3, in3 = c, c >= 0
-    src = src_ptr + (j0 * s0 + j1 * s1 + j2 * s2)[:, None] + (j3 * s3)[None, :]
-    out = out_ptr + (i0 * t0 + i1 * t1 + i2 * t2)[:, None] + (c * t3)[None, :]
-    if MODE == _CONSTANT:
-        inside = (in0 & in1 & in2)[:, None] & in3[None, :]
-        values = tl.load(src, mask=mask & inside)
-        if FILL_WORDS == 1:
-            fill = tl.load(fill_ptr)
-        else:  # a complex128 fill: its two words alternate along the last dim (the words' own dim)
-            fill = tl.load(fill_ptr + (c % FILL_WORDS))[None, :]
-        values = tl.where(inside, values, fill)
+    src_row = j0 * s0 + j1 * s1 + j2 * s2
+    out_row = i0 * t0 + i1 * t1 + i2 * t2
+    if FLIP_VEC > 1:  # a flip of a unit-stride last dim, VEC words (16 bytes) a group: see flip_tile
+        flip_tile(out_ptr, src_ptr, src_row, out_row, r < rows, pid % col_blocks, n3, FLIP_VEC, BLOCK_R, BLOCK_C)
     else:
-        values = tl.load(src, mask=mask)
-    tl.store(out, values, mask=mask)
+        src = src_ptr + src_row[:, None] + (j3 * s3)[None, :]
+        out = out_ptr + out_row[:, None] + (c * t3)[None, :]
+        if MODE == _CONSTANT:
+            inside = (in0 & in1 & in2)[:, None] & in3[None, :]
+            values = tl.load(src, mask=mask & inside)
+            if FILL_WORDS == 1:
+                fill = tl.load(fill_ptr)
+            else:  # a complex128 fill: its two words alternate along the last dim (the words' own dim)
+                fill = tl.load(fill_ptr + (c % FILL_WORDS))[None, :]
+            values = tl.where(inside, values, fill)
+        else:
+            values = tl.load(src, mask=mask)
+        tl.store(out, values, mask=mask)

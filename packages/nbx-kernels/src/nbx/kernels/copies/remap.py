@@ -94,6 +94,15 @@ def key_inputs(mode: int, dims, word: DType) -> dict:
                 transposed=transposed(dims))
 
 
+def flip_vector(mode: int, inner: Dim, word: DType, block_c: int) -> int:
+    """Words a 16-byte group of a flip of a unit-stride last dim (kernel.flip_tile: its loads are
+    16-byte vectors too), or 1: the per-element map (another map, a strided dim, a narrow tile)."""
+    vec = 16 // word.itemsize
+    if mode != FLIP or unmapped(mode, inner) or inner.src_stride != 1 or inner.out_stride != 1 or block_c < vec:
+        return 1
+    return vec
+
+
 def _extent(sizes, strides) -> int:
     return 1 + sum((s - 1) * abs(st) for s, st in zip(sizes, strides))
 
@@ -111,7 +120,8 @@ def _plan(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, set
             *(d.out for d in dims[1:]), *(d.n for d in dims), *(d.a for d in dims),
             *(d.src_stride for d in dims), *(d.out_stride for d in dims))
     meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), FLAT_ROWS=dims[0].out == dims[1].out == 1,
-                FILL_WORDS=words, INDEX64=wide, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=setting["num_warps"])
+                FILL_WORDS=words, INDEX64=wide, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=setting["num_warps"],
+                FLIP_VEC=flip_vector(mode, dims[-1], word, block_c))
     grid = (triton.cdiv(rows, block_r) * col_blocks,)
     return LaunchPlan(device, (Launch(remap_kernel, grid, args, meta),), detail=Remapped(dims, block_r, block_c))
 
@@ -203,4 +213,4 @@ def host_index(i: int, a: int, n: int, mode: int) -> tuple[int, bool]:
     return j % n, True
 
 
-__all__ = ["remap_copy", "rows_copy", "plan_for", "call_dims", "transposed", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]
+__all__ = ["remap_copy", "rows_copy", "plan_for", "call_dims", "transposed", "reduced", "tile", "key_inputs", "flip_vector", "host_index", "Dim", "MODES", "RANK"]
