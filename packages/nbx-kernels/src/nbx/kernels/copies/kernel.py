@@ -74,19 +74,12 @@ def flip_tile(out_ptr, src_ptr, src_row, out_row, live, col_block, n, VEC: tl.co
 
 
 @triton.jit
-def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
-                 n0, n1, n2, n3, a0, a1, a2, a3, s0, s1, s2, s3, t0, t1, t2, t3,
-                 MODE: tl.constexpr, MAP_INNER: tl.constexpr, FLAT_ROWS: tl.constexpr, FILL_WORDS: tl.constexpr,
-                 INDEX64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, FLIP_VEC: tl.constexpr = 1):
-    pid = tl.program_id(0)
-    if INDEX64:
-        pid = pid.to(tl.int64)
-    r = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
-    c = (pid % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
-    mask = (r < rows)[:, None] & (c < o3)[None, :]
+def row_source(r, o1, o2, n0, n1, n2, a0, a1, a2, s0, s1, s2, t0, t1, t2, MODE: tl.constexpr,
+               FLAT_ROWS: tl.constexpr):
+    """(source offset, output offset, inside) of output row r (its three outer dims)."""
     if FLAT_ROWS:  # one row dim: r itself, so a source contiguous along the rows (a transpose) is seen to be
         i2 = r
-        i1 = tl.zeros_like(r)
+        i1 = r * 0
         i0 = i1
     else:
         i2 = r % o2
@@ -96,25 +89,66 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
     j0, in0 = source_index(i0, a0, n0, MODE)
     j1, in1 = source_index(i1, a1, n1, MODE)
     j2, in2 = source_index(i2, a2, n2, MODE)
-    if MAP_INNER:
-        j3, in3 = source_index(c, a3, n3, MODE)
+    return j0 * s0 + j1 * s1 + j2 * s2, i0 * t0 + i1 * t1 + i2 * t2, in0 & in1 & in2
+
+
+@triton.jit
+def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
+                 n0, n1, n2, n3, a0, a1, a2, a3, s0, s1, s2, s3, t0, t1, t2, t3,
+                 MODE: tl.constexpr, MAP_INNER: tl.constexpr, FLAT_ROWS: tl.constexpr, FILL_WORDS: tl.constexpr,
+                 INDEX64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, FLIP_VEC: tl.constexpr = 1,
+                 FLAT_OUT: tl.constexpr = False):
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    if FLAT_OUT:
+        # a dense output of rows o3 >= BLOCK_R * BLOCK_C wide whose row stride is no multiple of 16 bytes
+        # (a pad's o3 = n3 + 2): its flat positions, so the stores stay 16-byte vectors; a block spans
+        # at most two rows, whose source offsets are worked out once (scalars) and selected per element
+        start = pid * (BLOCK_R * BLOCK_C)
+        lin = start + tl.arange(0, BLOCK_R * BLOCK_C)
+        r_first = start // o3
+        c = lin - r_first * o3
+        over = c >= o3
+        c = tl.where(over, c - o3, c)
+        src_a, _, in_a = row_source(r_first, o1, o2, n0, n1, n2, a0, a1, a2, s0, s1, s2, t0, t1, t2, MODE, FLAT_ROWS)
+        src_b, _, in_b = row_source(r_first + 1, o1, o2, n0, n1, n2, a0, a1, a2, s0, s1, s2, t0, t1, t2, MODE,
+                                    FLAT_ROWS)
+        src_row = tl.where(over, src_b, src_a)
+        in_row = tl.where(over, in_b.to(tl.int32), in_a.to(tl.int32)) != 0   # (the interpreter's bool where is int)
+        mask = lin < rows * o3
+        out = out_ptr + lin
     else:
-        j3, in3 = c, c >= 0
-    src_row = j0 * s0 + j1 * s1 + j2 * s2
-    out_row = i0 * t0 + i1 * t1 + i2 * t2
+        r = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+        c2 = (pid % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+        src_r, out_r, in_r = row_source(r, o1, o2, n0, n1, n2, a0, a1, a2, s0, s1, s2, t0, t1, t2, MODE, FLAT_ROWS)
+        src_row = src_r[:, None]
+        in_row = in_r[:, None]
+        c = c2[None, :]
+        mask = (r < rows)[:, None] & (c < o3)
+        out = out_ptr + out_r[:, None] + c * t3
     if FLIP_VEC > 1:  # a flip of a unit-stride last dim, VEC words (16 bytes) a group: see flip_tile
-        flip_tile(out_ptr, src_ptr, src_row, out_row, r < rows, pid % col_blocks, n3, FLIP_VEC, BLOCK_R, BLOCK_C)
+        flip_tile(out_ptr, src_ptr, src_r, out_r, r < rows, pid % col_blocks, n3, FLIP_VEC, BLOCK_R, BLOCK_C)
     else:
-        src = src_ptr + src_row[:, None] + (j3 * s3)[None, :]
-        out = out_ptr + out_row[:, None] + (c * t3)[None, :]
+        if MAP_INNER:
+            j3, in3 = source_index(c, a3, n3, MODE)
+        else:
+            j3, in3 = c, c >= 0
+        src = src_ptr + src_row + j3 * s3
         if MODE == _CONSTANT:
-            inside = (in0 & in1 & in2)[:, None] & in3[None, :]
+            inside = in_row & in3
             values = tl.load(src, mask=mask & inside)
             if FILL_WORDS == 1:
                 fill = tl.load(fill_ptr)
             else:  # a complex128 fill: its two words alternate along the last dim (the words' own dim)
-                fill = tl.load(fill_ptr + (c % FILL_WORDS))[None, :]
+                fill = tl.load(fill_ptr + (c % FILL_WORDS))
             values = tl.where(inside, values, fill)
         else:
             values = tl.load(src, mask=mask)
-        tl.store(out, values, mask=mask)
+        if FLAT_OUT:  # a block wholly inside stores unmasked: a mask is no proof of 16-byte runs past an odd total
+            if start + BLOCK_R * BLOCK_C <= rows * o3:
+                tl.store(out, values)
+            else:
+                tl.store(out, values, mask=mask)
+        else:
+            tl.store(out, values, mask=mask)
