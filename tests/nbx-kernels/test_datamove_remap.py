@@ -114,6 +114,36 @@ def test_concat_writes_each_part_with_one_launch_and_a_head_transpose_copies_row
     same(d.permute(2, 1, 0).contiguous(), c.permute(2, 1, 0).contiguous())
 
 
+def launches_of(monkeypatch):
+    """A list that grows by each launch plans.execute runs."""
+    counted, execute = [], plans.execute
+    monkeypatch.setattr(plans, "execute", lambda plan, values: counted.extend(plan.launches) or execute(plan, values))
+    return counted
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "complex128"])
+def test_a_kv_append_and_a_concat_of_six_dense_parts_take_a_launch_a_group_of_four(device, dtype, monkeypatch):
+    c, d = both((3, 5, 8), dtype, device)
+    counted = launches_of(monkeypatch)
+    same(nbx.concat([d, d[:, :1]], axis=1), nbx.concat([c, c[:, :1]], axis=1))   # the cache and its new row
+    assert len(counted) == 1 and counted[0].kernel.__name__ == "concat_kernel"
+    parts, host = [d[:, :k] for k in (1, 2, 0, 3, 1, 5, 2)], [c[:, :k] for k in (1, 2, 0, 3, 1, 5, 2)]
+    counted.clear()
+    same(nbx.concat(parts, axis=1), nbx.concat(host, axis=1))
+    assert len(counted) == 2 and price("concat", parts, 1).launches == 2   # 6 non-empty parts: 4 + 2
+    counted.clear()
+    same(nbx.concat([d, d], axis=0), nbx.concat([c, c], axis=0))
+    assert len(counted) == 1
+
+
+def test_a_concat_with_a_part_that_is_no_run_of_rows_copies_each_part(device, monkeypatch):
+    c, d = both((4, 6), "float32", device)
+    counted = launches_of(monkeypatch)
+    same(nbx.concat([d, d.T[:4]], axis=1), nbx.concat([c, c.T[:4]], axis=1))
+    assert len(counted) == 2 and price("concat", [d, d.T[:4]], 1).launches == 2
+    assert all(launch.kernel.__name__ == "remap_kernel" for launch in counted)
+
+
 def test_a_transpose_reads_down_the_rows_with_its_own_tunable_and_matches(device):
     c, d = both((37, 70), "bfloat16", device)
     assert rm.rows_copy(empty((70, 37), d.dtype, d.device), d.T)

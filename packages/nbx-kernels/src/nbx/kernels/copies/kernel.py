@@ -152,3 +152,32 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
                 tl.store(out, values, mask=mask)
         else:
             tl.store(out, values, mask=mask)
+
+
+@triton.jit
+def concat_kernel(out_ptr, rows, out_row, src0, src1, src2, src3, w0, w1, w2, w3, sr0, sr1, sr2, sr3,
+                  col0, col1, col2, col3, end0, end1, end2, INDEX64: tl.constexpr, BLOCK_R: tl.constexpr,
+                  BLOCK_C: tl.constexpr):
+    """Up to four parts of a concat in one launch (a KV append's cache and its new row: one launch,
+    not two, whose second's launch gap and ramp cost a fifth of a 64 MiB append). Part p is rows x w_p
+    words (source rows sr_p apart, unit stride along them) written at column col_p of the output's
+    rows (out_row apart); programs [end_{p-1}, end_p) are part p's, tiled BLOCK_R x BLOCK_C. The part's
+    pointer, width and strides are selected per program (scalars), so one body serves every part and
+    the loads and stores stay 16-byte vectors where every part's layout is 16-byte aligned."""
+    pid = tl.program_id(0)
+    if INDEX64:
+        pid = pid.to(tl.int64)
+    first = pid < end0
+    second = pid < end1
+    third = pid < end2
+    src = tl.where(first, src0, tl.where(second, src1, tl.where(third, src2, src3)))
+    width = tl.where(first, w0, tl.where(second, w1, tl.where(third, w2, w3)))
+    src_row = tl.where(first, sr0, tl.where(second, sr1, tl.where(third, sr2, sr3)))
+    col = tl.where(first, col0, tl.where(second, col1, tl.where(third, col2, col3)))
+    q = pid - tl.where(first, 0, tl.where(second, end0, tl.where(third, end1, end2)))
+    col_blocks = tl.cdiv(width, BLOCK_C)
+    r = (q // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = (q % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (r < rows)[:, None] & (c < width)[None, :]
+    values = tl.load(src + (r * src_row)[:, None] + c[None, :], mask=mask)
+    tl.store(out_ptr + col + (r * out_row)[:, None] + c[None, :], values, mask=mask)
