@@ -152,3 +152,29 @@ def test_the_image_kernels_lower_for_sm90():
                 BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
     cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
     assert lowering_failures(cases) == []
+
+
+REMAP = ("nbx.kernels.copies.kernel", "remap_kernel", {
+    **_typed("out_ptr src_ptr fill_ptr", "*u16"),
+    **_typed("rows col_blocks o1 o2 o3 n0 n1 n2 n3 a0 a1 a2 a3 s0 s1 s2 s3 t0 t1 t2 t3", "i32")})
+CONCAT = ("nbx.kernels.copies.kernel", "concat_kernel", {
+    **_typed("out_ptr src0 src1 src2 src3", "*u16"),
+    **_typed("rows out_row w0 w1 w2 w3 sr0 sr1 sr2 sr3 col0 col1 col2 col3 end0 end1 end2", "i32")})
+SCATTER_ADD = ("nbx.kernels.gather.kernel", "scatter_add_kernel", {
+    "out_ptr": "*fp32", "idx_ptr": "*i64", "src_ptr": "*fp32", "count_ptr": "*i32", "flag_ptr": "*i64",
+    **_typed("n k rows inner idx_s0 idx_s1 idx_s2 src_s0 src_s1 src_s2", "i32")})
+
+
+def test_the_remap_copy_in_every_mode_path_and_the_grouped_concat_and_atomic_scatter_lower_for_sm90():
+    """The remap's row tile, its flat-output walk (a pad's odd rows) and its 16-byte flip groups; the
+    concat of four parts a launch; the relaxed atomic scatter, its index checked per element or per row."""
+    base = dict(FILL_WORDS=1, INDEX64=False, BLOCK_R=2, BLOCK_C=1024)
+    cases = [(*REMAP, {**base, "MODE": mode, "MAP_INNER": mode != 0, "FLAT_ROWS": flat_rows, "FLAT_OUT": flat_out,
+                       "FLIP_VEC": 1, "INDEX64": wide})
+             for mode in range(7) for flat_rows in (False, True) for flat_out in (False, True)
+             for wide in ((False, True) if mode < 2 else (False,))]
+    cases += [(*REMAP, {**base, "MODE": 5, "MAP_INNER": True, "FLAT_ROWS": False, "FLAT_OUT": False, "FLIP_VEC": 8})]
+    cases += [(*CONCAT, {"INDEX64": wide, "BLOCK_R": 2, "BLOCK_C": 1024}) for wide in (False, True)]
+    cases += [(*SCATTER_ADD, {"ROWS": 1, "COLS": 1024, "CLEAR": clear, "TAG": 1 << 40, "ROW_INDEX": row_index})
+              for clear in (False, True) for row_index in (False, True)]
+    assert lowering_failures(cases) == []
