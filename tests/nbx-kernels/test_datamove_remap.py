@@ -188,6 +188,9 @@ def test_the_benchmark_and_model_shapes_move_their_bits_on_the_gpu():
         same(nbx.pad(g, (3, 3, 1, 2), mode=mode), nbx.pad(x, (3, 3, 1, 2), mode=mode))
     same(nbx.concat([g[:512], g[512:]], axis=1), nbx.concat([x[:512], x[512:]], axis=1))
     same(nbx.flip(g, axis=1), nbx.flip(x, axis=1))
+    aligned = x[:, :4096].contiguous()   # rows of 16-byte groups: the flip's vector loads; a pad's odd rows
+    same(nbx.flip(aligned.to(device), axis=(0, 1)), nbx.flip(aligned, axis=(0, 1)))
+    same(nbx.pad(aligned.to(device), (1, 1, 1, 1)), nbx.pad(aligned, (1, 1, 1, 1)))
     same(nbx.roll(g, 7, axis=1), nbx.roll(x, 7, axis=1))
     same(g.T.contiguous(), x.T.contiguous())
     heads = nbx.asarray(values((32, 512, 128), "float32")).to(dtype=nbx.bfloat16)
