@@ -197,3 +197,16 @@ def test_the_benchmark_and_model_shapes_move_their_bits_on_the_gpu():
     same(heads.to(device).permute(1, 0, 2).contiguous(), heads.permute(1, 0, 2).contiguous())
     cache, new = heads[:, :511], heads[:, 511:]
     same(nbx.concat([cache.to(device), new.to(device)], axis=1), nbx.concat([cache, new], axis=1))
+
+
+def test_a_wide_row_key_tries_row_tiles_of_512_or_more_and_a_transpose_keeps_its_square_tiles():
+    """Each candidate of a 256 MiB key is a compile and two screens of its output: the certification's bound."""
+    from nbx.core import device_files
+    facts = device_files.for_arch("sm_90")
+    wide = {"n": 1 << 27, "inner": 16384, "dtype": nbx.uint16, "mapped": True, "transposed": False}
+    kept, _ = tuning.DATAMOVE.candidates(facts, wide)
+    assert kept and min(s["block_c"] for s in kept) == tuning.WIDE_TILE and len(kept) == 26
+    kept, _ = tuning.DATAMOVE_TRANSPOSE.candidates(facts, {**wide, "mapped": False, "transposed": True})
+    assert min(s["block_c"] for s in kept) == 64
+    heads, _ = tuning.DATAMOVE.candidates(facts, {**wide, "inner": 128})
+    assert {s["block_c"] for s in heads} == {64, 128}

@@ -23,11 +23,22 @@ def _fits_threads(setting, facts):
     return setting["block"] >= threads or f"block {setting['block']} has fewer elements than {threads} threads"
 
 
+WIDE_ROWS = 4096   # rows at least this wide (not a transpose's) try only row tiles of WIDE_TILE or more
+WIDE_TILE = 512
+
+
 def _fits_rows(setting, rep, facts):
-    """A row tile wider than the key's last dim launches as the narrower one (remap.tile): not a candidate."""
+    """A row tile wider than the key's last dim launches as the narrower one (remap.tile): not a
+    candidate. On wide rows a narrow row tile only spans more rows for the same bytes a program (and
+    a pad's flat walk ignores it): those halve a wide key's candidates, whose screens and compiles
+    bound the certification (a transpose's square tiles stay)."""
     from ..rows import pow2_at_least
     widest = max(PARAMS["block_c"][0], pow2_at_least(rep["inner"]))
-    return setting["block_c"] <= widest or f"a row tile of {setting['block_c']} for rows of {rep['inner']}"
+    if setting["block_c"] > widest:
+        return f"a row tile of {setting['block_c']} for rows of {rep['inner']}"
+    if rep["inner"] >= WIDE_ROWS and not rep["transposed"] and setting["block_c"] < WIDE_TILE:
+        return f"a row tile of {setting['block_c']} on rows of {rep['inner']}: under {WIDE_TILE}, more rows, same bytes"
+    return True
 
 
 def workload(rep, device):
