@@ -106,6 +106,7 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
         # (a pad's o3 = n3 + 2): its flat positions, so the stores stay 16-byte vectors; a block spans
         # at most two rows, whose source offsets are worked out once (scalars) and selected per element
         start = pid * (BLOCK_R * BLOCK_C)
+        total = (pid * 0 + rows) * o3   # in pid's width: rows * o3 of two int32 arguments overflows past 2**31
         lin = start + tl.arange(0, BLOCK_R * BLOCK_C)
         r_first = start // o3
         c = lin - r_first * o3
@@ -116,7 +117,7 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
                                     FLAT_ROWS)
         src_row = tl.where(over, src_b, src_a)
         in_row = tl.where(over, in_b.to(tl.int32), in_a.to(tl.int32)) != 0   # (the interpreter's bool where is int)
-        mask = lin < rows * o3
+        mask = lin < total
         out = out_ptr + lin
     else:
         r = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -146,7 +147,7 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
         else:
             values = tl.load(src, mask=mask)
         if FLAT_OUT:  # a block wholly inside stores unmasked: a mask is no proof of 16-byte runs past an odd total
-            if start + BLOCK_R * BLOCK_C <= rows * o3:
+            if start + BLOCK_R * BLOCK_C <= total:
                 tl.store(out, values)
             else:
                 tl.store(out, values, mask=mask)
