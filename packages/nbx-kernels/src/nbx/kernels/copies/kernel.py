@@ -15,7 +15,13 @@ dim the offsets stay `c * stride`, so when the last dim is unmapped (MAP_INNER=0
 (Triton specialises a stride of 1) the loads and stores are contiguous and vectorise to 16 bytes.
 A transpose (the source of unit stride along the output's only row dim, FLAT_ROWS) reads its tile
 contiguous down the rows and writes it along the columns: Triton moves the tile between the two
-layouts through shared memory.
+layouts through shared memory. The vectoriser sees 16-byte runs only where every row offset is a
+multiple of 16 bytes and an index is `c * 1`: two paths keep them where the per-element map would
+not (measured in the PTX Triton emits for sm_90, 2026-12-01): FLAT_OUT walks a dense output whose
+rows are no multiple of 16 bytes (a pad) by its flat positions, and FLIP_VEC moves a flip of a
+unit-stride last dim as 16-byte groups reversed in registers (flip_tile). A ROLL or a pad still
+loads single words (its source is shifted by `a` words, no 16-byte boundary); its stores are vectors.
+concat_kernel writes up to four parts of a concat in one launch.
 Elements are moved as unsigned words of their size: one compiled kernel per itemsize (complex128
 as two uint64 words, the last dim; CONSTANT's fill then has FILL_WORDS words).
 """
