@@ -55,8 +55,7 @@ def test_pad_of_a_mid_size_tensor_is_one_launch_whatever_its_rows(device, mode):
     same(got, nbx.pad(small, (3, 3, 2, 1), mode=mode))
 
 
-@pytest.mark.parametrize("mode, dtype", [("constant", "bool"), ("reflect", "bfloat16"), ("replicate", "float32"),
-                                         ("circular", "bfloat16")])
+@pytest.mark.parametrize("mode, dtype", [("constant", "bool"), ("reflect", "bfloat16")])   # the maps are the row tile's
 def test_a_pad_whose_rows_are_no_multiple_of_16_bytes_walks_the_flat_output_and_matches(device, mode, dtype):
     """Blocks of 16 straddle two rows of 39 (and 5 x 2 rows: the row decomposition of the outer dims)."""
     small = {"block": 16, "block_c": 16, "num_warps": 1}
