@@ -148,6 +148,9 @@ def test_a_transpose_reads_down_the_rows_with_its_own_tunable_and_matches(device
     assert rm.rows_copy(empty((70, 37), d.dtype, d.device), d.T)
     plan = rm.plan_for(empty((70, 37), d.dtype, d.device), d.T, COPY, (0, 0))
     assert rm.transposed(plan.detail.dims) and plan.launches[0].meta["FLAT_ROWS"]
+    odd = rm.plan_for(empty((70, 37), d.dtype, d.device), d.T, COPY, (0, 0), setting={"block": 16, "block_c": 16,
+                                                                                      "num_warps": 1})
+    assert not odd.launches[0].meta["FLAT_OUT"]   # odd rows, but a transpose keeps its square tile
     same(d.T.contiguous(), c.T.contiguous())
     same(d[:, 1::2].T.contiguous(), c[:, 1::2].T.contiguous())
 

@@ -133,7 +133,7 @@ def _plan(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, set
             *(d.out for d in dims[1:]), *(d.n for d in dims), *(d.a for d in dims),
             *(d.src_stride for d in dims), *(d.out_stride for d in dims))
     flip_vec = flip_vector(mode, dims[-1], word, block_c)
-    flat = flip_vec == 1 and flat_output(dims, word, block_r * block_c)
+    flat = flip_vec == 1 and not transposed(dims) and flat_output(dims, word, block_r * block_c)  # (a transpose's tile stays)
     meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), FLAT_ROWS=dims[0].out == dims[1].out == 1,
                 FILL_WORDS=words, INDEX64=wide, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=setting["num_warps"],
                 FLIP_VEC=flip_vec, FLAT_OUT=flat)
