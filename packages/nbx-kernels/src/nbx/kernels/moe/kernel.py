@@ -41,13 +41,13 @@ def _pick(key, allowed, index, BIG: tl.constexpr):
     return _first_of(allowed & (key == best[:, None]), index, BIG)
 
 
-@triton.jit(do_not_specialize=["scaling_bits"])
-def route_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, T, E, GROUP_SIZE, s_t, s_e, scaling_bits,
-                 TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
-                 BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Grid: (cdiv(T, BLOCK_T),). weights (float32) and experts (int32) are contiguous [T, TOP_K]."""
-    rt = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+@triton.jit
+def _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e, scaling,
+                TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
+                GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
+                BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tokens rt's routing: (weights float32 [BLOCK_T, BLOCK_K], experts int32 [BLOCK_T, BLOCK_K]),
+    slot j in column j (columns past TOP_K and rows past T hold no choice)."""
     re = tl.arange(0, BLOCK_E)
     in_t = rt < T
     in_e = (re < E)[None, :]
@@ -94,11 +94,74 @@ def route_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, T, E, GROUP_SIZ
         ids = tl.where(rk == j, e[:, None], ids)
     if RENORM:
         weights = weights / tl.sum(weights, axis=1)[:, None]
-    weights = weights * float_argument(scaling_bits).to(tl.float32)
-    at = rows * TOP_K + rk
-    mask = in_t[:, None] & (rk < TOP_K)
+    return weights * scaling, ids
+
+
+@triton.jit(do_not_specialize=["scaling_bits"])
+def route_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, T, E, GROUP_SIZE, s_t, s_e, scaling_bits,
+                 TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
+                 BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Grid: (cdiv(T, BLOCK_T),). weights (float32) and experts (int32) are contiguous [T, TOP_K]."""
+    rt = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    weights, ids = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
+                               float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS, GROUPS,
+                               KEPT, TOP2, BLOCK_T, BLOCK_E, BLOCK_G, BLOCK_K)
+    rk = tl.arange(0, BLOCK_K)[None, :]
+    at = rt.to(tl.int64)[:, None] * TOP_K + rk
+    mask = (rt < T)[:, None] & (rk < TOP_K)
     tl.store(weights_ptr + at, weights, mask=mask)
     tl.store(experts_ptr + at, ids, mask=mask)
+
+
+@triton.jit(do_not_specialize=["scaling_bits"])
+def route_align_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, sorted_ptr, block_experts_ptr, inverse_ptr,
+                       padded_ptr, T, E, GROUP_SIZE, s_t, s_e, scaling_bits, CAPACITY,
+                       TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
+                       GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
+                       BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCKS_PER_EXPERT: tl.constexpr, BLOCK: tl.constexpr):
+    """Grid: (1,), T <= BLOCK_T: the routing of route_kernel and the alignment of align_count_kernel
+    and align_place_kernel (the same tables) in one program, for the one-token band, where those
+    three launches cost more than their work. The P = T * TOP_K pairs (BLOCK_T * BLOCK_K in registers,
+    pair t * TOP_K + j at t * BLOCK_K + j: flattening keeps pair order) are counted per expert from
+    their one-hot [pairs, experts] matrix, each expert's run starts at the prefix sum of the padded
+    counts, and a pair's rank in its run is the running count of its column (a stable sort). A
+    token's experts are distinct, so an expert has at most T pairs: BLOCKS_PER_EXPERT row blocks.
+    The pairs, each run's padding and the tail are disjoint positions: no store overwrites another."""
+    rt = tl.arange(0, BLOCK_T)
+    weights, ids = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
+                               float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS, GROUPS,
+                               KEPT, TOP2, BLOCK_T, BLOCK_E, BLOCK_G, BLOCK_K)
+    rk = tl.arange(0, BLOCK_K)[None, :]
+    pair = rt[:, None] * TOP_K + rk
+    in_pair = (rt < T)[:, None] & (rk < TOP_K)
+    tl.store(weights_ptr + pair, weights, mask=in_pair)
+    tl.store(experts_ptr + pair, ids, mask=in_pair)
+    P = T * TOP_K
+    pair = tl.reshape(pair, (BLOCK_T * BLOCK_K,))
+    expert = tl.reshape(tl.where(in_pair, ids, -1), (BLOCK_T * BLOCK_K,))
+    re = tl.arange(0, BLOCK_E)
+    member = (expert[:, None] == re[None, :]).to(tl.int32)       # [pairs, experts]; no column for -1
+    counts = tl.sum(member, axis=0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    start = tl.cumsum(padded, axis=0) - padded
+    rank = tl.sum(member * (tl.cumsum(member, axis=0) - 1), axis=1)
+    at = tl.sum(member * start[None, :], axis=1) + rank
+    placed = expert >= 0
+    tl.store(sorted_ptr + at, pair, mask=placed)
+    tl.store(inverse_ptr + pair, at, mask=placed)
+    rm = tl.arange(0, BLOCK_M)[None, :]
+    tl.store(sorted_ptr + (start + counts)[:, None] + rm, P, mask=rm < (padded - counts)[:, None])
+    rb = tl.arange(0, BLOCKS_PER_EXPERT)[None, :]
+    tl.store(block_experts_ptr + (start // BLOCK_M)[:, None] + rb, re[:, None], mask=rb < (padded // BLOCK_M)[:, None])
+    used = tl.sum(padded, axis=0)
+    tl.store(padded_ptr, used)
+    r = tl.arange(0, BLOCK)
+    for first in range(used, CAPACITY, BLOCK):
+        tl.store(sorted_ptr + first + r, P, mask=first + r < CAPACITY)
+    for b in range(used // BLOCK_M, CAPACITY // BLOCK_M, BLOCK):
+        tl.store(block_experts_ptr + b + r, -1, mask=b + r < CAPACITY // BLOCK_M)
 
 
 @triton.jit
