@@ -78,7 +78,11 @@ def _route_align_launch(shape, strides, options: RouteOptions, block_m: int, dev
     tokens, count = shape
     pairs = tokens * options.top_k
     block_t = pow2_at_least(tokens)
-    meta = _route_meta(options, count, block_t, launch.tiles("moe_route", device)["num_warps"])
+    # one program holds every token's [experts] rows: at most 16 elements of one a thread (sm_90's
+    # ptxas spilled 16 tokens x 256 experts at 4 warps, 32 a thread; not at 8 warps)
+    warps = min(16, max(launch.tiles("moe_route", device)["num_warps"], pow2_at_least(block_t * pow2_at_least(count)
+                                                                                       // 512)))
+    meta = _route_meta(options, count, block_t, warps)
     tables = tuple(Slot(prefix + name) for name in ("sorted_pairs", "block_experts", "inverse", "padded_count"))
     args = _route_args(shape, strides, options)
     return Launch(route_align_kernel, (1,), (*args[:4], *tables, *args[4:], Slot("scaling_bits"),

@@ -46,8 +46,10 @@ def _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e, scaling,
                 TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
                 GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
                 BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Tokens rt's routing: (weights float32 [BLOCK_T, BLOCK_K], experts int32 [BLOCK_T, BLOCK_K]),
-    slot j in column j (columns past TOP_K and rows past T hold no choice)."""
+    """Tokens rt's routing: (weights float32 [BLOCK_T, BLOCK_K], experts int32 [BLOCK_T, BLOCK_K],
+    slot int32 [BLOCK_T, BLOCK_E]), slot j in column j (columns past TOP_K and rows past T hold no
+    choice); slot[t, e] is the slot that chose expert e for token t, -1 where none did (the band's
+    alignment reads it; route_kernel does not, and the compiler drops it)."""
     re = tl.arange(0, BLOCK_E)
     in_t = rt < T
     in_e = (re < E)[None, :]
@@ -86,15 +88,17 @@ def _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e, scaling,
     rk = tl.arange(0, BLOCK_K)[None, :]
     weights = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
     ids = tl.zeros((BLOCK_T, BLOCK_K), tl.int32)
+    slot = tl.full((BLOCK_T, BLOCK_E), -1, tl.int32)
     for j in tl.static_range(TOP_K):
         e = _pick(key, allowed, re[None, :], BLOCK_E)
         hit = re[None, :] == e[:, None]
         allowed = allowed & ~hit
         weights = tl.where(rk == j, tl.sum(tl.where(hit, scores, 0.0), axis=1)[:, None], weights)
         ids = tl.where(rk == j, e[:, None], ids)
+        slot = tl.where(hit, j, slot)
     if RENORM:
         weights = weights / tl.sum(weights, axis=1)[:, None]
-    return weights * scaling, ids
+    return weights * scaling, ids, slot
 
 
 @triton.jit(do_not_specialize=["scaling_bits"])
@@ -104,9 +108,9 @@ def route_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, T, E, GROUP_SIZ
                  BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
     """Grid: (cdiv(T, BLOCK_T),). weights (float32) and experts (int32) are contiguous [T, TOP_K]."""
     rt = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    weights, ids = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
-                               float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS, GROUPS,
-                               KEPT, TOP2, BLOCK_T, BLOCK_E, BLOCK_G, BLOCK_K)
+    weights, ids, _ = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
+                                  float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS,
+                                  GROUPS, KEPT, TOP2, BLOCK_T, BLOCK_E, BLOCK_G, BLOCK_K)
     rk = tl.arange(0, BLOCK_K)[None, :]
     at = rt.to(tl.int64)[:, None] * TOP_K + rk
     mask = (rt < T)[:, None] & (rk < TOP_K)
@@ -123,34 +127,31 @@ def route_align_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, sorted_pt
                        BLOCKS_PER_EXPERT: tl.constexpr, BLOCK: tl.constexpr):
     """Grid: (1,), T <= BLOCK_T: the routing of route_kernel and the alignment of align_count_kernel
     and align_place_kernel (the same tables) in one program, for the one-token band, where those
-    three launches cost more than their work. The P = T * TOP_K pairs (BLOCK_T * BLOCK_K in registers,
-    pair t * TOP_K + j at t * BLOCK_K + j: flattening keeps pair order) are counted per expert from
-    their one-hot [pairs, experts] matrix, each expert's run starts at the prefix sum of the padded
-    counts, and a pair's rank in its run is the running count of its column (a stable sort). A
-    token's experts are distinct, so an expert has at most T pairs: BLOCKS_PER_EXPERT row blocks.
-    The pairs, each run's padding and the tail are disjoint positions: no store overwrites another."""
+    three launches cost more than their work. A token's experts are distinct, so the pairs are the
+    chosen cells of the routing's [tokens, experts] slot matrix, an expert's pairs in token order
+    are in pair order, and an expert has at most T of them (BLOCKS_PER_EXPERT row blocks): its
+    counts are the matrix's column sums, each run starts at the prefix sum of the padded counts, and
+    a pair's rank in its run is the running count down its column. The pairs, each run's padding and
+    the tail are disjoint positions: no store overwrites another."""
     rt = tl.arange(0, BLOCK_T)
-    weights, ids = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
-                               float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS, GROUPS,
-                               KEPT, TOP2, BLOCK_T, BLOCK_E, BLOCK_G, BLOCK_K)
+    weights, ids, slot = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
+                                     float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS,
+                                     GROUPS, KEPT, TOP2, BLOCK_T, BLOCK_E, BLOCK_G, BLOCK_K)
     rk = tl.arange(0, BLOCK_K)[None, :]
-    pair = rt[:, None] * TOP_K + rk
     in_pair = (rt < T)[:, None] & (rk < TOP_K)
-    tl.store(weights_ptr + pair, weights, mask=in_pair)
-    tl.store(experts_ptr + pair, ids, mask=in_pair)
+    tl.store(weights_ptr + rt[:, None] * TOP_K + rk, weights, mask=in_pair)
+    tl.store(experts_ptr + rt[:, None] * TOP_K + rk, ids, mask=in_pair)
     P = T * TOP_K
-    pair = tl.reshape(pair, (BLOCK_T * BLOCK_K,))
-    expert = tl.reshape(tl.where(in_pair, ids, -1), (BLOCK_T * BLOCK_K,))
     re = tl.arange(0, BLOCK_E)
-    member = (expert[:, None] == re[None, :]).to(tl.int32)       # [pairs, experts]; no column for -1
+    chosen = (slot >= 0) & (rt < T)[:, None]                    # [tokens, experts]: a pair each
+    member = chosen.to(tl.int32)
     counts = tl.sum(member, axis=0)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     start = tl.cumsum(padded, axis=0) - padded
-    rank = tl.sum(member * (tl.cumsum(member, axis=0) - 1), axis=1)
-    at = tl.sum(member * start[None, :], axis=1) + rank
-    placed = expert >= 0
-    tl.store(sorted_ptr + at, pair, mask=placed)
-    tl.store(inverse_ptr + pair, at, mask=placed)
+    at = start[None, :] + tl.cumsum(member, axis=0) - member
+    pair = rt[:, None] * TOP_K + slot
+    tl.store(sorted_ptr + at, pair, mask=chosen)
+    tl.store(inverse_ptr + pair, at, mask=chosen)
     rm = tl.arange(0, BLOCK_M)[None, :]
     tl.store(sorted_ptr + (start + counts)[:, None] + rm, P, mask=rm < (padded - counts)[:, None])
     rb = tl.arange(0, BLOCKS_PER_EXPERT)[None, :]
