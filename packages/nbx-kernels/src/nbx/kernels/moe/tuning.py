@@ -14,7 +14,6 @@ The launch key (launch_key): tokens (the power of two at or above the count), ex
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -92,18 +91,15 @@ def _normal(shape, seed: int, scale: float) -> np.ndarray:
     return values
 
 
-@functools.lru_cache(maxsize=1)
 def _host_weights(count: int, inter: int, hidden: int, dtype: str) -> tuple:
-    """w_gate, w_up, w_down of a layer on the host in the key's dtype (read-only), kept for the next
-    key of the same layer: a certification screens a layer's keys one after another, and Mixtral's
-    1.4 G weights take seconds to draw."""
-    host = as_dtype(dtype).host
-    drawn = (_normal((count, inter, hidden), 21, 1 / math.sqrt(hidden)).astype(host),
-             _normal((count, inter, hidden), 13, 1 / math.sqrt(hidden)).astype(host),
-             _normal((count, hidden, inter), 17, 1 / math.sqrt(inter)).astype(host))
-    for w in drawn:
-        w.flags.writeable = False
-    return drawn
+    """w_gate, w_up, w_down of a layer on the host in the key's dtype (read-only), kept by
+    autotune.kept_inputs for the next key of the same layer."""
+    def draw():
+        host = as_dtype(dtype).host
+        return (_normal((count, inter, hidden), 21, 1 / math.sqrt(hidden)).astype(host),
+                _normal((count, inter, hidden), 13, 1 / math.sqrt(hidden)).astype(host),
+                _normal((count, hidden, inter), 17, 1 / math.sqrt(inter)).astype(host))
+    return autotune.kept_inputs("moe experts", (count, inter, hidden, dtype), draw)
 
 
 def representative_layer(rep, device):
