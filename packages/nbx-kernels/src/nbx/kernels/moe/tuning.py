@@ -31,7 +31,9 @@ BAND_TOKENS = 16
 # a key's sweep short; group_m is matmul's single value
 PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (64, 128, 256), "block_k": (64, 128), "group_m": (8,),
           "num_warps": (4, 8), "num_stages": (3, 4)}
-BAND_PARAMS = {**PARAMS, "block_m": (16, 32)}
+# the band adds 32-column tiles: one Qwen3-30B-A3B token's gate/up launch is 8 row blocks x 768 / 64
+# = 96 programs at block_n 64, under the H200's 132 SMs, so its weights stream through part of them
+BAND_PARAMS = {**PARAMS, "block_m": (16, 32), "block_n": (32, 64, 128, 256)}
 # tokens: the power of two at or above the count (rows.pow2_at_least, as the row kernels key their
 # width): a tile's fit follows an expert's rows, tokens * top_k / experts, on an octave scale, and a
 # model's prefill lengths then take 10 classes up to 8192 and the band 5, each screened or certified
