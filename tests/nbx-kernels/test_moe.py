@@ -252,6 +252,46 @@ def test_uneven_routing_at_the_h200_prefill_tile_matches_the_oracle(device, chec
     check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_descriptor_loads_give_the_oracles_layer_at_uneven_routing(device, check, dtype):
+    """loads "tma": the weights as [E * N, K] through descriptors (I = 40 and H = 136 are no
+    multiples of the tile: a tile runs into the next expert's rows, in columns never stored, and
+    past the last expert; K's tail reads zeros) and down's intermediate rows through one too."""
+    from nbx.kernels.moe import launch_experts
+    x, w_gate, w_up, w_down = _layer(68, 5, 136, 40, dtype, device, seed=3)
+    first = np.where(np.arange(68) < 65, 1, 4)
+    weights, experts = _route(np.stack([first, 5 - first], axis=1), device)
+    setting = {**H200_PREFILL_TILE, "block_n": 32, "block_k": 32, "loads": "tma"}
+    assert experts_plan(x, weights, experts, w_gate, w_up, w_down, setting).detail.tma
+    out = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=setting)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+
+
+def test_weights_no_descriptor_can_read_take_the_pointer_kernel_at_the_same_tile(device, check):
+    """Rows of 36 bfloat16 (72 bytes) are no 16-byte multiple: a served "tma" setting runs the
+    pointer kernel, the same products."""
+    from nbx.kernels.moe import launch_experts
+    x, w_gate, w_up, w_down = _layer(6, 4, 36, 32, "bfloat16", device)
+    weights, experts = _route([[0, 1], [1, 2], [3, 0], [2, 1], [0, 3], [1, 3]], device)
+    setting = {**H200_PREFILL_TILE, "block_n": 32, "block_k": 32, "loads": "tma"}
+    assert not experts_plan(x, weights, experts, w_gate, w_up, w_down, setting).detail.tma
+    out = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=setting)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+
+
+def test_the_descriptor_candidates_are_prefill_tiles_of_64_rows_or_more_on_a_device_with_tma():
+    from nbx.core import device_files
+    from nbx.kernels.moe import tuning
+    hopper, ampere = device_files.for_arch("sm_90"), device_files.for_arch("sm_80")
+    rep = dict(tokens=4096, experts=128, top_k=8, inter=768, hidden=2048, dtype="bfloat16", weights="dense")
+
+    def loads(tunable, facts, fields=rep):
+        return {s["block_m"] for s in tunable.candidates(facts, fields)[0] if s.get("loads") == "tma"}
+    assert loads(tuning.EXPERTS, hopper) == {64, 128} and loads(tuning.EXPERTS, ampere) == set()
+    assert "loads" not in tuning.BAND.params
+    assert loads(tuning.EXPERTS, hopper, {**rep, "weights": "int4-asymmetric-g128"}) == set()
+
+
 def test_each_stage_of_the_layer_rerun_alone_writes_the_layers_bits_again(device):
     from nbx.kernels.moe import STAGES, staged_runs
     x, w_gate, w_up, w_down = _layer(5, 4, 32, 32, "bfloat16", device)

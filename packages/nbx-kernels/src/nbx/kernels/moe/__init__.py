@@ -25,6 +25,7 @@ from ..registry import implements
 from ..softmax import float_bits
 from ..rows import pow2_at_least
 from ..elementwise.casts import COMPILED
+from ..matmul.epilogue import TMA_ALIGN, TMA_DTYPES
 from ..matmul.tuning import stages_that_fit
 from ..types import tl_type
 from .kernel import (align_count_kernel, align_place_kernel, combine_kernel, expert_down_kernel,
@@ -181,6 +182,7 @@ class ExpertsPlan:
     setting: dict
     capacity: int     # rows of the sorted pairs (a multiple of block_m)
     band: bool        # the one-token band's setting
+    tma: bool = False # the expert GEMMs read their weights (and down its intermediate) through descriptors
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,7 @@ class WeightLayout:
     down_scales: tuple = (0, 0)
     group: int = 0          # 0: float weights
     scheme: str = "none"
+    descriptors: bool = False   # float weights a tensor descriptor can read: contiguous, 16-byte rows and bases
 
     @property
     def label(self) -> str:
@@ -208,7 +211,8 @@ def weight_layout(w_gate, w_up, w_down) -> WeightLayout:
         if w_gate.strides != w_up.strides:
             raise NotSupportedError(f"moe_experts reads w_gate and w_up with one set of strides; got "
                                     f"{w_gate.strides} and {w_up.strides} (make them contiguous)")
-        return WeightLayout(tuple(w_gate.shape), tuple(w_gate.strides), tuple(w_down.strides))
+        return WeightLayout(tuple(w_gate.shape), tuple(w_gate.strides), tuple(w_down.strides),
+                            descriptors=_descriptor_ready(w_gate, w_up, w_down))
     if not all(quantized) or len({(w.group_size, w.scheme) for w in (w_gate, w_up, w_down)}) > 1:
         raise NotSupportedError("moe_experts takes int4 expert weights for gate, up and down alike, of one group "
                                 "size and scheme")
@@ -219,6 +223,15 @@ def weight_layout(w_gate, w_up, w_down) -> WeightLayout:
     return WeightLayout(tuple(w_gate.shape), tuple(w_gate.qweight.strides), tuple(w_down.qweight.strides),
                         tuple(w_gate.scales.strides[:2]), tuple(w_down.scales.strides[:2]), w_gate.group_size,
                         w_gate.scheme)
+
+
+def _descriptor_ready(w_gate, w_up, w_down) -> bool:
+    """Whether the TMA kernels can read the float weights as [E * N, K] matrices (matmul's rules:
+    its descriptor dtypes, unit last stride, 16-byte aligned rows and bases)."""
+    if w_gate.dtype.name not in TMA_DTYPES or w_gate.dtype.itemsize == 1:
+        return False
+    return all(w.is_contiguous() and w.shape[-1] * w.dtype.itemsize % TMA_ALIGN == 0
+               and w.data_ptr() % TMA_ALIGN == 0 for w in (w_gate, w_up, w_down))
 
 
 def _weight_values(w_gate, w_up, w_down) -> dict:
@@ -259,9 +272,12 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline); gate/up's stages hold two weight tiles
         stages = stages_that_fit({**s, "block_k": block_k}, dtype.itemsize, 2 * dtype.itemsize, launch.facts(device))
+    # the descriptor loads where the setting asks for them and the weights and device allow (else
+    # the pointer kernel at the same tile: the same products)
+    tma = s.get("loads") == "tma" and w.descriptors and bool(launch.facts(device).value("matrix_unit.tma"))
     gemm = dict(DOT=dot, ACC=acc, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=s["block_n"], BLOCK_K=block_k,
                 GROUP_M=s["group_m"], INT4=int4, GROUP=max(w.group, 1), SIGNED=w.scheme == "symmetric",
-                ASYMMETRIC=w.scheme == "asymmetric", num_warps=s["num_warps"], num_stages=stages)
+                ASYMMETRIC=w.scheme == "asymmetric", TMA=tma, num_warps=s["num_warps"], num_stages=stages)
     blocks = capacity // block_m
     p = "align_"
     scales = ((Slot("s_gate"), Slot("z_gate"), Slot("s_up"), Slot("z_up"), Slot("s_down"), Slot("z_down")) if int4 else
@@ -269,10 +285,11 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
     gate_up = Launch(expert_gate_up_kernel, (blocks * triton_cdiv(inter, s["block_n"]),),
                      (Slot("x"), Slot("w_gate"), Slot("w_up"), *scales[:4], Slot("h"), Slot(p + "sorted_pairs"),
                       Slot(p + "block_experts"), capacity, inter, hidden, pairs, k, *x_strides, *w.gate,
-                      *w.gate_scales), dict(EVEN_K=hidden % block_k == 0, **gemm))
+                      *w.gate_scales, count * inter), dict(EVEN_K=hidden % block_k == 0, **gemm))
     down = Launch(expert_down_kernel, (blocks * triton_cdiv(hidden, s["block_n"]),),
                   (Slot("h"), Slot("w_down"), *scales[4:], Slot("pair_rows"), Slot("weights"), Slot(p + "sorted_pairs"),
-                   Slot(p + "block_experts"), capacity, hidden, inter, pairs, *w.down, *w.down_scales),
+                   Slot(p + "block_experts"), capacity, hidden, inter, pairs, *w.down, *w.down_scales,
+                   count * hidden),
                   dict(EVEN_K=inter % block_k == 0, **gemm))
     combine = Launch(combine_kernel, (tokens, triton_cdiv(hidden, COMBINE_BLOCK)),
                      (Slot("pair_rows"), Slot("out"), hidden), dict(TOP_K=k, ACC=acc, BLOCK=COMBINE_BLOCK))
@@ -288,7 +305,7 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
                  (_route_launch(shape, strides, options, device), *_align_launches(pairs, count, block_m, device, p)))
         workspace, copies = (*_route_outputs(tokens, k, plans.workspace), *workspace), ()
     return LaunchPlan(device, (*first, gate_up, down, combine), outputs=(plans.output("out", (tokens, hidden), dtype),),
-                      workspace=workspace, copies=copies, detail=ExpertsPlan(s, capacity, band))
+                      workspace=workspace, copies=copies, detail=ExpertsPlan(s, capacity, band, tma))
 
 
 def experts_plan(x, weights, experts, w_gate, w_up, w_down, setting=None) -> LaunchPlan:

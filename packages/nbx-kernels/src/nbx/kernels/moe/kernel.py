@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
-from ..matmul.kernel import _dot_operand, _grouped_tile, k_steps
+from ..matmul.kernel import _dot_operand, _grouped_tile, _tf32_operand, k_steps, load_operand
 from ..matmul.quantized import int4_step
 from ..rows import float_argument
 
@@ -220,7 +220,30 @@ def _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M: tl.constexpr
     expert = tl.load(block_experts_ptr + block).to(tl.int64)
     rows = block.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     pairs = tl.load(sorted_ptr + rows).to(tl.int64)
-    return expert, rows, pairs, pairs < P, tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return expert, rows, pairs, pairs < P, tile_n * BLOCK_N + tl.arange(0, BLOCK_N), block, tile_n
+
+
+@triton.jit
+def _descriptor_steps(acc, acc_g, a_ptrs, in_m, rk, a_desc, a_row, b_desc, g_desc, b_row, K, sak,
+                      DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, A_DESC: tl.constexpr,
+                      GATED: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc (and acc_g: GATED) over every K step, the weight tiles read through descriptors over the
+    stacked weights as one [E * N, K] matrix, at row b_row = expert * N + the tile's first column (a
+    tile past the expert's N rows reads the next expert's, in columns never stored; past the last,
+    zeros; K's tail reads zeros); A through a_desc at row a_row (A_DESC: rows that lie in order) or
+    gathered through pointers (a_ptrs at step 0, rows in_m, K's tail masked)."""
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if A_DESC:
+            a = _dot_operand(a_desc.load([a_row, k * BLOCK_K]), DOT)
+        else:
+            a = load_operand(a_ptrs + k * BLOCK_K * sak, in_m & (rk[None, :] < K - k * BLOCK_K), DOT)
+        a = _tf32_operand(a, PRECISION)
+        b = _tf32_operand(_dot_operand(b_desc.load([b_row, k * BLOCK_K]).T, DOT), PRECISION)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
+        if GATED:
+            g = _tf32_operand(_dot_operand(g_desc.load([b_row, k * BLOCK_K]).T, DOT), PRECISION)
+            acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
+    return acc, acc_g
 
 
 @triton.jit
@@ -240,15 +263,18 @@ def _int4_operands(a_ptrs, k, sak, in_m, DOT: tl.constexpr, BLOCK_K: tl.constexp
 
 @triton.jit
 def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, sg_ptr, zg_ptr, su_ptr, zu_ptr, h_ptr, sorted_ptr, block_experts_ptr,
-                          ROWS, N, K, P, TOP_K, sx_t, sx_k, sw_e, sw_n, sw_k, ss_e, ss_n,
+                          ROWS, N, K, P, TOP_K, sx_t, sx_k, sw_e, sw_n, sw_k, ss_e, ss_n, W_ROWS,
                           DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                          INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr):
+                          INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+                          TMA: tl.constexpr):
     """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). h[row] = silu(x[t] W_g[e]^T) * (x[t] W_u[e]^T) over
     N = I columns for the pair of each sorted row (t = pair // TOP_K); h is contiguous [rows, N].
     INT4: the weights are packed int4 (W4A16, matmul/quantized.py's step; sw_* index their bytes,
-    ss_* their scales and minima); else float, read through sw_* (element strides)."""
-    expert, rows, pairs, valid, rn = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M, BLOCK_N, GROUP_M)
+    ss_* their scales and minima); else float, read through sw_* (element strides), or (TMA) through
+    descriptors over the contiguous weights as [W_ROWS = E * N, K] (x's rows, gathered, by pointers)."""
+    expert, rows, pairs, valid, rn, _, tile_n = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M,
+                                                            BLOCK_N, GROUP_M)
     if expert < 0:
         return
     tokens = pairs // TOP_K
@@ -267,6 +293,14 @@ def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, sg_ptr, zg_ptr, su_ptr, zu_ptr,
                             BLOCK_K)
             acc_u = int4_step(acc_u, a_even, a_odd, qu, su, zu, rn < N, k, DOT, PRECISION, GROUP, SIGNED,
                               ASYMMETRIC, BLOCK_K)
+    elif TMA:
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = x_ptr + tokens[:, None] * sx_t + rk[None, :] * sx_k
+        g_desc = tl.make_tensor_descriptor(wg_ptr, shape=[W_ROWS, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+        u_desc = tl.make_tensor_descriptor(wu_ptr, shape=[W_ROWS, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+        acc, acc_u = _descriptor_steps(acc, acc_u, a_ptrs, in_m, rk, g_desc, 0, g_desc, u_desc,
+                                       (expert * N + tile_n * BLOCK_N).to(tl.int32), K, sx_k, DOT, ACC, PRECISION,
+                                       False, True, BLOCK_K)
     else:
         rk = tl.arange(0, BLOCK_K)
         a_ptrs = x_ptr + tokens[:, None] * sx_t + rk[None, :] * sx_k
@@ -280,14 +314,17 @@ def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, sg_ptr, zg_ptr, su_ptr, zu_ptr,
 
 @triton.jit
 def expert_down_kernel(h_ptr, wd_ptr, sd_ptr, zd_ptr, out_ptr, weights_ptr, sorted_ptr, block_experts_ptr, ROWS, N, K,
-                       P, sw_e, sw_n, sw_k, ss_e, ss_n,
+                       P, sw_e, sw_n, sw_k, ss_e, ss_n, W_ROWS,
                        DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                       INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr):
+                       INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+                       TMA: tl.constexpr):
     """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). out[pair] = weight[pair] * (h[row] W_d[e]^T) over
     N = H columns; h is contiguous [rows, K = I], out contiguous [P, N], weights contiguous [P];
-    INT4 as the gate/up kernel's."""
-    expert, rows, pairs, valid, rn = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M, BLOCK_N, GROUP_M)
+    INT4 and TMA as the gate/up kernel's (TMA: h's rows, in sorted order, through a descriptor too;
+    a padding row's product is never stored)."""
+    expert, rows, pairs, valid, rn, block, tile_n = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M,
+                                                                BLOCK_N, GROUP_M)
     if expert < 0:
         return
     in_m = valid[:, None]
@@ -301,6 +338,12 @@ def expert_down_kernel(h_ptr, wd_ptr, sd_ptr, zd_ptr, out_ptr, weights_ptr, sort
             a_even, a_odd = _int4_operands(a_ptrs, k, 1, in_m, DOT, BLOCK_K)
             acc = int4_step(acc, a_even, a_odd, q, sc, z, rn < N, k, DOT, PRECISION, GROUP, SIGNED, ASYMMETRIC,
                             BLOCK_K)
+    elif TMA:
+        h_desc = tl.make_tensor_descriptor(h_ptr, shape=[ROWS, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+        d_desc = tl.make_tensor_descriptor(wd_ptr, shape=[W_ROWS, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+        acc, _ = _descriptor_steps(acc, acc, h_ptr, in_m, rn, h_desc, block * BLOCK_M, d_desc, d_desc,
+                                   (expert * N + tile_n * BLOCK_N).to(tl.int32), K, 1, DOT, ACC, PRECISION, True,
+                                   False, BLOCK_K)
     else:
         rk = tl.arange(0, BLOCK_K)
         a_ptrs = h_ptr + rows[:, None] * K + rk[None, :]
