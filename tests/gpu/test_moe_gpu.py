@@ -105,3 +105,18 @@ def test_the_routed_layer_equals_routing_then_the_expert_layer_bit_for_bit(token
     out = nbx.moe_routed_experts(x, logits, w_gate, w_up, w_down, 8)
     two_ops = nbx.moe_experts(x, route.weights, route.experts, w_gate, w_up, w_down)
     np.testing.assert_array_equal(out.numpy().view(np.uint16), two_ops.numpy().view(np.uint16))
+
+
+@pytest.mark.parametrize("tile", [
+    dict(block_m=64, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3, loads="tma"),
+    dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3, loads="tma"),
+])
+def test_the_descriptor_expert_gemms_match_the_float64_oracle(tile):
+    """The tma candidates (weights through TMA copies, wgmma) on a prefill layer of 300 tokens,
+    16 experts top-4, 1024 / 512 (uneven rows per expert; I and H multiples of the tiles)."""
+    from nbx.kernels.moe import experts_plan, launch_experts
+    x, route, w_gate, w_up, w_down = _layer(300, 16, 4, 1024, 512)
+    assert experts_plan(x, route.weights, route.experts, w_gate, w_up, w_down, tile).detail.tma
+    out = launch_experts(x, route.weights, route.experts, w_gate, w_up, w_down, setting=tile)
+    expected = oracle("moe_experts", x, route.weights, route.experts, w_gate, w_up, w_down)
+    assert deviation(out.numpy(), expected) <= launch.screen_tolerance(out.dtype, out.device)

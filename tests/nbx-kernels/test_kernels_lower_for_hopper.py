@@ -172,3 +172,19 @@ def test_the_moe_routing_kernels_lower_for_sm90():
         cases += [(*ROUTE_ALIGN, {**route, "BLOCK_T": tokens, "BLOCK_M": block_m, "BLOCKS_PER_EXPERT": 1,
                                   "BLOCK": 1024}) for tokens in (1, 16) for block_m in (16, 32)]
     assert lowering_failures(cases) == []
+
+
+_GEMM = dict(DOT="tl.bfloat16", ACC="tl.float32", PRECISION=None, EVEN_K=True, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64,
+             GROUP_M=8, INT4=False, GROUP=1, SIGNED=False, ASYMMETRIC=False)
+GATE_UP = ("nbx.kernels.moe.kernel", "expert_gate_up_kernel", {
+    **_typed("x_ptr wg_ptr wu_ptr sg_ptr zg_ptr su_ptr zu_ptr h_ptr", "*bf16"),
+    **_typed("sorted_ptr block_experts_ptr", "*i32"),
+    **_typed("ROWS N K P TOP_K sx_t sx_k sw_e sw_n sw_k ss_e ss_n W_ROWS", "i32")})
+DOWN = ("nbx.kernels.moe.kernel", "expert_down_kernel", {
+    **_typed("h_ptr wd_ptr sd_ptr zd_ptr out_ptr", "*bf16"), "weights_ptr": "*fp32",
+    **_typed("sorted_ptr block_experts_ptr", "*i32"), **_typed("ROWS N K P sw_e sw_n sw_k ss_e ss_n W_ROWS", "i32")})
+
+
+def test_the_expert_gemms_lower_for_sm90_through_pointers_and_descriptors():
+    cases = [(*kernel, {**_GEMM, "TMA": tma}) for kernel in (GATE_UP, DOWN) for tma in (False, True)]
+    assert lowering_failures(cases) == []
