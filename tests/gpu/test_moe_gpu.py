@@ -107,15 +107,16 @@ def test_the_routed_layer_equals_routing_then_the_expert_layer_bit_for_bit(token
     np.testing.assert_array_equal(out.numpy().view(np.uint16), two_ops.numpy().view(np.uint16))
 
 
-@pytest.mark.parametrize("tile", [
-    dict(block_m=64, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3, loads="tma"),
-    dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3, loads="tma"),
+@pytest.mark.parametrize("tokens, tile", [
+    (300, dict(block_m=64, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3, loads="tma")),
+    (300, dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3, loads="tma")),
+    (3, dict(block_m=16, block_n=64, block_k=128, group_m=8, num_warps=4, num_stages=4, loads="tma")),   # the band
 ])
-def test_the_descriptor_expert_gemms_match_the_float64_oracle(tile):
-    """The tma candidates (weights through TMA copies, wgmma) on a prefill layer of 300 tokens,
-    16 experts top-4, 1024 / 512 (uneven rows per expert; I and H multiples of the tiles)."""
+def test_the_descriptor_expert_gemms_match_the_float64_oracle(tokens, tile):
+    """The tma candidates (weights through TMA copies) on a layer of 16 experts top-4, 1024 / 512:
+    prefill (300 tokens, uneven rows per expert; wgmma) and the band (3 tokens, 16-row blocks)."""
     from nbx.kernels.moe import experts_plan, launch_experts
-    x, route, w_gate, w_up, w_down = _layer(300, 16, 4, 1024, 512)
+    x, route, w_gate, w_up, w_down = _layer(tokens, 16, 4, 1024, 512)
     assert experts_plan(x, route.weights, route.experts, w_gate, w_up, w_down, tile).detail.tma
     out = launch_experts(x, route.weights, route.experts, w_gate, w_up, w_down, setting=tile)
     expected = oracle("moe_experts", x, route.weights, route.experts, w_gate, w_up, w_down)

@@ -280,17 +280,18 @@ def test_weights_no_descriptor_can_read_take_the_pointer_kernel_at_the_same_tile
     check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
 
 
-def test_the_descriptor_candidates_are_prefill_tiles_of_64_rows_or_more_on_a_device_with_tma():
+def test_the_descriptor_candidates_are_offered_where_the_device_has_tma_and_the_weights_are_dense():
     from nbx.core import device_files
     from nbx.kernels.moe import tuning
     hopper, ampere = device_files.for_arch("sm_90"), device_files.for_arch("sm_80")
     rep = dict(tokens=4096, experts=128, top_k=8, inter=768, hidden=2048, dtype="bfloat16", weights="dense")
 
-    def loads(tunable, facts, fields=rep):
-        return {s["block_m"] for s in tunable.candidates(facts, fields)[0] if s.get("loads") == "tma"}
+    def loads(tunable, facts, **fields):
+        return {s["block_m"] for s in tunable.candidates(facts, {**rep, **fields})[0] if s["loads"] == "tma"}
     assert loads(tuning.EXPERTS, hopper) == {64, 128} and loads(tuning.EXPERTS, ampere) == set()
-    assert "loads" not in tuning.BAND.params
-    assert loads(tuning.EXPERTS, hopper, {**rep, "weights": "int4-asymmetric-g128"}) == set()
+    assert loads(tuning.BAND, hopper, tokens=1) == {16} and loads(tuning.BAND, ampere, tokens=1) == set()
+    assert loads(tuning.EXPERTS, hopper, weights="int4-asymmetric-g128") == set()
+    assert loads(tuning.EXPERTS, hopper, hidden=2044) == set()   # 4088-byte rows: no descriptor
 
 
 def test_each_stage_of_the_layer_rerun_alone_writes_the_layers_bits_again(device):
