@@ -181,3 +181,18 @@ def test_a_tensor_workload_fills_launches_and_reads_an_nbx_tensor_by_rows(hopper
     result = screen.run(work, [{"rows": 6}, {"rows": 5}], hopper)
     assert [v.passed for v in result.verdicts] == [True, False]
     assert result.verdicts[1].deviation == float("inf") and work.out_shape == (6, 4)
+
+
+def test_kept_inputs_draw_once_per_key_read_only_and_are_forgotten_on_reset():
+    from nbx import autotune
+    draws = []
+
+    def draw(n):
+        return lambda: (draws.append(n) or np.arange(n, dtype=np.float32),)
+    first = autotune.kept_inputs("test owner", (3,), draw(3))
+    assert autotune.kept_inputs("test owner", (3,), draw(3))[0] is first[0] and draws == [3]
+    assert not first[0].flags.writeable
+    assert autotune.kept_inputs("test owner", (4,), draw(4))[0].size == 4 and draws == [3, 4]
+    autotune.reset()
+    autotune.kept_inputs("test owner", (4,), draw(4))
+    assert draws == [3, 4, 4]

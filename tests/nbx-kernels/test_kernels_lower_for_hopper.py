@@ -178,3 +178,36 @@ def test_the_remap_copy_in_every_mode_path_and_the_grouped_concat_and_atomic_sca
     cases += [(*SCATTER_ADD, {"ROWS": 1, "COLS": 1024, "CLEAR": clear, "TAG": 1 << 40, "ROW_INDEX": row_index})
               for clear in (False, True) for row_index in (False, True)]
     assert lowering_failures(cases) == []
+
+
+_GEMM = dict(DOT="tl.bfloat16", ACC="tl.float32", PRECISION=None, EVEN_K=True, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64,
+             GROUP_M=8, INT4=False, GROUP=1, SIGNED=False, ASYMMETRIC=False)
+GATE_UP = ("nbx.kernels.moe.kernel", "expert_gate_up_kernel", {
+    **_typed("x_ptr wg_ptr wu_ptr sg_ptr zg_ptr su_ptr zu_ptr h_ptr", "*bf16"),
+    **_typed("sorted_ptr block_experts_ptr", "*i32"),
+    **_typed("ROWS N K P TOP_K sx_t sx_k sw_e sw_n sw_k ss_e ss_n W_ROWS", "i32")})
+DOWN = ("nbx.kernels.moe.kernel", "expert_down_kernel", {
+    **_typed("h_ptr wd_ptr sd_ptr zd_ptr out_ptr", "*bf16"), "weights_ptr": "*fp32",
+    **_typed("sorted_ptr block_experts_ptr", "*i32"), **_typed("ROWS N K P sw_e sw_n sw_k ss_e ss_n W_ROWS", "i32")})
+
+
+_ROUTE_ARGS = {"logits_ptr": "*bf16", "bias_ptr": "*fp32", "weights_ptr": "*fp32", "experts_ptr": "*i32",
+               **_typed("T E GROUP_SIZE s_t s_e", "i32"), "scaling_bits": "i64"}
+ROUTE_ALIGN = ("nbx.kernels.moe.kernel", "route_align_kernel", {
+    **_ROUTE_ARGS, **_typed("sorted_ptr block_experts_ptr inverse_ptr padded_ptr", "*i32"), "CAPACITY": "i32"})
+
+
+def test_the_moe_kernels_lower_for_sm90():
+    """route_kernel and the band's route_align_kernel (routing and alignment in one program) at
+    Qwen3-MoE's (128 experts, top-8), Mixtral's (8, top-2) and DeepSeek-V3's grouped, biased
+    routing (256 experts, 8 groups, 4 kept, top2, top-8), one and sixteen tokens; the expert GEMMs
+    through pointers and through descriptors (one child process: its start is most of the cost)."""
+    cases = []
+    for experts, top_k, groups, kept, sigmoid in ((128, 8, 1, 1, False), (8, 2, 1, 1, False), (256, 8, 8, 4, True)):
+        route = dict(TOP_K=top_k, SIGMOID=sigmoid, RENORM=True, HAS_BIAS=sigmoid, GROUPS=groups, KEPT=kept,
+                     TOP2=sigmoid, BLOCK_E=experts, BLOCK_G=groups, BLOCK_K=top_k)
+        cases.append(("nbx.kernels.moe.kernel", "route_kernel", _ROUTE_ARGS, {**route, "BLOCK_T": 16}))
+        cases += [(*ROUTE_ALIGN, {**route, "BLOCK_T": tokens, "BLOCK_M": block_m, "BLOCKS_PER_EXPERT": 1,
+                                  "BLOCK": 1024}) for tokens in (1, 16) for block_m in (16, 32)]
+    cases += [(*kernel, {**_GEMM, "TMA": tma}) for kernel in (GATE_UP, DOWN) for tma in (False, True)]
+    assert lowering_failures(cases) == []

@@ -67,6 +67,29 @@ class TensorWorkload:
         return self.reference(rows)
 
 
+_KEPT: dict = {}   # owner -> (key, arrays): the host inputs last drawn for it
+
+
+def kept_inputs(owner: str, key: tuple, draw: Callable[[], tuple]) -> tuple:
+    """The host arrays draw() makes for key (made read-only), kept for the next workload of owner
+    (a tunable, a family) that asks for the same key: a certification screens a layer's keys one
+    after another (Mixtral's expert weights, 1.4 G normals, took seconds to draw each time). One
+    set an owner is kept, so the memo holds no more than the largest set a family draws."""
+    held = _KEPT.get(owner)
+    if held is None or held[0] != key:
+        _KEPT.pop(owner, None)   # the old set goes before the new one is drawn: never two in memory
+        arrays = tuple(draw())
+        for array in arrays:
+            array.flags.writeable = False
+        _KEPT[owner] = held = (key, arrays)
+    return held[1]
+
+
+def forget_inputs() -> None:
+    """Drop every kept input set (autotune.reset)."""
+    _KEPT.clear()
+
+
 @dataclass(frozen=True)
 class Verdict:
     setting: dict
