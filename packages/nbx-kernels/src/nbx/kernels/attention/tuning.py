@@ -46,21 +46,44 @@ def pow2_at_least(n: int, floor: int = 16) -> int:
     return max(floor, rows.pow2_at_least(n))
 
 
+# what Triton 3.6 allocates beside the tiles: the stages' mbarriers and the row reductions' scratch
+# (sm_90 compiles, tools/sm90_attention_report.py: 128 x 128 at 3 stages takes 230 400 bytes, 1 024 past the tiles)
+PREFILL_SHARED_SLACK = 1024
+
+
 def prefill_stage_bytes(setting, head_dim: int, v_dim: int, itemsize: int = 2) -> int:
-    """Shared memory of the prefill kernel: the q tile, and a K and a V block per stage."""
+    """Shared memory of the prefill kernel: the q tile, a K and a V block per stage, and the slack."""
     d, dv = pow2_at_least(head_dim), pow2_at_least(v_dim)
-    return itemsize * (setting["block_m"] * d + max(1, setting["num_stages"]) * setting["block_n"] * (d + dv))
+    return itemsize * (setting["block_m"] * d + max(1, setting["num_stages"]) * setting["block_n"] * (d + dv)) \
+        + PREFILL_SHARED_SLACK
 
 
 def _loads_fit(setting, facts):
     if setting["loads"] == "tma" and not facts.value("matrix_unit.tma"):
         return "matrix_unit.tma is false: no tensor-descriptor copies"
+    rows = _warpgroup_rows(facts)
+    if rows and setting["block_m"] < rows * max(1, setting["num_warps"] // 4):
+        # fewer query rows than a wgmma tile for each warpgroup: Triton splits the keys over the warpgroups
+        # instead, and the softmax's row reductions cross them (the fused-attention tutorial drops these on sm_90)
+        return f"block_m {setting['block_m']} over {setting['num_warps']} warps: under {rows} rows a warpgroup's wgmma"
     return True
+
+
+def _warpgroup_rows(facts) -> int:
+    """The rows of one warpgroup's matrix instruction (wgmma's m) where the device file lists one, else 0."""
+    for shape in (facts.value("matrix_unit.shapes") if "matrix_unit.shapes" in facts else ()):
+        if str(shape.get("instruction", "")).startswith("wgmma"):
+            return int(shape["m"])
+    return 0
 
 
 def _prefill_fits(setting, rep, facts):
     if setting["loads"] == "tma" and not rep["tma"]:
         return "the key's K and V are not descriptor-ready (paged, or strides or bases not 16-byte aligned)"
+    if setting["loads"] == "pointers" and rep["tma"] and setting["num_stages"] > min(PREFILL_PARAMS["num_stages"]):
+        # where descriptors serve, the pointer path stays only as the baseline the last H200 run measured
+        # (the device file's 2 stages); its deeper pipelines hold 64-bit address tiles a stage
+        return "pointer loads on a descriptor-ready key: the 2-stage baseline only"
     limit = facts.value("memory.max_shared_memory_per_block")
     used = prefill_stage_bytes(setting, rep["head_dim"], rep["v_dim"], as_dtype(rep["dtype"]).itemsize)
     if used > limit:
