@@ -1,5 +1,5 @@
 """Compile the flash prefill kernel for sm_90 without a GPU and say what the H200 would run: registers,
-spills to local memory, shared memory, whether both products are wgmma and whether the loop was warp-
+spills to local memory (the stack, and the STL stores in the SASS), shared memory, whether both products are wgmma and whether the loop was warp-
 specialized (setmaxnreg), for each candidate of a key (nbx.kernels.attention.tuning's PREFILL_PARAMS).
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/sm90_attention_report.py [--head-dim 128]
@@ -57,11 +57,22 @@ def compile_report(kernel, flags: dict, num_warps: int, num_stages: int) -> dict
         f.write(done.asm["cubin"])
         f.flush()
         usage = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
     regs = re.search(r"REG:(\d+)", usage)
-    local = re.search(r"LOCAL:(\d+)", usage)
-    return {"regs": int(regs.group(1)) if regs else None, "local": int(local.group(1)) if local else None,
+    stack = re.search(r"STACK:(\d+)", usage)   # spilled registers live on the stack (local memory)
+    return {"regs": int(regs.group(1)) if regs else None, "stack": int(stack.group(1)) if stack else None,
+            "spill_stores": len(re.findall(r"\bSTL", sass)),
             "shared": done.metadata.shared, "wgmma": ptx.count("wgmma.mma_async"),
             "tma": ptx.count("cp.async.bulk.tensor"), "setmaxnreg": "setmaxnreg" in ptx}
+
+
+SM_REGISTERS, SM_SHARED, SM_WARPS = 65536, 233472, 64   # an sm_90 SM (CUDA occupancy tables)
+
+
+def resident(report: dict, num_warps: int) -> int:
+    """Programs one SM holds at once: registers (8 a thread at a time), shared memory, warps."""
+    regs = -(-max(report["regs"] or 1, 1) // 8) * 8 * 32 * num_warps
+    return min(SM_REGISTERS // regs, SM_SHARED // max(report["shared"], 1), SM_WARPS // num_warps)
 
 
 def _tool(name: str) -> str:
@@ -96,8 +107,8 @@ def main(argv=None) -> int:
             bad += 1
             print(f"{label}: FAILED {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:160]}")
             continue
-        print(f"{label}: regs {r['regs']} local {r['local']} shared {r['shared']} wgmma {r['wgmma']} "
-              f"tma {r['tma']} ws {r['setmaxnreg']}", flush=True)
+        print(f"{label}: regs {r['regs']} stack {r['stack']} spill stores {r['spill_stores']} shared {r['shared']} wgmma {r['wgmma']} "
+              f"tma {r['tma']} ws {r['setmaxnreg']} programs/SM {resident(r, setting['num_warps'])}", flush=True)
     return 1 if bad else 0
 
 
