@@ -1,6 +1,6 @@
 """Compile the flash prefill kernel for sm_90 without a GPU and say what the H200 would run: registers,
 spills to local memory (the stack, and the STL stores in the SASS), shared memory, whether both products are wgmma and whether the loop was warp-
-specialized (setmaxnreg), for each candidate of a key (nbx.kernels.attention.tuning's PREFILL_PARAMS).
+specialized (setmaxnreg), for each candidate the tunable keeps at a 4k key of these head dims (--all: the whole PREFILL_PARAMS grid).
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/sm90_attention_report.py [--head-dim 128]
         [--group 1] [--causal] [--tma] [--only block_m=128,block_n=64,...]
@@ -38,10 +38,10 @@ def prefill_flags(head_dim: int, group: int, causal: bool, tma: bool, setting: d
                 ALIBI=False, MASK_KIND=0, WRITE_LSE=False, SPLIT=False, DOT=tl.bfloat16, IEEE=False, WIDE=False,
                 TMA=tma and setting["loads"] == "tma", FOLD=True,
                 **{k: setting[k] for k in setting if k not in ("block_m", "block_n", "loads", "num_warps",
-                                                                 "num_stages")})
+                                                                 "num_stages", "max_registers")})
 
 
-def compile_report(kernel, flags: dict, num_warps: int, num_stages: int) -> dict:
+def compile_report(kernel, flags: dict, num_warps: int, num_stages: int, maxnreg: int | None = None) -> dict:
     signature = {name: _POINTERS.get(name, "fp32" if name in _FLOATS else "i32") for name in kernel.arg_names
                  if name not in flags}
     signature.update({name: "constexpr" for name in flags})
@@ -51,7 +51,7 @@ def compile_report(kernel, flags: dict, num_warps: int, num_stages: int) -> dict
              if signature[name] != "constexpr" and signature[name] not in ("fp32",)}
     src = ASTSource(kernel, signature, constexprs=flags, attrs=attrs)
     done = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps,
-                                                                                num_stages=num_stages))
+                                                                                num_stages=num_stages, maxnreg=maxnreg))
     ptx = done.asm["ptx"]
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(done.asm["cubin"])
@@ -90,19 +90,29 @@ def main(argv=None) -> int:
     p.add_argument("--causal", action="store_true")
     p.add_argument("--tma", action="store_true")
     p.add_argument("--only", default=None, help="one setting: name=value,... (the rest swept)")
+    p.add_argument("--all", action="store_true", help="every setting of the grid, not only the key's candidates")
     args = p.parse_args(argv)
     only = dict(kv.split("=") for kv in args.only.split(",")) if args.only else {}
     import itertools
     names = list(tuning.PREFILL_PARAMS)
     bad = 0
+    from nbx import autotune
+    from nbx.core import device_files
+    facts = device_files.for_arch("sm_90")
+    rep = {"q_len": 4096, "k_len": 4096, "head_dim": args.head_dim, "v_dim": args.head_dim, "group": args.group,
+           "dtype": "bfloat16", "causal": args.causal, "tma": args.tma}
+    kept = autotune.lookup("attention").candidates(facts, rep)[0] if not args.all else None
     for values in itertools.product(*(tuning.PREFILL_PARAMS[n] for n in names)):
         setting = dict(zip(names, values))
+        if kept is not None and setting not in kept:
+            continue
         if any(str(setting[k]) != v for k, v in only.items()) or (setting["loads"] == "tma") != args.tma:
             continue
         flags = prefill_flags(args.head_dim, args.group, args.causal, args.tma, setting)
         label = " ".join(f"{k}={v}" for k, v in setting.items())
         try:
-            r = compile_report(prefill_kernel, flags, setting["num_warps"], setting["num_stages"])
+            r = compile_report(prefill_kernel, flags, setting["num_warps"], setting["num_stages"],
+                               setting["max_registers"] or None)
         except Exception as exc:  # a compile refusal: the certifier's compile step would fail the same way
             bad += 1
             print(f"{label}: FAILED {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:160]}")

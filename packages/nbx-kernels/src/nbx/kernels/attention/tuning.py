@@ -31,7 +31,7 @@ from .. import rows
 
 # the grid the last H200 run advised (block_n 32 and a single stage never won); x the load path
 PREFILL_PARAMS = {"block_m": (64, 128), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4),
-                  "loads": ("pointers", "tma")}
+                  "loads": ("pointers", "tma"), "max_registers": (0, 128)}
 PREFILL_KEY = {"q_len": "dims", "k_len": "dims", "head_dim": "exact", "v_dim": "exact", "group": "exact",
                "dtype": "dtype", "causal": "flag", "tma": "flag"}
 DECODE_PARAMS = {"block_n": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3),
@@ -77,7 +77,43 @@ def _warpgroup_rows(facts) -> int:
     return 0
 
 
+# ptxas on sm_90 (tools/sm90_attention_report.py, Triton 3.6): the float32 accumulator and a block of
+# scores a thread, block_m * (v_dim + block_n) / threads, spill past 160 (128 x 64 at 4 warps, 192: 21 spill
+# stores; 128 x 128 at 4 warps, 256: 512 bytes of stack) and fit 128 registers up to 96 (128 x 64 at 8 warps,
+# head dim 128: 142 registers by itself, 127 under a cap of 128, no spill)
+SPILL_FLOATS, CAPPED_FLOATS = 160, 96
+
+
+def live_floats(setting, v_dim: int) -> float:
+    """float32 values a thread holds across a step: the accumulator and one block of scores."""
+    return setting["block_m"] * (pow2_at_least(v_dim) + setting["block_n"]) / (32 * setting["num_warps"])
+
+
+def _registers_fit(setting, rep, facts):
+    """max_registers caps ptxas (Triton's maxnreg) where that lets two 8-warp programs share an SM, so one's
+    softmax runs while the other's wgmma does (the overlap FlashAttention-3 gets from ping-pong warpgroups)."""
+    cap = setting["max_registers"]
+    if not cap:
+        return True
+    if setting["loads"] != "tma":
+        return "a register cap with pointer loads: their 64-bit address tiles spill (sm_90 compile)"
+    if live_floats(setting, rep["v_dim"]) > CAPPED_FLOATS:
+        return f"{live_floats(setting, rep['v_dim']):.0f} live floats a thread do not fit {cap} registers"
+    threads = 32 * setting["num_warps"]
+    programs = facts.value("memory.max_registers_per_block") // (cap * threads)
+    per_sm = facts.value("memory.shared_memory_per_multiprocessor")
+    used = prefill_stage_bytes(setting, rep["head_dim"], rep["v_dim"], as_dtype(rep["dtype"]).itemsize)
+    if programs < 2 or programs * used > per_sm:
+        return f"a cap of {cap} registers leaves one program an SM ({programs} by registers, {used} bytes of shared each)"
+    return True
+
+
 def _prefill_fits(setting, rep, facts):
+    if live_floats(setting, rep["v_dim"]) > SPILL_FLOATS:
+        return f"{live_floats(setting, rep['v_dim']):.0f} live floats a thread spill on sm_90 (above {SPILL_FLOATS})"
+    capped = _registers_fit(setting, rep, facts)
+    if capped is not True:
+        return capped
     if setting["loads"] == "tma" and not rep["tma"]:
         return "the key's K and V are not descriptor-ready (paged, or strides or bases not 16-byte aligned)"
     if setting["loads"] == "pointers" and rep["tma"] and setting["num_stages"] > min(PREFILL_PARAMS["num_stages"]):
