@@ -90,8 +90,9 @@ def live_floats(setting, v_dim: int) -> float:
 
 
 def _registers_fit(setting, rep, facts):
-    """max_registers caps ptxas (Triton's maxnreg) where that lets two 8-warp programs share an SM, so one's
-    softmax runs while the other's wgmma does (the overlap FlashAttention-3 gets from ping-pong warpgroups)."""
+    """max_registers caps ptxas (Triton's maxnreg) where that lets an SM hold more programs than any uncapped
+    count could (two 8-warp programs instead of one), so one's softmax runs while another's wgmma does (the
+    overlap FlashAttention-3 gets from ping-pong warpgroups)."""
     cap = setting["max_registers"]
     if not cap:
         return True
@@ -100,11 +101,13 @@ def _registers_fit(setting, rep, facts):
     if live_floats(setting, rep["v_dim"]) > CAPPED_FLOATS:
         return f"{live_floats(setting, rep['v_dim']):.0f} live floats a thread do not fit {cap} registers"
     threads = 32 * setting["num_warps"]
-    programs = facts.value("memory.max_registers_per_block") // (cap * threads)
-    per_sm = facts.value("memory.shared_memory_per_multiprocessor")
+    registers = facts.value("memory.max_registers_per_block")   # an sm_90 SM's register file is the same 64 Ki
+    most = -(-facts.value("compute.max_registers_per_thread") // 8) * 8   # allocated 8 a thread at a time
     used = prefill_stage_bytes(setting, rep["head_dim"], rep["v_dim"], as_dtype(rep["dtype"]).itemsize)
-    if programs < 2 or programs * used > per_sm:
-        return f"a cap of {cap} registers leaves one program an SM ({programs} by registers, {used} bytes of shared each)"
+    by_shared = facts.value("memory.shared_memory_per_multiprocessor") // used
+    capped, uncapped = min(registers // (cap * threads), by_shared), min(registers // (most * threads), by_shared)
+    if capped <= uncapped:
+        return f"a cap of {cap} registers holds no more programs an SM ({capped}) than none ({uncapped})"
     return True
 
 
