@@ -46,37 +46,27 @@ def _tile(ptrs, keys_ok, dims_ok, BOUNDED: tl.constexpr, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _k_block(k_base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, sks, HEAD_DIM: tl.constexpr,
-             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BOUNDED: tl.constexpr, KV_MODE: tl.constexpr,
-             WIDE: tl.constexpr, TMA: tl.constexpr):
-    """Keys start .. start + BLOCK_N as the [BLOCK_D, BLOCK_N] operand of q @ K^T."""
+def _kv_block(base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, stride, DIM: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_DIM: tl.constexpr, BOUNDED: tl.constexpr, KV_MODE: tl.constexpr,
+              WIDE: tl.constexpr, TMA: tl.constexpr, KEYS: tl.constexpr):
+    """Keys start .. start + BLOCK_N: K as the [BLOCK_DIM, BLOCK_N] operand of q @ K^T (KEYS), or V's
+    [BLOCK_N, BLOCK_DIM] block; base a descriptor (TMA) or the head's first row."""
     if TMA:
-        k = k_base.load([start, 0]).T
+        x = base.load([start, 0])
+        if KEYS:
+            x = x.T
     else:
         j = start + tl.arange(0, BLOCK_N)
         in_keys = j < kv_len
-        d = tl.arange(0, BLOCK_D)
+        d = tl.arange(0, BLOCK_DIM)
         rows = key_rows(b, j, in_keys, table_ptr, stride_table, block_tokens, KV_MODE == 2, WIDE) + k_row0
-        k = _tile(k_base + rows[None, :] * sks + d[:, None], in_keys[None, :], d[:, None] < HEAD_DIM, BOUNDED,
-                  HEAD_DIM == BLOCK_D)
-    return k
-
-
-@triton.jit
-def _v_block(v_base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, svs, V_DIM: tl.constexpr,
-             BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BOUNDED: tl.constexpr, KV_MODE: tl.constexpr,
-             WIDE: tl.constexpr, TMA: tl.constexpr):
-    """Values start .. start + BLOCK_N, [BLOCK_N, BLOCK_DV]."""
-    if TMA:
-        v = v_base.load([start, 0])
-    else:
-        j = start + tl.arange(0, BLOCK_N)
-        in_keys = j < kv_len
-        dv = tl.arange(0, BLOCK_DV)
-        rows = key_rows(b, j, in_keys, table_ptr, stride_table, block_tokens, KV_MODE == 2, WIDE) + k_row0
-        v = _tile(v_base + rows[:, None] * svs + dv[None, :], in_keys[:, None], dv[None, :] < V_DIM, BOUNDED,
-                  V_DIM == BLOCK_DV)
-    return v
+        if KEYS:
+            x = _tile(base + rows[None, :] * stride + d[:, None], in_keys[None, :], d[:, None] < DIM, BOUNDED,
+                      DIM == BLOCK_DIM)
+        else:
+            x = _tile(base + rows[:, None] * stride + d[None, :], in_keys[:, None], d[None, :] < DIM, BOUNDED,
+                      DIM == BLOCK_DIM)
+    return x
 
 
 @triton.jit
@@ -119,10 +109,10 @@ def _attend(acc, m_i, l_i, q, lo, hi, b, kv_len, k_base, v_base, k_row0, table_p
     sequence's K and V descriptors (rows from 0), no pointers."""
     for start in range(lo, hi, BLOCK_N):
         start = tl.multiple_of(start, BLOCK_N)
-        qk = _qk(q, _k_block(k_base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, sks,
-                             HEAD_DIM, BLOCK_N, BLOCK_D, BOUNDED, KV_MODE, WIDE, TMA), DOT, IEEE)
-        v = _v_block(v_base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, svs, V_DIM, BLOCK_N,
-                     BLOCK_DV, BOUNDED, KV_MODE, WIDE, TMA)
+        qk = _qk(q, _kv_block(k_base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, sks,
+                              HEAD_DIM, BLOCK_N, BLOCK_D, BOUNDED, KV_MODE, WIDE, TMA, True), DOT, IEEE)
+        v = _kv_block(v_base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, svs, V_DIM, BLOCK_N,
+                      BLOCK_DV, BOUNDED, KV_MODE, WIDE, TMA, False)
         acc, m_i, l_i = _absorb(acc, m_i, l_i, qk, v, start, kv_len, pos, tok, h64, row_ok, slope, mask_base, sml,
                                 smh, sms, window_left, window_right, scale, softcap, BLOCK_N, BOUNDED, HAS_LEFT,
                                 HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, FOLD)
