@@ -46,7 +46,9 @@ from .kernel import order_key
 from .select import zero_kernel
 from .topk import served_plan, split
 
-LOOK_BACK = 8   # the most tiles a look-back step reads (a row of fewer tiles: their count to a power of two)
+# the status words a look-back step reads (one load each, two a thread of 256): 32 tiles of 16
+# digits, 8 of 256; a row of fewer tiles reads their count to a power of two
+LOOK_BACK_WORDS = 512
 COUNTERS = 16   # the state's first words: the passes' virtual tile counters (padded)
 # the bits of a dtype's order key that vary: the others are functions of the higher ones (the sign
 # decides them), so a digit of none of these bits needs no pass
@@ -125,7 +127,10 @@ def _field_sum(digit, inside, q: tl.constexpr):
 def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT: tl.constexpr, PASS: tl.constexpr,
                          DESCENDING: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, WINDOW: tl.constexpr):
     """One pass over digit DIGIT of BITS bits (the PASS-th pass run); i_ptr None: the first pass
-    (each key's index is its column)."""
+    (each key's index is its column). The order of the steps hides latency: every global read
+    (keys, their indices, the row's digit counts) is issued first, and the tile ranks its keys
+    between publishing its counts and looking back, so the earlier tiles have had that long to
+    publish their inclusive words when it reads them (one window is then usually enough)."""
     DIGITS: tl.constexpr = 32 // BITS
     BINS: tl.constexpr = 1 << BITS
     vid = tl.atomic_add(state_ptr + PASS, 1, sem="relaxed").to(tl.int64)
@@ -134,44 +139,59 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT:
     status_ptr = state_ptr + 16 + total // tiles * DIGITS * BINS + PASS * total * BINS
     bins = tl.arange(0, BINS)
     local = tl.arange(0, BLOCK)
-    key, inside = _sort_keys(v_ptr, r, t * BLOCK + local, n, DESCENDING)
+    cols = t * BLOCK + local
+    inside = cols < n
+    v = tl.load(v_ptr + r * n + cols, mask=inside)
+    if i_ptr is None:
+        index = cols.to(tl.int32)
+    else:
+        index = tl.load(i_ptr + r * n + cols, mask=inside)
+    row_counts = tl.load(state_ptr + 16 + (r * DIGITS + DIGIT) * BINS + bins)
+    key = order_key(v)
+    if DESCENDING:
+        key = ~key
     digit = _digit(key, DIGIT, BITS)
     counts = tl.histogram(digit, BINS, mask=inside)
     mine = status_ptr + (r * tiles + t) * BINS + bins
-    if t == 0:
-        before = tl.zeros((BINS,), tl.int32)
-    else:
+    if t != 0:
         tl.atomic_xchg(mine, counts + 1, sem="relaxed")
-        before = _look_back(status_ptr, r, t, tiles, BINS, WINDOW)
-    tl.atomic_xchg(mine, -(before + counts + 1), sem="relaxed")
-    row_counts = tl.load(state_ptr + 16 + (r * DIGITS + DIGIT) * BINS + bins)
-    starts = tl.cumsum(row_counts, 0) - row_counts + before  # where the tile's first key of each digit lands
     if BITS == 8:
         # one sort of (digit, place) words: the keys in digit order, equal digits in input order;
-        # a key's rank is its place in that order less where its digit starts in the tile
+        # a key's rank is its place in that order less where its digit starts in the tile, and
+        # the tile's values and indices follow that order (a gather through shared memory), so
+        # each digit's keys leave as one coalesced run
         ranked = tl.sort(tl.where(inside, digit, BINS) << 16 | local)
         place = ranked & 0xFFFF
         d = ranked >> 16
         kept = d < BINS
-        dest = tl.gather(starts - (tl.cumsum(counts, 0) - counts), tl.where(kept, d, 0), 0).to(tl.int64) + local
-        cols = t * BLOCK + place
+        d = tl.where(kept, d, 0)
+        v = tl.gather(v, place, 0)
+        index = tl.gather(index, place, 0)
+        rank = local - tl.gather(tl.cumsum(counts, 0) - counts, d, 0)
     else:
         # 16 digits: a key's rank among the tile's keys of its digit is a cumsum of one-hot digits,
         # four 16-bit counters packed to a uint64 (four cumsums a key instead of sixteen)
         kept = inside
-        cols = t * BLOCK + local
+        d = digit
         rank = tl.zeros((BLOCK,), tl.int32)
         for q in tl.static_range(4):  # one cumsum live at a time (registers: a tile of 16 keys a thread)
             field = (_field_sum(digit, inside, q) >> (16 * (digit & 3)).to(tl.uint64)) & 0xFFFF
             rank = tl.where((digit >> 2) == q, field.to(tl.int32) - 1, rank)
-        dest = tl.gather(starts, digit, 0).to(tl.int64) + rank
-    v = tl.load(v_ptr + r * n + cols, mask=kept)
-    if i_ptr is None:
-        index = cols.to(tl.int32)
+    if t == 0:
+        before = tl.zeros((BINS,), tl.int32)
     else:
-        index = tl.load(i_ptr + r * n + cols, mask=kept)
+        before = _look_back(status_ptr, r, t, tiles, BINS, WINDOW)
+    tl.atomic_xchg(mine, -(before + counts + 1), sem="relaxed")
+    starts = tl.cumsum(row_counts, 0) - row_counts + before  # where the tile's first key of each digit lands
+    dest = tl.gather(starts, d, 0).to(tl.int64) + rank
     tl.store(v_out + r * n + dest, v, mask=kept)
     tl.store(i_out + r * n + dest, index.to(i_out.dtype.element_ty), mask=kept)
+
+
+def look_back_window(bits: int, tiles: int) -> int:
+    """The tiles a look-back step reads: LOOK_BACK_WORDS status words (at least 8 tiles), no more
+    than the row's tiles to a power of two."""
+    return min(pow2_at_least(tiles), max(8, LOOK_BACK_WORDS >> bits))
 
 
 def digit_passes(dtype, bits: int) -> tuple[int, ...]:
@@ -220,7 +240,7 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
         launches.append(Launch(radix_scatter_kernel, (rows * tiles,),
                                (Slot(source), index, Slot(target), Slot(target_index), Slot("state"), n, tiles),
                                {**meta, "DIGIT": digit, "PASS": j,
-                                "WINDOW": min(LOOK_BACK, pow2_at_least(tiles))}))
+                                "WINDOW": look_back_window(bits, tiles)}))
     ping_pong = () if len(passes) == 1 else (
         plans.workspace("va", (rows * n,), dtype), plans.workspace("ia", (rows * n,), dtypes.int32)) + (
         () if len(passes) == 2 else (plans.workspace("vb", (rows * n,), dtype),
