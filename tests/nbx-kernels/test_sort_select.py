@@ -174,3 +174,17 @@ def test_the_sampling_step_draws_the_references_tokens_at_vocabulary_size_on_the
         got = nbx.sample(on_gpu, generator=nbx.Generator(seed=9), **options)
         expected = nbx.sample(logits, generator=nbx.Generator(seed=9), **options)
         assert got.tolist() == expected.tolist(), options
+
+
+def test_the_radix_sort_candidates_are_those_whose_compile_is_bounded_and_keep_the_device_default():
+    """The certifier compiles every candidate: 32 or more keys a thread (255 registers, 105 s for
+    64) and 8-bit tiles above 4096 keys (a bitonic ranking of 400+ barriers) are refused."""
+    from nbx.core import device_files
+    from nbx.kernels.sort.radix import RADIX_SORT, look_back_window
+    facts = device_files.for_arch("sm_90")
+    kept, pruned = RADIX_SORT.candidates(facts)
+    assert len(kept) == 17 and facts.value("tiles.radix") in kept
+    assert all(s["block"] // (32 * s["num_warps"]) <= 16 for s in kept)
+    assert not any(s["digit_bits"] == 8 and s["block"] > 4096 for s in kept)
+    assert {"block": 8192, "num_warps": 4, "digit_bits": 4} in [s for s, _ in pruned]
+    assert [look_back_window(4, 10 ** 4), look_back_window(8, 10 ** 4), look_back_window(4, 3)] == [32, 8, 4]

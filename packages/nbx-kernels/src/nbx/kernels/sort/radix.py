@@ -11,15 +11,16 @@ any row length: one zeroing of the state, one histogram, one scatter a pass (10 
   scatter    one launch a pass over rows x tiles, each program one tile of `block` keys: it takes a
              virtual tile id from an atomic counter (so a tile only ever waits on tiles that took
              an earlier id, which are running or done: no deadlock whatever order the GPU starts
-             programs in), publishes its digit counts in its status words, and looks back over the
-             earlier tiles of its row (decoupled look-back: a tile's word holds its own counts
-             until it knows its inclusive prefix, then that) to learn where its keys of each digit
-             start. Its keys are ranked inside the tile stably (4-bit digits: cumsums of one-hot
-             digits, four 16-bit counters packed in a uint64, four cumsums a key; 8-bit digits: one
-             tl.sort of (digit << 16 | place) words, whose bitonic network costs ~150 shared-memory
-             exchanges a 4096-key tile on sm_90, which is why 4 bits is the default until the H200
-             says otherwise) and written where they belong with their original index beside them:
-             each pass reads keys and indices once and writes them once.
+             programs in), issues all its global reads (keys, indices, the row's counts), publishes
+             its digit counts in its status words, ranks its keys inside the tile stably (4-bit
+             digits: cumsums of one-hot digits, four 16-bit counters packed in a uint64, four
+             cumsums a key; 8-bit digits: one tl.sort of (digit << 16 | place) words, then the
+             values and indices gathered into that order so a digit's keys leave as one run), and
+             only then looks back over the earlier tiles of its row (decoupled look-back: a tile's
+             word holds its own counts until it knows its inclusive prefix, then that) to learn
+             where its keys of each digit start; ranking first gives the earlier tiles that long to
+             publish their inclusive words. Each pass reads keys and indices once and writes them
+             once.
 
 Every pass is stable, so the sort is (ties in input order, descending too: the key is complemented,
 not the position). A status word is 0 (not yet published), 1 + the tile's count (its aggregate) or
@@ -262,7 +263,22 @@ def radix_workload(rep, device):
                                    lambda r: np.asarray(reference)[r])
 
 
+MAX_KEYS_A_THREAD = 16   # compiled for sm_90: 16 keys a thread take 148 registers (4-bit) and compile in ~10 s;
+#                          32 take 255 and 64 compile for 105 s (4-bit, 8192 keys over 128 threads)
+MAX_BITONIC_TILE = 4096  # 8-bit tiles rank by a bitonic tl.sort: 4096 keys 300 barriers, 8192 keys 443 and 26-54 s
+
+
+def bounded_compile(setting, facts) -> bool | str:
+    """A constraint: the candidates whose compile time is bounded (the certifier compiles them all)."""
+    a_thread = setting["block"] // (setting["num_warps"] * facts.value("compute.warp_size"))
+    if a_thread > MAX_KEYS_A_THREAD:
+        return f"{a_thread} keys a thread (above {MAX_KEYS_A_THREAD}: registers spill and the compile runs for minutes)"
+    if setting["digit_bits"] == 8 and setting["block"] > MAX_BITONIC_TILE:
+        return f"an 8-bit tile above {MAX_BITONIC_TILE} keys (its bitonic ranking: 400+ barriers, a minute to compile)"
+    return True
+
+
 RADIX_SORT = autotune.declare(autotune.Tunable(
     "radix_sort", params={"block": (1024, 2048, 4096, 8192), "num_warps": (4, 8, 16), "digit_bits": (4, 8)},
     key={"width": "exact", "elements": "elements", "dtype": "dtype"}, default_from="tiles.radix",
-    workload=radix_workload))
+    workload=radix_workload, constraint=bounded_compile))
