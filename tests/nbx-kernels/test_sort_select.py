@@ -183,8 +183,9 @@ def test_the_radix_sort_candidates_are_those_whose_compile_is_bounded_and_keep_t
     from nbx.kernels.sort.radix import RADIX_SORT, look_back_window
     facts = device_files.for_arch("sm_90")
     kept, pruned = RADIX_SORT.candidates(facts)
-    assert len(kept) == 17 and facts.value("tiles.radix") in kept
+    assert len(kept) == 33 and facts.value("tiles.radix") in kept
     assert all(s["block"] // (32 * s["num_warps"]) <= 16 for s in kept)
     assert not any(s["digit_bits"] == 8 and s["block"] > 4096 for s in kept)
-    assert {"block": 8192, "num_warps": 4, "digit_bits": 4} in [s for s, _ in pruned]
+    assert {"block": 8192, "num_warps": 4, "digit_bits": 4, "group": 1} in [s for s, _ in pruned]
+    assert not any(s["group"] > 1 and s["block"] * s["group"] > 16384 for s in kept)
     assert [look_back_window(4, 10 ** 4), look_back_window(8, 10 ** 4), look_back_window(4, 3)] == [32, 8, 4]

@@ -58,13 +58,14 @@ VARYING_BITS = {"bfloat16": range(16, 32), "float16": range(13, 32), "int8": (*r
 
 
 @triton.jit
-def _sort_keys(v_ptr, r, cols, n, DESCENDING: tl.constexpr):
-    inside = cols < n
+def _sort_keys(v_ptr, r, cols, n, limit, DESCENDING: tl.constexpr):
+    """(values, order keys, inside) of row r's keys at cols (those below limit)."""
+    inside = cols < limit
     v = tl.load(v_ptr + r * n + cols, mask=inside)
     key = order_key(v)
     if DESCENDING:
         key = ~key
-    return key, inside
+    return v, key, inside
 
 
 @triton.jit
@@ -82,7 +83,7 @@ def radix_histogram_kernel(v_ptr, state_ptr, n, chunk, DESCENDING: tl.constexpr,
     which = tl.arange(0, DIGITS)[:, None]
     counts = tl.zeros((DIGITS, BINS), tl.int32)
     for start in range(p * chunk, p * chunk + chunk, BLOCK):
-        key, inside = _sort_keys(v_ptr, r, start + tl.arange(0, BLOCK), n, DESCENDING)
+        values, key, inside = _sort_keys(v_ptr, r, start + tl.arange(0, BLOCK), n, n, DESCENDING)
         for j in tl.static_range(DIGITS):
             counts += tl.where(which == j, tl.histogram(_digit(key, j, BITS), BINS, mask=inside)[None, :], 0)
     at = (r * DIGITS + which) * BINS + tl.arange(0, BINS)[None, :]
@@ -125,37 +126,23 @@ def _field_sum(digit, inside, q: tl.constexpr):
 
 
 @triton.jit
-def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT: tl.constexpr, PASS: tl.constexpr,
-                         DESCENDING: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, WINDOW: tl.constexpr):
-    """One pass over digit DIGIT of BITS bits (the PASS-th pass run); i_ptr None: the first pass
-    (each key's index is its column). The order of the steps hides latency: every global read
-    (keys, their indices, the row's digit counts) is issued first, and the tile ranks its keys
-    between publishing its counts and looking back, so the earlier tiles have had that long to
-    publish their inclusive words when it reads them (one window is then usually enough)."""
-    DIGITS: tl.constexpr = 32 // BITS
-    BINS: tl.constexpr = 1 << BITS
-    vid = tl.atomic_add(state_ptr + PASS, 1, sem="relaxed").to(tl.int64)
-    r, t = vid // tiles, vid % tiles
-    total = tl.num_programs(0).to(tl.int64)   # rows x tiles
-    status_ptr = state_ptr + 16 + total // tiles * DIGITS * BINS + PASS * total * BINS
-    bins = tl.arange(0, BINS)
-    local = tl.arange(0, BLOCK)
-    cols = t * BLOCK + local
-    inside = cols < n
-    v = tl.load(v_ptr + r * n + cols, mask=inside)
+def _tile(v_ptr, i_ptr, r, cols, n, limit, DIGIT: tl.constexpr, DESCENDING: tl.constexpr, BITS: tl.constexpr):
+    """(values, indices, digits, inside) of row r's keys at cols below limit; i_ptr None: the first
+    pass (each key's index is its column)."""
+    v, key, inside = _sort_keys(v_ptr, r, cols, n, limit, DESCENDING)
     if i_ptr is None:
         index = cols.to(tl.int32)
     else:
         index = tl.load(i_ptr + r * n + cols, mask=inside)
-    row_counts = tl.load(state_ptr + 16 + (r * DIGITS + DIGIT) * BINS + bins)
-    key = order_key(v)
-    if DESCENDING:
-        key = ~key
-    digit = _digit(key, DIGIT, BITS)
-    counts = tl.histogram(digit, BINS, mask=inside)
-    mine = status_ptr + (r * tiles + t) * BINS + bins
-    if t != 0:
-        tl.atomic_xchg(mine, counts + 1, sem="relaxed")
+    return v, index, _digit(key, DIGIT, BITS), inside
+
+
+@triton.jit
+def _ranked(v, index, digit, inside, counts, BITS: tl.constexpr, BLOCK: tl.constexpr):
+    """(values, indices, digits, ranks, kept) of a tile: a key's rank is its place among the tile's
+    keys of its digit, in input order; 8-bit tiles come back permuted into digit order."""
+    local = tl.arange(0, BLOCK)
+    BINS: tl.constexpr = 1 << BITS
     if BITS == 8:
         # one sort of (digit, place) words: the keys in digit order, equal digits in input order;
         # a key's rank is its place in that order less where its digit starts in the tile, and
@@ -178,21 +165,66 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, tiles, DIGIT:
         for q in tl.static_range(4):  # one cumsum live at a time (registers: a tile of 16 keys a thread)
             field = (_field_sum(digit, inside, q) >> (16 * (digit & 3)).to(tl.uint64)) & 0xFFFF
             rank = tl.where((digit >> 2) == q, field.to(tl.int32) - 1, rank)
-    if t == 0:
+    return v, index, d, rank, kept
+
+
+@triton.jit
+def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, groups, DIGIT: tl.constexpr, PASS: tl.constexpr,
+                         DESCENDING: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr,
+                         WINDOW: tl.constexpr):
+    """One pass over digit DIGIT of BITS bits (the PASS-th pass run); i_ptr None: the first pass.
+    A program sorts one group of GROUP tiles of BLOCK keys, the unit of the look-back. The order of
+    the steps hides latency: the group's keys are read (every tile's load in flight at once) and
+    counted first, and one tile's ranking happens between publishing the counts and looking back
+    (GROUP 1: its own; else the group's reads gave the earlier groups that long); the tiles are
+    then ranked and written one after another, each tile's keys and indices loaded while the one
+    before is ranked."""
+    DIGITS: tl.constexpr = 32 // BITS
+    BINS: tl.constexpr = 1 << BITS
+    vid = tl.atomic_add(state_ptr + PASS, 1, sem="relaxed").to(tl.int64)
+    r, g = vid // groups, vid % groups
+    total = tl.num_programs(0).to(tl.int64)   # rows x groups
+    status_ptr = state_ptr + 16 + total // groups * DIGITS * BINS + PASS * total * BINS
+    bins = tl.arange(0, BINS)
+    local = tl.arange(0, BLOCK)
+    first = g * (GROUP * BLOCK)
+    v, index, digit, inside = _tile(v_ptr, i_ptr, r, first + local, n, n, DIGIT, DESCENDING, BITS)
+    row_counts = tl.load(state_ptr + 16 + (r * DIGITS + DIGIT) * BINS + bins)
+    tile_counts = tl.histogram(digit, BINS, mask=inside)
+    counts = tile_counts
+    for j in tl.static_range(1, GROUP):   # the group's other tiles: keys only, counted
+        other_v, other, other_inside = _sort_keys(v_ptr, r, first + j * BLOCK + local, n, n, DESCENDING)
+        counts += tl.histogram(_digit(other, DIGIT, BITS), BINS, mask=other_inside)
+    mine = status_ptr + (r * groups + g) * BINS + bins
+    if g != 0:
+        tl.atomic_xchg(mine, counts + 1, sem="relaxed")
+    v, index, d, rank, kept = _ranked(v, index, digit, inside, tile_counts, BITS, BLOCK)
+    if g == 0:
         before = tl.zeros((BINS,), tl.int32)
     else:
-        before = _look_back(status_ptr, r, t, tiles, BINS, WINDOW)
+        before = _look_back(status_ptr, r, g, groups, BINS, WINDOW)
     tl.atomic_xchg(mine, -(before + counts + 1), sem="relaxed")
-    starts = tl.cumsum(row_counts, 0) - row_counts + before  # where the tile's first key of each digit lands
-    dest = tl.gather(starts, d, 0).to(tl.int64) + rank
-    tl.store(v_out + r * n + dest, v, mask=kept)
-    tl.store(i_out + r * n + dest, index.to(i_out.dtype.element_ty), mask=kept)
+    starts = tl.cumsum(row_counts, 0) - row_counts + before  # where the group's first key of each digit lands
+    for j in range(GROUP):
+        if j > 0:
+            v, index, d, rank, kept = _ranked(v, index, digit, inside, tile_counts, BITS, BLOCK)
+        if GROUP > 1:  # the next tile's loads in flight while this one is written
+            limit = tl.where(j + 1 < GROUP, n, 0)   # past the group's last tile: nothing
+            next_v, next_index, next_digit, next_inside = _tile(v_ptr, i_ptr, r, first + (j + 1) * BLOCK + local, n,
+                                                                limit, DIGIT, DESCENDING, BITS)
+        dest = tl.gather(starts, d, 0).to(tl.int64) + rank
+        tl.store(v_out + r * n + dest, v, mask=kept)
+        tl.store(i_out + r * n + dest, index.to(i_out.dtype.element_ty), mask=kept)
+        if GROUP > 1:
+            starts += tile_counts
+            v, index, digit, inside = next_v, next_index, next_digit, next_inside
+            tile_counts = tl.histogram(digit, BINS, mask=inside)
 
 
-def look_back_window(bits: int, tiles: int) -> int:
-    """The tiles a look-back step reads: LOOK_BACK_WORDS status words (at least 8 tiles), no more
-    than the row's tiles to a power of two."""
-    return min(pow2_at_least(tiles), max(8, LOOK_BACK_WORDS >> bits))
+def look_back_window(bits: int, groups: int) -> int:
+    """The groups a look-back step reads: LOOK_BACK_WORDS status words (at least 8 groups), no more
+    than the row's groups to a power of two."""
+    return min(pow2_at_least(groups), max(8, LOOK_BACK_WORDS >> bits))
 
 
 def digit_passes(dtype, bits: int) -> tuple[int, ...]:
@@ -213,9 +245,14 @@ def radix_sort(rows, descending: bool, setting=None, values=None):
     return done["values"], done["indices"]
 
 
-def state_words(rows: int, tiles: int, passes: int, bits: int) -> int:
-    """The int32 state: the counters, the row histograms, a pass's status words per tile and digit."""
-    return COUNTERS + (rows * (32 // bits) + passes * rows * tiles) * (1 << bits)
+def state_words(rows: int, groups: int, passes: int, bits: int) -> int:
+    """The int32 state: the counters, the row histograms, a pass's status words per group and digit."""
+    return COUNTERS + (rows * (32 // bits) + passes * rows * groups) * (1 << bits)
+
+
+def groups_of(n: int, setting) -> int:
+    """A row's groups of `group` tiles of `block` keys (a scatter program each)."""
+    return triton.cdiv(n, setting["block"] * setting["group"])
 
 
 def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPlan:
@@ -226,9 +263,9 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
     if block >= 1 << 16 or bits not in (4, 8):
         raise ArgumentError(f"a radix tile ranks its keys by 16-bit places or counters, over digits of 4 or 8 bits: "
                             f"block {block} and digit_bits {bits} are not such")
-    tiles = triton.cdiv(n, block)
+    groups = groups_of(n, s)
     passes = digit_passes(dtype, bits)
-    words = state_words(rows, tiles, len(passes), bits)
+    words = state_words(rows, groups, len(passes), bits)
     per_row, chunk = split(rows, n, block, launch.tiles("select", device)["programs"])
     meta = dict(DESCENDING=descending, BITS=bits, BLOCK=block, num_warps=warps)
     launches = [Launch(zero_kernel, (triton.cdiv(words, 1024),), (Slot("state"), words), dict(BLOCK=1024, num_warps=4)),
@@ -238,10 +275,10 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
         index = None if j == 0 else Slot("ia" if j % 2 else "ib")
         last = j == len(passes) - 1
         target, target_index = ("values", "indices") if last else ("vb", "ib") if j % 2 else ("va", "ia")
-        launches.append(Launch(radix_scatter_kernel, (rows * tiles,),
-                               (Slot(source), index, Slot(target), Slot(target_index), Slot("state"), n, tiles),
-                               {**meta, "DIGIT": digit, "PASS": j,
-                                "WINDOW": look_back_window(bits, tiles)}))
+        launches.append(Launch(radix_scatter_kernel, (rows * groups,),
+                               (Slot(source), index, Slot(target), Slot(target_index), Slot("state"), n, groups),
+                               {**meta, "DIGIT": digit, "PASS": j, "GROUP": s["group"],
+                                "WINDOW": look_back_window(bits, groups)}))
     ping_pong = () if len(passes) == 1 else (
         plans.workspace("va", (rows * n,), dtype), plans.workspace("ia", (rows * n,), dtypes.int32)) + (
         () if len(passes) == 2 else (plans.workspace("vb", (rows * n,), dtype),
@@ -266,6 +303,7 @@ def radix_workload(rep, device):
 MAX_KEYS_A_THREAD = 16   # compiled for sm_90: 16 keys a thread take 148 registers (4-bit) and compile in ~10 s;
 #                          32 take 255 and 64 compile for 105 s (4-bit, 8192 keys over 128 threads)
 MAX_BITONIC_TILE = 4096  # 8-bit tiles rank by a bitonic tl.sort: 4096 keys 300 barriers, 8192 keys 443 and 26-54 s
+MAX_GROUP_KEYS = 16384   # a program's keys: 2^24 keys make 1024 programs, a [64, 151936] batch 640
 
 
 def bounded_compile(setting, facts) -> bool | str:
@@ -275,10 +313,12 @@ def bounded_compile(setting, facts) -> bool | str:
         return f"{a_thread} keys a thread (above {MAX_KEYS_A_THREAD}: registers spill and the compile runs for minutes)"
     if setting["digit_bits"] == 8 and setting["block"] > MAX_BITONIC_TILE:
         return f"an 8-bit tile above {MAX_BITONIC_TILE} keys (its bitonic ranking: 400+ barriers, a minute to compile)"
+    if setting["group"] > 1 and setting["block"] * setting["group"] > MAX_GROUP_KEYS:
+        return f"groups of more than {MAX_GROUP_KEYS} keys (too few programs to fill the GPU)"
     return True
 
 
 RADIX_SORT = autotune.declare(autotune.Tunable(
-    "radix_sort", params={"block": (1024, 2048, 4096, 8192), "num_warps": (4, 8, 16), "digit_bits": (4, 8)},
+    "radix_sort", params={"block": (1024, 2048, 4096, 8192), "num_warps": (4, 8, 16), "digit_bits": (4, 8), "group": (1, 4)},
     key={"width": "exact", "elements": "elements", "dtype": "dtype"}, default_from="tiles.radix",
     workload=radix_workload, constraint=bounded_compile))
