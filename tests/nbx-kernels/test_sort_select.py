@@ -88,10 +88,13 @@ def test_the_onesweep_sort_of_every_dtype_is_numpys_stable_sort_both_ways_across
         same(values, ref_values)
 
 
-def test_eight_bit_digits_ranked_by_one_bitonic_sort_give_the_same_stable_order(device):
+@pytest.mark.parametrize("bits, group", [(8, 2), (8, 1), (4, 1), (4, 3)])
+def test_every_digit_width_and_group_of_tiles_gives_numpys_stable_order(device, bits, group):
+    """8-bit digits ranked by one bitonic sort, 4-bit ones by packed cumsums; one tile a program or
+    a group of them (counted at once, written tile by tile) whose last group is partly past the row."""
     from nbx.kernels.sort.radix import radix_sort
-    c = keys_of((1, 37), "bfloat16")   # 3 tiles of 16 keys, 2 passes
-    setting = {**launch.tiles("radix", device), "block": 16, "digit_bits": 8}
+    c = keys_of((1, 101), "bfloat16")   # 7 tiles of 16 keys: 2 passes of 8-bit digits, 4 of 4-bit
+    setting = {**launch.tiles("radix", device), "block": 16, "digit_bits": bits, "group": group}
     values, indices = radix_sort(c.to(device), True, setting=setting)
     ref_values, ref_indices = take_sorted(c, 1, True)
     same(indices, ref_indices)
