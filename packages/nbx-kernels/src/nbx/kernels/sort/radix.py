@@ -175,10 +175,9 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, groups, DIGIT
     """One pass over digit DIGIT of BITS bits (the PASS-th pass run); i_ptr None: the first pass.
     A program sorts one group of GROUP tiles of BLOCK keys, the unit of the look-back. The order of
     the steps hides latency: the group's keys are read (every tile's load in flight at once) and
-    counted first, and one tile's ranking happens between publishing the counts and looking back
-    (GROUP 1: its own; else the group's reads gave the earlier groups that long); the tiles are
-    then ranked and written one after another, each tile's keys and indices loaded while the one
-    before is ranked."""
+    counted first, and (GROUP 1) the tile is ranked between publishing its counts and looking back
+    (a group's reads gave the earlier groups that time); the tiles are then ranked and written one
+    after another, each tile's keys and indices loaded while the one before is ranked."""
     DIGITS: tl.constexpr = 32 // BITS
     BINS: tl.constexpr = 1 << BITS
     vid = tl.atomic_add(state_ptr + PASS, 1, sem="relaxed").to(tl.int64)
@@ -198,7 +197,8 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, groups, DIGIT
     mine = status_ptr + (r * groups + g) * BINS + bins
     if g != 0:
         tl.atomic_xchg(mine, counts + 1, sem="relaxed")
-    v, index, d, rank, kept = _ranked(v, index, digit, inside, tile_counts, BITS, BLOCK)
+    if GROUP == 1:  # ranked before the look-back (a group's reads gave the earlier groups that time)
+        v, index, d, rank, kept = _ranked(v, index, digit, inside, tile_counts, BITS, BLOCK)
     if g == 0:
         before = tl.zeros((BINS,), tl.int32)
     else:
@@ -206,12 +206,11 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, groups, DIGIT
     tl.atomic_xchg(mine, -(before + counts + 1), sem="relaxed")
     starts = tl.cumsum(row_counts, 0) - row_counts + before  # where the group's first key of each digit lands
     for j in range(GROUP):
-        if j > 0:
-            v, index, d, rank, kept = _ranked(v, index, digit, inside, tile_counts, BITS, BLOCK)
-        if GROUP > 1:  # the next tile's loads in flight while this one is written
+        if GROUP > 1:  # the next tile's loads in flight while this one is ranked and written
             limit = tl.where(j + 1 < GROUP, n, 0)   # past the group's last tile: nothing
             next_v, next_index, next_digit, next_inside = _tile(v_ptr, i_ptr, r, first + (j + 1) * BLOCK + local, n,
                                                                 limit, DIGIT, DESCENDING, BITS)
+            v, index, d, rank, kept = _ranked(v, index, digit, inside, tile_counts, BITS, BLOCK)
         dest = tl.gather(starts, d, 0).to(tl.int64) + rank
         tl.store(v_out + r * n + dest, v, mask=kept)
         tl.store(i_out + r * n + dest, index.to(i_out.dtype.element_ty), mask=kept)
