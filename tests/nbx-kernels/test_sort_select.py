@@ -168,6 +168,22 @@ def test_the_benchmarks_sort_of_two_to_the_24_keys_matches_numpys_stable_sort_on
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bits", [4, 8])
+def test_groups_of_four_tiles_sort_two_to_the_22_keys_stably_on_the_gpu(bits):
+    """The grouped scatter (a group's keys counted at once, its tiles written one after another)
+    under the GPU's concurrency, in both digit widths, with ties in a long row."""
+    from nbx.kernels.sort.radix import radix_sort
+    device = nbx.as_device("cuda")
+    keys = nbx.asarray(rng.integers(-(1 << 20), 1 << 20, (1, 1 << 22)).astype(np.float32))
+    setting = {"block": 2048, "num_warps": 8, "digit_bits": bits, "group": 4}
+    for descending in (False, True):
+        values, indices = radix_sort(keys.to(device), descending, setting=setting)
+        ref_values, ref_indices = take_sorted(keys, 1, descending)
+        same(indices, ref_indices)
+        same(values, ref_values)
+
+
+@pytest.mark.gpu
 def test_the_sampling_step_draws_the_references_tokens_at_vocabulary_size_on_the_gpu():
     device = nbx.as_device("cuda")
     logits = (nbx.randn(64, 151936, generator=nbx.Generator(seed=5)) * 3.0).to(dtype=nbx.bfloat16)

@@ -2,7 +2,7 @@
 
 A row of up to max_block_n keys is sorted by one program (sort/kernel.py). A longer row (up to
 2**31 keys) is sorted by a onesweep LSD radix sort (sort/radix.py: one histogram launch, then one
-scatter launch a pass of 4- or 8-bit digits, over rows x tiles), and its top-k is a radix select
+scatter launch a pass of 4- or 8-bit digits, over rows x groups of tiles), and its top-k is a radix select
 (sort/select.py, sort/topk.py). 64-bit
 keys are refused by name (the order key and the packed words hold 32 bits).
 """
