@@ -88,13 +88,13 @@ def test_the_onesweep_sort_of_every_dtype_is_numpys_stable_sort_both_ways_across
         same(values, ref_values)
 
 
-@pytest.mark.parametrize("bits, group", [(8, 2), (8, 1), (4, 1), (4, 3)])
-def test_every_digit_width_and_group_of_tiles_gives_numpys_stable_order(device, bits, group):
+@pytest.mark.parametrize("bits, group, block", [(8, 2, 16), (8, 1, 16), (4, 1, 16), (4, 3, 16)])
+def test_every_digit_width_and_group_of_tiles_gives_numpys_stable_order(device, bits, group, block):
     """8-bit digits ranked by one bitonic sort, 4-bit ones by packed cumsums; one tile a program or
     a group of them (counted at once, written tile by tile) whose last group is partly past the row."""
     from nbx.kernels.sort.radix import radix_sort
-    c = keys_of((1, 101), "bfloat16")   # 7 tiles of 16 keys: 2 passes of 8-bit digits, 4 of 4-bit
-    setting = {**launch.tiles("radix", device), "block": 16, "digit_bits": bits, "group": group}
+    c = keys_of((1, 6 * block + 5), "bfloat16")   # 7 tiles: 2 passes of 8-bit digits, 4 of 4-bit
+    setting = {**launch.tiles("radix", device), "block": block, "digit_bits": bits, "group": group}
     values, indices = radix_sort(c.to(device), True, setting=setting)
     ref_values, ref_indices = take_sorted(c, 1, True)
     same(indices, ref_indices)
