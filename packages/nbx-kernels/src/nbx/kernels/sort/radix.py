@@ -8,18 +8,21 @@ any row length: one zeroing of the state, one histogram, one scatter a pass (10 
 
   histogram  one read of the keys: the row's counts of every digit of every pass (hist[row, digit
              position, digit]), rows x P programs adding their counts atomically
-  scatter    one launch a pass over rows x tiles, each program one tile of `block` keys: it takes a
-             virtual tile id from an atomic counter (so a tile only ever waits on tiles that took
-             an earlier id, which are running or done: no deadlock whatever order the GPU starts
-             programs in), issues all its global reads (keys, indices, the row's counts), publishes
-             its digit counts in its status words, ranks its keys inside the tile stably (4-bit
-             digits: cumsums of one-hot digits, four 16-bit counters packed in a uint64, four
-             cumsums a key; 8-bit digits: one tl.sort of (digit << 16 | place) words, then the
-             values and indices gathered into that order so a digit's keys leave as one run), and
-             only then looks back over the earlier tiles of its row (decoupled look-back: a tile's
-             word holds its own counts until it knows its inclusive prefix, then that) to learn
-             where its keys of each digit start; ranking first gives the earlier tiles that long to
-             publish their inclusive words. Each pass reads keys and indices once and writes them
+  scatter    one launch a pass over rows x groups, each program one group of `group` tiles of
+             `block` keys: it takes a virtual group id from an atomic counter (so a group only ever
+             waits on groups that took an earlier id, which are running or done: no deadlock
+             whatever order the GPU starts programs in), reads and counts the group's keys (every
+             tile's load in flight at once, with the row's counts and the first tile's indices),
+             publishes the counts in its status words, and looks back over the earlier groups of
+             its row (decoupled look-back: a group's word holds its own counts until it knows its
+             inclusive prefix, then that) to learn where its keys of each digit start; a one-tile
+             group ranks its keys before looking back, giving the earlier groups that long to
+             publish. The tiles are then ranked inside the tile stably (4-bit digits: cumsums of
+             one-hot digits, four 16-bit counters packed in a uint64, four cumsums a key; 8-bit
+             digits: one tl.sort of (digit << 16 | place) words, then the values and indices
+             gathered into that order so a digit's keys leave as one run) and written one after
+             another, the next tile's loads in flight meanwhile. Each pass reads keys and indices
+             once from DRAM (a group's later tiles twice, the second time from L2) and writes them
              once.
 
 Every pass is stable, so the sort is (ties in input order, descending too: the key is complemented,
