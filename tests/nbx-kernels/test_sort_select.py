@@ -93,7 +93,7 @@ def test_every_digit_width_and_group_of_tiles_gives_numpys_stable_order(device, 
     """8-bit digits ranked by one bitonic sort, 4-bit ones by packed cumsums; one tile a program or
     a group of them (counted at once, written tile by tile) whose last group is partly past the row."""
     from nbx.kernels.sort.radix import radix_sort
-    c = keys_of((1, 6 * block + 5), "bfloat16")   # 7 tiles: 2 passes of 8-bit digits, 4 of 4-bit
+    c = keys_of((1, 4 * block + 5), "bfloat16")   # 5 tiles: 2 passes of 8-bit digits, 4 of 4-bit
     setting = {**launch.tiles("radix", device), "block": block, "digit_bits": bits, "group": group}
     values, indices = radix_sort(c.to(device), True, setting=setting)
     ref_values, ref_indices = take_sorted(c, 1, True)
