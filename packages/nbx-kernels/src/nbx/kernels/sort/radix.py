@@ -72,8 +72,9 @@ def _sort_keys(v_ptr, r, cols, n, limit, DESCENDING: tl.constexpr):
 
 
 @triton.jit
-def _digit(key, DIGIT: tl.constexpr, BITS: tl.constexpr):
-    return ((key >> (BITS * DIGIT)) & ((1 << BITS) - 1)).to(tl.int32)
+def _digit(key, at, BITS: tl.constexpr):
+    """Digit `at` (0 lowest; a constant or a kernel argument) of BITS bits of the keys."""
+    return ((key >> (at * BITS)) & ((1 << BITS) - 1)).to(tl.int32)
 
 
 @triton.jit
@@ -129,7 +130,7 @@ def _field_sum(digit, inside, q: tl.constexpr):
 
 
 @triton.jit
-def _tile(v_ptr, i_ptr, r, cols, n, limit, DIGIT: tl.constexpr, DESCENDING: tl.constexpr, BITS: tl.constexpr):
+def _tile(v_ptr, i_ptr, r, cols, n, limit, digit_at, DESCENDING: tl.constexpr, BITS: tl.constexpr):
     """(values, indices, digits, inside) of row r's keys at cols below limit; i_ptr None: the first
     pass (each key's index is its column)."""
     v, key, inside = _sort_keys(v_ptr, r, cols, n, limit, DESCENDING)
@@ -137,7 +138,7 @@ def _tile(v_ptr, i_ptr, r, cols, n, limit, DIGIT: tl.constexpr, DESCENDING: tl.c
         index = cols.to(tl.int32)
     else:
         index = tl.load(i_ptr + r * n + cols, mask=inside)
-    return v, index, _digit(key, DIGIT, BITS), inside
+    return v, index, _digit(key, digit_at, BITS), inside
 
 
 @triton.jit
@@ -171,11 +172,13 @@ def _ranked(v, index, digit, inside, counts, BITS: tl.constexpr, BLOCK: tl.const
     return v, index, d, rank, kept
 
 
-@triton.jit
-def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, groups, DIGIT: tl.constexpr, PASS: tl.constexpr,
+# the digit and the pass are arguments, not constants: one compile serves every pass but the first
+# (which reads no indices), where constants made one a pass (10 a setting for 4-bit float32 keys)
+@triton.jit(do_not_specialize=["digit_at", "pass_at"])
+def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, groups, digit_at, pass_at,
                          DESCENDING: tl.constexpr, BITS: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr,
                          WINDOW: tl.constexpr):
-    """One pass over digit DIGIT of BITS bits (the PASS-th pass run); i_ptr None: the first pass.
+    """One pass over digit digit_at of BITS bits (the pass_at-th pass run); i_ptr None: the first pass.
     A program sorts one group of GROUP tiles of BLOCK keys, the unit of the look-back. The order of
     the steps hides latency: the group's keys are read (every tile's load in flight at once) and
     counted first, and (GROUP 1) the tile is ranked between publishing its counts and looking back
@@ -183,20 +186,20 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, groups, DIGIT
     after another, each tile's keys and indices loaded while the one before is ranked."""
     DIGITS: tl.constexpr = 32 // BITS
     BINS: tl.constexpr = 1 << BITS
-    vid = tl.atomic_add(state_ptr + PASS, 1, sem="relaxed").to(tl.int64)
+    vid = tl.atomic_add(state_ptr + pass_at, 1, sem="relaxed").to(tl.int64)
     r, g = vid // groups, vid % groups
     total = tl.num_programs(0).to(tl.int64)   # rows x groups
-    status_ptr = state_ptr + 16 + total // groups * DIGITS * BINS + PASS * total * BINS
+    status_ptr = state_ptr + 16 + total // groups * DIGITS * BINS + pass_at * total * BINS
     bins = tl.arange(0, BINS)
     local = tl.arange(0, BLOCK)
     first = g * (GROUP * BLOCK)
-    v, index, digit, inside = _tile(v_ptr, i_ptr, r, first + local, n, n, DIGIT, DESCENDING, BITS)
-    row_counts = tl.load(state_ptr + 16 + (r * DIGITS + DIGIT) * BINS + bins)
+    v, index, digit, inside = _tile(v_ptr, i_ptr, r, first + local, n, n, digit_at, DESCENDING, BITS)
+    row_counts = tl.load(state_ptr + 16 + (r * DIGITS + digit_at) * BINS + bins)
     tile_counts = tl.histogram(digit, BINS, mask=inside)
     counts = tile_counts
     for j in tl.static_range(1, GROUP):   # the group's other tiles: keys only, counted
         other_v, other, other_inside = _sort_keys(v_ptr, r, first + j * BLOCK + local, n, n, DESCENDING)
-        counts += tl.histogram(_digit(other, DIGIT, BITS), BINS, mask=other_inside)
+        counts += tl.histogram(_digit(other, digit_at, BITS), BINS, mask=other_inside)
     mine = status_ptr + (r * groups + g) * BINS + bins
     if g != 0:
         tl.atomic_xchg(mine, counts + 1, sem="relaxed")
@@ -212,7 +215,7 @@ def radix_scatter_kernel(v_ptr, i_ptr, v_out, i_out, state_ptr, n, groups, DIGIT
         if GROUP > 1:  # the next tile's loads in flight while this one is ranked and written
             limit = tl.where(j + 1 < GROUP, n, 0)   # past the group's last tile: nothing
             next_v, next_index, next_digit, next_inside = _tile(v_ptr, i_ptr, r, first + (j + 1) * BLOCK + local, n,
-                                                                limit, DIGIT, DESCENDING, BITS)
+                                                                limit, digit_at, DESCENDING, BITS)
             v, index, d, rank, kept = _ranked(v, index, digit, inside, tile_counts, BITS, BLOCK)
         dest = tl.gather(starts, d, 0).to(tl.int64) + rank
         tl.store(v_out + r * n + dest, v, mask=kept)
@@ -278,8 +281,9 @@ def radix_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPl
         last = j == len(passes) - 1
         target, target_index = ("values", "indices") if last else ("vb", "ib") if j % 2 else ("va", "ia")
         launches.append(Launch(radix_scatter_kernel, (rows * groups,),
-                               (Slot(source), index, Slot(target), Slot(target_index), Slot("state"), n, groups),
-                               {**meta, "DIGIT": digit, "PASS": j, "GROUP": s["group"],
+                               (Slot(source), index, Slot(target), Slot(target_index), Slot("state"), n, groups,
+                                digit, j),
+                               {**meta, "GROUP": s["group"],
                                 "WINDOW": look_back_window(bits, groups)}))
     ping_pong = () if len(passes) == 1 else (
         plans.workspace("va", (rows * n,), dtype), plans.workspace("ia", (rows * n,), dtypes.int32)) + (
