@@ -87,13 +87,14 @@ def test_the_onesweep_sort_and_the_candidate_select_lower_for_sm90():
     """Their loops carry values the interpreter never types (a reused `_` across a loop was one)."""
     radix, select = "nbx.kernels.sort.radix", "nbx.kernels.sort.select"
     scatter = {"v_ptr": "*fp32", "i_ptr": "*i32", "v_out": "*fp32", "i_out": "*i64", "state_ptr": "*i32", "n": "i32",
-               "tiles": "i32"}
+               "groups": "i32", "digit_at": "i32", "pass_at": "i32"}
     rows = {"x_ptr": "*fp32", "hist_ptr": "*i32"}
     candidates = {**rows, "cand_ptr": "*i32", "taken_ptr": "*i32"}
     cases = [(radix, "radix_histogram_kernel", {"v_ptr": "*fp32", "state_ptr": "*i32", "n": "i32", "chunk": "i32"},
               {"DESCENDING": False, "BITS": bits, "BLOCK": 2048}) for bits in (4, 8)]
     cases += [(radix, "radix_scatter_kernel", scatter,
-               {"DIGIT": 1, "PASS": 1, "DESCENDING": True, "BITS": bits, "BLOCK": 2048, "WINDOW": 8}) for bits in (4, 8)]
+               {"DESCENDING": True, "BITS": bits, "BLOCK": 2048, "GROUP": group, "WINDOW": 8})
+              for bits in (4, 8) for group in (1, 4)]
     common = {"LARGEST": True, "BLOCK": 2048}
     cases += [(select, "select_histogram_kernel", {**rows, "n": "i32", "chunk": "i32"}, common),
               (select, "select_filter_kernel", {**rows, "words_ptr": "*u64", "cand_ptr": "*i32", "taken_ptr": "*i32",

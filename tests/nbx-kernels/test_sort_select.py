@@ -88,10 +88,13 @@ def test_the_onesweep_sort_of_every_dtype_is_numpys_stable_sort_both_ways_across
         same(values, ref_values)
 
 
-def test_eight_bit_digits_ranked_by_one_bitonic_sort_give_the_same_stable_order(device):
+@pytest.mark.parametrize("bits, group, block", [(8, 2, 16), (8, 1, 16), (4, 1, 16), (4, 3, 16)])
+def test_every_digit_width_and_group_of_tiles_gives_numpys_stable_order(device, bits, group, block):
+    """8-bit digits ranked by one bitonic sort, 4-bit ones by packed cumsums; one tile a program or
+    a group of them (counted at once, written tile by tile) whose last group is partly past the row."""
     from nbx.kernels.sort.radix import radix_sort
-    c = keys_of((1, 37), "bfloat16")   # 3 tiles of 16 keys, 2 passes
-    setting = {**launch.tiles("radix", device), "block": 16, "digit_bits": 8}
+    c = keys_of((1, 4 * block + 5), "bfloat16")   # 5 tiles: 2 passes of 8-bit digits, 4 of 4-bit
+    setting = {**launch.tiles("radix", device), "block": block, "digit_bits": bits, "group": group}
     values, indices = radix_sort(c.to(device), True, setting=setting)
     ref_values, ref_indices = take_sorted(c, 1, True)
     same(indices, ref_indices)
@@ -165,6 +168,22 @@ def test_the_benchmarks_sort_of_two_to_the_24_keys_matches_numpys_stable_sort_on
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bits", [4, 8])
+def test_groups_of_four_tiles_sort_two_to_the_22_keys_stably_on_the_gpu(bits):
+    """The grouped scatter (a group's keys counted at once, its tiles written one after another)
+    under the GPU's concurrency, in both digit widths, with ties in a long row."""
+    from nbx.kernels.sort.radix import radix_sort
+    device = nbx.as_device("cuda")
+    keys = nbx.asarray(rng.integers(-(1 << 20), 1 << 20, (1, 1 << 22)).astype(np.float32))
+    setting = {"block": 2048, "num_warps": 8, "digit_bits": bits, "group": 4}
+    for descending in (False, True):
+        values, indices = radix_sort(keys.to(device), descending, setting=setting)
+        ref_values, ref_indices = take_sorted(keys, 1, descending)
+        same(indices, ref_indices)
+        same(values, ref_values)
+
+
+@pytest.mark.gpu
 def test_the_sampling_step_draws_the_references_tokens_at_vocabulary_size_on_the_gpu():
     device = nbx.as_device("cuda")
     logits = (nbx.randn(64, 151936, generator=nbx.Generator(seed=5)) * 3.0).to(dtype=nbx.bfloat16)
@@ -174,3 +193,18 @@ def test_the_sampling_step_draws_the_references_tokens_at_vocabulary_size_on_the
         got = nbx.sample(on_gpu, generator=nbx.Generator(seed=9), **options)
         expected = nbx.sample(logits, generator=nbx.Generator(seed=9), **options)
         assert got.tolist() == expected.tolist(), options
+
+
+def test_the_radix_sort_candidates_are_those_whose_compile_is_bounded_and_keep_the_device_default():
+    """The certifier compiles every candidate: 32 or more keys a thread (255 registers, 105 s for
+    64) and 8-bit tiles above 4096 keys (a bitonic ranking of 400+ barriers) are refused."""
+    from nbx.core import device_files
+    from nbx.kernels.sort.radix import RADIX_SORT, look_back_window
+    facts = device_files.for_arch("sm_90")
+    kept, pruned = RADIX_SORT.candidates(facts)
+    assert len(kept) == 33 and facts.value("tiles.radix") in kept
+    assert all(s["block"] // (32 * s["num_warps"]) <= 16 for s in kept)
+    assert not any(s["digit_bits"] == 8 and s["block"] > 4096 for s in kept)
+    assert {"block": 8192, "num_warps": 4, "digit_bits": 4, "group": 1} in [s for s, _ in pruned]
+    assert not any(s["group"] > 1 and s["block"] * s["group"] > 16384 for s in kept)
+    assert [look_back_window(4, 10 ** 4), look_back_window(8, 10 ** 4), look_back_window(4, 3)] == [32, 8, 4]

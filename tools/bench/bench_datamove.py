@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import nbx.core as nbx
-from peer_timing import ONCE, Timed, banner, cold, measure
+from peer_timing import ONCE, Timed, banner, call_ms, cold, measure
 
 L2_FLUSH_BYTES = 256 << 20
 SLOW_MS = 5.0
@@ -140,9 +140,55 @@ def timed(fn, copies: int, cycles: float) -> Timed:
     return Timed(*measure(fn, copies, cycles, repeats=REPEATS), cold(fn))
 
 
+def launch_breakdown(name: str, plan, x) -> None:
+    """Each launch of plan over x, us: the time of the launches up to it less that of those before
+    (a radix pass or a select step needs the state its predecessors leave, so none runs alone;
+    single calls between events: a launch's fixed cost shows)."""
+    from nbx.kernels import plans
+    values = plans.execute(plan, {"x": x})
+    runners = [one._runner[0] for one in plan.launches]
+
+    def up_to(j):
+        def run():
+            for runner in runners[:j]:
+                runner.run(values)
+        return run
+    print(f"# launches of {name} (setting {plan_setting(plan)}):", flush=True)
+    before = 0.0
+    for j, one in enumerate(plan.launches, 1):
+        total = call_ms(up_to(j), 21) * 1e3
+        print(f"  {one.kernel.fn.__name__:<28} grid {str(one.grid):<14} {total - before:8.1f} us "
+              f"(up to it {total:8.1f})", flush=True)
+        before = total
+
+
+def plan_setting(plan) -> str:
+    meta = plan.launches[-1].meta
+    return ", ".join(f"{k}={v}" for k, v in sorted(meta.items()) if k in ("BLOCK", "BITS", "GROUP", "num_warps"))
+
+
+def breakdowns() -> None:
+    """The launches of the sort of 2^24 float32 keys, of [64, 151936] rows and of top-k 50 / 1024 of
+    [64, 151936] float32 rows, at the served settings."""
+    from nbx.kernels.sort.radix import radix_plan, radix_setting
+    from nbx.kernels.sort.topk import select_plan, select_setting
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    keys = view(torch.randn(1 << 24, device="cuda", generator=gen)).reshape(1, 1 << 24)
+    rows = view(torch.randn((64, 151936), device="cuda", generator=gen))
+    for name, x in (("sort 2^24 f32", keys), ("sort [64,151936] f32", rows)):
+        setting = radix_setting(x.device, x.shape[0], x.shape[1], x.dtype)
+        launch_breakdown(name, radix_plan(x.shape, x.dtype, False, x.device, setting), x)
+    for k in (50, 1024):
+        setting = select_setting(rows.device, 64, 151936, rows.dtype)
+        launch_breakdown(f"topk [64,151936] f32 k={k}", select_plan(rows.shape, rows.dtype, k, True, rows.device,
+                                                                    setting), rows)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", nargs="*", help="only these ops")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="then each launch of the sort and top-k plans (sort 2^24, [64, 151936] rows)")
     args = parser.parse_args(argv)
     cycles = banner()
     began = time.perf_counter()
@@ -166,6 +212,8 @@ def main(argv=None) -> int:
         print(f"{op:<15} {case:<34} {ours.gpu_us:9.1f} {peer.gpu_us:9.1f} {rate:9.2f} {peer_rate:10.2f} "
               f"{peer.gpu_us / ours.gpu_us:6.2f} {share:>16} "
               f"{ours.host_us:8.1f}/{peer.host_us:<8.1f} {ours.cold_us:8.1f}/{peer.cold_us:<9.1f}", flush=True)
+    if args.breakdown:
+        breakdowns()
     print(f"# {time.perf_counter() - began:.0f} s", flush=True)
     return 0
 

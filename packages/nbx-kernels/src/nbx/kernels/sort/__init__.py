@@ -2,7 +2,7 @@
 
 A row of up to max_block_n keys is sorted by one program (sort/kernel.py). A longer row (up to
 2**31 keys) is sorted by a onesweep LSD radix sort (sort/radix.py: one histogram launch, then one
-scatter launch a pass of 4- or 8-bit digits, over rows x tiles), and its top-k is a radix select
+scatter launch a pass of 4- or 8-bit digits, over rows x groups of tiles), and its top-k is a radix select
 (sort/select.py, sort/topk.py). 64-bit
 keys are refused by name (the order key and the packed words hold 32 bits).
 """
@@ -90,12 +90,12 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
         return Cost(buffers=outputs, bytes_moved=3 * x.nbytes + x.size * 8)
     # the onesweep radix sort: one histogram read of the keys, then per pass one read and one write
     # of keys and int32 indices (the first pass reads no indices, the last writes int64 ones: even)
-    from .radix import digit_passes, state_words
+    from .radix import digit_passes, groups_of, state_words
     tile = launch.tiles("radix", x.device)
     passes = len(digit_passes(x.dtype, tile["digit_bits"]))
     n = x.shape[axis]
     rows = x.size // n
-    state = state_words(rows, -(-n // tile["block"]), passes, tile["digit_bits"]) * 4
+    state = state_words(rows, groups_of(n, tile), passes, tile["digit_bits"]) * 4
     work = (Buffer("keys", min(passes - 1, 2) * x.nbytes, LAUNCH),
             Buffer("positions", min(passes - 1, 2) * x.size * 4, LAUNCH), Buffer("state", state, LAUNCH))
     moved = x.nbytes + passes * 2 * (x.nbytes + x.size * 4) + 2 * state  # the state zeroed, then read and written
