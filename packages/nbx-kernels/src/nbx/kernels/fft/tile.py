@@ -43,12 +43,33 @@ def _dft_matrix(r, c, R_LIMIT: tl.constexpr, C_LIMIT: tl.constexpr, PERIOD: tl.c
 
 
 @triton.jit
+def _tf32(x):
+    """x as a TF32 value (its low 13 mantissa bits dropped) and the float32 rest, exact: x = hi + lo."""
+    hi = (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    return hi, x - hi
+
+
+@triton.jit
+def _dot(a, f, PRECISION: tl.constexpr):
+    """a f, f a constant matrix: exact float32 products (ieee), or three TF32 products of the parts
+    (tf32x3: a_hi f_lo + a_lo f_hi + a_hi f_hi chained in one accumulator, the parts split here
+    once a value so that a program's products share them)."""
+    if PRECISION == "ieee":
+        return tl.dot(a, f, input_precision="ieee")
+    a_hi, a_lo = _tf32(a)
+    f_hi, f_lo = _tf32(f)
+    acc = tl.dot(a_hi, f_lo, input_precision="tf32")
+    acc = tl.dot(a_lo, f_hi, acc, input_precision="tf32")
+    return tl.dot(a_hi, f_hi, acc, input_precision="tf32")
+
+
+@triton.jit
 def _cdot(ar, ai, fr, fi, PRECISION: tl.constexpr):
     """(ar + i ai)(fr + i fi), f a constant matrix, as three real products (Gauss's): (ar + ai) fr
     less ai (fr + fi), and plus ar (fi - fr); a quarter of the four-product form's work saved."""
-    both = tl.dot(ar + ai, fr, input_precision=PRECISION)
-    re = both - tl.dot(ai, fr + fi, input_precision=PRECISION)
-    im = both + tl.dot(ar, fi - fr, input_precision=PRECISION)
+    both = _dot(ar + ai, fr, PRECISION)
+    re = both - _dot(ai, fr + fi, PRECISION)
+    im = both + _dot(ar, fi - fr, PRECISION)
     return re, im
 
 
@@ -93,8 +114,8 @@ def fft_tile_kernel(src, dst, window, rows, src_len, src_row, dst_row, scale, N1
         if WINDOWED:
             xr = xr * tl.load(window + t, mask=inside, other=0.0)
         flat = tl.reshape(xr, (ROWS * P2, P1))
-        br = tl.dot(flat, f1r, input_precision=PRECISION)
-        bi = tl.dot(flat, f1i, input_precision=PRECISION)
+        br = _dot(flat, f1r, PRECISION)
+        bi = _dot(flat, f1i, PRECISION)
     else:
         part = tl.arange(0, 2)[None, None, None, :]
         pairs = 2 * t[:, :, :, None] + part
@@ -148,7 +169,7 @@ def irfft_tile_kernel(src, dst, rows, src_len, src_row, dst_row, scale, N1: tl.c
     br, bi = _turn(tl.reshape(br, (ROWS, P1, P2)), tl.reshape(bi, (ROWS, P1, P2)), tr[None, :, :], ti[None, :, :])
     br = tl.reshape(tl.permute(br, (0, 2, 1)), (ROWS * P2, P1))     # [ROWS, n2, k1]
     bi = tl.reshape(tl.permute(bi, (0, 2, 1)), (ROWS * P2, P1))
-    x = tl.dot(br, g1r, input_precision=PRECISION) - tl.dot(bi, g1i, input_precision=PRECISION)
+    x = _dot(br, g1r, PRECISION) - _dot(bi, g1i, PRECISION)
     t = (a[None, :] * N2 + b[:, None])[None, :, :]        # [1, n2, n1]
     nyquist = tl.load(src + row * src_row + N, mask=0 * row + N // 2 < src_len, other=0.0)
     stored = ((a < N1)[None, :] & (b < N2)[:, None])[None, :, :]
@@ -173,8 +194,8 @@ def fft_column_kernel(src, dst, src_len, src_row, M: tl.constexpr, R: tl.constex
     part = tl.arange(0, 2)[None, None, :]
     if LOAD == _REAL:
         xr = tl.load(src + row * src_row + t, mask=inside & (t < src_len), other=0.0).to(tl.float32)
-        yr = tl.dot(xr, fr, input_precision=PRECISION)
-        yi = tl.dot(xr, fi, input_precision=PRECISION)
+        yr = _dot(xr, fr, PRECISION)
+        yi = _dot(xr, fi, PRECISION)
     else:
         pairs = 2 * t[:, :, None] + part
         if LOAD == _REAL_PAIRS:
