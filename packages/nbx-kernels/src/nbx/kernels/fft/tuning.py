@@ -17,8 +17,12 @@ import numpy as np
 from nbx import autotune
 from nbx.core.ops.creation import asarray
 
-PARAMS = {"fused": (0, 1), "radix": (4, 8, 16), "block_j": (16, 64), "num_warps": (4, 8, 16), "tf32x3": (0, 1),
-          "tile_rows": (1, 8)}
+PARAMS = {"fused": (0, 1), "radix": (4, 8, 16), "block_j": (16, 64, 128), "num_warps": (4, 8, 16), "tf32x3": (0, 1),
+          "tile_rows": (1, 2, 4, 8)}
+# a fused row's padded points a thread (tile_rows rows over the program's threads): past 32 the
+# tile's values, their TF32 parts and the products' accumulators spill (ptxas, sm_90: 4 rows of 1024
+# points over 8 warps take 170 registers, 8 rows 219, 16 rows over 16 warps spill)
+TILE_POINTS_A_THREAD = 32
 KEY = {"n": "dims", "rows": "dims"}
 
 
@@ -50,7 +54,20 @@ def _fits_key(setting, rep, facts):
         return "a fused row reads no radix (and a tile's row no block_j: the column passes' columns a program)"
     if not setting["fused"] and not _first(setting, ("tf32x3", "tile_rows")):
         return "the passes read neither tf32x3 nor tile_rows"
+    if setting["fused"]:
+        points = setting["tile_rows"] * _tile_points(n, tiled) // (32 * setting["num_warps"])
+        if points > TILE_POINTS_A_THREAD:
+            return f"{points} padded points a thread in a fused tile: above {TILE_POINTS_A_THREAD}, its registers spill"
     return True
+
+
+def _tile_points(n: int, tiled: bool) -> int:
+    """The padded points of the row tile an n-point row ends in (after its column passes)."""
+    from math import prod
+    from . import _tile_dim, column_radices, tile_factors
+    last = n if tiled else n // prod(column_radices(n))
+    n1, n2 = tile_factors(last, False)
+    return _tile_dim(n1) * _tile_dim(n2)
 
 
 def fft_workload(rep, device):
