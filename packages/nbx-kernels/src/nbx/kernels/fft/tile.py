@@ -86,95 +86,120 @@ def _pairs(src, offsets, mask):
     return tl.split(values)
 
 
+@triton.jit
+def _rows_in(src, base, t, inside, shape, src_len, live, LOAD: tl.constexpr):
+    """The samples of the rows at float offsets base ([ROWS, 1, 1]) as float32: a real row's
+    [ROWS, n2, n1] (LOAD REAL), else their complex pairs [ROWS, n2, n1, 2]; nothing read where
+    live is false (zeros)."""
+    if LOAD == _REAL:
+        x = tl.load(src + base + t, mask=inside & live, other=0.0).to(tl.float32)
+    else:
+        pairs = 2 * t[:, :, :, None] + tl.arange(0, 2)[None, None, None, :]
+        if LOAD == _REAL_PAIRS:    # a real row of src_len values read as pairs (rfft's half length)
+            stored = shape[:, :, :, None] & (pairs < src_len)
+        else:
+            stored = inside[:, :, :, None]
+        x = tl.load(src + base[:, :, :, None] + pairs, mask=stored & live, other=0.0).to(tl.float32)
+    return x
+
+
 @triton.jit(do_not_specialize=["rows", "src_len"])
 def fft_tile_kernel(src, dst, window, rows, src_len, src_row, dst_row, scale, N1: tl.constexpr, N2: tl.constexpr,
                     P1: tl.constexpr, P2: tl.constexpr, K2: tl.constexpr, PK2: tl.constexpr, SIGN: tl.constexpr,
                     LOAD: tl.constexpr, HALF: tl.constexpr, ROWS: tl.constexpr, PRECISION: tl.constexpr,
-                    GA: tl.constexpr, GB: tl.constexpr, WINDOWED: tl.constexpr):
-    """ROWS rows a program: complex pairs (a real row, LOAD REAL; a real row as pairs, REAL_PAIRS) of
-    src_len stored values, the first N1 N2 transformed; writes bins k1 + N1 k2 for k2 < K2 as pairs
-    (HALF: K2 = N2 / 2 and the Nyquist bin N / 2 too, rfft's N / 2 + 1 bins). After column passes
-    (fft_column_kernel) of radices GA and GB a row s is the sub-row (r, k1, k2) of a longer row r,
-    s = (r GA + k1) GB + k2, its bin k that row's k1 + GA k2 + GA GB k: stored there, dst_row apart
-    a row r. WINDOWED (a real row): each sample times window[n] as it is read (stft's frames,
-    src_row = the hop apart in the signal: no frames in memory)."""
+                    GA: tl.constexpr, GB: tl.constexpr, WINDOWED: tl.constexpr, STEPS: tl.constexpr):
+    """STEPS groups of ROWS rows a program, the next group read before the products of this one:
+    complex pairs (a real row, LOAD REAL; a real row as pairs, REAL_PAIRS) of src_len stored values,
+    the first N1 N2 transformed; writes bins k1 + N1 k2 for k2 < K2 as pairs (HALF: K2 = N2 / 2 and
+    the Nyquist bin N / 2 too, rfft's N / 2 + 1 bins). After column passes (fft_column_kernel) of
+    radices GA and GB a row s is the sub-row (r, k1, k2) of a longer row r, s = (r GA + k1) GB + k2,
+    its bin k that row's k1 + GA k2 + GA GB k: stored there, dst_row apart a row r. WINDOWED (a real
+    row): each sample times window[n] as it is read (stft's frames, src_row = the hop apart in the
+    signal: no frames in memory)."""
     N: tl.constexpr = N1 * N2
     a = tl.arange(0, P1)                                  # n1 of the input, k1 of the output
     b = tl.arange(0, P2)                                  # n2
     c = tl.arange(0, PK2)                                 # k2
-    # past the last row the last program redoes the last row (the same values written again): no row masks
-    row = tl.minimum(tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS), rows - 1)[:, None, None]
+    first = tl.program_id(0).to(tl.int64) * (STEPS * ROWS) + tl.arange(0, ROWS)
     f1r, f1i = _dft_matrix(a, a, N1, N1, N1, SIGN)        # [n1, k1] (symmetric)
     f2r, f2i = _dft_matrix(b, c, N2, K2, N2, SIGN)        # [n2, k2]
     tr, ti = _dft_matrix(b, a, N2, N1, N, SIGN)           # the twiddles [n2, k1]
     t = (a[None, :] * N2 + b[:, None])[None, :, :]        # each sample's index, [1, n2, n1]
-    inside = ((a < N1)[None, :] & (b < N2)[:, None])[None, :, :] & (t < src_len)
-    if LOAD == _REAL:
-        xr = tl.load(src + row * src_row + t, mask=inside, other=0.0).to(tl.float32)   # [ROWS, n2, n1]
-        if WINDOWED:
-            xr = xr * tl.load(window + t, mask=inside, other=0.0)
-        flat = tl.reshape(xr, (ROWS * P2, P1))
-        br = _dot(flat, f1r, PRECISION)
-        bi = _dot(flat, f1i, PRECISION)
-    else:
-        part = tl.arange(0, 2)[None, None, None, :]
-        pairs = 2 * t[:, :, :, None] + part
-        if LOAD == _REAL_PAIRS:    # a real row of src_len values read as pairs (rfft's half length)
-            stored = ((a < N1)[None, :] & (b < N2)[:, None])[None, :, :, None] & (pairs < src_len)
-        else:
-            stored = inside[:, :, :, None]
-        xr, xi = _pairs(src + row[:, :, :, None] * src_row, pairs, stored)
-        br, bi = _cdot(tl.reshape(xr, (ROWS * P2, P1)), tl.reshape(xi, (ROWS * P2, P1)), f1r, f1i, PRECISION)
-    br, bi = _turn(tl.reshape(br, (ROWS, P2, P1)), tl.reshape(bi, (ROWS, P2, P1)), tr[None, :, :], ti[None, :, :])
-    br = tl.reshape(tl.permute(br, (0, 2, 1)), (ROWS * P1, P2))     # [ROWS, k1, n2]
-    bi = tl.reshape(tl.permute(bi, (0, 2, 1)), (ROWS * P1, P2))
-    cr, ci = _cdot(br, bi, f2r, f2i, PRECISION)
+    shape = ((a < N1)[None, :] & (b < N2)[:, None])[None, :, :]
+    inside = shape & (t < src_len)
+    if WINDOWED:
+        w = tl.load(window + t, mask=inside, other=0.0)
     k = (a[:, None] + N1 * c[None, :])[None, :, :, None]            # each output's bin, [1, k1, k2, 1]
     keep = ((a < N1)[:, None] & (c < K2)[None, :])[None, :, :, None]
-    inner = row % (GA * GB)
-    out = dst + (row // (GA * GB) * dst_row + 2 * (inner // GB + GA * (inner % GB)))[:, :, :, None]
-    values = tl.join(tl.reshape(cr, (ROWS, P1, PK2)), tl.reshape(ci, (ROWS, P1, PK2))) * scale
-    tl.store(out + 2 * (GA * GB) * k + tl.arange(0, 2)[None, None, None, :], values, mask=keep)
-    if HALF:   # the Nyquist bin, real: sum_n (-1)^n x[n]
-        nyquist = tl.sum(tl.sum(tl.where(t % 2 == 1, -xr, xr), axis=2), axis=1)
-        ends = dst + tl.reshape(row, (ROWS,)) * dst_row + N
-        tl.store(ends, nyquist * scale)
-        tl.store(ends + 1, nyquist * 0.0)
+    # past the last row the last program redoes the last row (the same values written again): no row masks
+    ahead = _rows_in(src, tl.minimum(first, rows - 1)[:, None, None] * src_row, t, inside, shape, src_len, True, LOAD)
+    for step in range(STEPS):
+        row = tl.minimum(first + step * ROWS, rows - 1)[:, None, None]
+        here = ahead
+        ahead = _rows_in(src, tl.minimum(first + (step + 1) * ROWS, rows - 1)[:, None, None] * src_row, t, inside,
+                         shape, src_len, step + 1 < STEPS, LOAD)
+        if LOAD == _REAL:
+            xr = here * w if WINDOWED else here                       # [ROWS, n2, n1]
+            flat = tl.reshape(xr, (ROWS * P2, P1))
+            br = _dot(flat, f1r, PRECISION)
+            bi = _dot(flat, f1i, PRECISION)
+        else:
+            xr, xi = tl.split(here)
+            br, bi = _cdot(tl.reshape(xr, (ROWS * P2, P1)), tl.reshape(xi, (ROWS * P2, P1)), f1r, f1i, PRECISION)
+        br, bi = _turn(tl.reshape(br, (ROWS, P2, P1)), tl.reshape(bi, (ROWS, P2, P1)), tr[None, :, :], ti[None, :, :])
+        br = tl.reshape(tl.permute(br, (0, 2, 1)), (ROWS * P1, P2))     # [ROWS, k1, n2]
+        bi = tl.reshape(tl.permute(bi, (0, 2, 1)), (ROWS * P1, P2))
+        cr, ci = _cdot(br, bi, f2r, f2i, PRECISION)
+        inner = row % (GA * GB)
+        out = dst + (row // (GA * GB) * dst_row + 2 * (inner // GB + GA * (inner % GB)))[:, :, :, None]
+        values = tl.join(tl.reshape(cr, (ROWS, P1, PK2)), tl.reshape(ci, (ROWS, P1, PK2))) * scale
+        tl.store(out + 2 * (GA * GB) * k + tl.arange(0, 2)[None, None, None, :], values, mask=keep)
+        if HALF:   # the Nyquist bin, real: sum_n (-1)^n x[n]
+            nyquist = tl.sum(tl.sum(tl.where(t % 2 == 1, -xr, xr), axis=2), axis=1)
+            ends = dst + tl.reshape(row, (ROWS,)) * dst_row + N
+            tl.store(ends, nyquist * scale)
+            tl.store(ends + 1, nyquist * 0.0)
 
 
 @triton.jit(do_not_specialize=["rows", "src_len"])
 def irfft_tile_kernel(src, dst, rows, src_len, src_row, dst_row, scale, N1: tl.constexpr, N2: tl.constexpr,
                       P1: tl.constexpr, P2: tl.constexpr, K2: tl.constexpr, PK2: tl.constexpr, ROWS: tl.constexpr,
-                      PRECISION: tl.constexpr):
+                      PRECISION: tl.constexpr, STEPS: tl.constexpr):
     """irfft of N = N1 N2 points (N2 even, K2 = N2 / 2) from a half spectrum of src_len stored bins
     (the rest zero): x[n] = Re sum_(k < N/2) Y[k] w^(n k) + (-1)^n Re X[N/2], Y[0] = Re X[0] and
-    Y[k] = 2 X[k]. ROWS rows' Y read as the [ROWS, k1, k2] block (k = k1 + N1 k2), B = Y G2 over
-    [ROWS N1, K2] (k2 to n2), the twiddles w_N^(k1 n2), then seen as [ROWS, n2, k1]: x = Re(B G1)
-    over [ROWS N2, N1] (k1 to n1), stored at n = N2 n1 + n2."""
+    Y[k] = 2 X[k]. STEPS groups of ROWS rows a program (the next read before this one's products),
+    Y read as the [ROWS, k1, k2] block (k = k1 + N1 k2), B = Y G2 over [ROWS N1, K2] (k2 to n2), the
+    twiddles w_N^(k1 n2), then seen as [ROWS, n2, k1]: x = Re(B G1) over [ROWS N2, N1] (k1 to n1),
+    stored at n = N2 n1 + n2."""
     N: tl.constexpr = N1 * N2
     a = tl.arange(0, P1)                                  # k1 of the input, n1 of the output
     b = tl.arange(0, P2)                                  # n2
     c = tl.arange(0, PK2)                                 # k2
-    row = tl.minimum(tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS), rows - 1)[:, None, None]
+    first = tl.program_id(0).to(tl.int64) * (STEPS * ROWS) + tl.arange(0, ROWS)
     g2r, g2i = _dft_matrix(c, b, K2, N2, N2, 1)           # [k2, n2]
     tr, ti = _dft_matrix(a, b, N1, N2, N1 * N2, 1)        # the twiddles [k1, n2]
     g1r, g1i = _dft_matrix(a, a, N1, N1, N1, 1)           # [k1, n1] (symmetric)
     k = (a[:, None] + N1 * c[None, :])[None, :, :, None]  # [1, k1, k2, 1]
-    part = tl.arange(0, 2)[None, None, None, :]
+    bins = 2 * k + tl.arange(0, 2)[None, None, None, :]
     inside = ((a < N1)[:, None] & (c < K2)[None, :])[None, :, :, None] & (k < src_len)
-    weight = tl.where(k == 0, 1.0 - part, 2.0)            # Y[0] = Re X[0]: its imaginary part dropped
-    y = tl.load(src + row[:, :, :, None] * src_row + 2 * k + part, mask=inside, other=0.0)
-    yr, yi = tl.split(y * weight)
-    br, bi = _cdot(tl.reshape(yr, (ROWS * P1, PK2)), tl.reshape(yi, (ROWS * P1, PK2)), g2r, g2i, PRECISION)
-    br, bi = _turn(tl.reshape(br, (ROWS, P1, P2)), tl.reshape(bi, (ROWS, P1, P2)), tr[None, :, :], ti[None, :, :])
-    br = tl.reshape(tl.permute(br, (0, 2, 1)), (ROWS * P2, P1))     # [ROWS, n2, k1]
-    bi = tl.reshape(tl.permute(bi, (0, 2, 1)), (ROWS * P2, P1))
-    x = _dot(br, g1r, PRECISION) - _dot(bi, g1i, PRECISION)
+    weight = tl.where(bins == 1, 0.0, tl.where(k == 0, 1.0, 2.0))   # Y[0] = Re X[0]: its imaginary part dropped
     t = (a[None, :] * N2 + b[:, None])[None, :, :]        # [1, n2, n1]
-    nyquist = tl.load(src + row * src_row + N, mask=0 * row + N // 2 < src_len, other=0.0)
     stored = ((a < N1)[None, :] & (b < N2)[:, None])[None, :, :]
-    x = tl.reshape(x, (ROWS, P2, P1)) + tl.where(t % 2 == 1, -nyquist, nyquist)
-    tl.store(dst + row * dst_row + t, x * scale, mask=stored)
+    ahead = tl.load(src + tl.minimum(first, rows - 1)[:, None, None, None] * src_row + bins, mask=inside, other=0.0)
+    for step in range(STEPS):
+        row = tl.minimum(first + step * ROWS, rows - 1)[:, None, None]
+        here = ahead
+        ahead = tl.load(src + tl.minimum(first + (step + 1) * ROWS, rows - 1)[:, None, None, None] * src_row + bins,
+                        mask=inside & (step + 1 < STEPS), other=0.0)
+        yr, yi = tl.split(here * weight)
+        br, bi = _cdot(tl.reshape(yr, (ROWS * P1, PK2)), tl.reshape(yi, (ROWS * P1, PK2)), g2r, g2i, PRECISION)
+        br, bi = _turn(tl.reshape(br, (ROWS, P1, P2)), tl.reshape(bi, (ROWS, P1, P2)), tr[None, :, :], ti[None, :, :])
+        br = tl.reshape(tl.permute(br, (0, 2, 1)), (ROWS * P2, P1))     # [ROWS, n2, k1]
+        bi = tl.reshape(tl.permute(bi, (0, 2, 1)), (ROWS * P2, P1))
+        x = _dot(br, g1r, PRECISION) - _dot(bi, g1i, PRECISION)
+        nyquist = tl.load(src + row * src_row + N, mask=0 * row + N // 2 < src_len, other=0.0)
+        x = tl.reshape(x, (ROWS, P2, P1)) + tl.where(t % 2 == 1, -nyquist, nyquist)
+        tl.store(dst + row * dst_row + t, x * scale, mask=stored)
 
 
 @triton.jit(do_not_specialize=["src_len"])

@@ -1,7 +1,8 @@
 """Certified settings of the FFT passes: whether a row of n = N1 x N2 points (both <= 64) runs in
 one program (fused: two dense DFT products, tile.py, up to 2048 padded points; longer powers of two after one or two column
-passes of block_j columns a program), there the rows a program takes (tile_rows: its
-DFT matrices formed once for them) and whether its products run on the tensor cores as three TF32
+passes of block_j columns a program), there the rows a program takes at once (tile_rows: its
+DFT matrices formed once for them, the rows stacked in the products' M dimension) and the groups of
+them it takes in turn (tile_steps: the next group read while this one's products run) and whether its products run on the tensor cores as three TF32
 products (tf32x3) or as exact float32 products; else the largest power-of-two radix a pass takes
 and the butterflies a program owns; the warps.
 
@@ -18,7 +19,7 @@ from nbx import autotune
 from nbx.core.ops.creation import asarray
 
 PARAMS = {"fused": (0, 1), "radix": (4, 8, 16), "block_j": (16, 64, 128), "num_warps": (4, 8, 16), "tf32x3": (0, 1),
-          "tile_rows": (1, 2, 4, 8)}
+          "tile_rows": (1, 2, 4, 8), "tile_steps": (1, 4)}
 # a fused row's padded points a thread (tile_rows rows over the program's threads): past 32 the
 # tile's values, their TF32 parts and the products' accumulators spill (ptxas, sm_90: 4 rows of 1024
 # points over 8 warps take 170 registers, 8 rows 219, 16 rows over 16 warps spill)
@@ -52,8 +53,8 @@ def _fits_key(setting, rep, facts):
         return f"n {n} is neither a tile's N1 x N2 nor a power of two the column passes take: no fused row"
     if setting["fused"] and not _first(setting, ("radix",) if columns else ("radix", "block_j")):
         return "a fused row reads no radix (and a tile's row no block_j: the column passes' columns a program)"
-    if not setting["fused"] and not _first(setting, ("tf32x3", "tile_rows")):
-        return "the passes read neither tf32x3 nor tile_rows"
+    if not setting["fused"] and not _first(setting, ("tf32x3", "tile_rows", "tile_steps")):
+        return "the passes read neither tf32x3, tile_rows nor tile_steps"
     if setting["fused"]:
         points = setting["tile_rows"] * _tile_points(n, tiled) // (32 * setting["num_warps"])
         if points > TILE_POINTS_A_THREAD:
