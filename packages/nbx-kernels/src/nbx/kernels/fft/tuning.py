@@ -55,6 +55,8 @@ def _fits_key(setting, rep, facts):
         return "a fused row reads no radix (and a tile's row no block_j: the column passes' columns a program)"
     if not setting["fused"] and not _first(setting, ("tf32x3", "tile_rows", "tile_steps")):
         return "the passes read neither tf32x3, tile_rows nor tile_steps"
+    if setting["fused"] and setting["num_warps"] > 8:
+        return "a fused tile over 16 warps has 128 registers a thread: its values spill (ptxas, sm_90)"
     if setting["fused"]:
         points = setting["tile_rows"] * _tile_points(n, tiled) // (32 * setting["num_warps"])
         if points > TILE_POINTS_A_THREAD:
