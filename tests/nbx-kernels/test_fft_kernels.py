@@ -315,7 +315,8 @@ def test_whisper_stft_reads_its_frames_in_place_on_the_gpu(tf32x3, check, monkey
 def test_row_tiles_compile_and_agree_on_the_gpu(n, warps, tf32x3, check):
     from nbx.kernels.fft import launch_transform
     device = nbx.as_device("cuda")
-    tile = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps, "tf32x3": tf32x3, "tile_rows": 8}
+    tile = {"fused": 1, "radix": 4, "block_j": 16 if warps == 4 else 128, "num_warps": warps, "tf32x3": tf32x3,
+            "tile_rows": 8 if warps == 4 else 4, "tile_steps": 1 if warps == 4 else 4}
     x = _real((37 if n <= 8192 else 3, n), device)   # 37 rows: the last program redoes the last row
     spectrum = launch_transform(x, n, "rfft", "backward", setting=tile)   # 4096: the 2048-point half as a tile; past it column passes
     check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)
