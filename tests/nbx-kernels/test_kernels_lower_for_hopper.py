@@ -212,3 +212,25 @@ def test_the_moe_kernels_lower_for_sm90():
                                   "BLOCK": 1024}) for tokens in (1, 16) for block_m in (16, 32)]
     cases += [(*kernel, {**_GEMM, "TMA": tma}) for kernel in (GATE_UP, DOWN) for tma in (False, True)]
     assert lowering_failures(cases) == []
+
+
+INT4_LINEAR = ("nbx.kernels.matmul.quantized", "int4_linear_kernel", {
+    **_typed("a_ptr c_ptr bias_ptr res_ptr", "*bf16"), "q_ptr": "*u8", "s_ptr": "*bf16", "z_ptr": "*bf16",
+    "part_ptr": "*fp32", **_typed("M N K sam sak sqn ssn sbias_m sbias_n sres_m sres_n alpha_bits beta_bits", "i32")})
+
+
+def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_every_scheme():
+    """Decode tiles (16 rows of x: the scales applied to the dot's sums) and prefill tiles (each
+    weight element dequantized), asymmetric and symmetric, bfloat16 and float16 (the inline PTX's
+    two forms) and float32 activations, split and unsplit."""
+    base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False)
+    cases = [(*INT4_LINEAR, {**base, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
+                             "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": block_m <= 32, "BLOCK_M": block_m,
+                             "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
+             for dot in ("tl.bfloat16", "tl.float16", "tl.float32")
+             for signed, (block_m, block_n, block_k, split) in ((False, (16, 128, 128, 4)), (True, (128, 128, 64, 1)),
+                                                                (True, (16, 64, 128, 1)))]
+    cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
+                                 "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
+                                 "ACTIVATION": "silu", "HAS_RES": True}))
+    assert lowering_failures(cases) == []
