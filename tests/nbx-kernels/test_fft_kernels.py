@@ -113,6 +113,20 @@ def test_a_row_tile_transforms_each_row_in_one_program_with_two_dft_products(dev
     assert plan.detail.path == "fused" and len(plan.launches) == 1 and plan.launches[0].meta["ROWS"] == 2
 
 
+def test_a_program_takes_its_row_groups_in_turn_the_next_read_before_this_ones_products(device, check):
+    from nbx.kernels.fft import launch_transform
+    tile = {**TILE, "tf32x3": 1, "tile_steps": 4}   # 9 rows: groups of 2, 4 a program; the second program's past the end
+    r = _real((9, 400), device)
+    plan = transform_plan(9, 400, nbx.float32, 400, "rfft", "backward", device, tile)
+    assert plan.launches[0].meta["STEPS"] == 4 and plan.launches[0].grid == (2,)
+    spectrum = launch_transform(r, 400, "rfft", "backward", setting=tile)
+    check(spectrum, nbx.oracle("rfftn", r, (400,), (1,), "backward"), device)
+    check(launch_transform(spectrum, 400, "irfft", "backward", setting=tile),
+          nbx.oracle("irfftn", spectrum, (400,), (1,), "backward"), device)
+    z = _complex((9, 64), device)
+    check(launch_transform(z, 64, "fft", "ortho", setting=tile), nbx.oracle("fftn", z, (64,), (1,), "ortho"), device)
+
+
 def test_a_row_tile_pads_crops_and_serves_the_half_length_of_a_longer_real_row(device, check):
     from nbx.kernels.fft import launch_transform
     r = _real((2, 12), device)
@@ -301,7 +315,8 @@ def test_whisper_stft_reads_its_frames_in_place_on_the_gpu(tf32x3, check, monkey
 def test_row_tiles_compile_and_agree_on_the_gpu(n, warps, tf32x3, check):
     from nbx.kernels.fft import launch_transform
     device = nbx.as_device("cuda")
-    tile = {"fused": 1, "radix": 4, "block_j": 16, "num_warps": warps, "tf32x3": tf32x3, "tile_rows": 8}
+    tile = {"fused": 1, "radix": 4, "block_j": 16 if warps == 4 else 128, "num_warps": warps, "tf32x3": tf32x3,
+            "tile_rows": 8 if warps == 4 else 4, "tile_steps": 1 if warps == 4 else 4}
     x = _real((37 if n <= 8192 else 3, n), device)   # 37 rows: the last program redoes the last row
     spectrum = launch_transform(x, n, "rfft", "backward", setting=tile)   # 4096: the 2048-point half as a tile; past it column passes
     check(spectrum, nbx.oracle("rfftn", x, (n,), (1,), "backward"), device)

@@ -71,14 +71,15 @@ def _tile_meta(n: int, real: bool) -> dict:
 def test_the_fft_row_tiles_lower_for_sm90_at_every_load_mode_width_and_precision():
     cases = [(*FFT_TILE, {**_tile_meta(n, half), "SIGN": sign, "LOAD": load, "HALF": half, "ROWS": rows,
                           "PRECISION": precision, "GA": 1 if half else 16, "GB": 1 if half else 16,
-                          "WINDOWED": half and rows == 8})
+                          "WINDOWED": half and rows == 4, "STEPS": 4 if rows == 4 else 1})
              for n, load, half in ((16, 0, False), (2048, 0, False), (1000, 2, False), (1024, 1, True), (400, 1, True))
-             for sign in (-1, 1) for rows in (1, 8) for precision in ("ieee", "tf32x3")]
-    cases += [(*IRFFT_TILE, {**_tile_meta(n, True), "ROWS": 8, "PRECISION": precision})
-              for n in (16, 400, 2048) for precision in ("ieee", "tf32x3")]
+             for sign in (-1, 1) for rows in (1, 4) for precision in ("ieee", "tf32x3")]
+    cases += [(*IRFFT_TILE, {**_tile_meta(n, True), "ROWS": rows, "PRECISION": precision,
+                                 "STEPS": 4 if rows == 4 else 1})
+              for n in (16, 400, 2048) for rows in (1, 4) for precision in ("ieee", "tf32x3")]
     cases += [(*FFT_COLUMN, {"M": m, "R": r, "RP": max(16, r), "BLOCK_M": block, "SIGN": sign, "LOAD": load,
                              "PRECISION": precision})
-              for m, r, block in ((512, 16, 16), (2048, 32, 64)) for load in (0, 1, 4) for sign in (-1, 1)
+              for m, r, block in ((512, 16, 16), (2048, 32, 128)) for load in (0, 1, 4) for sign in (-1, 1)
               for precision in ("ieee", "tf32x3")]
     assert lowering_failures(cases) == []
 

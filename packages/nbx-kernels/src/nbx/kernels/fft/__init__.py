@@ -243,17 +243,20 @@ def fusable(n: int, tile: dict, real: bool = False) -> bool:
 
 def _tile_launch(kernel, rows: int, n: int, tile: dict, src: str, dst: str, src_len: int, src_row: int, dst_row: int,
                  scale: float, **meta) -> Launch:
-    """One program a tile_rows rows of an n-point row transform (a complex one, or rfft's with HALF)."""
+    """One program a tile_steps groups of tile_rows rows of an n-point row transform (a complex one, or
+    rfft's with HALF), each group's read issued before the products of the one before."""
     real = kernel is irfft_tile_kernel or meta.get("HALF")
     n1, n2 = tile_factors(n, real)
     k2 = n2 // 2 if real else n2
-    per = min(tile["tile_rows"], rows)
+    per = min(tile["tile_rows"], pow2_at_least(rows))   # a power of two: the rows are an axis of the tile
+    steps = max(1, min(tile.get("tile_steps", 1), rows // per))
     window = ()
     if kernel is fft_tile_kernel:
         meta = {"GA": 1, "GB": 1, "WINDOWED": False, **meta}
         window = (Slot("window" if meta["WINDOWED"] else src),)
-    return Launch(kernel, (-(-rows // per),), (Slot(src), Slot(dst), *window, rows, src_len, src_row, dst_row, scale),
-                  dict(N1=n1, N2=n2, P1=_tile_dim(n1), P2=_tile_dim(n2), K2=k2, PK2=_tile_dim(k2), ROWS=per,
+    return Launch(kernel, (-(-rows // (per * steps)),), (Slot(src), Slot(dst), *window, rows, src_len, src_row, dst_row,
+                                                      scale),
+                  dict(N1=n1, N2=n2, P1=_tile_dim(n1), P2=_tile_dim(n2), K2=k2, PK2=_tile_dim(k2), ROWS=per, STEPS=steps,
                        PRECISION=_precision(tile), num_warps=tile["num_warps"], **meta))
 
 
