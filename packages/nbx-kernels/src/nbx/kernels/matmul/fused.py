@@ -20,7 +20,7 @@ import triton.language as tl
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
 from ..rows import float_argument
-from .kernel import SCALE_BLOCK, _grouped_tile, k_steps, tile_offsets
+from .kernel import SCALE_BLOCK, _grouped_tile, k_steps, row_rstd, tile_offsets
 
 
 @triton.jit
@@ -70,18 +70,19 @@ def scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED: tl.constexpr):
     return acc
 
 
-@triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
+@triton.jit(do_not_specialize=["alpha_bits", "beta_bits", "eps_bits"])
 def fused_matmul_kernel(
-    a_ptr, b_ptr, g_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, xs_ptr, ws_ptr, M, N, K,
+    a_ptr, b_ptr, g_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, xs_ptr, ws_ptr, nw_ptr, M, N, K,
     sa0, sam, sak, sb0, sbk, sbn, sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, sxs, sws, sxk, swk,
-    alpha_bits, beta_bits,
+    alpha_bits, beta_bits, eps_bits,
     DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
-    GATED: tl.constexpr, SCALED: tl.constexpr, BLOCK_SCALED: tl.constexpr,
+    GATED: tl.constexpr, SCALED: tl.constexpr, BLOCK_SCALED: tl.constexpr, NORM: tl.constexpr,
 ):
     """Grid: (batch * tiles of M x N, SPLIT_K). C is contiguous (batch, M, N); the partials are
-    (2 if GATED else 1, batch, SPLIT_K, M, N) of ACC."""
+    (2 if GATED else 1, batch, SPLIT_K, M, N) of ACC. NORM: A is rms_norm(A, weight nw [K], eps)
+    (the rows' statistics in a prologue, each tile normed as it is loaded)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
@@ -106,8 +107,15 @@ def fused_matmul_kernel(
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     xs_ptrs = xs_ptr + rm[:, None] * sxs                 # block-scaled: x's scales [rows, K blocks]
     ws_ptrs = ws_ptr + (rn[None, :] // SCALE_BLOCK) * sws  # and the weight's [N blocks, K blocks]
-    acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
-                         xs_ptrs, ws_ptrs, sxk, swk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K, BLOCK_SCALED)
+    if NORM:
+        rstd = row_rstd(a_ptrs, in_m, rk, K, sak, float_argument(eps_bits).to(tl.float32), EVEN_K, BLOCK_M,
+                        BLOCK_K)
+        acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+                             xs_ptrs, ws_ptrs, sxk, swk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K, BLOCK_SCALED,
+                             nw_ptr + rk, rstd, True)
+    else:
+        acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+                             xs_ptrs, ws_ptrs, sxk, swk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K, BLOCK_SCALED)
     acc = scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED)  # per split: the scales distribute
 
     mask = in_m & in_n

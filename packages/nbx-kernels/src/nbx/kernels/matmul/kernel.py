@@ -102,17 +102,47 @@ SCALE_BLOCK = tl.constexpr(128)   # block-scaled float8: one scale per 128 of K 
 
 
 @triton.jit
+def row_rstd(a_ptrs, in_m, rk, K, sak, eps, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """1 / sqrt(mean(x**2) + eps) of each of the tile's rows (a_ptrs at K step 0), in float32 over
+    the whole of K: the RMS norm a normed product applies to A (rms_norm's statistics). Every
+    program of a split reads its rows whole: decode rows are a few KB, from L2."""
+    squares = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            mask = in_m
+        else:
+            mask = in_m & (rk[None, :] < K - k * BLOCK_K)
+        x = widen(tl.load(a_ptrs + k * BLOCK_K * sak, mask=mask, other=0.0), tl.float32)
+        squares += x * x
+    return 1 / tl.sqrt(tl.sum(squares, 1) / K + eps)
+
+
+@triton.jit
+def _normed(a_ptrs, a_mask, nw_ptrs, w_mask, rstd, DOT: tl.constexpr):
+    """A's tile normed as rms_norm writes it (x * rstd * weight, rounded once to x's dtype), then in
+    the dot's element type: the product reads the very values the unfused rms_norm would store."""
+    x = widen(tl.load(a_ptrs, mask=a_mask, other=0.0), tl.float32)
+    w = widen(tl.load(nw_ptrs, mask=w_mask, other=0.0), tl.float32)
+    y = narrow(x * rstd[:, None] * w[None, :], a_ptrs.dtype.element_ty)
+    return _dot_operand(y, DOT)
+
+
+@triton.jit
 def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
             xs_ptrs, ws_ptrs, sxk, swk,
             DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
-            GATED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_SCALED: tl.constexpr):
+            GATED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_SCALED: tl.constexpr,
+            nw_ptrs=None, rstd=None, NORM: tl.constexpr = False):
     """acc += A @ B over K steps first .. first + steps of BLOCK_K (the pointers at step 0); GATED:
     acc_g += A @ G too, from the same A tile (G read with B's strides). PRECISION: tl.dot's
     input_precision (None: Triton's default for the operand type). BLOCK_SCALED (float8 with
     DeepSeek-V3's scales; BLOCK_K divides SCALE_BLOCK): each step's product is scaled by x's scale
     of its rows and K block (xs_ptrs [BLOCK_M, 1] + block * sxk) and the weight's of its column and
-    K block (ws_ptrs [1, BLOCK_N] + block * swk) before it is added."""
+    K block (ws_ptrs [1, BLOCK_N] + block * swk) before it is added. NORM: A is RMS-normed on the
+    fly (row_rstd's rstd [BLOCK_M], the norm weight's nw_ptrs [BLOCK_K] at step 0; _normed)."""
     a_ptrs += first * BLOCK_K * sak
+    if NORM:
+        nw_ptrs += first * BLOCK_K
     b_ptrs += first * BLOCK_K * sbk
     g_ptrs += first * BLOCK_K * sbk
     for k in range(first, first + steps):
@@ -123,7 +153,12 @@ def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K,
             k_left = K - k * BLOCK_K
             a_mask = in_m & (rk[None, :] < k_left)
             b_mask = (rk[:, None] < k_left) & in_n
-        a = _tf32_operand(load_operand(a_ptrs, a_mask, DOT), PRECISION)
+        if NORM:
+            w_mask = rk < K - k * BLOCK_K
+            a = _tf32_operand(_normed(a_ptrs, a_mask, nw_ptrs, w_mask, rstd, DOT), PRECISION)
+            nw_ptrs += BLOCK_K
+        else:
+            a = _tf32_operand(load_operand(a_ptrs, a_mask, DOT), PRECISION)
         b = _tf32_operand(load_operand(b_ptrs, b_mask, DOT), PRECISION)
         if BLOCK_SCALED:
             block = (k * BLOCK_K) // SCALE_BLOCK
