@@ -152,3 +152,27 @@ def test_the_image_kernels_lower_for_sm90():
                 BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
     cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
     assert lowering_failures(cases) == []
+
+
+FUSED_MATMUL = ("nbx.kernels.matmul.fused", "fused_matmul_kernel", {
+    **_typed("a_ptr b_ptr g_ptr c_ptr bias_ptr res_ptr nw_ptr", "*bf16"), **_typed("part_ptr sq_ptr xs_ptr ws_ptr", "*fp32"),
+    **_typed("M N K sa0 sam sak sb0 sbk sbn sbias0 sbias_m sbias_n sres0 sres_m sres_n sxs sws sxk swk", "i32"),
+    **_typed("alpha_bits beta_bits eps_bits", "i64")})
+SPLIT_EPILOGUE = ("nbx.kernels.matmul.fused", "split_epilogue_kernel", {
+    **_typed("part_ptr sq_ptr", "*fp32"), **_typed("c_ptr bias_ptr res_ptr", "*bf16"),
+    **_typed("M N K BATCH sbias0 sbias_m sbias_n sres0 sres_m sres_n", "i32"),
+    **_typed("alpha_bits beta_bits eps_bits", "i64")})
+
+
+def test_the_fused_product_with_and_without_its_norm_lowers_for_sm90_plain_gated_and_split():
+    """The decode GEMV's normed loads (normed_k_steps) and the split epilogue's rstd."""
+    product = dict(DOT="tl.bfloat16", ACC="tl.float32", PRECISION=None, WIDE=False, BLOCK_M=16, BLOCK_N=64,
+                   BLOCK_K=128, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=True, SCALED=False,
+                   BLOCK_SCALED=False)
+    cases = [(*FUSED_MATMUL, {**product, "EVEN_K": even, "SPLIT_K": split, "GATED": gated, "NORM": norm,
+                              "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated})
+             for norm in (False, True) for split in (1, 4) for gated in (False, True) for even in (True, False)]
+    cases += [(*SPLIT_EPILOGUE, {"ACC": "tl.float32", "SPLIT_K": 4, "BLOCK": 1024, "HAS_BIAS": False,
+                                 "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated, "GATED": gated,
+                                 "NORM": norm}) for norm in (False, True) for gated in (False, True)]
+    assert lowering_failures(cases) == []

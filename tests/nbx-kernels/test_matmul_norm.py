@@ -70,14 +70,25 @@ def test_a_cpu_normed_linear_is_its_reference():
     assert out.numpy().tobytes() == unfused.numpy().tobytes()
 
 
-def test_the_declared_cost_adds_the_norm_weight_and_a_second_read_of_x_in_one_launch(device):
+def test_the_declared_cost_adds_only_the_norm_weight_and_no_launch(device):
     x, w, nw = on(device, (4, 64), "bfloat16"), on(device, (16, 64), "bfloat16"), on(device, (64,), "bfloat16")
     plain, normed = price("linear", x, w), price("linear", x, w, norm_weight=nw, norm_eps=1e-5)
     assert normed.launches == plain.launches and normed.allocated == plain.allocated
-    assert normed.bytes_moved == plain.bytes_moved + nw.nbytes + x.nbytes
-    assert normed.flops == plain.flops + 4 * x.size
+    assert normed.bytes_moved == plain.bytes_moved + nw.nbytes and normed.flops == plain.flops + 3 * x.size
     gated = price("gated_linear", x, w, w, "silu", None, nw, 1e-5)
-    assert gated.bytes_moved == price("gated_linear", x, w, w).bytes_moved + nw.nbytes + x.nbytes
+    assert gated.bytes_moved == price("gated_linear", x, w, w).bytes_moved + nw.nbytes
+
+
+def test_a_split_normed_launch_declares_its_sums_of_squares_as_workspace(device, monkeypatch):
+    monkeypatch.setattr(epilogue, "linear_setting", lambda *a, **k: {**SPLIT, "split_k": 4})
+    plans.reset()
+    try:
+        x, w, nw = on(device, (3, 64)), on(device, (20, 64)), on(device, (64,))
+        cost = price("linear", x, w, norm_weight=nw, norm_eps=1e-5)
+        assert cost.launches == 2 and [b.name for b in cost.buffers] == ["out", "partials", "squares"]
+        assert cost.buffers[-1].nbytes == 4 * 3 * 4 and cost.buffers[-1].lifetime == "launch"
+    finally:
+        plans.reset()
 
 
 def test_a_fused_norm_is_refused_by_name_where_it_cannot_run(device):

@@ -14,12 +14,14 @@ in a fixed order and applies the epilogue. K == 0 runs the same launch (no K ste
 of a zero product.
 
 norm (weight, eps): the product of rms_norm(x, weight, eps), the norm fused into the pointer kernel's
-A loads (fused.py, NORM): each program computes its rows' statistics over the whole of K first,
-then norms every A tile as it loads it, rounded once to x's dtype as rms_norm stores it. Meant for
-decode rows (the rows are re-read once per program, a few KB from L2; a prefill's tiles would
-re-read them N / block_n times). The launch key is the plain or gated product's (the prologue is
-a small share of a decode product's bytes); the tma kernel has no prologue, so a key certified for
-it refuses a normed call by name.
+A loads (fused.py, NORM; kernel.normed_k_steps): rms_norm(x) @ W.T = rstd * ((x * weight) @ W.T),
+so each K step multiplies x * weight (rounded once to x's dtype) and sums x**2 from the same tile;
+the rows' rstd scales the accumulators once K is complete (split K: each split's sums of squares
+go to a [split_k, M] workspace that the split epilogue adds in order). x is read once, as without
+the norm: the norm costs its weight's bytes and no launch. x * weight must be finite in x's dtype
+(a float16 residual stream of |x * w| > 65504 overflows where rms_norm would not). The launch key is
+the plain or gated product's; the tma kernel has no norm, so a key certified for it refuses a
+normed call by name.
 """
 from __future__ import annotations
 
@@ -81,6 +83,11 @@ class LinearPlan:
 
     def partial_shape(self, gated: bool) -> tuple[int, ...]:
         return ((2 if gated else 1), self.batch, self.split_k, self.m, self.n) if self.split_k > 1 else (0,)
+
+    @property
+    def squares_shape(self) -> tuple[int, ...] | None:
+        """A split normed product's workspace: each split's sums of x**2 of each row."""
+        return (self.split_k, self.m) if self.norm and self.split_k > 1 and not self.tma else None
 
 
 def out_shape(x_shape, w_shape) -> tuple[int, ...]:
@@ -181,7 +188,7 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
                 BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
                 BLOCK_K=s["block_k"], GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
                 NORM=norm is not None, num_warps=s["num_warps"], num_stages=stages)
-    split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue)
+    split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue, NORM=norm is not None)
     if s["kernel"] == "tma":
         for name in ("EVEN_K", "WIDE", "SPLIT_K", "BLOCK_SCALED", "NORM"):
             del meta[name]
@@ -250,6 +257,7 @@ def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: boo
     Slots of their bits; an absent operand's pointer is x's (its constant turns the reads off)."""
     x = Slot("x")
     norm_weight = Slot("norm_weight") if p.norm else x
+    squares = Slot("squares") if p.squares_shape else x
     bias, residual = Slot("bias") if has_bias else x, Slot("residual") if has_res else x
     xs, ws = (Slot("xs"), Slot("ws")) if scaled else (x, x)
     up = Slot("up") if gated else Slot("weight")
@@ -263,17 +271,19 @@ def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: boo
         launches = (Launch(tma_matmul_kernel, p.grid, args, meta),)
     else:
         part = Slot("part") if p.split_k > 1 else Slot("out")
-        args = (x, Slot("weight"), up, Slot("out"), part, bias, residual, xs, ws, norm_weight, p.m, p.n, p.k, *p.a,
-                *p.b, *bias_s, *res_s, *scale_s, *scalars, Slot("eps"))
+        args = (x, Slot("weight"), up, Slot("out"), part, bias, residual, xs, ws, norm_weight, squares, p.m, p.n, p.k,
+                *p.a, *p.b, *bias_s, *res_s, *scale_s, *scalars, Slot("eps"))
         launches = (Launch(fused_matmul_kernel, p.grid, args, meta),)
         if p.split_k > 1:
             total = p.batch * p.m * p.n
             launches += (Launch(split_epilogue_kernel, (-(-total // SPLIT_BLOCK),),
-                                (Slot("part"), Slot("out"), bias, residual, p.m, p.n, p.batch, *bias_s, *res_s,
-                                 *scalars), dict(p.split_meta)),)
+                                (Slot("part"), Slot("out"), bias, residual, squares, p.m, p.n, p.k, p.batch, *bias_s,
+                                 *res_s, *scalars, Slot("eps")), dict(p.split_meta)),)
     shape = p.out_shape
     part_dtype = {tl.float64: dtypes.float64, tl.int32: dtypes.int32}.get(meta["ACC"], dtypes.float32)
     work = (plans.workspace("part", p.partial_shape(gated), part_dtype),) if p.split_k > 1 and not p.tma else ()
+    if p.squares_shape:
+        work += (plans.workspace("squares", p.squares_shape, part_dtype),)
     return LaunchPlan(device, launches, (plans.output("out", shape, p.dtype),), work, p.copies, detail=p)
 
 
@@ -342,8 +352,8 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
                 up=None, input_precision=None, scales=None, norm_weight=None) -> Cost:
     """The output, the split partials and any dense copies; every operand read once, the output
     written once (the partials written and read once more); 2 m n k flops a weight (two gated).
-    A fused norm: its weight read and x read once more by each program (the rows' statistics,
-    from L2 after the first), 4 flops an element of x."""
+    A fused norm: its weight read, 3 flops an element of x (x**2 added, x * w); split, each
+    split's sums of squares written and read once."""
     dtype = (result_type(x, weight) if scales is None else dtypes.bfloat16) if dtype is None else dtype
     _operand_dtype(x, weight, up, dtype, scales is not None)
     shape = out_shape(x.shape, weight.shape)
@@ -358,12 +368,16 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
         nbytes = (prod(shape) * copied[name].dtype.itemsize if name != "x" else x.nbytes)
         buffers.append(Buffer(f"{name}_contiguous", nbytes, LAUNCH))
     read = sum(t.nbytes for t in (x, weight, bias, residual, up, norm_weight, *(scales or ())) if t is not None)
-    moved = read + out_bytes + (x.nbytes if norm_weight is not None else 0)
+    moved = read + out_bytes
     if p.split_k > 1:
         part_bytes = prod(p.partial_shape(up is not None)) * (8 if dict(p.meta)["ACC"] == tl.float64 else 4)
         buffers.append(Buffer("partials", part_bytes, LAUNCH))
         moved += 2 * part_bytes
-    flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1) + (4 * x.size if p.norm else 0)
+        if p.squares_shape:
+            square_bytes = prod(p.squares_shape) * (8 if dict(p.meta)["ACC"] == tl.float64 else 4)
+            buffers.append(Buffer("squares", square_bytes, LAUNCH))
+            moved += 2 * square_bytes
+    flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1) + (3 * x.size if p.norm else 0)
     return Cost(tuple(buffers), moved, flops, launches=2 if p.split_k > 1 and not p.tma else 1)
 
 

@@ -102,78 +102,95 @@ SCALE_BLOCK = tl.constexpr(128)   # block-scaled float8: one scale per 128 of K 
 
 
 @triton.jit
-def row_rstd(a_ptrs, in_m, rk, K, sak, eps, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """1 / sqrt(mean(x**2) + eps) of each of the tile's rows (a_ptrs at K step 0), in float32 over
-    the whole of K: the RMS norm a normed product applies to A (rms_norm's statistics). Every
-    program of a split reads its rows whole: decode rows are a few KB, from L2."""
-    squares = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            mask = in_m
-        else:
-            mask = in_m & (rk[None, :] < K - k * BLOCK_K)
-        x = widen(tl.load(a_ptrs + k * BLOCK_K * sak, mask=mask, other=0.0), tl.float32)
-        squares += x * x
-    return 1 / tl.sqrt(tl.sum(squares, 1) / K + eps)
+def _k_masks(in_m, in_n, rk, K, k, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The A and B masks of K step k (rows and columns only where K divides into whole steps)."""
+    if EVEN_K:
+        a_mask = in_m
+        b_mask = in_n
+    else:
+        k_left = K - k * BLOCK_K
+        a_mask = in_m & (rk[None, :] < k_left)
+        b_mask = (rk[:, None] < k_left) & in_n
+    return a_mask, b_mask
 
 
 @triton.jit
-def _normed(a_ptrs, a_mask, nw_ptrs, w_mask, rstd, DOT: tl.constexpr):
-    """A's tile normed as rms_norm writes it (x * rstd * weight, rounded once to x's dtype), then in
-    the dot's element type: the product reads the very values the unfused rms_norm would store."""
-    x = widen(tl.load(a_ptrs, mask=a_mask, other=0.0), tl.float32)
-    w = widen(tl.load(nw_ptrs, mask=w_mask, other=0.0), tl.float32)
-    y = narrow(x * rstd[:, None] * w[None, :], a_ptrs.dtype.element_ty)
-    return _dot_operand(y, DOT)
+def _k_step(acc, acc_g, a, b_ptrs, g_ptrs, b_mask, in_m, in_n, k, xs_ptrs, ws_ptrs, sxk, swk,
+            DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, GATED: tl.constexpr,
+            BLOCK_K: tl.constexpr, BLOCK_SCALED: tl.constexpr):
+    """One K step's products of the loaded A tile a: B's (and G's) tile loaded and multiplied in."""
+    b = _tf32_operand(load_operand(b_ptrs, b_mask, DOT), PRECISION)
+    if BLOCK_SCALED:
+        block = (k * BLOCK_K) // SCALE_BLOCK
+        part = tl.dot(a, b, tl.zeros_like(acc), input_precision=PRECISION, out_dtype=ACC)
+        acc += part * tl.load(xs_ptrs + block * sxk, mask=in_m, other=0) * \
+            tl.load(ws_ptrs + block * swk, mask=in_n, other=0)
+    else:
+        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
+    if GATED:
+        g = _tf32_operand(load_operand(g_ptrs, b_mask, DOT), PRECISION)
+        acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
+    return acc, acc_g
 
 
 @triton.jit
 def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
             xs_ptrs, ws_ptrs, sxk, swk,
             DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
-            GATED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_SCALED: tl.constexpr,
-            nw_ptrs=None, rstd=None, NORM: tl.constexpr = False):
+            GATED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_SCALED: tl.constexpr):
     """acc += A @ B over K steps first .. first + steps of BLOCK_K (the pointers at step 0); GATED:
     acc_g += A @ G too, from the same A tile (G read with B's strides). PRECISION: tl.dot's
     input_precision (None: Triton's default for the operand type). BLOCK_SCALED (float8 with
     DeepSeek-V3's scales; BLOCK_K divides SCALE_BLOCK): each step's product is scaled by x's scale
     of its rows and K block (xs_ptrs [BLOCK_M, 1] + block * sxk) and the weight's of its column and
-    K block (ws_ptrs [1, BLOCK_N] + block * swk) before it is added. NORM: A is RMS-normed on the
-    fly (row_rstd's rstd [BLOCK_M], the norm weight's nw_ptrs [BLOCK_K] at step 0; _normed)."""
+    K block (ws_ptrs [1, BLOCK_N] + block * swk) before it is added."""
     a_ptrs += first * BLOCK_K * sak
-    if NORM:
-        nw_ptrs += first * BLOCK_K
     b_ptrs += first * BLOCK_K * sbk
     g_ptrs += first * BLOCK_K * sbk
     for k in range(first, first + steps):
-        if EVEN_K:
-            a_mask = in_m
-            b_mask = in_n
-        else:
-            k_left = K - k * BLOCK_K
-            a_mask = in_m & (rk[None, :] < k_left)
-            b_mask = (rk[:, None] < k_left) & in_n
-        if NORM:
-            w_mask = rk < K - k * BLOCK_K
-            a = _tf32_operand(_normed(a_ptrs, a_mask, nw_ptrs, w_mask, rstd, DOT), PRECISION)
-            nw_ptrs += BLOCK_K
-        else:
-            a = _tf32_operand(load_operand(a_ptrs, a_mask, DOT), PRECISION)
-        b = _tf32_operand(load_operand(b_ptrs, b_mask, DOT), PRECISION)
-        if BLOCK_SCALED:
-            block = (k * BLOCK_K) // SCALE_BLOCK
-            part = tl.dot(a, b, tl.zeros_like(acc), input_precision=PRECISION, out_dtype=ACC)
-            acc += part * tl.load(xs_ptrs + block * sxk, mask=in_m, other=0) * \
-                tl.load(ws_ptrs + block * swk, mask=in_n, other=0)
-        else:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
-        if GATED:
-            g = _tf32_operand(load_operand(g_ptrs, b_mask, DOT), PRECISION)
-            acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
-            g_ptrs += BLOCK_K * sbk
+        a_mask, b_mask = _k_masks(in_m, in_n, rk, K, k, EVEN_K, BLOCK_K)
+        a = _tf32_operand(load_operand(a_ptrs, a_mask, DOT), PRECISION)
+        acc, acc_g = _k_step(acc, acc_g, a, b_ptrs, g_ptrs, b_mask, in_m, in_n, k, xs_ptrs, ws_ptrs, sxk, swk,
+                             DOT, ACC, PRECISION, GATED, BLOCK_K, BLOCK_SCALED)
         a_ptrs += BLOCK_K * sak
         b_ptrs += BLOCK_K * sbk
+        g_ptrs += BLOCK_K * sbk
     return acc, acc_g
+
+
+@triton.jit
+def normed_k_steps(acc, acc_g, a_ptrs, nw_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+                   DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
+                   GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """k_steps of A = rms_norm(x, w) (nw_ptrs: w [BLOCK_K] at step 0) without knowing the rows' rms
+    yet: rms_norm(x) @ B = rstd * ((x * w) @ B), so the steps multiply x * w (rounded once to x's
+    dtype) and return, with acc and acc_g, the sums of x**2 over this program's K steps (in ACC):
+    the caller scales by rstd once they are complete. No extra pass over x and no extra latency:
+    the squares come from the A tiles the product loads anyway."""
+    a_ptrs += first * BLOCK_K * sak
+    nw_ptrs += first * BLOCK_K
+    b_ptrs += first * BLOCK_K * sbk
+    g_ptrs += first * BLOCK_K * sbk
+    squares = tl.zeros((BLOCK_M, BLOCK_K), dtype=ACC)
+    for k in range(first, first + steps):
+        a_mask, b_mask = _k_masks(in_m, in_n, rk, K, k, EVEN_K, BLOCK_K)
+        x = widen(tl.load(a_ptrs, mask=a_mask, other=0.0), ACC)
+        squares += x * x
+        w = widen(tl.load(nw_ptrs, mask=rk < K - k * BLOCK_K, other=0.0), ACC)
+        a = _tf32_operand(_dot_operand(narrow(x * w[None, :], a_ptrs.dtype.element_ty), DOT), PRECISION)
+        acc, acc_g = _k_step(acc, acc_g, a, b_ptrs, g_ptrs, b_mask, in_m, in_n, k, a_ptrs, a_ptrs, 0, 0,
+                             DOT, ACC, PRECISION, GATED, BLOCK_K, False)
+        a_ptrs += BLOCK_K * sak
+        nw_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * sbk
+        g_ptrs += BLOCK_K * sbk
+    return acc, acc_g, tl.sum(squares, 1)
+
+
+@triton.jit
+def rms_scale(squares, K, eps):
+    """1 / sqrt(mean(x**2) + eps) of rows whose sums of squares over all of K are squares."""
+    return 1 / tl.sqrt(squares / K + eps)
 
 
 @triton.jit
