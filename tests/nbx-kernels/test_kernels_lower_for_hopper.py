@@ -176,3 +176,19 @@ def test_the_fused_product_with_and_without_its_norm_lowers_for_sm90_plain_gated
                                  "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated, "GATED": gated,
                                  "NORM": norm}) for norm in (False, True) for gated in (False, True)]
     assert lowering_failures(cases) == []
+
+
+ROPE = ("nbx.kernels.attention.rope", "rope_kernel", {
+    **_typed("x_ptr out_ptr v_ptr v_out_ptr q_ptr q_out_ptr", "*bf16"), **_typed("cos_ptr sin_ptr", "*fp32"),
+    **_typed("pos_ptr slot_ptr", "*i64"),
+    **_typed("tokens heads q_heads max_positions out_rows sxt sxh sct sot soh svt svh svot svoh sqt sqh sqot sqoh",
+             "i32")})
+
+
+def test_the_rope_kernel_lowers_for_sm90_alone_with_the_cache_write_and_with_q():
+    common = dict(DIM=128, V_DIM=128, BLOCK_TOKENS=2, BLOCK_H=8, BLOCK_QH=32, BLOCK_R=64, BLOCK_P=1, BLOCK_V=128)
+    cases = [(*ROPE, {**common, "HALF": half, "INTERLEAVED": interleaved, "SLOTS": slots, "COPY_V": slots,
+                      "ROTATE_Q": q, "BLOCK_R": max(half, 1), "BLOCK_P": max(128 - 2 * half, 1)})
+             for half, interleaved, slots, q in ((64, False, False, False), (64, True, True, False),
+                                                 (64, False, True, True), (32, True, True, True), (0, False, True, False))]
+    assert lowering_failures(cases) == []
