@@ -412,9 +412,8 @@ class Decoder:
         if layer.q_norm is not None:
             q = nbx.rms_norm(q, (s.head_dim,), layer.q_norm, self.eps)
             k = nbx.rms_norm(k, (s.head_dim,), layer.k_norm, self.eps)
-        q = nbx.rotary_embedding(q, self._cos, self._sin, pos)
         window = None if layer.window is None else (layer.window - 1, 0)
-        out = step.attend(index, q, k, v, self._cos, self._sin, pos, window)
+        out = step.attend(index, q, k, v, self._cos, self._sin, pos, window)   # q and k roped there
         return self.output_linear(out.reshape(total, s.heads * s.head_dim), layer.wo, layer.bo, x)
 
     def _ensure_rope(self, positions: int) -> None:
