@@ -312,6 +312,12 @@ class Decoder:
         kept = self._kept
         return 0 if kept is None or kept[2] is None else kept[2].reserved
 
+    def decode_step_kernels(self):
+        """(graph nodes or None where eager, declared launches, op calls) of one token of the kept
+        captured decode step (GraphDecode.step_kernels); None when decoding eagerly."""
+        kept = self._kept
+        return None if kept is None or kept[2] is None else kept[2].step_kernels()
+
     def release_cache(self) -> None:
         """Give back the KV cache (and the captured decode steps) the last generation kept."""
         kept = self._kept
