@@ -27,11 +27,9 @@ from . import tuning
 
 
 @triton.jit
-def _rotate_heads(x_ptr, out_ptr, t, row, t_ok, heads, sxt, sxh, sot, soh, a, b, ca, cb, sa, sb, bad,
-                  HALF: tl.constexpr, DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
-                  BLOCK_P: tl.constexpr):
-    """Rows t of x (all heads) rotated by the tables' rows ca .. sb (loaded once for every head and
-    every tensor a launch rotates) into out's rows row; the dims past rotary_dim copied."""
+def _load_heads(x_ptr, t, t_ok, heads, sxt, sxh, a, b, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
+                BLOCK_R: tl.constexpr):
+    """Rows t of x (all heads): the pairs' dims a and b in float32, and where they lie."""
     h = tl.arange(0, BLOCK_H)
     ok = t_ok[:, None, None] & (h[None, :, None] < heads)
     if BLOCK_R != HALF:   # a power-of-two half needs no column mask (the loads stay 16-byte vectors)
@@ -39,6 +37,15 @@ def _rotate_heads(x_ptr, out_ptr, t, row, t_ok, heads, sxt, sxh, sot, soh, a, b,
     x_rows = x_ptr + t.to(tl.int64)[:, None, None] * sxt + h[None, :, None] * sxh
     xa = widen(tl.load(x_rows + a[None, None, :], mask=ok, other=0.0), tl.float32)
     xb = widen(tl.load(x_rows + b[None, None, :], mask=ok, other=0.0), tl.float32)
+    return xa, xb, x_rows, ok
+
+
+@triton.jit
+def _store_heads(xa, xb, x_rows, ok, out_ptr, row, t_ok, heads, sot, soh, a, b, ca, cb, sa, sb, bad,
+                 HALF: tl.constexpr, DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
+    """The loaded pairs rotated by the tables' rows ca .. sb (loaded once for every head and every
+    tensor a launch rotates) into out's rows row; the dims past rotary_dim copied."""
+    h = tl.arange(0, BLOCK_H)
     out_a = tl.where(bad, float("nan"), xa * ca - xb * sa)
     out_b = tl.where(bad, float("nan"), xb * cb + xa * sb)
     o_rows = out_ptr + row[:, None, None] * sot + h[None, :, None] * soh
@@ -68,21 +75,27 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_ou
     t = pid * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
     i = tl.arange(0, BLOCK_R)
     t_in = t < tokens
-    t_ok = t_in
-    pos = tl.load(pos_ptr + t, mask=t_in, other=0).to(tl.int64)
-    in_table = (pos >= 0) & (pos < max_positions)
-    pos = tl.where(in_table, pos, 0)
-    row = t.to(tl.int64)
-    if SLOTS:
-        row = tl.load(slot_ptr + t, mask=t_in, other=-1).to(tl.int64)
-        t_ok = t_in & (row >= 0) & (row < out_rows)
-        row = tl.where(t_ok, row, 0)
     if INTERLEAVED:
         a = 2 * i
         b = 2 * i + 1
     else:
         a = i
         b = i + HALF
+    # x (and q) loaded first, under the token mask alone: in flight while the positions (and slots)
+    # come back, on which the tables' addresses (and the stores' mask) wait
+    xa, xb, x_rows, ok = _load_heads(x_ptr, t, t_in, heads, sxt, sxh, a, b, HALF, BLOCK_H, BLOCK_R)
+    if ROTATE_Q:   # every token's q, padding tokens (slot -1) included: their rows are the step's
+        qa, qb, q_rows, q_ok = _load_heads(q_ptr, t, t_in, q_heads, sqt, sqh, a, b, HALF, BLOCK_QH, BLOCK_R)
+    pos = tl.load(pos_ptr + t, mask=t_in, other=0).to(tl.int64)
+    t_ok = t_in
+    row = t.to(tl.int64)
+    if SLOTS:
+        row = tl.load(slot_ptr + t, mask=t_in, other=-1).to(tl.int64)
+        t_ok = t_in & (row >= 0) & (row < out_rows)
+        row = tl.where(t_ok, row, 0)
+        ok = ok & t_ok[:, None, None]   # a padding token's k is read, never written
+    in_table = (pos >= 0) & (pos < max_positions)
+    pos = tl.where(in_table, pos, 0)
     c_rows = pos[:, None, None] * sct
     table_ok = t_in[:, None, None] & (i[None, None, :] < HALF)
     ca = widen(tl.load(cos_ptr + c_rows + a[None, None, :], mask=table_ok, other=0.0), tl.float32)
@@ -90,11 +103,11 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_ou
     sa = widen(tl.load(sin_ptr + c_rows + a[None, None, :], mask=table_ok, other=0.0), tl.float32)
     sb = widen(tl.load(sin_ptr + c_rows + b[None, None, :], mask=table_ok, other=0.0), tl.float32)
     bad = (~in_table)[:, None, None]
-    _rotate_heads(x_ptr, out_ptr, t, row, t_ok, heads, sxt, sxh, sot, soh, a, b, ca, cb, sa, sb, bad,
-                  HALF, DIM, BLOCK_H, BLOCK_R, BLOCK_P)
-    if ROTATE_Q:   # every token's q, padding tokens (slot -1) included: their rows are the step's
-        _rotate_heads(q_ptr, q_out_ptr, t, t.to(tl.int64), t_in, q_heads, sqt, sqh, sqot, sqoh, a, b, ca, cb, sa,
-                      sb, bad, HALF, DIM, BLOCK_QH, BLOCK_R, BLOCK_P)
+    _store_heads(xa, xb, x_rows, ok, out_ptr, row, t_ok, heads, sot, soh, a, b, ca, cb, sa, sb, bad, HALF, DIM,
+                 BLOCK_H, BLOCK_P)
+    if ROTATE_Q:
+        _store_heads(qa, qb, q_rows, q_ok, q_out_ptr, t.to(tl.int64), t_in, q_heads, sqot, sqoh, a, b, ca, cb, sa,
+                     sb, bad, HALF, DIM, BLOCK_QH, BLOCK_P)
     if COPY_V:
         h = tl.arange(0, BLOCK_H)
         e = tl.arange(0, BLOCK_V)
