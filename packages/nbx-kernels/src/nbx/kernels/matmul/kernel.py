@@ -172,16 +172,21 @@ def normed_k_steps(acc, acc_g, a_ptrs, nw_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, 
     b_ptrs += first * BLOCK_K * sbk
     g_ptrs += first * BLOCK_K * sbk
     squares = tl.zeros((BLOCK_M, BLOCK_K), dtype=ACC)
+    # the weight's slice of the next step loaded a step ahead: too narrow (2 bytes a thread) for the
+    # pipeliner's asynchronous copies, it would otherwise wait a memory latency every step
+    w_next = tl.load(nw_ptrs, mask=rk < K - first * BLOCK_K, other=0.0)
     for k in range(first, first + steps):
         a_mask, b_mask = _k_masks(in_m, in_n, rk, K, k, EVEN_K, BLOCK_K)
+        w = widen(w_next, ACC)
+        nw_ptrs += BLOCK_K
+        # past K masked; a split's last prefetch reads the next split's slice, unused
+        w_next = tl.load(nw_ptrs, mask=rk < K - (k + 1) * BLOCK_K, other=0.0)
         x = widen(tl.load(a_ptrs, mask=a_mask, other=0.0), ACC)
         squares += x * x
-        w = widen(tl.load(nw_ptrs, mask=rk < K - k * BLOCK_K, other=0.0), ACC)
         a = _tf32_operand(_dot_operand(narrow(x * w[None, :], a_ptrs.dtype.element_ty), DOT), PRECISION)
         acc, acc_g = _k_step(acc, acc_g, a, b_ptrs, g_ptrs, b_mask, in_m, in_n, k, a_ptrs, a_ptrs, 0, 0,
                              DOT, ACC, PRECISION, GATED, BLOCK_K, False)
         a_ptrs += BLOCK_K * sak
-        nw_ptrs += BLOCK_K
         b_ptrs += BLOCK_K * sbk
         g_ptrs += BLOCK_K * sbk
     return acc, acc_g, tl.sum(squares, 1)
