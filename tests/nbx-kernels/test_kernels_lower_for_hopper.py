@@ -164,8 +164,16 @@ SPLIT_EPILOGUE = ("nbx.kernels.matmul.fused", "split_epilogue_kernel", {
     **_typed("alpha_bits beta_bits eps_bits", "i64")})
 
 
-def test_the_fused_product_with_and_without_its_norm_lowers_for_sm90_plain_gated_and_split():
-    """The decode GEMV's normed loads (normed_k_steps) and the split epilogue's rstd."""
+ROPE = ("nbx.kernels.attention.rope", "rope_kernel", {
+    **_typed("x_ptr out_ptr v_ptr v_out_ptr q_ptr q_out_ptr", "*bf16"), **_typed("cos_ptr sin_ptr", "*fp32"),
+    **_typed("pos_ptr slot_ptr", "*i64"),
+    **_typed("tokens heads q_heads max_positions out_rows sxt sxh sct sot soh svt svh svot svoh sqt sqh sqot sqoh",
+             "i32")})
+
+
+def test_the_decode_steps_fused_product_norm_and_rope_lower_for_sm90():
+    """The GEMV with and without its norm (normed_k_steps), plain, gated and split, the split
+    epilogue's rstd, and the rope kernel alone, with the cache write and with q: one child process."""
     product = dict(DOT="tl.bfloat16", ACC="tl.float32", PRECISION=None, WIDE=False, BLOCK_M=16, BLOCK_N=64,
                    BLOCK_K=128, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=True, SCALED=False,
                    BLOCK_SCALED=False)
@@ -175,20 +183,9 @@ def test_the_fused_product_with_and_without_its_norm_lowers_for_sm90_plain_gated
     cases += [(*SPLIT_EPILOGUE, {"ACC": "tl.float32", "SPLIT_K": 4, "BLOCK": 1024, "HAS_BIAS": False,
                                  "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated, "GATED": gated,
                                  "NORM": norm}) for norm in (False, True) for gated in (False, True)]
-    assert lowering_failures(cases) == []
-
-
-ROPE = ("nbx.kernels.attention.rope", "rope_kernel", {
-    **_typed("x_ptr out_ptr v_ptr v_out_ptr q_ptr q_out_ptr", "*bf16"), **_typed("cos_ptr sin_ptr", "*fp32"),
-    **_typed("pos_ptr slot_ptr", "*i64"),
-    **_typed("tokens heads q_heads max_positions out_rows sxt sxh sct sot soh svt svh svot svoh sqt sqh sqot sqoh",
-             "i32")})
-
-
-def test_the_rope_kernel_lowers_for_sm90_alone_with_the_cache_write_and_with_q():
-    common = dict(DIM=128, V_DIM=128, BLOCK_TOKENS=2, BLOCK_H=8, BLOCK_QH=32, BLOCK_R=64, BLOCK_P=1, BLOCK_V=128)
-    cases = [(*ROPE, {**common, "HALF": half, "INTERLEAVED": interleaved, "SLOTS": slots, "COPY_V": slots,
-                      "ROTATE_Q": q, "BLOCK_R": max(half, 1), "BLOCK_P": max(128 - 2 * half, 1)})
-             for half, interleaved, slots, q in ((64, False, False, False), (64, True, True, False),
-                                                 (64, False, True, True), (32, True, True, True), (0, False, True, False))]
+    common = dict(DIM=128, V_DIM=128, BLOCK_TOKENS=2, BLOCK_H=8, BLOCK_QH=32, BLOCK_V=128)
+    cases += [(*ROPE, {**common, "HALF": half, "INTERLEAVED": interleaved, "SLOTS": slots, "COPY_V": slots,
+                       "ROTATE_Q": q, "BLOCK_R": max(half, 1), "BLOCK_P": max(128 - 2 * half, 1)})
+              for half, interleaved, slots, q in ((64, False, False, False), (64, True, True, False),
+                                                  (64, False, True, True), (32, True, True, True), (0, False, True, False))]
     assert lowering_failures(cases) == []
