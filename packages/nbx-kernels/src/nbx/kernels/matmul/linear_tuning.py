@@ -60,6 +60,13 @@ def tile_fits(setting, rep) -> str | bool:
         return f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: prefill takes 128 x 128 or wider"
     if setting["block_n"] == min(PARAMS["block_n"]) and rep["n"] >= WIDE_N:
         return f"block_n {setting['block_n']} on n={rep['n']} reads each A tile too often"
+    return steps_fit(setting, rep)
+
+
+def steps_fit(setting, rep) -> str | bool:
+    """The rules on K steps and the split (shared with linear_int4): 16-bit K steps of the least
+    block_k on long K, split K outside decode rows, a split leaving a program under two steps or
+    passing SPLIT_TILES_MAX programs."""
     if setting["block_k"] == min(PARAMS["block_k"]) and as_dtype(rep["dtype"]).itemsize <= 2 and \
             rep["k"] >= 16 * setting["block_k"]:
         return f"block_k {setting['block_k']} of 16-bit operands on k={rep['k']}: steps too short to pipeline"
