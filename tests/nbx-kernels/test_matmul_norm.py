@@ -111,21 +111,3 @@ def test_an_int4_weight_refuses_a_fused_norm_by_name(device):
     with pytest.raises(nbx.errors.NotSupportedError, match="int4 weight is not done"):
         nbx.linear(on(device, (2, 64)), q, norm=(on(device, (64,)), 1e-5))
 
-
-gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)
-DECODE = {"kernel": "tiles", "block_m": 16, "block_n": 64, "block_k": 128, "group_m": 8, "num_warps": 4,
-          "num_stages": 4, "programs": 132, "warp_specialize": 0}
-
-
-@gpu_only
-@pytest.mark.parametrize("split_k", [1, 4])
-def test_a_normed_decode_qkv_and_swiglu_pair_at_llama_1b_sizes_on_the_gpu(device, check, split_k):
-    x, nw = on(device, (1, 2048), "bfloat16", 3.0), on(device, (2048,), "bfloat16", 0.1, 1.0)
-    wqkv = on(device, (3072, 2048), "bfloat16", 0.02)
-    setting = {**DECODE, "split_k": split_k}
-    check(epilogue.launch_linear(x, wqkv, setting=setting, norm=(nw, 1e-5)),
-          nbx.oracle("linear", x, wqkv, norm=(nw, 1e-5)), device)
-    wg, wu = on(device, (8192, 2048), "bfloat16", 0.02), on(device, (8192, 2048), "bfloat16", 0.02)
-    check(epilogue.launch_linear(x, wg, activation="silu", up=wu, setting=setting, norm=(nw, 1e-5)),
-          nbx.oracle("gated_linear", x, wg, wu, "silu", norm=(nw, 1e-5)), device)
-    check(nbx.linear(x, wqkv, norm=(nw, 1e-5)), nbx.oracle("linear", x, wqkv, norm=(nw, 1e-5)), device)   # served
