@@ -239,7 +239,10 @@ def nbx_timed(model, prompts, new_tokens):
 def decode_step_kernels(model, config) -> str:
     """The kernels one decode token launches: the captured step's graph nodes (launches and copies,
     as the driver counts them), the launches its ops declare, and the ops it calls a layer."""
-    found = model.decode_step_kernels()
+    try:
+        found = model.decode_step_kernels()
+    except nbx.NbxError as exc:   # the step's record unreadable: say so, keep the run's table
+        return f"kernels per step: not counted ({type(exc).__name__}: {exc})"
     if found is None:
         return "kernels per step: no captured decode step"
     nodes, declared, calls = found
