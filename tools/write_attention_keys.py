@@ -11,12 +11,14 @@ linear's:
 
 - tools/bench/bench_attention.py: its PREFILL (dense SDPA: K and V descriptor-ready), DECODE (one
   query token, GQA 32/8, D 128, contiguous and paged) and ROPE_TOKENS cases (q [T, 32, 128] and k
-  [T, 8, 128]; the fused and the plain cache write of k and v, which run the rope kernel too);
+  [T, 8, 128]; the fused and the plain cache write of k and v, which run the rope kernel too, and the
+  write that ropes q in the same launch, [T, 32 + 8, 128] of work);
 - Llama-3.2-1B (32/8 heads, D 64) and Llama-3.1-8B (32/8, D 128) as nbx.models runs them: prefill
   of 512 - 16k tokens through paged_attention with packed queries (pointer loads: a paged cache is
   no descriptor's), decode steps over contexts of 1k - 128k (the plan's context is the longest
-  rounded up to a power of two, so every power of two in between), batch 1 - 64, the rope of q
-  (rotary_embedding) and of k fused with the cache write, prefill and decode alike.
+  rounded up to a power of two, so every power of two in between), batch 1 - 64, the rope of q and
+  k in the cache write's one launch (rotary_kv_cache_write(q=): the key counts both tensors'
+  elements), prefill and decode alike.
 
 Every call is bfloat16. Batch, and the paged cache's block size, are in no key (decode's split
 count follows the batch from the device file's `programs`; a block table is read per key alike).
@@ -71,14 +73,14 @@ def decode_rope_records(facts) -> list[records.KeyRecord]:
     for _, ctx in DECODE:   # one query token: a KV head's group of rows a program; contiguous and paged
         out += [decode(facts, ctx, hq // hk, d, paged) for paged in (False, True)]
     for tokens in ROPE_TOKENS:
-        out += [rope(facts, tokens, 32, 128), rope(facts, tokens, 8, 128)]
+        out += [rope(facts, tokens, 32, 128), rope(facts, tokens, 8, 128), rope(facts, tokens, 32 + 8, 128)]
     for m in MODELS.values():
         group, d = m["heads"] // m["kv_heads"], m["head_dim"]
-        for n in PROMPTS:   # a prompt's rope of q, and of k fused with the cache write
-            out += [rope(facts, n, m["heads"], d), rope(facts, n, m["kv_heads"], d)]
+        for n in PROMPTS:   # a prompt's rope of q and k, fused with the cache write
+            out += [rope(facts, n, m["heads"] + m["kv_heads"], d)]
         out += [decode(facts, ctx, group, d, True) for ctx in CONTEXTS]
-        for batch in BATCHES:   # a decode step's rope: one token a sequence
-            out += [rope(facts, batch, m["heads"], d), rope(facts, batch, m["kv_heads"], d)]
+        for batch in BATCHES:   # a decode step's rope of q and k: one token a sequence
+            out += [rope(facts, batch, m["heads"] + m["kv_heads"], d)]
     return out
 
 

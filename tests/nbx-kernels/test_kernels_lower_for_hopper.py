@@ -156,6 +156,43 @@ def test_the_image_kernels_lower_for_sm90():
     assert lowering_failures(cases) == []
 
 
+FUSED_MATMUL = ("nbx.kernels.matmul.fused", "fused_matmul_kernel", {
+    **_typed("a_ptr b_ptr g_ptr c_ptr bias_ptr res_ptr nw_ptr", "*bf16"), **_typed("part_ptr sq_ptr xs_ptr ws_ptr", "*fp32"),
+    **_typed("M N K sa0 sam sak sb0 sbk sbn sbias0 sbias_m sbias_n sres0 sres_m sres_n sxs sws sxk swk", "i32"),
+    **_typed("alpha_bits beta_bits eps_bits", "i64")})
+SPLIT_EPILOGUE = ("nbx.kernels.matmul.fused", "split_epilogue_kernel", {
+    **_typed("part_ptr sq_ptr", "*fp32"), **_typed("c_ptr bias_ptr res_ptr", "*bf16"),
+    **_typed("M N K BATCH sbias0 sbias_m sbias_n sres0 sres_m sres_n", "i32"),
+    **_typed("alpha_bits beta_bits eps_bits", "i64")})
+
+
+ROPE = ("nbx.kernels.attention.rope", "rope_kernel", {
+    **_typed("x_ptr out_ptr v_ptr v_out_ptr q_ptr q_out_ptr", "*bf16"), **_typed("cos_ptr sin_ptr", "*fp32"),
+    **_typed("pos_ptr slot_ptr", "*i64"),
+    **_typed("tokens heads q_heads max_positions out_rows sxt sxh sct sot soh svt svh svot svoh sqt sqh sqot sqoh",
+             "i32")})
+
+
+def test_the_decode_steps_fused_product_norm_and_rope_lower_for_sm90():
+    """The GEMV with and without its norm (normed_k_steps), plain, gated and split, the split
+    epilogue's rstd, and the rope kernel alone, with the cache write and with q: one child process."""
+    product = dict(DOT="tl.bfloat16", ACC="tl.float32", PRECISION=None, WIDE=False, BLOCK_M=16, BLOCK_N=64,
+                   BLOCK_K=128, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=True, SCALED=False,
+                   BLOCK_SCALED=False)
+    cases = [(*FUSED_MATMUL, {**product, "EVEN_K": even, "SPLIT_K": split, "GATED": gated, "NORM": norm,
+                              "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated})
+             for norm in (False, True) for split in (1, 4) for gated in (False, True) for even in (True, False)]
+    cases += [(*SPLIT_EPILOGUE, {"ACC": "tl.float32", "SPLIT_K": 4, "BLOCK": 1024, "HAS_BIAS": False,
+                                 "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated, "GATED": gated,
+                                 "NORM": norm}) for norm in (False, True) for gated in (False, True)]
+    common = dict(DIM=128, V_DIM=128, BLOCK_TOKENS=2, BLOCK_H=8, BLOCK_QH=32, BLOCK_V=128)
+    cases += [(*ROPE, {**common, "HALF": half, "INTERLEAVED": interleaved, "SLOTS": slots, "COPY_V": slots,
+                       "ROTATE_Q": q, "BLOCK_R": max(half, 1), "BLOCK_P": max(128 - 2 * half, 1)})
+              for half, interleaved, slots, q in ((64, False, False, False), (64, True, True, False),
+                                                  (64, False, True, True), (32, True, True, True), (0, False, True, False))]
+    assert lowering_failures(cases) == []
+
+
 _FLASH_INTS = ("q_len k_len kv_heads window_left window_right block_tokens stride_table sqb sqh sql skb skh sks svb svh "
                "svs sob soh sol slb slh sll smb smh sml sms sab sah split_len sos sls")
 FLASH_PREFILL = ("nbx.kernels.attention.flash", "prefill_kernel", {

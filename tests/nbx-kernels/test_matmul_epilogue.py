@@ -247,6 +247,20 @@ def test_decode_rows_of_a_4096_wide_layer_with_split_k_on_the_gpu(device, check,
 
 
 @gpu_only
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_a_normed_decode_qkv_and_swiglu_pair_at_llama_1b_sizes_on_the_gpu(device, check, split_k):
+    """linear's norm= (test_matmul_norm.py) at the 1B decode step's sizes, split and not, and served."""
+    x, nw = on(device, (1, 2048), "bfloat16", 3.0), on(device, (2048,), "bfloat16", 0.1) + 1.0
+    wqkv, norm = on(device, (3072, 2048), "bfloat16", 0.02), (nw, 1e-5)
+    setting = {**DECODE, "split_k": split_k}
+    check(epilogue.launch_linear(x, wqkv, setting=setting, norm=norm), nbx.oracle("linear", x, wqkv, norm=norm), device)
+    wg, wu = on(device, (8192, 2048), "bfloat16", 0.02), on(device, (8192, 2048), "bfloat16", 0.02)
+    check(epilogue.launch_linear(x, wg, activation="silu", up=wu, setting=setting, norm=norm),
+          nbx.oracle("gated_linear", x, wg, wu, "silu", norm=norm), device)
+    check(nbx.linear(x, wqkv, norm=norm), nbx.oracle("linear", x, wqkv, norm=norm), device)
+
+
+@gpu_only
 def test_a_swiglu_up_projection_and_a_residual_down_projection_at_llama_sizes_on_the_gpu(device, check):
     x = on(device, (300, 1024), "bfloat16")
     wg, wu = on(device, (2816, 1024), "bfloat16", 0.03), on(device, (2816, 1024), "bfloat16", 0.03)

@@ -14,7 +14,8 @@ here; nbx itself never imports it).
 - rope: q [tokens, 32, 128] and k [tokens, 8, 128] bf16 rotated (HF's half-split layout) against
   torch's elementwise chain (HF's apply_rotary_pos_emb: gather cos/sin, q * cos + rotate_half(q) *
   sin), beside the copy ceiling of the same bytes (torch clone); and the fused rope + paged cache
-  write against nbx's unfused pair (rope, then kv_cache_write).
+  write against nbx's unfused pair (rope, then kv_cache_write); and q roped in that write's launch
+  (rotary_kv_cache_write(q=), the decode step's form) against the write and q's own rope.
 
 Timing: peer_timing.both: kernel us = back-to-back calls behind a GPU spin (GPU time alone), cold
 = one call after an L2 flush (the certifier's method); wall us = the median single call between two
@@ -285,6 +286,22 @@ def rope_case(tokens, cos, sin, tcos, tsin, gen, cycles):
     print(f"{tokens:>6} {'fused rope+write vs pair':<26} {fused_t.gpu_us:9.1f} {unfused_t.gpu_us:9.1f} "
           f"{written / fused_t.gpu_us / 1e3:9.0f} {written / unfused_t.gpu_us / 1e3:9.0f} "
           f"{unfused_t.gpu_us / fused_t.gpu_us:6.2f} {'':8} {'':8} {walls[0]:8.1f}/{walls[1]:<8.1f}", flush=True)
+
+    def with_q(i):      # the decode step's form: q roped in the write's launch
+        return nbx.rotary_kv_cache_write(nk, nv, cos, sin, npos, kc, vc, slots, q=nq)
+
+    def q_apart(i):
+        nbx.rotary_kv_cache_write(nk, nv, cos, sin, npos, kc, vc, slots)
+        return nbx.rotary_embedding(nq, cos, sin, npos)
+
+    dev = deviation(with_q(0), torch_pair(0)[0])
+    with_t, apart_t = both(with_q, q_apart, 1, cycles)
+    walls = [wall_us(fn) for fn in (with_q, q_apart)]
+    written = (2 * q.numel() + 3 * k.numel() + 2 * v.numel()) * 2
+    print(f"{tokens:>6} {'q+k rope+write vs 2 calls':<26} {with_t.gpu_us:9.1f} {apart_t.gpu_us:9.1f} "
+          f"{written / with_t.gpu_us / 1e3:9.0f} {written / apart_t.gpu_us / 1e3:9.0f} "
+          f"{apart_t.gpu_us / with_t.gpu_us:6.2f} {'':8} {'':8} {walls[0]:8.1f}/{walls[1]:<8.1f}  deviation {dev:.2e}",
+          flush=True)
 
 
 def main(argv=None) -> int:

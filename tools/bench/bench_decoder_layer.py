@@ -7,11 +7,12 @@ the peer here; nbx itself never imports it).
     PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_decoder_layer.py
     PYTHONPATH=... TRITON_INTERPRET=1 python3 tools/bench/bench_decoder_layer.py --tiny --device interp   # smoke
 
-The layer: h = rms_norm(x); qkv = h @ Wqkv.T (fused, 6144 wide); rope of q; rope of k and k, v
-written to the paged cache at the token's slot (nbx: rotary_kv_cache_write; torch: the rope then an
-index copy into a dense cache); attention of the token over the cache (nbx: paged_attention, its
+The layer: h = rms_norm(x); qkv = h @ Wqkv.T (fused, 6144 wide; nbx: the norm inside the product,
+linear's norm=); rope of q and k and k, v written to the paged cache at the token's slot (nbx: one
+rotary_kv_cache_write(q=); torch: the ropes then an index copy into a dense cache); attention of the token over the cache (nbx: paged_attention, its
 decode front-end, max_seq_len given so nothing reads the device; torch: SDPA with GQA);
-x2 = x + attn @ Wo.T; out = x2 + (silu(n @ Wg.T) * (n @ Wu.T)) @ Wd.T with n = rms_norm(x2).
+x2 = x + attn @ Wo.T; out = x2 + (silu(n @ Wg.T) * (n @ Wu.T)) @ Wd.T with n = rms_norm(x2) (nbx: the
+norm inside gated_linear): six nbx ops, as nbx.models' decode layer.
 Weights are seeded (numpy, scaled 0.02), the cache is filled with seeded values.
 
 Columns, microseconds a call: wall+sync (one call then a synchronize, the median), gpu (CUDA events
@@ -76,18 +77,17 @@ class NbxLayer:
     def __call__(self, x):
         s, w = self.shape, self.w
         q_heads, kv, e = s["heads"], s["kv_heads"], s["head_dim"]
-        h = nbx.rms_norm(x, (s["hidden"],), w["w_in"], EPS)
-        qkv = nbx.linear(h, w["w_qkv"])                                    # (1, (Hq + 2 Hk) E)
+        qkv = nbx.linear(x, w["w_qkv"], norm=(w["w_in"], EPS))            # (1, (Hq + 2 Hk) E), the norm inside
         q = qkv[:, :q_heads * e].reshape(1, q_heads, e)
         k = qkv[:, q_heads * e:(q_heads + kv) * e].reshape(1, kv, e)
         v = qkv[:, (q_heads + kv) * e:].reshape(1, kv, e)
-        q = nbx.rotary_embedding(q, self.cos, self.sin, self.position)
-        nbx.rotary_kv_cache_write(k, v, self.cos, self.sin, self.position, self.k_cache, self.v_cache, self.slots)
+        q = nbx.rotary_kv_cache_write(k, v, self.cos, self.sin, self.position, self.k_cache, self.v_cache, self.slots,
+                                      q=q)                                 # q and k roped, k and v written: one launch
         attn = nbx.paged_attention(q.reshape(1, 1, q_heads, e), self.k_cache, self.v_cache, self.table, self.lens,
                                    max_seq_len=s["context"])
         x2 = nbx.linear(attn.reshape(1, q_heads * e), w["w_o"], residual=x)
-        n = nbx.rms_norm(x2, (s["hidden"],), w["w_post"], EPS)
-        return nbx.linear(nbx.gated_linear(n, w["w_gate"], w["w_up"]), w["w_down"], residual=x2)
+        inner = nbx.gated_linear(x2, w["w_gate"], w["w_up"], norm=(w["w_post"], EPS))
+        return nbx.linear(inner, w["w_down"], residual=x2)
 
 
 def time_us(fn, sync, reps: int) -> float:

@@ -236,6 +236,22 @@ def nbx_timed(model, prompts, new_tokens):
             host)
 
 
+def decode_step_kernels(model, config) -> str:
+    """The kernels one decode token launches: the captured step's graph nodes (launches and copies,
+    as the driver counts them), the launches its ops declare, and the ops it calls a layer."""
+    try:
+        found = model.decode_step_kernels()
+    except nbx.NbxError as exc:   # the step's record unreadable: say so, keep the run's table
+        return f"kernels per step: not counted ({type(exc).__name__}: {exc})"
+    if found is None:
+        return "kernels per step: no captured decode step"
+    nodes, declared, calls = found
+    writes = [i for i, op in enumerate(calls) if op == "rotary_kv_cache_write"]   # one a layer, after its qkv
+    layer = calls[writes[0] - 1:writes[1] - 1] if len(writes) > 1 else ()
+    return (f"kernels per step: {nodes} graph nodes ({declared} launches declared by {len(calls)} op calls, "
+            f"{config['num_hidden_layers']} layers; a layer's ops: {', '.join(layer)})")
+
+
 def copy_bandwidth() -> float:
     x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
@@ -299,6 +315,7 @@ def compare(shape, args, bandwidth, gen, results):
                   f"{first_peak / plan.total:.3f} (a kernel's first launch screens its setting on inputs of its "
                   f"key's smallest launch: the lm_head's weight among them); the captured decode steps' private "
                   f"pools hold {pools / 2**20:,.1f} MiB more, outside the allocator's figures")
+            print(decode_step_kernels(model, config))
         except nbx.NbxError as exc:
             print(f"nbx refused: {type(exc).__name__}: {exc}")
         cleared(model)

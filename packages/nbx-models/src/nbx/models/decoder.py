@@ -27,6 +27,7 @@ from .kv_cache import new_cache
 from . import moe
 from .sampling import pick, pick_tokens
 
+NORM_FUSED_ROWS = 16   # decode rows: the RMS norm before a product rides in its loads (norm=); prefill keeps its launch
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
                "gelu_new": "gelu_tanh", "relu": "relu"}
 
@@ -311,6 +312,12 @@ class Decoder:
         kept = self._kept
         return 0 if kept is None or kept[2] is None else kept[2].reserved
 
+    def decode_step_kernels(self):
+        """(graph nodes or None where eager, declared launches, op calls) of one token of the kept
+        captured decode step (GraphDecode.step_kernels); None when decoding eagerly."""
+        kept = self._kept
+        return None if kept is None or kept[2] is None else kept[2].step_kernels()
+
     def release_cache(self) -> None:
         """Give back the KV cache (and the captured decode steps) the last generation kept."""
         kept = self._kept
@@ -357,6 +364,10 @@ class Decoder:
         return x
 
     def _mlp(self, layer: _Layer, x):
+        if layer.sparse is None and self.mlp_fused(layer) and self.norm_fused(x, layer.gate):
+            inner = nbx.gated_linear(x, layer.gate, layer.up, activation=self.activation,
+                                     norm=(layer.post_norm, self.eps))
+            return self.output_linear(inner, layer.down, layer.down_bias, x)
         h = nbx.rms_norm(x, (self.shapes.hidden,), layer.post_norm, self.eps)
         if layer.sparse is not None:
             return x + layer.sparse(h)
@@ -372,9 +383,21 @@ class Decoder:
         """The SwiGLU pair runs as one gated_linear (dense weights, no biases); else as two products."""
         return layer.gate_bias is None and layer.up_bias is None and not _quantized(layer.gate, layer.up)
 
+    @staticmethod
+    def norm_fused(x, weight) -> bool:
+        """Whether the RMS norm of x before its product by weight runs inside the product (norm=): for
+        decode rows (a few rows, where a norm launch costs more than its bytes) and dense weights."""
+        return x.shape[0] <= NORM_FUSED_ROWS and not _quantized(weight)
+
+    def normed_linear(self, x, norm_weight, weight, bias=None):
+        """linear(rms_norm(x, norm_weight), weight, bias): one launch for decode rows, two for prefill."""
+        if self.norm_fused(x, weight):
+            return nbx.linear(x, weight, bias, norm=(norm_weight, self.eps))
+        return nbx.linear(nbx.rms_norm(x, (self.shapes.hidden,), norm_weight, self.eps), weight, bias)
+
     def head(self, x):
         """The final norm and the lm_head: logits of each row of x."""
-        return nbx.linear(nbx.rms_norm(x, (self.shapes.hidden,), self.norm, self.eps), self.lm_head)
+        return self.normed_linear(x, self.norm, self.lm_head)
 
     # what a tensor-parallel rank does differently (tensor_parallel.py overrides these three)
     def embed_rows(self, ids):
@@ -387,8 +410,7 @@ class Decoder:
 
     def _attention(self, index, layer: _Layer, x, pos, step, total):
         s = self.shapes
-        h = nbx.rms_norm(x, (s.hidden,), layer.input_norm, self.eps)
-        qkv = nbx.linear(h, layer.wqkv, layer.bqkv)
+        qkv = self.normed_linear(x, layer.input_norm, layer.wqkv, layer.bqkv)
         nq, nk = s.heads * s.head_dim, s.kv_heads * s.head_dim
         q = qkv[:, :nq].reshape(total, s.heads, s.head_dim)              # views: no copy
         k = qkv[:, nq:nq + nk].reshape(total, s.kv_heads, s.head_dim)
@@ -396,9 +418,8 @@ class Decoder:
         if layer.q_norm is not None:
             q = nbx.rms_norm(q, (s.head_dim,), layer.q_norm, self.eps)
             k = nbx.rms_norm(k, (s.head_dim,), layer.k_norm, self.eps)
-        q = nbx.rotary_embedding(q, self._cos, self._sin, pos)
         window = None if layer.window is None else (layer.window - 1, 0)
-        out = step.attend(index, q, k, v, self._cos, self._sin, pos, window)
+        out = step.attend(index, q, k, v, self._cos, self._sin, pos, window)   # q and k roped there
         return self.output_linear(out.reshape(total, s.heads * s.head_dim), layer.wo, layer.bo, x)
 
     def _ensure_rope(self, positions: int) -> None:

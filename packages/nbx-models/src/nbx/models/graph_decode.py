@@ -68,6 +68,7 @@ class GraphDecode:
         self._steps: dict[tuple, object] = {}  # (seqs, bucket, greedy) -> nbx.graph Step
         self._current: _Rows | None = None
         self._lengths: dict[int, int] = {}     # a sequence's true length once its capacity is reserved
+        self._last_greedy = True
 
     def reset(self) -> None:
         """The cache was emptied: the next generation reserves and writes its rows again."""
@@ -131,7 +132,7 @@ class GraphDecode:
         if rows.bucket is None or longest > rows.bucket:
             rows.bucket = nbx.graph.length_bucket(longest, self.decoder.device, self.capacity)
         bucket = rows.bucket
-        greedy = draw is None
+        greedy = self._last_greedy = draw is None
         key = (rows.seqs, bucket, greedy)
         step = self._steps.get(key)
         if step is None:
@@ -153,6 +154,14 @@ class GraphDecode:
         for s in rows.seqs:
             self._lengths[s] += 1
         return tokens
+
+    def step_kernels(self) -> tuple[int | None, int, tuple[str, ...]]:
+        """What the step replayed last launches a token: (its graph's nodes, launches and copies, as
+        the driver counts them (None where steps run eagerly); the launches its ops declare; the ops
+        it calls, in order)."""
+        step = self._steps[(self._current.seqs, self._current.bucket, self._last_greedy)]
+        memory = step.memory
+        return step.nodes, memory.declared.launches, memory.calls
 
     def check(self) -> None:
         """Read the bounds flag the steps' indexing ops raise (one read a generation)."""

@@ -1,7 +1,7 @@
 """The KV cache a decoder's forward appends to and attends over, for a batch of sequences.
 
 `PagedCache`: nbx.memory's paged cache (blocks per layer, a block table per sequence): one
-rotary_kv_cache_write (k's rope fused with the write) and one paged_attention per layer for the
+rotary_kv_cache_write (q and k roped in the write's launch) and one paged_attention per layer for the
 whole batch, prefill and decode alike (queries packed with cu_seqlens_q).
 
 `ContiguousCache`: [kv_heads, capacity, head_dim] per sequence and layer, written through views,
@@ -111,9 +111,10 @@ class PagedStep:
         self.max_seq_len = max_seq_len
 
     def attend(self, layer, q, k, v, cos, sin, positions, window):
-        """Write k (roped here) and v, then q's attention over each sequence's cache: [tokens, Hq, D]."""
+        """Rope q and k and write k and v (one launch), then q's attention over each sequence's
+        cache: [tokens, Hq, D]."""
         kc, vc = self.cache.k[layer], self.cache.v[layer]
-        nbx.rotary_kv_cache_write(k, v, cos, sin, positions, kc, vc, self.slots)
+        q = nbx.rotary_kv_cache_write(k, v, cos, sin, positions, kc, vc, self.slots, q=q)
         return nbx.paged_attention(q, kc, vc, self.table, self.lens, self.cu, is_causal=True, window=window,
                                    max_seq_len=self.max_seq_len, max_q_len=self.max_q_len)
 
@@ -148,6 +149,8 @@ class ContiguousCache:
         return self
 
     def attend(self, layer, q, k, v, cos, sin, positions, window):
+        """Rope q and k, write k and v to each sequence's cache, then q's attention over it."""
+        q = nbx.rotary_embedding(q, cos, sin, positions)
         k = nbx.rotary_embedding(k, cos, sin, positions)
         heads, kv_heads = q.shape[1], k.shape[1]
         out = nbx.empty(tuple(q.shape), dtype=q.dtype, device=self.device)

@@ -24,7 +24,7 @@ from ..dispatch import implementation, register
 from ..errors import DTypeError, IndexingError, ShapeError
 from ..spec import OpSpec, define, front_end, params
 from ..tensor import Tensor
-from ._common import check_category, common_device
+from ._common import check_category, common_device, wrap
 from .attention import AttentionOptions, _check_alibi, _check_dtypes, _check_tensor, _options, _precision, attend
 from .rotary import _rotary_reference, check_positions, check_rotary
 
@@ -239,6 +239,15 @@ def _check_rotary_write(call, facts) -> None:
     _check_kv_write(call, facts)
     check_rotary(call.spec.name, call.k, call.cos, call.sin, call.positions)
     facts.interleave = bool(call.interleaved)
+    q, k = call.q, call.k
+    if q is not None:
+        _check_tensor(call.spec.name, "q", q)
+        if q.ndim != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+            raise ShapeError(f"{call.spec.name}: q is (tokens, heads, head_dim) of k's tokens and head_dim "
+                             f"{tuple(k.shape[::2])}, got {tuple(q.shape)}")
+        if q.dtype is not k.dtype:
+            raise DTypeError(f"{call.spec.name}: q ({q.dtype.name}) is rotated with k, of k's dtype {k.dtype.name}")
+        common_device(q, k)
 
 
 kv_cache_write = front_end(define(OpSpec(
@@ -248,9 +257,11 @@ of -1 is a padding token and is skipped. Checked once a signature; the slots eac
 
 rotary_kv_cache_write = front_end(define(OpSpec(
     "rotary_kv_cache_write", params("k", "v", "cos", "sin", "positions", "k_cache", "v_cache", "slots",
-                                    interleaved=False), _check_rotary_write,
+                                    interleaved=False, q=None), _check_rotary_write,
     doc="""rotary_embedding(k, cos, sin, positions) and v written to the caches' slots in one pass (in
-place): the fused form of the rope of k followed by kv_cache_write. Checked once a signature.""")))
+place): the fused form of the rope of k followed by kv_cache_write. q (tokens, Hq, head_dim), when
+given, is rotated in the same pass (the same positions and table rows) and returned as a new tensor:
+rotary_embedding(q, ...), a launch fewer; else the write returns None. Checked once a signature.""")))
 
 
 def _write_into(kc: np.ndarray, vc: np.ndarray, k_values: np.ndarray, v_values: np.ndarray, slots) -> None:
@@ -267,14 +278,16 @@ def _write_reference(k, v, k_cache, v_cache, slots, precision=reference.NATIVE):
     return kc, vc
 
 
-def _rotary_write_reference(k, v, cos, sin, positions, k_cache, v_cache, slots, interleaved=False,
+def _rotary_write_reference(k, v, cos, sin, positions, k_cache, v_cache, slots, interleaved=False, q=None,
                             precision=reference.NATIVE):
     """The caches after rotary_kv_cache_write (k rotated in the compute dtype, rounded once to the
-    cache's), as new arrays."""
+    cache's), as new arrays; and, q given, its rotation (rotary_embedding's reference at precision)."""
     kc, vc = k_cache.numpy().copy(), v_cache.numpy().copy()
     rotated = _rotary_reference(k, cos, sin, positions, interleaved).astype(k_cache.dtype.host)
     _write_into(kc, vc, rotated, v.numpy(), slots)
-    return kc, vc
+    if q is None:
+        return kc, vc
+    return kc, vc, _rotary_reference(q, cos, sin, positions, interleaved, precision)
 
 
 reference.register("paged_attention", _paged_reference)
@@ -304,6 +317,8 @@ def _rotary_write_cpu(call):
     rotated = _rotary_reference(call.k, call.cos, call.sin, call.positions, call.interleave)
     _write_into(call.k_cache._host_view(), call.v_cache._host_view(), rotated.astype(call.k_cache.dtype.host),
                 call.v.numpy(), call.slots)
+    if call.q is not None:
+        return wrap(_rotary_reference(call.q, call.cos, call.sin, call.positions, call.interleave), call.q.dtype)
 
 
 __all__ = ["paged_attention", "kv_cache_write", "rotary_kv_cache_write", "check_block_table"]

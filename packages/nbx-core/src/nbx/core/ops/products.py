@@ -10,6 +10,8 @@ bias is [out] or any shape that broadcasts to the result (a per-row bias [rows, 
 of rows); residual broadcasts the same way; activation is None, "relu", "gelu", "gelu_tanh" or
 "silu". gated_linear(x, w_gate, w_up) is the gated pair of a SwiGLU MLP,
 activation(x @ w_gate.T) * (x @ w_up.T), which a kernel computes from one pass over x.
+Both take norm=(weight, eps): the product of rms_norm(x, (in,), weight, eps) instead of x, which a
+kernel fuses into its loads of x (a decode step's norm before its projections: one launch less).
 addmm and baddbmm are torch's beta * input + alpha * (mat1 @ mat2) and bmm its batched product of
 3-D operands of equal batch; they and linear share one implementation per backend ("linear"
 receives every epilogue, addmm is linear with residual=input). einsum contracts by permuting,
@@ -32,7 +34,7 @@ from ..dtypes import DType, as_dtype
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..layout import broadcast_shapes
 from ..promotion import result_type
-from ..spec import OpSpec, define, front_end, params
+from ..spec import OpSpec, define, params
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
 from .linalg import _matmul_shape, matmul
@@ -101,6 +103,36 @@ def _addend(op: str, name: str, t, shape: tuple) -> None:
     raise ShapeError(f"{op}'s {name} of shape {t.shape} does not broadcast to the result's {shape}")
 
 
+def _check_norm(op: str, call, facts, x: Tensor, batched: bool = False) -> None:
+    """A fused RMS norm's weight ([in], a float tensor on x's device) and eps (torch's rule: None
+    is x's machine epsilon), as the facts norm_epsilon."""
+    w = call.norm_weight
+    facts.norm_epsilon = None
+    if w is None:
+        if call.norm_eps is not None:
+            raise ArgumentError(f"{op}'s norm_eps is the eps of a fused norm: give norm_weight too")
+        return
+    from .norms import _rms_eps
+    _tensors(op, norm_weight=w)
+    if batched:
+        raise ShapeError(f"{op}'s fused norm (norm=) takes a 2-D weight: a batched product normalizes nothing")
+    if w.shape != (x.shape[-1],):
+        raise ShapeError(f"{op}'s norm weight is [in={x.shape[-1]}], got shape {w.shape}")
+    check_category(op, w.dtype, "real_floating")
+    common_device(x, w)
+    facts.norm_epsilon = _rms_eps(x, call.norm_eps)
+
+
+def _split_norm(op: str, norm) -> tuple:
+    """norm=(weight, eps) as (norm_weight, norm_eps); None as (None, None)."""
+    if norm is None:
+        return None, None
+    if not isinstance(norm, tuple) or len(norm) != 2:
+        raise ArgumentError(f"{op}'s norm is (weight, eps), got {norm!r}")
+    weight, eps = norm
+    return weight, None if eps is None else _number(op, "norm's eps", eps)
+
+
 def _check_linear_call(call, facts) -> None:
     """linear's rules, once a signature: the operands' shapes, dtypes and device, the epilogue's
     options (alpha and beta by value: the int8 product refuses any but 1)."""
@@ -114,9 +146,10 @@ def _check_linear_call(call, facts) -> None:
             raise DTypeError(f"linear multiplies int8 by int8 only, got {x.dtype.name} and {weight.dtype.name}")
         if (call.out_dtype is not None and as_dtype(call.out_dtype).name != "int32") or bias is not None \
                 or residual is not None or activation is not None or alpha != 1.0 or beta != 1.0 \
-                or call.input_precision is not None:
+                or call.input_precision is not None or call.norm_weight is not None:
             raise ArgumentError("linear of int8 operands gives their int32 product alone: no out_dtype but int32, no "
-                                "bias, activation, residual, alpha, beta or input_precision")
+                                "bias, activation, residual, alpha, beta, input_precision or norm")
+        facts.norm_epsilon = None
         facts.device = common_device(x, weight)
         facts.result_dtype = facts.compute_dtype = as_dtype("int32")
         facts.precision = None
@@ -126,16 +159,17 @@ def _check_linear_call(call, facts) -> None:
     facts.result_dtype = _out_dtype("linear", operands, call.out_dtype)
     facts.compute_dtype = compute_dtype(facts.result_dtype)
     facts.precision = _input_precision("linear", call.input_precision, result_type(x, weight))
+    _check_norm("linear", call, facts, x, batched=weight.ndim == 3)
 
 
 _LINEAR = define(OpSpec("linear", params("x", "weight", bias=None, activation=None, residual=None, alpha=1.0, beta=1.0,
-                                         out_dtype=None, input_precision=None),
-                        _check_linear_call, by_value=("alpha", "beta")))
+                                         out_dtype=None, input_precision=None, norm_weight=None, norm_eps=None),
+                        _check_linear_call, by_value=("alpha", "beta", "norm_eps")))
 _linear_call = _LINEAR.call
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=None, residual=None,
-           alpha=1.0, beta=1.0, out_dtype=None, input_precision=None) -> Tensor:
+           alpha=1.0, beta=1.0, out_dtype=None, input_precision=None, norm=None) -> Tensor:
     """activation(alpha * (x @ weight.T) + bias) + beta * residual; weight is [out, in], a float
     tensor or a grouped int4 QuantizedTensor (W4A16: dequantized inside the product).
 
@@ -144,13 +178,22 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=
     multiplied exactly and summed in float32) or "tf32x3" (each operand split into two TF32
     parts, three products: close to float32 at TF32 speed).
 
+    norm=(weight [in], eps): the product of rms_norm(x, (in,), weight, eps) (rounded to x's dtype
+    as rms_norm stores it), fused into the kernel's loads of x; eps None is x's machine epsilon.
+
     A dense weight's calls go through linear's OpSpec (checked once a signature: the operands'
     layouts, alpha and beta by value, every other option by value); the implementation receives
     the call, its facts result_dtype and precision."""
     if type(weight) is not Tensor:
         from ..quant import QuantizedTensor
         if isinstance(weight, QuantizedTensor):
+            if norm is not None:
+                from ..errors import NotSupportedError
+                raise NotSupportedError("linear's fused norm (norm=) with an int4 weight is not done: rms_norm x first")
             return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
+    if norm is not None:
+        return _linear_call(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision,
+                            *_split_norm("linear", norm))
     if type(alpha) is float and type(beta) is float and alpha == 1.0 and beta == 1.0 and out_dtype is None \
             and input_precision is None:   # the common call: its signature without the defaults spelled out
         return _linear_call(x, weight, bias, activation, residual)
@@ -196,11 +239,21 @@ def _check_gated(call, facts) -> None:
     facts.device = common_device(x, w_gate, w_up)
     facts.result_dtype = _out_dtype("gated_linear", [x, w_gate, w_up], call.out_dtype)
     facts.compute_dtype = compute_dtype(facts.result_dtype)
+    _check_norm("gated_linear", call, facts, x)
 
 
-gated_linear = front_end(define(OpSpec("gated_linear", params("x", "w_gate", "w_up", activation="silu", out_dtype=None),
-                                       _check_gated, doc="""activation(x @ w_gate.T) * (x @ w_up.T): the gated pair
-of a SwiGLU (GeGLU) MLP, checked once a signature (the implementation reads call.result_dtype).""")))
+_gated_call = define(OpSpec("gated_linear", params("x", "w_gate", "w_up", activation="silu", out_dtype=None,
+                                                   norm_weight=None, norm_eps=None),
+                            _check_gated, by_value=("norm_eps",))).call
+
+
+def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, activation="silu", out_dtype=None, *, norm=None) -> Tensor:
+    """activation(x @ w_gate.T) * (x @ w_up.T): the gated pair of a SwiGLU (GeGLU) MLP, checked once
+    a signature (the implementation reads call.result_dtype). norm=(weight, eps): of rms_norm(x)
+    instead of x, as linear's."""
+    if norm is None:
+        return _gated_call(x, w_gate, w_up, activation, out_dtype)
+    return _gated_call(x, w_gate, w_up, activation, out_dtype, *_split_norm("gated_linear", norm))
 
 
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
@@ -310,11 +363,22 @@ def _compute(dtype, precision):
     return oracle_dtype(dtype) if precision == reference.FLOAT64 else compute_dtype(dtype)
 
 
+def _normed(x, norm, compute, precision):
+    """x as rms_norm(x, (in,), weight, eps) gives it (norm: (weight, eps)), in compute; rounded to
+    x's dtype first, as rms_norm stores it, except in the oracle's float64."""
+    from .norms import _rms_norm_reference
+    weight, eps = norm
+    y = _rms_norm_reference(x, (x.shape[-1],), weight, eps, precision)
+    if precision != reference.FLOAT64:
+        y = y.astype(x.dtype.host)
+    return y.astype(compute)
+
+
 def _linear_reference(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, out_dtype=None,
-                      precision=reference.NATIVE, input_precision=None):
+                      precision=reference.NATIVE, input_precision=None, norm=None):
     dtype = result_type(*(t for t in (x, weight, bias, residual) if t is not None))
     compute = np.dtype(np.int64) if dtype.kind == "int" else _compute(dtype, precision)   # int8 products: exact
-    a, w = _host(x, compute), _host(weight, compute)
+    a, w = _host(x, compute) if norm is None else _normed(x, norm, compute, precision), _host(weight, compute)
     if input_precision == "tf32":  # the products of TF32-rounded operands, exact in float64
         a, w = round_tf32(a).astype(compute), round_tf32(w).astype(compute)
     y = alpha * np.matmul(a, np.swapaxes(w, -1, -2))
@@ -353,9 +417,9 @@ def _scaled_reference(x, weight, scale_x, scale_w, bias=None, activation=None, r
     return y if residual is None else y + _host(residual, compute)
 
 
-def _gated_reference(x, w_gate, w_up, activation="silu", out_dtype=None, precision=reference.NATIVE):
+def _gated_reference(x, w_gate, w_up, activation="silu", out_dtype=None, precision=reference.NATIVE, norm=None):
     compute = _compute(result_type(x, w_gate, w_up), precision)
-    a = _host(x, compute)
+    a = _host(x, compute) if norm is None else _normed(x, norm, compute, precision)
     return apply_activation(np.matmul(a, _host(w_gate, compute).T), activation) * np.matmul(a, _host(w_up, compute).T)
 
 
@@ -382,7 +446,11 @@ reference.register("bmm", _bmm_reference)
 @register("linear", "cpu")
 def _linear_cpu(call) -> Tensor:
     return wrap(_linear_reference(call.x, call.weight, call.bias, call.activation, call.residual, call.alpha,
-                                  call.beta, input_precision=call.precision), call.result_dtype)
+                                  call.beta, input_precision=call.precision, norm=_call_norm(call)), call.result_dtype)
+
+
+def _call_norm(call):
+    return None if call.norm_weight is None else (call.norm_weight, call.norm_epsilon)
 
 
 @register("scaled_linear", "cpu")
@@ -397,7 +465,8 @@ def _linear_int4_cpu(x, weight, bias, activation, residual, alpha, beta, dtype) 
 
 @register("gated_linear", "cpu")
 def _gated_cpu(call) -> Tensor:
-    return wrap(_gated_reference(call.x, call.w_gate, call.w_up, call.activation), call.result_dtype)
+    return wrap(_gated_reference(call.x, call.w_gate, call.w_up, call.activation, norm=_call_norm(call)),
+                call.result_dtype)
 
 
 # ---- einsum ----------------------------------------------------------------------------------

@@ -27,44 +27,25 @@ from . import tuning
 
 
 @triton.jit
-def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_out_ptr,
-                tokens, heads, max_positions, out_rows, sxt, sxh, sct, sot, soh, svt, svh, svot, svoh,
-                HALF: tl.constexpr, DIM: tl.constexpr, V_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
-                SLOTS: tl.constexpr, COPY_V: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
-                BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_V: tl.constexpr):
-    """Grid: (cdiv(tokens, BLOCK_TOKENS),). SLOTS: out row of token t is slot[t] (a paged cache's
-    row), else t; a slot outside 0 .. out_rows - 1 (-1: padding) is not written. COPY_V: v's row t
-    copied to v_out's row of the same slot. HALF 0: nothing rotated (a plain cache write)."""
-    pid = tl.program_id(0)
-    t = pid * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
+def _load_heads(x_ptr, t, t_ok, heads, sxt, sxh, a, b, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
+                BLOCK_R: tl.constexpr):
+    """Rows t of x (all heads): the pairs' dims a and b in float32, and where they lie."""
     h = tl.arange(0, BLOCK_H)
-    i = tl.arange(0, BLOCK_R)
-    t_ok = t < tokens
-    pos = tl.load(pos_ptr + t, mask=t_ok, other=0).to(tl.int64)
-    in_table = (pos >= 0) & (pos < max_positions)
-    pos = tl.where(in_table, pos, 0)
-    row = t.to(tl.int64)
-    if SLOTS:
-        row = tl.load(slot_ptr + t, mask=t_ok, other=-1).to(tl.int64)
-        t_ok = t_ok & (row >= 0) & (row < out_rows)
-        row = tl.where(t_ok, row, 0)
-    if INTERLEAVED:
-        a = 2 * i
-        b = 2 * i + 1
-    else:
-        a = i
-        b = i + HALF
-    ok = t_ok[:, None, None] & (h[None, :, None] < heads) & (i[None, None, :] < HALF)
+    ok = t_ok[:, None, None] & (h[None, :, None] < heads)
+    if BLOCK_R != HALF:   # a power-of-two half needs no column mask (the loads stay 16-byte vectors)
+        ok = ok & (tl.arange(0, BLOCK_R)[None, None, :] < HALF)
     x_rows = x_ptr + t.to(tl.int64)[:, None, None] * sxt + h[None, :, None] * sxh
     xa = widen(tl.load(x_rows + a[None, None, :], mask=ok, other=0.0), tl.float32)
     xb = widen(tl.load(x_rows + b[None, None, :], mask=ok, other=0.0), tl.float32)
-    c_rows = pos[:, None, None] * sct
-    table_ok = t_ok[:, None, None] & (i[None, None, :] < HALF)
-    ca = widen(tl.load(cos_ptr + c_rows + a[None, None, :], mask=table_ok, other=0.0), tl.float32)
-    cb = widen(tl.load(cos_ptr + c_rows + b[None, None, :], mask=table_ok, other=0.0), tl.float32)
-    sa = widen(tl.load(sin_ptr + c_rows + a[None, None, :], mask=table_ok, other=0.0), tl.float32)
-    sb = widen(tl.load(sin_ptr + c_rows + b[None, None, :], mask=table_ok, other=0.0), tl.float32)
-    bad = (~in_table)[:, None, None]
+    return xa, xb, x_rows, ok
+
+
+@triton.jit
+def _store_heads(xa, xb, x_rows, ok, out_ptr, row, t_ok, heads, sot, soh, a, b, ca, cb, sa, sb, bad,
+                 HALF: tl.constexpr, DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
+    """The loaded pairs rotated by the tables' rows ca .. sb (loaded once for every head and every
+    tensor a launch rotates) into out's rows row; the dims past rotary_dim copied."""
+    h = tl.arange(0, BLOCK_H)
     out_a = tl.where(bad, float("nan"), xa * ca - xb * sa)
     out_b = tl.where(bad, float("nan"), xb * cb + xa * sb)
     o_rows = out_ptr + row[:, None, None] * sot + h[None, :, None] * soh
@@ -75,7 +56,60 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_ou
         pass_ok = t_ok[:, None, None] & (h[None, :, None] < heads) & (p[None, None, :] < DIM)
         kept = tl.load(x_rows + p[None, None, :], mask=pass_ok, other=0.0)
         tl.store(o_rows + p[None, None, :], narrow(widen(kept, tl.float32), out_ptr.dtype.element_ty), mask=pass_ok)
+
+
+@triton.jit
+def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_out_ptr, q_ptr, q_out_ptr,
+                tokens, heads, q_heads, max_positions, out_rows, sxt, sxh, sct, sot, soh, svt, svh, svot, svoh,
+                sqt, sqh, sqot, sqoh,
+                HALF: tl.constexpr, DIM: tl.constexpr, V_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
+                SLOTS: tl.constexpr, COPY_V: tl.constexpr, ROTATE_Q: tl.constexpr, BLOCK_TOKENS: tl.constexpr,
+                BLOCK_H: tl.constexpr, BLOCK_QH: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr,
+                BLOCK_V: tl.constexpr):
+    """Grid: (cdiv(tokens, BLOCK_TOKENS),). SLOTS: out row of token t is slot[t] (a paged cache's
+    row), else t; a slot outside 0 .. out_rows - 1 (-1: padding) is not written. COPY_V: v's row t
+    copied to v_out's row of the same slot. ROTATE_Q: q's row t (q_heads heads) rotated too, into
+    q_out's row t, with the same table rows (the decode step's q and k in one launch). HALF 0:
+    nothing rotated (a plain cache write)."""
+    pid = tl.program_id(0)
+    t = pid * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
+    i = tl.arange(0, BLOCK_R)
+    t_in = t < tokens
+    if INTERLEAVED:
+        a = 2 * i
+        b = 2 * i + 1
+    else:
+        a = i
+        b = i + HALF
+    # x (and q) loaded first, under the token mask alone: in flight while the positions (and slots)
+    # come back, on which the tables' addresses (and the stores' mask) wait
+    xa, xb, x_rows, ok = _load_heads(x_ptr, t, t_in, heads, sxt, sxh, a, b, HALF, BLOCK_H, BLOCK_R)
+    if ROTATE_Q:   # every token's q, padding tokens (slot -1) included: their rows are the step's
+        qa, qb, q_rows, q_ok = _load_heads(q_ptr, t, t_in, q_heads, sqt, sqh, a, b, HALF, BLOCK_QH, BLOCK_R)
+    pos = tl.load(pos_ptr + t, mask=t_in, other=0).to(tl.int64)
+    t_ok = t_in
+    row = t.to(tl.int64)
+    if SLOTS:
+        row = tl.load(slot_ptr + t, mask=t_in, other=-1).to(tl.int64)
+        t_ok = t_in & (row >= 0) & (row < out_rows)
+        row = tl.where(t_ok, row, 0)
+        ok = ok & t_ok[:, None, None]   # a padding token's k is read, never written
+    in_table = (pos >= 0) & (pos < max_positions)
+    pos = tl.where(in_table, pos, 0)
+    c_rows = pos[:, None, None] * sct
+    table_ok = t_in[:, None, None] & (i[None, None, :] < HALF)
+    ca = widen(tl.load(cos_ptr + c_rows + a[None, None, :], mask=table_ok, other=0.0), tl.float32)
+    cb = widen(tl.load(cos_ptr + c_rows + b[None, None, :], mask=table_ok, other=0.0), tl.float32)
+    sa = widen(tl.load(sin_ptr + c_rows + a[None, None, :], mask=table_ok, other=0.0), tl.float32)
+    sb = widen(tl.load(sin_ptr + c_rows + b[None, None, :], mask=table_ok, other=0.0), tl.float32)
+    bad = (~in_table)[:, None, None]
+    _store_heads(xa, xb, x_rows, ok, out_ptr, row, t_ok, heads, sot, soh, a, b, ca, cb, sa, sb, bad, HALF, DIM,
+                 BLOCK_H, BLOCK_P)
+    if ROTATE_Q:
+        _store_heads(qa, qb, q_rows, q_ok, q_out_ptr, t.to(tl.int64), t_in, q_heads, sqot, sqoh, a, b, ca, cb, sa,
+                     sb, bad, HALF, DIM, BLOCK_QH, BLOCK_P)
     if COPY_V:
+        h = tl.arange(0, BLOCK_H)
         e = tl.arange(0, BLOCK_V)
         v_ok = t_ok[:, None, None] & (h[None, :, None] < heads) & (e[None, None, :] < V_DIM)
         vals = tl.load(v_ptr + t.to(tl.int64)[:, None, None] * svt + h[None, :, None] * svh + e[None, None, :],
@@ -98,27 +132,34 @@ def _table(t: Tensor) -> Tensor:
     return t if t.strides[-1] == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
-def _build(x_layout, table, v_layout, target, v_target, interleaved, device, setting) -> LaunchPlan:
+def _build(x_layout, table, v_layout, target, v_target, interleaved, device, setting, q_layout=None) -> LaunchPlan:
     """The rope launch. x_layout, v_layout: (shape, strides, dtype) of the (tokens, heads, dim)
     inputs; table: (shape, row stride) of cos/sin or None (no rotation); target, v_target: the row
-    and head strides of the cache rows written through slots, or None (a new output)."""
+    and head strides of the cache rows written through slots, or None (a new output); q_layout:
+    (shape, strides, dtype) of a q rotated in the same launch into a new output "q_out"."""
     (tokens, heads, dim), x_strides, dtype = x_layout
-    if setting is None:
-        setting = tuning.rope_setting(device, tokens * heads * dim, dim, dtype)
+    q_heads, q_strides = (0, (0, 0)) if q_layout is None else (q_layout[0][1], q_layout[1])
+    if setting is None:   # the launch's work: k's heads and q's
+        setting = tuning.rope_setting(device, tokens * (heads + q_heads) * dim, dim, dtype)
     half, max_positions, table_stride = (0, 1, 0) if table is None else (table[0][1] // 2, table[0][0], table[1])
     outputs = ()
+    slots = target is not None
     if target is None:
         outputs = (plans.output("out", (tokens, heads, dim), dtype),)
         target = (heads * dim, dim)
+    if q_layout is not None:
+        outputs += (plans.output("q_out", (tokens, q_heads, dim), q_layout[2]),)
     rows = Slot("out_rows")
     v_dim, v_strides = (dim, x_strides) if v_layout is None else (v_layout[0][2], v_layout[1])
     v_target = target if v_target is None else v_target
     block = setting["block_tokens"]
     args = (Slot("x"), Slot("cos"), Slot("sin"), Slot("positions"), Slot("out"), Slot("slots"), Slot("v"),
-            Slot("v_out"), tokens, heads, max_positions, rows, x_strides[0], x_strides[1], table_stride, *target,
-            v_strides[0], v_strides[1], *v_target)
-    meta = dict(HALF=half, DIM=dim, V_DIM=v_dim, INTERLEAVED=bool(interleaved), SLOTS=not outputs,
-                COPY_V=v_layout is not None, BLOCK_TOKENS=block, BLOCK_H=_pow2(heads), BLOCK_R=_pow2(max(half, 1)),
+            Slot("v_out"), Slot("q") if q_layout else Slot("x"), Slot("q_out") if q_layout else Slot("x"), tokens, heads,
+            q_heads, max_positions, rows, x_strides[0], x_strides[1], table_stride, *target, v_strides[0], v_strides[1],
+            *v_target, *q_strides[:2], q_heads * dim, dim)
+    meta = dict(HALF=half, DIM=dim, V_DIM=v_dim, INTERLEAVED=bool(interleaved), SLOTS=slots,
+                COPY_V=v_layout is not None, ROTATE_Q=q_layout is not None, BLOCK_TOKENS=block, BLOCK_H=_pow2(heads),
+                BLOCK_QH=_pow2(max(q_heads, 1)), BLOCK_R=_pow2(max(half, 1)),
                 BLOCK_P=_pow2(max(dim - 2 * half, 1)), BLOCK_V=_pow2(v_dim), num_warps=setting["num_warps"])
     return LaunchPlan(device, (Launch(rope_kernel, (triton.cdiv(tokens, block),), args, meta),), outputs)
 
@@ -127,7 +168,8 @@ def _described(t: Tensor) -> tuple:
     return (tuple(t.shape), tuple(t.strides), t.dtype)
 
 
-def rope_plan(x, cos, sin, positions, interleaved, setting=None, slots=None, cache=None, v=None, v_cache=None):
+def rope_plan(x, cos, sin, positions, interleaved, setting=None, slots=None, cache=None, v=None, v_cache=None,
+              q=None):
     """(plan, values but "out") of one rope launch (launch_rope's arguments), the plan kept per
     call layout in the one plan cache."""
     if x.dtype.name not in ("float16", "bfloat16", "float32"):
@@ -143,34 +185,40 @@ def rope_plan(x, cos, sin, positions, interleaved, setting=None, slots=None, cac
             cos, sin = cos.contiguous(), sin.contiguous()
         table = (tuple(cos.shape), cos.strides[0], cos.dtype, sin.dtype)
     vv = None if v is None else _flat_tokens(v)
+    qq = None if q is None else _flat_tokens(q)
     target = None if cache is None else tuple(cache.strides[:2])
     v_target = None if v_cache is None else tuple(v_cache.strides[:2])
+    q_layout = None if qq is None else _described(qq)
     signature = (_described(flat), table, None if vv is None else _described(vv), target, v_target, bool(interleaved),
-                 device, plans.setting_key(setting))
+                 device, plans.setting_key(setting), q_layout)
     plan = plans.cached("rotary_embedding", signature, lambda: _build(
         _described(flat), table and table[:2], None if vv is None else _described(vv), target, v_target,
-        interleaved, device, setting))
+        interleaved, device, setting, q_layout))
     if positions is not None and positions.ndim != 1:
         positions = positions.reshape(tokens)
     pos = _unit(positions) if positions is not None else _unit(slots)
     values = {"x": flat, "cos": cos if cos is not None else flat, "sin": sin if sin is not None else flat,
               "positions": pos, "out": cache, "slots": _unit(slots) if slots is not None else pos,
               "v": vv if vv is not None else flat, "v_out": v_cache if v_cache is not None else flat,
-              "out_rows": cache.shape[0] if cache is not None else tokens}
+              "out_rows": cache.shape[0] if cache is not None else tokens, "q": qq}
     return plan, values
 
 
 def launch_rope(x, cos, sin, positions, interleaved, out=None, setting=None, slots=None, cache=None, v=None,
-                v_cache=None):
+                v_cache=None, q=None):
     """rotary_embedding of x into out (new, or a given contiguous one), or, with slots, into
     cache's rows slots[t] (cache: (rows, heads, dim), a view of a paged cache's blocks), v copied
-    into v_cache alike. cos None: nothing rotated (kv_cache_write)."""
-    plan, values = rope_plan(x, cos, sin, positions, interleaved, setting, slots, cache, v, v_cache)
+    into v_cache alike, and q (with slots only) rotated in the same launch into a new tensor, which
+    is then returned. cos None: nothing rotated (kv_cache_write)."""
+    plan, values = rope_plan(x, cos, sin, positions, interleaved, setting, slots, cache, v, v_cache, q)
     tokens, heads, dim = values["x"].shape
     if slots is None:
         out = launch.output(x.shape, x.dtype, x.device, out)
         values["out"] = out.reshape(tokens, heads, dim)
-    if tokens == 0 or heads == 0:
+    if q is not None:
+        out = launch.output(q.shape, q.dtype, q.device)
+        values["q_out"] = out.reshape(tokens, q.shape[-2], dim)
+    if tokens == 0 or (heads == 0 and (q is None or q.shape[-2] == 0)):
         return out
     plans.execute(plan, values)
     return out
@@ -202,9 +250,10 @@ def _rows_view(cache: Tensor) -> Tensor:
 
 
 def _write(call, rotated: bool):
-    launch_rope(call.k, call.cos if rotated else None, call.sin if rotated else None,
-                call.positions if rotated else None, call.interleave if rotated else False, slots=call.slots,
-                cache=cache_rows(call.k_cache), v=call.v, v_cache=cache_rows(call.v_cache))
+    return launch_rope(call.k, call.cos if rotated else None, call.sin if rotated else None,
+                       call.positions if rotated else None, call.interleave if rotated else False, slots=call.slots,
+                       cache=cache_rows(call.k_cache), v=call.v, v_cache=cache_rows(call.v_cache),
+                       q=call.q if rotated else None)
 
 
 @implements("kv_cache_write")
@@ -215,8 +264,9 @@ def _kv_cache_write(call):
 
 @implements("rotary_kv_cache_write")
 def _rotary_kv_cache_write(call):
+    """The caches written; q's rotation returned when the call hands one (else None)."""
     check_slots(call)
-    _write(call, True)
+    return _write(call, True)
 
 
 def _prepare_write(call, rotated: bool):
@@ -224,12 +274,13 @@ def _prepare_write(call, rotated: bool):
     caches' row views made unchecked (their layout is the signature's), positions and slots
     read as they are (int32 or int64 at unit stride, else the full path)."""
     k, slots, positions = call.k, call.slots, call.positions if rotated else None
+    q = call.q if rotated else None
     if call.host_values or k.shape[0] == 0 or k.shape[1] == 0 or k.ndim != 3 or k.strides[-1] != 1 \
-            or call.v.strides[-1] != 1:
+            or call.v.strides[-1] != 1 or (q is not None and (q.ndim != 3 or q.shape[1] == 0 or q.strides[-1] != 1)):
         return None
     plan, values = rope_plan(k, call.cos if rotated else None, call.sin if rotated else None, positions,
                              call.interleave if rotated else False, slots=slots, cache=cache_rows(call.k_cache),
-                             v=call.v, v_cache=cache_rows(call.v_cache))
+                             v=call.v, v_cache=cache_rows(call.v_cache), q=q)
     if values["slots"] is not slots or (rotated and (values["positions"] is not positions or values["cos"] is not
                                                      call.cos or values["sin"] is not call.sin)):
         return None
@@ -241,12 +292,13 @@ def _prepare_write(call, rotated: bool):
     def repeat(c):
         kc = _rows_view(c.k_cache)
         values = {"x": c.k, "v": c.v, "out": kc, "v_out": _rows_view(c.v_cache), "slots": c.slots,
-                  "out_rows": out_rows}
+                  "out_rows": out_rows, "q": None, "q_out": None}
         if rotated:
-            values.update(cos=c.cos, sin=c.sin, positions=c.positions)
+            values.update(cos=c.cos, sin=c.sin, positions=c.positions, q=c.q)
         else:
             values.update(cos=c.k, sin=c.k, positions=c.slots)
-        run(values)
+        done = run(values)
+        return done["q_out"] if q is not None else None
     return repeat
 
 
@@ -276,7 +328,7 @@ def _prepare_rotary(call):
     def repeat(c):
         x, p = c.x, c.positions
         return run({"x": x, "cos": c.cos, "sin": c.sin, "positions": p, "out": None, "slots": p, "v": x, "v_out": x,
-                    "out_rows": rows})["out"]
+                    "out_rows": rows, "q": None})["out"]
     return repeat
 
 

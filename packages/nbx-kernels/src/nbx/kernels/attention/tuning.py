@@ -14,7 +14,8 @@ in flight; the split count follows from it and the context; measured at batch 1,
 the split matters most: at 64 x 8 groups every value splits little or not at all).
 Its key: the context on the dims ladder, the query rows a program takes, the head dim, the dtype.
 
-rope: tokens a program and warps. Its key: the element count class and the dtype.
+rope: tokens a program and warps (20 candidates). Its key: the element count class (of every tensor
+the launch rotates: k and, fused in the cache write, q), the head dim and the dtype.
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ PREFILL_KEY = {"q_len": "dims", "k_len": "dims", "head_dim": "exact", "v_dim": "
 DECODE_PARAMS = {"block_n": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3),
                  "programs": (264, 528, 1056)}   # 2, 4, 8 an SM of the H200's 132 (the grid only: no new compile)
 DECODE_KEY = {"k_len": "dims", "rows": "exact", "head_dim": "exact", "dtype": "dtype", "paged": "flag"}
-ROPE_PARAMS = {"block_tokens": (1, 2, 4, 8), "num_warps": (1, 2, 4)}
+# 8 warps over 4-16 tokens: the most bytes in flight an SM at few registers a thread (sm_90 ptxas: a
+# [4, 32, 128] bf16 tile at 8 warps is 61 registers, 16-byte loads, against 70 for one token at 4), where
+# a program's life is two memory latencies (the positions, then the table rows they index)
+ROPE_PARAMS = {"block_tokens": (1, 2, 4, 8, 16), "num_warps": (1, 2, 4, 8)}
 ROPE_KEY = {"elements": "elements", "head_dim": "exact", "dtype": "dtype"}
 
 

@@ -220,7 +220,7 @@ def _prepare(call):
             return _matmul(c)
         weight = make(w._storage, w.dtype, w.shape[::-1], w._strides[::-1], w._offset)   # w.mT, unchecked
         return run({"x": x, "weight": weight, "up": None, "out": None, "alpha": one, "beta": one, "bias": None,
-                    "residual": None})["out"]
+                    "residual": None, "norm_weight": None, "eps": 0})["out"]
     return repeat
 
 

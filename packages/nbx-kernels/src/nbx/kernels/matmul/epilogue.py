@@ -12,6 +12,16 @@ Decode rows: the certified setting of the key decides the tile and split_k; with
 products land in float32 (float64) partials, workspace of the call, and a second launch sums them
 in a fixed order and applies the epilogue. K == 0 runs the same launch (no K steps): the epilogue
 of a zero product.
+
+norm (weight, eps): the product of rms_norm(x, weight, eps), the norm fused into the pointer kernel's
+A loads (fused.py, NORM; kernel.normed_k_steps): rms_norm(x) @ W.T = rstd * ((x * weight) @ W.T),
+so each K step multiplies x * weight (rounded once to x's dtype) and sums x**2 from the same tile;
+the rows' rstd scales the accumulators once K is complete (split K: each split's sums of squares
+go to a [split_k, M] workspace that the split epilogue adds in order). x is read once, as without
+the norm: the norm costs its weight's bytes and no launch. x * weight must be finite in x's dtype
+(a float16 residual stream of |x * w| > 65504 overflows where rms_norm would not). The launch key is
+the plain or gated product's; the tma kernel has no norm, so a key certified for it refuses a
+normed call by name.
 """
 from __future__ import annotations
 
@@ -61,6 +71,7 @@ class LinearPlan:
     scales: tuple | None = None   # (x scale, weight scale) strides of a scaled (float8) product
     out_shape: tuple = ()
     dtype: DType | None = None
+    norm: bool = False   # x RMS-normed in the loads (the norm weight and eps per call)
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -72,6 +83,11 @@ class LinearPlan:
 
     def partial_shape(self, gated: bool) -> tuple[int, ...]:
         return ((2 if gated else 1), self.batch, self.split_k, self.m, self.n) if self.split_k > 1 else (0,)
+
+    @property
+    def squares_shape(self) -> tuple[int, ...] | None:
+        """A split normed product's workspace: each split's sums of x**2 of each row."""
+        return (self.split_k, self.m) if self.norm and self.split_k > 1 and not self.tma else None
 
 
 def out_shape(x_shape, w_shape) -> tuple[int, ...]:
@@ -117,7 +133,7 @@ def eligible(batched: bool, a, b, n: int, k: int, operands: DType, dtype: DType,
 
 def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, operands: DType, dtype: DType,
           gated: bool, activation, device, setting, aligned: tuple = (True, True), same_up: bool = True,
-          input_precision=None, scale_strides=None, stored: tuple = ()) -> LinearPlan:
+          input_precision=None, scale_strides=None, stored: tuple = (), norm=None) -> LinearPlan:
     shape = out_shape(x_shape, w_shape)
     n, k = w_shape[-2], w_shape[-1]
     batched = len(w_shape) == 3
@@ -148,6 +164,9 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
                                                                  _form(gated, scale_strides), tma, precision))
     facts = launch.facts(device)
     s["block_k"] = block_k_that_fits(s["block_k"], operands.itemsize, facts)   # the dots' operands are of operands
+    if s["kernel"] == "tma" and norm is not None:
+        raise NotSupportedError(f"a normed product (norm=) runs the pointer kernel, whose A loads take the norm; the "
+                                f"setting served for m={m}, n={n}, k={k} is the tma kernel's: norm x first")
     if s["kernel"] == "tma" and not tma:
         raise NotSupportedError(f"the tma kernel cannot read these operands through tensor descriptors (A strides "
                                 f"{a[1:]}, B strides {b[1:]}, {operands.name}, aligned {aligned}): serve it 'tiles'")
@@ -168,14 +187,15 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
                 DOT=tl_type(operands), ACC=acc, PRECISION=precision, EVEN_K=k % s["block_k"] == 0, WIDE=wide,
                 BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
                 BLOCK_K=s["block_k"], GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
-                num_warps=s["num_warps"], num_stages=stages)
-    split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue)
+                NORM=norm is not None, num_warps=s["num_warps"], num_stages=stages)
+    split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue, NORM=norm is not None)
     if s["kernel"] == "tma":
-        for name in ("EVEN_K", "WIDE", "SPLIT_K", "BLOCK_SCALED"):
+        for name in ("EVEN_K", "WIDE", "SPLIT_K", "BLOCK_SCALED", "NORM"):
             del meta[name]
         meta.update(B_KMAJOR=b[1] == 1, PROGRAMS=s["programs"], WARP_SPECIALIZE=bool(s["warp_specialize"]))
     return LinearPlan(batch, m, n, k, a, b, addends[0], addends[1], tuple(copies), s["split_k"],
-                      tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma", scale_strides, shape, dtype)
+                      tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma", scale_strides, shape, dtype,
+                      norm is not None)
 
 
 def _form(gated: bool, scale_strides) -> str:
@@ -233,9 +253,11 @@ def _scale_strides(scales):
 
 def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: bool, scaled: bool) -> LaunchPlan:
     """The plan's launches: every tensor a Slot of the call's values ("x", "weight", "up", "bias",
-    "residual", "xs", "ws", "out", the split's "part"), alpha and beta per-call Slots of their bits;
-    an absent operand's pointer is x's (its constant turns the reads off)."""
+    "residual", "xs", "ws", "norm_weight", "out", the split's "part"), alpha, beta and eps per-call
+    Slots of their bits; an absent operand's pointer is x's (its constant turns the reads off)."""
     x = Slot("x")
+    norm_weight = Slot("norm_weight") if p.norm else x
+    squares = Slot("squares") if p.squares_shape else x
     bias, residual = Slot("bias") if has_bias else x, Slot("residual") if has_res else x
     xs, ws = (Slot("xs"), Slot("ws")) if scaled else (x, x)
     up = Slot("up") if gated else Slot("weight")
@@ -249,36 +271,46 @@ def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: boo
         launches = (Launch(tma_matmul_kernel, p.grid, args, meta),)
     else:
         part = Slot("part") if p.split_k > 1 else Slot("out")
-        args = (x, Slot("weight"), up, Slot("out"), part, bias, residual, xs, ws, p.m, p.n, p.k, *p.a, *p.b,
-                *bias_s, *res_s, *scale_s, *scalars)
+        args = (x, Slot("weight"), up, Slot("out"), part, bias, residual, xs, ws, norm_weight, squares, p.m, p.n, p.k,
+                *p.a, *p.b, *bias_s, *res_s, *scale_s, *scalars, Slot("eps"))
         launches = (Launch(fused_matmul_kernel, p.grid, args, meta),)
         if p.split_k > 1:
             total = p.batch * p.m * p.n
             launches += (Launch(split_epilogue_kernel, (-(-total // SPLIT_BLOCK),),
-                                (Slot("part"), Slot("out"), bias, residual, p.m, p.n, p.batch, *bias_s, *res_s,
-                                 *scalars), dict(p.split_meta)),)
+                                (Slot("part"), Slot("out"), bias, residual, squares, p.m, p.n, p.k, p.batch, *bias_s,
+                                 *res_s, *scalars, Slot("eps")), dict(p.split_meta)),)
     shape = p.out_shape
     part_dtype = {tl.float64: dtypes.float64, tl.int32: dtypes.int32}.get(meta["ACC"], dtypes.float32)
     work = (plans.workspace("part", p.partial_shape(gated), part_dtype),) if p.split_k > 1 and not p.tma else ()
+    if p.squares_shape:
+        work += (plans.workspace("squares", p.squares_shape, part_dtype),)
     return LaunchPlan(device, launches, (plans.output("out", shape, p.dtype),), work, p.copies, detail=p)
 
 
 def launch_plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None,
-                out: Tensor | None = None, input_precision=None, scales=None) -> LaunchPlan:
+                out: Tensor | None = None, input_precision=None, scales=None, norm_weight=None) -> LaunchPlan:
     """The launches of one call (out: the output it writes; a new one is aligned), kept per call
-    layout in the one plan cache."""
+    layout in the one plan cache; norm_weight: the weight of an RMS norm fused into x's loads."""
     dtype = result_type(x, weight) if dtype is None and scales is None else dtype
     operands = _operand_dtype(x, weight, up, dtype, scales is not None)
     aligned = (_aligned(x), _aligned(weight) and _aligned(up) and _aligned(out))
     same_up = up is None or tuple(up.strides) == tuple(weight.strides)
     signature = (tuple(x.shape), tuple(x.strides), tuple(weight.shape), tuple(weight.strides), _layout(bias),
                  _layout(residual), operands, dtype, up is not None, activation, x.device, plans.setting_key(setting),
-                 aligned, same_up, input_precision, _scale_strides(scales), _stored(x, weight, up))
+                 aligned, same_up, input_precision, _scale_strides(scales), _stored(x, weight, up),
+                 None if norm_weight is None else _norm_layout(norm_weight))
 
     def build() -> LaunchPlan:
         p = _decide(*signature)
         return _launches(p, x.device, up is not None, bias is not None, residual is not None, scales is not None)
     return plans.cached("linear", signature, build)
+
+
+def _norm_layout(w: Tensor) -> tuple:
+    if w.ndim != 1 or (w.shape[0] > 1 and w.strides[0] != 1):
+        raise NotSupportedError(f"a fused norm's weight is one contiguous [K] vector, got shape {tuple(w.shape)} "
+                                f"strides {tuple(w.strides)}")
+    return (tuple(w.shape), w.dtype)
 
 
 def plan(*args, **kwargs) -> "LinearPlan":
@@ -289,21 +321,25 @@ def plan(*args, **kwargs) -> "LinearPlan":
 def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation=None,
                   residual: Tensor | None = None, alpha: float = 1.0, beta: float = 1.0, dtype: DType | None = None,
                   up: Tensor | None = None, out: Tensor | None = None, setting=None, input_precision=None,
-                  scales: tuple | None = None) -> Tensor:
+                  scales: tuple | None = None, norm: tuple | None = None) -> Tensor:
     """activation(alpha * (x @ weight.T) + bias) + beta * residual, or with up (the gated form)
     activation(x @ weight.T) * (x @ up.T) + beta * residual, into out (new, or a given contiguous
     one). scales: (x's, the weight's) float32 scales of float8 operands, each one a tensor (size
     1) or one a row (a contiguous [rows] / [N]), multiplying the product before the epilogue.
-    setting overrides the served one (the certifier's)."""
+    norm: (weight [K], eps): x read as rms_norm(x, weight, eps). setting overrides the served one
+    (the certifier's)."""
     device = x.device
     dtype = (result_type(x, weight) if scales is None else dtypes.bfloat16) if dtype is None else dtype
     shape = out_shape(x.shape, weight.shape)
     out = launch.output(shape, dtype, device, out)
     if out.size == 0:
         return out
-    lp = launch_plan(x, weight, bias, residual, up, activation, dtype, setting, out, input_precision, scales)
+    norm_weight, eps = (None, 0.0) if norm is None else norm
+    lp = launch_plan(x, weight, bias, residual, up, activation, dtype, setting, out, input_precision, scales,
+                     norm_weight)
     copies = lp.copies
     values = {"x": x, "weight": weight, "up": up, "out": out, "alpha": float_bits(alpha), "beta": float_bits(beta),
+              "norm_weight": norm_weight, "eps": float_bits(eps),
               "bias": bias.broadcast_to(shape) if "bias" in copies else bias,
               "residual": residual.broadcast_to(shape) if "residual" in copies else residual}
     if scales is not None:
@@ -313,9 +349,11 @@ def launch_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, activat
 
 
 def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0, beta=1.0, dtype=None,
-                up=None, input_precision=None, scales=None) -> Cost:
+                up=None, input_precision=None, scales=None, norm_weight=None) -> Cost:
     """The output, the split partials and any dense copies; every operand read once, the output
-    written once (the partials written and read once more); 2 m n k flops a weight (two gated)."""
+    written once (the partials written and read once more); 2 m n k flops a weight (two gated).
+    A fused norm: its weight read, 3 flops an element of x (x**2 added, x * w); split, each
+    split's sums of squares written and read once."""
     dtype = (result_type(x, weight) if scales is None else dtypes.bfloat16) if dtype is None else dtype
     _operand_dtype(x, weight, up, dtype, scales is not None)
     shape = out_shape(x.shape, weight.shape)
@@ -323,18 +361,23 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
     buffers = [Buffer("out", out_bytes)]
     if out_bytes == 0:
         return Cost(tuple(buffers), 0, 0, launches=0)
-    p = plan(x, weight, bias, residual, up, activation, dtype, input_precision=input_precision, scales=scales)
+    p = plan(x, weight, bias, residual, up, activation, dtype, input_precision=input_precision, scales=scales,
+             norm_weight=norm_weight)
     copied = {"x": x, "bias": bias, "residual": residual}
     for name in p.copies:
         nbytes = (prod(shape) * copied[name].dtype.itemsize if name != "x" else x.nbytes)
         buffers.append(Buffer(f"{name}_contiguous", nbytes, LAUNCH))
-    read = sum(t.nbytes for t in (x, weight, bias, residual, up, *(scales or ())) if t is not None)
+    read = sum(t.nbytes for t in (x, weight, bias, residual, up, norm_weight, *(scales or ())) if t is not None)
     moved = read + out_bytes
     if p.split_k > 1:
         part_bytes = prod(p.partial_shape(up is not None)) * (8 if dict(p.meta)["ACC"] == tl.float64 else 4)
         buffers.append(Buffer("partials", part_bytes, LAUNCH))
         moved += 2 * part_bytes
-    flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1)
+        if p.squares_shape:
+            square_bytes = prod(p.squares_shape) * (8 if dict(p.meta)["ACC"] == tl.float64 else 4)
+            buffers.append(Buffer("squares", square_bytes, LAUNCH))
+            moved += 2 * square_bytes
+    flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1) + (3 * x.size if p.norm else 0)
     return Cost(tuple(buffers), moved, flops, launches=2 if p.split_k > 1 and not p.tma else 1)
 
 
@@ -342,12 +385,19 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
 def _linear(call) -> Tensor:
     """A checked linear (nbx.core.ops.products' spec): its facts result_dtype and precision."""
     return launch_linear(call.x, call.weight, call.bias, call.activation, call.residual, call.alpha, call.beta,
-                         call.result_dtype, input_precision=call.precision)
+                         call.result_dtype, input_precision=call.precision, norm=_norm(call))
 
 
 @implements("gated_linear")
 def _gated_linear(call) -> Tensor:
-    return launch_linear(call.x, call.w_gate, activation=call.activation, dtype=call.result_dtype, up=call.w_up)
+    return launch_linear(call.x, call.w_gate, activation=call.activation, dtype=call.result_dtype, up=call.w_up,
+                         norm=_norm(call))
+
+
+def _norm(call):
+    """The call's fused RMS norm as (weight, eps), or None (the spec's norm_weight and its epsilon fact)."""
+    w = call.norm_weight
+    return None if w is None else (w, call.norm_epsilon)
 
 
 def _prepared_product(call, weight: str, up: str | None, first, alpha: float, beta: float):
@@ -359,12 +409,14 @@ def _prepared_product(call, weight: str, up: str | None, first, alpha: float, be
     dtype = call.result_dtype
     if prod(out_shape(x.shape, w.shape)) == 0:
         return None
+    norm = _norm(call)
+    norm_weight, eps = (None, 0.0) if norm is None else norm
     run = plans.prepared(launch_plan(x, w, bias, residual, u, call.activation, dtype,
-                                     input_precision=getattr(call, "precision", None)))
+                                     input_precision=getattr(call, "precision", None), norm_weight=norm_weight))
     if run is None:   # a dense copy of x, the bias or the residual: execute makes it
         return None
     aligned = (_aligned(x), _aligned(w) and _aligned(u))
-    alpha, beta = float_bits(alpha), float_bits(beta)
+    alpha, beta, eps = float_bits(alpha), float_bits(beta), float_bits(eps)   # eps: in the signature (by value)
 
     def repeat(c):
         x, w = c.x, getattr(c, weight)
@@ -372,7 +424,8 @@ def _prepared_product(call, weight: str, up: str | None, first, alpha: float, be
         if (_aligned(x), _aligned(w) and _aligned(u)) != aligned:
             return first(c)
         return run({"x": x, "weight": w, "up": u, "out": None, "alpha": alpha, "beta": beta,
-                    "bias": getattr(c, "bias", None), "residual": getattr(c, "residual", None)})["out"]
+                    "bias": getattr(c, "bias", None), "residual": getattr(c, "residual", None),
+                    "norm_weight": c.norm_weight, "eps": eps})["out"]
     return repeat
 
 
@@ -380,7 +433,8 @@ _linear.prepare = lambda call: _prepared_product(call, "weight", None, _linear, 
 _gated_linear.prepare = lambda call: _prepared_product(call, "w_gate", "w_up", _gated_linear, 1.0, 1.0)
 
 declares("linear")(lambda call: linear_cost(call.x, call.weight, call.bias, call.activation, call.residual, call.alpha,
-                                            call.beta, call.result_dtype, input_precision=call.precision))
+                                            call.beta, call.result_dtype, input_precision=call.precision,
+                                            norm_weight=call.norm_weight))
 
 
 @implements("scaled_linear")
@@ -392,6 +446,6 @@ def _scaled_linear(x: Tensor, weight: Tensor, scale_x: Tensor, scale_w: Tensor, 
 declares("scaled_linear")(lambda x, weight, scale_x, scale_w, bias=None, activation=None, residual=None, dtype=None:
                           linear_cost(x, weight, bias, activation, residual, dtype=dtype, scales=(scale_x, scale_w)))
 declares("gated_linear")(lambda call: linear_cost(call.x, call.w_gate, activation=call.activation,
-                                                  dtype=call.result_dtype, up=call.w_up))
+                                                  dtype=call.result_dtype, up=call.w_up, norm_weight=call.norm_weight))
 
 __all__ = ["launch_linear", "linear_cost", "plan", "LinearPlan", "out_shape"]

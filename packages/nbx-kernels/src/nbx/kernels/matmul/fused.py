@@ -20,7 +20,7 @@ import triton.language as tl
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
 from ..rows import float_argument
-from .kernel import SCALE_BLOCK, _grouped_tile, k_steps, tile_offsets
+from .kernel import SCALE_BLOCK, _grouped_tile, k_steps, normed_k_steps, rms_scale, tile_offsets
 
 
 @triton.jit
@@ -70,18 +70,21 @@ def scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED: tl.constexpr):
     return acc
 
 
-@triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
+@triton.jit(do_not_specialize=["alpha_bits", "beta_bits", "eps_bits"])
 def fused_matmul_kernel(
-    a_ptr, b_ptr, g_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, xs_ptr, ws_ptr, M, N, K,
+    a_ptr, b_ptr, g_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, xs_ptr, ws_ptr, nw_ptr, sq_ptr, M, N, K,
     sa0, sam, sak, sb0, sbk, sbn, sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, sxs, sws, sxk, swk,
-    alpha_bits, beta_bits,
+    alpha_bits, beta_bits, eps_bits,
     DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
-    GATED: tl.constexpr, SCALED: tl.constexpr, BLOCK_SCALED: tl.constexpr,
+    GATED: tl.constexpr, SCALED: tl.constexpr, BLOCK_SCALED: tl.constexpr, NORM: tl.constexpr,
 ):
     """Grid: (batch * tiles of M x N, SPLIT_K). C is contiguous (batch, M, N); the partials are
-    (2 if GATED else 1, batch, SPLIT_K, M, N) of ACC."""
+    (2 if GATED else 1, batch, SPLIT_K, M, N) of ACC. NORM: A is rms_norm(A, weight nw [K], eps)
+    (normed_k_steps: the rows' rstd applied to the accumulators once K is summed; split, each
+    split's sums of squares go to sq [SPLIT_K, M], written by the tiles of column 0, for the split
+    epilogue)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
@@ -106,8 +109,19 @@ def fused_matmul_kernel(
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     xs_ptrs = xs_ptr + rm[:, None] * sxs                 # block-scaled: x's scales [rows, K blocks]
     ws_ptrs = ws_ptr + (rn[None, :] // SCALE_BLOCK) * sws  # and the weight's [N blocks, K blocks]
-    acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
-                         xs_ptrs, ws_ptrs, sxk, swk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K, BLOCK_SCALED)
+    if NORM:
+        acc, acc_g, squares = normed_k_steps(acc, acc_g, a_ptrs, nw_ptr + rk, b_ptrs, g_ptrs, in_m, in_n, rk, first,
+                                             steps, K, sak, sbk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_M,
+                                             BLOCK_K)
+        if SPLIT_K == 1:
+            rstd = rms_scale(squares, K, float_argument(eps_bits).to(ACC))[:, None]
+            acc = acc * rstd
+            acc_g = acc_g * rstd
+        elif tile_n == 0:
+            tl.store(sq_ptr + split * M + rm, squares, mask=rm < M)
+    else:
+        acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+                             xs_ptrs, ws_ptrs, sxk, swk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K, BLOCK_SCALED)
     acc = scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED)  # per split: the scales distribute
 
     mask = in_m & in_n
@@ -124,14 +138,15 @@ def fused_matmul_kernel(
             tl.store(part + tl.num_programs(0) // tiles * SPLIT_K * M * N, acc_g, mask=mask)
 
 
-@triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
+@triton.jit(do_not_specialize=["alpha_bits", "beta_bits", "eps_bits"])
 def split_epilogue_kernel(
-    part_ptr, c_ptr, bias_ptr, res_ptr, M, N, BATCH,
-    sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, alpha_bits, beta_bits,
+    part_ptr, c_ptr, bias_ptr, res_ptr, sq_ptr, M, N, K, BATCH,
+    sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, alpha_bits, beta_bits, eps_bits,
     ACC: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr, GATED: tl.constexpr,
+    ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr, GATED: tl.constexpr, NORM: tl.constexpr,
 ):
-    """Grid: (cdiv(BATCH * M * N, BLOCK),): the partials of each element summed in split order."""
+    """Grid: (cdiv(BATCH * M * N, BLOCK),): the partials of each element summed in split order
+    (NORM: its row's sums of squares too, in the same order, then scaled by the row's rstd)."""
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mn = M * N
     mask = i < BATCH * mn
@@ -147,6 +162,13 @@ def split_epilogue_kernel(
         acc += tl.load(base + s * mn, mask=mask, other=0)
         if GATED:
             acc_g += tl.load(base + gate_half + s * mn, mask=mask, other=0)
+    if NORM:
+        squares = tl.zeros((BLOCK,), dtype=ACC)
+        for s in tl.static_range(SPLIT_K):
+            squares += tl.load(sq_ptr + s * M + rm, mask=mask, other=0)
+        rstd = rms_scale(squares, K, float_argument(eps_bits).to(ACC))
+        acc = acc * rstd
+        acc_g = acc_g * rstd
     y = epilogue(acc, acc_g, batch, rm, rn, mask, bias_ptr, sbias0, sbias_m, sbias_n, res_ptr, sres0, sres_m,
                  sres_n, float_argument(alpha_bits).to(ACC), float_argument(beta_bits).to(ACC), ACC, HAS_BIAS,
                  ACTIVATION, HAS_RES, GATED)

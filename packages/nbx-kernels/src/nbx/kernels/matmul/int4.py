@@ -161,7 +161,7 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
                 WIDE=wide, BLOCK_M=s["block_m"],
                 BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
-    split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=False, **epilogue)
+    split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=False, **epilogue, NORM=False)
     p = Int4Plan(m, n, k, a, addends[0], addends[1], tuple(copies), s["split_k"], tuple(meta.items()),
                  tuple(split_meta.items()))
     x = Slot("x")
@@ -175,7 +175,8 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
     work = ()
     if p.split_k > 1:
         launches += (Launch(split_epilogue_kernel, (-(-m * n // SPLIT_BLOCK),),
-                            (Slot("part"), Slot("out"), bias, residual, m, n, 1, *bias_s, *res_s, *scalars),
+                            (Slot("part"), Slot("out"), bias, residual, Slot("part"), m, n, p.k, 1, *bias_s, *res_s,
+                             *scalars, 0),
                             dict(p.split_meta)),)
         work = (plans.workspace("part", (p.split_k, m, n), dtypes.float32),)
     return LaunchPlan(device, launches, (plans.output("out", shape, dtype),), work, p.copies, detail=p)

@@ -102,6 +102,38 @@ SCALE_BLOCK = tl.constexpr(128)   # block-scaled float8: one scale per 128 of K 
 
 
 @triton.jit
+def _k_masks(in_m, in_n, rk, K, k, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The A and B masks of K step k (rows and columns only where K divides into whole steps)."""
+    if EVEN_K:
+        a_mask = in_m
+        b_mask = in_n
+    else:
+        k_left = K - k * BLOCK_K
+        a_mask = in_m & (rk[None, :] < k_left)
+        b_mask = (rk[:, None] < k_left) & in_n
+    return a_mask, b_mask
+
+
+@triton.jit
+def _k_step(acc, acc_g, a, b_ptrs, g_ptrs, b_mask, in_m, in_n, k, xs_ptrs, ws_ptrs, sxk, swk,
+            DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, GATED: tl.constexpr,
+            BLOCK_K: tl.constexpr, BLOCK_SCALED: tl.constexpr):
+    """One K step's products of the loaded A tile a: B's (and G's) tile loaded and multiplied in."""
+    b = _tf32_operand(load_operand(b_ptrs, b_mask, DOT), PRECISION)
+    if BLOCK_SCALED:
+        block = (k * BLOCK_K) // SCALE_BLOCK
+        part = tl.dot(a, b, tl.zeros_like(acc), input_precision=PRECISION, out_dtype=ACC)
+        acc += part * tl.load(xs_ptrs + block * sxk, mask=in_m, other=0) * \
+            tl.load(ws_ptrs + block * swk, mask=in_n, other=0)
+    else:
+        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
+    if GATED:
+        g = _tf32_operand(load_operand(g_ptrs, b_mask, DOT), PRECISION)
+        acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
+    return acc, acc_g
+
+
+@triton.jit
 def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
             xs_ptrs, ws_ptrs, sxk, swk,
             DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
@@ -116,29 +148,54 @@ def k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K,
     b_ptrs += first * BLOCK_K * sbk
     g_ptrs += first * BLOCK_K * sbk
     for k in range(first, first + steps):
-        if EVEN_K:
-            a_mask = in_m
-            b_mask = in_n
-        else:
-            k_left = K - k * BLOCK_K
-            a_mask = in_m & (rk[None, :] < k_left)
-            b_mask = (rk[:, None] < k_left) & in_n
+        a_mask, b_mask = _k_masks(in_m, in_n, rk, K, k, EVEN_K, BLOCK_K)
         a = _tf32_operand(load_operand(a_ptrs, a_mask, DOT), PRECISION)
-        b = _tf32_operand(load_operand(b_ptrs, b_mask, DOT), PRECISION)
-        if BLOCK_SCALED:
-            block = (k * BLOCK_K) // SCALE_BLOCK
-            part = tl.dot(a, b, tl.zeros_like(acc), input_precision=PRECISION, out_dtype=ACC)
-            acc += part * tl.load(xs_ptrs + block * sxk, mask=in_m, other=0) * \
-                tl.load(ws_ptrs + block * swk, mask=in_n, other=0)
-        else:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
-        if GATED:
-            g = _tf32_operand(load_operand(g_ptrs, b_mask, DOT), PRECISION)
-            acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
-            g_ptrs += BLOCK_K * sbk
+        acc, acc_g = _k_step(acc, acc_g, a, b_ptrs, g_ptrs, b_mask, in_m, in_n, k, xs_ptrs, ws_ptrs, sxk, swk,
+                             DOT, ACC, PRECISION, GATED, BLOCK_K, BLOCK_SCALED)
         a_ptrs += BLOCK_K * sak
         b_ptrs += BLOCK_K * sbk
+        g_ptrs += BLOCK_K * sbk
     return acc, acc_g
+
+
+@triton.jit
+def normed_k_steps(acc, acc_g, a_ptrs, nw_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+                   DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
+                   GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """k_steps of A = rms_norm(x, w) (nw_ptrs: w [BLOCK_K] at step 0) without knowing the rows' rms
+    yet: rms_norm(x) @ B = rstd * ((x * w) @ B), so the steps multiply x * w (rounded once to x's
+    dtype) and return, with acc and acc_g, the sums of x**2 over this program's K steps (in ACC):
+    the caller scales by rstd once they are complete. No extra pass over x and no extra latency:
+    the squares come from the A tiles the product loads anyway."""
+    a_ptrs += first * BLOCK_K * sak
+    nw_ptrs += first * BLOCK_K
+    b_ptrs += first * BLOCK_K * sbk
+    g_ptrs += first * BLOCK_K * sbk
+    squares = tl.zeros((BLOCK_M, BLOCK_K), dtype=ACC)
+    # the weight's slice of the next step loaded a step ahead: too narrow (2 bytes a thread) for the
+    # pipeliner's asynchronous copies, it would otherwise wait a memory latency every step
+    w_next = tl.load(nw_ptrs, mask=rk < K - first * BLOCK_K, other=0.0)
+    for k in range(first, first + steps):
+        a_mask, b_mask = _k_masks(in_m, in_n, rk, K, k, EVEN_K, BLOCK_K)
+        w = widen(w_next, ACC)
+        nw_ptrs += BLOCK_K
+        # past K masked; a split's last prefetch reads the next split's slice, unused
+        w_next = tl.load(nw_ptrs, mask=rk < K - (k + 1) * BLOCK_K, other=0.0)
+        x = widen(tl.load(a_ptrs, mask=a_mask, other=0.0), ACC)
+        squares += x * x
+        a = _tf32_operand(_dot_operand(narrow(x * w[None, :], a_ptrs.dtype.element_ty), DOT), PRECISION)
+        acc, acc_g = _k_step(acc, acc_g, a, b_ptrs, g_ptrs, b_mask, in_m, in_n, k, a_ptrs, a_ptrs, 0, 0,
+                             DOT, ACC, PRECISION, GATED, BLOCK_K, False)
+        a_ptrs += BLOCK_K * sak
+        b_ptrs += BLOCK_K * sbk
+        g_ptrs += BLOCK_K * sbk
+    return acc, acc_g, tl.sum(squares, 1)
+
+
+@triton.jit
+def rms_scale(squares, K, eps):
+    """1 / sqrt(mean(x**2) + eps) of rows whose sums of squares over all of K are squares."""
+    return 1 / tl.sqrt(squares / K + eps)
 
 
 @triton.jit
