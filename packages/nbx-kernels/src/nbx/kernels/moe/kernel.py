@@ -145,18 +145,21 @@ def route_align_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, sorted_pt
     re = tl.arange(0, BLOCK_E)
     chosen = (slot >= 0) & (rt < T)[:, None]                    # [tokens, experts]: a pair each
     member = chosen.to(tl.int32)
-    counts = tl.sum(member, axis=0)
+    # the per-expert vectors stay [1, experts] tiles (the prefix over experts a scan along axis 1):
+    # from a 1-D scan, broadcast into the 2-D stores, Triton 3.6's TritonGPURemoveLayoutConversions
+    # (sm_90) built IR that broke dominance ("operand #0 does not dominate this use")
+    counts = tl.sum(member, axis=0)[None, :]
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    start = tl.cumsum(padded, axis=0) - padded
-    at = start[None, :] + tl.cumsum(member, axis=0) - member
+    start = tl.cumsum(padded, axis=1) - padded
+    at = start + tl.cumsum(member, axis=0) - member
     pair = rt[:, None] * TOP_K + slot
     tl.store(sorted_ptr + at, pair, mask=chosen)
     tl.store(inverse_ptr + pair, at, mask=chosen)
-    rm = tl.arange(0, BLOCK_M)[None, :]
-    tl.store(sorted_ptr + (start + counts)[:, None] + rm, P, mask=rm < (padded - counts)[:, None])
-    rb = tl.arange(0, BLOCKS_PER_EXPERT)[None, :]
-    tl.store(block_experts_ptr + (start // BLOCK_M)[:, None] + rb, re[:, None], mask=rb < (padded // BLOCK_M)[:, None])
-    used = tl.sum(padded, axis=0)
+    rm = tl.arange(0, BLOCK_M)[:, None]
+    tl.store(sorted_ptr + start + counts + rm, P, mask=rm < padded - counts)
+    rb = tl.arange(0, BLOCKS_PER_EXPERT)[:, None]
+    tl.store(block_experts_ptr + start // BLOCK_M + rb, re[None, :], mask=rb < padded // BLOCK_M)
+    used = tl.sum(tl.sum(padded, axis=1), axis=0)
     tl.store(padded_ptr, used)
     r = tl.arange(0, BLOCK)
     for first in range(used, CAPACITY, BLOCK):
