@@ -1,5 +1,6 @@
 """Kernels whose Python front-end the interpreter accepts but Triton's compiler refused on the
-H200 are lowered here to TTIR for sm_90, as the compiler's first stage does there: no GPU needed.
+H200 are lowered here to TTIR for sm_90, as the compiler's first stage does there: no GPU needed
+(a case's fifth item can ask for TTGIR too: the layout passes, still no ptxas).
 
 Triton turns a plain assignment of a constexpr expression into a tensor (so `ns = 1 << p` inside a
 static_range made a reshape's shape a tensor), which `TRITON_INTERPRET=1` never sees. The suite
@@ -27,7 +28,10 @@ target = GPUTarget("cuda", 90, 32)
 backend = CUDABackend(target)
 failures = []
 import triton.language as tl
-for module, name, signature, constexprs in json.loads(sys.argv[1]):
+for module, name, signature, constexprs, *more in json.loads(sys.argv[1]):
+    # a fifth item: launch options (num_warps), and "through": "ttgir" to run the layout passes too
+    extra = dict(more[0]) if more else {}
+    through = extra.pop("through", "ttir")
     kernel = getattr(importlib.import_module(module), name)
     # a constexpr spelled "tl.<name>" is Triton's dtype of that name
     constexprs = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
@@ -35,10 +39,15 @@ for module, name, signature, constexprs in json.loads(sys.argv[1]):
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
-    options = backend.parse_options({})
+    options = backend.parse_options(extra)
     source = ASTSource(kernel, {**signature, **{c: "constexpr" for c in constexprs}}, constexprs=constexprs)
     try:
-        source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
+        module_ir = source.make_ir(target, options, backend.get_codegen_implementation(options),
+                                   backend.get_module_map(), context)
+        if through == "ttgir":
+            stages, metadata = {}, {}
+            backend.add_stages(stages, options, source.language)
+            stages["ttgir"](stages["ttir"](module_ir, metadata), metadata)
     except Exception as exc:
         failures.append(f"{name} {constexprs}: {type(exc).__name__}: {str(exc).splitlines()[-1] if str(exc) else ''}")
 print(json.dumps(failures))
@@ -276,16 +285,28 @@ ROUTE_ALIGN = ("nbx.kernels.moe.kernel", "route_align_kernel", {
 
 def test_the_moe_kernels_lower_for_sm90():
     """route_kernel and the band's route_align_kernel (routing and alignment in one program) at
-    Qwen3-MoE's (128 experts, top-8), Mixtral's (8, top-2) and DeepSeek-V3's grouped, biased
-    routing (256 experts, 8 groups, 4 kept, top2, top-8), one and sixteen tokens; the expert GEMMs
+    Qwen3-MoE's (128 experts, top-8), Mixtral's (8, top-2), DeepSeek-V2-Lite's (64, top-6) and
+    DeepSeek-V3's grouped, biased routing (256 experts, 8 groups, 4 kept, top2, top-8); the band
+    at 1 to 16 tokens, specialized as its launches are (unit expert stride, one token) at their
+    warps, through TTGIR at up to 64 experts: Triton 3.6's layout pass broke dominance in it at 4
+    and 8 tokens of 8 experts and one of 64 (sm_90), which TTIR never showed; the expert GEMMs
     through pointers and through descriptors (one child process: its start is most of the cost)."""
+    from nbx.kernels.rows import pow2_at_least
     cases = []
-    for experts, top_k, groups, kept, sigmoid in ((128, 8, 1, 1, False), (8, 2, 1, 1, False), (256, 8, 8, 4, True)):
+    unit_stride = {k: v for k, v in ROUTE_ALIGN[2].items() if k != "s_e"}
+    for experts, top_k, groups, kept, sigmoid in ((128, 8, 1, 1, False), (8, 2, 1, 1, False), (64, 6, 1, 1, False),
+                                                  (256, 8, 8, 4, True)):
         route = dict(TOP_K=top_k, SIGMOID=sigmoid, RENORM=True, HAS_BIAS=sigmoid, GROUPS=groups, KEPT=kept,
-                     TOP2=sigmoid, BLOCK_E=experts, BLOCK_G=groups, BLOCK_K=top_k)
+                     TOP2=sigmoid, BLOCK_E=experts, BLOCK_G=groups, BLOCK_K=pow2_at_least(top_k))
         cases.append(("nbx.kernels.moe.kernel", "route_kernel", _ROUTE_ARGS, {**route, "BLOCK_T": 16}))
-        cases += [(*ROUTE_ALIGN, {**route, "BLOCK_T": tokens, "BLOCK_M": block_m, "BLOCKS_PER_EXPERT": 1,
-                                  "BLOCK": 1024}) for tokens in (1, 16) for block_m in (16, 32)]
+        for tokens, block_m in ((1, 16), (4, 16), (8, 16), (16, 16), (16, 32)):
+            signature = {k: v for k, v in unit_stride.items() if k != "T"} if tokens == 1 else unit_stride
+            band = {**route, "BLOCK_T": tokens, "BLOCK_M": block_m, "BLOCKS_PER_EXPERT": 1, "BLOCK": 1024, "s_e": 1}
+            warps = min(16, max(4, pow2_at_least(tokens * experts // 512)))   # moe._route_align_launch's
+            # the layout passes where 3.6's broke, at up to 64 experts (0.4-1.2 s a case; 2.5 at 256)
+            through = "ttgir" if experts <= 64 and tokens <= 8 else "ttir"
+            cases.append((ROUTE_ALIGN[0], ROUTE_ALIGN[1], signature, {**band, **({"T": 1} if tokens == 1 else {})},
+                          {"num_warps": warps, "through": through}))
     cases += [(*kernel, {**_GEMM, "TMA": tma}) for kernel in (GATE_UP, DOWN) for tma in (False, True)]
     assert lowering_failures(cases) == []
 

@@ -3,6 +3,8 @@
 Routing: a program takes BLOCK_T tokens' rows of all E logits, computes the scores in float32 and
 picks the experts one at a time (the highest key, the lowest index among equal keys), so the
 choice is the reference's on every device. No sort is needed at these widths (E <= a few hundred).
+Its float sums (softmax's, in fixed point, and the renormalization's, in slot order) have an order
+no layout changes, so route_kernel and the band's route_align_kernel give the same weights' bits.
 
 Alignment: program e of `align_count_kernel` counts expert e's pairs; program e of
 `align_place_kernel` finds its run's start from every expert's padded count, then walks the pairs
@@ -42,6 +44,17 @@ def _pick(key, allowed, index, BIG: tl.constexpr):
 
 
 @triton.jit
+def _fixed_point_sum(p):
+    """Each row's sum of p (values in [0, 1]) as the exact int64 sum of p in units of 2^-48, rounded
+    once to float32: integer sums are associative, so the bits do not depend on the reduction order
+    (a float tl.sum's follows the layout, hence BLOCK_T and num_warps: route_kernel and the band's
+    route_align_kernel gave weights 1 ulp apart on sm_90). The truncated bits, under E * 2^-48 of a
+    sum of at least 1 (the row's maximum scores 1), lie far under float32's rounding; E < 2^15."""
+    units = (p * 281474976710656.0).to(tl.int64)
+    return tl.sum(units, axis=1).to(tl.float32) * (1.0 / 281474976710656.0)
+
+
+@triton.jit
 def _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e, scaling,
                 TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
                 GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -60,7 +73,7 @@ def _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e, scaling,
         scores = 1.0 / (1.0 + tl.exp(-a))
     else:
         p = tl.exp(a - tl.max(a, axis=1)[:, None])
-        scores = p / tl.sum(p, axis=1)[:, None]
+        scores = p / _fixed_point_sum(p)[:, None]
     if HAS_BIAS:
         key = tl.where(in_e, scores + tl.load(bias_ptr + re, mask=re < E, other=0)[None, :], float("-inf"))
     else:
@@ -89,15 +102,18 @@ def _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e, scaling,
     weights = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
     ids = tl.zeros((BLOCK_T, BLOCK_K), tl.int32)
     slot = tl.full((BLOCK_T, BLOCK_E), -1, tl.int32)
+    total = tl.zeros((BLOCK_T,), tl.float32)
     for j in tl.static_range(TOP_K):
         e = _pick(key, allowed, re[None, :], BLOCK_E)
         hit = re[None, :] == e[:, None]
         allowed = allowed & ~hit
-        weights = tl.where(rk == j, tl.sum(tl.where(hit, scores, 0.0), axis=1)[:, None], weights)
+        weight = tl.sum(tl.where(hit, scores, 0.0), axis=1)   # one score and zeros: exact in any order
+        weights = tl.where(rk == j, weight[:, None], weights)
+        total += weight   # in slot order: a tl.sum's order follows the layout
         ids = tl.where(rk == j, e[:, None], ids)
         slot = tl.where(hit, j, slot)
     if RENORM:
-        weights = weights / tl.sum(weights, axis=1)[:, None]
+        weights = weights / total[:, None]
     return weights * scaling, ids, slot
 
 
