@@ -288,8 +288,8 @@ def test_the_moe_kernels_lower_for_sm90():
     Qwen3-MoE's (128 experts, top-8), Mixtral's (8, top-2), DeepSeek-V2-Lite's (64, top-6) and
     DeepSeek-V3's grouped, biased routing (256 experts, 8 groups, 4 kept, top2, top-8); the band
     at 1 to 16 tokens, specialized as its launches are (unit expert stride, one token) at their
-    warps, through TTGIR at up to 64 experts: Triton 3.6's layout pass broke dominance in it at 4
-    and 8 tokens of 8 experts and one of 64 (sm_90), which TTIR never showed; the expert GEMMs
+    warps, and through TTGIR where Triton 3.6's layout pass broke dominance in it (sm_90: 4 and
+    8 tokens of 8 experts, one of 64), which TTIR never showed; the expert GEMMs
     through pointers and through descriptors (one child process: its start is most of the cost)."""
     from nbx.kernels.rows import pow2_at_least
     cases = []
@@ -303,8 +303,8 @@ def test_the_moe_kernels_lower_for_sm90():
             signature = {k: v for k, v in unit_stride.items() if k != "T"} if tokens == 1 else unit_stride
             band = {**route, "BLOCK_T": tokens, "BLOCK_M": block_m, "BLOCKS_PER_EXPERT": 1, "BLOCK": 1024, "s_e": 1}
             warps = min(16, max(4, pow2_at_least(tokens * experts // 512)))   # moe._route_align_launch's
-            # the layout passes where 3.6's broke, at up to 64 experts (0.4-1.2 s a case; 2.5 at 256)
-            through = "ttgir" if experts <= 64 and tokens <= 8 else "ttir"
+            # the layout passes (0.4-2.5 s a case) where 3.6's broke
+            through = "ttgir" if (experts, tokens) in ((8, 4), (8, 8), (64, 1)) else "ttir"
             cases.append((ROUTE_ALIGN[0], ROUTE_ALIGN[1], signature, {**band, **({"T": 1} if tokens == 1 else {})},
                           {"num_warps": warps, "through": through}))
     cases += [(*kernel, {**_GEMM, "TMA": tma}) for kernel in (GATE_UP, DOWN) for tma in (False, True)]
