@@ -13,7 +13,9 @@ store pass at any tile, so they are not in the key.
 Pruned: what matmul prunes (shared memory of the stages, eight warps on small tiles, a tile twice
 the key's size), a split whose share of K is under two block_k steps, and splits of launches that
 already have many tiles (tiles x split_k above SPLIT_TILES_MAX: more programs than the split can
-pay for in partial traffic).
+pay for in partial traffic). Shared memory is counted at the operands' own width per key (float8
+stages take half a bfloat16 one: a 128 x 256 x 128 float8 tile keeps three stages), and K steps of
+under 128 bytes (the widest swizzle row) are pruned on a long K at every width.
 """
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ PREFILL_M = 1024     # from here on, only the widest tiles (128 rows, 128 or 256
 WIDE_N = 1024        # from here on, 32-column tiles read each A tile too often
 FORMS = ("plain", "gated", "scaled", "blockscaled")
 SPLIT_TILES_MAX = 1024
+NARROWEST = 1        # bytes: float8 and int8 operands, the narrowest linear takes (the key's own are checked in _fits)
+SWIZZLE_ROW = 128    # bytes: a K step narrower than the widest shared-memory swizzle row is too short a step
 
 
 def _gated_stage_bytes(setting, itemsize: int) -> int:
@@ -60,9 +64,10 @@ def tile_fits(setting, rep) -> str | bool:
         return f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: prefill takes 128 x 128 or wider"
     if setting["block_n"] == min(PARAMS["block_n"]) and rep["n"] >= WIDE_N:
         return f"block_n {setting['block_n']} on n={rep['n']} reads each A tile too often"
-    if setting["block_k"] == min(PARAMS["block_k"]) and as_dtype(rep["dtype"]).itemsize <= 2 and \
-            rep["k"] >= 16 * setting["block_k"]:
-        return f"block_k {setting['block_k']} of 16-bit operands on k={rep['k']}: steps too short to pipeline"
+    step_bytes = setting["block_k"] * operand_itemsize(rep)
+    if step_bytes < SWIZZLE_ROW and rep["k"] >= 16 * setting["block_k"]:
+        return (f"block_k {setting['block_k']} of {operand_itemsize(rep)}-byte operands on k={rep['k']}: "
+                f"{step_bytes}-byte steps, too short to pipeline")
     split = setting["split_k"]
     if split == 1:
         return True
@@ -102,11 +107,11 @@ def _fits(setting, rep, facts):
     found = dot_k_fits(setting, itemsize, facts)
     if found is not True:
         return found
-    itemsize = as_dtype(rep["dtype"]).itemsize
+    out_itemsize = as_dtype(rep["dtype"]).itemsize   # the operands are of itemsize (float8 under a bf16 result)
     limit = facts.value("memory.max_shared_memory_per_block")
-    if stages_that_fit(setting, itemsize, itemsize, facts, epilogue_bytes(setting, itemsize)) < setting["num_stages"]:
-        return (f"{setting['num_stages']} stages of {as_dtype(rep['dtype']).name} operands and the epilogue pass "
-                f"memory.max_shared_memory_per_block {limit}")
+    if stages_that_fit(setting, itemsize, itemsize, facts, epilogue_bytes(setting, out_itemsize)) < setting["num_stages"]:
+        return (f"{setting['num_stages']} stages of {itemsize}-byte operands and the {as_dtype(rep['dtype']).name} "
+                f"epilogue pass memory.max_shared_memory_per_block {limit}")
     if rep["form"] == "gated" and setting["num_stages"] * _gated_stage_bytes(setting, itemsize) > limit:
         return f"{setting['num_stages']} stages of a gated tile pass memory.max_shared_memory_per_block {limit}"
     return True
@@ -187,8 +192,8 @@ def linear_workload(rep, device):
 
 LINEAR = autotune.declare(autotune.Tunable(
     "linear", params=PARAMS, key=KEY, default_from="tiles.linear", workload=linear_workload,
-    constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps_for_tile,
-                               _kernel_fits),
+    constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s, NARROWEST, NARROWEST)),
+                               _warps_for_tile, _kernel_fits),
     fits=_fits))
 
 
