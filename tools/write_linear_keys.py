@@ -39,8 +39,8 @@ def decoder_calls(rows: int, m=LLAMA_1B) -> list[tuple]:
 
 
 def record(facts, m, n, k, form="plain", layout="nt", dtype="bfloat16", precision="none") -> records.KeyRecord:
-    return key_record(facts, LINEAR, m=m, n=n, k=k, dtype=dtype, layout=layout, form=form, tma=True,
-                      precision=precision)
+    return key_record(facts, LINEAR, m=m, n=n, k=k, dtype=dtype, layout=layout, form=form,
+                      tma=form != "batched", precision=precision)   # a batch is read through pointers
 
 
 def fp_records(facts) -> list[records.KeyRecord]:
@@ -51,6 +51,7 @@ def fp_records(facts) -> list[records.KeyRecord]:
     recs += [record(facts, m, n, k, form="scaled") for m, n, k in ((4096, 4096, 4096), (4096, 14336, 4096),
                                                                     (16, 4096, 4096))]
     recs.append(record(facts, 8192, 8192, 8192, layout="nn"))
+    recs.append(record(facts, 1024, 1024, 128, form="batched", layout="nn"))   # bmm: 32 entries in the bench
     return recs
 
 

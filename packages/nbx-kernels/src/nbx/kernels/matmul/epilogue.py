@@ -145,7 +145,7 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
         and not block_scaled   # the tma kernel scales after the K loop only
     precision = input_precision or ("ieee" if operands in (dtypes.float32, dtypes.float64) else None)
     s = dict(setting if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
-                                                                 _form(gated, scale_strides), tma, precision))
+                                                                 _form(gated, scale_strides, batched), tma, precision))
     facts = launch.facts(device)
     s["block_k"] = block_k_that_fits(s["block_k"], operands.itemsize, facts)   # the dots' operands are of operands
     if s["kernel"] == "tma" and not tma:
@@ -178,10 +178,10 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
                       tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma", scale_strides, shape, dtype)
 
 
-def _form(gated: bool, scale_strides) -> str:
+def _form(gated: bool, scale_strides, batched: bool = False) -> str:
     if scale_strides is not None:
         return "blockscaled" if scale_strides[0] == "block" else "scaled"
-    return "gated" if gated else "plain"
+    return "gated" if gated else "batched" if batched else "plain"
 
 
 def _layout(t: Tensor | None):

@@ -7,7 +7,9 @@ Whether decode rows take a split-K launch is this certified parameter, never an 
 
 The launch key: M, N, K classed on the dims ladder, the output dtype, the operands' layout (as
 matmul's: a linear weight [N, K] is B = weight.T, layout "nt"), and the form, "plain" or "gated"
-(two accumulators: twice the registers a tile holds). Bias, activation and residual cost the same
+(two accumulators: twice the registers a tile holds), "scaled" / "blockscaled" (float8), or
+"batched" (a weight per batch entry: bmm, baddbmm; timed over a batch that fills the device,
+batch_entries, since the key holds no batch count). Bias, activation and residual cost the same
 store pass at any tile, so they are not in the key.
 
 Pruned: what matmul prunes (shared memory of the stages, eight warps on small tiles, a tile twice
@@ -39,7 +41,8 @@ WGMMA_ROWS = 64      # a warpgroup's wgmma covers 64 rows: the tma kernel's smal
 DECODE_M = 64        # decode rows: the keys whose few tiles may split K
 PREFILL_M = 1024     # from here on, only the widest tiles (128 rows, 128 or 256 columns) keep the tensor cores fed
 WIDE_N = 1024        # from here on, 32-column tiles read each A tile too often
-FORMS = ("plain", "gated", "scaled", "blockscaled")
+FORMS = ("plain", "gated", "scaled", "blockscaled", "batched")
+BATCH_OUTPUTS = 1 << 25   # a batched key's representative: entries for 32 Mi outputs (bench_matmul's bmm: 32 of 1024 x 1024)
 SPLIT_TILES_MAX = 1024
 NARROWEST = 1        # bytes: float8 and int8 operands, the narrowest linear takes (the key's own are checked in _fits)
 SWIZZLE_ROW = 128    # bytes: a K step narrower than the widest shared-memory swizzle row is too short a step
@@ -157,15 +160,44 @@ def _float8(t):
     return t.mT.to(dtype="float8_e4m3fn").mT
 
 
+def batch_entries(rep) -> int:
+    """The entries of a batched key's representative: the batch, not one entry's tiles, fills the
+    device (a batch of one 1024 x 1024 product is 64 tiles: a certifier timing it would pick
+    small tiles that a batch of 32 runs slower)."""
+    return max(1, min(256, -(-BATCH_OUTPUTS // (rep["m"] * rep["n"]))))
+
+
+def _batched_operands(rep, device):
+    """A batched key's (a [B, m, k], b [B, k, n]): distinct entries of the key's layout."""
+    from nbx.core.ops.creation import asarray
+    from .tuning import _values
+    m, n, k, entries, host = rep["m"], rep["n"], rep["k"], batch_entries(rep), as_dtype(rep["dtype"]).host
+
+    def laid_out(values, transposed):
+        if not transposed:
+            return asarray(values.astype(host), device=device)
+        return asarray(np.ascontiguousarray(np.swapaxes(values, 1, 2)).astype(host), device=device).permute(0, 2, 1)
+    a = laid_out(_values(entries * m * k, entries * m, 0.37, 1.0).reshape(entries, m, k), rep["layout"][0] == "t")
+    b = laid_out(_values(entries * k * n, entries * k, 0.21, 1.0 / math.sqrt(max(k, 1))).reshape(entries, k, n),
+                 rep["layout"][1] == "t")
+    return a, b
+
+
 def linear_workload(rep, device):
     from .. import launch
     from .epilogue import launch_linear
-    a, b = representative_operands(rep, device) if as_dtype(rep["dtype"]).name != "int32" else _int8_operands(rep, device)
-    if not rep["tma"] and rep["layout"][0] == "n":
+    batched = rep["form"] == "batched"
+    if batched:
+        a, b = _batched_operands(rep, device)
+    elif as_dtype(rep["dtype"]).name == "int32":
+        a, b = _int8_operands(rep, device)
+    else:
+        a, b = representative_operands(rep, device)
+    if not rep["tma"] and rep["layout"][0] == "n" and not batched:   # a batch alone keeps descriptors off
         a = _unaligned(a)
     gated = rep["form"] == "gated"
     up = b if gated else None   # the gated form's two weights: one tensor read twice (timing and oracle alike)
-    out = launch.output((rep["m"], rep["n"]), rep["dtype"], device)
+    out = launch.output(((batch_entries(rep),) if batched else ()) + (rep["m"], rep["n"]), rep["dtype"], device)
 
     precision = None if rep["precision"] in ("none", "ieee") else rep["precision"]
     scales = None
@@ -186,7 +218,7 @@ def linear_workload(rep, device):
             return np.asarray(oracle("gated_linear", a[rows], b.mT, up.mT, "silu"))
         if scales is not None:
             return np.asarray(oracle("scaled_linear", a[rows], b.mT, scales[0][rows], scales[1]))
-        return np.asarray(oracle("linear", a[rows], b.mT, input_precision=precision))
+        return np.asarray(oracle("linear", a[rows], b.mT[rows] if batched else b.mT, input_precision=precision))
     return autotune.TensorWorkload(out, run, reference)
 
 
