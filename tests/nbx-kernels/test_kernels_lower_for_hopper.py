@@ -152,3 +152,33 @@ def test_the_image_kernels_lower_for_sm90():
                 BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
     cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
     assert lowering_failures(cases) == []
+
+
+TMA_MATMUL = ("nbx.kernels.matmul.hopper", "tma_matmul_kernel")
+FUSED_MATMUL = ("nbx.kernels.matmul.fused", "fused_matmul_kernel")
+
+
+def _product_signature(operand: str, out: str, ints: str, extra: str = "") -> dict:
+    return {**_typed("a_ptr b_ptr g_ptr", operand), **_typed("c_ptr bias_ptr res_ptr", out), **_typed(extra, "*fp32"),
+            **_typed("xs_ptr ws_ptr", "*fp32"), **_typed(ints, "i32"), **_typed("alpha_bits beta_bits", "i64")}
+
+
+def test_the_float32_float8_and_batched_products_lower_for_sm90():
+    """The descriptor kernel's TF32 / 3xTF32 / IEEE float32 and its float8 128 x 256 x 128 tile (the
+    linear-fp keys' widest candidates), and the pointer kernel's batched bfloat16 product (bmm)."""
+    epilogue = dict(HAS_BIAS=False, ACTIVATION=None, HAS_RES=False, GATED=False)
+    tma = {**epilogue, "ACC": "tl.float32", "B_KMAJOR": True, "BLOCK_M": 128, "GROUP_M": 8, "PROGRAMS": 132,
+           "WARP_SPECIALIZE": False}
+    tma_ints = "M N K sam sb sbias_m sbias_n sres_m sres_n sxs sws"
+    cases = [(*TMA_MATMUL, _product_signature("*fp32", "*fp32", tma_ints),
+              {**tma, "DOT": "tl.float32", "PRECISION": precision, "BLOCK_N": 128, "BLOCK_K": 32, "SCALED": False})
+             for precision in ("ieee", "tf32", "tf32x3")]
+    cases += [(*TMA_MATMUL, _product_signature("*fp8e4nv", "*bf16", tma_ints),
+               {**tma, "DOT": "tl.float8e4nv", "PRECISION": None, "BLOCK_N": 256, "BLOCK_K": 128, "SCALED": True,
+                "WARP_SPECIALIZE": ws}) for ws in (False, True)]
+    fused_ints = ("M N K sa0 sam sak sb0 sbk sbn sbias0 sbias_m sbias_n sres0 sres_m sres_n sxs sws sxk swk")
+    cases.append((*FUSED_MATMUL, _product_signature("*bf16", "*bf16", fused_ints, "part_ptr"),
+                  {**epilogue, "DOT": "tl.bfloat16", "ACC": "tl.float32", "PRECISION": None, "EVEN_K": True,
+                   "WIDE": False, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1,
+                   "SCALED": False, "BLOCK_SCALED": False}))
+    assert lowering_failures(cases) == []
