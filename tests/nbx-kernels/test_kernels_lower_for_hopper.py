@@ -164,18 +164,23 @@ def _product_signature(operand: str, out: str, ints: str, extra: str = "") -> di
 
 
 def test_the_float32_float8_and_batched_products_lower_for_sm90():
-    """The descriptor kernel's TF32 / 3xTF32 / IEEE float32 and its float8 128 x 256 x 128 tile (the
-    linear-fp keys' widest candidates), and the pointer kernel's batched bfloat16 product (bmm)."""
+    """The descriptor kernel's TF32 (its weight rounded before it, or in the K loop) / 3xTF32 / IEEE
+    float32 and its float8 128 x 256 x 128 tile (the linear-fp keys' widest candidates), the TF32
+    rounding pass, and the pointer kernel's batched bfloat16 product (bmm)."""
     epilogue = dict(HAS_BIAS=False, ACTIVATION=None, HAS_RES=False, GATED=False)
     tma = {**epilogue, "ACC": "tl.float32", "B_KMAJOR": True, "BLOCK_M": 128, "GROUP_M": 8, "PROGRAMS": 132,
            "WARP_SPECIALIZE": False}
     tma_ints = "M N K sam sb sbias_m sbias_n sres_m sres_n sxs sws"
     cases = [(*TMA_MATMUL, _product_signature("*fp32", "*fp32", tma_ints),
-              {**tma, "DOT": "tl.float32", "PRECISION": precision, "BLOCK_N": 128, "BLOCK_K": 32, "SCALED": False})
-             for precision in ("ieee", "tf32", "tf32x3")]
+              {**tma, "DOT": "tl.float32", "PRECISION": precision, "BLOCK_N": 128, "BLOCK_K": 32, "SCALED": False,
+               "B_ROUNDED": rounded})
+             for precision, rounded in (("ieee", False), ("tf32", True), ("tf32", False), ("tf32x3", False))]
+    cases.append(("nbx.kernels.matmul.hopper", "tf32_round_kernel",
+                  {**_typed("src_ptr dst_ptr", "*fp32"), **_typed("ROWS COLS stride", "i32")},
+                  {"BLOCK_R": 8, "BLOCK_C": 512}))
     cases += [(*TMA_MATMUL, _product_signature("*fp8e4nv", "*bf16", tma_ints),
                {**tma, "DOT": "tl.float8e4nv", "PRECISION": None, "BLOCK_N": 256, "BLOCK_K": 128, "SCALED": True,
-                "WARP_SPECIALIZE": ws}) for ws in (False, True)]
+                "WARP_SPECIALIZE": ws, "B_ROUNDED": False}) for ws in (False, True)]
     fused_ints = ("M N K sa0 sam sak sb0 sbk sbn sbias0 sbias_m sbias_n sres0 sres_m sres_n sxs sws sxk swk")
     cases.append((*FUSED_MATMUL, _product_signature("*bf16", "*bf16", fused_ints, "part_ptr"),
                   {**epilogue, "DOT": "tl.bfloat16", "ACC": "tl.float32", "PRECISION": None, "EVEN_K": True,

@@ -15,6 +15,13 @@ Descriptors need a unit-stride last dim and 16-byte aligned bases and row stride
 split the K loop into producer (TMA) and consumer (wgmma) warps where it can; whether that is
 faster is measured per key, as every other parameter. The epilogue is fused.epilogue, the same
 as the pointer kernel's; bias and residual are read through pointers (they may be broadcast).
+
+TF32 (B_ROUNDED): rounding a tile to TF32 (kernel.round_tf32) takes it out of shared memory into
+registers. A is read from registers by wgmma anyway, so its rounding costs a few integer ops; a
+rounded B tile would be written back to a new shared buffer every step, which on sm_90 made each
+wgmma wait for the last one (warp_group_dot_wait 0 in the TTGIR: no overlap of K steps). So B is
+rounded once before the product (`tf32_round_kernel`, one pass over the weight) and read as it
+is: the same products, the K loop as asynchronous as bfloat16's.
 """
 import triton
 import triton.language as tl
@@ -22,7 +29,7 @@ import triton.language as tl
 from ..elementwise.casts import narrow
 from ..rows import float_argument
 from .fused import epilogue, scaled
-from .kernel import _dot_operand, _grouped_tile, _tf32_operand
+from .kernel import _dot_operand, _grouped_tile, _tf32_operand, round_tf32
 
 
 @triton.jit
@@ -42,9 +49,10 @@ def tma_matmul_kernel(
     DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, B_KMAJOR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
-    HAS_RES: tl.constexpr, GATED: tl.constexpr, SCALED: tl.constexpr,
+    HAS_RES: tl.constexpr, GATED: tl.constexpr, SCALED: tl.constexpr, B_ROUNDED: tl.constexpr,
 ):
-    """Grid: (min(tiles, PROGRAMS),). sb: B's row stride ([N, K]: along N; [K, N]: along K)."""
+    """Grid: (min(tiles, PROGRAMS),). sb: B's row stride ([N, K]: along N; [K, N]: along K).
+    B_ROUNDED: B (and G) hold TF32 values already (tf32_round_kernel): only A is rounded here."""
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[sam, 1], block_shape=[BLOCK_M, BLOCK_K])
     if B_KMAJOR:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[sb, 1], block_shape=[BLOCK_N, BLOCK_K])
@@ -64,10 +72,14 @@ def tma_matmul_kernel(
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
         for k in range(steps):
             a = _tf32_operand(_dot_operand(a_desc.load([tile_m * BLOCK_M, k * BLOCK_K]), DOT), PRECISION)
-            b = _tf32_operand(_dot_operand(_b_tile(b_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT), PRECISION)
+            b = _dot_operand(_b_tile(b_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT)
+            if not B_ROUNDED:
+                b = _tf32_operand(b, PRECISION)
             acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
             if GATED:
-                g = _tf32_operand(_dot_operand(_b_tile(g_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT), PRECISION)
+                g = _dot_operand(_b_tile(g_desc, tile_n, k, B_KMAJOR, BLOCK_N, BLOCK_K), DOT)
+                if not B_ROUNDED:
+                    g = _tf32_operand(g, PRECISION)
                 acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
         rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -76,3 +88,14 @@ def tma_matmul_kernel(
         y = epilogue(acc, acc_g, 0, rm[:, None], rn[None, :], mask, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0,
                      sres_m, sres_n, alpha, beta, ACC, HAS_BIAS, ACTIVATION, HAS_RES, GATED)
         c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], narrow(y, c_ptr.dtype.element_ty))
+
+
+@triton.jit
+def tf32_round_kernel(src_ptr, dst_ptr, ROWS, COLS, stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Grid: (cdiv(ROWS, BLOCK_R), cdiv(COLS, BLOCK_C)): dst = round_tf32(src) over ROWS rows of
+    COLS unit-stride elements, both with row stride `stride` (dst keeps src's descriptor layout)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    at = rows.to(tl.int64)[:, None] * stride + cols[None, :]
+    mask = (rows < ROWS)[:, None] & (cols < COLS)[None, :]
+    tl.store(dst_ptr + at, round_tf32(tl.load(src_ptr + at, mask=mask, other=0.0)), mask=mask)
