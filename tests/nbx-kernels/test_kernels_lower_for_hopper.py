@@ -172,15 +172,15 @@ def test_the_float32_float8_and_batched_products_lower_for_sm90():
            "WARP_SPECIALIZE": False}
     tma_ints = "M N K sam sb sbias_m sbias_n sres_m sres_n sxs sws"
     cases = [(*TMA_MATMUL, _product_signature("*fp32", "*fp32", tma_ints),
-              {**tma, "DOT": "tl.float32", "PRECISION": precision, "BLOCK_N": 128, "BLOCK_K": 32, "SCALED": False,
-               "B_ROUNDED": rounded})
+              {**tma, "DOT": "tl.float32", "PRECISION": precision, "BLOCK_N": 256, "BLOCK_K": 32, "SCALED": False,
+               "B_ROUNDED": rounded, "HALF_STORE": True})
              for precision, rounded in (("ieee", False), ("tf32", True), ("tf32", False), ("tf32x3", False))]
     cases.append(("nbx.kernels.matmul.hopper", "tf32_round_kernel",
                   {**_typed("src_ptr dst_ptr", "*fp32"), **_typed("ROWS COLS stride", "i32")},
                   {"BLOCK_R": 8, "BLOCK_C": 512}))
     cases += [(*TMA_MATMUL, _product_signature("*fp8e4nv", "*bf16", tma_ints),
                {**tma, "DOT": "tl.float8e4nv", "PRECISION": None, "BLOCK_N": 256, "BLOCK_K": 128, "SCALED": True,
-                "WARP_SPECIALIZE": ws, "B_ROUNDED": False}) for ws in (False, True)]
+                "WARP_SPECIALIZE": ws, "B_ROUNDED": False, "HALF_STORE": False}) for ws in (False, True)]
     fused_ints = ("M N K sa0 sam sak sb0 sbk sbn sbias0 sbias_m sbias_n sres0 sres_m sres_n sxs sws sxk swk")
     cases.append((*FUSED_MATMUL, _product_signature("*bf16", "*bf16", fused_ints, "part_ptr"),
                   {**epilogue, "DOT": "tl.bfloat16", "ACC": "tl.float32", "PRECISION": None, "EVEN_K": True,

@@ -114,8 +114,8 @@ def test_tf32_and_float8_through_the_descriptor_kernel_at_the_benchmarks_widest_
     sw = nbx.asarray(rng.uniform(0.5, 2.0, 1024).astype(np.float32), device=device)
     wide = {**setting, "block_n": 256, "block_k": 128}
     for ws in (0, 1):
-        check(epilogue.launch_linear(x8, w8, dtype=nbx.bfloat16, scales=(sx, sw), setting={**wide, "warp_specialize": ws}),
-              nbx.oracle("scaled_linear", x8, w8, sx, sw), device)
+        out = epilogue.launch_linear(x8, w8, dtype=nbx.bfloat16, scales=(sx, sw), setting={**wide, "warp_specialize": ws})
+        check(out, nbx.oracle("scaled_linear", x8, w8, sx, sw), device)
 
 
 @gpu_only

@@ -38,7 +38,7 @@ from .fused import fused_matmul_kernel, split_epilogue_kernel
 from .kernel import SCALE_BLOCK
 from .hopper import tf32_round_kernel, tma_matmul_kernel
 from .linear_tuning import linear_setting
-from .tuning import block_k_that_fits, epilogue_bytes, stages_that_fit
+from .tuning import block_k_that_fits, epilogue_bytes, half_store, stages_that_fit
 
 SPLIT_BLOCK = 1024   # elements a program of the split-K epilogue sums (a store pass: its size barely matters)
 ROUND_BLOCK = (8, 512)   # rows x columns a program of the TF32 rounding pass takes (a copy: its size barely matters)
@@ -175,8 +175,10 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
         for name in ("EVEN_K", "WIDE", "SPLIT_K", "BLOCK_SCALED"):
             del meta[name]
         meta.update(B_KMAJOR=b[1] == 1, PROGRAMS=s["programs"], WARP_SPECIALIZE=bool(s["warp_specialize"]),
-                    B_ROUNDED=precision == "tf32" and not gated and (stored[1] if stored else operands) is dtypes.float32)
+                    B_ROUNDED=precision == "tf32" and not gated
+                    and (stored[1] if stored else operands) is dtypes.float32)
         # B_ROUNDED: a float32 weight rounded to TF32 once (hopper.py says why); narrower ones are TF32 values
+        meta.update(HALF_STORE=half_store(dtype.itemsize))
     return LinearPlan(batch, m, n, k, a, b, addends[0], addends[1], tuple(copies), s["split_k"],
                       tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma", scale_strides, shape, dtype)
 

@@ -17,7 +17,10 @@ the key's size), a split whose share of K is under two block_k steps, and splits
 already have many tiles (tiles x split_k above SPLIT_TILES_MAX: more programs than the split can
 pay for in partial traffic). Shared memory is counted at the operands' own width per key (float8
 stages take half a bfloat16 one: a 128 x 256 x 128 float8 tile keeps three stages), and K steps of
-under 128 bytes (the widest swizzle row) are pruned on a long K at every width.
+under 128 bytes (the widest swizzle row) are pruned on a long K at every width, except for IEEE
+products (float32, float64): they run on FMA units with the K step's operand tiles in registers,
+where 16 and 32 fit (128 x 128 x 16 float32 of 8 warps: 190 registers, no spill on sm_90), 64
+spills, and so do more than 64 accumulators a thread.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from nbx.core.dtypes import as_dtype
 from .tuning import _warps_for_tile, dot_k_fits, epilogue_bytes, representative_operands, stage_bytes, stages_that_fit
 
 PARAMS = {"kernel": ("tiles", "tma"), "block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256),
-          "block_k": (32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
+          "block_k": (16, 32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
           "programs": (132,), "warp_specialize": (0, 1)}
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label", "form": "label", "tma": "flag",
        "precision": "label"}
@@ -42,10 +45,12 @@ DECODE_M = 64        # decode rows: the keys whose few tiles may split K
 PREFILL_M = 1024     # from here on, only the widest tiles (128 rows, 128 or 256 columns) keep the tensor cores fed
 WIDE_N = 1024        # from here on, 32-column tiles read each A tile too often
 FORMS = ("plain", "gated", "scaled", "blockscaled", "batched")
-BATCH_OUTPUTS = 1 << 25   # a batched key's representative: entries for 32 Mi outputs (bench_matmul's bmm: 32 of 1024 x 1024)
+BATCH_OUTPUTS = 1 << 25   # a batched key's representative: 32 Mi outputs (bench_matmul's bmm: 32 of 1024 x 1024)
 SPLIT_TILES_MAX = 1024
-NARROWEST = 1        # bytes: float8 and int8 operands, the narrowest linear takes (the key's own are checked in _fits)
+NARROWEST = 1        # bytes: float8 and int8 operands, the narrowest linear takes (each key's: _fits)
 SWIZZLE_ROW = 128    # bytes: a K step narrower than the widest shared-memory swizzle row is too short a step
+FMA_MAX_K = 32       # an IEEE float32/float64 product (FMA, no tensor cores): the longest K step it keeps
+FMA_MAX_ACC = 64     # and the most accumulators a thread holds beside the step's operands
 
 
 def _gated_stage_bytes(setting, itemsize: int) -> int:
@@ -68,7 +73,16 @@ def tile_fits(setting, rep) -> str | bool:
     if setting["block_n"] == min(PARAMS["block_n"]) and rep["n"] >= WIDE_N:
         return f"block_n {setting['block_n']} on n={rep['n']} reads each A tile too often"
     step_bytes = setting["block_k"] * operand_itemsize(rep)
-    if step_bytes < SWIZZLE_ROW and rep["k"] >= 16 * setting["block_k"]:
+    fma_k = FMA_MAX_K // (2 if setting.get("kernel") == "tma" else 1)   # the persistent kernel holds more state
+    if rep.get("precision") == "ieee" and setting["block_k"] > fma_k:
+        return (f"block_k {setting['block_k']} of an IEEE (FMA) product in the {setting.get('kernel', 'tiles')} "
+                f"kernel: its operand tiles' K step is held in registers (on sm_90 ptxas spilled the pointer kernel's "
+                f"128 x 128 x 64 float32 tile and the tma kernel's 128 x 128 x 32 one, to 5 KiB of stack)")
+    per_thread = setting["block_m"] * setting["block_n"] // (32 * setting["num_warps"])
+    if rep.get("precision") == "ieee" and per_thread > FMA_MAX_ACC:
+        return (f"{per_thread} accumulators a thread of an IEEE (FMA) product: with its operands they pass the "
+                f"registers (ptxas spilled 128 x 128 float32 tiles of 4 warps and 128 x 256 of 8 on sm_90)")
+    if rep.get("precision") != "ieee" and step_bytes < SWIZZLE_ROW and rep["k"] >= 16 * setting["block_k"]:
         return (f"block_k {setting['block_k']} of {operand_itemsize(rep)}-byte operands on k={rep['k']}: "
                 f"{step_bytes}-byte steps, too short to pipeline")
     split = setting["split_k"]
@@ -123,7 +137,7 @@ def _fits(setting, rep, facts):
 def operand_itemsize(rep) -> int:
     """The width of a key's dot operands: int8 for an int32 product, float8 for the scaled forms,
     else the output dtype's (the operands the certifier multiplies are of it)."""
-    if rep["form"] in ("scaled", "blockscaled") or as_dtype(rep["dtype"]).name == "int32":
+    if rep.get("form") in ("scaled", "blockscaled") or as_dtype(rep["dtype"]).name == "int32":   # int4: no form
         return 1
     return as_dtype(rep["dtype"]).itemsize
 
