@@ -5,7 +5,7 @@ without a GPU: certificates/keys/nvidia-h200-140gb-datamove.json.
 
 A datamove key is a function of a call's layouts (nbx.kernels.copies.remap.call_dims, then
 key_inputs, classed by the device file's ladders through nbx.autotune.keys.form), so it is listed
-from the shapes: tools/bench/bench_datamove.py's cases (bf16 (8192, 16384): concat's two parts
+from the shapes: tools/bench/bench_datamove.py's cases (bf16 (8192, 16384): concat (its parts one launch, keyed on the output)
 along axis 1, pad constant (1,1,1,1), pad reflect (3,3), flip, roll, the transpose (its keys are
 `datamove_transpose`'s), a [32, 4096, 128] head transpose, a KV-cache append) and the decode layouts of the models nbx runs (Llama-3.2-1B, 3-8B:
 KV appends of 8 and 32 heads at contexts 512 to 8192, their head transposes). take's and the sampling
@@ -13,9 +13,12 @@ step's keys are tools/write_gather_keys.py's and tools/write_sampling_keys.py's.
 """
 from __future__ import annotations
 
+from math import prod
+
 from nbx.autotune import records
 from nbx.core import device_files, dtypes
 from nbx.core.layout import contiguous_strides
+from nbx.kernels.copies.concat import grouped, part_rows
 from nbx.kernels.copies.kernel import CONSTANT, COPY, FLIP, REFLECT, ROLL
 from nbx.kernels.copies.remap import call_dims, key_inputs
 from nbx.kernels.copies.tuning import DATAMOVE, DATAMOVE_TRANSPOSE
@@ -38,11 +41,19 @@ def call(mode, out_shape, src_shape, params, out_strides=None, src_strides=None)
 
 
 def concat_parts(shapes, axis):
-    """The launches of concat(parts, axis): each part into its slice of the dense output."""
+    """The key of concat(parts, axis) of dense parts: one launch a group of four (copies/concat.py),
+    keyed on the whole output and its widest part."""
     total = list(shapes[0])
     total[axis] = sum(s[axis] for s in shapes)
-    strides = contiguous_strides(tuple(total))
-    return [call(COPY, s, s, (0,) * len(s), out_strides=strides) for s in shapes if all(s)]
+    strides, start, parts = contiguous_strides(tuple(total)), 0, []
+    for s in shapes:
+        if all(s):
+            out_shape = list(total)
+            out_shape[axis] = s[axis]
+            parts.append(part_rows(tuple(out_shape), strides, start * strides[axis], tuple(s), contiguous_strides(s)))
+        start += s[axis]
+    assert grouped(parts), shapes
+    return [dict(n=prod(total), inner=max(p.width for p in parts), dtype=WORD, mapped=False, transposed=False)]
 
 
 def head_transpose(heads, seq, dim):
@@ -66,8 +77,8 @@ def calls():
 def main() -> int:
     facts = device_files.for_arch("sm_90")
     recs = []
-    for mode, dims in calls():
-        fields = key_inputs(mode, dims, WORD)
+    for found in calls():
+        fields = found if isinstance(found, dict) else key_inputs(*found, WORD)
         tunable = DATAMOVE_TRANSPOSE if fields["transposed"] else DATAMOVE
         recs.append(key_record(facts, tunable, **fields))
     save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-datamove.json", records.merge(recs), facts)

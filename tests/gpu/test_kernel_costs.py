@@ -57,20 +57,23 @@ def cases():
 
 
 def moe_cases():
-    """A prefill and a band MoE layer (32 experts, top-4, 512 -> 256 -> 512)."""
+    """A prefill and a band MoE layer (32 experts, top-4, 512 -> 256 -> 512), from its tables and from
+    its logits (moe_routed_experts: the routing's tables are the plan's workspace)."""
     found = []
     for tokens in (512, 2):
         ids = nbx.asarray((np.arange(tokens * 4) * 7 % 32).reshape(tokens, 4).astype(np.int32)).to("cuda")
         layer = (cuda((tokens, 512), "bfloat16"), cuda((tokens, 4)), ids, cuda((32, 256, 512), "bfloat16"),
                  cuda((32, 256, 512), "bfloat16"), cuda((32, 512, 256), "bfloat16"))
         found.append((f"moe experts, {tokens} tokens", "moe_experts", layer, {}))
+        found.append((f"moe routed experts, {tokens} tokens", "moe_routed_experts",
+                      (layer[0], cuda((tokens, 32)), *layer[3:], 4), {}))
     return found
 
 
 FRONT_ENDS = {"astype": lambda x, dtype: nbx.astype(x, dtype)}
 
 
-@pytest.mark.parametrize("index", range(14))
+@pytest.mark.parametrize("index", range(16))
 def test_the_declared_allocation_equals_the_pools_measured_peak(index):
     label, op, args, kwargs = cases()[index]
     front_end = FRONT_ENDS.get(op) or getattr(nbx, op)

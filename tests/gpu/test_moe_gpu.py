@@ -73,3 +73,51 @@ def test_the_device_file_tile_passes_the_expert_screen_at_qwen3s_bench_keys(toke
     facts = launch.facts(device)
     result = screen.run(tuning.experts_workload(rep, device), [tunable.default(facts)], facts)
     assert result.verdicts[0].passed, result.verdicts[0].reason
+
+
+@pytest.mark.parametrize("tokens, count, k, routing", [
+    (1, 128, 8, {}),                                                   # Qwen3-30B-A3B's decode token
+    (16, 128, 8, {}),                                                  # the band's most tokens (8 warps)
+    (16, 256, 8, dict(scoring="sigmoid", n_group=8, topk_group=4, group_score="top2", bias=True)),  # DeepSeek-V3
+])
+def test_the_bands_one_launch_gives_routing_then_alignments_tables_exactly(tokens, count, k, routing):
+    from nbx.kernels.moe import band_tables
+    rng = np.random.default_rng(tokens)
+    logits = _cuda(rng.standard_normal((tokens, count)), "float32")
+    bias = _cuda(np.linspace(-0.2, 0.2, count), "float32") if routing.pop("bias", False) else None
+    options = dict(routing, correction_bias=bias) if bias is not None else routing
+    route = nbx.moe_route(logits, k, **options)
+    aligned = nbx.moe_align(route.experts, count, 16)
+    groups = options.get("n_group") or 1
+    got = band_tables(logits, k, 16, options.get("scoring", "softmax"), True, groups, options.get("topk_group") or 1,
+                      options.get("group_score", "max"), bias, 1.0)
+    np.testing.assert_array_equal(got["weights"].numpy(), route.weights.numpy())
+    np.testing.assert_array_equal(got["experts"].numpy(), route.experts.numpy())
+    for name, table in zip(("sorted_pairs", "block_experts", "inverse", "padded_count"), aligned):
+        np.testing.assert_array_equal(got[name].numpy(), table.numpy())
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 40])
+def test_the_routed_layer_equals_routing_then_the_expert_layer_bit_for_bit(tokens):
+    x, route, w_gate, w_up, w_down = _layer(tokens, 64, 8, 512, 256)
+    logits = _cuda(np.random.default_rng(7).standard_normal((tokens, 64)))
+    route = nbx.moe_route(logits, 8)
+    out = nbx.moe_routed_experts(x, logits, w_gate, w_up, w_down, 8)
+    two_ops = nbx.moe_experts(x, route.weights, route.experts, w_gate, w_up, w_down)
+    np.testing.assert_array_equal(out.numpy().view(np.uint16), two_ops.numpy().view(np.uint16))
+
+
+@pytest.mark.parametrize("tokens, tile", [
+    (300, dict(block_m=64, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3, loads="tma")),
+    (300, dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3, loads="tma")),
+    (3, dict(block_m=16, block_n=64, block_k=128, group_m=8, num_warps=4, num_stages=4, loads="tma")),   # the band
+])
+def test_the_descriptor_expert_gemms_match_the_float64_oracle(tokens, tile):
+    """The tma candidates (weights through TMA copies) on a layer of 16 experts top-4, 1024 / 512:
+    prefill (300 tokens, uneven rows per expert; wgmma) and the band (3 tokens, 16-row blocks)."""
+    from nbx.kernels.moe import experts_plan, launch_experts
+    x, route, w_gate, w_up, w_down = _layer(tokens, 16, 4, 1024, 512)
+    assert experts_plan(x, route.weights, route.experts, w_gate, w_up, w_down, tile).detail.tma
+    out = launch_experts(x, route.weights, route.experts, w_gate, w_up, w_down, setting=tile)
+    expected = oracle("moe_experts", x, route.weights, route.experts, w_gate, w_up, w_down)
+    assert deviation(out.numpy(), expected) <= launch.screen_tolerance(out.dtype, out.device)

@@ -82,6 +82,23 @@ def test_an_integer_output_must_match_exactly_and_an_unwritten_position_fails_un
     assert np.isnan(screen.fills(dtypes.float16)[0])
 
 
+def test_an_exact_output_that_matches_is_never_widened_to_float64_for_a_deviation(fakes, hopper, monkeypatch):
+    """The certifier screens 256 MiB copies: a float64 deviation of each candidate's output took seconds."""
+    class Words(fakes.FakeWorkload):
+        def launch(self, setting):
+            self.out[:] = np.arange(self.out.size) % 65536
+
+        def reference_rows(self, rows):
+            return (np.arange(self.out.size) % 65536).astype(np.uint16)[rows]
+
+    def refused(out, ref):
+        raise AssertionError("a float64 deviation of an output equal to its oracle")
+
+    monkeypatch.setattr(screen, "oracle_deviation", refused)
+    result = screen.run(Words({"n": 4096, "dtype": dtypes.uint16}, fakes.Clock(), {}), [{"block": 0}], hopper)
+    assert result.verdicts[0].passed and result.verdicts[0].deviation == 0.0
+
+
 def test_a_missing_tolerance_refuses_the_screen_by_name(fakes, hopper):
     no_table = fakes.Overlay(hopper, autotune__screen_tolerance=fakes.ABSENT)
     with pytest.raises(ScreenRefusal, match=r"the screen of a float32 output needs autotune.screen_tolerance, "
@@ -164,3 +181,18 @@ def test_a_tensor_workload_fills_launches_and_reads_an_nbx_tensor_by_rows(hopper
     result = screen.run(work, [{"rows": 6}, {"rows": 5}], hopper)
     assert [v.passed for v in result.verdicts] == [True, False]
     assert result.verdicts[1].deviation == float("inf") and work.out_shape == (6, 4)
+
+
+def test_kept_inputs_draw_once_per_key_read_only_and_are_forgotten_on_reset():
+    from nbx import autotune
+    draws = []
+
+    def draw(n):
+        return lambda: (draws.append(n) or np.arange(n, dtype=np.float32),)
+    first = autotune.kept_inputs("test owner", (3,), draw(3))
+    assert autotune.kept_inputs("test owner", (3,), draw(3))[0] is first[0] and draws == [3]
+    assert not first[0].flags.writeable
+    assert autotune.kept_inputs("test owner", (4,), draw(4))[0].size == 4 and draws == [3, 4]
+    autotune.reset()
+    autotune.kept_inputs("test owner", (4,), draw(4))
+    assert draws == [3, 4, 4]

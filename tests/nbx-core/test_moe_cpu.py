@@ -88,3 +88,18 @@ def test_moe_ops_refuse_what_they_cannot_serve_by_name():
     with pytest.raises(NotSupportedError):
         nbx.moe_experts(x, asarray(np.ones((2, 1), np.float32)), asarray(np.zeros((2, 1), np.int32)),
                         w.to(dtype="float8_e4m3fn"), w, w)
+    with pytest.raises(ShapeError):
+        nbx.moe_routed_experts(x, logits, w, w, w, 2)                # 6 experts scored, 3 stacked
+    with pytest.raises(ShapeError):
+        nbx.moe_routed_experts(x, asarray(np.zeros((3, 3), np.float32)), w, w, w, 2)   # 3 tokens' logits, 2 of x
+
+
+def test_the_routed_layer_is_the_expert_layer_over_the_routings_tables():
+    rng = np.random.default_rng(6)
+    x, wg, wu, wd, logits = (asarray(rng.standard_normal(s).astype(np.float32))
+                             for s in ((5, 4), (6, 3, 4), (6, 3, 4), (6, 4, 3), (5, 6)))
+    bias = asarray(np.linspace(-1, 1, 6).astype(np.float32))
+    routing = dict(scoring="sigmoid", n_group=3, topk_group=2, correction_bias=bias, scaling=1.5)
+    route = nbx.moe_route(logits, 2, **routing)
+    expected = nbx.moe_experts(x, route.weights, route.experts, wg, wu, wd).numpy()
+    np.testing.assert_array_equal(nbx.moe_routed_experts(x, logits, wg, wu, wd, 2, **routing).numpy(), expected)

@@ -55,6 +55,21 @@ def test_pad_of_a_mid_size_tensor_is_one_launch_whatever_its_rows(device, mode):
     same(got, nbx.pad(small, (3, 3, 2, 1), mode=mode))
 
 
+@pytest.mark.parametrize("mode, dtype", [("constant", "bool"), ("reflect", "bfloat16")])   # the maps are the row tile's
+def test_a_pad_whose_rows_are_no_multiple_of_16_bytes_walks_the_flat_output_and_matches(device, mode, dtype):
+    """Blocks of 16 straddle two rows of 39 (and 5 x 2 rows: the row decomposition of the outer dims)."""
+    small = {"block": 16, "block_c": 16, "num_warps": 1}
+    for shape, amounts in (((3, 2, 37), (1, 1, 0, 0, 2, 0)),):
+        c, d = both(shape, dtype, device)
+        value = {"constant": True if dtype == "bool" else 2}.get(mode, 0)
+        widths = [(amounts[2 * k], amounts[2 * k + 1]) for k in range(len(shape))][::-1]
+        out = empty(tuple(s + lo + hi for s, (lo, hi) in zip(shape, widths)), d.dtype, d.device)
+        plan = rm.plan_for(out, d, rm.MODES[mode], tuple(lo for lo, _ in widths), setting=small)
+        assert plan.launches[0].meta["FLAT_OUT"] and plan.launches[0].grid == (-(-out.size // 16),)
+        rm.remap_copy(out, d, rm.MODES[mode], tuple(lo for lo, _ in widths), value, setting=small)
+        same(out, nbx.pad(c, amounts, mode=mode, value=value if mode == "constant" else None))
+
+
 def test_a_pad_of_five_dims_splits_its_first_dim_and_still_matches(device):
     c, d = both((2, 3, 2, 2, 3), "bool", device)
     amounts = (1, 1, 1, 0, 0, 1, 1, 0, 1, 1)
@@ -71,6 +86,21 @@ def test_flip_and_roll_of_reversed_and_sliced_views_match_numpy(device):
     same(nbx.roll(dv, 5), nbx.roll(cv, 5))
 
 
+@pytest.mark.parametrize("dtype", ["bool", "bfloat16", "int64"])   # 16, 8 and 2 words a 16-byte group
+def test_a_flip_of_a_dense_last_dim_moves_16_byte_groups_and_matches_at_ragged_widths(device, dtype):
+    for shape in ((3, 37), (2, 3, 64), (5, 1)):
+        c, d = both(shape, dtype, device)
+        plan = rm.plan_for(empty(d.shape, d.dtype, d.device), d, FLIP, (0,) * (d.ndim - 1) + (1,))
+        assert plan.launches[0].meta["FLIP_VEC"] == (16 // d.dtype.itemsize if shape[-1] > 1 else 1)
+        same(nbx.flip(d, axis=-1), nbx.flip(c, axis=-1))
+        same(nbx.flip(d, axis=(0, -1)), nbx.flip(c, axis=(0, -1)))
+    narrow = {"block": 256, "block_c": 16, "num_warps": 4}   # a tail column block: groups past the row's end
+    c, d = both((4, 100), dtype, device)
+    out = empty(d.shape, d.dtype, d.device)
+    rm.remap_copy(out, d, FLIP, (0, 1), setting=narrow)
+    same(out, nbx.flip(c, axis=1))
+
+
 def test_concat_writes_each_part_with_one_launch_and_a_head_transpose_copies_rows(device):
     c, d = both((3, 4, 8), "float32", device)
     same(nbx.concat([d, d[:, :1], d[:, :0]], axis=1), nbx.concat([c, c[:, :1], c[:, :0]], axis=1))
@@ -83,11 +113,44 @@ def test_concat_writes_each_part_with_one_launch_and_a_head_transpose_copies_row
     same(d.permute(2, 1, 0).contiguous(), c.permute(2, 1, 0).contiguous())
 
 
+def launches_of(monkeypatch):
+    """A list that grows by each launch plans.execute runs."""
+    counted, execute = [], plans.execute
+    monkeypatch.setattr(plans, "execute", lambda plan, values: counted.extend(plan.launches) or execute(plan, values))
+    return counted
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "complex128"])
+def test_a_kv_append_and_a_concat_of_six_dense_parts_take_a_launch_a_group_of_four(device, dtype, monkeypatch):
+    c, d = both((3, 5, 8), dtype, device)
+    counted = launches_of(monkeypatch)
+    same(nbx.concat([d, d[:, :1]], axis=1), nbx.concat([c, c[:, :1]], axis=1))   # the cache and its new row
+    assert len(counted) == 1 and counted[0].kernel.__name__ == "concat_kernel"
+    parts, host = [d[:, :k] for k in (1, 2, 0, 3, 1, 5, 2)], [c[:, :k] for k in (1, 2, 0, 3, 1, 5, 2)]
+    counted.clear()
+    same(nbx.concat(parts, axis=1), nbx.concat(host, axis=1))
+    assert len(counted) == 2 and price("concat", parts, 1).launches == 2   # 6 non-empty parts: 4 + 2
+    counted.clear()
+    same(nbx.concat([d, d], axis=0), nbx.concat([c, c], axis=0))
+    assert len(counted) == 1
+
+
+def test_a_concat_with_a_part_that_is_no_run_of_rows_copies_each_part(device, monkeypatch):
+    c, d = both((4, 6), "float32", device)
+    counted = launches_of(monkeypatch)
+    same(nbx.concat([d, d.T[:4]], axis=1), nbx.concat([c, c.T[:4]], axis=1))
+    assert len(counted) == 2 and price("concat", [d, d.T[:4]], 1).launches == 2
+    assert all(launch.kernel.__name__ == "remap_kernel" for launch in counted)
+
+
 def test_a_transpose_reads_down_the_rows_with_its_own_tunable_and_matches(device):
     c, d = both((37, 70), "bfloat16", device)
     assert rm.rows_copy(empty((70, 37), d.dtype, d.device), d.T)
     plan = rm.plan_for(empty((70, 37), d.dtype, d.device), d.T, COPY, (0, 0))
     assert rm.transposed(plan.detail.dims) and plan.launches[0].meta["FLAT_ROWS"]
+    odd = rm.plan_for(empty((70, 37), d.dtype, d.device), d.T, COPY, (0, 0), setting={"block": 16, "block_c": 16,
+                                                                                      "num_warps": 1})
+    assert not odd.launches[0].meta["FLAT_OUT"]   # odd rows, but a transpose keeps its square tile
     same(d.T.contiguous(), c.T.contiguous())
     same(d[:, 1::2].T.contiguous(), c[:, 1::2].T.contiguous())
 
@@ -127,9 +190,25 @@ def test_the_benchmark_and_model_shapes_move_their_bits_on_the_gpu():
         same(nbx.pad(g, (3, 3, 1, 2), mode=mode), nbx.pad(x, (3, 3, 1, 2), mode=mode))
     same(nbx.concat([g[:512], g[512:]], axis=1), nbx.concat([x[:512], x[512:]], axis=1))
     same(nbx.flip(g, axis=1), nbx.flip(x, axis=1))
+    aligned = x[:, :4096].contiguous()   # rows of 16-byte groups: the flip's vector loads; a pad's odd rows
+    same(nbx.flip(aligned.to(device), axis=(0, 1)), nbx.flip(aligned, axis=(0, 1)))
+    same(nbx.pad(aligned.to(device), (1, 1, 1, 1)), nbx.pad(aligned, (1, 1, 1, 1)))
     same(nbx.roll(g, 7, axis=1), nbx.roll(x, 7, axis=1))
     same(g.T.contiguous(), x.T.contiguous())
     heads = nbx.asarray(values((32, 512, 128), "float32")).to(dtype=nbx.bfloat16)
     same(heads.to(device).permute(1, 0, 2).contiguous(), heads.permute(1, 0, 2).contiguous())
     cache, new = heads[:, :511], heads[:, 511:]
     same(nbx.concat([cache.to(device), new.to(device)], axis=1), nbx.concat([cache, new], axis=1))
+
+
+def test_a_wide_row_key_tries_row_tiles_of_512_or_more_and_a_transpose_keeps_its_square_tiles():
+    """Each candidate of a 256 MiB key is a compile and two screens of its output: the certification's bound."""
+    from nbx.core import device_files
+    facts = device_files.for_arch("sm_90")
+    wide = {"n": 1 << 27, "inner": 16384, "dtype": nbx.uint16, "mapped": True, "transposed": False}
+    kept, _ = tuning.DATAMOVE.candidates(facts, wide)
+    assert kept and min(s["block_c"] for s in kept) == tuning.WIDE_TILE and len(kept) == 26
+    kept, _ = tuning.DATAMOVE_TRANSPOSE.candidates(facts, {**wide, "mapped": False, "transposed": True})
+    assert min(s["block_c"] for s in kept) == 64
+    heads, _ = tuning.DATAMOVE.candidates(facts, {**wide, "inner": 128})
+    assert {s["block_c"] for s in heads} == {64, 128}

@@ -76,6 +76,14 @@ def test_index_add_and_accumulating_index_put_read_an_expanded_index_without_mat
           nbx.oracle("scatter", x, 1, _expanded(cols, (6, 5, 3), 1), middle, "sum", True), device)
 
 
+def test_an_index_of_one_entry_a_row_is_loaded_and_checked_once_a_row_by_the_atomic_scatter(device):
+    from nbx.kernels.gather import _scatter_add_plan
+    dev = nbx.as_device(device)
+    row = _scatter_add_plan((1, 32768, 1024), 8192, (8192, 1, 0), (8388608, 1024, 1), nbx.float32, False, True, dev)
+    full = _scatter_add_plan((1, 4096, 64), 1024, (65536, 64, 1), (65536, 64, 1), nbx.float32, False, True, dev)
+    assert row.launches[0].meta["ROW_INDEX"] and not full.launches[0].meta["ROW_INDEX"]
+
+
 def test_the_benchmarks_scatter_add_of_expanded_contiguous_int64_rows_matches_the_oracle(device, check):
     """tools/bench/bench_datamove.py's case ([4096, 64] f32 <- 1024 rows) scaled down: rows of int64
     ids expanded along the columns then made contiguous, dim 0, reduce="sum"."""

@@ -187,3 +187,84 @@ def test_the_float32_float8_and_batched_products_lower_for_sm90():
                    "WIDE": False, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1,
                    "SCALED": False, "BLOCK_SCALED": False}))
     assert lowering_failures(cases) == []
+
+
+REMAP = ("nbx.kernels.copies.kernel", "remap_kernel", {
+    **_typed("out_ptr src_ptr fill_ptr", "*u16"),
+    **_typed("rows col_blocks o1 o2 o3 n0 n1 n2 n3 a0 a1 a2 a3 s0 s1 s2 s3 t0 t1 t2 t3", "i32")})
+CONCAT = ("nbx.kernels.copies.kernel", "concat_kernel", {
+    **_typed("out_ptr src0 src1 src2 src3", "*u16"),
+    **_typed("rows out_row w0 w1 w2 w3 sr0 sr1 sr2 sr3 col0 col1 col2 col3 end0 end1 end2", "i32")})
+SCATTER_ADD = ("nbx.kernels.gather.kernel", "scatter_add_kernel", {
+    "out_ptr": "*fp32", "idx_ptr": "*i64", "src_ptr": "*fp32", "count_ptr": "*i32", "flag_ptr": "*i64",
+    **_typed("n k rows inner idx_s0 idx_s1 idx_s2 src_s0 src_s1 src_s2", "i32")})
+
+
+def test_the_remap_copy_in_every_mode_path_and_the_grouped_concat_and_atomic_scatter_lower_for_sm90():
+    """The remap's row tile, its flat-output walk (a pad's odd rows) and its 16-byte flip groups; the
+    concat of four parts a launch; the relaxed atomic scatter, its index checked per element or per row."""
+    base = dict(FILL_WORDS=1, INDEX64=False, BLOCK_R=2, BLOCK_C=1024)
+    cases = [(*REMAP, {**base, "MODE": mode, "MAP_INNER": mode != 0, "FLAT_ROWS": flat_rows, "FLAT_OUT": flat_out,
+                       "FLIP_VEC": 1, "INDEX64": wide})
+             for mode in range(7) for flat_rows in (False, True) for flat_out in (False, True)
+             for wide in ((False, True) if mode < 2 else (False,))]
+    cases += [(*REMAP, {**base, "MODE": 5, "MAP_INNER": True, "FLAT_ROWS": False, "FLAT_OUT": False, "FLIP_VEC": 8})]
+    cases += [(*CONCAT, {"INDEX64": wide, "BLOCK_R": 2, "BLOCK_C": 1024}) for wide in (False, True)]
+    cases += [(*SCATTER_ADD, {"ROWS": 1, "COLS": 1024, "CLEAR": clear, "TAG": 1 << 40, "ROW_INDEX": row_index})
+              for clear in (False, True) for row_index in (False, True)]
+    assert lowering_failures(cases) == []
+
+
+_GEMM = dict(DOT="tl.bfloat16", ACC="tl.float32", PRECISION=None, EVEN_K=True, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64,
+             GROUP_M=8, INT4=False, GROUP=1, SIGNED=False, ASYMMETRIC=False)
+GATE_UP = ("nbx.kernels.moe.kernel", "expert_gate_up_kernel", {
+    **_typed("x_ptr wg_ptr wu_ptr sg_ptr zg_ptr su_ptr zu_ptr h_ptr", "*bf16"),
+    **_typed("sorted_ptr block_experts_ptr", "*i32"),
+    **_typed("ROWS N K P TOP_K sx_t sx_k sw_e sw_n sw_k ss_e ss_n W_ROWS", "i32")})
+DOWN = ("nbx.kernels.moe.kernel", "expert_down_kernel", {
+    **_typed("h_ptr wd_ptr sd_ptr zd_ptr out_ptr", "*bf16"), "weights_ptr": "*fp32",
+    **_typed("sorted_ptr block_experts_ptr", "*i32"), **_typed("ROWS N K P sw_e sw_n sw_k ss_e ss_n W_ROWS", "i32")})
+
+
+_ROUTE_ARGS = {"logits_ptr": "*bf16", "bias_ptr": "*fp32", "weights_ptr": "*fp32", "experts_ptr": "*i32",
+               **_typed("T E GROUP_SIZE s_t s_e", "i32"), "scaling_bits": "i64"}
+ROUTE_ALIGN = ("nbx.kernels.moe.kernel", "route_align_kernel", {
+    **_ROUTE_ARGS, **_typed("sorted_ptr block_experts_ptr inverse_ptr padded_ptr", "*i32"), "CAPACITY": "i32"})
+
+
+def test_the_moe_kernels_lower_for_sm90():
+    """route_kernel and the band's route_align_kernel (routing and alignment in one program) at
+    Qwen3-MoE's (128 experts, top-8), Mixtral's (8, top-2) and DeepSeek-V3's grouped, biased
+    routing (256 experts, 8 groups, 4 kept, top2, top-8), one and sixteen tokens; the expert GEMMs
+    through pointers and through descriptors (one child process: its start is most of the cost)."""
+    cases = []
+    for experts, top_k, groups, kept, sigmoid in ((128, 8, 1, 1, False), (8, 2, 1, 1, False), (256, 8, 8, 4, True)):
+        route = dict(TOP_K=top_k, SIGMOID=sigmoid, RENORM=True, HAS_BIAS=sigmoid, GROUPS=groups, KEPT=kept,
+                     TOP2=sigmoid, BLOCK_E=experts, BLOCK_G=groups, BLOCK_K=top_k)
+        cases.append(("nbx.kernels.moe.kernel", "route_kernel", _ROUTE_ARGS, {**route, "BLOCK_T": 16}))
+        cases += [(*ROUTE_ALIGN, {**route, "BLOCK_T": tokens, "BLOCK_M": block_m, "BLOCKS_PER_EXPERT": 1,
+                                  "BLOCK": 1024}) for tokens in (1, 16) for block_m in (16, 32)]
+    cases += [(*kernel, {**_GEMM, "TMA": tma}) for kernel in (GATE_UP, DOWN) for tma in (False, True)]
+    assert lowering_failures(cases) == []
+
+
+INT4_LINEAR = ("nbx.kernels.matmul.quantized", "int4_linear_kernel", {
+    **_typed("a_ptr c_ptr bias_ptr res_ptr", "*bf16"), "q_ptr": "*u8", "s_ptr": "*bf16", "z_ptr": "*bf16",
+    "part_ptr": "*fp32", **_typed("M N K sam sak sqn ssn sbias_m sbias_n sres_m sres_n alpha_bits beta_bits", "i32")})
+
+
+def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_every_scheme():
+    """Decode tiles (16 rows of x: the scales applied to the dot's sums) and prefill tiles (each
+    weight element dequantized), asymmetric and symmetric, bfloat16 and float16 (the inline PTX's
+    two forms) and float32 activations, split and unsplit."""
+    base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False)
+    cases = [(*INT4_LINEAR, {**base, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
+                             "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": block_m <= 32, "BLOCK_M": block_m,
+                             "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
+             for dot in ("tl.bfloat16", "tl.float16", "tl.float32")
+             for signed, (block_m, block_n, block_k, split) in ((False, (16, 128, 128, 4)), (True, (128, 128, 64, 1)),
+                                                                (True, (16, 64, 128, 1)))]
+    cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
+                                 "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
+                                 "ACTIVATION": "silu", "HAS_RES": True}))
+    assert lowering_failures(cases) == []

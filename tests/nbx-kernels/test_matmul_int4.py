@@ -46,6 +46,16 @@ def test_prefill_rows_split_k_and_the_epilogue_with_int4_weights(device, check, 
     check(nbx.linear(x32, w, b), nbx.oracle("linear_int4", x32, w, b), device)
 
 
+@pytest.mark.parametrize("scheme,dtype", [("asymmetric", "bfloat16"), ("symmetric", "float16")])
+def test_wide_tiles_that_dequantize_each_weight_element_before_the_dot_match_the_oracle(device, check, scheme, dtype):
+    """A tile of more than FOLD_ROWS rows of x scales each weight element (the prefill form); the
+    16-row tiles above scale the dot's sums (the decode form): both against the same oracle."""
+    w = weight(device, 40, 128, 64, scheme)
+    x = on(device, (37, 128), dtype)
+    setting = {**TILE, "block_m": 2 * int4.FOLD_ROWS, "block_k": 64}
+    check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)
+
+
 def test_int4_refusals_and_the_declared_cost(device):
     w = weight(device, 32, 64, 32)
     with pytest.raises(nbx.errors.ShapeError, match="last dim must be in=64"):
@@ -68,6 +78,35 @@ def test_the_int4_tunable_prunes_block_k_that_does_not_divide_the_group():
     assert kept and {s["block_k"] for s in kept} <= {32, 64} and {s["block_m"] for s in kept} == {16}
     assert any("does not divide the group size 64" in why for _, why in pruned)
     assert {s["split_k"] for s in kept} == {1, 2, 4, 8}
+    kept, pruned = int4.LINEAR_INT4.candidates(hopper, {"m": 2048, "n": 4096, "k": 4096, "dtype": "bfloat16",
+                                                        "group": 128})
+    assert kept and all(s["block_m"] >= 128 and s["block_n"] >= 64 and s["split_k"] == 1 for s in kept)
+    assert any("prefill takes 128 x 64 or wider" in why for _, why in pruned)
+
+
+def test_the_shipped_int4_keys_are_the_writers_each_with_a_short_sweep_of_decode_or_prefill_tiles():
+    """certificates/keys/nvidia-h200-140gb-int4.json is what tools/write_int4_keys.py writes; a key's
+    sweep stays short (the certification budget), decode keys sweep split K over 16-row tiles."""
+    import json
+    import sys
+    from pathlib import Path
+    from nbx.autotune import keys
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "tools"))
+    try:
+        writer = __import__("write_int4_keys")
+    finally:
+        sys.path.remove(str(root / "tools"))
+    hopper = device_files.for_arch("sm_90")
+    recs = writer.key_records(hopper)
+    shipped = json.loads((root / "certificates" / "keys" / "nvidia-h200-140gb-int4.json").read_text())["keys"]
+    assert sorted(r["key"] for r in shipped) == sorted(r.key for r in recs)
+    for rec in recs:
+        rep = keys.representative(keys.parse("linear_int4", int4.KEY, rec.key, hopper, rec.observed), int4.KEY, hopper)
+        kept, _ = int4.LINEAR_INT4.candidates(hopper, rep)
+        assert 16 <= len(kept) <= 80, (rec.key, len(kept))
+        if rep["m"] <= 16:
+            assert {s["block_m"] for s in kept} == {16} and {s["split_k"] for s in kept} >= {1, 2, 4}, rec.key
 
 
 def test_the_int4_workload_passes_the_screen_for_a_decode_and_a_split_candidate():
@@ -87,11 +126,15 @@ gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.
 
 
 @gpu_only
-@pytest.mark.parametrize("rows,split_k", [(1, 4), (16, 2), (512, 1)])
-def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, rows, split_k):
-    w = weight(device, 4096, 4096, 128)
-    x = on(device, (rows, 4096))
-    setting = {"block_m": 16 if rows <= 16 else 128, "block_n": 64 if rows <= 16 else 128, "block_k": 128,
+@pytest.mark.parametrize("rows,split_k,scheme,dtype", [(1, 4, "asymmetric", "bfloat16"), (16, 2, "symmetric", "bfloat16"),
+                                                      (3, 1, "asymmetric", "float16"), (512, 1, "asymmetric", "bfloat16"),
+                                                      (200, 1, "symmetric", "float16")])
+def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, rows, split_k, scheme, dtype):
+    """Decode tiles (the scales on the dot's sums) and prefill tiles (each element scaled), both
+    nibble conversions of the inline PTX (bfloat16 and float16, unsigned and signed)."""
+    w = weight(device, 4096, 4096, 128, scheme)
+    x = on(device, (rows, 4096), dtype)
+    setting = {"block_m": 16 if rows <= 16 else 128, "block_n": 128, "block_k": 128 if rows <= 16 else 64,
                "split_k": split_k, "group_m": 8, "num_warps": 4 if rows <= 16 else 8, "num_stages": 3}
     check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)
 

@@ -10,7 +10,7 @@ import nbx.core as nbx
 from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 from nbx.kernels import cost, plans
-from nbx.kernels.moe import experts_plan
+from nbx.kernels.moe import band_tables, experts_plan, routed_plan
 
 RNG = np.random.default_rng(22)
 
@@ -80,6 +80,60 @@ def test_alignment_tables_equal_the_reference_exactly(device, ids, count):
             _assert_same_table(table, expected)
         sorted_pairs, inverse = got.sorted_pairs.numpy(), got.inverse.numpy()
         np.testing.assert_array_equal(sorted_pairs[inverse], np.arange(experts.size))
+
+
+TABLES = ("sorted_pairs", "block_experts", "inverse", "padded_count")
+
+
+@pytest.mark.parametrize("tokens, count, k, block_m, routing", [
+    (1, 8, 2, 16, ()),                                   # one token: two blocks, six experts without a pair
+    (16, 32, 8, 32, ()),                                 # the band's most tokens, 32-row blocks
+    (7, 12, 3, 4, ()),                                   # an expert's pairs over two 4-row blocks
+    (6, 16, 4, 16, ("sigmoid", True, 4, 2, "top2", "bias", 2.5)),   # grouped, biased (DeepSeek-V3)
+])
+def test_the_bands_one_launch_gives_the_tables_of_routing_then_alignment_exactly(device, tokens, count, k, block_m,
+                                                                                 routing):
+    logits = asarray(RNG.standard_normal((tokens, count)).astype(np.float32), device=device)
+    if routing:
+        bias = asarray(np.linspace(-0.3, 0.3, count).astype(np.float32), device=device)
+        routing = routing[:5] + (bias,) + routing[6:]
+    got = band_tables(logits, k, block_m, *routing)
+    options = dict(zip(("scoring", "renormalize", "n_group", "topk_group", "group_score", "correction_bias",
+                        "scaling"), routing))
+    route = nbx.moe_route(logits, k, **options)
+    aligned = nbx.moe_align(route.experts, count, block_m)
+    np.testing.assert_array_equal(got["weights"].numpy(), route.weights.numpy())
+    _assert_same_table(got["experts"], route.experts.numpy())
+    for name, table, expected in zip(TABLES, aligned, oracle("moe_align", route.experts, count, block_m)):
+        _assert_same_table(got[name], table.numpy())
+        _assert_same_table(got[name], expected)
+
+
+def test_the_bands_one_launch_sends_tied_tokens_to_the_lowest_experts(device):
+    """All-equal logits: every token's slot j goes to expert j (ties to the lower index), so two
+    experts take all 5 tokens' pairs and the other six none."""
+    logits = asarray(np.zeros((5, 8), np.float32), device=device)
+    got = band_tables(logits, 2, 16)
+    _assert_same_table(got["experts"], [[0, 1]] * 5)
+    _assert_same_table(got["sorted_pairs"][:32], [0, 2, 4, 6, 8] + [10] * 11 + [1, 3, 5, 7, 9] + [10] * 11)
+    _assert_same_table(got["block_experts"], [0, 1] + [-1] * (got["block_experts"].shape[0] - 2))
+
+
+@pytest.mark.parametrize("tokens, count, launches", [(1, 8, 4), (3, 8, 4), (17, 4, 6)])
+def test_the_routed_layer_equals_routing_then_the_expert_layer_bit_for_bit(device, check, tokens, count, launches):
+    """In the band the routed plan routes and aligns in one launch (4 in all), past it in three (6)."""
+    x, w_gate, w_up, w_down = _layer(tokens, count, 32, 32, "bfloat16", device, seed=tokens)
+    logits = asarray(RNG.standard_normal((tokens, count)).astype(ml_dtypes.bfloat16), device=device)
+    out = nbx.moe_routed_experts(x, logits, w_gate, w_up, w_down, 2)
+    route = nbx.moe_route(logits, 2)
+    two_ops = nbx.moe_experts(x, route.weights, route.experts, w_gate, w_up, w_down)
+    np.testing.assert_array_equal(out.numpy().view(np.uint16), two_ops.numpy().view(np.uint16))
+    check(out, oracle("moe_routed_experts", x, logits, w_gate, w_up, w_down, 2, "softmax", True, 1, 1, "max", None,
+                      1.0), device)
+    from nbx.kernels.moe import RouteOptions
+    plan = routed_plan(x, logits, w_gate, w_up, w_down, RouteOptions(2, "softmax", True, 1, 1, "max", False))
+    declared = cost.price("moe_routed_experts", x, logits, w_gate, w_up, w_down, 2)
+    assert len(plan.launches) == declared.launches == launches and declared.buffers == plan.buffers()
 
 
 @pytest.mark.parametrize("tokens, count, k, dtype", [
@@ -152,6 +206,8 @@ def test_a_layer_of_no_tokens_returns_an_empty_result(device):
     weights, experts = _route(np.zeros((0, 2)), device)
     assert nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down).shape == (0, 32)
     assert nbx.moe_route(asarray(np.zeros((0, 4), np.float32), device=device), 2).experts.shape == (0, 2)
+    logits = asarray(np.zeros((0, 4), np.float32), device=device)
+    assert nbx.moe_routed_experts(x, logits, w_gate, w_up, w_down, 2).shape == (0, 32)
 
 
 @pytest.mark.parametrize("tokens, scheme", [(3, "symmetric"), (20, "asymmetric")])
@@ -194,6 +250,48 @@ def test_uneven_routing_at_the_h200_prefill_tile_matches_the_oracle(device, chec
     weights, experts = _route(ids, device)
     out = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=H200_PREFILL_TILE)
     check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+
+
+def test_the_descriptor_loads_give_the_oracles_layer_at_uneven_routing(device, check):
+    """loads "tma": the weights as [E * N, K] through descriptors (I = 40 and H = 72 are no
+    multiples of the 32-wide tile: a tile runs into the next expert's rows, in columns never
+    stored, and past the last expert; K's tail reads zeros) and down's intermediate rows through
+    one too. Expert 1 takes 18 pairs (two 16-row blocks), expert 2 the other 22, expert 0 none."""
+    from nbx.kernels.moe import launch_experts
+    x, w_gate, w_up, w_down = _layer(20, 3, 72, 40, "bfloat16", device, seed=3)
+    first = np.where(np.arange(20) < 18, 1, 2)
+    weights, experts = _route(np.stack([first, 3 - first], axis=1), device)
+    setting = {"block_m": 16, "block_n": 32, "block_k": 32, "group_m": 2, "num_warps": 4, "num_stages": 1,
+               "loads": "tma"}
+    assert experts_plan(x, weights, experts, w_gate, w_up, w_down, setting).detail.tma
+    out = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=setting)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+
+
+def test_weights_no_descriptor_can_read_take_the_pointer_kernel_at_the_same_tile(device, check):
+    """Rows of 36 bfloat16 (72 bytes) are no 16-byte multiple: a served "tma" setting runs the
+    pointer kernel, the same products."""
+    from nbx.kernels.moe import launch_experts
+    x, w_gate, w_up, w_down = _layer(6, 4, 36, 32, "bfloat16", device)
+    weights, experts = _route([[0, 1], [1, 2], [3, 0], [2, 1], [0, 3], [1, 3]], device)
+    setting = {**H200_PREFILL_TILE, "block_n": 32, "block_k": 32, "loads": "tma"}
+    assert not experts_plan(x, weights, experts, w_gate, w_up, w_down, setting).detail.tma
+    out = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=setting)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+
+
+def test_the_descriptor_candidates_are_offered_where_the_device_has_tma_and_the_weights_are_dense():
+    from nbx.core import device_files
+    from nbx.kernels.moe import tuning
+    hopper, ampere = device_files.for_arch("sm_90"), device_files.for_arch("sm_80")
+    rep = dict(tokens=4096, experts=128, top_k=8, inter=768, hidden=2048, dtype="bfloat16", weights="dense")
+
+    def loads(tunable, facts, **fields):
+        return {s["block_m"] for s in tunable.candidates(facts, {**rep, **fields})[0] if s["loads"] == "tma"}
+    assert loads(tuning.EXPERTS, hopper) == {64, 128} and loads(tuning.EXPERTS, ampere) == set()
+    assert loads(tuning.BAND, hopper, tokens=1) == {16} and loads(tuning.BAND, ampere, tokens=1) == set()
+    assert loads(tuning.EXPERTS, hopper, weights="int4-asymmetric-g128") == set()
+    assert loads(tuning.EXPERTS, hopper, hidden=2044) == set()   # 4088-byte rows: no descriptor
 
 
 def test_each_stage_of_the_layer_rerun_alone_writes_the_layers_bits_again(device):

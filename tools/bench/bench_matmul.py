@@ -44,6 +44,7 @@ GEMM = [("llama3 qkv", 2048, 6144, 4096), ("llama3 up", 2048, 14336, 4096), ("ll
         ("qwen/llama2 down", 4096, 4096, 11008), ("mixtral up", 8192, 14336, 4096)]
 DECODE_ROWS = (1, 2, 4, 8, 16)
 DECODE_SHAPES = ((4096, 4096), (14336, 4096))
+INT4_SHAPES = [(1, 4096, 4096), (16, 14336, 4096), (2048, 4096, 4096)]   # (M, N, K), group 128 (tools/write_int4_keys.py)
 
 
 def _copies(nbytes: int) -> int:
@@ -183,7 +184,7 @@ def main(argv=None) -> int:
             for m in pick(DECODE_ROWS):
                 report(f"decode {m}", m, n, k, "bfloat16", *linear_case(m, n, k), cycles, weight_bytes=n * k * 2)
     if "int4" in args.groups:
-        for m, n, k in pick([(1, 4096, 4096), (16, 14336, 4096), (2048, 4096, 4096)]):
+        for m, n, k in pick(INT4_SHAPES):
             copies, ours4, ours16, peer = int4_cases(m, n, k)
             q_bytes = n * k // 2 + 2 * n * (k // 128) * 2
             t4 = report("int4 vs torch", m, n, k, "w4a16", copies, ours4, peer, cycles, weight_bytes=q_bytes)

@@ -4,6 +4,7 @@ loop over the experts that got tokens), on the same GPU in one process (torch is
 never imports it).
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_moe.py [--quick] [--int4]
+        [--tokens 1 8 64]
 
 Layers (bfloat16, weights [E, I, H] / [E, H, I], softmax routing, top-k renormalized):
 - qwen3-30b-a3b: 128 experts, top-8, hidden 2048, expert intermediate 768
@@ -15,8 +16,12 @@ torch / nbx, wall us of one call each (call_ms); the expert GEMMs alone (the pla
 launches rerun over one call's tables, nbx.kernels.moe.staged_runs): their us, TFLOP/s over the
 pairs' useful flops (6 * pairs * H * I) and % of the H200's dense bf16 peak (989 TFLOP/s, the spec
 sheet); GB/s over the bytes of the selected experts' weights in the layer's time and % of HBM
-(4.8 TB/s, the spec sheet: the decode goal); routing + alignment (moe_route over the logits, then
-the plan's alignment launches) as a share of routing + the layer; the deviation from torch's result.
+(4.8 TB/s, the spec sheet); the routed layer (nbx.moe_routed_experts: routing, alignment and the
+layer in one plan, from the router's logits) against torch's softmax, top-k and renormalization
+then the loop: kernel us of both, ratio, % of HBM over the selected experts' weights in its time
+(the decode goal), its launches (4 in the band of 16 tokens or fewer, where one launch routes and
+aligns; 6 past it) and its routing + alignment launches rerun alone (nbx.kernels.moe.
+routed_staged_runs) as a share of it; the larger deviation from torch's result of the two layers.
 Run after certifying the keys (tools/gpu_certify.sh with certificates/keys/nvidia-h200-140gb-moe.json),
 or with NBX_AUTOTUNE_NO_SWEEP=1 for the device file's tiles; it takes about a minute.
 """
@@ -29,7 +34,8 @@ import numpy as np
 import torch
 
 import nbx.core as nbx
-from nbx.kernels.moe import staged_runs
+from nbx.kernels.cost import price
+from nbx.kernels.moe import routed_staged_runs, staged_runs
 from peer_timing import allocator_name, both, call_ms, deviation, measure, spin_cycles_per_ms
 
 PEAK_TFLOPS = 989.0     # H200 SXM dense bf16, spec sheet
@@ -50,6 +56,13 @@ def hf_experts(x, weights, experts, wg, wu, wd):
     return out
 
 
+def hf_routed(x, logits, wg, wu, wd, k):
+    """Routing as transformers' Qwen3-MoE / Mixtral blocks write it (softmax in float32, top-k,
+    renormalized), then the experts' loop."""
+    weights, experts = torch.topk(torch.softmax(logits, dim=1, dtype=torch.float), k, dim=-1)
+    return hf_experts(x, weights / weights.sum(dim=-1, keepdim=True), experts, wg, wu, wd)
+
+
 def layer(count, k, hidden, inter, tokens):
     gen = torch.Generator(device="cuda").manual_seed(0)
     bf = torch.bfloat16
@@ -64,7 +77,8 @@ def layer(count, k, hidden, inter, tokens):
 
 
 HEADER = (f"{'layer':<14} {'tokens':>6} {'nbx us':>9} {'torch us':>9} {'ratio':>6} {'wall us nbx/torch':>18} "
-          f"{'gemm us':>9} {'TF/s':>6} {'%peak':>6} {'GB/s':>6} {'%HBM':>5} {'route+align':>11} {'deviation':>9}")
+          f"{'gemm us':>9} {'TF/s':>6} {'%peak':>6} {'GB/s':>6} {'%HBM':>5} {'routed nbx/torch us':>20} {'ratio':>6} "
+          f"{'%HBM':>5} {'launches':>8} {'route+align':>11} {'deviation':>9}")
 
 
 def case(name, count, k, hidden, inter, tokens, cycles):
@@ -79,8 +93,14 @@ def case(name, count, k, hidden, inter, tokens, cycles):
         stages = staged_runs(*ours)
         gemm_us = measure(lambda i: stages["gemms"](), 1, cycles)[0]
         view = nbx.from_dlpack(logits)
-        route_align_us = measure(lambda i: (nbx.moe_route(view, k), stages["alignment"]()), 1, cycles)[0]
-        route_us = measure(lambda i: nbx.moe_route(view, k), 1, cycles)[0]
+        x, _, _, wg, wu, wd = ours
+        routed_fn = lambda i: nbx.moe_routed_experts(x, view, wg, wu, wd, k)                       # noqa: E731
+        torch_routed_fn = lambda i: hf_routed(torch_args[0], logits, *torch_args[3:], k)          # noqa: E731
+        dev = max(dev, deviation(routed_fn(0), torch_routed_fn(0)))
+        routed, routed_peer = both(routed_fn, torch_routed_fn, 1, cycles)
+        routed_stages = routed_staged_runs(x, view, wg, wu, wd, k)
+        route_align_us = measure(lambda i: routed_stages["alignment"](), 1, cycles)[0]
+        launches = price("moe_routed_experts", x, view, wg, wu, wd, k).launches
     except Exception as exc:  # report and go on: one failing case must not hide the rest
         print(f"{name:<14} {tokens:>6} FAILED: {type(exc).__name__}: {exc}", flush=True)
         return
@@ -89,11 +109,13 @@ def case(name, count, k, hidden, inter, tokens, cycles):
     flops = 6 * pairs * hidden * inter
     weight_bytes = hit * 3 * hidden * inter * 2
     tflops, gbs = flops / gemm_us / 1e6, weight_bytes / mine.gpu_us / 1e3
-    share = 100 * route_align_us / (route_us + mine.gpu_us)
+    routed_gbs = weight_bytes / routed.gpu_us / 1e3
+    share = 100 * route_align_us / routed.gpu_us
     print(f"{name:<14} {tokens:>6} {mine.gpu_us:9.1f} {peer.gpu_us:9.1f} {peer.gpu_us / mine.gpu_us:6.2f} "
           f"{wall[0]:8.1f}/{wall[1]:<9.1f} {gemm_us:9.1f} {tflops:6.1f} {100 * tflops / PEAK_TFLOPS:5.1f}% "
-          f"{gbs:6.0f} {100 * gbs / PEAK_GBS:4.0f}% {share:10.1f}% {dev:9.2e}"
-          f"{' (host-bound)' if mine.host_bound else ''}", flush=True)
+          f"{gbs:6.0f} {100 * gbs / PEAK_GBS:4.0f}% {routed.gpu_us:9.1f}/{routed_peer.gpu_us:<10.1f} "
+          f"{routed_peer.gpu_us / routed.gpu_us:6.2f} {100 * routed_gbs / PEAK_GBS:4.0f}% {launches:>8} "
+          f"{share:10.1f}% {dev:9.2e}{' (host-bound)' if mine.host_bound or routed.host_bound else ''}", flush=True)
 
 
 def int4_case(count, k, hidden, inter, tokens, cycles):
@@ -121,12 +143,13 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="512 tokens and one decode token only")
     parser.add_argument("--int4", action="store_true", help="also Qwen3-30B-A3B's layer with int4 weights at "
                         "1, 8 and 512 tokens (quantizing on the host adds about a minute)")
+    parser.add_argument("--tokens", type=int, nargs="+", help=f"these token counts only (default {TOKENS})")
     args = parser.parse_args(argv)
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
     cycles = spin_cycles_per_ms()
     print(HEADER)
     for name, (count, k, hidden, inter) in LAYERS.items():
-        for tokens in ((512, 1) if args.quick else TOKENS):
+        for tokens in args.tokens or ((512, 1) if args.quick else TOKENS):
             case(name, count, k, hidden, inter, tokens, cycles)
             torch.cuda.empty_cache()
     if args.int4:

@@ -212,6 +212,8 @@ def reset() -> None:
     global _process
     _process = _Process()
     device_files.advance_generation()  # plans built from the settings served so far are stale
+    from .screen import forget_inputs
+    forget_inputs()
 
 
 class Tuner:

@@ -179,38 +179,45 @@ def _align_cpu(experts, num_experts, block_m):
     return tuple(wrap(a, dtypes.int32) for a in _align_reference(experts, num_experts, block_m))
 
 
-def _check_experts(x, weights, experts, w_gate, w_up, w_down):
+def _check_layer(op, x, w_gate, w_up, w_down):
+    """x [T, H] and the stacked expert weights: float of x's dtype, or int4 all three."""
     from ..quant import QuantizedTensor
-    for name, t in (("x", x), ("weights", weights), ("experts", experts)):
-        if not isinstance(t, Tensor):
-            raise ShapeError(f"moe_experts' {name} is a tensor, not {type(t).__name__}")
+    if not isinstance(x, Tensor):
+        raise ShapeError(f"{op}'s x is a tensor, not {type(x).__name__}")
     matrices = (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down))
     for name, t in matrices:
         if not isinstance(t, (Tensor, QuantizedTensor)):
-            raise ShapeError(f"moe_experts' {name} is a tensor or an int4 QuantizedTensor, not {type(t).__name__}")
+            raise ShapeError(f"{op}'s {name} is a tensor or an int4 QuantizedTensor, not {type(t).__name__}")
         if isinstance(t, Tensor) and t.dtype.itemsize == 1:
-            raise NotSupportedError(f"moe_experts' {name}: float8 expert weights (with block scales) are not done "
+            raise NotSupportedError(f"{op}'s {name}: float8 expert weights (with block scales) are not done "
                                     f"yet; pass float or int4 (QuantizedTensor) weights")
     quantized = {isinstance(t, QuantizedTensor) for _, t in matrices}
     if len(quantized) > 1:
-        raise NotSupportedError("moe_experts takes int4 weights for gate, up and down alike, or none")
+        raise NotSupportedError(f"{op} takes int4 weights for gate, up and down alike, or none")
     if x.ndim != 2 or len(w_gate.shape) != 3 or tuple(w_gate.shape) != tuple(w_up.shape):
-        raise ShapeError(f"moe_experts takes x [T, H] and w_gate, w_up [E, I, H] of one shape; got {x.shape}, "
+        raise ShapeError(f"{op} takes x [T, H] and w_gate, w_up [E, I, H] of one shape; got {x.shape}, "
                          f"{w_gate.shape}, {w_up.shape}")
     count, inter, hidden = w_gate.shape
     if x.shape[1] != hidden or tuple(w_down.shape) != (count, hidden, inter):
-        raise ShapeError(f"moe_experts of x {x.shape}, w_gate {w_gate.shape}: w_down is [E, H, I] = "
+        raise ShapeError(f"{op} of x {x.shape}, w_gate {w_gate.shape}: w_down is [E, H, I] = "
                          f"{(count, hidden, inter)}, got {w_down.shape}")
+    check_category(op, x.dtype, "real_floating")
+    if True not in quantized and len({x.dtype, w_gate.dtype, w_up.dtype, w_down.dtype}) > 1:
+        raise DTypeError(f"{op} takes x and the weights in one dtype, got {x.dtype.name}, "
+                         f"{w_gate.dtype.name}, {w_up.dtype.name}, {w_down.dtype.name}")
+
+
+def _check_experts(x, weights, experts, w_gate, w_up, w_down):
+    for name, t in (("weights", weights), ("experts", experts)):
+        if not isinstance(t, Tensor):
+            raise ShapeError(f"moe_experts' {name} is a tensor, not {type(t).__name__}")
+    _check_layer("moe_experts", x, w_gate, w_up, w_down)
     if experts.ndim != 2 or experts.shape[0] != x.shape[0] or weights.shape != experts.shape:
         raise ShapeError(f"moe_experts' weights and experts are [T={x.shape[0]}, k], got {weights.shape} and "
                          f"{experts.shape}")
     if experts.dtype.name not in ("int32", "int64"):
         raise DTypeError(f"moe_experts takes int32 or int64 expert ids, got {experts.dtype.name}")
-    check_category("moe_experts", x.dtype, "real_floating")
     check_category("moe_experts", weights.dtype, "real_floating")
-    if True not in quantized and len({x.dtype, w_gate.dtype, w_up.dtype, w_down.dtype}) > 1:
-        raise DTypeError(f"moe_experts takes x and the weights in one dtype, got {x.dtype.name}, "
-                         f"{w_gate.dtype.name}, {w_up.dtype.name}, {w_down.dtype.name}")
 
 
 def moe_experts(x: Tensor, weights: Tensor, experts: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
@@ -219,6 +226,30 @@ def moe_experts(x: Tensor, weights: Tensor, experts: Tensor, w_gate: Tensor, w_u
     _check_experts(x, weights, experts, w_gate, w_up, w_down)
     device = common_device(x, weights, experts, *(getattr(w, "qweight", w) for w in (w_gate, w_up, w_down)))
     return implementation("moe_experts", device)(x, weights, experts, w_gate, w_up, w_down)
+
+
+def moe_routed_experts(x: Tensor, logits: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor, top_k: int, *,
+                       scoring: str = "softmax", renormalize: bool = True, n_group: int | None = None,
+                       topk_group: int | None = None, group_score: str = "max", correction_bias: Tensor | None = None,
+                       scaling: float = 1.0) -> Tensor:
+    """moe_experts(x, *moe_route(logits, top_k, ...), w_gate, w_up, w_down) as one op, so that a
+    device runs the routing, the alignment and the expert layer as one plan (on a GPU, 16 tokens or
+    fewer route and align in one launch). The same result, bit for bit, as the two ops."""
+    _check_route(logits, top_k, scoring, n_group, topk_group, group_score, correction_bias)
+    _check_layer("moe_routed_experts", x, w_gate, w_up, w_down)
+    if logits.shape[0] != x.shape[0]:
+        raise ShapeError(f"moe_routed_experts' logits are [T, experts] of x's T tokens; got {logits.shape} for "
+                         f"x {x.shape}")
+    if logits.shape[1] != w_gate.shape[0]:
+        raise ShapeError(f"moe_routed_experts' logits score {logits.shape[1]} experts, the weights stack "
+                         f"{w_gate.shape[0]}")
+    groups = 1 if n_group is None else int(n_group)
+    kept = groups if n_group is None else int(topk_group)
+    device = common_device(x, logits, correction_bias,
+                           *(getattr(w, "qweight", w) for w in (w_gate, w_up, w_down)))
+    return implementation("moe_routed_experts", device)(
+        x, logits, w_gate, w_up, w_down, int(top_k), scoring, bool(renormalize), groups, kept, group_score,
+        correction_bias, float(scaling))
 
 
 def _silu(v):
@@ -258,6 +289,20 @@ def _experts_cpu(x, *args):
     return wrap(_experts_reference(x, *args), x.dtype)
 
 
+def _routed_reference(x, logits, w_gate, w_up, w_down, top_k, scoring, renormalize, groups, kept, group_score,
+                      correction_bias, scaling, precision=reference.NATIVE):
+    """The routing's reference, then the layer's over its tables."""
+    weights, experts = _route_reference(logits, top_k, scoring, renormalize, groups, kept, group_score,
+                                        correction_bias, scaling, precision)
+    kept_as = dtypes.float64 if precision == reference.FLOAT64 else dtypes.float32
+    return _experts_reference(x, wrap(weights, kept_as), wrap(experts, dtypes.int32), w_gate, w_up, w_down,
+                              precision)
+
+
+def _routed_cpu(x, *args):
+    return wrap(_routed_reference(x, *args), x.dtype)
+
+
 def moe_block(x: Tensor, router: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor, top_k: int, *,
               shared: tuple | None = None, shared_gate: Tensor | None = None, **routing) -> Tensor:
     """A whole MoE block: router logits (router [E, H]), moe_route(**routing), the routed experts,
@@ -265,9 +310,8 @@ def moe_block(x: Tensor, router: Tensor, w_gate: Tensor, w_up: Tensor, w_down: T
     sigmoid(x @ shared_gate.T) when shared_gate [1, H] is given (Qwen2-MoE), added last."""
     from .products import gated_linear, linear
     from .elementwise import sigmoid
-    logits = linear(x, router)
-    route = moe_route(logits.to(dtype=dtypes.float32), top_k, **routing)
-    out = moe_experts(x, route.weights, route.experts, w_gate, w_up, w_down)
+    # the routing widens the logits itself (a cast to float32 first would be a launch more, the same values)
+    out = moe_routed_experts(x, linear(x, router), w_gate, w_up, w_down, top_k, **routing)
     if shared is not None:
         gate, up, down = shared
         expert = linear(gated_linear(x, gate, up), down)
@@ -280,9 +324,11 @@ def moe_block(x: Tensor, router: Tensor, w_gate: Tensor, w_up: Tensor, w_down: T
 reference.register("moe_route", _route_reference)
 reference.register("moe_align", _align_reference)
 reference.register("moe_experts", _experts_reference)
+reference.register("moe_routed_experts", _routed_reference)
 register("moe_route", "cpu")(_route_cpu)
 register("moe_align", "cpu")(_align_cpu)
 register("moe_experts", "cpu")(_experts_cpu)
+register("moe_routed_experts", "cpu")(_routed_cpu)
 
-__all__ = ["moe_route", "moe_align", "moe_experts", "moe_block", "align_capacity", "Routing", "Alignment",
+__all__ = ["moe_route", "moe_align", "moe_experts", "moe_routed_experts", "moe_block", "align_capacity", "Routing", "Alignment",
            "SCORINGS", "GROUP_SCORES"]

@@ -15,6 +15,7 @@ from nbx.core.tensor import Tensor, empty
 
 from ..cost import Buffer, Cost, declares
 from ..registry import implements
+from .concat import concat_rows, launches as concat_launches, part_rows
 from .kernel import COPY, FLIP, ROLL
 from .remap import MODES, remap_copy
 
@@ -25,6 +26,8 @@ def concat(arrays: list[Tensor], axis: int) -> Tensor:
     shape = list(first.shape)
     shape[axis] = sum(a.shape[axis] for a in arrays)
     out = empty(tuple(shape), first.dtype, first.device)
+    if concat_rows(out, arrays, axis):   # runs of rows alike: up to four parts a launch
+        return out
     start = 0
     for a in arrays:
         remap_copy(out.narrow(axis, start, a.shape[axis]), a, COPY, (0,) * a.ndim)
@@ -95,8 +98,23 @@ def _copy_cost(out_bytes: int, read: int, launches: int = 1) -> Cost:
     return Cost(buffers=(Buffer("out", out_bytes),), bytes_moved=read + out_bytes, launches=launches)
 
 
-declares("concat")(lambda arrays, axis=0: _copy_cost(sum(a.nbytes for a in arrays), sum(a.nbytes for a in arrays),
-                                                     sum(1 for a in arrays if a.size)))
+def _concat_cost(arrays, axis=0) -> Cost:
+    """Parts that are runs of rows alike (contiguous ones into the dense output) go four a launch."""
+    from nbx.core.layout import contiguous_strides
+    total = list(arrays[0].shape)
+    total[axis] = sum(a.shape[axis] for a in arrays)
+    strides, start, parts = contiguous_strides(tuple(total)), 0, []
+    for a in arrays:
+        if a.size:
+            shape = list(total)
+            shape[axis] = a.shape[axis]
+            parts.append(part_rows(tuple(shape), strides, start * strides[axis], a.shape, a.strides))
+        start += a.shape[axis]
+    nbytes = sum(a.nbytes for a in arrays)
+    return _copy_cost(nbytes, nbytes, concat_launches(parts))
+
+
+declares("concat")(_concat_cost)
 def _pad_cost(x, widths, mode="constant", value=0) -> Cost:
     out = int(np.prod([s + lo + hi for s, (lo, hi) in zip(x.shape, widths)])) * x.dtype.itemsize
     return _copy_cost(out, min(x.nbytes, out))

@@ -94,6 +94,28 @@ def key_inputs(mode: int, dims, word: DType) -> dict:
                 transposed=transposed(dims))
 
 
+def flip_vector(mode: int, inner: Dim, word: DType, block_c: int) -> int:
+    """Words a 16-byte group of a flip of a unit-stride last dim (kernel.flip_tile: its loads are
+    16-byte vectors too), or 1: the per-element map (another map, a strided dim, a narrow tile)."""
+    vec = 16 // word.itemsize
+    if mode != FLIP or unmapped(mode, inner) or inner.src_stride != 1 or inner.out_stride != 1 or block_c < vec:
+        return 1
+    return vec
+
+
+def flat_output(dims, word: DType, block: int) -> bool:
+    """Whether the kernel walks the output's flat positions (FLAT_OUT): a dense output whose rows are
+    no multiple of 16 bytes (a pad's n + 2), so a row tile's stores would be single words, and at
+    least a block wide (a block then spans at most two rows)."""
+    size = 1
+    for d in reversed(dims):
+        if d.out > 1 and d.out_stride != size:
+            return False
+        size *= d.out
+    inner = dims[-1].out
+    return inner >= block and (inner * word.itemsize) % 16 != 0
+
+
 def _extent(sizes, strides) -> int:
     return 1 + sum((s - 1) * abs(st) for s, st in zip(sizes, strides))
 
@@ -110,9 +132,12 @@ def _plan(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, set
     args = (Slot("out"), Slot("src"), Slot("fill") if mode == CONSTANT else None, rows, col_blocks,
             *(d.out for d in dims[1:]), *(d.n for d in dims), *(d.a for d in dims),
             *(d.src_stride for d in dims), *(d.out_stride for d in dims))
+    flip_vec = flip_vector(mode, dims[-1], word, block_c)
+    flat = flip_vec == 1 and not transposed(dims) and flat_output(dims, word, block_r * block_c)  # (a transpose's tile stays)
     meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), FLAT_ROWS=dims[0].out == dims[1].out == 1,
-                FILL_WORDS=words, INDEX64=wide, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=setting["num_warps"])
-    grid = (triton.cdiv(rows, block_r) * col_blocks,)
+                FILL_WORDS=words, INDEX64=wide, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=setting["num_warps"],
+                FLIP_VEC=flip_vec, FLAT_OUT=flat)
+    grid = (triton.cdiv(rows * inner, block_r * block_c) if flat else triton.cdiv(rows, block_r) * col_blocks,)
     return LaunchPlan(device, (Launch(remap_kernel, grid, args, meta),), detail=Remapped(dims, block_r, block_c))
 
 
@@ -203,4 +228,4 @@ def host_index(i: int, a: int, n: int, mode: int) -> tuple[int, bool]:
     return j % n, True
 
 
-__all__ = ["remap_copy", "rows_copy", "plan_for", "call_dims", "transposed", "reduced", "tile", "key_inputs", "host_index", "Dim", "MODES", "RANK"]
+__all__ = ["remap_copy", "rows_copy", "plan_for", "call_dims", "transposed", "reduced", "tile", "key_inputs", "flip_vector", "flat_output", "host_index", "Dim", "MODES", "RANK"]

@@ -211,7 +211,8 @@ def _scatter_add_plan(frame, k: int, index_strides, src_strides, work: DType, me
     def one(clear: bool) -> Launch:
         return Launch(scatter_add_kernel, grid, (Slot("acc"), Slot("idx"), Slot("src"), Slot("counts"), Slot("flag"),
                                                  n, k, outer * k, inner, *index_strides, *src_strides),
-                      dict(ROWS=rows_per, COLS=cols, CLEAR=clear, TAG=TAGS["scatter"], num_warps=tiles["num_warps"]))
+                      dict(ROWS=rows_per, COLS=cols, CLEAR=clear, TAG=TAGS["scatter"], num_warps=tiles["num_warps"],
+                           ROW_INDEX=index_strides[2] == 0))   # an index one a row: checked once a row
     launches = (one(False),) if include_self else (one(True), one(False))
     counts = (plans.workspace("counts", (outer, n, inner), dtypes.int32),) if mean else ()
     return LaunchPlan(device, launches, workspace=counts, detail=(rows_per, cols))

@@ -128,25 +128,35 @@ def searchsorted_kernel(seq_ptr, v_ptr, out_ptr, n, m, steps, ROWS_SHARED: tl.co
 @triton.jit
 def scatter_add_kernel(out_ptr, idx_ptr, src_ptr, count_ptr, flag_ptr, n, k, rows, inner, idx_s0, idx_s1, idx_s2,
                        src_s0, src_s1, src_s2, ROWS: tl.constexpr, COLS: tl.constexpr, CLEAR: tl.constexpr,
-                       TAG: tl.constexpr):
+                       TAG: tl.constexpr, ROW_INDEX: tl.constexpr = False):
     """out[o, idx[o, j, c], c] += src[o, j, c] over out viewed as [outer, n, inner] (contiguous) and
     idx/src as [outer, k, inner] of any strides (an expanded index row is read with stride 0): one
     atomic add an update, so duplicates sum in no fixed order, as torch's scatter_add/index_add.
-    A program takes ROWS update rows (r = o * k + j) of COLS columns. CLEAR: store 0 at each
-    indexed place instead (include_self=False's first pass). count_ptr, when not None, counts the
-    updates of each place (a mean's denominator)."""
+    The adds are relaxed (no ordering is promised between them, so none is paid: Triton's default
+    acq_rel made each a returning atom). A program takes ROWS update rows (r = o * k + j) of COLS
+    columns. ROW_INDEX: the index is one a row (idx_s2 == 0: index_add, index_put), loaded and
+    checked once a row, so the row's mask is uniform along its columns and the source loads are
+    16-byte vectors. CLEAR: store 0 at each indexed place instead (include_self=False's first pass).
+    count_ptr, when not None, counts the updates of each place (a mean's denominator)."""
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     o = r // k
     j = r % k
     cols = tl.program_id(1).to(tl.int64) * COLS + tl.arange(0, COLS)
-    live = (r < rows)[:, None] & (cols < inner)[None, :]
-    at = (o * idx_s0 + j * idx_s1)[:, None] + cols[None, :] * idx_s2
-    i, ok = _wrap(tl.load(idx_ptr + at, mask=live, other=0), n, flag_ptr, live, TAG)
+    live_rows = r < rows
+    live = live_rows[:, None] & (cols < inner)[None, :]
+    if ROW_INDEX:
+        i_row, ok_row = _wrap(tl.load(idx_ptr + o * idx_s0 + j * idx_s1, mask=live_rows, other=0), n, flag_ptr,
+                              live_rows, TAG)
+        i = i_row[:, None]
+        ok = ok_row[:, None] & (cols < inner)[None, :]
+    else:
+        at = (o * idx_s0 + j * idx_s1)[:, None] + cols[None, :] * idx_s2
+        i, ok = _wrap(tl.load(idx_ptr + at, mask=live, other=0), n, flag_ptr, live, TAG)
     place = out_ptr + (o[:, None] * n + i) * inner + cols[None, :]
     if CLEAR:
         tl.store(place, tl.zeros([ROWS, COLS], out_ptr.dtype.element_ty), mask=ok)
     else:
         values = tl.load(src_ptr + (o * src_s0 + j * src_s1)[:, None] + cols[None, :] * src_s2, mask=ok)
-        tl.atomic_add(place, values.to(out_ptr.dtype.element_ty), mask=ok)
+        tl.atomic_add(place, values.to(out_ptr.dtype.element_ty), mask=ok, sem="relaxed")
         if count_ptr is not None:
-            tl.atomic_add(count_ptr + (o[:, None] * n + i) * inner + cols[None, :], 1, mask=ok)
+            tl.atomic_add(count_ptr + (o[:, None] * n + i) * inner + cols[None, :], 1, mask=ok, sem="relaxed")

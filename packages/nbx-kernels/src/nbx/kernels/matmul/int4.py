@@ -2,14 +2,24 @@
 
 x [..., K] is viewed as (rows, K) (copied only where its strides cannot merge); bias and residual
 are read through their strides, as epilogue.py reads them. Decode rows and prefill take the same
-kernel; the certified setting of the key (the tile, split_k) tells them apart.
+kernel (int4_linear_kernel, the swapped product C^T = W @ x^T); the certified setting of the key
+tells them apart: decode rows a 16-row tile of x over narrow weight tiles with split K (every SM
+streams its share of the packed weight once), prefill wide tiles that keep the matrix unit busy.
+A tile of at most FOLD_ROWS rows of x applies the scales to the dot's sums (fewer ops a weight
+element, which decode rows, reading each weight element for one or a few rows, are bound by);
+wider ones dequantize each element before the dot (its cost shared by the tile's rows).
 
-The tunable `linear_int4`: the float product's tile parameters (its device file record,
-tiles.linear, is the default), keyed by M, N, K, the activations' dtype and the group size.
-block_k must divide the group (a K tile lies in one group): larger candidates are pruned, and a
-served tile whose block_k does not divide the group runs with block_k = the group. Each K step is
-two dots of block_k / 2 (even and odd K), held to the device's matrix_unit.min_dot_k.
-"""
+The tunable `linear_int4`: block_m (rows of x), block_n (weight rows), block_k, split_k, warps
+and stages, keyed by M, N, K, the activations' dtype and the group size; its default is the
+device file's tiles.linear. block_k must divide the group (a K step lies in one group): larger
+candidates are pruned, and a served tile whose block_k does not divide the group runs with
+block_k = the group. A decode tile's K step is two dots of block_k / 2 (even and odd K), held to
+the device's matrix_unit.min_dot_k (wide tiles, one dot of block_k, keep the same bound). Whether
+a tile folds the scales is a function of its certified block_m, never of the call's M. Pruned besides (_fits): a tile twice the key's size, tiles of
+under 64 rows of x from m = 128 on (each weight tile dequantized too often), prefill (m >= 1024)
+on tiles under 128 x 64, 16-bit K steps of 32 on long K, split K outside decode rows (m <= 64),
+splits leaving a program under two K steps or passing SPLIT_TILES_MAX programs, stages deeper
+than half a program's K steps, and stages whose x and weight tiles pass a block's shared memory."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,21 +46,45 @@ from ..types import tl_type
 from . import INT32_MAX
 from .epilogue import SPLIT_BLOCK, _addend_strides, _rows
 from .fused import split_epilogue_kernel
-from .linear_tuning import PARAMS as LINEAR_PARAMS, tile_fits
-from .quantized import int4_matmul_kernel
-from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stages_that_fit
+from .linear_tuning import PREFILL_M, steps_fit
+from .quantized import int4_linear_kernel
+from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stage_bytes, stages_that_fit
 
 ACTIVATIONS_DTYPES = ("float16", "bfloat16", "float32")
-PARAMS = {p: LINEAR_PARAMS[p] for p in ("block_m", "block_n", "block_k", "split_k", "group_m", "num_warps",
-                                        "num_stages")}
+PARAMS = {"block_m": (16, 32, 64, 128, 256), "block_n": (32, 64, 128), "block_k": (32, 64, 128),
+          "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (2, 3, 4)}
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "group": "exact"}
+FOLD_ROWS = 32       # tiles of at most this many rows of x scale the dot's sums, wider ones each weight element
+REUSE_M = 128        # from here on, tiles of under 64 rows of x dequantize each weight tile too often
+
+
+def _tile_fits(setting, rep) -> str | bool:
+    for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
+        value = setting[block]
+        if value > min(PARAMS[block]) and value // 2 >= rep[size]:
+            return f"{block} {value} covers {size}={rep[size]} twice over"
+    if setting["block_m"] < 64 and rep["m"] >= REUSE_M:
+        return f"block_m {setting['block_m']} on m={rep['m']} dequantizes each weight tile too often"
+    if rep["m"] >= PREFILL_M and (setting["block_m"] < 128 or setting["block_n"] < 64):
+        return f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: prefill takes 128 x 64 or wider"
+    steps = rep["k"] // (setting["block_k"] * setting["split_k"])
+    if setting["num_stages"] > max(2, steps // 2):
+        return f"{setting['num_stages']} stages over {steps} K steps a program: deeper than the loop pays for"
+    return steps_fit(setting, rep)
 
 
 def _fits(setting, rep, facts):
     if rep["group"] % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide the group size {rep['group']}"
-    found = dot_k_fits(setting, as_dtype(rep["dtype"]).itemsize, facts, per_dot=2)   # even and odd K: two dots
-    return found if found is not True else tile_fits(setting, rep)
+    itemsize = as_dtype(rep["dtype"]).itemsize
+    found = dot_k_fits(setting, itemsize, facts, per_dot=2)   # even and odd K: two dots
+    if found is not True:
+        return found
+    need, have = setting["num_stages"] * stage_bytes(setting, itemsize, 1), \
+        facts.value("memory.max_shared_memory_per_block")
+    if need > have:
+        return f"{setting['num_stages']} stages of x and weight tiles need {need} bytes of shared memory, above {have}"
+    return _tile_fits(setting, rep)
 
 
 def int4_workload(rep, device):
@@ -123,7 +157,8 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
                (m + s["block_m"]) * n) > INT32_MAX
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None)
     meta = dict(DOT=tl_type(operands), PRECISION="ieee" if operands is dtypes.float32 else None, GROUP=group,
-                SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric", WIDE=wide, BLOCK_M=s["block_m"],
+                SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric", FOLD=s["block_m"] <= FOLD_ROWS,
+                WIDE=wide, BLOCK_M=s["block_m"],
                 BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=False, **epilogue)
@@ -136,7 +171,7 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
     part = Slot("part") if p.split_k > 1 else Slot("out")
     args = (x, Slot("qweight"), Slot("scales"), Slot("zeros"), Slot("out"), part, bias, residual, m, n, k, *a,
             Slot("q_stride"), Slot("s_stride"), *bias_s[1:], *res_s[1:], *scalars)
-    launches = (Launch(int4_matmul_kernel, p.grid, args, dict(p.meta)),)
+    launches = (Launch(int4_linear_kernel, p.grid, args, dict(p.meta)),)
     work = ()
     if p.split_k > 1:
         launches += (Launch(split_epilogue_kernel, (-(-m * n // SPLIT_BLOCK),),

@@ -72,6 +72,14 @@ def tile_fits(setting, rep) -> str | bool:
         return f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: prefill takes 128 x 128 or wider"
     if setting["block_n"] == min(PARAMS["block_n"]) and rep["n"] >= WIDE_N:
         return f"block_n {setting['block_n']} on n={rep['n']} reads each A tile too often"
+    return steps_fit(setting, rep)
+
+
+def steps_fit(setting, rep) -> str | bool:
+    """The rules on K steps and the split (shared with linear_int4, whose keys have no form nor
+    precision): IEEE (FMA) steps and accumulators that pass the registers, K steps under 128 bytes
+    on long K, split K outside decode rows, a split leaving a program under two steps or passing
+    SPLIT_TILES_MAX programs."""
     step_bytes = setting["block_k"] * operand_itemsize(rep)
     fma_k = FMA_MAX_K // (2 if setting.get("kernel") == "tma" else 1)   # the persistent kernel holds more state
     if rep.get("precision") == "ieee" and setting["block_k"] > fma_k:

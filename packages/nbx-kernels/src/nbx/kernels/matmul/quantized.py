@@ -1,19 +1,22 @@
 """W4A16: x @ W.T with W a grouped int4 QuantizedTensor, dequantized in registers.
 
-The weight never exists in memory as floats: each program loads a (BLOCK_K / 2, BLOCK_N) tile of
-packed bytes (qweight [N, K / 2], byte j of a row holding q[2j] in its low nibble, q[2j + 1] in
-its high one), the scale (and minimum) of the tile's group for each of its BLOCK_N columns, and
-forms w = q * scale (+ minimum) in float32, rounded to x's dtype for the dot. The low nibbles
-multiply the even columns of the x tile and the high nibbles the odd ones: two dots of BLOCK_K / 2
-over x read at stride 2, so no interleave of the unpacked nibbles is needed (x's tile is small and
-stays in cache). BLOCK_K divides the group size, so a tile of K lies in one group.
+The weight never exists in memory as floats. qweight is [N, K / 2] bytes, byte j of a row holding
+q[2j] in its low nibble and q[2j + 1] in its high one. BLOCK_K divides the group size, so a K
+step lies in one group and loads each weight row's scale (and minimum) once.
 
-Split K, the epilogue and its fixed-order partials are those of the float kernel (fused.py).
+int4_linear_kernel (linear): the swapped product C^T = W @ x^T, weight rows on the matrix unit's
+long side, so that decode rows (M 1-16) fill a dot of 16 and the packed weight is streamed once
+along its rows. Decode tiles multiply the low nibbles by x's even columns of K and the high ones by
+its odd columns (two dots of BLOCK_K / 2, x's K pairs split in registers); wide tiles interleave
+the dequantized nibbles back into K order (tl.join) and take x^T as it lies, straight from shared
+memory. int4_step: the K step of a (x rows, weight columns) tile (two half-K dots over x read at
+stride 2, float32 dequantization), which the MoE kernels share. Split K, the epilogue and its
+fixed-order partials are those of the float kernel (fused.py).
 """
 import triton
 import triton.language as tl
 
-from ..elementwise.casts import narrow, widen
+from ..elementwise.casts import COMPILED, narrow, widen
 from ..rows import float_argument
 from .fused import epilogue
 from .kernel import _dot_operand, _grouped_tile
@@ -51,15 +54,107 @@ def int4_step(acc, a_even, a_odd, q_ptrs, s_ptrs, z_ptrs, in_n, k, DOT: tl.const
                   input_precision=PRECISION)
 
 
+@triton.jit
+def _nibble_values(n, SIGNED: tl.constexpr, DOT: tl.constexpr):
+    """The nibbles n (uint8, 0..15) as the integers q they code, exactly, in DOT: the nibble ORed
+    into the low mantissa bits of a float whose ulp is 1 (bfloat16 128, float16 1024, float32 2^23),
+    less that float, in place of an integer-to-float conversion per element. (The interpreter's
+    numpy has no bfloat16: there a bfloat16 dot takes float32 operands.)"""
+    bias: tl.constexpr = 8 if SIGNED else 0
+    if SIGNED:
+        n = n ^ 8
+    if DOT == tl.bfloat16 and COMPILED:
+        q = (n.to(tl.uint16) | 0x4300).to(tl.bfloat16, bitcast=True) - (128.0 + bias)
+    elif DOT == tl.float16:
+        q = (n.to(tl.uint16) | 0x6400).to(tl.float16, bitcast=True) - (1024.0 + bias)
+    else:
+        q = (n.to(tl.uint32) | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + bias)
+    return q
+
+
+# Four packed bytes (one register) to the low and the high nibbles as 16-bit float pairs, the same
+# magic numbers on pairs: bytes 0 and 1 (2 and 3) permuted into the two halves of a word, masked and
+# ORed with the magic pair in one lop3 (signed: XORed, which flips bit 3 and sets the magic's bits
+# at once), the high nibbles likewise after a shift by 4, then one packed fma less the magic.
+_PAIRS_ASM = """{
+.reg .b32 t0, t1, mask, magic, one, less;
+mov.b32 mask, 0x000F000F;
+mov.b32 magic, MAGIC;
+mov.b32 one, ONE;
+mov.b32 less, LESS;
+prmt.b32 t0, $4, $4, 0x0100;
+prmt.b32 t1, $4, $4, 0x0302;
+lop3.b32 $0, t0, mask, magic, LUT;
+lop3.b32 $1, t1, mask, magic, LUT;
+shr.u32 t0, t0, 4;
+shr.u32 t1, t1, 4;
+lop3.b32 $2, t0, mask, magic, LUT;
+lop3.b32 $3, t1, mask, magic, LUT;
+fma.rn.TYPE $0, $0, one, less;
+fma.rn.TYPE $1, $1, one, less;
+fma.rn.TYPE $2, $2, one, less;
+fma.rn.TYPE $3, $3, one, less;
+}"""
+# (magic, one, less) of each 16-bit dot type, unsigned and signed (q ^ 8 then less 8 more)
+_PAIRS = {(bf, signed): _PAIRS_ASM.replace("MAGIC", magic).replace("ONE", one).replace("LESS", less)
+          .replace("LUT", "0x6A" if signed else "0xEA").replace("TYPE", "bf16x2" if bf else "f16x2")
+          for bf, signed, magic, one, less in ((True, False, "0x43004300", "0x3F803F80", "0xC300C300"),
+                                               (True, True, "0x43084308", "0x3F803F80", "0xC308C308"),
+                                               (False, False, "0x64006400", "0x3C003C00", "0xE400E400"),
+                                               (False, True, "0x64086408", "0x3C003C00", "0xE408E408"))}
+PAIRS_BF16, PAIRS_BF16_SIGNED = tl.constexpr(_PAIRS[True, False]), tl.constexpr(_PAIRS[True, True])
+PAIRS_F16, PAIRS_F16_SIGNED = tl.constexpr(_PAIRS[False, False]), tl.constexpr(_PAIRS[False, True])
+
+
+@triton.jit
+def _nibble_pairs(packed, SIGNED: tl.constexpr, DOT: tl.constexpr):
+    """(q of the low nibbles, q of the high nibbles) of packed bytes, exactly, in DOT: compiled for
+    a 16-bit DOT, four bytes a few instructions (_PAIRS_ASM; elementwise code of the same numbers
+    spends three byte permutes a pair); else _nibble_values."""
+    if COMPILED and (DOT == tl.bfloat16 or DOT == tl.float16):
+        if DOT == tl.bfloat16:
+            low, high = tl.inline_asm_elementwise(PAIRS_BF16_SIGNED if SIGNED else PAIRS_BF16, "=r,=r,=r,=r,r",
+                                                  [packed], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+        else:
+            low, high = tl.inline_asm_elementwise(PAIRS_F16_SIGNED if SIGNED else PAIRS_F16, "=r,=r,=r,=r,r",
+                                                  [packed], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
+    else:
+        low, high = _nibble_values(packed & 0xF, SIGNED, DOT), _nibble_values(packed >> 4, SIGNED, DOT)
+    return low, high
+
+
+@triton.jit
+def _scaled(q, scale, minimum, ASYMMETRIC: tl.constexpr, DOT: tl.constexpr):
+    """q * scale (+ minimum) in float32, rounded to DOT as the reference rounds a cast (compiled:
+    the hardware's rounding; a weight is never NaN where its scale is not)."""
+    w = q.to(tl.float32) * scale[:, None]
+    if ASYMMETRIC:
+        w += minimum[:, None]
+    if DOT != tl.float32:
+        if COMPILED:
+            w = w.to(DOT, fp_downcast_rounding="rtne")
+        else:
+            w = narrow(w, DOT)
+    return _dot_operand(w, DOT)
+
+
 @triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
-def int4_matmul_kernel(
+def int4_linear_kernel(
     a_ptr, q_ptr, s_ptr, z_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, K,
     sam, sak, sqn, ssn, sbias_m, sbias_n, sres_m, sres_n, alpha_bits, beta_bits,
-    DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, WIDE: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr,
+    ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
 ):
-    """Grid: (tiles of M x N, SPLIT_K). sqn, ssn: the row strides of qweight (bytes) and of the
+    """C^T = W @ x^T by tiles of (BLOCK_N weight rows, BLOCK_M rows of x): the dequantized weight
+    is the dot's first operand, which the matrix unit takes from registers (Hopper's wgmma), and
+    x^T the second, from shared memory; each weight row's packed bytes are read along K, 16 bytes
+    a load from BLOCK_K = 32 on. Decode rows take BLOCK_M = 16 (the dot's least) and split K so
+    that every SM streams the weight; prefill rows take wide tiles. FOLD: the dot sums x * q and
+    the group's scale (and minimum, times the sum of x) multiply the sums once a K step (fewer
+    ops per weight element: decode); else each element is dequantized before the dot.
+    Grid: (tiles of M x N, SPLIT_K). sqn, ssn: the row strides of qweight (bytes) and of the
     scales and minima (groups); both are read at unit stride along K."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -67,30 +162,56 @@ def int4_matmul_kernel(
     rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rh = tl.arange(0, BLOCK_K // 2)
+    rk = tl.arange(0, BLOCK_K)
     if WIDE:
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rh = rh.to(tl.int64)
-    in_m = (rm < M)[:, None]
+        rk = rk.to(tl.int64)
+    in_m = rm < M
     in_n = rn < N
-    even_ptrs = a_ptr + rm[:, None] * sam + (2 * rh[None, :]) * sak
-    q_ptrs = q_ptr + rn[None, :] * sqn + rh[:, None]
+    # x^T (BLOCK_K, BLOCK_M), which wide tiles multiply by the weight's nibbles interleaved back into K
+    # order; FOLD tiles read it as (BLOCK_K / 2, BLOCK_M, 2) pairs (2j, 2j + 1) split into even and odd
+    # rows in registers, to multiply the low and high nibbles as they are (for 16 rows of x the cheaper)
+    x_ptrs = a_ptr + rm[None, :] * sam + rk[:, None] * sak
+    pair_ptrs = a_ptr + rm[None, :, None] * sam + (2 * rh[:, None, None] + tl.arange(0, 2)[None, None, :]) * sak
+    q_ptrs = q_ptr + rn[:, None] * sqn + rh[None, :]                      # (BLOCK_N, BLOCK_K / 2) bytes
+    s_ptrs = s_ptr + rn * ssn
+    z_ptrs = z_ptr + rn * ssn
 
     total = K // BLOCK_K
     per = tl.cdiv(total, SPLIT_K)
     first = split * per
     steps = tl.minimum(per, total - first)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    ones = _dot_operand(tl.full((BLOCK_N, BLOCK_K // 2), 1, DOT), DOT)
     for k in range(first, first + steps):
-        a_even = _dot_operand(tl.load(even_ptrs + k * BLOCK_K * sak, mask=in_m, other=0), DOT)
-        a_odd = _dot_operand(tl.load(even_ptrs + (k * BLOCK_K + 1) * sak, mask=in_m, other=0), DOT)
-        acc = int4_step(acc, a_even, a_odd, q_ptrs, s_ptr + rn * ssn, z_ptr + rn * ssn, in_n, k, DOT, PRECISION,
-                        GROUP, SIGNED, ASYMMETRIC, BLOCK_K)
+        packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
+        group = (k * BLOCK_K) // GROUP
+        scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
+        minimum = scale
+        if ASYMMETRIC:
+            minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
+        low, high = _nibble_pairs(packed, SIGNED, DOT)
+        if FOLD:
+            x_even, x_odd = tl.split(tl.load(pair_ptrs + k * BLOCK_K * sak, mask=in_m[None, :, None], other=0))
+            a_even, a_odd = _dot_operand(x_even, DOT), _dot_operand(x_odd, DOT)
+            sums = tl.dot(_dot_operand(low, DOT), a_even, input_precision=PRECISION)
+            sums = tl.dot(_dot_operand(high, DOT), a_odd, sums, input_precision=PRECISION)
+            acc += sums * scale[:, None]
+            if ASYMMETRIC:  # the step's sums of x, on the matrix unit (a sum across threads costs more)
+                x_sums = tl.dot(ones, a_even, input_precision=PRECISION)
+                acc += minimum[:, None] * tl.dot(ones, a_odd, x_sums, input_precision=PRECISION)
+        else:
+            w = tl.reshape(tl.join(_scaled(low, scale, minimum, ASYMMETRIC, DOT),
+                                   _scaled(high, scale, minimum, ASYMMETRIC, DOT)), (BLOCK_N, BLOCK_K))
+            x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
+            acc = tl.dot(w, x_t, acc, input_precision=PRECISION)
 
-    mask = in_m & in_n[None, :]
-    at = rm[:, None] * N + rn[None, :]
+    mask = in_n[:, None] & in_m[None, :]
+    at = rm[None, :] * N + rn[:, None]
     if SPLIT_K == 1:
-        y = epilogue(acc, acc, 0, rm[:, None], rn[None, :], mask, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0, sres_m,
+        y = epilogue(acc, acc, 0, rm[None, :], rn[:, None], mask, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0, sres_m,
                      sres_n, float_argument(alpha_bits).to(tl.float32), float_argument(beta_bits).to(tl.float32),
                      tl.float32, HAS_BIAS, ACTIVATION, HAS_RES, False)
         tl.store(c_ptr + at, narrow(y, c_ptr.dtype.element_ty), mask=mask)

@@ -25,10 +25,11 @@ from ..registry import implements
 from ..softmax import float_bits
 from ..rows import pow2_at_least
 from ..elementwise.casts import COMPILED
+from ..matmul.epilogue import TMA_ALIGN, TMA_DTYPES
 from ..matmul.tuning import stages_that_fit
 from ..types import tl_type
 from .kernel import (align_count_kernel, align_place_kernel, combine_kernel, expert_down_kernel,
-                     expert_gate_up_kernel, route_kernel)
+                     expert_gate_up_kernel, route_align_kernel, route_kernel)
 from .tuning import experts_setting
 
 INT32 = dtypes.int32
@@ -37,20 +38,67 @@ COMBINE_BLOCK = 1024
 
 # ---- routing --------------------------------------------------------------------------------------
 
-def _route_plan(shape, strides, dtype, device, top_k, scoring, renormalize, groups, kept, group_score, has_bias):
+@dataclass(frozen=True)
+class RouteOptions:
+    """What a routing launch is specialised on (moe_route's arguments but the tensors and scaling)."""
+    top_k: int
+    scoring: str
+    renormalize: bool
+    groups: int
+    kept: int
+    group_score: str
+    has_bias: bool
+
+
+def _route_meta(options: RouteOptions, count: int, block_t: int, num_warps: int) -> dict:
+    return dict(TOP_K=options.top_k, SIGMOID=options.scoring == "sigmoid", RENORM=options.renormalize,
+                HAS_BIAS=options.has_bias, GROUPS=options.groups, KEPT=options.kept, TOP2=options.group_score == "top2",
+                BLOCK_T=block_t, BLOCK_E=pow2_at_least(count), BLOCK_G=pow2_at_least(options.groups),
+                BLOCK_K=pow2_at_least(options.top_k), num_warps=num_warps)
+
+
+def _route_args(shape, strides, options: RouteOptions) -> tuple:
+    tokens, count = shape
+    bias = Slot("bias") if options.has_bias else Slot("logits")   # without a bias, the logits' pointer (never read)
+    return (Slot("logits"), bias, Slot("weights"), Slot("experts"), tokens, count, count // options.groups, *strides)
+
+
+def _route_launch(shape, strides, options: RouteOptions, device) -> Launch:
+    """route_kernel over the logits slot into the weights and experts slots."""
     tokens, count = shape
     tile = launch.tiles("moe_route", device)
-    block_e = pow2_at_least(count)
-    block_t = max(1, min(tile["block_tokens"], tile["max_elements"] // block_e))
-    meta = dict(TOP_K=top_k, SIGMOID=scoring == "sigmoid", RENORM=renormalize, HAS_BIAS=has_bias, GROUPS=groups,
-                KEPT=kept, TOP2=group_score == "top2", BLOCK_T=block_t, BLOCK_E=block_e,
-                BLOCK_G=pow2_at_least(groups), BLOCK_K=pow2_at_least(top_k), num_warps=tile["num_warps"])
-    bias = Slot("bias") if has_bias else Slot("logits")   # without a bias, the logits' pointer (never read)
-    args = (Slot("logits"), bias, Slot("weights"), Slot("experts"), tokens, count, count // groups, *strides,
-            Slot("scaling_bits"))
-    return LaunchPlan(device, (Launch(route_kernel, (triton_cdiv(tokens, block_t),), args, meta),),
-                      outputs=(plans.output("weights", (tokens, top_k), dtypes.float32),
-                               plans.output("experts", (tokens, top_k), INT32)))
+    block_t = max(1, min(tile["block_tokens"], tile["max_elements"] // pow2_at_least(count)))
+    return Launch(route_kernel, (triton_cdiv(tokens, block_t),), (*_route_args(shape, strides, options),
+                                                                   Slot("scaling_bits")),
+                  _route_meta(options, count, block_t, tile["num_warps"]))
+
+
+def _route_align_launch(shape, strides, options: RouteOptions, block_m: int, device, prefix: str) -> Launch:
+    """route_align_kernel (the band's routing and alignment in one program), its tables named
+    prefix + name as _align_launches names them."""
+    tokens, count = shape
+    pairs = tokens * options.top_k
+    block_t = pow2_at_least(tokens)
+    # one program holds every token's [experts] rows: at most 16 elements of one a thread (sm_90's
+    # ptxas spilled 16 tokens x 256 experts at 4 warps, 32 a thread; not at 8 warps)
+    warps = min(16, max(launch.tiles("moe_route", device)["num_warps"], pow2_at_least(block_t * pow2_at_least(count)
+                                                                                       // 512)))
+    meta = _route_meta(options, count, block_t, warps)
+    tables = tuple(Slot(prefix + name) for name in ("sorted_pairs", "block_experts", "inverse", "padded_count"))
+    args = _route_args(shape, strides, options)
+    return Launch(route_align_kernel, (1,), (*args[:4], *tables, *args[4:], Slot("scaling_bits"),
+                                             align_capacity(pairs, count, block_m)),
+                  dict(meta, BLOCK_M=block_m, BLOCKS_PER_EXPERT=pow2_at_least(triton_cdiv(block_t, block_m)),
+                       BLOCK=launch.tiles("moe_align", device)["block"]))
+
+
+def _route_outputs(tokens: int, top_k: int, make) -> tuple:
+    return make("weights", (tokens, top_k), dtypes.float32), make("experts", (tokens, top_k), INT32)
+
+
+def _route_plan(shape, strides, dtype, device, options: RouteOptions):
+    return LaunchPlan(device, (_route_launch(shape, strides, options, device),),
+                      outputs=_route_outputs(shape[0], options.top_k, plans.output))
 
 
 def triton_cdiv(a: int, b: int) -> int:
@@ -58,8 +106,8 @@ def triton_cdiv(a: int, b: int) -> int:
 
 
 def route_plan(logits, top_k, scoring, renormalize, groups, kept, group_score, correction_bias) -> LaunchPlan:
-    signature = (logits.shape, logits.strides, logits.dtype, logits.device, top_k, scoring, renormalize, groups, kept,
-                 group_score, correction_bias is not None)
+    options = RouteOptions(top_k, scoring, renormalize, groups, kept, group_score, correction_bias is not None)
+    signature = (logits.shape, logits.strides, logits.dtype, logits.device, options)
     return plans.cached("moe_route", signature, lambda: _route_plan(*signature))
 
 
@@ -134,6 +182,7 @@ class ExpertsPlan:
     setting: dict
     capacity: int     # rows of the sorted pairs (a multiple of block_m)
     band: bool        # the one-token band's setting
+    tma: bool = False # the expert GEMMs read their weights (and down its intermediate) through descriptors
 
 
 @dataclass(frozen=True)
@@ -147,6 +196,7 @@ class WeightLayout:
     down_scales: tuple = (0, 0)
     group: int = 0          # 0: float weights
     scheme: str = "none"
+    descriptors: bool = False   # float weights a tensor descriptor can read: contiguous, 16-byte rows and bases
 
     @property
     def label(self) -> str:
@@ -161,7 +211,8 @@ def weight_layout(w_gate, w_up, w_down) -> WeightLayout:
         if w_gate.strides != w_up.strides:
             raise NotSupportedError(f"moe_experts reads w_gate and w_up with one set of strides; got "
                                     f"{w_gate.strides} and {w_up.strides} (make them contiguous)")
-        return WeightLayout(tuple(w_gate.shape), tuple(w_gate.strides), tuple(w_down.strides))
+        return WeightLayout(tuple(w_gate.shape), tuple(w_gate.strides), tuple(w_down.strides),
+                            descriptors=_descriptor_ready(w_gate, w_up, w_down))
     if not all(quantized) or len({(w.group_size, w.scheme) for w in (w_gate, w_up, w_down)}) > 1:
         raise NotSupportedError("moe_experts takes int4 expert weights for gate, up and down alike, of one group "
                                 "size and scheme")
@@ -172,6 +223,15 @@ def weight_layout(w_gate, w_up, w_down) -> WeightLayout:
     return WeightLayout(tuple(w_gate.shape), tuple(w_gate.qweight.strides), tuple(w_down.qweight.strides),
                         tuple(w_gate.scales.strides[:2]), tuple(w_down.scales.strides[:2]), w_gate.group_size,
                         w_gate.scheme)
+
+
+def _descriptor_ready(w_gate, w_up, w_down) -> bool:
+    """Whether the TMA kernels can read the float weights as [E * N, K] matrices (matmul's rules:
+    its descriptor dtypes, unit last stride, 16-byte aligned rows and bases)."""
+    if w_gate.dtype.name not in TMA_DTYPES or w_gate.dtype.itemsize == 1:
+        return False
+    return all(w.is_contiguous() and w.shape[-1] * w.dtype.itemsize % TMA_ALIGN == 0
+               and w.data_ptr() % TMA_ALIGN == 0 for w in (w_gate, w_up, w_down))
 
 
 def _weight_values(w_gate, w_up, w_down) -> dict:
@@ -195,7 +255,10 @@ def _dot_types(dtype, int4: bool):
     return tl_type(dtype), acc, precision
 
 
-def _experts_build(x_layout, w: WeightLayout, k: int, device, setting) -> LaunchPlan:
+def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=None) -> LaunchPlan:
+    """The layer's plan over given weights and experts, or, with route = (logits shape, strides,
+    RouteOptions), over its own routing of the logits slot (moe_routed_experts): route_kernel then
+    the alignment's two launches, or in the band route_align_kernel alone (the same tables)."""
     (tokens, hidden), x_strides, dtype = x_layout
     count, inter, _ = w.shape
     from .tuning import BAND_TOKENS
@@ -209,9 +272,12 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting) -> Launch
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline); gate/up's stages hold two weight tiles
         stages = stages_that_fit({**s, "block_k": block_k}, dtype.itemsize, 2 * dtype.itemsize, launch.facts(device))
+    # the descriptor loads where the setting asks for them and the weights and device allow (else
+    # the pointer kernel at the same tile: the same products)
+    tma = s.get("loads") == "tma" and w.descriptors and bool(launch.facts(device).value("matrix_unit.tma"))
     gemm = dict(DOT=dot, ACC=acc, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=s["block_n"], BLOCK_K=block_k,
                 GROUP_M=s["group_m"], INT4=int4, GROUP=max(w.group, 1), SIGNED=w.scheme == "symmetric",
-                ASYMMETRIC=w.scheme == "asymmetric", num_warps=s["num_warps"], num_stages=stages)
+                ASYMMETRIC=w.scheme == "asymmetric", TMA=tma, num_warps=s["num_warps"], num_stages=stages)
     blocks = capacity // block_m
     p = "align_"
     scales = ((Slot("s_gate"), Slot("z_gate"), Slot("s_up"), Slot("z_up"), Slot("s_down"), Slot("z_down")) if int4 else
@@ -219,19 +285,27 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting) -> Launch
     gate_up = Launch(expert_gate_up_kernel, (blocks * triton_cdiv(inter, s["block_n"]),),
                      (Slot("x"), Slot("w_gate"), Slot("w_up"), *scales[:4], Slot("h"), Slot(p + "sorted_pairs"),
                       Slot(p + "block_experts"), capacity, inter, hidden, pairs, k, *x_strides, *w.gate,
-                      *w.gate_scales), dict(EVEN_K=hidden % block_k == 0, **gemm))
+                      *w.gate_scales, count * inter), dict(EVEN_K=hidden % block_k == 0, **gemm))
     down = Launch(expert_down_kernel, (blocks * triton_cdiv(hidden, s["block_n"]),),
                   (Slot("h"), Slot("w_down"), *scales[4:], Slot("pair_rows"), Slot("weights"), Slot(p + "sorted_pairs"),
-                   Slot(p + "block_experts"), capacity, hidden, inter, pairs, *w.down, *w.down_scales),
+                   Slot(p + "block_experts"), capacity, hidden, inter, pairs, *w.down, *w.down_scales,
+                   count * hidden),
                   dict(EVEN_K=inter % block_k == 0, **gemm))
     combine = Launch(combine_kernel, (tokens, triton_cdiv(hidden, COMBINE_BLOCK)),
                      (Slot("pair_rows"), Slot("out"), hidden), dict(TOP_K=k, ACC=acc, BLOCK=COMBINE_BLOCK))
-    workspace = (plans.workspace(p + "counts", (count,), INT32), *_align_tables(pairs, count, block_m,
-                                                                                 plans.workspace, p),
+    band = tokens <= BAND_TOKENS
+    counts = () if route is not None and band else (plans.workspace(p + "counts", (count,), INT32),)
+    workspace = (*counts, *_align_tables(pairs, count, block_m, plans.workspace, p),
                  plans.workspace("h", (capacity, inter), dtype), plans.workspace("pair_rows", (pairs, hidden), dtype))
-    return LaunchPlan(device, (*_align_launches(pairs, count, block_m, device, p), gate_up, down, combine),
-                      outputs=(plans.output("out", (tokens, hidden), dtype),), workspace=workspace,
-                      copies=("experts", "weights"), detail=ExpertsPlan(s, capacity, tokens <= BAND_TOKENS))
+    if route is None:
+        first, copies = _align_launches(pairs, count, block_m, device, p), ("experts", "weights")
+    else:
+        shape, strides, options = route
+        first = ((_route_align_launch(shape, strides, options, block_m, device, p),) if band else
+                 (_route_launch(shape, strides, options, device), *_align_launches(pairs, count, block_m, device, p)))
+        workspace, copies = (*_route_outputs(tokens, k, plans.workspace), *workspace), ()
+    return LaunchPlan(device, (*first, gate_up, down, combine), outputs=(plans.output("out", (tokens, hidden), dtype),),
+                      workspace=workspace, copies=copies, detail=ExpertsPlan(s, capacity, band, tma))
 
 
 def experts_plan(x, weights, experts, w_gate, w_up, w_down, setting=None) -> LaunchPlan:
@@ -254,7 +328,78 @@ def launch_experts(x, weights, experts, w_gate, w_up, w_down, out: Tensor | None
     return plans.execute(plan, values)["out"]
 
 
-STAGES = {"alignment": slice(0, 2), "gemms": slice(2, 4), "combine": slice(4, 5)}   # the plan's launches
+# ---- the routed layer: routing and the expert layer in one plan -------------------------------
+
+def _route_options(logits, top_k, scoring="softmax", renormalize=True, groups=1, kept=1, group_score="max",
+                   correction_bias=None, scaling=1.0):
+    """(RouteOptions, the bias, the scaling) of moe_route's normalized arguments."""
+    options = RouteOptions(int(top_k), scoring, bool(renormalize), int(groups), int(kept), group_score,
+                           correction_bias is not None)
+    return options, correction_bias, float(scaling)
+
+
+def routed_plan(x, logits, w_gate, w_up, w_down, options: RouteOptions, setting=None) -> LaunchPlan:
+    w = weight_layout(w_gate, w_up, w_down)
+    x_layout = (tuple(x.shape), tuple(x.strides), x.dtype)
+    route = (tuple(logits.shape), tuple(logits.strides), options)
+    signature = (x_layout, w, route, logits.dtype, x.device, plans.setting_key(setting))
+    return plans.cached("moe_routed_experts", signature,
+                        lambda: _experts_build(x_layout, w, options.top_k, x.device, setting, route))
+
+
+def _routed_values(x, logits, w_gate, w_up, w_down, bias, scaling) -> dict:
+    return {"x": x, "logits": logits, "bias": bias, "scaling_bits": float_bits(scaling),
+            **_weight_values(w_gate, w_up, w_down)}
+
+
+@implements("moe_routed_experts")
+def _moe_routed_experts(x, logits, w_gate, w_up, w_down, *routing):
+    if x.shape[0] == 0:
+        return launch.output(x.shape, x.dtype, x.device)
+    options, bias, scaling = _route_options(logits, *routing)
+    plan = routed_plan(x, logits, w_gate, w_up, w_down, options)
+    return plans.execute(plan, _routed_values(x, logits, w_gate, w_up, w_down, bias, scaling))["out"]
+
+
+@declares("moe_routed_experts")
+def _routed_cost(x, logits, w_gate, w_up, w_down, *routing) -> Cost:
+    """The routing's bytes (the logits read, weights and experts written) and the expert layer's."""
+    if x.shape[0] == 0:
+        return Cost((plans.output("out", x.shape, x.dtype).buffer(),), 0, 0, 0)
+    options, _, _ = _route_options(logits, *routing)
+    plan = routed_plan(x, logits, w_gate, w_up, w_down, options)
+    pairs = x.shape[0] * options.top_k
+    alignment_reads = 0 if plan.detail.band else 2 * logits.shape[1] * pairs * 4   # the band's ids stay in registers
+    moved = logits.size * logits.dtype.itemsize + pairs * 8 + alignment_reads
+    return Cost(plan.buffers(), moved + _layer_bytes(x, options.top_k, w_gate, w_up, w_down, plan),
+                6 * x.shape[0] * options.top_k * x.shape[1] * w_gate.shape[1] + 6 * logits.size * options.top_k,
+                len(plan.launches), notes=_layer_notes(plan))
+
+
+def band_tables(logits, top_k, block_m, *routing) -> dict:
+    """route_align_kernel's outputs alone (tests: the tables equal moe_route's and moe_align's):
+    weights, experts, sorted_pairs, block_experts, inverse, padded_count."""
+    options, bias, scaling = _route_options(logits, top_k, *routing)
+    tokens, count = logits.shape
+
+    def build():
+        pairs = tokens * options.top_k
+        return LaunchPlan(logits.device, (_route_align_launch(logits.shape, logits.strides, options, block_m,
+                                                              logits.device, ""),),
+                          outputs=(*_route_outputs(tokens, options.top_k, plans.output),
+                                   *_align_tables(pairs, count, block_m, plans.output)))
+    plan = plans.cached("moe_route_align", (logits.shape, logits.strides, logits.dtype, logits.device, options,
+                                            block_m), build)
+    return plans.execute(plan, {"logits": logits, "bias": bias, "scaling_bits": float_bits(scaling)})
+
+
+STAGES = {"alignment": slice(0, -3), "gemms": slice(-3, -1), "combine": slice(-1, None)}   # the plan's launches
+
+
+def _staged(plan: LaunchPlan, values: dict) -> dict:
+    plans.execute(plan, values)
+    parts = {name: LaunchPlan(plan.device, plan.launches[part]) for name, part in STAGES.items()}
+    return {name: (lambda part=part: plans.execute(part, values)) for name, part in parts.items()}
 
 
 def staged_runs(x, weights, experts, w_gate, w_up, w_down) -> dict:
@@ -262,10 +407,15 @@ def staged_runs(x, weights, experts, w_gate, w_up, w_down) -> dict:
     breakdown: {stage: fn()}, after one whole run has filled the tables and the intermediates each
     stage reads (a stage rerun writes what it wrote before: the same bits)."""
     plan = experts_plan(x, weights, experts, w_gate, w_up, w_down)
-    values = {"x": x, "weights": weights, "experts": experts, **_weight_values(w_gate, w_up, w_down)}
-    plans.execute(plan, values)
-    parts = {name: LaunchPlan(plan.device, plan.launches[part]) for name, part in STAGES.items()}
-    return {name: (lambda part=part: plans.execute(part, values)) for name, part in parts.items()}
+    return _staged(plan, {"x": x, "weights": weights, "experts": experts, **_weight_values(w_gate, w_up, w_down)})
+
+
+def routed_staged_runs(x, logits, w_gate, w_up, w_down, top_k, **routing) -> dict:
+    """staged_runs of moe_routed_experts' plan: its "alignment" stage is the routing and the
+    alignment (one launch in the band, three past it)."""
+    options, bias, scaling = _route_options(logits, top_k, **routing)
+    plan = routed_plan(x, logits, w_gate, w_up, w_down, options)
+    return _staged(plan, _routed_values(x, logits, w_gate, w_up, w_down, bias, scaling))
 
 
 @implements("moe_experts")
@@ -283,13 +433,26 @@ def experts_cost(x, weights, experts, w_gate, w_up, w_down) -> Cost:
     if tokens == 0:
         return Cost((plans.output("out", x.shape, x.dtype).buffer(),), 0, 0, 0)
     plan = experts_plan(x, weights, experts, w_gate, w_up, w_down)
-    pairs, item = experts.size, x.dtype.itemsize
+    alignment_reads = 2 * count * experts.size * experts.dtype.itemsize   # each expert's programs read every id
+    return Cost(plan.buffers(), _layer_bytes(x, experts.shape[1], w_gate, w_up, w_down, plan) + alignment_reads,
+                6 * experts.size * hidden * inter, len(plan.launches), notes=_layer_notes(plan))
+
+
+def _layer_bytes(x, k, w_gate, w_up, w_down, plan) -> int:
+    """x's rows once per pair, the weights of the experts that can be hit (at most one per pair),
+    the intermediate and the pair rows written and read, the output."""
+    tokens, hidden = x.shape
+    count, inter, _ = w_gate.shape
+    pairs, item = tokens * k, x.dtype.itemsize
     hit = min(count, pairs)
     expert_bytes = sum(w.nbytes for w in (w_gate, w_up, w_down)) // count   # int4: bytes, scales and minima
-    moved = (pairs * hidden * item + hit * expert_bytes + 2 * plan.detail.capacity * inter * item
-             + 3 * pairs * hidden * item + tokens * hidden * item + 2 * count * pairs * experts.dtype.itemsize)
-    return Cost(plan.buffers(), moved, 6 * pairs * hidden * inter, len(plan.launches),
-                notes=(f"block_m {plan.detail.setting['block_m']}" + (" (band)" if plan.detail.band else ""),))
+    return (pairs * hidden * item + hit * expert_bytes + 2 * plan.detail.capacity * inter * item
+            + 3 * pairs * hidden * item + tokens * hidden * item)
 
 
-__all__ = ["launch_experts", "experts_plan", "staged_runs", "STAGES", "weight_layout", "WeightLayout", "route_plan", "align_plan", "experts_cost"]
+def _layer_notes(plan) -> tuple:
+    return (f"block_m {plan.detail.setting['block_m']}" + (" (band)" if plan.detail.band else ""),)
+
+
+__all__ = ["launch_experts", "experts_plan", "staged_runs", "routed_staged_runs", "routed_plan", "band_tables",
+           "RouteOptions", "STAGES", "weight_layout", "WeightLayout", "route_plan", "align_plan", "experts_cost"]

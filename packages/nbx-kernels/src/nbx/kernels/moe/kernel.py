@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
-from ..matmul.kernel import _dot_operand, _grouped_tile, k_steps
+from ..matmul.kernel import _dot_operand, _grouped_tile, _tf32_operand, k_steps, load_operand
 from ..matmul.quantized import int4_step
 from ..rows import float_argument
 
@@ -41,13 +41,15 @@ def _pick(key, allowed, index, BIG: tl.constexpr):
     return _first_of(allowed & (key == best[:, None]), index, BIG)
 
 
-@triton.jit(do_not_specialize=["scaling_bits"])
-def route_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, T, E, GROUP_SIZE, s_t, s_e, scaling_bits,
-                 TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
-                 BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Grid: (cdiv(T, BLOCK_T),). weights (float32) and experts (int32) are contiguous [T, TOP_K]."""
-    rt = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+@triton.jit
+def _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e, scaling,
+                TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
+                GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
+                BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tokens rt's routing: (weights float32 [BLOCK_T, BLOCK_K], experts int32 [BLOCK_T, BLOCK_K],
+    slot int32 [BLOCK_T, BLOCK_E]), slot j in column j (columns past TOP_K and rows past T hold no
+    choice); slot[t, e] is the slot that chose expert e for token t, -1 where none did (the band's
+    alignment reads it; route_kernel does not, and the compiler drops it)."""
     re = tl.arange(0, BLOCK_E)
     in_t = rt < T
     in_e = (re < E)[None, :]
@@ -86,19 +88,81 @@ def route_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, T, E, GROUP_SIZ
     rk = tl.arange(0, BLOCK_K)[None, :]
     weights = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
     ids = tl.zeros((BLOCK_T, BLOCK_K), tl.int32)
+    slot = tl.full((BLOCK_T, BLOCK_E), -1, tl.int32)
     for j in tl.static_range(TOP_K):
         e = _pick(key, allowed, re[None, :], BLOCK_E)
         hit = re[None, :] == e[:, None]
         allowed = allowed & ~hit
         weights = tl.where(rk == j, tl.sum(tl.where(hit, scores, 0.0), axis=1)[:, None], weights)
         ids = tl.where(rk == j, e[:, None], ids)
+        slot = tl.where(hit, j, slot)
     if RENORM:
         weights = weights / tl.sum(weights, axis=1)[:, None]
-    weights = weights * float_argument(scaling_bits).to(tl.float32)
-    at = rows * TOP_K + rk
-    mask = in_t[:, None] & (rk < TOP_K)
+    return weights * scaling, ids, slot
+
+
+@triton.jit(do_not_specialize=["scaling_bits"])
+def route_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, T, E, GROUP_SIZE, s_t, s_e, scaling_bits,
+                 TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
+                 BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Grid: (cdiv(T, BLOCK_T),). weights (float32) and experts (int32) are contiguous [T, TOP_K]."""
+    rt = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    weights, ids, _ = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
+                                  float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS,
+                                  GROUPS, KEPT, TOP2, BLOCK_T, BLOCK_E, BLOCK_G, BLOCK_K)
+    rk = tl.arange(0, BLOCK_K)[None, :]
+    at = rt.to(tl.int64)[:, None] * TOP_K + rk
+    mask = (rt < T)[:, None] & (rk < TOP_K)
     tl.store(weights_ptr + at, weights, mask=mask)
     tl.store(experts_ptr + at, ids, mask=mask)
+
+
+@triton.jit(do_not_specialize=["scaling_bits"])
+def route_align_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, sorted_ptr, block_experts_ptr, inverse_ptr,
+                       padded_ptr, T, E, GROUP_SIZE, s_t, s_e, scaling_bits, CAPACITY,
+                       TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
+                       GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
+                       BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCKS_PER_EXPERT: tl.constexpr, BLOCK: tl.constexpr):
+    """Grid: (1,), T <= BLOCK_T: the routing of route_kernel and the alignment of align_count_kernel
+    and align_place_kernel (the same tables) in one program, for the one-token band, where those
+    three launches cost more than their work. A token's experts are distinct, so the pairs are the
+    chosen cells of the routing's [tokens, experts] slot matrix, an expert's pairs in token order
+    are in pair order, and an expert has at most T of them (BLOCKS_PER_EXPERT row blocks): its
+    counts are the matrix's column sums, each run starts at the prefix sum of the padded counts, and
+    a pair's rank in its run is the running count down its column. The pairs, each run's padding and
+    the tail are disjoint positions: no store overwrites another."""
+    rt = tl.arange(0, BLOCK_T)
+    weights, ids, slot = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
+                                     float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS,
+                                     GROUPS, KEPT, TOP2, BLOCK_T, BLOCK_E, BLOCK_G, BLOCK_K)
+    rk = tl.arange(0, BLOCK_K)[None, :]
+    in_pair = (rt < T)[:, None] & (rk < TOP_K)
+    tl.store(weights_ptr + rt[:, None] * TOP_K + rk, weights, mask=in_pair)
+    tl.store(experts_ptr + rt[:, None] * TOP_K + rk, ids, mask=in_pair)
+    P = T * TOP_K
+    re = tl.arange(0, BLOCK_E)
+    chosen = (slot >= 0) & (rt < T)[:, None]                    # [tokens, experts]: a pair each
+    member = chosen.to(tl.int32)
+    counts = tl.sum(member, axis=0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    start = tl.cumsum(padded, axis=0) - padded
+    at = start[None, :] + tl.cumsum(member, axis=0) - member
+    pair = rt[:, None] * TOP_K + slot
+    tl.store(sorted_ptr + at, pair, mask=chosen)
+    tl.store(inverse_ptr + pair, at, mask=chosen)
+    rm = tl.arange(0, BLOCK_M)[None, :]
+    tl.store(sorted_ptr + (start + counts)[:, None] + rm, P, mask=rm < (padded - counts)[:, None])
+    rb = tl.arange(0, BLOCKS_PER_EXPERT)[None, :]
+    tl.store(block_experts_ptr + (start // BLOCK_M)[:, None] + rb, re[:, None], mask=rb < (padded // BLOCK_M)[:, None])
+    used = tl.sum(padded, axis=0)
+    tl.store(padded_ptr, used)
+    r = tl.arange(0, BLOCK)
+    for first in range(used, CAPACITY, BLOCK):
+        tl.store(sorted_ptr + first + r, P, mask=first + r < CAPACITY)
+    for b in range(used // BLOCK_M, CAPACITY // BLOCK_M, BLOCK):
+        tl.store(block_experts_ptr + b + r, -1, mask=b + r < CAPACITY // BLOCK_M)
 
 
 @triton.jit
@@ -156,7 +220,30 @@ def _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M: tl.constexpr
     expert = tl.load(block_experts_ptr + block).to(tl.int64)
     rows = block.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     pairs = tl.load(sorted_ptr + rows).to(tl.int64)
-    return expert, rows, pairs, pairs < P, tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return expert, rows, pairs, pairs < P, tile_n * BLOCK_N + tl.arange(0, BLOCK_N), block, tile_n
+
+
+@triton.jit
+def _descriptor_steps(acc, acc_g, a_ptrs, in_m, rk, a_desc, a_row, b_desc, g_desc, b_row, K, sak,
+                      DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, A_DESC: tl.constexpr,
+                      GATED: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc (and acc_g: GATED) over every K step, the weight tiles read through descriptors over the
+    stacked weights as one [E * N, K] matrix, at row b_row = expert * N + the tile's first column (a
+    tile past the expert's N rows reads the next expert's, in columns never stored; past the last,
+    zeros; K's tail reads zeros); A through a_desc at row a_row (A_DESC: rows that lie in order) or
+    gathered through pointers (a_ptrs at step 0, rows in_m, K's tail masked)."""
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if A_DESC:
+            a = _dot_operand(a_desc.load([a_row, k * BLOCK_K]), DOT)
+        else:
+            a = load_operand(a_ptrs + k * BLOCK_K * sak, in_m & (rk[None, :] < K - k * BLOCK_K), DOT)
+        a = _tf32_operand(a, PRECISION)
+        b = _tf32_operand(_dot_operand(b_desc.load([b_row, k * BLOCK_K]).T, DOT), PRECISION)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
+        if GATED:
+            g = _tf32_operand(_dot_operand(g_desc.load([b_row, k * BLOCK_K]).T, DOT), PRECISION)
+            acc_g = tl.dot(a, g, acc_g, input_precision=PRECISION, out_dtype=ACC)
+    return acc, acc_g
 
 
 @triton.jit
@@ -176,15 +263,18 @@ def _int4_operands(a_ptrs, k, sak, in_m, DOT: tl.constexpr, BLOCK_K: tl.constexp
 
 @triton.jit
 def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, sg_ptr, zg_ptr, su_ptr, zu_ptr, h_ptr, sorted_ptr, block_experts_ptr,
-                          ROWS, N, K, P, TOP_K, sx_t, sx_k, sw_e, sw_n, sw_k, ss_e, ss_n,
+                          ROWS, N, K, P, TOP_K, sx_t, sx_k, sw_e, sw_n, sw_k, ss_e, ss_n, W_ROWS,
                           DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                          INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr):
+                          INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+                          TMA: tl.constexpr):
     """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). h[row] = silu(x[t] W_g[e]^T) * (x[t] W_u[e]^T) over
     N = I columns for the pair of each sorted row (t = pair // TOP_K); h is contiguous [rows, N].
     INT4: the weights are packed int4 (W4A16, matmul/quantized.py's step; sw_* index their bytes,
-    ss_* their scales and minima); else float, read through sw_* (element strides)."""
-    expert, rows, pairs, valid, rn = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M, BLOCK_N, GROUP_M)
+    ss_* their scales and minima); else float, read through sw_* (element strides), or (TMA) through
+    descriptors over the contiguous weights as [W_ROWS = E * N, K] (x's rows, gathered, by pointers)."""
+    expert, rows, pairs, valid, rn, _, tile_n = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M,
+                                                            BLOCK_N, GROUP_M)
     if expert < 0:
         return
     tokens = pairs // TOP_K
@@ -203,6 +293,14 @@ def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, sg_ptr, zg_ptr, su_ptr, zu_ptr,
                             BLOCK_K)
             acc_u = int4_step(acc_u, a_even, a_odd, qu, su, zu, rn < N, k, DOT, PRECISION, GROUP, SIGNED,
                               ASYMMETRIC, BLOCK_K)
+    elif TMA:
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = x_ptr + tokens[:, None] * sx_t + rk[None, :] * sx_k
+        g_desc = tl.make_tensor_descriptor(wg_ptr, shape=[W_ROWS, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+        u_desc = tl.make_tensor_descriptor(wu_ptr, shape=[W_ROWS, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+        acc, acc_u = _descriptor_steps(acc, acc_u, a_ptrs, in_m, rk, g_desc, 0, g_desc, u_desc,
+                                       (expert * N + tile_n * BLOCK_N).to(tl.int32), K, sx_k, DOT, ACC, PRECISION,
+                                       False, True, BLOCK_K)
     else:
         rk = tl.arange(0, BLOCK_K)
         a_ptrs = x_ptr + tokens[:, None] * sx_t + rk[None, :] * sx_k
@@ -216,14 +314,17 @@ def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, sg_ptr, zg_ptr, su_ptr, zu_ptr,
 
 @triton.jit
 def expert_down_kernel(h_ptr, wd_ptr, sd_ptr, zd_ptr, out_ptr, weights_ptr, sorted_ptr, block_experts_ptr, ROWS, N, K,
-                       P, sw_e, sw_n, sw_k, ss_e, ss_n,
+                       P, sw_e, sw_n, sw_k, ss_e, ss_n, W_ROWS,
                        DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                       INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr):
+                       INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+                       TMA: tl.constexpr):
     """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). out[pair] = weight[pair] * (h[row] W_d[e]^T) over
     N = H columns; h is contiguous [rows, K = I], out contiguous [P, N], weights contiguous [P];
-    INT4 as the gate/up kernel's."""
-    expert, rows, pairs, valid, rn = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M, BLOCK_N, GROUP_M)
+    INT4 and TMA as the gate/up kernel's (TMA: h's rows, in sorted order, through a descriptor too;
+    a padding row's product is never stored)."""
+    expert, rows, pairs, valid, rn, block, tile_n = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M,
+                                                                BLOCK_N, GROUP_M)
     if expert < 0:
         return
     in_m = valid[:, None]
@@ -237,6 +338,12 @@ def expert_down_kernel(h_ptr, wd_ptr, sd_ptr, zd_ptr, out_ptr, weights_ptr, sort
             a_even, a_odd = _int4_operands(a_ptrs, k, 1, in_m, DOT, BLOCK_K)
             acc = int4_step(acc, a_even, a_odd, q, sc, z, rn < N, k, DOT, PRECISION, GROUP, SIGNED, ASYMMETRIC,
                             BLOCK_K)
+    elif TMA:
+        h_desc = tl.make_tensor_descriptor(h_ptr, shape=[ROWS, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+        d_desc = tl.make_tensor_descriptor(wd_ptr, shape=[W_ROWS, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+        acc, _ = _descriptor_steps(acc, acc, h_ptr, in_m, rn, h_desc, block * BLOCK_M, d_desc, d_desc,
+                                   (expert * N + tile_n * BLOCK_N).to(tl.int32), K, 1, DOT, ACC, PRECISION, True,
+                                   False, BLOCK_K)
     else:
         rk = tl.arange(0, BLOCK_K)
         a_ptrs = h_ptr + rows[:, None] * K + rk[None, :]

@@ -14,7 +14,6 @@ The launch key (launch_key): tokens (the power of two at or above the count), ex
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -30,9 +29,16 @@ from ..rows import pow2_at_least
 BAND_TOKENS = 16
 # block_k under 64 and 2 stages never paid for 16-bit operands in matmul's sweeps: left out to keep
 # a key's sweep short; group_m is matmul's single value
+# loads: the weights' tiles (and the down product's intermediate rows) through pointers, or through
+# tensor descriptors (tma: Hopper's copy engine) where matrix_unit.tma holds. Compiled for sm_90
+# (Triton 3.9), the pointer gate/up kernel spilled at every tile looked at (3648 bytes of stack at
+# the band's certified 16 x 64 x 128, 4 warps; 4272 at 32 x 128 x 64) and kept 20 KiB of shared
+# memory (its loads not pipelined); through descriptors none spilled (156-229 registers)
 PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (64, 128, 256), "block_k": (64, 128), "group_m": (8,),
-          "num_warps": (4, 8), "num_stages": (3, 4)}
-BAND_PARAMS = {**PARAMS, "block_m": (16, 32)}
+          "num_warps": (4, 8), "num_stages": (3, 4), "loads": ("pointers", "tma")}
+# the band adds 32-column tiles: one Qwen3-30B-A3B token's gate/up launch is 8 row blocks x 768 / 64
+# = 96 programs at block_n 64, under the H200's 132 SMs, so its weights stream through part of them
+BAND_PARAMS = {**PARAMS, "block_m": (16, 32), "block_n": (32, 64, 128, 256)}
 # tokens: the power of two at or above the count (rows.pow2_at_least, as the row kernels key their
 # width): a tile's fit follows an expert's rows, tokens * top_k / experts, on an octave scale, and a
 # model's prefill lengths then take 10 classes up to 8192 and the band 5, each screened or certified
@@ -50,6 +56,14 @@ def _fits(setting, rep, facts):
     """Rows per expert twice under block_m or four times over a block_m under 64 (a short sweep:
     a small row block pays only for a few rows an expert), tiles twice the key's sizes, and stages
     of the gated product that shared memory cannot hold."""
+    if setting.get("loads") == "tma":
+        itemsize = as_dtype(rep["dtype"]).itemsize
+        if not facts.value("matrix_unit.tma"):
+            return "matrix_unit.tma is false: no tensor-descriptor copies"
+        if rep["weights"] != "dense" or itemsize == 8:
+            return f"{rep['weights']} {rep['dtype']} weights take pointer loads"
+        if (rep["hidden"] * itemsize) % 16 or (rep["inter"] * itemsize) % 16:
+            return "the key's weight rows are not 16-byte multiples: no descriptor reads them"
     if rep["weights"] != "dense" and int(rep["weights"].rsplit("-g", 1)[1]) % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide the int4 group of {rep['weights']}"
     rows = math.ceil(rep["tokens"] * rep["top_k"] / rep["experts"])
@@ -92,18 +106,15 @@ def _normal(shape, seed: int, scale: float) -> np.ndarray:
     return values
 
 
-@functools.lru_cache(maxsize=1)
 def _host_weights(count: int, inter: int, hidden: int, dtype: str) -> tuple:
-    """w_gate, w_up, w_down of a layer on the host in the key's dtype (read-only), kept for the next
-    key of the same layer: a certification screens a layer's keys one after another, and Mixtral's
-    1.4 G weights take seconds to draw."""
-    host = as_dtype(dtype).host
-    drawn = (_normal((count, inter, hidden), 21, 1 / math.sqrt(hidden)).astype(host),
-             _normal((count, inter, hidden), 13, 1 / math.sqrt(hidden)).astype(host),
-             _normal((count, hidden, inter), 17, 1 / math.sqrt(inter)).astype(host))
-    for w in drawn:
-        w.flags.writeable = False
-    return drawn
+    """w_gate, w_up, w_down of a layer on the host in the key's dtype (read-only), kept by
+    autotune.kept_inputs for the next key of the same layer."""
+    def draw():
+        host = as_dtype(dtype).host
+        return (_normal((count, inter, hidden), 21, 1 / math.sqrt(hidden)).astype(host),
+                _normal((count, inter, hidden), 13, 1 / math.sqrt(hidden)).astype(host),
+                _normal((count, hidden, inter), 17, 1 / math.sqrt(inter)).astype(host))
+    return autotune.kept_inputs("moe experts", (count, inter, hidden, dtype), draw)
 
 
 def representative_layer(rep, device):

@@ -1,0 +1,52 @@
+"""Write the `linear_int4` (W4A16) keys the H200 benchmarks and models form, without a GPU:
+certificates/keys/nvidia-h200-140gb-int4.json.
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/write_int4_keys.py
+
+A linear_int4 key is M, N, K classed on the device file's dims ladder, the activations' dtype and
+the group size (nbx.kernels.matmul.int4.KEY), so it is listed from the shapes:
+- tools/bench/bench_matmul.py's int4 rows (INT4_SHAPES);
+- the projections of tools/bench/bench_models.py's Llama-3.2-1B and Llama-3-8B shapes (SHAPES) as
+  nbx.models runs them with int4 weights: the fused qkv, o, gate and up apart (int4 weights take
+  no gated product), down; at one decode row and at the 512-token prompt (bench_models --prompt's
+  default). The lm_head and embeddings stay bfloat16 (bench_models quantizes the projections).
+Every call is bfloat16 activations, group 128 (the benchmarks' quantization).
+"""
+from __future__ import annotations
+
+from nbx.autotune import records
+from nbx.core import device_files
+from nbx.kernels.matmul.int4 import LINEAR_INT4
+
+from keys_files import CLASS, ROOT, bench_constants, key_record, save_keys
+
+GROUP = 128
+PROMPT = 512
+MODELS = {  # bench_models.py's SHAPES (written there as dict() calls, which bench_constants cannot read)
+    "1b": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8, head_dim=64),
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8, head_dim=128),
+}
+
+
+def model_calls(shape: dict, rows: int) -> list[tuple]:
+    """(M, N, K) of one decoder layer's int4 products over rows tokens."""
+    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
+    q, kv = shape["num_attention_heads"] * shape["head_dim"], shape["num_key_value_heads"] * shape["head_dim"]
+    return [(rows, q + 2 * kv, hidden), (rows, hidden, q), (rows, inter, hidden), (rows, hidden, inter)]
+
+
+def key_records(facts) -> list[records.KeyRecord]:
+    calls = list(bench_constants("bench_matmul.py", {"INT4_SHAPES"})["INT4_SHAPES"])
+    calls += [call for name in ("1b", "8b") for rows in (1, PROMPT) for call in model_calls(MODELS[name], rows)]
+    return records.merge([key_record(facts, LINEAR_INT4, m=m, n=n, k=k, dtype="bfloat16", group=GROUP)
+                          for m, n, k in calls])
+
+
+def main() -> int:
+    facts = device_files.for_arch("sm_90")
+    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-int4.json", key_records(facts), facts)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
