@@ -1,4 +1,6 @@
-"""Write the attention family's launch keys for the H200, without a GPU: certificates/keys/nvidia-h200-140gb-attention.json.
+"""Write the attention family's launch keys for the H200, without a GPU: certificates/keys/nvidia-h200-140gb-attention.json
+(decode and rope) and nvidia-h200-140gb-attention-prefill.json (the flash prefill, certified on its own: its
+candidates cost the most to compile).
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/write_attention_keys.py
 
@@ -54,28 +56,41 @@ def rope(facts, tokens, heads, head_dim):
     return key_record(facts, ROPE, elements=tokens * heads * head_dim, head_dim=head_dim, dtype=DTYPE)
 
 
-def all_records(facts) -> list[records.KeyRecord]:
-    hq, hk, d = DECODE_HEADS
+def prefill_records(facts) -> list[records.KeyRecord]:
+    """The bench's dense SDPA cases (descriptor-ready K and V) and the models' packed prompts over the paged
+    cache (pointer loads), 512 - 16k tokens."""
     out = [prefill(facts, n, n, d, hq // hk, causal, True) for d, hq, hk, n, causal in PREFILL]
+    for m in MODELS.values():
+        out += [prefill(facts, n, n, m["head_dim"], m["heads"] // m["kv_heads"], True, False) for n in PROMPTS]
+    return out
+
+
+def decode_rope_records(facts) -> list[records.KeyRecord]:
+    hq, hk, d = DECODE_HEADS
+    out = []
     for _, ctx in DECODE:   # one query token: a KV head's group of rows a program; contiguous and paged
         out += [decode(facts, ctx, hq // hk, d, paged) for paged in (False, True)]
     for tokens in ROPE_TOKENS:
         out += [rope(facts, tokens, 32, 128), rope(facts, tokens, 8, 128)]
     for m in MODELS.values():
         group, d = m["heads"] // m["kv_heads"], m["head_dim"]
-        for n in PROMPTS:   # packed prompt over the paged cache: q_len and k_len the prompt
-            out += [prefill(facts, n, n, d, group, True, False), rope(facts, n, m["heads"], d),
-                    rope(facts, n, m["kv_heads"], d)]
+        for n in PROMPTS:   # a prompt's rope of q, and of k fused with the cache write
+            out += [rope(facts, n, m["heads"], d), rope(facts, n, m["kv_heads"], d)]
         out += [decode(facts, ctx, group, d, True) for ctx in CONTEXTS]
         for batch in BATCHES:   # a decode step's rope: one token a sequence
             out += [rope(facts, batch, m["heads"], d), rope(facts, batch, m["kv_heads"], d)]
     return out
 
 
+def all_records(facts) -> list[records.KeyRecord]:
+    return prefill_records(facts) + decode_rope_records(facts)
+
 
 def main() -> int:
     facts = device_files.for_arch("sm_90")
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-attention.json", records.merge(all_records(facts)), facts)
+    keys = ROOT / "certificates" / "keys"
+    save_keys(keys / f"{CLASS}-attention.json", records.merge(decode_rope_records(facts)), facts)
+    save_keys(keys / f"{CLASS}-attention-prefill.json", records.merge(prefill_records(facts)), facts)
     return 0
 
 

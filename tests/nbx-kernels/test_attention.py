@@ -158,7 +158,8 @@ def test_decode_with_window_and_alibi_over_a_context_of_odd_length(device, check
 
 
 def _tile(loads, block_m=16, block_n=16, warps=4, stages=1):
-    return {"block_m": block_m, "block_n": block_n, "num_warps": warps, "num_stages": stages, "loads": loads}
+    return {"block_m": block_m, "block_n": block_n, "num_warps": warps, "num_stages": stages, "loads": loads,
+            "max_registers": 0}
 
 
 @pytest.mark.parametrize("e,ev", [(80, 48)])   # both head dims padded: the descriptor's zeros past them
@@ -320,3 +321,23 @@ def test_gpu_non_causal_bf16_prefill_of_1024_and_4096_tokens_gqa_8_2_matches_the
     expected, expected_lse = oracle(q, k, v)
     check(out, expected, device)
     check(lse, expected_lse, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group,causal", [(1, False), (4, True)])
+def test_gpu_the_register_capped_and_the_fullest_shared_memory_prefill_candidates_run_right_on_the_h200(group, causal):
+    """Two candidates the sm_90 compile put at an edge: 128 x 64 at 8 warps capped at 128 registers
+    (two programs an SM) and 128 x 128 at 3 stages (230 400 bytes of the 232 448 a block may have)."""
+    from nbx import autotune
+    from nbx.autotune import screen
+    from nbx.kernels import launch
+    device = nbx.as_device("cuda")
+    tunable = autotune.lookup("attention")
+    rep = {"q_len": 1024, "k_len": 1024, "head_dim": 128, "v_dim": 128, "group": group, "dtype": nbx.bfloat16,
+           "causal": causal, "tma": True}
+    edge = [dict(block_m=128, block_n=64, num_warps=8, num_stages=2, loads="tma", max_registers=128),
+            dict(block_m=128, block_n=128, num_warps=8, num_stages=3, loads="tma", max_registers=0)]
+    kept = tunable.candidates(launch.facts(device), rep)[0]
+    assert all(s in kept for s in edge)
+    result = screen.run(tunable.workload(rep, device), edge, launch.facts(device))
+    assert [v.passed for v in result.verdicts] == [True, True], [v.reason for v in result.verdicts]

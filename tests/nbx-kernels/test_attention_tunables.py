@@ -75,3 +75,36 @@ def test_the_interp_and_hopper_device_tiles_pass_a_non_causal_screen_over_keys_p
     result = screen.run(tunable.workload(rep, interp), tiles, launch.facts(interp))
     assert [v.passed for v in result.verdicts] == [True, True], [v.reason for v in result.verdicts]
     assert max(v.deviation for v in result.verdicts) < result.tolerance / 3
+
+
+def _hopper_candidates(head_dim, tma=True):
+    rep = {"q_len": 4096, "k_len": 4096, "head_dim": head_dim, "v_dim": head_dim, "group": 4, "dtype": nbx.bfloat16,
+           "causal": True, "tma": tma}
+    return autotune.lookup("attention").candidates(device_files.for_arch("sm_90"), rep)
+
+
+def test_hopper_prefill_candidates_keep_no_tile_that_spills_and_cap_registers_only_where_two_programs_fit_an_sm():
+    from nbx.kernels.attention.tuning import CAPPED_FLOATS, SPILL_FLOATS, live_floats, prefill_stage_bytes
+    for head_dim in (64, 128, 256):
+        kept, pruned = _hopper_candidates(head_dim)
+        assert kept and all(live_floats(s, head_dim) <= SPILL_FLOATS for s in kept)
+        for s in (s for s in kept if s["max_registers"]):   # more programs an SM than uncapped (255 a thread)
+            assert s["loads"] == "tma" and live_floats(s, head_dim) <= CAPPED_FLOATS
+            by_shared = 233472 // prefill_stage_bytes(s, head_dim, head_dim)
+            threads = 32 * s["num_warps"]
+            assert min(65536 // (128 * threads), by_shared) > min(65536 // (256 * threads), by_shared)
+    kept, _ = _hopper_candidates(128)
+    # the one capped tile at head dim 128: 128 x 64, 8 warps, 2 stages (ptxas: 127 registers, no spill)
+    assert [(s["block_m"], s["block_n"], s["num_stages"]) for s in kept if s["max_registers"]] == [(128, 64, 2)]
+    assert not any(s["block_m"] == 128 and s["num_warps"] == 4 for s in kept)   # 192 and 256 floats: spills
+    assert not any(s["max_registers"] for s in _hopper_candidates(128, tma=False)[0])
+
+
+def test_a_register_capped_descriptor_setting_passes_the_screen_on_interp(interp):
+    """The cap reaches Triton as maxnreg (the interpreter ignores it): the launch must still be right."""
+    tunable = autotune.lookup("attention")
+    rep = {"q_len": 24, "k_len": 200, "head_dim": 32, "v_dim": 32, "group": 2, "dtype": nbx.bfloat16,
+           "causal": True, "tma": True}
+    capped = {**tunable.default(launch.facts(interp)), "max_registers": 128}
+    result = screen.run(tunable.workload(rep, interp), [capped], launch.facts(interp))
+    assert [v.passed for v in result.verdicts] == [True], [v.reason for v in result.verdicts]

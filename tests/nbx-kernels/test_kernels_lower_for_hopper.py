@@ -189,6 +189,44 @@ def test_the_float32_float8_and_batched_products_lower_for_sm90():
     assert lowering_failures(cases) == []
 
 
+_FLASH_INTS = ("q_len k_len kv_heads window_left window_right block_tokens stride_table sqb sqh sql skb skh sks svb svh "
+               "svs sob soh sol slb slh sll smb smh sml sms sab sah split_len sos sls")
+FLASH_PREFILL = ("nbx.kernels.attention.flash", "prefill_kernel", {
+    **_typed("q_ptr k_ptr v_ptr o_ptr mask_ptr", "*bf16"), **_typed("lse_ptr slope_ptr", "*fp32"),
+    **_typed("cu_q_ptr kv_len_ptr table_ptr", "*i32"), **_typed(_FLASH_INTS, "i32"), **_typed("scale softcap", "fp32")})
+FLASH_COMBINE = ("nbx.kernels.attention.flash", "combine_kernel", {
+    **_typed("part_ptr part_lse_ptr lse_ptr", "*fp32"), "o_ptr": "*bf16",
+    **_typed("rows_per_batch heads splits sob soh sol slb slh sll", "i32")})
+
+
+def _flash(**change) -> dict:
+    """prefill_kernel's constexprs for a dense bf16 causal launch at head dim 128, with change applied."""
+    flags = dict(GROUP=1, HEAD_DIM=128, V_DIM=128, BLOCK_M=128, BLOCK_N=64, BLOCK_D=128, BLOCK_DV=128, VARLEN_Q=False,
+                 KV_MODE=0, BOTTOM_RIGHT=True, HAS_LEFT=False, HAS_RIGHT=True, SOFTCAP=False, ALIBI=False, MASK_KIND=0,
+                 WRITE_LSE=False, SPLIT=False, DOT="tl.bfloat16", IEEE=False, WIDE=False, TMA=True, FOLD=True)
+    return {**flags, **change}
+
+
+def test_the_flash_prefill_and_decode_kernels_lower_for_sm90_on_every_path_they_serve():
+    """The descriptor and pointer loads, causal and not, a left window (the checked walk before), GQA,
+    packed and paged keys, every score option, the split-K decode and its merge; ints Triton may
+    specialize to 1 (one KV head, dense keys' block of one token, one query token) as constexprs."""
+    cases = [(*FLASH_PREFILL, _flash(TMA=tma, HAS_RIGHT=causal, BOTTOM_RIGHT=causal, BLOCK_N=64 + 64 * causal,
+                                     GROUP=group))
+             for tma in (True, False) for causal in (True, False) for group in (1, 4) if tma or group == 4]
+    cases += [(*FLASH_PREFILL, _flash(**change)) for change in (
+        dict(HAS_LEFT=True), dict(KV_MODE=1, VARLEN_Q=True), dict(KV_MODE=2, TMA=False, VARLEN_Q=True, WIDE=True),
+        dict(SOFTCAP=True, FOLD=False, WRITE_LSE=True), dict(ALIBI=True, MASK_KIND=2, FOLD=False, TMA=False),
+        dict(MASK_KIND=1, HEAD_DIM=80, V_DIM=64, BLOCK_DV=64), dict(HEAD_DIM=256, BLOCK_D=256, V_DIM=256, BLOCK_DV=256),
+        dict(DOT="tl.float32", IEEE=True, TMA=False, BLOCK_M=64),
+        dict(SPLIT=True, TMA=False, BLOCK_M=16, WRITE_LSE=True, KV_MODE=2, GROUP=4))]
+    one = {k: v for k, v in FLASH_PREFILL[2].items() if k not in ("kv_heads", "block_tokens", "q_len")}
+    cases += [(FLASH_PREFILL[0], FLASH_PREFILL[1], one, _flash(kv_heads=1, block_tokens=1, q_len=1, GROUP=8,
+                                                               BLOCK_M=16, SPLIT=True, TMA=False))]
+    cases += [(*FLASH_COMBINE, dict(V_DIM=128, BLOCK_S=16, BLOCK_DV=128, WRITE_LSE=lse)) for lse in (False, True)]
+    assert lowering_failures(cases) == []
+
+
 REMAP = ("nbx.kernels.copies.kernel", "remap_kernel", {
     **_typed("out_ptr src_ptr fill_ptr", "*u16"),
     **_typed("rows col_blocks o1 o2 o3 n0 n1 n2 n3 a0 a1 a2 a3 s0 s1 s2 s3 t0 t1 t2 t3", "i32")})

@@ -75,6 +75,7 @@ def served(q, k, v, causal) -> str:
         path, setting, splits = launch_plan(lay, AttentionOptions(1.0 / q.shape[-1] ** 0.5, causal)).detail
         tile = "x".join(str(setting[p]) for p in ("block_m", "block_n") if p in setting)
         extra = f" {setting['loads']}" if "loads" in setting else f" splits {splits}"
+        extra += f" r{setting['max_registers']}" if setting.get("max_registers") else ""
         return f"{path} {tile or setting.get('block_n')} w{setting['num_warps']} s{setting['num_stages']}{extra}"
     except Exception as exc:
         return f"? ({type(exc).__name__})"
@@ -124,6 +125,42 @@ def prefill(args, cycles):
               f"{flops / ours.gpu_us / 1e6:9.1f} {flops / peer.gpu_us / 1e6:10.1f} {peer.gpu_us / ours.gpu_us:6.2f} "
               f"{dev:10.2e} {ours.cold_us:9.1f}/{peer.cold_us:<9.1f} {walls[0]:9.1f}/{walls[1]:<9.1f}  "
               f"{backend} | {setting}", flush=True)
+        del q, k, v, nq, nk, nv
+
+
+CANDIDATE_CASES = [(128, 32, 32, 4096, False), (128, 32, 8, 4096, True)]
+
+
+def candidates(args, cycles):
+    """Every setting the attention tunable keeps for a few head-dim-128 keys, timed against torch's SDPA
+    in this run (what certification will choose from; one compile a candidate, ~15 a key)."""
+    from nbx import autotune
+    from nbx.core.ops.attention import AttentionOptions
+    from nbx.kernels import launch
+    from nbx.kernels.attention import dense_layout, launch_sdpa
+    print("\n# prefill candidates (bf16; ratio = torch us / nbx us, the candidate's kernel time)")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    tunable = autotune.lookup("attention")
+    for d, hq, hk, n, causal in CANDIDATE_CASES:
+        q = torch.randn((1, hq, n, d), device="cuda", dtype=torch.bfloat16, generator=gen)
+        k, v = (torch.randn((1, hk, n, d), device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+        nq, nk, nv = nb(q), nb(k), nb(v)
+        options = AttentionOptions(1.0 / d ** 0.5, causal)
+        lay = dense_layout(nq, nk, nv, None, None, False)[0]
+        rep = {"q_len": n, "k_len": n, "head_dim": d, "v_dim": d, "group": hq // hk, "dtype": nq.dtype,
+               "causal": causal, "tma": lay.tma}
+        peer = measure(lambda i: torch_sdpa(q, k, v, causal), 1, cycles, repeats=2, min_iters=10)[0]
+        print(f"  D {d} {hq}/{hk} L=S {n} causal {causal}: torch {peer:.1f} us "
+              f"({4 * hq * n * n * d / (2 if causal else 1) / peer / 1e6:.0f} TF/s)", flush=True)
+        for setting in tunable.candidates(launch.facts(nq.device), rep)[0]:
+            label = " ".join(f"{p}={setting[p]}" for p in setting)
+            try:
+                fn = lambda i, s=setting: launch_sdpa(nq, nk, nv, None, None, options, setting=s)  # noqa: E731
+                ours = measure(fn, 1, cycles, repeats=2, min_iters=10)[0]
+            except Exception as exc:  # one failing candidate must not hide the rest
+                print(f"    {label}: FAILED {type(exc).__name__}: {str(exc)[:120]}")
+                continue
+            print(f"    {label}: {ours:9.1f} us  ratio {peer / ours:5.2f}", flush=True)
         del q, k, v, nq, nk, nv
 
 
@@ -252,13 +289,14 @@ def rope_case(tokens, cos, sin, tcos, tsin, gen, cycles):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", default=["prefill", "decode", "rope"], help="prefill, decode, rope")
+    parser.add_argument("--only", nargs="*", default=["prefill", "decode", "rope"],
+                        help="prefill, decode, rope, candidates (each prefill candidate of a few keys, timed)")
     args = parser.parse_args(argv)
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
     cycles = spin_cycles_per_ms()
     began = time.perf_counter()
     for part in args.only:
-        {"prefill": prefill, "decode": decode, "rope": rope}[part](args, cycles)
+        {"prefill": prefill, "decode": decode, "rope": rope, "candidates": candidates}[part](args, cycles)
     print(f"\n# done in {time.perf_counter() - began:.0f} s")
     return 0
 

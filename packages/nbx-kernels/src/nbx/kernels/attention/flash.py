@@ -46,6 +46,58 @@ def _tile(ptrs, keys_ok, dims_ok, BOUNDED: tl.constexpr, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _kv_block(base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, stride, DIM: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_DIM: tl.constexpr, BOUNDED: tl.constexpr, KV_MODE: tl.constexpr,
+              WIDE: tl.constexpr, TMA: tl.constexpr, KEYS: tl.constexpr):
+    """Keys start .. start + BLOCK_N: K as the [BLOCK_DIM, BLOCK_N] operand of q @ K^T (KEYS), or V's
+    [BLOCK_N, BLOCK_DIM] block; base a descriptor (TMA) or the head's first row."""
+    if TMA:
+        x = base.load([start, 0])
+        if KEYS:
+            x = x.T
+    else:
+        j = start + tl.arange(0, BLOCK_N)
+        in_keys = j < kv_len
+        d = tl.arange(0, BLOCK_DIM)
+        rows = key_rows(b, j, in_keys, table_ptr, stride_table, block_tokens, KV_MODE == 2, WIDE) + k_row0
+        if KEYS:
+            x = _tile(base + rows[None, :] * stride + d[:, None], in_keys[None, :], d[:, None] < DIM, BOUNDED,
+                      DIM == BLOCK_DIM)
+        else:
+            x = _tile(base + rows[:, None] * stride + d[None, :], in_keys[:, None], d[None, :] < DIM, BOUNDED,
+                      DIM == BLOCK_DIM)
+    return x
+
+
+@triton.jit
+def _qk(q, k, DOT: tl.constexpr, IEEE: tl.constexpr):
+    if IEEE:
+        qk = tl.dot(q, dot_operand(k, DOT), input_precision="ieee")
+    else:
+        qk = tl.dot(q, dot_operand(k, DOT))
+    return qk
+
+
+@triton.jit
+def _absorb(acc, m_i, l_i, qk, v, start, kv_len, pos, tok, h64, row_ok, slope, mask_base, sml, smh, sms,
+            window_left, window_right, scale, softcap, BLOCK_N: tl.constexpr, BOUNDED: tl.constexpr,
+            HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+            MASK_KIND: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr, FOLD: tl.constexpr):
+    """acc, m_i, l_i after the block of keys at start whose q.k is qk and whose values are v."""
+    j = start + tl.arange(0, BLOCK_N)
+    c = scale * LOG2E if FOLD else 1.0
+    mask_ptrs = mask_base + h64[:, None] * smh + tok[:, None] * sml + j[None, :].to(tl.int64) * sms
+    s = scores(qk, scale, softcap, pos, j, kv_len, slope, mask_ptrs, window_left, window_right, BOUNDED,
+               HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, row_ok[:, None] & (j < kv_len)[None, :], FOLD)
+    p, alpha, m_i, l_i = online_step(s, m_i, l_i, c)
+    if IEEE:
+        acc = tl.dot(prob_operand(p, DOT), dot_operand(v, DOT), acc * alpha[:, None], input_precision="ieee")
+    else:
+        acc = tl.dot(prob_operand(p, DOT), dot_operand(v, DOT), acc * alpha[:, None])
+    return acc, m_i, l_i
+
+
+@triton.jit
 def _attend(acc, m_i, l_i, q, lo, hi, b, kv_len, k_base, v_base, k_row0, table_ptr, stride_table, block_tokens,
             sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh, sms, window_left, window_right,
             scale, softcap, HEAD_DIM: tl.constexpr, V_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -55,39 +107,15 @@ def _attend(acc, m_i, l_i, q, lo, hi, b, kv_len, k_base, v_base, k_row0, table_p
             TMA: tl.constexpr, FOLD: tl.constexpr):
     """acc, m_i, l_i after keys lo .. hi (lo a multiple of BLOCK_N). TMA: k_base and v_base are the
     sequence's K and V descriptors (rows from 0), no pointers."""
-    d = tl.arange(0, BLOCK_D)
-    dv = tl.arange(0, BLOCK_DV)
-    c = scale * LOG2E if FOLD else 1.0
     for start in range(lo, hi, BLOCK_N):
         start = tl.multiple_of(start, BLOCK_N)
-        j = start + tl.arange(0, BLOCK_N)
-        if BOUNDED:
-            in_keys = j < kv_len
-        else:
-            in_keys = j >= 0
-        if TMA:
-            k = k_base.load([start, 0]).T
-        else:
-            rows = key_rows(b, j, in_keys, table_ptr, stride_table, block_tokens, KV_MODE == 2, WIDE) + k_row0
-            k = _tile(k_base + rows[None, :] * sks + d[:, None], in_keys[None, :], d[:, None] < HEAD_DIM, BOUNDED,
-                      HEAD_DIM == BLOCK_D)
-        if IEEE:
-            qk = tl.dot(q, dot_operand(k, DOT), input_precision="ieee")
-        else:
-            qk = tl.dot(q, dot_operand(k, DOT))
-        mask_ptrs = mask_base + h64[:, None] * smh + tok[:, None] * sml + j[None, :].to(tl.int64) * sms
-        s = scores(qk, scale, softcap, pos, j, kv_len, slope, mask_ptrs, window_left, window_right, BOUNDED,
-                   HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, row_ok[:, None] & in_keys[None, :], FOLD)
-        p, alpha, m_i, l_i = online_step(s, m_i, l_i, c)
-        if TMA:
-            v = v_base.load([start, 0])
-        else:
-            v = _tile(v_base + rows[:, None] * svs + dv[None, :], in_keys[:, None], dv[None, :] < V_DIM, BOUNDED,
-                      V_DIM == BLOCK_DV)
-        if IEEE:
-            acc = tl.dot(prob_operand(p, DOT), dot_operand(v, DOT), acc * alpha[:, None], input_precision="ieee")
-        else:
-            acc = tl.dot(prob_operand(p, DOT), dot_operand(v, DOT), acc * alpha[:, None])
+        qk = _qk(q, _kv_block(k_base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, sks,
+                              HEAD_DIM, BLOCK_N, BLOCK_D, BOUNDED, KV_MODE, WIDE, TMA, True), DOT, IEEE)
+        v = _kv_block(v_base, start, b, kv_len, k_row0, table_ptr, stride_table, block_tokens, svs, V_DIM, BLOCK_N,
+                      BLOCK_DV, BOUNDED, KV_MODE, WIDE, TMA, False)
+        acc, m_i, l_i = _absorb(acc, m_i, l_i, qk, v, start, kv_len, pos, tok, h64, row_ok, slope, mask_base, sml,
+                                smh, sms, window_left, window_right, scale, softcap, BLOCK_N, BOUNDED, HAS_LEFT,
+                                HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, FOLD)
     return acc, m_i, l_i
 
 
@@ -174,10 +202,10 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
     lo = lo // BLOCK_N * BLOCK_N
     full_lo = tl.cdiv(full_lo, BLOCK_N) * BLOCK_N
     full_hi = full_hi // BLOCK_N * BLOCK_N
-    if full_hi <= full_lo:  # no block is seen whole: walk lo .. hi with checks
-        full_lo = hi
-        full_hi = hi
     full_lo = tl.maximum(full_lo, lo)
+    if full_hi <= full_lo:  # no block is seen whole: the checked walk after covers lo .. hi
+        full_lo = lo
+        full_hi = lo
     if SPLIT:  # this program's share of the keys (split_len a multiple of BLOCK_N)
         s_lo = split * split_len
         s_hi = s_lo + split_len
@@ -189,18 +217,24 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, lo, full_lo, b, kv_len, k_base, v_base, k_row0, table_ptr,
-                            stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
-                            sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA, FOLD)
+    # three walks: the checked blocks before those every row sees (only a left window has any: without
+    # one, lo == full_lo), the unchecked ones, and the checked ones after (the causal diagonal, the tail)
+    if HAS_LEFT:
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, lo, full_lo, b, kv_len, k_base, v_base, k_row0, table_ptr,
+                                stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
+                                sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
+                                BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT,
+                                IEEE, WIDE, TMA, FOLD)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, full_lo, full_hi, b, kv_len, k_base, v_base, k_row0, table_ptr,
                             stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, False, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA, FOLD)
+                            BLOCK_DV, False, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT,
+                            IEEE, WIDE, TMA, FOLD)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, full_hi, hi, b, kv_len, k_base, v_base, k_row0, table_ptr,
                             stride_table, block_tokens, sks, svs, pos, tok, h64, row_ok, slope, mask_base, sml, smh,
                             sms, window_left, window_right, scale, softcap, HEAD_DIM, V_DIM, BLOCK_N, BLOCK_D,
-                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT, IEEE, WIDE, TMA, FOLD)
+                            BLOCK_DV, True, KV_MODE, HAS_LEFT, HAS_RIGHT, SOFTCAP, ALIBI, MASK_KIND, DOT,
+                            IEEE, WIDE, TMA, FOLD)
     out, lse = finish(acc, m_i, l_i)
     dv = tl.arange(0, BLOCK_DV)
     o_ptr += split * sos

@@ -31,7 +31,7 @@ from .. import rows
 
 # the grid the last H200 run advised (block_n 32 and a single stage never won); x the load path
 PREFILL_PARAMS = {"block_m": (64, 128), "block_n": (64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4),
-                  "loads": ("pointers", "tma")}
+                  "loads": ("pointers", "tma"), "max_registers": (0, 128)}
 PREFILL_KEY = {"q_len": "dims", "k_len": "dims", "head_dim": "exact", "v_dim": "exact", "group": "exact",
                "dtype": "dtype", "causal": "flag", "tma": "flag"}
 DECODE_PARAMS = {"block_n": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3),
@@ -46,21 +46,83 @@ def pow2_at_least(n: int, floor: int = 16) -> int:
     return max(floor, rows.pow2_at_least(n))
 
 
+# what Triton 3.6 allocates beside the tiles: the stages' mbarriers and the row reductions' scratch
+# (sm_90 compiles, tools/sm90_attention_report.py: 128 x 128 at 3 stages takes 230 400 bytes, 1 024 past the tiles)
+PREFILL_SHARED_SLACK = 1024
+
+
 def prefill_stage_bytes(setting, head_dim: int, v_dim: int, itemsize: int = 2) -> int:
-    """Shared memory of the prefill kernel: the q tile, and a K and a V block per stage."""
+    """Shared memory of the prefill kernel: the q tile, a K and a V block per stage, and the slack."""
     d, dv = pow2_at_least(head_dim), pow2_at_least(v_dim)
-    return itemsize * (setting["block_m"] * d + max(1, setting["num_stages"]) * setting["block_n"] * (d + dv))
+    return itemsize * (setting["block_m"] * d + max(1, setting["num_stages"]) * setting["block_n"] * (d + dv)) \
+        + PREFILL_SHARED_SLACK
 
 
 def _loads_fit(setting, facts):
     if setting["loads"] == "tma" and not facts.value("matrix_unit.tma"):
         return "matrix_unit.tma is false: no tensor-descriptor copies"
+    rows = _warpgroup_rows(facts)
+    if rows and setting["block_m"] < rows * max(1, setting["num_warps"] // 4):
+        # fewer query rows than a wgmma tile for each warpgroup: Triton splits the keys over the warpgroups
+        # instead, and the softmax's row reductions cross them (the fused-attention tutorial drops these on sm_90)
+        return f"block_m {setting['block_m']} over {setting['num_warps']} warps: under {rows} rows a warpgroup's wgmma"
+    return True
+
+
+def _warpgroup_rows(facts) -> int:
+    """The rows of one warpgroup's matrix instruction (wgmma's m) where the device file lists one, else 0."""
+    for shape in (facts.value("matrix_unit.shapes") if "matrix_unit.shapes" in facts else ()):
+        if str(shape.get("instruction", "")).startswith("wgmma"):
+            return int(shape["m"])
+    return 0
+
+
+# ptxas on sm_90 (tools/sm90_attention_report.py, Triton 3.6): the float32 accumulator and a block of
+# scores a thread, block_m * (v_dim + block_n) / threads, spill past 160 (128 x 64 at 4 warps, 192: 21 spill
+# stores; 128 x 128 at 4 warps, 256: 512 bytes of stack) and fit 128 registers up to 96 (128 x 64 at 8 warps,
+# head dim 128: 142 registers by itself, 127 under a cap of 128, no spill)
+SPILL_FLOATS, CAPPED_FLOATS = 160, 96
+
+
+def live_floats(setting, v_dim: int) -> float:
+    """float32 values a thread holds across a step: the accumulator and one block of scores."""
+    return setting["block_m"] * (pow2_at_least(v_dim) + setting["block_n"]) / (32 * setting["num_warps"])
+
+
+def _registers_fit(setting, rep, facts):
+    """max_registers caps ptxas (Triton's maxnreg) where that lets an SM hold more programs than any uncapped
+    count could (two 8-warp programs instead of one), so one's softmax runs while another's wgmma does (the
+    overlap FlashAttention-3 gets from ping-pong warpgroups)."""
+    cap = setting["max_registers"]
+    if not cap:
+        return True
+    if setting["loads"] != "tma":
+        return "a register cap with pointer loads: their 64-bit address tiles spill (sm_90 compile)"
+    if live_floats(setting, rep["v_dim"]) > CAPPED_FLOATS:
+        return f"{live_floats(setting, rep['v_dim']):.0f} live floats a thread do not fit {cap} registers"
+    threads = 32 * setting["num_warps"]
+    registers = facts.value("memory.max_registers_per_block")   # an sm_90 SM's register file is the same 64 Ki
+    most = -(-facts.value("compute.max_registers_per_thread") // 8) * 8   # allocated 8 a thread at a time
+    used = prefill_stage_bytes(setting, rep["head_dim"], rep["v_dim"], as_dtype(rep["dtype"]).itemsize)
+    by_shared = facts.value("memory.shared_memory_per_multiprocessor") // used
+    capped, uncapped = min(registers // (cap * threads), by_shared), min(registers // (most * threads), by_shared)
+    if capped <= uncapped:
+        return f"a cap of {cap} registers holds no more programs an SM ({capped}) than none ({uncapped})"
     return True
 
 
 def _prefill_fits(setting, rep, facts):
+    if live_floats(setting, rep["v_dim"]) > SPILL_FLOATS:
+        return f"{live_floats(setting, rep['v_dim']):.0f} live floats a thread spill on sm_90 (above {SPILL_FLOATS})"
+    capped = _registers_fit(setting, rep, facts)
+    if capped is not True:
+        return capped
     if setting["loads"] == "tma" and not rep["tma"]:
         return "the key's K and V are not descriptor-ready (paged, or strides or bases not 16-byte aligned)"
+    if setting["loads"] == "pointers" and rep["tma"] and setting["num_stages"] > min(PREFILL_PARAMS["num_stages"]):
+        # where descriptors serve, the pointer path stays only as the baseline the last H200 run measured
+        # (the device file's 2 stages); its deeper pipelines hold 64-bit address tiles a stage
+        return "pointer loads on a descriptor-ready key: the 2-stage baseline only"
     limit = facts.value("memory.max_shared_memory_per_block")
     used = prefill_stage_bytes(setting, rep["head_dim"], rep["v_dim"], as_dtype(rep["dtype"]).itemsize)
     if used > limit:
