@@ -208,6 +208,15 @@ def int4_linear_kernel(
             x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
             acc = tl.dot(w, x_t, acc, input_precision=PRECISION)
 
+    _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
+                    sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K, HAS_BIAS, ACTIVATION, HAS_RES)
+
+
+@triton.jit
+def _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
+                    sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr):
+    """A (BLOCK_N, BLOCK_M) tile of C^T to C through the epilogue, or to its split's partials."""
     mask = in_n[:, None] & in_m[None, :]
     at = rm[None, :] * N + rn[:, None]
     if SPLIT_K == 1:
@@ -217,3 +226,106 @@ def int4_linear_kernel(
         tl.store(c_ptr + at, narrow(y, c_ptr.dtype.element_ty), mask=mask)
     else:
         tl.store(part_ptr + split * M * N + at, acc, mask=mask)
+
+
+# One 32-bit word of packed weight (nibbles 0..7 = K 8w .. 8w + 7, low first) to eight float32
+# v = 1 + n / 16: each nibble shifted to the top four mantissa bits and ORed with 1.0's bits in one
+# lop3 (signed: XORed with 1.5's, which flips the nibble's bit 3 as (q ^ 8) does). v is exact and
+# in [1, 2): the products v * x keep float32's precision, and sum(q x) = 16 sum(v x) - C sum(x)
+# (C = 16, signed 24) costs two ops a group instead of a conversion a weight element.
+_WORD_ASM = """{
+.reg .b32 t, mask, magic;
+mov.b32 mask, 0x00780000;
+mov.b32 magic, MAGIC;
+""" + "".join(f"{'shl' if shift > 0 else 'shr'}.b32 t, $8, {abs(shift)};\nlop3.b32 ${j}, t, mask, magic, LUT;\n"
+              for j, shift in enumerate(19 - 4 * j for j in range(8))) + "}"
+WORD_VALUES = tl.constexpr(_WORD_ASM.replace("MAGIC", "0x3F800000").replace("LUT", "0xEA"))
+WORD_VALUES_SIGNED = tl.constexpr(_WORD_ASM.replace("MAGIC", "0x3FC00000").replace("LUT", "0x6A"))
+
+
+@triton.jit
+def _nibble_v(words, j: tl.constexpr, SIGNED: tl.constexpr):
+    n = (words >> (4 * j)) & 0xF
+    if SIGNED:
+        n = n ^ 8
+    return n.to(tl.float32) * 0.0625 + 1.0
+
+
+@triton.jit
+def _word_values(words, SIGNED: tl.constexpr):
+    """The eight v = 1 + n / 16 (n: nibble j of each word, XORed with 8 if SIGNED), float32."""
+    if COMPILED:
+        v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
+            WORD_VALUES_SIGNED if SIGNED else WORD_VALUES, "=r,=r,=r,=r,=r,=r,=r,=r,r", [words],
+            dtype=(tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32),
+            is_pure=True, pack=1)
+    else:
+        v0, v1, v2, v3 = _nibble_v(words, 0, SIGNED), _nibble_v(words, 1, SIGNED), _nibble_v(words, 2, SIGNED), \
+            _nibble_v(words, 3, SIGNED)
+        v4, v5, v6, v7 = _nibble_v(words, 4, SIGNED), _nibble_v(words, 5, SIGNED), _nibble_v(words, 6, SIGNED), \
+            _nibble_v(words, 7, SIGNED)
+    return v0, v1, v2, v3, v4, v5, v6, v7
+
+
+@triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
+def int4_gemv_kernel(
+    a_ptr, q_ptr, s_ptr, z_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, K,
+    sam, sak, sqn, ssn, sbias_m, sbias_n, sres_m, sres_n, alpha_bits, beta_bits,
+    DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr,
+    ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, WIDE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
+):
+    """C^T = W @ x^T on the CUDA cores, for a few rows of x (decode): no matrix unit, so no 16-row
+    tile for one row and no trip of the weight through shared memory. A program streams BLOCK_N
+    weight rows over its split of K as 32-bit words (16-byte loads of four words per thread), turns
+    each word into eight float32 values in eight ops (_WORD_ASM) and multiplies them into each of
+    its BLOCK_M rows of x (read from the caches, in float32), the scale (and minimum) applied once a
+    K step to the row sums. The arguments are int4_linear_kernel's (DOT, PRECISION, FOLD, GROUP_M
+    unused); sqn, the packed row stride in bytes, is a multiple of 4."""
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    tile_m, tile_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rw = tl.arange(0, BLOCK_K // 8)
+    if WIDE:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rw = rw.to(tl.int64)
+    in_m = rm < M
+    in_n = rn < N
+    w_ptrs = q_ptr.to(tl.pointer_type(tl.int32)) + rn[:, None] * (sqn // 4) + rw[None, :]   # (BLOCK_N, BLOCK_K / 8)
+    s_ptrs = s_ptr + rn * ssn
+    z_ptrs = z_ptr + rn * ssn
+    columns = tl.arange(0, BLOCK_M)[None, :]
+    x_at = 8 * rw[:, None] + tl.arange(0, 8)[None, :]           # (BLOCK_K / 8, 8): K offsets of a step's x
+    bias: tl.constexpr = 24.0 if SIGNED else 16.0
+
+    total = K // BLOCK_K
+    per = tl.cdiv(total, SPLIT_K)
+    first = split * per
+    steps = tl.minimum(per, total - first)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k in range(first, first + steps):
+        words = tl.load(w_ptrs + k * (BLOCK_K // 8), mask=in_n[:, None], other=0)
+        group = (k * BLOCK_K) // GROUP
+        scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
+        minimum = scale
+        if ASYMMETRIC:
+            minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
+        v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
+        # (BLOCK_N, BLOCK_K / 8, 8): nibble j of word w at [:, w, j], K order (joins stay in a thread's registers)
+        v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
+                       (BLOCK_N, BLOCK_K // 8, 8))
+        for r in tl.static_range(BLOCK_M):
+            row = tile_m * BLOCK_M + r
+            ok = row + 0 * x_at < M      # a tensor mask (the interpreter takes no scalar one)
+            x = tl.load(a_ptr + row * sam + (k * BLOCK_K + x_at) * sak, mask=ok, other=0).to(tl.float32)
+            x_sum = tl.sum(tl.sum(x, axis=1), axis=0)
+            part = (16.0 * tl.sum(tl.sum(v * x[None, :, :], axis=2), axis=1) - bias * x_sum) * scale
+            if ASYMMETRIC:
+                part += minimum * x_sum
+            acc += tl.where(columns == r, part[:, None], 0.0)
+    _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
+                    sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K, HAS_BIAS, ACTIVATION, HAS_RES)
