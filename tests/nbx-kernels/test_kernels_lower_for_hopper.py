@@ -341,4 +341,10 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
                                  "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
                                  "ACTIVATION": "silu", "HAS_RES": True}))
+    # the gemv kernel (decode rows on the CUDA cores): its word conversion's two forms, one and 16 rows
+    gemv = ("nbx.kernels.matmul.quantized", "int4_gemv_kernel", INT4_LINEAR[2])
+    cases += [(*gemv, {**base, "DOT": dot, "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": True,
+                       "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 128, "SPLIT_K": split})
+              for dot, signed, block_m, block_n, split in (("tl.bfloat16", False, 1, 128, 8), ("tl.float16", True, 16, 32, 1),
+                                                          ("tl.float32", False, 4, 64, 2))]
     assert lowering_failures(cases) == []

@@ -58,7 +58,8 @@ FOLD_ROWS = 32       # tiles of at most this many rows of x scale the dot's sums
 REUSE_M = 128        # from here on, tiles of under 64 rows of x dequantize each weight tile too often
 DOT_ROWS = 16        # the tiles kernel's least block_m: the matrix unit's least dot
 GEMV_ROWS = 16       # the gemv kernel serves up to this many rows of x (decode), each in its own FMAs
-GEMV_STAGES = 2      # the gemv kernel's one depth
+GEMV_STAGES = 2      # the gemv kernel's one depth (its loop has no dot: the pipeliner stages nothing)
+GEMV_TILE = 512      # rows of x times weight rows of a gemv tile of several rows of x
 DECODE_TILE_N = 128  # the tiles kernel's decode tiles (16 rows of x) take this many weight rows
 
 
@@ -78,6 +79,9 @@ def _kernel_fits(setting, rep) -> str | bool:
         return f"the gemv kernel on m={rep['m']}: it serves decode rows (m <= {GEMV_ROWS})"
     if setting["block_m"] < rep["m"]:
         return f"block_m {setting['block_m']} in the gemv kernel on m={rep['m']}: the weight streamed once per tile of x"
+    if setting["block_m"] > 1 and setting["block_m"] * setting["block_n"] > GEMV_TILE:
+        return (f"a {setting['block_m']} x {setting['block_n']} gemv tile: its weight values, held for every row of x, "
+                f"pass the registers (ptxas spilled 16 x 64 on sm_90; one row streams them)")
     if setting["num_stages"] != GEMV_STAGES:
         return f"{setting['num_stages']} stages in the gemv kernel: its loop runs at {GEMV_STAGES} (no dot to feed)"
     return True

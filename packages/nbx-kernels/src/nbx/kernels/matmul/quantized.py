@@ -307,8 +307,14 @@ def int4_gemv_kernel(
     first = split * per
     steps = tl.minimum(per, total - first)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    # the next step's words are loaded before this step's are used (the pipeliner stages no loads of
+    # a loop without a dot): two steps of weight in flight a thread, not one
+    none = 0 * rw[None, :]                     # adds to a scalar test for a tensor mask (the interpreter's)
+    upcoming = tl.load(w_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
     for k in range(first, first + steps):
-        words = tl.load(w_ptrs + k * (BLOCK_K // 8), mask=in_n[:, None], other=0)
+        words = upcoming
+        upcoming = tl.load(w_ptrs + (k + 1) * (BLOCK_K // 8), mask=in_n[:, None] & (none + k + 1 < first + steps),
+                           other=0)
         group = (k * BLOCK_K) // GROUP
         scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
         minimum = scale
@@ -320,7 +326,7 @@ def int4_gemv_kernel(
                        (BLOCK_N, BLOCK_K // 8, 8))
         for r in tl.static_range(BLOCK_M):
             row = tile_m * BLOCK_M + r
-            ok = row + 0 * x_at < M      # a tensor mask (the interpreter takes no scalar one)
+            ok = row + 0 * x_at < M
             x = tl.load(a_ptr + row * sam + (k * BLOCK_K + x_at) * sak, mask=ok, other=0).to(tl.float32)
             x_sum = tl.sum(tl.sum(x, axis=1), axis=0)
             part = (16.0 * tl.sum(tl.sum(v * x[None, :, :], axis=2), axis=1) - bias * x_sum) * scale
