@@ -138,7 +138,7 @@ def test_the_shipped_int4_keys_are_the_writers_each_with_a_short_sweep_of_decode
         if rep["m"] <= 16:
             tiles = [s for s in kept if s["kernel"] == "tiles"]
             assert {s["block_m"] for s in tiles} == {16} and {s["split_k"] for s in tiles} >= {1, 2, 4}, rec.key
-            assert {s["split_k"] for s in kept if s["kernel"] == "gemv"} >= {1, 2, 4}, rec.key
+            assert {s["split_k"] for s in kept if s["kernel"] == "gemv"} >= {1, 2}, rec.key
 
 
 def test_the_int4_workload_passes_the_screen_for_a_decode_and_a_split_candidate():

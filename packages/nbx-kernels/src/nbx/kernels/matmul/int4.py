@@ -47,7 +47,7 @@ from . import INT32_MAX
 from .epilogue import SPLIT_BLOCK, _addend_strides, _rows
 from .fused import split_epilogue_kernel
 from .linear_tuning import PREFILL_M, steps_fit
-from .quantized import int4_gemv_kernel, int4_linear_kernel
+from .quantized import int4_linear_kernel
 from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stage_bytes, stages_that_fit
 
 ACTIVATIONS_DTYPES = ("float16", "bfloat16", "float32")
@@ -197,8 +197,8 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None)
     meta = dict(DOT=tl_type(operands), PRECISION="ieee" if operands is dtypes.float32 else None, GROUP=group,
                 SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric", FOLD=s["block_m"] <= FOLD_ROWS,
-                WIDE=wide, BLOCK_M=s["block_m"],
-                BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
+                WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"],
+                SPLIT_K=s["split_k"], GEMV=gemv, **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=False, **epilogue, NORM=False)
     p = Int4Plan(m, n, k, a, addends[0], addends[1], tuple(copies), s["split_k"], tuple(meta.items()),
@@ -210,7 +210,7 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
     part = Slot("part") if p.split_k > 1 else Slot("out")
     args = (x, Slot("qweight"), Slot("scales"), Slot("zeros"), Slot("out"), part, bias, residual, m, n, k, *a,
             Slot("q_stride"), Slot("s_stride"), *bias_s[1:], *res_s[1:], *scalars)
-    launches = (Launch(int4_gemv_kernel if gemv else int4_linear_kernel, p.grid, args, dict(p.meta)),)
+    launches = (Launch(int4_linear_kernel, p.grid, args, dict(p.meta)),)
     work = ()
     if p.split_k > 1:
         launches += (Launch(split_epilogue_kernel, (-(-m * n // SPLIT_BLOCK),),

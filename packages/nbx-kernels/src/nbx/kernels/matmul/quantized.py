@@ -146,6 +146,7 @@ def int4_linear_kernel(
     ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
+    GEMV: tl.constexpr = False,
 ):
     """C^T = W @ x^T by tiles of (BLOCK_N weight rows, BLOCK_M rows of x): the dequantized weight
     is the dot's first operand, which the matrix unit takes from registers (Hopper's wgmma), and
@@ -153,7 +154,8 @@ def int4_linear_kernel(
     a load from BLOCK_K = 32 on. Decode rows take BLOCK_M = 16 (the dot's least) and split K so
     that every SM streams the weight; prefill rows take wide tiles. FOLD: the dot sums x * q and
     the group's scale (and minimum, times the sum of x) multiply the sums once a K step (fewer
-    ops per weight element: decode); else each element is dequantized before the dot.
+    ops per weight element: decode); else each element is dequantized before the dot. GEMV: the
+    sums on the CUDA cores instead (_gemv_sums: decode rows, any BLOCK_M; DOT, PRECISION, FOLD unused).
     Grid: (tiles of M x N, SPLIT_K). sqn, ssn: the row strides of qweight (bytes) and of the
     scales and minima (groups); both are read at unit stride along K."""
     pid = tl.program_id(0)
@@ -163,11 +165,13 @@ def int4_linear_kernel(
     rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rh = tl.arange(0, BLOCK_K // 2)
     rk = tl.arange(0, BLOCK_K)
+    rw = tl.arange(0, BLOCK_K // 8)
     if WIDE:
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rh = rh.to(tl.int64)
         rk = rk.to(tl.int64)
+        rw = rw.to(tl.int64)
     in_m = rm < M
     in_n = rn < N
     # x^T (BLOCK_K, BLOCK_M), which wide tiles multiply by the weight's nibbles interleaved back into K
@@ -183,6 +187,21 @@ def int4_linear_kernel(
     per = tl.cdiv(total, SPLIT_K)
     first = split * per
     steps = tl.minimum(per, total - first)
+    if GEMV:
+        acc = _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, sqn, first, steps, GROUP,
+                         SIGNED, ASYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        acc = _dot_sums(q_ptrs, s_ptrs, z_ptrs, x_ptrs, pair_ptrs, in_m, in_n, sak, first, steps, DOT,
+                        PRECISION, GROUP, SIGNED, ASYMMETRIC, FOLD, BLOCK_M, BLOCK_N, BLOCK_K)
+    _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
+                    sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K, HAS_BIAS, ACTIVATION, HAS_RES)
+
+
+@triton.jit
+def _dot_sums(q_ptrs, s_ptrs, z_ptrs, x_ptrs, pair_ptrs, in_m, in_n, sak, first, steps, DOT: tl.constexpr,
+              PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+              FOLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The tiles form's (BLOCK_N, BLOCK_M) sums of C^T over K steps first .. first + steps, on the matrix unit."""
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     ones = _dot_operand(tl.full((BLOCK_N, BLOCK_K // 2), 1, DOT), DOT)
     for k in range(first, first + steps):
@@ -207,9 +226,7 @@ def int4_linear_kernel(
                                    _scaled(high, scale, minimum, ASYMMETRIC, DOT)), (BLOCK_N, BLOCK_K))
             x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
             acc = tl.dot(w, x_t, acc, input_precision=PRECISION)
-
-    _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
-                    sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K, HAS_BIAS, ACTIVATION, HAS_RES)
+    return acc
 
 
 @triton.jit
@@ -267,49 +284,26 @@ def _word_values(words, SIGNED: tl.constexpr):
     return v0, v1, v2, v3, v4, v5, v6, v7
 
 
-@triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
-def int4_gemv_kernel(
-    a_ptr, q_ptr, s_ptr, z_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, K,
-    sam, sak, sqn, ssn, sbias_m, sbias_n, sres_m, sres_n, alpha_bits, beta_bits,
-    DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr,
-    ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, WIDE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
-):
-    """C^T = W @ x^T on the CUDA cores, for a few rows of x (decode): no matrix unit, so no 16-row
-    tile for one row and no trip of the weight through shared memory. A program streams BLOCK_N
-    weight rows over its split of K as 32-bit words (16-byte loads of four words per thread), turns
-    each word into eight float32 values in eight ops (_WORD_ASM) and multiplies them into each of
-    its BLOCK_M rows of x (read from the caches, in float32), the scale (and minimum) applied once a
-    K step to the row sums. The arguments are int4_linear_kernel's (DOT, PRECISION, FOLD, GROUP_M
-    unused); sqn, the packed row stride in bytes, is a multiple of 4."""
-    pid = tl.program_id(0)
-    split = tl.program_id(1)
-    tile_m, tile_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rw = tl.arange(0, BLOCK_K // 8)
-    if WIDE:
-        rm = rm.to(tl.int64)
-        rn = rn.to(tl.int64)
-        rw = rw.to(tl.int64)
-    in_m = rm < M
-    in_n = rn < N
+@triton.jit
+def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, sqn, first, steps,
+               GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The GEMV form's (BLOCK_N, BLOCK_M) sums of C^T over K steps first .. first + steps, on the
+    CUDA cores (no matrix unit: no 16-row tile for one row, no trip of the weight through shared
+    memory). The weight rows' packed bytes stream as 32-bit words (16-byte loads of four words a
+    thread, the next step's loaded before this one's are used); each word becomes eight float32
+    values in eight ops (_WORD_ASM), multiplied into each of the BLOCK_M rows of x (read from the
+    caches, in float32); the scale (and minimum) apply once a K step to the row sums. sqn, the
+    packed row stride in bytes, is a multiple of 4."""
     w_ptrs = q_ptr.to(tl.pointer_type(tl.int32)) + rn[:, None] * (sqn // 4) + rw[None, :]   # (BLOCK_N, BLOCK_K / 8)
-    s_ptrs = s_ptr + rn * ssn
-    z_ptrs = z_ptr + rn * ssn
     columns = tl.arange(0, BLOCK_M)[None, :]
     x_at = 8 * rw[:, None] + tl.arange(0, 8)[None, :]           # (BLOCK_K / 8, 8): K offsets of a step's x
     bias: tl.constexpr = 24.0 if SIGNED else 16.0
 
-    total = K // BLOCK_K
-    per = tl.cdiv(total, SPLIT_K)
-    first = split * per
-    steps = tl.minimum(per, total - first)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     # the next step's words are loaded before this step's are used (the pipeliner stages no loads of
     # a loop without a dot): two steps of weight in flight a thread, not one
-    none = 0 * rw[None, :]                     # adds to a scalar test for a tensor mask (the interpreter's)
+    none = 0 * rw[None, :]                     # makes a scalar test a tensor mask (the interpreter's need)
     upcoming = tl.load(w_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
     for k in range(first, first + steps):
         words = upcoming
@@ -326,12 +320,11 @@ def int4_gemv_kernel(
                        (BLOCK_N, BLOCK_K // 8, 8))
         for r in tl.static_range(BLOCK_M):
             row = tile_m * BLOCK_M + r
-            ok = row + 0 * x_at < M
+            ok = row + 0 * x_at < M          # a tensor mask: the interpreter takes no scalar one
             x = tl.load(a_ptr + row * sam + (k * BLOCK_K + x_at) * sak, mask=ok, other=0).to(tl.float32)
             x_sum = tl.sum(tl.sum(x, axis=1), axis=0)
             part = (16.0 * tl.sum(tl.sum(v * x[None, :, :], axis=2), axis=1) - bias * x_sum) * scale
             if ASYMMETRIC:
                 part += minimum * x_sum
             acc += tl.where(columns == r, part[:, None], 0.0)
-    _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
-                    sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K, HAS_BIAS, ACTIVATION, HAS_RES)
+    return acc
