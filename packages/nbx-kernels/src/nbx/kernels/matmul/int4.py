@@ -9,8 +9,10 @@ A tile of at most FOLD_ROWS rows of x applies the scales to the dot's sums (fewe
 element, which decode rows, reading each weight element for one or a few rows, are bound by);
 wider ones dequantize each element before the dot (its cost shared by the tile's rows).
 
-The tunable `linear_int4`: block_m (rows of x), block_n (weight rows), block_k, split_k, warps
-and stages, keyed by M, N, K, the activations' dtype and the group size; its default is the
+Decode rows have a second form, kernel = gemv (the kernel's GEMV constexpr): the sums on the CUDA
+cores, any block_m from 1, no matrix unit (quantized._gemv_sums); the certificate picks it or the
+tiles form per key. The tunable `linear_int4`: kernel (tiles | gemv), block_m (rows of x), block_n
+(weight rows), block_k, split_k, warps and stages, keyed by M, N, K, the activations' dtype and the group size; its default is the
 device file's tiles.linear. block_k must divide the group (a K step lies in one group): larger
 candidates are pruned, and a served tile whose block_k does not divide the group runs with
 block_k = the group. A decode tile's K step is two dots of block_k / 2 (even and odd K), held to
@@ -19,7 +21,10 @@ a tile folds the scales is a function of its certified block_m, never of the cal
 under 64 rows of x from m = 128 on (each weight tile dequantized too often), prefill (m >= 1024)
 on tiles under 128 x 64, 16-bit K steps of 32 on long K, split K outside decode rows (m <= 64),
 splits leaving a program under two K steps or passing SPLIT_TILES_MAX programs, stages deeper
-than half a program's K steps, and stages whose x and weight tiles pass a block's shared memory."""
+than half a program's K steps, and stages whose x and weight tiles pass a block's shared memory;
+the tiles form under 16 rows of x, or on decode keys under block_n 128 (every H200 decode winner);
+the gemv form outside decode rows (m <= 16), under the key's m, past 512 block_m x block_n, or at
+other than one stage count (no dot: nothing to pipeline)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
