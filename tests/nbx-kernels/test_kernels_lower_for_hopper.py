@@ -331,7 +331,8 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     """Decode tiles (16 rows of x: the scales applied to the dot's sums) and prefill tiles (each
     weight element dequantized), asymmetric and symmetric, bfloat16 and float16 (the inline PTX's
     two forms) and float32 activations, split and unsplit."""
-    base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False)
+    base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False,
+                GEMV=False)
     cases = [(*INT4_LINEAR, {**base, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
                              "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": block_m <= 32, "BLOCK_M": block_m,
                              "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
@@ -341,4 +342,9 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
                                  "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
                                  "ACTIVATION": "silu", "HAS_RES": True}))
+    # the gemv kernel (decode rows on the CUDA cores): its word conversion's two forms, one and 16 rows
+    cases += [(*INT4_LINEAR, {**base, "GEMV": True, "DOT": dot, "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": True,
+                       "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 128, "SPLIT_K": split})
+              for dot, signed, block_m, block_n, split in (("tl.bfloat16", False, 1, 128, 8), ("tl.float16", True, 16, 32, 1),
+                                                          ("tl.float32", False, 4, 64, 2))]
     assert lowering_failures(cases) == []
