@@ -9,7 +9,10 @@ by the device file's ladders through nbx.autotune.keys.form), so it can be liste
            of tools/bench/bench_models.py's Llama-3.2-1B at batch 1 (M = 1: fused qkv, o, the gated
            gate/up pair, down, the tied lm_head of 128256);
 - prefill: bench_matmul's GEMM shapes and its 8192^3 nn product, and the 1B's 512-token prompt;
-- batch:   the 1B's one-token steps at M = 2, 4, 8, 16 (bench_models --batch), certified after.
+- batch:   the 1B's one-token steps at M = 2, 4, 8, 16 (bench_models --batch), certified after;
+- fp:      bench_matmul's fp32 group (4096^3 IEEE nn and nt, TF32 and 3xTF32 nt), its fp8 group (float8
+           e4m3 with per-row scales, form "scaled", bfloat16 out) and its 8192^3 nn bfloat16 product
+           (also in prefill: this file certifies alone in ~150 s), and its batched group (bmm).
 
 Every call is bfloat16, x dense and the weight [N, K] read through its transpose ("nt"; the square
 product "nn"), no dtype override ("none" precision), and descriptor-eligible (16-byte rows, aligned
@@ -35,9 +38,21 @@ def decoder_calls(rows: int, m=LLAMA_1B) -> list[tuple]:
             (rows, m["intermediate"], m["hidden"], "gated"), (rows, m["hidden"], m["intermediate"], "plain")]
 
 
-def record(facts, m, n, k, form="plain", layout="nt") -> records.KeyRecord:
-    return key_record(facts, LINEAR, m=m, n=n, k=k, dtype="bfloat16", layout=layout, form=form, tma=True,
-                      precision="none")
+def record(facts, m, n, k, form="plain", layout="nt", dtype="bfloat16", precision="none") -> records.KeyRecord:
+    return key_record(facts, LINEAR, m=m, n=n, k=k, dtype=dtype, layout=layout, form=form,
+                      tma=form != "batched", precision=precision)   # a batch is read through pointers
+
+
+def fp_records(facts) -> list[records.KeyRecord]:
+    """bench_matmul's fp32, fp8 and batched groups and its 8192^3 product (its shapes, as it calls them)."""
+    side = 4096
+    recs = [record(facts, side, side, side, layout=layout, dtype="float32", precision=precision)
+            for layout, precision in (("nn", "ieee"), ("nt", "ieee"), ("nt", "tf32"), ("nt", "tf32x3"))]
+    recs += [record(facts, m, n, k, form="scaled") for m, n, k in ((4096, 4096, 4096), (4096, 14336, 4096),
+                                                                    (16, 4096, 4096))]
+    recs.append(record(facts, 8192, 8192, 8192, layout="nn"))
+    recs.append(record(facts, 1024, 1024, 128, form="batched", layout="nn"))   # bmm: 32 entries in the bench
+    return recs
 
 
 def main() -> int:
@@ -49,12 +64,16 @@ def main() -> int:
         + decoder_calls(1) + [head],
         "prefill": [(m, n, k, "plain") for _, m, n, k in bench["GEMM"]] + decoder_calls(PROMPT),
         "batch": [call for rows in (2, 4, 8, 16) for call in decoder_calls(rows) + [(rows, *head[1:])]],
+        "fp": [],
     }
     seen: set = set()
     for name, calls in groups.items():
         recs = [record(facts, *call) for call in calls]
         if name == "prefill":
             recs.append(record(facts, 8192, 8192, 8192, layout="nn"))   # bench_matmul's square nn product
+        if name == "fp":   # certified on its own: the 8192^3 key is repeated here
+            save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-linear-{name}.json", fp_records(facts), facts)
+            continue
         recs = [r for r in records.merge(recs) if r.identity not in seen]
         seen.update(r.identity for r in recs)
         save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-linear-{name}.json", recs, facts)

@@ -202,6 +202,38 @@ def test_the_decode_steps_fused_product_norm_and_rope_lower_for_sm90():
     assert lowering_failures(cases) == []
 
 
+TMA_MATMUL = ("nbx.kernels.matmul.hopper", "tma_matmul_kernel")
+
+
+def _product_signature(operand: str, out: str, ints: str, extra: str = "") -> dict:
+    return {**_typed("a_ptr b_ptr g_ptr", operand), **_typed("c_ptr bias_ptr res_ptr", out), **_typed(extra, "*fp32"),
+            **_typed("xs_ptr ws_ptr", "*fp32"), **_typed(ints, "i32"), **_typed("alpha_bits beta_bits", "i64")}
+
+
+def test_the_float32_float8_and_batched_products_lower_for_sm90():
+    """The descriptor kernel's TF32 (its weight rounded before it, or in the K loop) / 3xTF32 / IEEE
+    float32 and its float8 128 x 256 x 128 tile (the linear-fp keys' widest candidates), the TF32
+    rounding pass, and the pointer kernel's batched bfloat16 product (bmm)."""
+    epilogue = dict(HAS_BIAS=False, ACTIVATION=None, HAS_RES=False, GATED=False)
+    tma = {**epilogue, "ACC": "tl.float32", "B_KMAJOR": True, "BLOCK_M": 128, "GROUP_M": 8, "PROGRAMS": 132,
+           "WARP_SPECIALIZE": False}
+    tma_ints = "M N K sam sb sbias_m sbias_n sres_m sres_n sxs sws"
+    cases = [(*TMA_MATMUL, _product_signature("*fp32", "*fp32", tma_ints),
+              {**tma, "DOT": "tl.float32", "PRECISION": precision, "BLOCK_N": 256, "BLOCK_K": 32, "SCALED": False,
+               "B_ROUNDED": rounded, "HALF_STORE": True})
+             for precision, rounded in (("ieee", False), ("tf32", True), ("tf32", False), ("tf32x3", False))]
+    cases.append(("nbx.kernels.matmul.hopper", "tf32_round_kernel",
+                  {**_typed("src_ptr dst_ptr", "*fp32"), **_typed("ROWS COLS stride", "i32")},
+                  {"BLOCK_R": 8, "BLOCK_C": 512}))
+    cases += [(*TMA_MATMUL, _product_signature("*fp8e4nv", "*bf16", tma_ints),
+               {**tma, "DOT": "tl.float8e4nv", "PRECISION": None, "BLOCK_N": 256, "BLOCK_K": 128, "SCALED": True,
+                "WARP_SPECIALIZE": ws, "B_ROUNDED": False, "HALF_STORE": False}) for ws in (False, True)]
+    cases.append((*FUSED_MATMUL, {**epilogue, "DOT": "tl.bfloat16", "ACC": "tl.float32", "PRECISION": None,
+                                  "EVEN_K": True, "WIDE": False, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64,
+                                  "GROUP_M": 8, "SPLIT_K": 1, "SCALED": False, "BLOCK_SCALED": False, "NORM": False}))
+    assert lowering_failures(cases) == []
+
+
 _FLASH_INTS = ("q_len k_len kv_heads window_left window_right block_tokens stride_table sqb sqh sql skb skh sks svb svh "
                "svs sob soh sol slb slh sll smb smh sml sms sab sah split_len sos sls")
 FLASH_PREFILL = ("nbx.kernels.attention.flash", "prefill_kernel", {
@@ -320,7 +352,8 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     """Decode tiles (16 rows of x: the scales applied to the dot's sums) and prefill tiles (each
     weight element dequantized), asymmetric and symmetric, bfloat16 and float16 (the inline PTX's
     two forms) and float32 activations, split and unsplit."""
-    base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False)
+    base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False,
+                GEMV=False)
     cases = [(*INT4_LINEAR, {**base, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
                              "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": block_m <= 32, "BLOCK_M": block_m,
                              "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
@@ -330,4 +363,9 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
                                  "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
                                  "ACTIVATION": "silu", "HAS_RES": True}))
+    # the gemv kernel (decode rows on the CUDA cores): its word conversion's two forms, one and 16 rows
+    cases += [(*INT4_LINEAR, {**base, "GEMV": True, "DOT": dot, "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": True,
+                       "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 128, "SPLIT_K": split})
+              for dot, signed, block_m, block_n, split in (("tl.bfloat16", False, 1, 128, 8), ("tl.float16", True, 16, 32, 1),
+                                                          ("tl.float32", False, 4, 64, 2))]
     assert lowering_failures(cases) == []

@@ -166,6 +166,51 @@ def test_decode_keys_keep_split_k_candidates_and_large_keys_prune_them():
     assert LINEAR.default(_hopper()) == dict(LINEAR.default(_hopper()), split_k=1)
 
 
+def test_a_float8_key_counts_its_stages_at_one_byte_and_keeps_the_widest_three_stage_descriptor_tile():
+    rep = {"m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt", "form": "scaled", "tma": True,
+           "precision": "none"}
+    kept, pruned = LINEAR.candidates(_hopper(), rep)
+    wide = {"kernel": "tma", "block_m": 128, "block_n": 256, "block_k": 128, "num_stages": 3}
+    assert any(all(s[p] == v for p, v in wide.items()) for s in kept)
+    assert {s["block_k"] for s in kept} == {128}   # 64-byte steps of float8 are too short on k = 4096
+    bf16 = LINEAR.candidates(_hopper(), {**rep, "form": "plain"})[0]
+    assert not any(all(s[p] == v for p, v in wide.items()) for s in bf16)   # twice the bytes: it does not fit
+
+
+def test_bmm_takes_the_batched_form_whose_key_holds_no_batch_and_whose_workload_fills_the_device(interp):
+    from nbx.kernels.matmul.linear_tuning import batch_entries
+    x1, x2 = on(interp, (3, 20, 33)), on(interp, (3, 33, 17))
+    p = epilogue.plan(x1, x2.mT)
+    assert p.batch == 3 and not p.tma and mm.paired_batch(x1, x2)
+    assert not mm.paired_batch(x1, on(interp, (1, 33, 17)))   # a broadcast batch takes the tiled kernel
+    rep = {"m": 1024, "n": 1024, "k": 128, "dtype": "bfloat16", "layout": "nn", "form": "batched", "tma": False,
+           "precision": "none"}
+    assert batch_entries(rep) == 32 and batch_entries({**rep, "m": 8192, "n": 8192}) == 1
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+def test_a_batched_keys_workload_forms_its_own_key_and_its_candidates_pass_the_screen(interp, layout,
+                                                                                     monkeypatch):
+    from nbx.kernels.matmul import linear_tuning
+    monkeypatch.setattr(linear_tuning, "BATCH_OUTPUTS", 3 * 40 * 24)   # three entries: the interpreter is slow
+    rep = {"m": 40, "n": 24, "k": 32, "dtype": nbx.float32, "layout": layout, "form": "batched", "tma": False,
+           "precision": "ieee"}
+    workload = LINEAR.workload(rep, interp)
+    seen = []
+    real = epilogue.linear_setting
+    try:
+        epilogue.linear_setting = lambda *args: seen.append(launch_key(*args[1:])) or real(*args)
+        plans.reset()
+        workload.launch(None)
+    finally:
+        epilogue.linear_setting = real
+        plans.reset()
+    assert seen == [rep] and workload.out_shape[0] == 3
+    kept, _ = LINEAR.candidates(_hopper(), rep)
+    result = screen.run(workload, kept[:1] + kept[-1:], launch.facts(interp))
+    assert not result.excluded, [v.reason for v in result.excluded]
+
+
 def test_linear_keys_add_the_form_to_matmuls_key():
     key = keys.form("linear", LINEAR.key, _hopper(), **launch_key(3, 4096, 4096, "bfloat16", (4096, 1), (1, 4096),
                                                                    "gated", True))

@@ -38,6 +38,25 @@ def test_the_descriptor_kernel_computes_the_gated_pair(device, check):
     check(out, nbx.oracle("gated_linear", x, wg, wu, "silu"), device)
 
 
+@pytest.mark.parametrize("weight_layout", ["out_in", "in_out"])
+def test_a_tf32_product_rounds_a_float32_weight_once_before_the_descriptor_kernel_to_the_oracles_products(
+        device, check, weight_layout):
+    x = on(device, (70, 64), "float32")
+    weight = on(device, (48, 64), "float32") if weight_layout == "out_in" else on(device, (64, 48), "float32").mT
+    plan = epilogue.launch_plan(x, weight, setting=TMA, input_precision="tf32")
+    assert [launch.kernel.fn.__name__ for launch in plan.launches] == ["tf32_round_kernel", "tma_matmul_kernel"]
+    assert epilogue.linear_cost(x, weight, input_precision="tf32").launches == 1   # served the device file's tiles
+    out = epilogue.launch_linear(x, weight, setting=TMA, input_precision="tf32")
+    check(out, nbx.oracle("linear", x, weight, input_precision="tf32"), device)
+    # the gated pair and a float16 weight (TF32 values already) round in the K loop, with no pass
+    wu = on(device, (48, 64), "float32") if weight_layout == "out_in" else on(device, (64, 48), "float32").mT
+    gated = epilogue.launch_plan(x, weight, up=wu, activation="silu", setting=TMA, input_precision="tf32")
+    narrow = epilogue.launch_plan(x, weight.to(dtype="float16"), setting=TMA, input_precision="tf32")
+    assert len(gated.launches) == len(narrow.launches) == 1
+    check(epilogue.launch_linear(x, weight.to(dtype="float16"), dtype=nbx.float32, setting=TMA, input_precision="tf32"),
+          nbx.oracle("linear", x, weight.to(dtype="float16"), input_precision="tf32"), device)
+
+
 def test_calls_descriptors_cannot_read_are_not_eligible_and_a_tma_setting_for_them_is_refused(device):
     x, w = on(device, (8, 40)), on(device, (24, 40))
     assert epilogue.plan(x, w, dtype=x.dtype, setting=TMA).tma
@@ -82,6 +101,21 @@ def test_the_tunable_offers_the_tma_kernel_only_on_devices_with_descriptor_copie
 
 
 gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)
+
+
+@gpu_only
+def test_tf32_and_float8_through_the_descriptor_kernel_at_the_benchmarks_widest_tiles_on_the_gpu(device, check):
+    setting = {**TMA, "block_m": 128, "block_n": 128, "block_k": 32, "num_warps": 8, "num_stages": 3, "programs": 132}
+    x, w = on(device, (1000, 4096), "float32"), on(device, (1024, 4096), "float32", 0.05)
+    check(epilogue.launch_linear(x, w, setting=setting, input_precision="tf32"),
+          nbx.oracle("linear", x, w, input_precision="tf32"), device)
+    x8, w8 = x.to(dtype="float8_e4m3fn"), (w * 20).to(dtype="float8_e4m3fn")
+    sx = nbx.asarray(rng.uniform(0.5, 2.0, 1000).astype(np.float32), device=device)
+    sw = nbx.asarray(rng.uniform(0.5, 2.0, 1024).astype(np.float32), device=device)
+    wide = {**setting, "block_n": 256, "block_k": 128}
+    for ws in (0, 1):
+        out = epilogue.launch_linear(x8, w8, dtype=nbx.bfloat16, scales=(sx, sw), setting={**wide, "warp_specialize": ws})
+        check(out, nbx.oracle("scaled_linear", x8, w8, sx, sw), device)
 
 
 @gpu_only

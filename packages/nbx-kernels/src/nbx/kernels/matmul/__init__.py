@@ -193,11 +193,18 @@ def by_weight(x1: Tensor, x2: Tensor) -> bool:
     return x2.ndim == 2
 
 
+def paired_batch(x1: Tensor, x2: Tensor) -> bool:
+    """bmm's product, two 3-D operands of one batch size entry by entry: the fused kernel's batched
+    form, whose key is certified over a batch that fills the device (linear_tuning.batch_entries);
+    other batches (broadcast, more dims) take the tiled kernel."""
+    return x1.ndim == 3 and x2.ndim == 3 and x1.shape[0] == x2.shape[0]
+
+
 @implements("matmul")
 def _matmul(call) -> Tensor:
     """A checked matmul (nbx.core.ops.linalg's spec)."""
     x1, x2 = call.x1, call.x2
-    if by_weight(x1, x2):
+    if by_weight(x1, x2) or paired_batch(x1, x2):
         return epilogue.launch_linear(x1, x2.mT, dtype=call.out_dtype)
     return launch_matmul(x1, x2, call.out_dtype)
 
@@ -234,7 +241,7 @@ _matmul.prepare = _prepare
 @declares("matmul")
 def _matmul_cost(call) -> Cost:
     x1, x2 = call.x1, call.x2
-    return epilogue.linear_cost(x1, x2.mT) if by_weight(x1, x2) else matmul_cost(x1, x2)
+    return epilogue.linear_cost(x1, x2.mT) if by_weight(x1, x2) or paired_batch(x1, x2) else matmul_cost(x1, x2)
 
 from . import epilogue, int4  # noqa: E402,F401  (linear, gated_linear; linear_int4)
 

@@ -46,11 +46,12 @@ from ..types import tl_type
 from . import INT32_MAX, check_dtypes
 from .fused import fused_matmul_kernel, split_epilogue_kernel
 from .kernel import SCALE_BLOCK
-from .hopper import tma_matmul_kernel
+from .hopper import tf32_round_kernel, tma_matmul_kernel
 from .linear_tuning import linear_setting
-from .tuning import block_k_that_fits, epilogue_bytes, stages_that_fit
+from .tuning import block_k_that_fits, epilogue_bytes, half_store, stages_that_fit
 
 SPLIT_BLOCK = 1024   # elements a program of the split-K epilogue sums (a store pass: its size barely matters)
+ROUND_BLOCK = (8, 512)   # rows x columns a program of the TF32 rounding pass takes (a copy: its size barely matters)
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
         and not block_scaled   # the tma kernel scales after the K loop only
     precision = input_precision or ("ieee" if operands in (dtypes.float32, dtypes.float64) else None)
     s = dict(setting if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
-                                                                 _form(gated, scale_strides), tma, precision))
+                                                                 _form(gated, scale_strides, batched), tma, precision))
     facts = launch.facts(device)
     s["block_k"] = block_k_that_fits(s["block_k"], operands.itemsize, facts)   # the dots' operands are of operands
     if s["kernel"] == "tma" and norm is not None:
@@ -192,16 +193,20 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
     if s["kernel"] == "tma":
         for name in ("EVEN_K", "WIDE", "SPLIT_K", "BLOCK_SCALED", "NORM"):
             del meta[name]
-        meta.update(B_KMAJOR=b[1] == 1, PROGRAMS=s["programs"], WARP_SPECIALIZE=bool(s["warp_specialize"]))
+        meta.update(B_KMAJOR=b[1] == 1, PROGRAMS=s["programs"], WARP_SPECIALIZE=bool(s["warp_specialize"]),
+                    B_ROUNDED=precision == "tf32" and not gated
+                    and (stored[1] if stored else operands) is dtypes.float32)
+        # B_ROUNDED: a float32 weight rounded to TF32 once (hopper.py says why); narrower ones are TF32 values
+        meta.update(HALF_STORE=half_store(dtype.itemsize))
     return LinearPlan(batch, m, n, k, a, b, addends[0], addends[1], tuple(copies), s["split_k"],
                       tuple(meta.items()), tuple(split_meta.items()), s["kernel"] == "tma", scale_strides, shape, dtype,
                       norm is not None)
 
 
-def _form(gated: bool, scale_strides) -> str:
+def _form(gated: bool, scale_strides, batched: bool = False) -> str:
     if scale_strides is not None:
         return "blockscaled" if scale_strides[0] == "block" else "scaled"
-    return "gated" if gated else "plain"
+    return "gated" if gated else "batched" if batched else "plain"
 
 
 def _layout(t: Tensor | None):
@@ -265,10 +270,18 @@ def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: boo
     scale_s = p.scales[1:] if p.scales else (0, 0, 0, 0)
     scalars = (Slot("alpha"), Slot("beta"))
     meta = dict(p.meta)
+    rounded = _rounded_weight(p)
     if p.tma:
-        args = (x, Slot("weight"), up, Slot("out"), bias, residual, xs, ws, p.m, p.n, p.k, p.a[1],
+        weight, launches = Slot("weight"), ()
+        if rounded is not None:
+            rows, cols, stride = rounded
+            weight = Slot("weight_tf32")
+            launches = (Launch(tf32_round_kernel, (-(-rows // ROUND_BLOCK[0]), -(-cols // ROUND_BLOCK[1])),
+                               (Slot("weight"), weight, rows, cols, stride),
+                               dict(BLOCK_R=ROUND_BLOCK[0], BLOCK_C=ROUND_BLOCK[1], num_warps=4)),)
+        args = (x, weight, up, Slot("out"), bias, residual, xs, ws, p.m, p.n, p.k, p.a[1],
                 p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scale_s[:2], *scalars)
-        launches = (Launch(tma_matmul_kernel, p.grid, args, meta),)
+        launches += (Launch(tma_matmul_kernel, p.grid, args, meta),)
     else:
         part = Slot("part") if p.split_k > 1 else Slot("out")
         args = (x, Slot("weight"), up, Slot("out"), part, bias, residual, xs, ws, norm_weight, squares, p.m, p.n, p.k,
@@ -284,7 +297,22 @@ def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: boo
     work = (plans.workspace("part", p.partial_shape(gated), part_dtype),) if p.split_k > 1 and not p.tma else ()
     if p.squares_shape:
         work += (plans.workspace("squares", p.squares_shape, part_dtype),)
+    if rounded is not None:
+        work += (plans.workspace("weight_tf32", (_rounded_elements(rounded),), dtypes.float32),)
     return LaunchPlan(device, launches, (plans.output("out", shape, p.dtype),), work, p.copies, detail=p)
+
+
+def _rounded_weight(p: "LinearPlan"):
+    """(rows, columns, row stride) of the weight as its descriptor reads it, where the plan rounds
+    it to TF32 before the product (B_ROUNDED), else None."""
+    if not p.tma or not dict(p.meta).get("B_ROUNDED"):
+        return None
+    return (p.n, p.k, p.b[2]) if p.b[1] == 1 else (p.k, p.n, p.b[1])
+
+
+def _rounded_elements(rounded) -> int:
+    rows, cols, stride = rounded
+    return (rows - 1) * stride + cols
 
 
 def launch_plan(x, weight, bias=None, residual=None, up=None, activation=None, dtype=None, setting=None,
@@ -377,8 +405,12 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
             square_bytes = prod(p.squares_shape) * (8 if dict(p.meta)["ACC"] == tl.float64 else 4)
             buffers.append(Buffer("squares", square_bytes, LAUNCH))
             moved += 2 * square_bytes
+    rounded = _rounded_weight(p)
+    if rounded is not None:   # the weight read and its TF32 copy written once more
+        buffers.append(Buffer("weight_tf32", 4 * _rounded_elements(rounded), LAUNCH))
+        moved += 2 * weight.nbytes
     flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1) + (3 * x.size if p.norm else 0)
-    return Cost(tuple(buffers), moved, flops, launches=2 if p.split_k > 1 and not p.tma else 1)
+    return Cost(tuple(buffers), moved, flops, launches=2 if (p.split_k > 1 and not p.tma) or rounded else 1)
 
 
 @implements("linear")

@@ -9,8 +9,10 @@ A tile of at most FOLD_ROWS rows of x applies the scales to the dot's sums (fewe
 element, which decode rows, reading each weight element for one or a few rows, are bound by);
 wider ones dequantize each element before the dot (its cost shared by the tile's rows).
 
-The tunable `linear_int4`: block_m (rows of x), block_n (weight rows), block_k, split_k, warps
-and stages, keyed by M, N, K, the activations' dtype and the group size; its default is the
+Decode rows have a second form, kernel = gemv (the kernel's GEMV constexpr): the sums on the CUDA
+cores, any block_m from 1, no matrix unit (quantized._gemv_sums); the certificate picks it or the
+tiles form per key. The tunable `linear_int4`: kernel (tiles | gemv), block_m (rows of x), block_n
+(weight rows), block_k, split_k, warps and stages, keyed by M, N, K, the activations' dtype and the group size; its default is the
 device file's tiles.linear. block_k must divide the group (a K step lies in one group): larger
 candidates are pruned, and a served tile whose block_k does not divide the group runs with
 block_k = the group. A decode tile's K step is two dots of block_k / 2 (even and odd K), held to
@@ -19,7 +21,10 @@ a tile folds the scales is a function of its certified block_m, never of the cal
 under 64 rows of x from m = 128 on (each weight tile dequantized too often), prefill (m >= 1024)
 on tiles under 128 x 64, 16-bit K steps of 32 on long K, split K outside decode rows (m <= 64),
 splits leaving a program under two K steps or passing SPLIT_TILES_MAX programs, stages deeper
-than half a program's K steps, and stages whose x and weight tiles pass a block's shared memory."""
+than half a program's K steps, and stages whose x and weight tiles pass a block's shared memory;
+the tiles form under 16 rows of x, or on decode keys under block_n 128 (every H200 decode winner);
+the gemv form outside decode rows (m <= 16), under the key's m, past 512 block_m x block_n, or at
+other than one stage count (no dot: nothing to pipeline)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,17 +56,47 @@ from .quantized import int4_linear_kernel
 from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stage_bytes, stages_that_fit
 
 ACTIVATIONS_DTYPES = ("float16", "bfloat16", "float32")
-PARAMS = {"block_m": (16, 32, 64, 128, 256), "block_n": (32, 64, 128), "block_k": (32, 64, 128),
+PARAMS = {"kernel": ("tiles", "gemv"), "block_m": (1, 2, 4, 8, 16, 32, 64, 128, 256), "block_n": (32, 64, 128), "block_k": (32, 64, 128),
           "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (2, 3, 4)}
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "group": "exact"}
 FOLD_ROWS = 32       # tiles of at most this many rows of x scale the dot's sums, wider ones each weight element
 REUSE_M = 128        # from here on, tiles of under 64 rows of x dequantize each weight tile too often
+DOT_ROWS = 16        # the tiles kernel's least block_m: the matrix unit's least dot
+GEMV_ROWS = 16       # the gemv kernel serves up to this many rows of x (decode), each in its own FMAs
+GEMV_STAGES = 2      # the gemv kernel's one depth (its loop has no dot: the pipeliner stages nothing)
+GEMV_TILE = 512      # rows of x times weight rows of a gemv tile of several rows of x
+DECODE_TILE_N = 128  # the tiles kernel's decode tiles (16 rows of x) take this many weight rows
+
+
+def _kernel_fits(setting, rep) -> str | bool:
+    """The tiles kernel on tiles of 16 rows of x or more; the gemv kernel on decode rows, one tile of
+    x (each tile of x streams the weight again), its loads not staged through shared memory."""
+    if setting["kernel"] == "tiles":
+        if setting["block_m"] < DOT_ROWS:
+            return f"block_m {setting['block_m']} in the tiles kernel: its dot takes {DOT_ROWS} rows of x or more"
+        if rep["m"] <= GEMV_ROWS and setting["block_n"] < DECODE_TILE_N:
+            return (f"block_n {setting['block_n']} on a decode tile of the tiles kernel: {DECODE_TILE_N} won on every "
+                    f"decode key of the H200 (certificate of 2026-12-01); the sweep's room goes to the gemv kernel")
+        return True
+    if rep["group"] % 8:
+        return f"the gemv kernel reads words of 8 nibbles: groups of {rep['group']} are not whole words"
+    if rep["m"] > GEMV_ROWS:
+        return f"the gemv kernel on m={rep['m']}: it serves decode rows (m <= {GEMV_ROWS})"
+    if setting["block_m"] < rep["m"]:
+        return f"block_m {setting['block_m']} in the gemv kernel on m={rep['m']}: the weight streamed once per tile of x"
+    if setting["block_m"] > 1 and setting["block_m"] * setting["block_n"] > GEMV_TILE:
+        return (f"a {setting['block_m']} x {setting['block_n']} gemv tile: its weight values, held for every row of x, "
+                f"pass the registers (ptxas spilled 16 x 64 on sm_90; one row streams them)")
+    if setting["num_stages"] != GEMV_STAGES:
+        return f"{setting['num_stages']} stages in the gemv kernel: its loop runs at {GEMV_STAGES} (no dot to feed)"
+    return True
 
 
 def _tile_fits(setting, rep) -> str | bool:
     for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
         value = setting[block]
-        if value > min(PARAMS[block]) and value // 2 >= rep[size]:
+        least = DOT_ROWS if block == "block_m" and setting["kernel"] == "tiles" else min(PARAMS[block])
+        if value > least and value // 2 >= rep[size]:
             return f"{block} {value} covers {size}={rep[size]} twice over"
     if setting["block_m"] < 64 and rep["m"] >= REUSE_M:
         return f"block_m {setting['block_m']} on m={rep['m']} dequantizes each weight tile too often"
@@ -76,6 +111,9 @@ def _tile_fits(setting, rep) -> str | bool:
 def _fits(setting, rep, facts):
     if rep["group"] % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide the group size {rep['group']}"
+    found = _kernel_fits(setting, rep)
+    if found is not True or setting["kernel"] == "gemv":
+        return found if found is not True else _tile_fits(setting, rep)
     itemsize = as_dtype(rep["dtype"]).itemsize
     found = dot_k_fits(setting, itemsize, facts, per_dot=2)   # even and odd K: two dots
     if found is not True:
@@ -147,19 +185,25 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
     s = dict(setting if setting is not None else autotune.setting(LINEAR_INT4, device, m=m, n=n, k=k,
                                                                   dtype=operands, group=group))
     facts = launch.facts(device)
-    block_k = block_k_that_fits(s["block_k"] if group % s["block_k"] == 0 else group, operands.itemsize, facts, 2)
+    gemv = s["kernel"] == "gemv"
+    block_k = s["block_k"] if group % s["block_k"] == 0 else group
+    if not gemv:
+        block_k = block_k_that_fits(block_k, operands.itemsize, facts, 2)
+    elif group % 8:
+        raise NotSupportedError(f"the gemv kernel reads the packed weight in words of 8 nibbles: groups of {group} "
+                                f"are not whole words")
     if group % block_k:
         raise NotSupportedError(f"groups of {group} are under the K tile of {block_k} that two dots of "
                                 f"{operands.name} need on {device.type} (matrix_unit.min_dot_k)")
     s["block_k"] = block_k
-    stages = stages_that_fit(s, operands.itemsize, 1, facts) if COMPILED else s["num_stages"]
+    stages = stages_that_fit(s, operands.itemsize, 1, facts) if COMPILED and not gemv else s["num_stages"]
     wide = max((m + s["block_m"]) * abs(a[0]) + (k + block_k) * abs(a[1]), (n + s["block_n"]) * (k // 2 + 1),
                (m + s["block_m"]) * n) > INT32_MAX
     epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None)
     meta = dict(DOT=tl_type(operands), PRECISION="ieee" if operands is dtypes.float32 else None, GROUP=group,
                 SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric", FOLD=s["block_m"] <= FOLD_ROWS,
-                WIDE=wide, BLOCK_M=s["block_m"],
-                BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
+                WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"],
+                SPLIT_K=s["split_k"], GEMV=gemv, **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=False, **epilogue, NORM=False)
     p = Int4Plan(m, n, k, a, addends[0], addends[1], tuple(copies), s["split_k"], tuple(meta.items()),

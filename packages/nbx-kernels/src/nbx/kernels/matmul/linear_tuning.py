@@ -7,13 +7,20 @@ Whether decode rows take a split-K launch is this certified parameter, never an 
 
 The launch key: M, N, K classed on the dims ladder, the output dtype, the operands' layout (as
 matmul's: a linear weight [N, K] is B = weight.T, layout "nt"), and the form, "plain" or "gated"
-(two accumulators: twice the registers a tile holds). Bias, activation and residual cost the same
+(two accumulators: twice the registers a tile holds), "scaled" / "blockscaled" (float8), or
+"batched" (a weight per batch entry: bmm, baddbmm; timed over a batch that fills the device,
+batch_entries, since the key holds no batch count). Bias, activation and residual cost the same
 store pass at any tile, so they are not in the key.
 
 Pruned: what matmul prunes (shared memory of the stages, eight warps on small tiles, a tile twice
 the key's size), a split whose share of K is under two block_k steps, and splits of launches that
 already have many tiles (tiles x split_k above SPLIT_TILES_MAX: more programs than the split can
-pay for in partial traffic).
+pay for in partial traffic). Shared memory is counted at the operands' own width per key (float8
+stages take half a bfloat16 one: a 128 x 256 x 128 float8 tile keeps three stages), and K steps of
+under 128 bytes (the widest swizzle row) are pruned on a long K at every width, except for IEEE
+products (float32, float64): they run on FMA units with the K step's operand tiles in registers,
+where 16 and 32 fit (128 x 128 x 16 float32 of 8 warps: 190 registers, no spill on sm_90), 64
+spills, and so do more than 64 accumulators a thread.
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ from nbx.core.dtypes import as_dtype
 from .tuning import _warps_for_tile, dot_k_fits, epilogue_bytes, representative_operands, stage_bytes, stages_that_fit
 
 PARAMS = {"kernel": ("tiles", "tma"), "block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256),
-          "block_k": (32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
+          "block_k": (16, 32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
           "programs": (132,), "warp_specialize": (0, 1)}
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label", "form": "label", "tma": "flag",
        "precision": "label"}
@@ -37,8 +44,13 @@ WGMMA_ROWS = 64      # a warpgroup's wgmma covers 64 rows: the tma kernel's smal
 DECODE_M = 64        # decode rows: the keys whose few tiles may split K
 PREFILL_M = 1024     # from here on, only the widest tiles (128 rows, 128 or 256 columns) keep the tensor cores fed
 WIDE_N = 1024        # from here on, 32-column tiles read each A tile too often
-FORMS = ("plain", "gated", "scaled", "blockscaled")
+FORMS = ("plain", "gated", "scaled", "blockscaled", "batched")
+BATCH_OUTPUTS = 1 << 25   # a batched key's representative: 32 Mi outputs (bench_matmul's bmm: 32 of 1024 x 1024)
 SPLIT_TILES_MAX = 1024
+NARROWEST = 1        # bytes: float8 and int8 operands, the narrowest linear takes (each key's: _fits)
+SWIZZLE_ROW = 128    # bytes: a K step narrower than the widest shared-memory swizzle row is too short a step
+FMA_MAX_K = 32       # an IEEE float32/float64 product (FMA, no tensor cores): the longest K step it keeps
+FMA_MAX_ACC = 64     # and the most accumulators a thread holds beside the step's operands
 
 
 def _gated_stage_bytes(setting, itemsize: int) -> int:
@@ -64,12 +76,23 @@ def tile_fits(setting, rep) -> str | bool:
 
 
 def steps_fit(setting, rep) -> str | bool:
-    """The rules on K steps and the split (shared with linear_int4): 16-bit K steps of the least
-    block_k on long K, split K outside decode rows, a split leaving a program under two steps or
-    passing SPLIT_TILES_MAX programs."""
-    if setting["block_k"] == min(PARAMS["block_k"]) and as_dtype(rep["dtype"]).itemsize <= 2 and \
-            rep["k"] >= 16 * setting["block_k"]:
-        return f"block_k {setting['block_k']} of 16-bit operands on k={rep['k']}: steps too short to pipeline"
+    """The rules on K steps and the split (shared with linear_int4, whose keys have no form nor
+    precision): IEEE (FMA) steps and accumulators that pass the registers, K steps under 128 bytes
+    on long K, split K outside decode rows, a split leaving a program under two steps or passing
+    SPLIT_TILES_MAX programs."""
+    step_bytes = setting["block_k"] * operand_itemsize(rep)
+    fma_k = FMA_MAX_K // (2 if setting.get("kernel") == "tma" else 1)   # the persistent kernel holds more state
+    if rep.get("precision") == "ieee" and setting["block_k"] > fma_k:
+        return (f"block_k {setting['block_k']} of an IEEE (FMA) product in the {setting.get('kernel', 'tiles')} "
+                f"kernel: its operand tiles' K step is held in registers (on sm_90 ptxas spilled the pointer kernel's "
+                f"128 x 128 x 64 float32 tile and the tma kernel's 128 x 128 x 32 one, to 5 KiB of stack)")
+    per_thread = setting["block_m"] * setting["block_n"] // (32 * setting["num_warps"])
+    if rep.get("precision") == "ieee" and per_thread > FMA_MAX_ACC:
+        return (f"{per_thread} accumulators a thread of an IEEE (FMA) product: with its operands they pass the "
+                f"registers (ptxas spilled 128 x 128 float32 tiles of 4 warps and 128 x 256 of 8 on sm_90)")
+    if rep.get("precision") != "ieee" and step_bytes < SWIZZLE_ROW and rep["k"] >= 16 * setting["block_k"]:
+        return (f"block_k {setting['block_k']} of {operand_itemsize(rep)}-byte operands on k={rep['k']}: "
+                f"{step_bytes}-byte steps, too short to pipeline")
     split = setting["split_k"]
     if split == 1:
         return True
@@ -109,11 +132,11 @@ def _fits(setting, rep, facts):
     found = dot_k_fits(setting, itemsize, facts)
     if found is not True:
         return found
-    itemsize = as_dtype(rep["dtype"]).itemsize
+    out_itemsize = as_dtype(rep["dtype"]).itemsize   # the operands are of itemsize (float8 under a bf16 result)
     limit = facts.value("memory.max_shared_memory_per_block")
-    if stages_that_fit(setting, itemsize, itemsize, facts, epilogue_bytes(setting, itemsize)) < setting["num_stages"]:
-        return (f"{setting['num_stages']} stages of {as_dtype(rep['dtype']).name} operands and the epilogue pass "
-                f"memory.max_shared_memory_per_block {limit}")
+    if stages_that_fit(setting, itemsize, itemsize, facts, epilogue_bytes(setting, out_itemsize)) < setting["num_stages"]:
+        return (f"{setting['num_stages']} stages of {itemsize}-byte operands and the {as_dtype(rep['dtype']).name} "
+                f"epilogue pass memory.max_shared_memory_per_block {limit}")
     if rep["form"] == "gated" and setting["num_stages"] * _gated_stage_bytes(setting, itemsize) > limit:
         return f"{setting['num_stages']} stages of a gated tile pass memory.max_shared_memory_per_block {limit}"
     return True
@@ -122,7 +145,7 @@ def _fits(setting, rep, facts):
 def operand_itemsize(rep) -> int:
     """The width of a key's dot operands: int8 for an int32 product, float8 for the scaled forms,
     else the output dtype's (the operands the certifier multiplies are of it)."""
-    if rep["form"] in ("scaled", "blockscaled") or as_dtype(rep["dtype"]).name == "int32":
+    if rep.get("form") in ("scaled", "blockscaled") or as_dtype(rep["dtype"]).name == "int32":   # int4: no form
         return 1
     return as_dtype(rep["dtype"]).itemsize
 
@@ -159,15 +182,44 @@ def _float8(t):
     return t.mT.to(dtype="float8_e4m3fn").mT
 
 
+def batch_entries(rep) -> int:
+    """The entries of a batched key's representative: the batch, not one entry's tiles, fills the
+    device (a batch of one 1024 x 1024 product is 64 tiles: a certifier timing it would pick
+    small tiles that a batch of 32 runs slower)."""
+    return max(1, min(256, -(-BATCH_OUTPUTS // (rep["m"] * rep["n"]))))
+
+
+def _batched_operands(rep, device):
+    """A batched key's (a [B, m, k], b [B, k, n]): distinct entries of the key's layout."""
+    from nbx.core.ops.creation import asarray
+    from .tuning import _values
+    m, n, k, entries, host = rep["m"], rep["n"], rep["k"], batch_entries(rep), as_dtype(rep["dtype"]).host
+
+    def laid_out(values, transposed):
+        if not transposed:
+            return asarray(values.astype(host), device=device)
+        return asarray(np.ascontiguousarray(np.swapaxes(values, 1, 2)).astype(host), device=device).permute(0, 2, 1)
+    a = laid_out(_values(entries * m * k, entries * m, 0.37, 1.0).reshape(entries, m, k), rep["layout"][0] == "t")
+    b = laid_out(_values(entries * k * n, entries * k, 0.21, 1.0 / math.sqrt(max(k, 1))).reshape(entries, k, n),
+                 rep["layout"][1] == "t")
+    return a, b
+
+
 def linear_workload(rep, device):
     from .. import launch
     from .epilogue import launch_linear
-    a, b = representative_operands(rep, device) if as_dtype(rep["dtype"]).name != "int32" else _int8_operands(rep, device)
-    if not rep["tma"] and rep["layout"][0] == "n":
+    batched = rep["form"] == "batched"
+    if batched:
+        a, b = _batched_operands(rep, device)
+    elif as_dtype(rep["dtype"]).name == "int32":
+        a, b = _int8_operands(rep, device)
+    else:
+        a, b = representative_operands(rep, device)
+    if not rep["tma"] and rep["layout"][0] == "n" and not batched:   # a batch alone keeps descriptors off
         a = _unaligned(a)
     gated = rep["form"] == "gated"
     up = b if gated else None   # the gated form's two weights: one tensor read twice (timing and oracle alike)
-    out = launch.output((rep["m"], rep["n"]), rep["dtype"], device)
+    out = launch.output(((batch_entries(rep),) if batched else ()) + (rep["m"], rep["n"]), rep["dtype"], device)
 
     precision = None if rep["precision"] in ("none", "ieee") else rep["precision"]
     scales = None
@@ -188,14 +240,14 @@ def linear_workload(rep, device):
             return np.asarray(oracle("gated_linear", a[rows], b.mT, up.mT, "silu"))
         if scales is not None:
             return np.asarray(oracle("scaled_linear", a[rows], b.mT, scales[0][rows], scales[1]))
-        return np.asarray(oracle("linear", a[rows], b.mT, input_precision=precision))
+        return np.asarray(oracle("linear", a[rows], b.mT[rows] if batched else b.mT, input_precision=precision))
     return autotune.TensorWorkload(out, run, reference)
 
 
 LINEAR = autotune.declare(autotune.Tunable(
     "linear", params=PARAMS, key=KEY, default_from="tiles.linear", workload=linear_workload,
-    constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps_for_tile,
-                               _kernel_fits),
+    constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s, NARROWEST, NARROWEST)),
+                               _warps_for_tile, _kernel_fits),
     fits=_fits))
 
 

@@ -146,6 +146,7 @@ def int4_linear_kernel(
     ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
+    GEMV: tl.constexpr = False,
 ):
     """C^T = W @ x^T by tiles of (BLOCK_N weight rows, BLOCK_M rows of x): the dequantized weight
     is the dot's first operand, which the matrix unit takes from registers (Hopper's wgmma), and
@@ -153,7 +154,8 @@ def int4_linear_kernel(
     a load from BLOCK_K = 32 on. Decode rows take BLOCK_M = 16 (the dot's least) and split K so
     that every SM streams the weight; prefill rows take wide tiles. FOLD: the dot sums x * q and
     the group's scale (and minimum, times the sum of x) multiply the sums once a K step (fewer
-    ops per weight element: decode); else each element is dequantized before the dot.
+    ops per weight element: decode); else each element is dequantized before the dot. GEMV: the
+    sums on the CUDA cores instead (_gemv_sums: decode rows, any BLOCK_M; DOT, PRECISION, FOLD unused).
     Grid: (tiles of M x N, SPLIT_K). sqn, ssn: the row strides of qweight (bytes) and of the
     scales and minima (groups); both are read at unit stride along K."""
     pid = tl.program_id(0)
@@ -163,11 +165,13 @@ def int4_linear_kernel(
     rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rh = tl.arange(0, BLOCK_K // 2)
     rk = tl.arange(0, BLOCK_K)
+    rw = tl.arange(0, BLOCK_K // 8)
     if WIDE:
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rh = rh.to(tl.int64)
         rk = rk.to(tl.int64)
+        rw = rw.to(tl.int64)
     in_m = rm < M
     in_n = rn < N
     # x^T (BLOCK_K, BLOCK_M), which wide tiles multiply by the weight's nibbles interleaved back into K
@@ -183,6 +187,21 @@ def int4_linear_kernel(
     per = tl.cdiv(total, SPLIT_K)
     first = split * per
     steps = tl.minimum(per, total - first)
+    if GEMV:
+        acc = _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, sqn, first, steps, GROUP,
+                         SIGNED, ASYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        acc = _dot_sums(q_ptrs, s_ptrs, z_ptrs, x_ptrs, pair_ptrs, in_m, in_n, sak, first, steps, DOT,
+                        PRECISION, GROUP, SIGNED, ASYMMETRIC, FOLD, BLOCK_M, BLOCK_N, BLOCK_K)
+    _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
+                    sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K, HAS_BIAS, ACTIVATION, HAS_RES)
+
+
+@triton.jit
+def _dot_sums(q_ptrs, s_ptrs, z_ptrs, x_ptrs, pair_ptrs, in_m, in_n, sak, first, steps, DOT: tl.constexpr,
+              PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+              FOLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The tiles form's (BLOCK_N, BLOCK_M) sums of C^T over K steps first .. first + steps, on the matrix unit."""
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     ones = _dot_operand(tl.full((BLOCK_N, BLOCK_K // 2), 1, DOT), DOT)
     for k in range(first, first + steps):
@@ -207,7 +226,14 @@ def int4_linear_kernel(
                                    _scaled(high, scale, minimum, ASYMMETRIC, DOT)), (BLOCK_N, BLOCK_K))
             x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
             acc = tl.dot(w, x_t, acc, input_precision=PRECISION)
+    return acc
 
+
+@triton.jit
+def _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
+                    sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr):
+    """A (BLOCK_N, BLOCK_M) tile of C^T to C through the epilogue, or to its split's partials."""
     mask = in_n[:, None] & in_m[None, :]
     at = rm[None, :] * N + rn[:, None]
     if SPLIT_K == 1:
@@ -217,3 +243,88 @@ def int4_linear_kernel(
         tl.store(c_ptr + at, narrow(y, c_ptr.dtype.element_ty), mask=mask)
     else:
         tl.store(part_ptr + split * M * N + at, acc, mask=mask)
+
+
+# One 32-bit word of packed weight (nibbles 0..7 = K 8w .. 8w + 7, low first) to eight float32
+# v = 1 + n / 16: each nibble shifted to the top four mantissa bits and ORed with 1.0's bits in one
+# lop3 (signed: XORed with 1.5's, which flips the nibble's bit 3 as (q ^ 8) does). v is exact and
+# in [1, 2): the products v * x keep float32's precision, and sum(q x) = 16 sum(v x) - C sum(x)
+# (C = 16, signed 24) costs two ops a group instead of a conversion a weight element.
+_WORD_ASM = """{
+.reg .b32 t, mask, magic;
+mov.b32 mask, 0x00780000;
+mov.b32 magic, MAGIC;
+""" + "".join(f"{'shl' if shift > 0 else 'shr'}.b32 t, $8, {abs(shift)};\nlop3.b32 ${j}, t, mask, magic, LUT;\n"
+              for j, shift in enumerate(19 - 4 * j for j in range(8))) + "}"
+WORD_VALUES = tl.constexpr(_WORD_ASM.replace("MAGIC", "0x3F800000").replace("LUT", "0xEA"))
+WORD_VALUES_SIGNED = tl.constexpr(_WORD_ASM.replace("MAGIC", "0x3FC00000").replace("LUT", "0x6A"))
+
+
+@triton.jit
+def _nibble_v(words, j: tl.constexpr, SIGNED: tl.constexpr):
+    n = (words >> (4 * j)) & 0xF
+    if SIGNED:
+        n = n ^ 8
+    return n.to(tl.float32) * 0.0625 + 1.0
+
+
+@triton.jit
+def _word_values(words, SIGNED: tl.constexpr):
+    """The eight v = 1 + n / 16 (n: nibble j of each word, XORed with 8 if SIGNED), float32."""
+    if COMPILED:
+        v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
+            WORD_VALUES_SIGNED if SIGNED else WORD_VALUES, "=r,=r,=r,=r,=r,=r,=r,=r,r", [words],
+            dtype=(tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32),
+            is_pure=True, pack=1)
+    else:
+        v0, v1, v2, v3 = _nibble_v(words, 0, SIGNED), _nibble_v(words, 1, SIGNED), _nibble_v(words, 2, SIGNED), \
+            _nibble_v(words, 3, SIGNED)
+        v4, v5, v6, v7 = _nibble_v(words, 4, SIGNED), _nibble_v(words, 5, SIGNED), _nibble_v(words, 6, SIGNED), \
+            _nibble_v(words, 7, SIGNED)
+    return v0, v1, v2, v3, v4, v5, v6, v7
+
+
+@triton.jit
+def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, sqn, first, steps,
+               GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The GEMV form's (BLOCK_N, BLOCK_M) sums of C^T over K steps first .. first + steps, on the
+    CUDA cores (no matrix unit: no 16-row tile for one row, no trip of the weight through shared
+    memory). The weight rows' packed bytes stream as 32-bit words (16-byte loads of four words a
+    thread, the next step's loaded before this one's are used); each word becomes eight float32
+    values in eight ops (_WORD_ASM), multiplied into each of the BLOCK_M rows of x (read from the
+    caches, in float32); the scale (and minimum) apply once a K step to the row sums. sqn, the
+    packed row stride in bytes, is a multiple of 4."""
+    w_ptrs = q_ptr.to(tl.pointer_type(tl.int32)) + rn[:, None] * (sqn // 4) + rw[None, :]   # (BLOCK_N, BLOCK_K / 8)
+    columns = tl.arange(0, BLOCK_M)[None, :]
+    x_at = 8 * rw[:, None] + tl.arange(0, 8)[None, :]           # (BLOCK_K / 8, 8): K offsets of a step's x
+    bias: tl.constexpr = 24.0 if SIGNED else 16.0
+
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    # the next step's words are loaded before this step's are used (the pipeliner stages no loads of
+    # a loop without a dot): two steps of weight in flight a thread, not one
+    none = 0 * rw[None, :]                     # makes a scalar test a tensor mask (the interpreter's need)
+    upcoming = tl.load(w_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
+    for k in range(first, first + steps):
+        words = upcoming
+        upcoming = tl.load(w_ptrs + (k + 1) * (BLOCK_K // 8), mask=in_n[:, None] & (none + k + 1 < first + steps),
+                           other=0)
+        group = (k * BLOCK_K) // GROUP
+        scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
+        minimum = scale
+        if ASYMMETRIC:
+            minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
+        v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
+        # (BLOCK_N, BLOCK_K / 8, 8): nibble j of word w at [:, w, j], K order (joins stay in a thread's registers)
+        v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
+                       (BLOCK_N, BLOCK_K // 8, 8))
+        for r in tl.static_range(BLOCK_M):
+            row = tile_m * BLOCK_M + r
+            ok = row + 0 * x_at < M          # a tensor mask: the interpreter takes no scalar one
+            x = tl.load(a_ptr + row * sam + (k * BLOCK_K + x_at) * sak, mask=ok, other=0).to(tl.float32)
+            x_sum = tl.sum(tl.sum(x, axis=1), axis=0)
+            part = (16.0 * tl.sum(tl.sum(v * x[None, :, :], axis=2), axis=1) - bias * x_sum) * scale
+            if ASYMMETRIC:
+                part += minimum * x_sum
+            acc += tl.where(columns == r, part[:, None], 0.0)
+    return acc

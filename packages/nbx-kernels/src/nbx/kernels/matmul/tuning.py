@@ -68,7 +68,17 @@ def epilogue_bytes(setting, out_itemsize: int, residual_itemsize: int = 0) -> in
     asked 96 KiB more than the stages: without this, a setting certified without one fails to
     compile with one)."""
     tile = setting["block_m"] * setting["block_n"]
-    return tile * ((out_itemsize if setting.get("kernel") == "tma" else 0) + residual_itemsize)
+    staged = 0
+    if setting.get("kernel") == "tma":   # C, in halves where the output is 4 bytes wide (hopper.py's HALF_STORE)
+        staged = out_itemsize // 2 if half_store(out_itemsize) else out_itemsize
+    return tile * staged + tile * residual_itemsize
+
+
+HALF_STORE_BYTES = 4   # outputs this wide or wider: the tma kernel stages and stores C in two halves
+
+
+def half_store(out_itemsize: int) -> bool:
+    return out_itemsize >= HALF_STORE_BYTES
 
 
 DOT_WIDTHS = {1: "one_byte", 2: "two_byte", 4: "four_byte", 8: "eight_byte"}
