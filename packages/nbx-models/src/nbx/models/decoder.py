@@ -27,7 +27,12 @@ from .kv_cache import new_cache
 from . import moe
 from .sampling import pick, pick_tokens
 
-NORM_FUSED_ROWS = 16   # decode rows: the RMS norm before a product rides in its loads (norm=); prefill keeps its launch
+# Rows up to which the RMS norm before a product rides in its loads (norm=) instead of a launch of its
+# own. 0: on the H200 (2026-12-01, bench_models.py) the normed products at decode rows made the step
+# slower, not faster (1B shape 838.9 -> 800.5 tok/s, 8B shape's 2 layers 1,723 -> 1,372): the normed
+# GEMV holds twice the registers (128 against 63 at the split decode tile) under tiles certified for
+# the plain one. Raise it once the normed keys are certified and measured faster.
+NORM_FUSED_ROWS = 0
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
                "gelu_new": "gelu_tanh", "relu": "relu"}
 
