@@ -12,7 +12,8 @@ linear's norm=); rope of q and k and k, v written to the paged cache at the toke
 rotary_kv_cache_write(q=); torch: the ropes then an index copy into a dense cache); attention of the token over the cache (nbx: paged_attention, its
 decode front-end, max_seq_len given so nothing reads the device; torch: SDPA with GQA);
 x2 = x + attn @ Wo.T; out = x2 + (silu(n @ Wg.T) * (n @ Wu.T)) @ Wd.T with n = rms_norm(x2) (nbx: the
-norm inside gated_linear): six nbx ops, as nbx.models' decode layer.
+norm inside gated_linear): six nbx ops, the decode layer with its norms fused (nbx.models keeps the norms' launches
+while decoder.NORM_FUSED_ROWS is 0: docs/models.md).
 Weights are seeded (numpy, scaled 0.02), the cache is filled with seeded values.
 
 Columns, microseconds a call: wall+sync (one call then a synchronize, the median), gpu (CUDA events
