@@ -39,7 +39,7 @@ class ConvLayer:
     activation: str | None = None
 
     def rows(self):
-        """(kernel, stride, dilation, (low, high) padding) along the height."""
+        """(kernel, stride, dilation, (low, high) padding along the height, (low, high) padding along the width)."""
         kernel = tuple(self.weight.shape[2:])
         stride, dilation = spatial_tuple(self.stride, 2, "stride"), spatial_tuple(self.dilation, 2, "dilation")
         pads = conv_padding(self.padding, 2, kernel, stride, dilation)
@@ -128,8 +128,7 @@ def tiled_conv_chain(x: Tensor, layers, band_rows: int) -> Tensor:
     if band_rows < 1:
         raise ArgumentError(f"tiled_conv_chain: band_rows must be positive, got {band_rows}")
     heights = _heights(x.shape[2], layers)
-    width_pads = [conv_padding(layer.padding, 2, tuple(layer.weight.shape[2:]), spatial_tuple(layer.stride, 2,
-                  "stride"), spatial_tuple(layer.dilation, 2, "dilation"))[1] for layer in layers]
+    width_pads = [layer.rows()[4] for layer in layers]
     out = None
     for first in range(0, heights[-1], band_rows):
         last = min(first + band_rows, heights[-1])

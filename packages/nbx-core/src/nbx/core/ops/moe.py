@@ -84,14 +84,19 @@ def _check_route(logits, top_k, scoring, n_group, topk_group, group_score, corre
             raise DTypeError(f"moe_route's correction_bias is float32, got {correction_bias.dtype.name}")
 
 
+def _route_groups(n_group, topk_group) -> tuple[int, int]:
+    """(groups, groups kept): one group of all experts, all kept, when the routing has no groups."""
+    groups = 1 if n_group is None else int(n_group)
+    return groups, groups if n_group is None else int(topk_group)
+
+
 def moe_route(logits: Tensor, top_k: int, *, scoring: str = "softmax", renormalize: bool = True,
               n_group: int | None = None, topk_group: int | None = None, group_score: str = "max",
               correction_bias: Tensor | None = None, scaling: float = 1.0) -> Routing:
     """Each token's top_k experts and their weights (see the module's doc for the rules)."""
     _check_route(logits, top_k, scoring, n_group, topk_group, group_score, correction_bias)
     device = common_device(logits, correction_bias)
-    groups = 1 if n_group is None else int(n_group)
-    kept = groups if n_group is None else int(topk_group)
+    groups, kept = _route_groups(n_group, topk_group)
     weights, experts = implementation("moe_route", device)(
         logits, int(top_k), scoring, bool(renormalize), groups, kept, group_score, correction_bias, float(scaling))
     return Routing(weights, experts)
@@ -243,8 +248,7 @@ def moe_routed_experts(x: Tensor, logits: Tensor, w_gate: Tensor, w_up: Tensor, 
     if logits.shape[1] != w_gate.shape[0]:
         raise ShapeError(f"moe_routed_experts' logits score {logits.shape[1]} experts, the weights stack "
                          f"{w_gate.shape[0]}")
-    groups = 1 if n_group is None else int(n_group)
-    kept = groups if n_group is None else int(topk_group)
+    groups, kept = _route_groups(n_group, topk_group)
     device = common_device(x, logits, correction_bias,
                            *(getattr(w, "qweight", w) for w in (w_gate, w_up, w_down)))
     return implementation("moe_routed_experts", device)(

@@ -281,9 +281,10 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
     real_out = load == HERMITIAN
     out = plans.output("out", (rows, out_len) + (() if real_out else (2,)), dtypes.float32)
     half, extra = n // 2, ()
-    if frames is not None and not (n % 2 == 0 and load == REAL and out_len == half + 1 and fusable(n, tile, real=True)):
+    row_tile = n % 2 == 0 and load == REAL and out_len == half + 1 and fusable(n, tile, real=True)
+    if frames is not None and not row_tile:
         raise NotSupportedError(f"frames read in place: only by the row tile of a real even row, not {n} points here")
-    if n % 2 == 0 and load == REAL and out_len == half + 1 and fusable(n, tile, real=True):   # one program a row
+    if row_tile:   # one program a row
         hop, windowed = frames or (src_len, False)   # stft's frames: hop apart in the signal, windowed as read
         launches = [_tile_launch(fft_tile_kernel, rows, n, tile, "x", "out", src_len, hop, 2 * out_len, scale,
                                  SIGN=-1, LOAD=REAL, HALF=True, WINDOWED=windowed)]

@@ -19,7 +19,7 @@ from nbx.core.errors import ArgumentError
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans
-from ..cost import LAUNCH, Buffer, Cost, declares
+from ..cost import LAUNCH, Buffer, Cost, declares, price
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..rows import (LOOPED, SPLIT, Blocks, Rows, as_rows, blocks, contiguous_strides, float_bits, is_strided,
@@ -317,11 +317,10 @@ declares("layer_norm")(lambda call: norm_cost(
 declares("rms_norm")(lambda call: norm_cost({"x": call.x}, {"weight": call.weight}, call.x.ndim - len(call.shape)))
 declares("group_norm")(lambda x, num_groups, weight=None, bias=None, eps=1e-5, activation=None: norm_cost(
     {"x": x}, {"weight": weight, "bias": bias}, 1, int(num_groups)))
+# instance norm is a group norm of one channel a group with its batch's statistics, else a batch norm
 declares("instance_norm")(lambda x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
-                           momentum=0.1, eps=1e-5: norm_cost({"x": x}, {"weight": weight, "bias": bias}, 1, x.shape[1])
-                           if use_input_stats else norm_cost({"x": x}, {"running_mean": running_mean,
-                                                             "running_var": running_var, "weight": weight,
-                                                             "bias": bias}, 2, batch_norm=True))
+                           momentum=0.1, eps=1e-5: price("group_norm", x, x.shape[1], weight, bias, eps)
+                           if use_input_stats else price("batch_norm", x, running_mean, running_var, weight, bias, eps))
 declares("batch_norm")(lambda x, running_mean, running_var, weight=None, bias=None, eps=1e-5: norm_cost(
     {"x": x}, {"running_mean": running_mean, "running_var": running_var, "weight": weight, "bias": bias}, 2,
     batch_norm=True))

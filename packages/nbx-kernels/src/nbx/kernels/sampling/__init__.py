@@ -41,9 +41,7 @@ def launch_sample(logits: Tensor, uniforms: Tensor, temperature: float, k: int, 
     certifier's) overrides the served tile, `tokens` (int64 [rows]) receives the draw."""
     rows, vocab = logits.shape
     x = logits.contiguous()
-    signature = (rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device)
-    plan = plans.cached("sample", signature + (plans.setting_key(setting),),
-                        lambda: sample_plan(*signature, setting=setting))
+    plan = _cached_plan(rows, vocab, x.dtype, k < vocab, p < 1.0, floor > 0.0, logits.device, setting)
     # the scalars as the float32 values the reference uses (the interpreter would keep doubles)
     return plans.execute(plan, {"x": x, "u": uniforms, "inv_t": _f32(1.0 / temperature), "k": k, "p": _f32(p),
                                 "floor": floor_weight(floor), "tokens": tokens})["tokens"]
@@ -51,6 +49,14 @@ def launch_sample(logits: Tensor, uniforms: Tensor, temperature: float, k: int, 
 
 def _f32(value: float) -> float:
     return float(np.float32(value))
+
+
+def _cached_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device,
+                 setting=None) -> LaunchPlan:
+    """sample_plan through the one plan cache (the launch and its cost share it)."""
+    signature = (rows, vocab, dtype, top_k, top_p, min_p, device)
+    return plans.cached("sample", signature + (plans.setting_key(setting),),
+                        lambda: sample_plan(*signature, setting=setting))
 
 
 def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: bool, device,
@@ -114,7 +120,7 @@ def _sample_cost(logits: Tensor, temperature=1.0, k=None, p=1.0, floor=0.0, seed
     vocab = logits.shape[-1]
     rows = logits.size // max(vocab, 1)
     top_k, top_p = k is not None and k < vocab, p < 1.0
-    plan = sample_plan(rows, vocab, logits.dtype, top_k, top_p, floor > 0.0, logits.device)
+    plan = _cached_plan(rows, vocab, logits.dtype, top_k, top_p, floor > 0.0, logits.device)
     passes = 2 + (4 if top_k else 0) + (2 if top_p else 0)  # max, kept; select's 4; mass, compact (the draw: one chunk)
     return Cost(buffers=plan.buffers() + (Buffer("uniforms", rows * 4, LAUNCH),),
                 bytes_moved=passes * logits.nbytes + rows * 12, launches=len(plan.launches) + 1,

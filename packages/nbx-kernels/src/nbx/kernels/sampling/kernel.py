@@ -31,8 +31,7 @@ import triton.language as tl
 from nbx.core.ops.sampling import EXP2_Q30, LOG2E_Q30, WEIGHT_BITS
 
 from ..sort.kernel import order_key
-from ..sort.select import DIGITS, _found, _keys
-from ..sort.select import BINS as SELECT_BINS
+from ..sort.select import _found, digit_counts
 
 C0, C1, C2, C3, C4, C5, C6, C7, C8 = (tl.constexpr(c) for c in EXP2_Q30)
 LOG2E = tl.constexpr(LOG2E_Q30)
@@ -50,14 +49,7 @@ def top_k_digits_kernel(x_ptr, hist_ptr, n, k, chunk, PASS: tl.constexpr, BLOCK:
     sort/ reads the row twice and then only candidates, which a step that needs only the k-th
     value's digits does not."""
     r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    prefix, _ = _found(hist_ptr, r, k, PASS)
-    counts = tl.zeros((SELECT_BINS,), tl.int32)
-    for start in range(p * chunk, p * chunk + chunk, BLOCK):
-        u, inside = _keys(x_ptr, r, start + tl.arange(0, BLOCK), n, True)
-        if PASS > 0:
-            inside = inside & ((u >> (32 - 8 * PASS)) == prefix)
-        counts += tl.histogram(((u >> (24 - 8 * PASS)) & 0xFF).to(tl.int32), SELECT_BINS, mask=inside)
-    tl.atomic_add(hist_ptr + (r * DIGITS + PASS) * SELECT_BINS + tl.arange(0, SELECT_BINS), counts, sem="relaxed")
+    digit_counts(x_ptr, hist_ptr, r, p, n, k, chunk, True, PASS, BLOCK)
 
 # the bounds' margins (float32-exact: a float constant enters a kernel as float32)
 MORE, LESS = tl.constexpr(1.0 + 2.0 ** -20), tl.constexpr(1.0 - 2.0 ** -20)

@@ -90,11 +90,11 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
         return Cost(buffers=outputs, bytes_moved=3 * x.nbytes + x.size * 8)
     # the onesweep radix sort: one histogram read of the keys, then per pass one read and one write
     # of keys and int32 indices (the first pass reads no indices, the last writes int64 ones: even)
-    from .radix import digit_passes, groups_of, state_words
-    tile = launch.tiles("radix", x.device)
-    passes = len(digit_passes(x.dtype, tile["digit_bits"]))
+    from .radix import digit_passes, groups_of, radix_setting, state_words
     n = x.shape[axis]
     rows = x.size // n
+    tile = {**launch.tiles("radix", x.device), **radix_setting(x.device, rows, n, x.dtype)}   # the setting that runs
+    passes = len(digit_passes(x.dtype, tile["digit_bits"]))
     state = state_words(rows, groups_of(n, tile), passes, tile["digit_bits"]) * 4
     work = (Buffer("keys", min(passes - 1, 2) * x.nbytes, LAUNCH),
             Buffer("positions", min(passes - 1, 2) * x.size * 4, LAUNCH), Buffer("state", state, LAUNCH))

@@ -55,14 +55,26 @@ def _keys(x_ptr, r, cols, n, LARGEST: tl.constexpr):
 
 
 @triton.jit
-def select_histogram_kernel(x_ptr, hist_ptr, n, chunk, LARGEST: tl.constexpr, BLOCK: tl.constexpr):
-    """hist[row, 0] += the top digits of program p's chunk of the row."""
-    r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+def digit_counts(x_ptr, hist_ptr, r, p, n, k, chunk, LARGEST: tl.constexpr, PASS: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """hist[r, PASS] += the counts of digit PASS (8 bits, from the top) of program p's chunk of row
+    r, among the keys whose earlier digits are those of the row's k-th key (the earlier passes'
+    histograms, read with _found; PASS 0: every key, k unused)."""
+    prefix, _ = _found(hist_ptr, r, k, PASS)
     counts = tl.zeros((BINS,), tl.int32)
     for start in range(p * chunk, p * chunk + chunk, BLOCK):
         u, inside = _keys(x_ptr, r, start + tl.arange(0, BLOCK), n, LARGEST)
-        counts += tl.histogram((u >> 24).to(tl.int32), BINS, mask=inside)
-    tl.atomic_add(hist_ptr + r * DIGITS * BINS + tl.arange(0, BINS), counts, sem="relaxed")
+        if PASS > 0:
+            inside = inside & ((u >> (32 - 8 * PASS)) == prefix)
+        counts += tl.histogram(((u >> (24 - 8 * PASS)) & 0xFF).to(tl.int32), BINS, mask=inside)
+    tl.atomic_add(hist_ptr + (r * DIGITS + PASS) * BINS + tl.arange(0, BINS), counts, sem="relaxed")
+
+
+@triton.jit
+def select_histogram_kernel(x_ptr, hist_ptr, n, chunk, LARGEST: tl.constexpr, BLOCK: tl.constexpr):
+    """hist[row, 0] += the top digits of program p's chunk of the row."""
+    r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    digit_counts(x_ptr, hist_ptr, r, p, n, 0, chunk, LARGEST, 0, BLOCK)
 
 
 @triton.jit
