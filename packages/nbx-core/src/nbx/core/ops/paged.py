@@ -30,12 +30,18 @@ from .rotary import _rotary_reference, check_positions, check_rotary
 
 
 def _host_checked(*tensors) -> bool:
-    """Values are checked on host-memory devices, except interp's inside a captured step (nbx.graph),
-    which runs as a GPU's would: a step reads nothing back, the kernels skip bad slots and blocks."""
+    """Whether the tensors live in host memory (cpu, interp): a fact of the signature."""
+    return all(t.device.type in ("cpu", "interp") for t in tensors if t is not None)
+
+
+def _checks_now(call) -> bool:
+    """Whether this call checks its values: on host memory, except interp's inside a captured step
+    (nbx.graph), which runs as a GPU's would: a step reads nothing back, the kernels skip bad slots
+    and blocks. Asked per call: whether a step is running is no part of the signature."""
+    if not call.host_values:
+        return False
     from ..deferred_checks import deferring
-    inside_step = deferring()
-    return all(t.device.type == "cpu" or (t.device.type == "interp" and not inside_step)
-               for t in tensors if t is not None)
+    return call.facts.device.type == "cpu" or not deferring()
 
 
 def _check_cache(op: str, k_cache: Tensor, v_cache: Tensor, kv_heads_dim: int = 2) -> None:
@@ -116,8 +122,9 @@ def paged_bounds(call) -> tuple[int, int | None]:
     op, q, seq_lens, cu_seqlens_q = "paged_attention", call.q, call.seq_lens, call.cu_seqlens_q
     max_seq_len, max_q_len = call.max_seq_len, call.max_q_len
     batch = seq_lens.shape[0]
+    checks = _checks_now(call)
     if cu_seqlens_q is not None:
-        if call.host_values:   # host memory: the values are checked (and bound) for free
+        if checks:   # host memory: the values are checked (and bound) for free
             from .attention import _cu_seqlens
             offsets = _cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, q.shape[0], batch)
             longest = int(np.diff(offsets).max()) if batch else 0
@@ -126,13 +133,13 @@ def paged_bounds(call) -> tuple[int, int | None]:
             max_q_len = longest if max_q_len is None else max_q_len
         elif max_q_len is None:
             max_q_len = q.shape[0]
-    if max_seq_len is None or call.host_values:
+    if max_seq_len is None or checks:
         lens = seq_lens.numpy().astype(np.int64)
         longest = int(lens.max()) if batch else 0
         if max_seq_len is not None and longest > max_seq_len:
             raise ShapeError(f"{op}: max_seq_len {max_seq_len} is below the longest seq_len {longest}")
         max_seq_len = longest if max_seq_len is None else max_seq_len
-        if call.host_values:
+        if checks:
             check_block_table(op, call.block_table.numpy(), lens, call.k_cache.shape[0], call.k_cache.shape[1])
     return int(max_seq_len), None if max_q_len is None else int(max_q_len)
 
@@ -218,7 +225,7 @@ def _check_write(op: str, k, v, k_cache, v_cache, slots):
 def check_slots(call) -> None:
     """A write's slot values (and, fused with the rope on the cpu, its positions), checked each call
     on host-memory devices: a GPU would wait for the device (its kernel skips slots outside the cache)."""
-    if not call.host_values:
+    if not _checks_now(call):
         return
     s = call.slots.numpy()
     rows = call.k_cache.shape[0] * call.k_cache.shape[1]
