@@ -37,16 +37,23 @@ def _dequantized(nibbles, scale, minimum, SIGNED: tl.constexpr, ASYMMETRIC: tl.c
 
 
 @triton.jit
-def int4_step(acc, a_even, a_odd, q_ptrs, s_ptrs, z_ptrs, in_n, k, DOT: tl.constexpr, PRECISION: tl.constexpr,
-              GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_K: tl.constexpr):
-    """acc += A @ W over K step k: the step's packed (BLOCK_K / 2, BLOCK_N) bytes at q_ptrs, its
-    group's scale (and minimum) of each column at s_ptrs (z_ptrs) + group, A's even and odd columns
-    given (loaded by the caller, who may multiply them by several weights)."""
+def _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(scale, minimum) as float32 of each column's group at K step k (minimum = scale: symmetric)."""
     group = (k * BLOCK_K) // GROUP
     scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
     minimum = scale
     if ASYMMETRIC:
         minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
+    return scale, minimum
+
+
+@triton.jit
+def int4_step(acc, a_even, a_odd, q_ptrs, s_ptrs, z_ptrs, in_n, k, DOT: tl.constexpr, PRECISION: tl.constexpr,
+              GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += A @ W over K step k: the step's packed (BLOCK_K / 2, BLOCK_N) bytes at q_ptrs, its
+    group's scale (and minimum) of each column at s_ptrs (z_ptrs) + group, A's even and odd columns
+    given (loaded by the caller, who may multiply them by several weights)."""
+    scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
     packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[None, :], other=0)
     acc = tl.dot(a_even, _dequantized(packed & 0xF, scale, minimum, SIGNED, ASYMMETRIC, DOT), acc,
                  input_precision=PRECISION)
@@ -206,11 +213,7 @@ def _dot_sums(q_ptrs, s_ptrs, z_ptrs, x_ptrs, pair_ptrs, in_m, in_n, sak, first,
     ones = _dot_operand(tl.full((BLOCK_N, BLOCK_K // 2), 1, DOT), DOT)
     for k in range(first, first + steps):
         packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
-        group = (k * BLOCK_K) // GROUP
-        scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
-        minimum = scale
-        if ASYMMETRIC:
-            minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
+        scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
         low, high = _nibble_pairs(packed, SIGNED, DOT)
         if FOLD:
             x_even, x_odd = tl.split(tl.load(pair_ptrs + k * BLOCK_K * sak, mask=in_m[None, :, None], other=0))
@@ -309,11 +312,7 @@ def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, 
         words = upcoming
         upcoming = tl.load(w_ptrs + (k + 1) * (BLOCK_K // 8), mask=in_n[:, None] & (none + k + 1 < first + steps),
                            other=0)
-        group = (k * BLOCK_K) // GROUP
-        scale = widen(tl.load(s_ptrs + group, mask=in_n, other=0), tl.float32)
-        minimum = scale
-        if ASYMMETRIC:
-            minimum = widen(tl.load(z_ptrs + group, mask=in_n, other=0), tl.float32)
+        scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
         v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
         # (BLOCK_N, BLOCK_K / 8, 8): nibble j of word w at [:, w, j], K order (joins stay in a thread's registers)
         v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
