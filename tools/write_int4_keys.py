@@ -19,25 +19,15 @@ from nbx.core import device_files
 from nbx.kernels.matmul.int4 import LINEAR_INT4
 
 from keys_files import CLASS, ROOT, bench_constants, key_record, save_keys
+from write_linear_keys import LLAMA_1B, LLAMA_8B, PROMPT, decoder_calls
 
 GROUP = 128
-PROMPT = 512
-MODELS = {  # bench_models.py's SHAPES (written there as dict() calls, which bench_constants cannot read)
-    "1b": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8, head_dim=64),
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8, head_dim=128),
-}
-
-
-def model_calls(shape: dict, rows: int) -> list[tuple]:
-    """(M, N, K) of one decoder layer's int4 products over rows tokens."""
-    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
-    q, kv = shape["num_attention_heads"] * shape["head_dim"], shape["num_key_value_heads"] * shape["head_dim"]
-    return [(rows, q + 2 * kv, hidden), (rows, hidden, q), (rows, inter, hidden), (rows, hidden, inter)]
 
 
 def key_records(facts) -> list[records.KeyRecord]:
     calls = list(bench_constants("bench_matmul.py", {"INT4_SHAPES"})["INT4_SHAPES"])
-    calls += [call for name in ("1b", "8b") for rows in (1, PROMPT) for call in model_calls(MODELS[name], rows)]
+    # a layer's products (the int4 gate and up are two of the gated shape) at decode and prompt rows
+    calls += [call[:3] for shape in (LLAMA_1B, LLAMA_8B) for rows in (1, PROMPT) for call in decoder_calls(rows, shape)]
     return records.merge([key_record(facts, LINEAR_INT4, m=m, n=n, k=k, dtype="bfloat16", group=GROUP)
                           for m, n, k in calls])
 

@@ -28,6 +28,7 @@ from nbx.kernels.matmul.linear_tuning import LINEAR
 from keys_files import CLASS, ROOT, bench_constants, key_record, save_keys
 
 LLAMA_1B = dict(hidden=2048, intermediate=8192, vocab=128256, heads=32, kv_heads=8, head_dim=64)
+LLAMA_8B = dict(hidden=4096, intermediate=14336, vocab=128256, heads=32, kv_heads=8, head_dim=128)
 PROMPT = 512
 
 
