@@ -87,6 +87,18 @@ def test_bfloat16_conv_rounds_once_from_float32_accumulation(device, check):
     check(out, nbx.oracle("conv2d", x, w, None, 1, 1), device)
 
 
+@pytest.mark.parametrize("channels", [32, 20], ids=["even", "partial_block"])
+def test_the_k_loop_walks_every_tap_and_channel_block_of_a_strided_dilated_conv(device, check, channels):
+    """interp's block_k is 16: 32 channels are two whole blocks a tap (EVEN_C, no channel mask), 20
+    a block and a partial one; the tap and channel counters carried from step to step cross taps
+    of both kernel dims, stride 2, dilation 2 and asymmetric padding at every border."""
+    x = _put(RNG.standard_normal((1, channels, 6, 5)), device, channels_last=True)
+    w = _put(RNG.standard_normal((5, channels, 3, 2)) / channels, device)
+    padding = ((2, 1), (1, 2))
+    out = nbx.conv2d(x, w, None, 2, padding, 2)
+    check(out, nbx.oracle("conv2d", x, w, None, 2, padding, 2), device)
+
+
 @pytest.mark.parametrize("case", [((2, 4, 9), (4, 3, 5), 3, 2, 1, 2, 1), ((1, 3, 1), (3, 2, 7), 4, 0, 3, 1, 2),
                                   ((1, 2, 6), (2, 3, 2), 2, 0, 0, 1, 1)], ids=["grouped", "one_input", "k_eq_2s"])
 def test_conv_transpose1d_is_a_gemm_plus_overlap_add(device, check, case):

@@ -26,6 +26,7 @@ from nbx.core.tensor import Tensor
 from .. import launch, plans
 from ..cost import Cost, declares, price
 from ..elementwise.casts import COMPILED
+from ..matmul import INT32_MAX
 from ..matmul.tuning import stages_that_fit
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
@@ -129,9 +130,18 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
     meta.update(zip(("UP_D", "UP_H", "UP_W"), upsample))
     tiles = -(-m // tile["block_m"]) * -(-o_g // tile["block_n"])
     res_slot, *res_strides = epilogue.args()
+    channels = (batch, c_g * groups)
+    extents = (_extent((*channels, *sizes), x_strides), _extent((groups, o_g, c_g, *kernel), w_strides),
+               *(_extent((batch, o_g * groups, *outs), st) for st in (o_strides, res_strides)))
+    meta.update(WIDE=max(extents) > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0)   # margin: a tile's overreach
     args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
             *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides)
     return Launch(conv_gemm_kernel, (tiles, groups), args, meta), tile
+
+
+def _extent(shape, strides) -> int:
+    """The farthest element offset a tensor of shape and strides reaches."""
+    return sum((size - 1) * abs(stride) for size, stride in zip(shape, strides))
 
 
 def _spatial(shape, strides, n: int):
