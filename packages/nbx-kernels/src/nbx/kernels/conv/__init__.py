@@ -133,7 +133,8 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
     channels = (batch, c_g * groups)
     extents = (_extent((*channels, *sizes), x_strides), _extent((groups, o_g, c_g, *kernel), w_strides),
                *(_extent((batch, o_g * groups, *outs), st) for st in (o_strides, res_strides)))
-    meta.update(WIDE=max(extents) > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0)   # margin: a tile's overreach
+    meta.update(WIDE=max(extents) > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
+                ONE_TAP=prod(kernel) == 1)
     args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
             *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides)
     return Launch(conv_gemm_kernel, (tiles, groups), args, meta), tile

@@ -67,13 +67,14 @@ def conv_gemm_kernel(
     DOT: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UP_D: tl.constexpr = 1, UP_H: tl.constexpr = 1, UP_W: tl.constexpr = 1,
-    WIDE: tl.constexpr = True, EVEN_C: tl.constexpr = False,
+    WIDE: tl.constexpr = True, EVEN_C: tl.constexpr = False, ONE_TAP: tl.constexpr = False,
 ):
     """Grid: (tiles of (N * OD * OH * OW) x O_G, groups). The epilogue: activation(acc + bias) +
     res (res read through its strides, any layout). UP_*: a nearest upsampling fused into the
     input's load: D, H, W are the upsampled sizes and position i reads stored position i // UP.
     WIDE: offsets in int64 (a tensor past 2**31 elements), else int32. EVEN_C: BLOCK_K divides C_G
-    (no channel mask).
+    (no channel mask). ONE_TAP: a kernel of one tap (KD = KH = KW = 1), whose border tests do not
+    move with the step, so a channels-first input's rows vectorize (conv_transpose1d's columns).
 
     The K loop walks (tap, channel step) with both counters carried from step to step (no
     division a step). A plain convolution's tap moves every row's input by one offset
@@ -110,7 +111,10 @@ def conv_gemm_kernel(
     c0 = tl.zeros((), tl.int32)
     # one flat loop over (tap, channel step), so Triton pipelines every load of the tile's K
     for step in range(0, KD * KH * KW * tl.cdiv(C_G, BLOCK_K)):
-        if LINEAR:
+        if LINEAR and ONE_TAP:   # a product (conv_transpose1d's columns): the rows' tests alone, so they vectorize
+            ok = in_m & _inside(id0, D) & _inside(ih0, H) & _inside(iw0, W)
+            a_row = x_row
+        elif LINEAR:
             ok = in_m & _inside(id0 + kd * dd, D) & _inside(ih0 + kh * dh, H) & _inside(iw0 + kw * dw, W)
             a_row = x_row + (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w)
         else:
