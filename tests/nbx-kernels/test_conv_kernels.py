@@ -195,11 +195,25 @@ def test_unet_and_vae_3x3_convolutions_in_bfloat16_channels_last(shape, check):
 
 
 @pytest.mark.gpu
-def test_hifigan_upsampler_and_depthwise_7x7_on_the_gpu(check):
+@pytest.mark.parametrize("shape,out_channels", [((2, 320, 64, 64), 640), ((2, 1280, 32, 32), 1280)])
+def test_bench_conv_1x1_convolutions_with_a_bias_run_within_shared_memory_on_the_gpu(shape, out_channels, check):
+    """nbx.linear with a bias [N]: its served tile asked 245,784 bytes of the H200's 232,448 on 2026-12-01."""
+    device = nbx.as_device("cuda")
+    x = _put(RNG.standard_normal(shape), device, "bfloat16", channels_last=True)
+    w = _put(RNG.standard_normal((out_channels, shape[1], 1, 1)) / np.sqrt(shape[1]), device, "bfloat16",
+             channels_last=True)
+    b = _put(RNG.standard_normal(out_channels), device, "bfloat16")
+    check(nbx.conv2d(x, w, b), nbx.oracle("conv2d", x, w, b), device)
+
+
+@pytest.mark.gpu
+def test_hifigan_conv1d_and_its_upsampler_and_depthwise_7x7_on_the_gpu(check):
     device = nbx.as_device("cuda")
     x = _put(RNG.standard_normal((1, 512, 2048)), device, "bfloat16")
     w = _put(RNG.standard_normal((512, 256, 16)) / 64, device, "bfloat16")
     check(nbx.conv_transpose1d(x, w, None, 8, 4), nbx.oracle("conv_transpose1d", x, w, None, 8, 4), device)
+    w1 = _put(RNG.standard_normal((512, 512, 7)) / 60, device, "bfloat16")
+    check(nbx.conv1d(x, w1, None, 1, 3), nbx.oracle("conv1d", x, w1, None, 1, 3), device)
     xd = _put(RNG.standard_normal((2, 384, 56, 56)), device, "bfloat16", channels_last=True)
     wd = _put(RNG.standard_normal((384, 1, 7, 7)) / 7, device, "bfloat16")
     check(nbx.conv2d(xd, wd, None, 1, 3, 1, 384), nbx.oracle("conv2d", xd, wd, None, 1, 3, 1, 384), device)
