@@ -99,6 +99,19 @@ def test_the_k_loop_walks_every_tap_and_channel_block_of_a_strided_dilated_conv(
     check(out, nbx.oracle("conv2d", x, w, None, 2, padding, 2), device)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_channels_last_weight_is_read_through_a_descriptor_and_matches_the_oracle(device, check, dtype):
+    """Whole channel blocks (interp's block_k 16) of a dense channels-last weight: its [O, taps x C]
+    rows come through a tensor descriptor (B_DESC); two groups of 5 output channels, so a tile's
+    rows past its group read the next group's weights (never stored) or zeros past the last."""
+    x = _put(RNG.standard_normal((1, 32, 5, 6)), device, dtype, channels_last=True)
+    w = _put(RNG.standard_normal((10, 16, 3, 3)) / 12, device, dtype, channels_last=True)
+    b = _put(RNG.standard_normal(10), device, dtype)
+    out = nbx.conv2d(x, w, b, 1, 1, 1, 2)
+    check(out, nbx.oracle("conv2d", x, w, b, 1, 1, 1, 2), device)
+    assert dict(conv_plan(x, w, b, (1, 1), ((1, 1), (1, 1)), (1, 1), 2).launches[0].meta)["B_DESC"]
+
+
 @pytest.mark.parametrize("case", [((2, 4, 9), (4, 3, 5), 3, 2, 1, 2, 1), ((1, 3, 1), (3, 2, 7), 4, 0, 3, 1, 2),
                                   ((1, 2, 6), (2, 3, 2), 2, 0, 0, 1, 1)], ids=["grouped", "one_input", "k_eq_2s"])
 def test_conv_transpose1d_is_a_gemm_plus_overlap_add(device, check, case):

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ..elementwise.casts import narrow, widen
 from ..matmul.fused import _activate
-from ..matmul.kernel import _grouped_tile, load_operand
+from ..matmul.kernel import _dot_operand, _grouped_tile, load_operand
 
 DEPTHWISE, MAX, AVG = 0, 1, 2  # the window kernel's MODE (host side)
 _DEPTHWISE, _MAX, _AVG = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)  # the same, read inside kernels
@@ -68,6 +68,7 @@ def conv_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UP_D: tl.constexpr = 1, UP_H: tl.constexpr = 1, UP_W: tl.constexpr = 1,
     WIDE: tl.constexpr = True, EVEN_C: tl.constexpr = False, ONE_TAP: tl.constexpr = False,
+    B_DESC: tl.constexpr = False,
 ):
     """Grid: (tiles of (N * OD * OH * OW) x O_G, groups). The epilogue: activation(acc + bias) +
     res (res read through its strides, any layout). UP_*: a nearest upsampling fused into the
@@ -75,6 +76,9 @@ def conv_gemm_kernel(
     WIDE: offsets in int64 (a tensor past 2**31 elements), else int32. EVEN_C: BLOCK_K divides C_G
     (no channel mask). ONE_TAP: a kernel of one tap (KD = KH = KW = 1), whose border tests do not
     move with the step, so a channels-first input's rows vectorize (conv_transpose1d's columns).
+    B_DESC: the weight is one [O, taps x C_G] matrix (channels-last: (O, KD, KH, KW, C_G) dense) read
+    through a tensor descriptor, a [BLOCK_N, BLOCK_K] box at (output channel, tap x C_G + c0) a step
+    (EVEN_C; rows past O read as zeros; rows of the next group land in columns that are not stored).
 
     The K loop walks (tap, channel step) with both counters carried from step to step (no
     division a step). A plain convolution's tap moves every row's input by one offset
@@ -104,6 +108,11 @@ def conv_gemm_kernel(
     if LINEAR:
         x_row += id0 * xs_d + ih0 * xs_h + iw0 * xs_w
     w_base = w + g.to(rn.dtype) * ws_g + rn * ws_o
+    if B_DESC:
+        w_desc = tl.make_tensor_descriptor(w, shape=[O_G * tl.num_programs(1), KD * KH * KW * C_G],
+                                           strides=[ws_o, 1], block_shape=[BLOCK_N, BLOCK_K])
+        first_n = g * O_G + tile_n * BLOCK_N
+    tap = tl.zeros((), tl.int32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     kd = tl.zeros((), tl.int32)   # the step's tap and first channel, carried (tensors: a loop's values keep one type)
     kh = tl.zeros((), tl.int32)
@@ -126,7 +135,10 @@ def conv_gemm_kernel(
         ck = c0 + rk
         a_ptrs = a_row[:, None] + ck[None, :] * xs_c
         b_ptrs = w_base[None, :] + (kd * ws_d + kh * ws_h + kw * ws_w) + ck[:, None] * ws_c
-        if EVEN_C:
+        if B_DESC:
+            a = load_operand(a_ptrs, ok[:, None], DOT)
+            b = _dot_operand(w_desc.load([first_n, tap * C_G + c0]).T, DOT)
+        elif EVEN_C:
             a = load_operand(a_ptrs, ok[:, None], DOT)
             b = load_operand(b_ptrs, in_n[None, :], DOT)
         else:
@@ -142,6 +154,7 @@ def conv_gemm_kernel(
         next_tap = c0 >= C_G
         c0 = tl.where(next_tap, 0, c0)
         kw = tl.where(next_tap, kw + 1, kw)
+        tap = tl.where(next_tap, tap + 1, tap)
         next_row = kw == KW
         kw = tl.where(next_row, 0, kw)
         kh = tl.where(next_row, kh + 1, kh)
