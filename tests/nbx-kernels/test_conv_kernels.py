@@ -112,6 +112,26 @@ def test_a_channels_last_weight_is_read_through_a_descriptor_and_matches_the_ora
     assert dict(conv_plan(x, w, b, (1, 1), ((1, 1), (1, 1)), (1, 1), 2).launches[0].meta)["B_DESC"]
 
 
+@pytest.mark.parametrize("m,n,k,channels_last", [(8192, 320, 2880, True), (512, 1280, 11520, True),
+                                                 (1 << 20, 128, 1152, True), (8192, 512, 3584, False)])
+def test_an_h200_conv_key_keeps_at_most_20_candidates_and_no_tile_past_a_warpgroups_registers(m, n, k, channels_last):
+    """bench_conv's keys (SD UNet 64^2 and 16^2, the VAE at 1024^2, HiFi-GAN's conv1d): what the
+    certifier times; 4 warps never hold more than a 128 x 128 x 64 tile (sm_90: 255 registers and
+    spills past it), 8 never less than 128 x 128 of work, and every kept one fits shared memory."""
+    from nbx.autotune import keys
+    from nbx.core import device_files
+    from nbx.kernels.conv.tuning import CONV, conv_key
+    from nbx.kernels.matmul.tuning import stage_bytes
+    facts = device_files.for_arch("sm_90")
+    key = keys.form("conv", CONV.key_fields, facts, **conv_key(m, n, k, "bfloat16", channels_last))
+    kept = CONV.candidates(facts, keys.representative(key, CONV.key, facts))[0]
+    assert 1 <= len(kept) <= 20
+    for s in kept:
+        work = s["block_m"] * s["block_n"]
+        assert (work * s["block_k"] <= 128 * 128 * 64) if s["num_warps"] == 4 else work >= 128 * 128
+        assert s["num_stages"] * stage_bytes(s) <= facts.value("memory.max_shared_memory_per_block")
+
+
 @pytest.mark.parametrize("case", [((2, 4, 9), (4, 3, 5), 3, 2, 1, 2, 1), ((1, 3, 1), (3, 2, 7), 4, 0, 3, 1, 2),
                                   ((1, 2, 6), (2, 3, 2), 2, 0, 0, 1, 1)], ids=["grouped", "one_input", "k_eq_2s"])
 def test_conv_transpose1d_is_a_gemm_plus_overlap_add(device, check, case):

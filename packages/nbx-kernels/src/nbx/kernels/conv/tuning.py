@@ -11,7 +11,8 @@ device file's tiles.window and tiles.resample.
 Candidates (<= ~20 a key, what the H200's certification can time): tiles of 64 or 128 positions by
 64, 128 or 256 output channels, K steps of 32 to 128 channels, 2 to 4 stages, pruned by shared
 memory (16-bit stages), by warps (8 for tiles of 128 x 128 and more: a warpgroup's wgmma is 64 rows;
-4 up to 128 x 128: a 128 x 256 float32 accumulator over 128 threads passes the registers), and per
+4 up to 128 x 128 x 64: a 128 x 256 float32 accumulator over 128 threads passes the registers, and
+128 x 128 x 128 took 232-255 with spills), and per
 key: a tile twice the key's M or N, 64-row tiles on 4096 positions or more (each weight tile read
 too often), tiles past 128 x 128 under 4096 positions (too few programs), K steps of 128 on
 64-row tiles, K steps under 128 bytes on a long K (too short to pipeline), block_k past twice the
@@ -85,6 +86,10 @@ def _warps_fit(setting, facts):
     if setting["num_warps"] == 4 and setting["block_m"] * setting["block_n"] > WARPGROUP_ACC:
         return (f"4 warps over a {setting['block_m']} x {setting['block_n']} tile: its float32 accumulator passes "
                 f"a warpgroup's registers")
+    if (setting["num_warps"] == 4 and setting["block_m"] * setting["block_n"] == WARPGROUP_ACC
+            and setting["block_k"] == max(PARAMS["block_k"])):
+        return ("4 warps over a 128 x 128 x 128 tile: on sm_90 232-255 registers, 240 bytes spilled where a "
+                "channels-first input is read scalar (tools/sm90_conv_report.py --all)")
     return _warps_for_tile(setting, facts)
 
 
