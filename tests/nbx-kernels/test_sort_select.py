@@ -221,7 +221,8 @@ def requested_bytes(device, monkeypatch):
 
 def test_topks_declared_cost_allocates_what_each_of_its_three_paths_allocates(device, monkeypatch):
     """One program a row, the radix select, and the radix sort's first k beyond max_block_n: the
-    cost reads the plan that runs, so its buffers and launches are the call's."""
+    cost reads the plan that runs, so its buffers and launches are the call's (the third path's sum
+    bounds its peak: the sort's workspace goes before its first k are copied)."""
     limit = launch.tiles("sort", device)["max_block_n"]
     asked = requested_bytes(device, monkeypatch)
     for n, k in ((limit, 3), (3 * limit + 5, 7), (2 * limit + 1, limit + 1)):

@@ -119,7 +119,8 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
 def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
     """The buffers and launches of the plan that runs: one program a row (rows up to
     tiles.sort.max_block_n, or k = 0), the radix select (k up to max_block_n), else the full sort's
-    (its outputs the call's workspace) and the copies of its first k."""
+    (its outputs the call's workspace) and the copies of its first k (their sum bounds that path's
+    peak: the sort's workspace is freed before the copies)."""
     dim %= max(x.ndim, 1)
     shape = _rows_shape(x, dim)
     limit = launch.tiles("sort", x.device)["max_block_n"]
