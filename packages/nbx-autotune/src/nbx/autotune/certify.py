@@ -35,6 +35,7 @@ def _bar(done: int, total: int, width: int = 20) -> str:
     return "#" * filled + "-" * (width - filled)
 
 
+@screen.keeping_inputs()   # a layer's keys one after another share its drawn host inputs, dropped at the end
 def certify(key_records, *, tunables: dict, facts, identity, device, timer, out, warmup: int = timing.WARMUP,
             repeats: int = timing.REPEATS, retries: int = 1, progress=sys.stderr, missing_only: bool = False) -> Outcome:
     """Prove every key recorded for this device class; write each proven entry into out.
@@ -85,6 +86,7 @@ def _to_prove(key_records, tunables, facts, identity, out, missing_only: bool, r
     return todo
 
 
+@screen.keeping_inputs()
 def compile_ahead(key_records, *, tunables: dict, facts, identity, device, out, shard: int, shards: int,
                   missing_only: bool = False) -> int:
     """Screen every candidate of the keys certify() would prove whose index is shard modulo shards:
