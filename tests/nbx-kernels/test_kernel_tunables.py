@@ -51,7 +51,7 @@ def test_the_device_file_tile_is_always_among_the_candidates(interp):
     (70000, "bfloat16", True, "n=1048576,dtype=bf16,strided=1"),
     (5, "bool", False, "n=65536,dtype=b1,strided=0"),
 ])
-def test_elementwise_keys_class_the_element_count_on_the_h200_ladder(n, dtype, strided, text):
+def test_elementwise_keys_class_the_element_count_on_the_h200_ladder(interp, n, dtype, strided, text):
     tunable = autotune.lookup("elementwise")
     assert str(keys.form("elementwise", tunable.key, _hopper(), n=n, dtype=dtype, strided=strided)) == text
 
