@@ -446,14 +446,28 @@ def _names_a_dtype(text: str) -> bool:
 
 
 def empty(shape, dtype=None, device=None) -> Tensor:
-    dt = dtypes.DEFAULT_FLOAT if dtype is None else dtypes.as_dtype(dtype)
+    dt = dtype if type(dtype) is DType else dtypes.DEFAULT_FLOAT if dtype is None else dtypes.as_dtype(dtype)
     dev = as_device(device)
     shape = layout.as_shape(shape)
+    strides = _CONTIGUOUS.get(shape)  # a shape of plain ints (as_shape's), so equal keys are equal shapes
+    if strides is None:
+        strides = _contiguous(shape)
     storage = get_backend(dev.type).allocate(prod(shape) * dt.itemsize, dev)
     watching = work_observer()
     if watching is not None:  # a step being captured plans its memory (nbx.core.graph_memory)
         watching.allocated(storage)
-    return Tensor(storage, dt, shape)
+    return Tensor._of(storage, dt, shape, strides)  # its layout checked above
+
+
+_CONTIGUOUS: dict = {}   # the shapes empty() has made and their strides: every repeat's lookup
+_MAX_SHAPES = 4096
+
+
+def _contiguous(shape: tuple) -> tuple:
+    if len(_CONTIGUOUS) >= _MAX_SHAPES:
+        del _CONTIGUOUS[next(iter(_CONTIGUOUS))]
+    strides = _CONTIGUOUS[shape] = layout.contiguous_strides(shape)
+    return strides
 
 
 def from_numpy(arr: np.ndarray, device=None, copy: bool | None = None) -> Tensor:
