@@ -377,7 +377,7 @@ class Pool(RangeCarving):
         merged = size + nxt.size
         if self.rules.half_rule and not seg.small and merged > self.rules.half_limit(size):
             return None
-        for other in index.others_before(size, index.key(blk, merged), nxt):  # what best fit meets first
+        for other in index.others_before(size, blk, merged, nxt):  # what best fit meets first
             if self._eligible(other, stream):
                 return None
         self._held = None
