@@ -18,7 +18,7 @@ from math import prod
 from nbx.autotune import records
 from nbx.core import device_files, dtypes
 from nbx.core.layout import contiguous_strides
-from nbx.kernels.copies.concat import grouped, part_rows
+from nbx.kernels.copies.concat import grouped, parts_of
 from nbx.kernels.copies.kernel import CONSTANT, COPY, FLIP, REFLECT, ROLL
 from nbx.kernels.copies.remap import call_dims, key_inputs
 from nbx.kernels.copies.tuning import DATAMOVE, DATAMOVE_TRANSPOSE
@@ -45,13 +45,8 @@ def concat_parts(shapes, axis):
     keyed on the whole output and its widest part."""
     total = list(shapes[0])
     total[axis] = sum(s[axis] for s in shapes)
-    strides, start, parts = contiguous_strides(tuple(total)), 0, []
-    for s in shapes:
-        if all(s):
-            out_shape = list(total)
-            out_shape[axis] = s[axis]
-            parts.append(part_rows(tuple(out_shape), strides, start * strides[axis], tuple(s), contiguous_strides(s)))
-        start += s[axis]
+    parts = parts_of(tuple(total), contiguous_strides(tuple(total)),
+                     [(tuple(s), contiguous_strides(tuple(s))) for s in shapes], axis)
     assert grouped(parts), shapes
     return [dict(n=prod(total), inner=max(p.width for p in parts), dtype=WORD, mapped=False, transposed=False)]
 

@@ -52,6 +52,8 @@ def cases():
         ("softmax of few long rows", "softmax", (long_rows,), {"dim": -1}),
         ("layer norm", "layer_norm", (x, (4096,), w, b), {}),
         ("fused add + RMS norm", "add_rms_norm", (x, x, w), {}),
+        ("top-k of short rows (one program a row)", "topk", (cuda((64, 1000)), 50), {}),
+        ("top-k of vocabulary rows (the radix select)", "topk", (cuda((64, 151936)), 50), {}),
         *moe_cases(),
     ]
 
@@ -73,7 +75,7 @@ def moe_cases():
 FRONT_ENDS = {"astype": lambda x, dtype: nbx.astype(x, dtype)}
 
 
-@pytest.mark.parametrize("index", range(16))
+@pytest.mark.parametrize("index", range(18))
 def test_the_declared_allocation_equals_the_pools_measured_peak(index):
     label, op, args, kwargs = cases()[index]
     front_end = FRONT_ENDS.get(op) or getattr(nbx, op)

@@ -140,14 +140,16 @@ def test_record_without_a_command_says_how_to_give_one(capsys):
     assert "give the command to run after --" in capsys.readouterr().err
 
 
-def test_compile_ahead_screens_each_key_to_prove_in_exactly_one_shard_and_times_none(fakes, hopper, kernel,
+def test_compile_ahead_launches_each_candidate_of_the_keys_to_prove_in_exactly_one_shard_and_times_none(fakes, hopper, kernel,
                                                                                       tmp_path):
     tunable, clock = kernel
     facts = fakes.Overlay(hopper, autotune__buckets__elements=LADDER)
     screened = [certify.compile_ahead(recorded(), tunables={tunable.name: tunable}, facts=facts,
                                       identity=fakes.IDENTITY, device=None, out=tmp_path / "out", shard=i, shards=2)
                 for i in range(2)]
-    assert screened == [1, 1]   # the two keys of this class and device file; the others are certify's to refuse
+    # the two keys of this class and device file (the others are certify's to refuse), six candidates each,
+    # dealt out by their running index: half of each key's to each shard
+    assert screened == [6, 6]
     assert clock.launches == 2 * 6 and clock.now == pytest.approx(sum(  # each candidate of each key ran once
         ms + 0.01 * w for ms in fakes.BLOCK_MS.values() for w in (1, 2)) * 2)
     assert not (tmp_path / "out").exists()

@@ -183,16 +183,41 @@ def test_a_tensor_workload_fills_launches_and_reads_an_nbx_tensor_by_rows(hopper
     assert result.verdicts[1].deviation == float("inf") and work.out_shape == (6, 4)
 
 
-def test_kept_inputs_draw_once_per_key_read_only_and_are_forgotten_on_reset():
+def test_kept_inputs_draw_once_per_key_read_only_while_a_scope_is_open_and_are_forgotten_when_it_closes():
     from nbx import autotune
     draws = []
 
     def draw(n):
         return lambda: (draws.append(n) or np.arange(n, dtype=np.float32),)
-    first = autotune.kept_inputs("test owner", (3,), draw(3))
-    assert autotune.kept_inputs("test owner", (3,), draw(3))[0] is first[0] and draws == [3]
-    assert not first[0].flags.writeable
-    assert autotune.kept_inputs("test owner", (4,), draw(4))[0].size == 4 and draws == [3, 4]
-    autotune.reset()
-    autotune.kept_inputs("test owner", (4,), draw(4))
-    assert draws == [3, 4, 4]
+    with autotune.keeping_inputs():   # a certification
+        first = autotune.kept_inputs("test owner", (3,), draw(3))
+        assert autotune.kept_inputs("test owner", (3,), draw(3))[0] is first[0] and draws == [3]
+        assert not first[0].flags.writeable
+        with autotune.keeping_inputs():   # a sweep inside it keeps the certification's set
+            assert autotune.kept_inputs("test owner", (3,), draw(3))[0] is first[0]
+        assert autotune.kept_inputs("test owner", (3,), draw(3))[0] is first[0] and draws == [3]
+        assert autotune.kept_inputs("test owner", (4,), draw(4))[0].size == 4 and draws == [3, 4]
+        autotune.reset()
+        autotune.kept_inputs("test owner", (4,), draw(4))
+        assert draws == [3, 4, 4]
+    autotune.kept_inputs("test owner", (4,), draw(4))   # the scope closed: its set went with it
+    assert not autotune.kept_inputs("test owner", (4,), draw(4))[0].flags.writeable
+    assert draws == [3, 4, 4, 4, 4]                      # and outside any scope nothing is kept
+
+
+def test_a_sweep_keeps_its_drawn_inputs_for_itself_only_and_a_certification_across_its_keys(fakes, hopper):
+    from nbx import autotune
+    clock, draws = fakes.Clock(), []
+
+    def workload(rep, device):
+        autotune.kept_inputs("test layer", (rep["n"],), lambda: (draws.append(rep["n"]) or np.zeros(3),))
+        return fakes.FakeWorkload(rep, clock, fakes.BLOCK_MS)
+    tunable = fakes.make_tunable(clock, workload=workload)
+    key = keys.form(tunable.name, tunable.key, hopper, n=1000, dtype="float32")
+    for _ in range(2):   # two run-time sweeps: each draws its own
+        sweep.prove(tunable, key, hopper, None, fakes.FakeTimer(clock), warmup=1, repeats=3)
+    assert draws == [keys.representative(key, tunable.key, hopper)["n"]] * 2
+    with autotune.keeping_inputs():   # what certify() opens around its keys
+        for _ in range(2):
+            sweep.prove(tunable, key, hopper, None, fakes.FakeTimer(clock), warmup=1, repeats=3)
+    assert len(draws) == 3   # one draw for both sweeps of the certification

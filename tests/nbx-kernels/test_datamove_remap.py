@@ -6,6 +6,7 @@ import pytest
 import nbx.core as nbx
 from nbx.core.tensor import empty
 from nbx.kernels import plans
+from nbx.kernels.copies.concat import plan_for as concat_plan
 from nbx.kernels.copies import remap as rm
 from nbx.kernels.copies import tuning
 from nbx.kernels.copies.kernel import COPY, FLIP
@@ -130,6 +131,8 @@ def test_a_kv_append_and_a_concat_of_six_dense_parts_take_a_launch_a_group_of_fo
     counted.clear()
     same(nbx.concat(parts, axis=1), nbx.concat(host, axis=1))
     assert len(counted) == 2 and price("concat", parts, 1).launches == 2   # 6 non-empty parts: 4 + 2
+    plan = concat_plan(empty((3, 14, 8), d.dtype, d.device), parts, 1)
+    assert plan.launches == tuple(counted) and len(plan.detail) == 2   # one cached plan, both groups' launches
     counted.clear()
     same(nbx.concat([d, d], axis=0), nbx.concat([c, c], axis=0))
     assert len(counted) == 1
@@ -198,7 +201,10 @@ def test_the_benchmark_and_model_shapes_move_their_bits_on_the_gpu():
     heads = nbx.asarray(values((32, 512, 128), "float32")).to(dtype=nbx.bfloat16)
     same(heads.to(device).permute(1, 0, 2).contiguous(), heads.permute(1, 0, 2).contiguous())
     cache, new = heads[:, :511], heads[:, 511:]
+    count = plans.compiled_count()
     same(nbx.concat([cache.to(device), new.to(device)], axis=1), nbx.concat([cache, new], axis=1))
+    same(nbx.concat([cache.to(device), new.to(device)], axis=1), nbx.concat([cache, new], axis=1))
+    assert plans.compiled_count() == count + 1   # the append's one launch, its launcher kept in the plan cache
 
 
 def test_a_wide_row_key_tries_row_tiles_of_512_or_more_and_a_transpose_keeps_its_square_tiles():

@@ -236,13 +236,17 @@ def test_stft_frames_windows_and_transforms_as_the_oracle(device, check, window,
 
 def test_stft_reads_its_frames_in_place_through_the_row_tile_and_windows_them_as_it_loads(device, check, monkeypatch):
     import nbx.kernels.fft as fft
-    monkeypatch.setattr(fft, "fft_setting", lambda device, n, rows: TILE)   # the row tile served at every key
-    plans.reset()
+    looked_up = []
+    monkeypatch.setattr(fft, "fft_setting", lambda device, n, rows: looked_up.append(n) or TILE)   # the row tile
+    plans.reset()                                                                                   # at every key
     try:
         x = _real((1, 67), device)
         w = nbx.hann_window(12, device=device)          # centred in n_fft 16
         out = nbx.stft(x, 16, hop_length=5, win_length=12, window=w, return_complex=True)
         check(out, nbx.oracle("stft", x, 16, 5, 12, w, True, "reflect"), device)
+        served = len(looked_up)
+        check(nbx.stft(x, 16, hop_length=5, win_length=12, window=w, return_complex=True), out.numpy(), device)
+        assert served == 1 and len(looked_up) == served   # the setting resolved once, by the plan: not a call
         declared = cost.price("stft", x, 16, 5, 12, w, True, "reflect", False, True)
         assert declared.outputs == out.nbytes and declared.launches == 2   # the padding, the tile
         bare = nbx.stft(x[0], 16, hop_length=4, center=False, return_complex=True)   # no window: no product

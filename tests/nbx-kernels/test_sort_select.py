@@ -208,3 +208,27 @@ def test_the_radix_sort_candidates_are_those_whose_compile_is_bounded_and_keep_t
     assert {"block": 8192, "num_warps": 4, "digit_bits": 4, "group": 1} in [s for s, _ in pruned]
     assert not any(s["group"] > 1 and s["block"] * s["group"] > 16384 for s in kept)
     assert [look_back_window(4, 10 ** 4), look_back_window(8, 10 ** 4), look_back_window(4, 3)] == [32, 8, 4]
+
+
+def requested_bytes(device, monkeypatch):
+    """A list that grows by the bytes of each allocation on device's backend."""
+    from nbx.core.device import get_backend
+    backend, asked = get_backend(nbx.as_device(device).type), []
+    allocate = backend.allocate
+    monkeypatch.setattr(backend, "allocate", lambda nbytes, where: asked.append(nbytes) or allocate(nbytes, where))
+    return asked
+
+
+def test_topks_declared_cost_allocates_what_each_of_its_three_paths_allocates(device, monkeypatch):
+    """One program a row, the radix select, and the radix sort's first k beyond max_block_n: the
+    cost reads the plan that runs, so its buffers and launches are the call's (the third path's sum
+    bounds its peak: the sort's workspace goes before its first k are copied)."""
+    limit = launch.tiles("sort", device)["max_block_n"]
+    asked = requested_bytes(device, monkeypatch)
+    for n, k in ((limit, 3), (3 * limit + 5, 7), (2 * limit + 1, limit + 1)):
+        d = with_ties_and_nans((2, n), "float32").to(device)
+        asked.clear()
+        nbx.topk(d, k)
+        cost = price("topk", d, k)
+        assert sum(asked) == cost.allocated and len(asked) == len(cost.buffers), (n, k)
+    assert cost.launches == price("sort", d).launches + 2

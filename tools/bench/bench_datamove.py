@@ -146,13 +146,12 @@ def launch_breakdown(name: str, plan, x) -> None:
     single calls between events: a launch's fixed cost shows)."""
     from nbx.kernels import plans
     values = plans.execute(plan, {"x": x})
-    runners = [one._runner[0] for one in plan.launches]
+    # the plan's first j launches as a plan of their own over the call's buffers (allocating nothing)
+    firsts = {j: plans.prepared(plans.LaunchPlan(plan.device, plan.launches[:j]))
+              for j in range(1, len(plan.launches) + 1)}
 
     def up_to(j):
-        def run():
-            for runner in runners[:j]:
-                runner.run(values)
-        return run
+        return lambda: firsts[j](values)
     print(f"# launches of {name} (setting {plan_setting(plan)}):", flush=True)
     before = 0.0
     for j, one in enumerate(plan.launches, 1):

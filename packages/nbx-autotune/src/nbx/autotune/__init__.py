@@ -13,7 +13,7 @@ from .candidates import Tunable, all_of, declare, declared, lookup, registers, s
 from .device_class import Identity
 from .keys import LaunchKey
 from .keys import form as form_key
-from .screen import TensorWorkload, Workload, kept_inputs
+from .screen import TensorWorkload, Workload, keeping_inputs, kept_inputs
 from .serving import (
     AutotuneWarning,
     Tuner,
@@ -38,7 +38,7 @@ _services.provide("autotune_report", report_line)  # nbx.models prints it withou
 
 __all__ = [
     "Tunable", "declare", "declared", "lookup", "shared_memory", "registers", "all_of", "Identity",
-    "LaunchKey", "form_key", "TensorWorkload", "Workload", "kept_inputs", "AutotuneWarning", "Tuner", "setting",
+    "LaunchKey", "form_key", "TensorWorkload", "Workload", "kept_inputs", "keeping_inputs", "AutotuneWarning", "Tuner", "setting",
     "certified_only", "require_certified", "load_census", "report_line", "print_report", "report_at_exit",
     "install", "reset", "add_certificate_dir", "sweep_uncertified", "sweeps_asked", "__version__",
 ]

@@ -5,7 +5,7 @@ each entry into <out>/<vendor>/<device class>/<compiler>/<kernel>.json as soon a
 an interrupted certification keeps what it finished. A key that cannot be proven is listed with
 its reason, never written.
 
-compile_ahead() screens a shard of the same keys without timing them. A certification is bound by
+compile_ahead() launches a shard of the same keys' candidates (dealt out one by one) once, untimed. A certification is bound by
 compiling (each candidate of each key is a kernel Triton compiles, about a second each), and the
 timing must run alone on the GPU: `certify --compile-jobs N` first runs N shards at once in their
 own processes, which fill Triton's on-disk cache, then times every key in one process that loads
@@ -35,6 +35,7 @@ def _bar(done: int, total: int, width: int = 20) -> str:
     return "#" * filled + "-" * (width - filled)
 
 
+@screen.keeping_inputs()   # a layer's keys one after another share its drawn host inputs, dropped at the end
 def certify(key_records, *, tunables: dict, facts, identity, device, timer, out, warmup: int = timing.WARMUP,
             repeats: int = timing.REPEATS, retries: int = 1, progress=sys.stderr, missing_only: bool = False) -> Outcome:
     """Prove every key recorded for this device class; write each proven entry into out.
@@ -85,14 +86,18 @@ def _to_prove(key_records, tunables, facts, identity, out, missing_only: bool, r
     return todo
 
 
+@screen.keeping_inputs()
 def compile_ahead(key_records, *, tunables: dict, facts, identity, device, out, shard: int, shards: int,
                   missing_only: bool = False) -> int:
-    """Screen every candidate of the keys certify() would prove whose index is shard modulo shards:
-    each is compiled and run once, nothing is timed or written. The number of keys screened; a key
-    that cannot be screened is left for certify() to refuse with its reason."""
+    """Launch once each candidate of the keys certify() would prove whose running index over all
+    their candidates is shard modulo shards, so that Triton compiles it into its cache; nothing is
+    timed, screened or written (certify() screens every candidate itself). Candidates, not keys, are
+    dealt out: keys' candidate counts differ (an attention key keeps 29, a copy key 8), and a shard
+    of keys waits on its largest. The number of candidates launched; one whose key cannot be formed
+    or whose launch raises is left for certify() to refuse or exclude with its reason."""
     todo = _to_prove(key_records, tunables, facts, identity, out, missing_only, Outcome())
-    screened = 0
-    for rec in todo[shard::shards]:
+    launched, index = 0, 0
+    for rec in todo:
         tunable = tunables.get(rec.kernel)
         if tunable is None or tunable.workload is None:
             continue
@@ -100,11 +105,20 @@ def compile_ahead(key_records, *, tunables: dict, facts, identity, device, out, 
             rep = keys.representative(keys.parse(rec.kernel, tunable.key, rec.key, facts, rec.observed),
                                       tunable.key, facts)
             kept, _ = tunable.candidates(facts, rep)
-            screen.run(tunable.workload(rep, device), kept, facts)
         except NbxError:
             continue
-        screened += 1
-    return screened
+        mine = [s for i, s in enumerate(kept, start=index) if i % shards == shard]
+        index += len(kept)
+        if not mine:
+            continue
+        work = tunable.workload(rep, device)
+        for setting in mine:
+            try:
+                work.launch(setting)
+            except Exception:  # noqa: BLE001 (certify() runs it again and excludes it with why)
+                continue
+            launched += 1
+    return launched
 
 
 @dataclass

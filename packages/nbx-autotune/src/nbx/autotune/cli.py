@@ -73,11 +73,11 @@ def _certify(args) -> int:
     facts = device_files.in_force(device)
     wanted = [r for r in _wanted(args, facts, tunables) if not args.kernel or r.kernel in args.kernel]
     if args.compile_shard is not None:
-        screened = certify.compile_ahead(wanted, tunables=tunables, facts=facts, identity=identity, device=device,
+        launched = certify.compile_ahead(wanted, tunables=tunables, facts=facts, identity=identity, device=device,
                                          out=args.out, shard=args.compile_shard, shards=args.compile_jobs,
                                          missing_only=args.missing)
-        print(f"nbx autotune certify: shard {args.compile_shard} of {args.compile_jobs}: {screened} key(s) "
-              f"screened (compiled), none timed", file=sys.stderr)
+        print(f"nbx autotune certify: shard {args.compile_shard} of {args.compile_jobs}: {launched} candidate(s) "
+              f"launched (compiled), none timed", file=sys.stderr)
         return 0
     if args.compile_jobs > 1:
         _compile_in_shards(args)
@@ -359,8 +359,8 @@ def add_cli_commands(subparsers) -> None:
     cert.add_argument("--retries", type=int, default=1, help="measurements again after a witness drift")
     cert.add_argument("--missing", action="store_true", help="only keys the --out tree does not certify yet "
                                                              "(resume an interrupted certification)")
-    cert.add_argument("--compile-jobs", type=int, default=1, help="screen the keys first in this many processes at "
-                                                                   "once, which compile the candidates (timing "
+    cert.add_argument("--compile-jobs", type=int, default=1, help="compile the keys' candidates first in this many "
+                                                                   "processes at once, dealt out one by one (timing "
                                                                    "then runs alone, from Triton's cache)")
     cert.add_argument("--compile-shard", type=int, help=argparse.SUPPRESS)  # one of those processes
     cert.set_defaults(func=_guarded(_certify))

@@ -12,6 +12,7 @@ middle, last). A candidate that fails, or whose launch raises, is excluded: it i
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from math import prod
 from typing import Protocol
@@ -67,20 +68,38 @@ class TensorWorkload:
         return self.reference(rows)
 
 
-_KEPT: dict = {}   # owner -> (key, arrays): the host inputs last drawn for it
+_KEPT: dict = {}   # owner -> (key, arrays): the host inputs last drawn for it, while a scope is open
+_SCOPES = [0]      # how many keeping_inputs scopes are open (nested: a sweep inside a certification)
+
+
+@contextmanager
+def keeping_inputs():
+    """While open, kept_inputs keeps what it draws; when the outermost scope closes, every kept set
+    goes. A certification, a compile-ahead shard, a warm-up and each sweep (sweep.prove) open one,
+    so a run-time sweep of a MoE key holds that layer's host weights for the sweep only."""
+    _SCOPES[0] += 1
+    try:
+        yield
+    finally:
+        _SCOPES[0] -= 1
+        if not _SCOPES[0]:
+            _KEPT.clear()
 
 
 def kept_inputs(owner: str, key: tuple, draw: Callable[[], tuple]) -> tuple:
     """The host arrays draw() makes for key (made read-only), kept for the next workload of owner
-    (a tunable, a family) that asks for the same key: a certification screens a layer's keys one
-    after another (Mixtral's expert weights, 1.4 G normals, took seconds to draw each time). One
-    set an owner is kept, so the memo holds no more than the largest set a family draws."""
+    (a tunable, a family) that asks for the same key inside the same keeping_inputs scope: a
+    certification screens a layer's keys one after another (Mixtral's expert weights, 1.4 G
+    normals, took seconds to draw each time). One set an owner is kept, so the memo holds no more
+    than the largest set a family draws; outside any scope nothing is kept."""
     held = _KEPT.get(owner)
     if held is None or held[0] != key:
         _KEPT.pop(owner, None)   # the old set goes before the new one is drawn: never two in memory
         arrays = tuple(draw())
         for array in arrays:
             array.flags.writeable = False
+        if not _SCOPES[0]:
+            return arrays
         _KEPT[owner] = held = (key, arrays)
     return held[1]
 

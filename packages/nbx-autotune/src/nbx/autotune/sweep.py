@@ -42,16 +42,17 @@ def prove(tunable, key: keys.LaunchKey, facts, device, timer, *, warmup: int = t
         reasons = "; ".join(f"{s}: {why}" for s, why in pruned)
         raise ScreenRefusal(f"kernel {tunable.name!r} key {str(key)!r}: every candidate was pruned by the "
                             f"device's facts: {reasons}")
-    work = tunable.workload(rep, device)
-    result = screen.run(work, kept, facts)
-    passed = screen.require_pass(result, tunable.name, str(key))
-    try:
-        comparison = timing.compare([v.setting for v in passed], work.launch, timer, timing.drift_tolerance(facts),
-                                    warmup, repeats, retries)
-    except WitnessDriftError as exc:
-        if not allow_drift:
-            raise
-        comparison = exc.last
+    with screen.keeping_inputs():   # a run-time sweep's kept host inputs go with it; a certification keeps them
+        work = tunable.workload(rep, device)
+        result = screen.run(work, kept, facts)
+        passed = screen.require_pass(result, tunable.name, str(key))
+        try:
+            comparison = timing.compare([v.setting for v in passed], work.launch, timer,
+                                        timing.drift_tolerance(facts), warmup, repeats, retries)
+        except WitnessDriftError as exc:
+            if not allow_drift:
+                raise
+            comparison = exc.last
     ranked = comparison.ranked
     best_setting, best = ranked[0]
     deviation = next(v.deviation for v in passed if v.setting == best_setting)

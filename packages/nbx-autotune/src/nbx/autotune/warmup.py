@@ -25,6 +25,7 @@ from collections import Counter
 from nbx.core.errors import ArgumentError
 
 from . import keys
+from .screen import keeping_inputs
 
 EPS = 1e-6
 
@@ -68,6 +69,7 @@ def run_record(record, tunables: dict, facts, device) -> None:
     tunable.workload(instance, device).launch(dict(setting))
 
 
+@keeping_inputs()   # keys of one layer in a row draw its host inputs once
 def warm(items, run, shard: int = 0, shards: int = 1, progress=sys.stderr) -> int:
     """Run run(item) for this shard's items (index modulo shards); the number run."""
     mine = list(items)[shard::shards]

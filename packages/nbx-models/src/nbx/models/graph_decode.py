@@ -51,7 +51,8 @@ class _Rows:
     seqs: tuple[int, ...]
     ids: nbx.Tensor          # int64 [batch]: the tokens the next replay feeds
     pos: nbx.Tensor          # int64 [batch]: their positions
-    slot_of: nbx.Tensor      # int32 [batch, capacity]: each position's slot in the cache (-1 past a capacity)
+    slot_of: nbx.Tensor      # int32 [batch, capacity]: each decoded position's slot in the cache (-1 before
+    #                          the decode's start, which no step reads, and past a capacity)
     table: nbx.Tensor        # int32 [batch, blocks]
     cu: nbx.Tensor           # int32 [batch + 1]
     positions: list[int]     # pos, on the host
@@ -68,29 +69,29 @@ class GraphDecode:
         self._steps: dict[tuple, object] = {}  # (seqs, bucket, greedy) -> nbx.graph Step
         self._current: _Rows | None = None
         self._lengths: dict[int, int] = {}     # a sequence's true length once its capacity is reserved
+        self._slots: dict[int, np.ndarray] = {}   # its slots from there (append's), -1 before and past its capacity
         self._last_greedy = True
 
     def reset(self) -> None:
         """The cache was emptied: the next generation reserves and writes its rows again."""
         self._lengths.clear()
+        self._slots.clear()
         self._current = None
 
     def begin(self, seqs: list[int], tokens: list[int]) -> None:
         """Rows seqs decode from here, fed tokens (their last picked ids): the state written once."""
         cache = self.cache.cache
         for s in seqs:
-            if s not in self._lengths:   # the whole capacity reserved now: slots known ahead
-                self._lengths[s] = cache.length(s)
-                cache.append(s, self.cache.capacities[s] - cache.length(s))
+            if s not in self._lengths:   # the whole capacity reserved now: slots known ahead, as append gives them
+                length = self._lengths[s] = cache.length(s)
+                self._slots[s] = np.full(self.capacity, -1, dtype=np.int32)
+                self._slots[s][length:self.cache.capacities[s]] = cache.append(s, self.cache.capacities[s] - length)
         key = tuple(seqs)
         rows = self._rows.get(key)
         device = self.decoder.device
         table = self.cache.step_arrays(seqs, [0] * len(seqs))[0]
         cu = np.arange(len(seqs) + 1, dtype=np.int32)   # one query a sequence
-        bt = cache.block_tokens
-        j = np.arange(self.capacity)
-        slot_of = np.where(j[None, :] < np.asarray([self.cache.capacities[s] for s in seqs])[:, None],
-                           table[:, np.minimum(j // bt, table.shape[1] - 1)] * bt + j % bt, -1).astype(np.int32)
+        slot_of = np.stack([self._slots[s] for s in seqs])
         positions = [self._lengths[s] for s in seqs]
         if rows is None:
             rows = _Rows(key, nbx.empty((len(seqs),), dtype=nbx.int64, device=device),

@@ -125,7 +125,50 @@ def install():
             _installed = driver_class()()
             triton.runtime.driver.set_active(_installed)
             _install_scratch_allocator(triton)
+            init_specializer_without_torch()
         return _installed
+
+
+class _RefuseTorch:
+    """A meta-path finder that makes `import torch` fail while it is installed."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"nbx: {name} is not imported for Triton's argument specializer",
+                                      name=name)
+        return None
+
+
+def init_specializer_without_torch(first_call=None) -> bool:
+    """Initialize Triton's native argument specializer (once a process) without importing torch.
+
+    Triton 3.6's C++ specializer imports torch on its first call, only to look torch.Tensor up
+    for a fast path; where torch is installed that import costs 2-3 s of every process's first
+    launch (most of a warm first run: tools/bench/first_run.py). nbx launches with its own
+    tensors, which the specializer reads by their data_ptr either way, so it is initialized once
+    here with `import torch` refused. A process that imported torch already keeps Triton's fast
+    path (nothing is refused then), and torch stays importable afterwards as always. Returns
+    whether the specializer was initialized here. `first_call` replaces Triton's first call (tests)."""
+    import sys
+    if "torch" in sys.modules:
+        return False
+    if first_call is None:
+        try:
+            from triton._C.libtriton import native_specialize_impl
+            from triton.backends.compiler import BaseBackend
+        except ImportError:  # a Triton without the native specializer: nothing imports torch there
+            return False
+
+        def first_call():
+            native_specialize_impl(BaseBackend, 0, False, False, False)
+    finder = _RefuseTorch()
+    sys.meta_path.insert(0, finder)
+    try:
+        first_call()
+    finally:
+        sys.meta_path.remove(finder)
+    return True
 
 
 def _install_scratch_allocator(triton) -> None:

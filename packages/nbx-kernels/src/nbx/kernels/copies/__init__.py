@@ -15,7 +15,7 @@ from nbx.core.tensor import Tensor, empty
 
 from ..cost import Buffer, Cost, declares
 from ..registry import implements
-from .concat import concat_rows, launches as concat_launches, part_rows
+from .concat import concat_rows, launches as concat_launches, parts_of
 from .kernel import COPY, FLIP, ROLL
 from .remap import MODES, remap_copy
 
@@ -103,13 +103,7 @@ def _concat_cost(arrays, axis=0) -> Cost:
     from nbx.core.layout import contiguous_strides
     total = list(arrays[0].shape)
     total[axis] = sum(a.shape[axis] for a in arrays)
-    strides, start, parts = contiguous_strides(tuple(total)), 0, []
-    for a in arrays:
-        if a.size:
-            shape = list(total)
-            shape[axis] = a.shape[axis]
-            parts.append(part_rows(tuple(shape), strides, start * strides[axis], a.shape, a.strides))
-        start += a.shape[axis]
+    parts = parts_of(tuple(total), contiguous_strides(tuple(total)), [(a.shape, a.strides) for a in arrays], axis)
     nbytes = sum(a.nbytes for a in arrays)
     return _copy_cost(nbytes, nbytes, concat_launches(parts))
 

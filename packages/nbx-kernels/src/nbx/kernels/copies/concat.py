@@ -9,6 +9,7 @@ with the remap (one launch a part). The tile is the datamove tunable's for the w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 import triton
 
@@ -47,6 +48,20 @@ def part_rows(out_shape, out_strides, out_offset: int, src_shape, src_strides) -
                 out_offset)
 
 
+def parts_of(out_shape, out_strides, layouts, axis: int) -> list[Rows | None]:
+    """The non-empty parts of a concat along axis of parts of these layouts ((shape, strides) each)
+    into an output of out's (all in elements, or all in words): each its Rows, or None. The one
+    decomposition of the kernel's plan, its declared cost and the keys' writer."""
+    parts, start = [], 0
+    for shape, strides in layouts:
+        if prod(shape):
+            part_shape = list(out_shape)
+            part_shape[axis] = shape[axis]
+            parts.append(part_rows(tuple(part_shape), out_strides, start * out_strides[axis], shape, strides))
+        start += shape[axis]
+    return parts
+
+
 def grouped(parts: list[Rows]) -> bool:
     """Whether parts (the non-empty ones of a concat) launch together: the same rows, output row stride."""
     return (all(p is not None for p in parts) and len({p.rows for p in parts}) == 1
@@ -58,7 +73,8 @@ def launches(parts: list[Rows | None]) -> int:
     return -(-len(parts) // PARTS) if grouped(parts) else len(parts)
 
 
-def _plan(parts: tuple[Rows, ...], word, total: int, device, setting) -> LaunchPlan:
+def _group(parts: tuple[Rows, ...], first: int, word, total: int, device, setting) -> tuple[Launch, tuple]:
+    """The launch of parts first.. (slots src<first>..) and its (BLOCK_R, BLOCK_C)."""
     rows, widest = parts[0].rows, max(p.width for p in parts)
     if setting is None:
         setting = tuning.setting(device, n=total, inner=widest, dtype=word, mapped=False, transposed=False)
@@ -70,40 +86,45 @@ def _plan(parts: tuple[Rows, ...], word, total: int, device, setting) -> LaunchP
     out_row = max(p.out_row for p in parts)
     wide = max(rows * max(out_row, p.src_row) + p.col + p.width for p in parts) + block_r * block_c >= _INT32
     pad = PARTS - len(parts)   # unused slots repeat the last part, past the last program
-    slots = [Slot(f"src{k}") for k in range(len(parts))] + [Slot(f"src{len(parts) - 1}")] * pad
+    last = first + len(parts) - 1
+    slots = [Slot(f"src{first + k}") for k in range(len(parts))] + [Slot(f"src{last}")] * pad
     every = list(parts) + [parts[-1]] * pad
     args = (Slot("out"), rows, out_row, *slots, *(p.width for p in every), *(p.src_row for p in every),
             *(p.col for p in every), *(ends + [end] * pad)[:PARTS - 1])
     meta = dict(INDEX64=wide, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=setting["num_warps"])
-    return LaunchPlan(device, (Launch(concat_kernel, (end,), args, meta),), detail=(block_r, block_c))
+    return Launch(concat_kernel, (end,), args, meta), (block_r, block_c)
+
+
+def plan_for(out: Tensor, arrays: list[Tensor], axis: int, setting=None) -> LaunchPlan:
+    """The plan writing concat(arrays, axis) into out (of their dtype), a launch a group of PARTS
+    parts, slots "out" and src<k> (the k-th non-empty part, in words); its detail each launch's
+    (BLOCK_R, BLOCK_C) (none: no part is non-empty), or None: the parts are not runs of rows alike
+    (the caller copies each)."""
+    signature = (out.shape, out.strides, out.dtype, out.device, axis, plans.setting_key(setting),
+                 tuple((a.shape, a.strides) for a in arrays))
+
+    def build() -> LaunchPlan:
+        out_bits, _ = as_bits(out)
+        words = [as_bits(a)[0] for a in arrays]
+        parts = parts_of(out_bits.shape, out_bits.strides, [(w.shape, w.strides) for w in words], axis)
+        if parts and not grouped(parts):
+            return LaunchPlan(out.device, (), detail=None)
+        groups = [_group(tuple(parts[k:k + PARTS]), k, out_bits.dtype, out_bits.size, out.device, setting)
+                  for k in range(0, len(parts), PARTS)]
+        return LaunchPlan(out.device, tuple(g[0] for g in groups), detail=tuple(g[1] for g in groups))
+    return plans.cached("concat", signature, build)
 
 
 def concat_rows(out: Tensor, arrays: list[Tensor], axis: int, setting=None) -> bool:
-    """Write concat(arrays, axis) into out in groups of PARTS parts a launch; False (nothing written)
-    when its parts are not runs of rows alike (the caller copies each part then)."""
-    out_bits, _ = as_bits(out)
-    views, start = [], 0
-    for a in arrays:
-        if a.shape[axis]:
-            views.append((as_bits(out.narrow(axis, start, a.shape[axis]))[0], as_bits(a)[0]))
-        start += a.shape[axis]
-    signature = (out_bits.shape, out_bits.strides, out_bits.dtype, out.device, plans.setting_key(setting),
-                 tuple((o.storage_offset, s.shape, s.strides) for o, s in views))
-
-    def build() -> tuple:
-        parts = [part_rows(o.shape, o.strides, o.storage_offset - out_bits.storage_offset, s.shape, s.strides)
-                 for o, s in views]
-        if not views or not grouped(parts):
-            return ()
-        return tuple(_plan(tuple(parts[k:k + PARTS]), out_bits.dtype, out_bits.size, out.device, setting)
-                     for k in range(0, len(parts), PARTS))
-    group_plans = plans.cached("concat", signature, lambda: LaunchPlan(out.device, (), detail=build())).detail
-    if not group_plans:
-        return not views
-    for k, plan in enumerate(group_plans):
-        chunk = views[k * PARTS:(k + 1) * PARTS]
-        plans.execute(plan, {"out": out_bits, **{f"src{j}": s for j, (_, s) in enumerate(chunk)}})
+    """Write concat(arrays, axis) into out in groups of PARTS parts a launch (one plan, one execute);
+    False (nothing written) when its parts are not runs of rows alike (the caller copies each part then)."""
+    plan = plan_for(out, arrays, axis, setting)
+    if plan.detail is None:
+        return False
+    if plan.launches:
+        sources = [as_bits(a)[0] for a in arrays if a.size]
+        plans.execute(plan, {"out": as_bits(out)[0], **{f"src{k}": s for k, s in enumerate(sources)}})
     return True
 
 
-__all__ = ["concat_rows", "part_rows", "grouped", "launches", "Rows", "PARTS"]
+__all__ = ["concat_rows", "plan_for", "parts_of", "part_rows", "grouped", "launches", "Rows", "PARTS"]

@@ -273,9 +273,7 @@ def _plan(rows: int, n: int, src_len: int, load: int, inverse: bool, out_len: in
     `load`) keeping out_len bins (complex pairs, or irfft's n reals). rfft and irfft of an even n
     run an n / 2-point complex transform of the real row read as pairs, with a post-pass (rfft)
     or a pre-pass (irfft) that separates or joins the even and odd samples' spectra."""
-    if setting is None:
-        setting = fft_setting(device, n, rows)
-    tile = {**launch.tiles("fft", device), **dict(setting)}
+    tile = {**launch.tiles("fft", device), **dict(setting)}   # setting: the served one, or the certifier's
     sign = 1 if inverse else -1
     scale = norm_scale(n, norm, inverse)
     real_out = load == HERMITIAN
@@ -358,17 +356,24 @@ def _out_len(op: str, n: int) -> int:
 def transform_plan(rows: int, length: int, dtype, n: int, op: str, norm: str, device, setting=None,
                    frames: tuple | None = None) -> LaunchPlan:
     """frames: (hop, windowed) for rfft rows read as frames hop apart of one signal, times the
-    slot `window` when windowed (stft; only the row tile does, see frames_in_place)."""
+    slot `window` when windowed (stft). Only the row tile reads them so: where the served setting
+    runs no row tile for them (frames_in_place), the plan has no launch (stft frames them first).
+    The setting is resolved once, when the plan is built."""
     inverse, hermitian = KINDS[op]
     load = HERMITIAN if hermitian else COMPLEX if dtype.kind == "complex" else REAL
     key = ("fft", rows, length, dtype, n, op, norm, device, plans.setting_key(setting), frames)
-    return plans.cached("fft", key, lambda: _plan(rows, n, length, load, inverse, _out_len(op, n), norm, device,
-                                                  setting, frames))
+
+    def build() -> LaunchPlan:
+        served = setting if setting is not None else fft_setting(device, n, rows)
+        if frames is not None and not frames_in_place(n, dtype, {**launch.tiles("fft", device), **dict(served)}):
+            return LaunchPlan(device, ())
+        return _plan(rows, n, length, load, inverse, _out_len(op, n), norm, device, served, frames)
+    return plans.cached("fft", key, build)
 
 
-def frames_in_place(rows: int, n: int, dtype, device) -> bool:
-    """Whether the served setting reads stft's frames of an n-point rfft over rows in place."""
-    tile = {**launch.tiles("fft", device), **dict(fft_setting(device, n, rows))}
+def frames_in_place(n: int, dtype, tile: dict) -> bool:
+    """Whether the setting (tile: the device file's fft tiles and the served setting) reads stft's
+    frames of an n-point rfft in place (its row tile)."""
     return dtype in REAL_INPUTS and n % 2 == 0 and fusable(n, tile, real=True)
 
 

@@ -32,7 +32,7 @@ from ..elementwise import _parts as pairs_of
 from ..plans import Launch, LaunchPlan, Slot, cached, execute, output
 from ..registry import implements
 from ..rows import pow2_at_least
-from . import _along, check_dtype, frames_in_place, transform_plan
+from . import _along, check_dtype, transform_plan
 
 
 def _full_window(window: Tensor | None, n_fft: int, win: int, device) -> Tensor | None:
@@ -66,8 +66,8 @@ def _stft(x, n_fft, hop, win, window, center, pad_mode, normalized, onesided):
     signal, norm = signal.contiguous(), "ortho" if normalized else "backward"
     full = _full_window(window, n_fft, win, x.device)
     count = 1 + (signal.shape[1] - n_fft) // hop
-    if _in_place(signal.shape[0], onesided, count, n_fft, signal.dtype, x.device):
-        plan = transform_plan(count, n_fft, signal.dtype, n_fft, "rfft", norm, x.device, frames=(hop, full is not None))
+    plan = _in_place(signal.shape[0], onesided, count, n_fft, signal.dtype, norm, hop, full is not None, x.device)
+    if plan is not None:
         window_values = None if full is None else full.to(dtype=dtypes.float32).contiguous()
         out = execute(plan, {"x": signal, "window": window_values, "out": None})["out"]
         spec = Tensor(out.storage, dtypes.complex64, (1, count, n_fft // 2 + 1))
@@ -77,9 +77,14 @@ def _stft(x, n_fft, hop, win, window, center, pad_mode, normalized, onesided):
     return spec[0] if x.ndim == 1 else spec
 
 
-def _in_place(batch: int, onesided: bool, count: int, n_fft: int, dtype, device) -> bool:
-    """Whether stft's frames are read in place by the row tile (one signal, onesided)."""
-    return batch == 1 and onesided and count >= 1 and frames_in_place(count, n_fft, dtype, device)
+def _in_place(batch: int, onesided: bool, count: int, n_fft: int, dtype, norm: str, hop: int, windowed: bool,
+              device) -> LaunchPlan | None:
+    """The plan of the row tile reading stft's frames in place (one signal, onesided), or None:
+    its frames are formed first (the served setting runs no row tile for them)."""
+    if batch != 1 or not onesided or count < 1:
+        return None
+    plan = transform_plan(count, n_fft, dtype, n_fft, "rfft", norm, device, frames=(hop, windowed))
+    return plan if plan.launches else None
 
 
 def _envelope_inverse(window: Tensor | None, n_fft: int, win: int, hop: int, count: int, start: int, length: int):
@@ -169,9 +174,9 @@ def _stft_cost(x, n_fft, hop, win, window, center, pad_mode, normalized, oneside
     batch = 1 if x.ndim == 1 else x.shape[0]
     length = x.shape[-1] + (2 * (n_fft // 2) if center else 0)
     count = 1 + (length - n_fft) // hop
-    if _in_place(batch, onesided, count, n_fft, x.dtype, x.device):   # the padding, then one launch
-        plan = transform_plan(count, n_fft, x.dtype, n_fft, "rfft", "ortho" if normalized else "backward", x.device,
-                              frames=(hop, window is not None or win < n_fft))
+    plan = _in_place(batch, onesided, count, n_fft, x.dtype, "ortho" if normalized else "backward", hop,
+                     window is not None or win < n_fft, x.device)
+    if plan is not None:   # the padding, then one launch
         padded = (Buffer("padded", length * x.dtype.itemsize, LAUNCH),) if center else ()
         return Cost(plan.buffers() + padded, plan.detail.bytes_moved + 2 * sum(b.nbytes for b in padded),
                     plan.detail.flops, len(plan.launches) + len(padded))

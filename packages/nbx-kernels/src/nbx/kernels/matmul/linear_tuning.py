@@ -191,17 +191,12 @@ def batch_entries(rep) -> int:
 
 def _batched_operands(rep, device):
     """A batched key's (a [B, m, k], b [B, k, n]): distinct entries of the key's layout."""
-    from nbx.core.ops.creation import asarray
-    from .tuning import _values
-    m, n, k, entries, host = rep["m"], rep["n"], rep["k"], batch_entries(rep), as_dtype(rep["dtype"]).host
-
-    def laid_out(values, transposed):
-        if not transposed:
-            return asarray(values.astype(host), device=device)
-        return asarray(np.ascontiguousarray(np.swapaxes(values, 1, 2)).astype(host), device=device).permute(0, 2, 1)
-    a = laid_out(_values(entries * m * k, entries * m, 0.37, 1.0).reshape(entries, m, k), rep["layout"][0] == "t")
-    b = laid_out(_values(entries * k * n, entries * k, 0.21, 1.0 / math.sqrt(max(k, 1))).reshape(entries, k, n),
-                 rep["layout"][1] == "t")
+    from .tuning import _values, operand
+    m, n, k, entries, dtype = rep["m"], rep["n"], rep["k"], batch_entries(rep), as_dtype(rep["dtype"])
+    a = operand(_values(entries * m * k, entries * m, 0.37, 1.0).reshape(entries, m, k), dtype,
+                rep["layout"][0] == "t", device)
+    b = operand(_values(entries * k * n, entries * k, 0.21, 1.0 / math.sqrt(max(k, 1))).reshape(entries, k, n), dtype,
+                rep["layout"][1] == "t", device)
     return a, b
 
 

@@ -137,11 +137,12 @@ def _values(count: int, rows: int, phase: float, scale: float) -> np.ndarray:
 
 
 def operand(values: np.ndarray, dtype, transposed: bool, device):
-    """values (2-D) as a tensor of dtype on device; transposed: read through the transpose of a
-    dense copy of values.T, so its last dim has stride rows."""
+    """values (2-D, or a batch of them) as a tensor of dtype on device; transposed: read through the
+    transpose of the last two dims of a dense copy with them swapped, so its last dim has stride rows."""
     if not transposed:
         return asarray(values.astype(dtype.host), device=device)
-    return asarray(np.ascontiguousarray(values.T).astype(dtype.host), device=device).permute(1, 0)
+    swapped = (*range(values.ndim - 2), values.ndim - 1, values.ndim - 2)
+    return asarray(np.ascontiguousarray(np.swapaxes(values, -1, -2)).astype(dtype.host), device=device).permute(*swapped)
 
 
 def representative_operands(rep, device):

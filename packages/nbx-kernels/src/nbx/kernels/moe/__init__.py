@@ -105,27 +105,37 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def route_plan(logits, top_k, scoring, renormalize, groups, kept, group_score, correction_bias) -> LaunchPlan:
-    options = RouteOptions(top_k, scoring, renormalize, groups, kept, group_score, correction_bias is not None)
+def _route_options(logits, top_k, scoring="softmax", renormalize=True, groups=1, kept=1, group_score="max",
+                   correction_bias=None, scaling=1.0):
+    """(RouteOptions, the bias, the scaling) of moe_route's normalized arguments: the one place
+    they are formed, for moe_route, moe_routed_experts and their costs."""
+    options = RouteOptions(int(top_k), scoring, bool(renormalize), int(groups), int(kept), group_score,
+                           correction_bias is not None)
+    return options, correction_bias, float(scaling)
+
+
+def route_plan(logits, options: RouteOptions) -> LaunchPlan:
     signature = (logits.shape, logits.strides, logits.dtype, logits.device, options)
     return plans.cached("moe_route", signature, lambda: _route_plan(*signature))
 
 
 @implements("moe_route")
-def _moe_route(logits, top_k, scoring, renormalize, groups, kept, group_score, correction_bias, scaling):
-    plan = route_plan(logits, top_k, scoring, renormalize, groups, kept, group_score, correction_bias)
+def _moe_route(logits, *routing):
+    options, bias, scaling = _route_options(logits, *routing)
+    plan = route_plan(logits, options)
     if logits.shape[0] == 0:
         found = plans.execute(LaunchPlan(plan.device, (), plan.outputs), {})
     else:
-        found = plans.execute(plan, {"logits": logits, "bias": correction_bias, "scaling_bits": float_bits(scaling)})
+        found = plans.execute(plan, {"logits": logits, "bias": bias, "scaling_bits": float_bits(scaling)})
     return found["weights"], found["experts"]
 
 
 @declares("moe_route")
-def _route_cost(logits, top_k, scoring="softmax", renormalize=True, groups=1, kept=1, group_score="max",
-                correction_bias=None, scaling=1.0) -> Cost:
+def _route_cost(logits, *routing, **named) -> Cost:
     tokens, count = logits.shape
-    plan = route_plan(logits, top_k, scoring, renormalize, groups, kept, group_score, correction_bias)
+    options, _, _ = _route_options(logits, *routing, **named)
+    top_k = options.top_k
+    plan = route_plan(logits, options)
     return Cost(plan.buffers(), logits.size * logits.dtype.itemsize + tokens * top_k * 8, 6 * logits.size * top_k,
                 len(plan.launches))
 
@@ -329,14 +339,6 @@ def launch_experts(x, weights, experts, w_gate, w_up, w_down, out: Tensor | None
 
 
 # ---- the routed layer: routing and the expert layer in one plan -------------------------------
-
-def _route_options(logits, top_k, scoring="softmax", renormalize=True, groups=1, kept=1, group_score="max",
-                   correction_bias=None, scaling=1.0):
-    """(RouteOptions, the bias, the scaling) of moe_route's normalized arguments."""
-    options = RouteOptions(int(top_k), scoring, bool(renormalize), int(groups), int(kept), group_score,
-                           correction_bias is not None)
-    return options, correction_bias, float(scaling)
-
 
 def routed_plan(x, logits, w_gate, w_up, w_down, options: RouteOptions, setting=None) -> LaunchPlan:
     w = weight_layout(w_gate, w_up, w_down)

@@ -21,9 +21,9 @@ from ..cost import LAUNCH, Buffer, Cost, declares
 from ..plans import Launch, LaunchPlan, Slot
 from ..gather import axis_back, axis_last
 from ..registry import implements
-from .topk import select_rows
+from .topk import select_rows, select_rows_plan
 from .kernel import sort_rows_kernel
-from .radix import radix_sort
+from .radix import radix_sort, radix_sort_plan
 
 
 def _rows(x: Tensor, axis: int) -> Tensor:
@@ -34,10 +34,20 @@ def _rows(x: Tensor, axis: int) -> Tensor:
 
 def _sort_rows(rows: Tensor, n_out: int, descending: bool) -> tuple[Tensor, Tensor]:
     """rows [..., n] (n <= max_block_n) sorted, their first n_out values and original indices."""
-    signature = (rows.shape, rows.dtype, n_out, descending, rows.device)
-    plan = plans.cached("sort", signature, lambda: _sort_plan(*signature))
+    plan = _sort_rows_plan(rows.shape, rows.dtype, n_out, descending, rows.device)
     done = plans.execute(plan, {"rows": rows})
     return done["values"], done["indices"]
+
+
+def _sort_rows_plan(shape, dtype, n_out: int, descending: bool, device) -> LaunchPlan:
+    """The cached plan of one program a row (_sort_rows runs it, the costs read it)."""
+    signature = (tuple(shape), dtype, n_out, descending, device)
+    return plans.cached("sort", signature, lambda: _sort_plan(*signature))
+
+
+def _rows_shape(x: Tensor, axis: int) -> tuple[int, ...]:
+    """The shape of x's rows along axis (_rows' layout: axis moved last)."""
+    return x.shape[:axis] + x.shape[axis + 1:] + (x.shape[axis],)
 
 
 def _sort_plan(shape, dtype, n_out: int, descending: bool, device) -> LaunchPlan:
@@ -85,39 +95,54 @@ def topk(x: Tensor, k: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
 
 @declares("sort")
 def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
-    outputs = (Buffer("values", x.nbytes), Buffer("indices", x.size * 8))
-    if x.ndim == 0 or x.shape[axis] <= launch.tiles("sort", x.device)["max_block_n"]:  # one program a row
-        return Cost(buffers=outputs, bytes_moved=3 * x.nbytes + x.size * 8)
+    """The buffers and launches of the plan that runs: one program a row, or the radix sort's."""
+    if x.ndim == 0:
+        return Cost(buffers=(Buffer("values", x.nbytes), Buffer("indices", x.size * 8)),
+                    bytes_moved=3 * x.nbytes + x.size * 8)
+    axis %= x.ndim
+    shape = _rows_shape(x, axis)
+    if shape[-1] <= launch.tiles("sort", x.device)["max_block_n"]:  # one program a row
+        plan = _sort_rows_plan(shape, x.dtype, shape[-1], descending, x.device)
+        return Cost(buffers=plan.buffers(), bytes_moved=3 * x.nbytes + x.size * 8, launches=len(plan.launches))
     # the onesweep radix sort: one histogram read of the keys, then per pass one read and one write
     # of keys and int32 indices (the first pass reads no indices, the last writes int64 ones: even)
-    from .radix import digit_passes, groups_of, radix_setting, state_words
-    n = x.shape[axis]
-    rows = x.size // n
-    tile = {**launch.tiles("radix", x.device), **radix_setting(x.device, rows, n, x.dtype)}   # the setting that runs
-    passes = len(digit_passes(x.dtype, tile["digit_bits"]))
-    state = state_words(rows, groups_of(n, tile), passes, tile["digit_bits"]) * 4
-    work = (Buffer("keys", min(passes - 1, 2) * x.nbytes, LAUNCH),
-            Buffer("positions", min(passes - 1, 2) * x.size * 4, LAUNCH), Buffer("state", state, LAUNCH))
+    plan = radix_sort_plan(shape, x.dtype, descending, x.device)
+    passes, bits = len(plan.launches) - 2, plan.launches[-1].meta["BITS"]   # the zeroing, the histogram, the scatters
+    state = next(b.nbytes for b in plan.workspace if b.name == "state")
     moved = x.nbytes + passes * 2 * (x.nbytes + x.size * 4) + 2 * state  # the state zeroed, then read and written
-    return Cost(buffers=outputs + work, bytes_moved=moved, launches=2 + passes,
-                notes=(f"a onesweep LSD radix sort: {passes} passes of {tile['digit_bits']}-bit digits, one scatter launch each "
+    return Cost(buffers=plan.buffers(), bytes_moved=moved, launches=len(plan.launches),
+                notes=(f"a onesweep LSD radix sort: {passes} passes of {bits}-bit digits, one scatter launch each "
                        "after one histogram launch",))
 
 
 @declares("topk")
 def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
-    n = max(x.shape[dim], 1)
-    rows, out = x.size // n, x.size // n * k
+    """The buffers and launches of the plan that runs: one program a row (rows up to
+    tiles.sort.max_block_n, or k = 0), the radix select (k up to max_block_n), else the full sort's
+    (its outputs the call's workspace) and the copies of its first k (their sum bounds that path's
+    peak: the sort's workspace is freed before the copies)."""
+    dim %= max(x.ndim, 1)
+    shape = _rows_shape(x, dim)
+    limit = launch.tiles("sort", x.device)["max_block_n"]
+    out = x.size // max(shape[-1], 1) * k
+    written = out * (x.dtype.itemsize + 8)
+    if shape[-1] <= limit or k == 0:
+        plan = _sort_rows_plan(shape, x.dtype, k, largest, x.device)
+        return Cost(buffers=plan.buffers(), bytes_moved=x.nbytes + written, launches=len(plan.launches),
+                    notes=("one program a row sorts it",))
+    if k > limit:
+        sort = _sort_cost(x, dim, largest)
+        full = tuple(Buffer(b.name, b.nbytes, LAUNCH) for b in sort.buffers)
+        firsts = (Buffer("values", out * x.dtype.itemsize), Buffer("indices", out * 8))
+        return Cost(full + firsts, sort.bytes_moved + 2 * written, launches=sort.launches + 2,
+                    notes=sort.notes + ("then its first k copied",))
+    plan = select_rows_plan(shape, x.dtype, k, largest, x.device)
     # k = 1: one reduction pass; else two full passes (the top-digit histogram, the filter), then
     # passes over the candidates only (their count depends on the data: counted here as none)
     passes = 1 if k == 1 else 2
-    return Cost(buffers=(Buffer("values", out * x.dtype.itemsize), Buffer("indices", out * 8),
-                         Buffer("words", max(out, rows * 1024) * 8, LAUNCH),
-                         Buffer("candidates", x.size * 4, LAUNCH),
-                         Buffer("histograms", rows * (4 * 256 + 1 + 3 * 1024) * 4, LAUNCH)),
-                bytes_moved=passes * x.nbytes + out * (16 + 2 * x.dtype.itemsize), launches=2 if k == 1 else 8,
-                notes=(f"{passes} passes over each row, then over its candidates "
-                       "(a radix select; rows up to tiles.sort.max_block_n: one)",))
+    return Cost(buffers=plan.buffers(), bytes_moved=passes * x.nbytes + out * (16 + 2 * x.dtype.itemsize),
+                launches=len(plan.launches),
+                notes=(f"{passes} passes over each row, then over its candidates (a radix select)",))
 
 
 __all__ = ["sort", "topk"]

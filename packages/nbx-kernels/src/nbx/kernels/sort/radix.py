@@ -242,10 +242,15 @@ def radix_setting(device, rows: int, n: int, dtype) -> dict:
     return autotune.setting(RADIX_SORT, device, width=pow2_at_least(n), elements=rows * n, dtype=dtype)
 
 
+def radix_sort_plan(shape, dtype, descending: bool, device, setting=None) -> LaunchPlan:
+    """The radix sort's cached plan over rows of this shape (radix_sort runs it, the sort's cost reads it)."""
+    return served_plan("sort.radix", shape, dtype, device, (descending,), setting, radix_setting, radix_plan)
+
+
 def radix_sort(rows, descending: bool, setting=None, values=None):
     """(values, indices) of rows [..., n] (contiguous) sorted along the last dim; setting overrides
     the served one (the certifier's), values is the output to write (its workload's)."""
-    plan = served_plan("sort.radix", rows, (descending,), setting, radix_setting, radix_plan)
+    plan = radix_sort_plan(rows.shape, rows.dtype, descending, rows.device, setting)
     done = plans.execute(plan, {"x": rows, "values": values})
     return done["values"], done["indices"]
 

@@ -43,15 +43,16 @@ def split(rows: int, n: int, block: int, programs: int) -> tuple[int, int]:
     return triton.cdiv(blocks, steps), steps * block
 
 
-def served_plan(op: str, rows, flags: tuple, setting, lookup, make) -> LaunchPlan:
-    """The cached plan make(shape, dtype, *flags, device, setting) of rows [..., n], with the served
-    setting lookup(device, rows, n, dtype) (looked up once a plan) unless setting overrides it."""
-    n = rows.shape[-1]
-    signature = (rows.shape, rows.dtype, *flags, rows.device, plans.setting_key(setting))
+def served_plan(op: str, shape, dtype, device, flags: tuple, setting, lookup, make) -> LaunchPlan:
+    """The cached plan make(shape, dtype, *flags, device, setting) of rows [..., n] of this shape,
+    with the served setting lookup(device, rows, n, dtype) (looked up once a plan) unless setting
+    overrides it: what a call runs and what its declared cost reads."""
+    n = shape[-1]
+    signature = (tuple(shape), dtype, *flags, device, plans.setting_key(setting))
 
     def build():
-        served = setting if setting is not None else lookup(rows.device, rows.size // n, n, rows.dtype)
-        return make(rows.shape, rows.dtype, *flags, rows.device, served)
+        served = setting if setting is not None else lookup(device, prod(shape) // n, n, dtype)
+        return make(tuple(shape), dtype, *flags, device, served)
     return plans.cached(op, signature, build)
 
 
@@ -94,10 +95,15 @@ def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchP
         plans.workspace("words", (rows * k,), dtypes.uint64)))
 
 
+def select_rows_plan(shape, dtype, k: int, largest: bool, device, setting=None) -> LaunchPlan:
+    """The radix select's cached plan over rows of this shape (select_rows runs it, topk's cost reads it)."""
+    return served_plan("topk", shape, dtype, device, (k, largest), setting, select_setting, select_plan)
+
+
 def select_rows(rows, k: int, largest: bool, setting=None, values=None):
     """(values, indices) of the radix select over rows [..., n] (contiguous); setting overrides the
     served one (the certifier's), values is the output to write (its workload's)."""
-    plan = served_plan("topk", rows, (k, largest), setting, select_setting, select_plan)
+    plan = select_rows_plan(rows.shape, rows.dtype, k, largest, rows.device, setting)
     done = plans.execute(plan, {"x": rows, "values": values})
     return done["values"], done["indices"]
 
