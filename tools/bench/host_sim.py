@@ -163,6 +163,8 @@ def main(argv=None) -> int:
     wt = nbx.asarray(np.ones((256, 256), np.float32)).to(device)
     table = nbx.asarray(np.ones((1000, 256), np.float32)).to(device)
     ids = nbx.asarray(np.array([3], np.int64)).to(device)
+    hx, hr, hw = (nbx.asarray(np.ones((1, 4096) if i < 2 else 4096, np.float32)).to(device).to(dtype="bfloat16")
+                  for i in range(3))   # issue 14's decode chain: one bf16 row of 4096 (bench_host.py's)
     ops = {
         "empty((4096,))": lambda: empty((4096,), "float32", device),
         "a + b": lambda: a + a,
@@ -173,6 +175,7 @@ def main(argv=None) -> int:
         "sum": lambda: nbx.sum(x, dim=-1),
         "x @ W.T": lambda: m @ wt.T,
         "embedding (1 id)": lambda: nbx.embedding(ids, table),
+        "chain silu(rms_norm(x + r, w)) * x": lambda: nbx.silu(nbx.rms_norm(hx + hr, (4096,), hw)) * hx,
     }
     if args.prefill or args.profile in PREFILL_CASES:
         ops.update(prefill_ops(nbx, device))
