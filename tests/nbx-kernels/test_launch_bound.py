@@ -125,3 +125,27 @@ def test_a_slot_of_another_kind_sends_a_runner_back_to_its_loop_for_good(cuda):
     launched = len(kernel.launched) + len(kernel.jitted)
     runner.run(_calls(cuda)[1])
     assert runner.bound is False and len(kernel.launched) + len(kernel.jitted) == launched + 1
+
+
+def test_on_two_devices_a_bound_launch_runs_only_while_its_device_is_current(monkeypatch):
+    from nbx.devices.nvidia import runtime
+    _simulated_cuda()._install(monkeypatch, 2)
+    monkeypatch.setattr(plans, "_stream_of", lambda index: 0)
+    second = as_device("cuda:1")
+    kernel = _Kernel(len(TEMPLATE))
+    runner = plans._Runner(plans.Launch(kernel, (5, 2), TEMPLATE, {"BLOCK": 64}), second)
+    values = _calls(second)[0]
+    runner.run(values)
+    runner.run(values)   # the first repeat writes the bound launch
+    hits, written = [], runner.bound
+
+    def counted(values):
+        hits.append(written(values))
+        return hits[-1]
+    runner.bound = counted
+    runtime.set_device(0)
+    runner.run(values)   # cuda:0 current: the loop launches, under cuda:1's guard
+    assert runtime.get_device() == 0
+    runtime.set_device(1)
+    runner.run(values)
+    assert hits == [False, True] and len(kernel.launched) == 3
