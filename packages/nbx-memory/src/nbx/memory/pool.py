@@ -88,10 +88,10 @@ class Pool(RangeCarving):
         self._lock = threading.Lock()
         self._deferred: deque = deque()
         self.recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
-        self._serial = 0
+        self._serial = 0  # blocks handed out so far: each one's serial, and the stats' allocation count
         self._seg_bytes = self._allocated = self._requested = self._pending_bytes = 0
         self._allocated_peak = self._requested_peak = self._reserved_peak = 0
-        self._n_alloc = self._n_free = self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
+        self._n_free = self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
         if expandable is not None:
             seg = Segment(expandable.base, expandable.size, small=False, is_range=True)
             seg.head = Block(seg.address, seg.size, seg)
@@ -128,7 +128,7 @@ class Pool(RangeCarving):
                 self._requested_peak, self._reserved_peak,
                 sum(s.small for s in self._segments.values()), sum(not s.small for s in self._segments.values()),
                 self._range.mapped_chunks * self._range.chunk if self._range else 0, self._largest_free(),
-                self._n_alloc, self._n_free, self._n_seg_alloc + (self._range.creates if self._range else 0),
+                self._serial, self._n_free, self._n_seg_alloc + (self._range.creates if self._range else 0),
                 self._n_seg_free + (self._range.releases if self._range else 0), self._refusals, self._ooms)
 
     def reset_peak(self) -> None:
@@ -271,7 +271,6 @@ class Pool(RangeCarving):
         self._live[blk.ptr] = blk
         allocated = self._allocated = self._allocated + size
         requested = self._requested = self._requested + nbytes
-        self._n_alloc += 1
         if allocated > self._allocated_peak:
             self._allocated_peak = allocated
         if requested > self._requested_peak:
