@@ -112,12 +112,14 @@ class Tensor:
         return self._view([self.shape[d] for d in order], [self._strides[d] for d in order])
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
-        order = list(range(self.ndim))
-        a, b = layout.normalize_dim(dim0, self.ndim), layout.normalize_dim(dim1, self.ndim)
-        if self.ndim == 0:
+        ndim = len(self.shape)
+        a, b = layout.normalize_dim(dim0, ndim), layout.normalize_dim(dim1, ndim)
+        if ndim == 0:
             return self._view((), ())
-        order[a], order[b] = order[b], order[a]
-        return self.permute(order)
+        shape, strides = list(self.shape), list(self._strides)
+        shape[a], shape[b], strides[a], strides[b] = shape[b], shape[a], strides[b], strides[a]
+        # two dims of a checked layout swapped (x @ W.T, every call): no permutation to check
+        return Tensor._of(self._storage, self.dtype, tuple(shape), tuple(strides), self._offset)
 
     swapaxes = transpose
 
