@@ -149,3 +149,12 @@ def test_on_two_devices_a_bound_launch_runs_only_while_its_device_is_current(mon
     runtime.set_device(1)
     runner.run(values)
     assert hits == [False, True] and len(kernel.launched) == 3
+
+
+def test_a_launch_of_fixed_arguments_alone_repeats_through_its_bound_launch(cuda):
+    kernel = _Kernel(2)
+    runner = plans._Runner(plans.Launch(kernel, (3,), (4, 2.5), {"BLOCK": 64}), cuda)
+    for _ in range(3):
+        runner.run({})
+    assert callable(runner.bound) and len(kernel.jitted) == 1
+    assert kernel.launched == [(1, (3, 1, 1, 0, 7, "packed", None, None, None, 4, 2.5, 64))] * 2

@@ -331,7 +331,8 @@ def _bound_launch(runner: _Runner, values: dict):
     repeat spends no Python on the loop itself (an eager decode step runs thousands of launches).
     It returns False, for run's own loop to launch, where the compiled launcher is not found, a hook
     is set, the device is not current, or a slot holds another kind (then runner keeps run's loop).
-    None where a slot holds a kind run's loop keys the slow way (a numpy scalar, a Tensor subclass)."""
+    Not written (False) where a slot holds a kind run's loop keys the slow way (a numpy scalar, a
+    Tensor subclass)."""
     names = {"Tensor": Tensor, "NoneType": type(None), "runner": runner, "compiled": runner.compiled,
              "hooks_set": hooks_set, "stream_of": _stream_of, "I32": _I32, "I64": _I64,
              "index": runner.device.index, "backend": runner.backend}
@@ -365,12 +366,12 @@ def _bound_launch(runner: _Runner, values: dict):
         else:
             names[f"fixed{len(passed)}"] = tuple(group)
             passed.append(f"*fixed{len(passed)}")
-    g = runner.grid
+    g = tuple(int(n) for n in runner.grid)
     current = "" if runner.single else "if backend.current_device() != index: return False\n    "
     source = (
         "def _other_kinds():\n    runner.bound = False\n    return False\n"
         "def launch(values):\n    " + "\n    ".join(body) + "\n"
-        f"    fast = compiled.get(({', '.join(key)},))\n"
+        f"    fast = compiled.get(({''.join(k + ', ' for k in key)}))\n"
         "    if fast is None or hooks_set(): return False\n"
         f"    {current}fast.run({g[0]}, {g[1]}, {g[2]}, stream_of(index), fast.function, fast.packed, None, None, None, "
         f"{', '.join(passed)}{', ' if passed else ''}*fast.tail)\n"
