@@ -140,7 +140,7 @@ def test_record_without_a_command_says_how_to_give_one(capsys):
     assert "give the command to run after --" in capsys.readouterr().err
 
 
-def test_compile_ahead_launches_each_candidate_of_the_keys_to_prove_in_exactly_one_shard_and_times_none(fakes, hopper, kernel,
+def test_compile_ahead_launches_each_key_to_prove_in_exactly_one_shard_and_times_none(fakes, hopper, kernel,
                                                                                       tmp_path):
     tunable, clock = kernel
     facts = fakes.Overlay(hopper, autotune__buckets__elements=LADDER)
@@ -148,11 +148,20 @@ def test_compile_ahead_launches_each_candidate_of_the_keys_to_prove_in_exactly_o
                                       identity=fakes.IDENTITY, device=None, out=tmp_path / "out", shard=i, shards=2)
                 for i in range(2)]
     # the two keys of this class and device file (the others are certify's to refuse), six candidates each,
-    # dealt out by their running index: half of each key's to each shard
+    # one key a shard
     assert screened == [6, 6]
     assert clock.launches == 2 * 6 and clock.now == pytest.approx(sum(  # each candidate of each key ran once
         ms + 0.01 * w for ms in fakes.BLOCK_MS.values() for w in (1, 2)) * 2)
     assert not (tmp_path / "out").exists()
+
+
+def test_compile_shards_take_whole_keys_balanced_by_their_candidate_counts():
+    counts = [29, 5, 29, 15, 15, 10, 10, 33, 8]   # attention, copies and a radix sort key, as on the H200
+    owners = certify.shard_owners(counts, 4)
+    loads = [sum(c for c, o in zip(counts, owners, strict=True) if o == b) for b in range(4)]
+    assert sorted(loads) == [38, 38, 39, 39]   # largest first: 33, 29, 29, 15 alone, then the rest fill the lightest
+    assert owners == certify.shard_owners(counts, 4)   # every shard's process computes the same split
+    assert certify.shard_owners([3, 3], 4) == [0, 1]
 
 
 def test_compile_jobs_start_one_certify_process_per_shard_with_the_same_keys_and_wait_for_all(monkeypatch, capsys):

@@ -5,7 +5,7 @@ each entry into <out>/<vendor>/<device class>/<compiler>/<kernel>.json as soon a
 an interrupted certification keeps what it finished. A key that cannot be proven is listed with
 its reason, never written.
 
-compile_ahead() launches a shard of the same keys' candidates (dealt out one by one) once, untimed. A certification is bound by
+compile_ahead() launches the candidates of a shard of the same keys once, untimed. A certification is bound by
 compiling (each candidate of each key is a kernel Triton compiles, about a second each), and the
 timing must run alone on the GPU: `certify --compile-jobs N` first runs N shards at once in their
 own processes, which fill Triton's on-disk cache, then times every key in one process that loads
@@ -89,36 +89,51 @@ def _to_prove(key_records, tunables, facts, identity, out, missing_only: bool, r
 @screen.keeping_inputs()
 def compile_ahead(key_records, *, tunables: dict, facts, identity, device, out, shard: int, shards: int,
                   missing_only: bool = False) -> int:
-    """Launch once each candidate of the keys certify() would prove whose running index over all
-    their candidates is shard modulo shards, so that Triton compiles it into its cache; nothing is
-    timed, screened or written (certify() screens every candidate itself). Candidates, not keys, are
-    dealt out: keys' candidate counts differ (an attention key keeps 29, a copy key 8), and a shard
-    of keys waits on its largest. The number of candidates launched; one whose key cannot be formed
-    or whose launch raises is left for certify() to refuse or exclude with its reason."""
+    """Launch once each candidate of this shard's keys among those certify() would prove, so that
+    Triton compiles it into its cache; nothing is timed, screened or written (certify() screens
+    every candidate itself). Keys go to shards whole (a key's workload and its oracle are made once,
+    in one process: an attention key's float64 oracle takes GBs and seconds), balanced by their
+    candidate counts (largest first onto the least loaded shard: counts differ, a radix sort key
+    keeps 33 and a copy key 8, and a shard dealt keys in turn waited on its largest). The number of
+    candidates launched; one whose key cannot be formed or whose launch raises is left for
+    certify() to refuse or exclude with its reason."""
     todo = _to_prove(key_records, tunables, facts, identity, out, missing_only, Outcome())
-    launched, index = 0, 0
-    for rec in todo:
-        tunable = tunables.get(rec.kernel)
-        if tunable is None or tunable.workload is None:
+    formed = [_candidates_of(rec, tunables.get(rec.kernel), facts) for rec in todo]
+    owners = shard_owners([len(kept) for _, kept in formed], shards)
+    launched = 0
+    for i, (rep, kept) in enumerate(formed):
+        if owners[i] != shard or not kept:
             continue
-        try:
-            rep = keys.representative(keys.parse(rec.kernel, tunable.key, rec.key, facts, rec.observed),
-                                      tunable.key, facts)
-            kept, _ = tunable.candidates(facts, rep)
-        except NbxError:
-            continue
-        mine = [s for i, s in enumerate(kept, start=index) if i % shards == shard]
-        index += len(kept)
-        if not mine:
-            continue
-        work = tunable.workload(rep, device)
-        for setting in mine:
+        work = tunables[todo[i].kernel].workload(rep, device)
+        for setting in kept:
             try:
                 work.launch(setting)
             except Exception:  # noqa: BLE001 (certify() runs it again and excludes it with why)
                 continue
             launched += 1
     return launched
+
+
+def shard_owners(counts: list[int], shards: int) -> list[int]:
+    """The shard of each key, given its candidate count: largest first onto the least loaded shard
+    (the lowest-numbered of equals), the same answer in every shard's process."""
+    loads, owners = [0] * shards, [0] * len(counts)
+    for i in sorted(range(len(counts)), key=lambda i: (-counts[i], i)):
+        owners[i] = min(range(shards), key=lambda b: (loads[b], b))
+        loads[owners[i]] += counts[i]
+    return owners
+
+
+def _candidates_of(rec, tunable, facts) -> tuple:
+    """(representative, kept candidates) of a recorded key; (None, []) where none can be formed."""
+    if tunable is None or tunable.workload is None:
+        return None, []
+    try:
+        rep = keys.representative(keys.parse(rec.kernel, tunable.key, rec.key, facts, rec.observed),
+                                  tunable.key, facts)
+        return rep, tunable.candidates(facts, rep)[0]
+    except NbxError:
+        return None, []
 
 
 @dataclass

@@ -360,8 +360,8 @@ def add_cli_commands(subparsers) -> None:
     cert.add_argument("--missing", action="store_true", help="only keys the --out tree does not certify yet "
                                                              "(resume an interrupted certification)")
     cert.add_argument("--compile-jobs", type=int, default=1, help="compile the keys' candidates first in this many "
-                                                                   "processes at once, dealt out one by one (timing "
-                                                                   "then runs alone, from Triton's cache)")
+                                                                   "processes at once, keys balanced by candidates "
+                                                                   "(timing then runs alone, from Triton's cache)")
     cert.add_argument("--compile-shard", type=int, help=argparse.SUPPRESS)  # one of those processes
     cert.set_defaults(func=_guarded(_certify))
 
