@@ -202,7 +202,7 @@ class Pool(RangeCarving):
         return None
 
     def _eligible(self, blk: Block, stream) -> bool:
-        if blk.free_on is ANY or blk.free_on == stream:
+        if blk.free_on is ANY or blk.free_on is stream or blk.free_on == stream:  # `is` first: Stream's == is Python
             return True
         if blk.events and all(self._events.query(e) for e in blk.events):
             self._drop_events(blk.events)
