@@ -74,7 +74,6 @@ class Pool(RangeCarving):
             self._parked_limit = int(parked_fraction * total)
         self._small, self._large, self._range_free = SizeIndex(), SizeIndex(), _AddressSet()
         self._segments: dict[int, Segment] = {}
-        self._live: dict[int, Block] = {}
         self._pending: list[Block] = []
         self._streams: set = set()
         self._last_stream = _NO_STREAM  # the stream of the last request: known without hashing it again
@@ -115,7 +114,10 @@ class Pool(RangeCarving):
         """Declare that stream uses block: its memory is reused only after that stream passes the free."""
         with self._lock:
             self._drain()
-            blk = self._live.get(block.ptr)
+            try:  # a live block of this pool holds its pool block until released
+                blk = block._release[0] if type(block) is _Handed and block._pool is self else None
+            except IndexError:
+                blk = None
             if blk is None or not block.alive:
                 raise ArgumentError(f"record_stream: {block!r} is not a live block of this pool")
             self._record_stream(blk, stream)
@@ -268,7 +270,6 @@ class Pool(RangeCarving):
         """blk (out of its free index, of exactly size bytes, no events) becomes live: the figures follow."""
         self._serial += 1
         blk.state, blk.requested, blk.stream, blk.serial = LIVE, nbytes, stream, self._serial
-        self._live[blk.ptr] = blk
         allocated = self._allocated = self._allocated + size
         requested = self._requested = self._requested + nbytes
         if allocated > self._allocated_peak:
@@ -300,7 +301,6 @@ class Pool(RangeCarving):
     def _free(self, blk: Block) -> None:
         if blk.state != LIVE:
             raise ArgumentError(f"{blk!r} freed twice")
-        del self._live[blk.ptr]
         self._allocated -= blk.size
         self._requested -= blk.requested
         self._n_free += 1
