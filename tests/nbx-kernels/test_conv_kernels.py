@@ -87,6 +87,51 @@ def test_bfloat16_conv_rounds_once_from_float32_accumulation(device, check):
     check(out, nbx.oracle("conv2d", x, w, None, 1, 1), device)
 
 
+@pytest.mark.parametrize("channels", [32, 20], ids=["even", "partial_block"])
+def test_the_k_loop_walks_every_tap_and_channel_block_of_a_strided_dilated_conv(device, check, channels):
+    """interp's block_k is 16: 32 channels are two whole blocks a tap (EVEN_C, no channel mask), 20
+    a block and a partial one; the tap and channel counters carried from step to step cross taps
+    of both kernel dims, stride 2, dilation 2 and asymmetric padding at every border."""
+    x = _put(RNG.standard_normal((1, channels, 6, 5)), device, channels_last=True)
+    w = _put(RNG.standard_normal((5, channels, 3, 2)) / channels, device)
+    padding = ((2, 1), (1, 2))
+    out = nbx.conv2d(x, w, None, 2, padding, 2)
+    check(out, nbx.oracle("conv2d", x, w, None, 2, padding, 2), device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_channels_last_weight_is_read_through_a_descriptor_and_matches_the_oracle(device, check, dtype):
+    """Whole channel blocks (interp's block_k 16) of a dense channels-last weight: its [O, taps x C]
+    rows come through a tensor descriptor (B_DESC); two groups of 5 output channels, so a tile's
+    rows past its group read the next group's weights (never stored) or zeros past the last."""
+    x = _put(RNG.standard_normal((1, 32, 5, 6)), device, dtype, channels_last=True)
+    w = _put(RNG.standard_normal((10, 16, 3, 3)) / 12, device, dtype, channels_last=True)
+    b = _put(RNG.standard_normal(10), device, dtype)
+    out = nbx.conv2d(x, w, b, 1, 1, 1, 2)
+    check(out, nbx.oracle("conv2d", x, w, b, 1, 1, 1, 2), device)
+    assert dict(conv_plan(x, w, b, (1, 1), ((1, 1), (1, 1)), (1, 1), 2).launches[0].meta)["B_DESC"]
+
+
+@pytest.mark.parametrize("m,n,k,channels_last", [(8192, 320, 2880, True), (512, 1280, 11520, True),
+                                                 (1 << 20, 128, 1152, True), (8192, 512, 3584, False)])
+def test_an_h200_conv_key_keeps_at_most_20_candidates_and_no_tile_past_a_warpgroups_registers(m, n, k, channels_last):
+    """bench_conv's keys (SD UNet 64^2 and 16^2, the VAE at 1024^2, HiFi-GAN's conv1d): what the
+    certifier times; 4 warps never hold more than a 128 x 128 x 64 tile (sm_90: 255 registers and
+    spills past it), 8 never less than 128 x 128 of work, and every kept one fits shared memory."""
+    from nbx.autotune import keys
+    from nbx.core import device_files
+    from nbx.kernels.conv.tuning import CONV, conv_key
+    from nbx.kernels.matmul.tuning import stage_bytes
+    facts = device_files.for_arch("sm_90")
+    key = keys.form("conv", CONV.key_fields, facts, **conv_key(m, n, k, "bfloat16", channels_last))
+    kept = CONV.candidates(facts, keys.representative(key, CONV.key, facts))[0]
+    assert 1 <= len(kept) <= 20
+    for s in kept:
+        work = s["block_m"] * s["block_n"]
+        assert (work * s["block_k"] <= 128 * 128 * 64) if s["num_warps"] == 4 else work >= 128 * 128
+        assert s["num_stages"] * stage_bytes(s) <= facts.value("memory.max_shared_memory_per_block")
+
+
 @pytest.mark.parametrize("case", [((2, 4, 9), (4, 3, 5), 3, 2, 1, 2, 1), ((1, 3, 1), (3, 2, 7), 4, 0, 3, 1, 2),
                                   ((1, 2, 6), (2, 3, 2), 2, 0, 0, 1, 1)], ids=["grouped", "one_input", "k_eq_2s"])
 def test_conv_transpose1d_is_a_gemm_plus_overlap_add(device, check, case):
@@ -183,11 +228,25 @@ def test_unet_and_vae_3x3_convolutions_in_bfloat16_channels_last(shape, check):
 
 
 @pytest.mark.gpu
-def test_hifigan_upsampler_and_depthwise_7x7_on_the_gpu(check):
+@pytest.mark.parametrize("shape,out_channels", [((2, 320, 64, 64), 640), ((2, 1280, 32, 32), 1280)])
+def test_bench_conv_1x1_convolutions_with_a_bias_run_within_shared_memory_on_the_gpu(shape, out_channels, check):
+    """nbx.linear with a bias [N]: its served tile asked 245,784 bytes of the H200's 232,448 on 2026-12-01."""
+    device = nbx.as_device("cuda")
+    x = _put(RNG.standard_normal(shape), device, "bfloat16", channels_last=True)
+    w = _put(RNG.standard_normal((out_channels, shape[1], 1, 1)) / np.sqrt(shape[1]), device, "bfloat16",
+             channels_last=True)
+    b = _put(RNG.standard_normal(out_channels), device, "bfloat16")
+    check(nbx.conv2d(x, w, b), nbx.oracle("conv2d", x, w, b), device)
+
+
+@pytest.mark.gpu
+def test_hifigan_conv1d_and_its_upsampler_and_depthwise_7x7_on_the_gpu(check):
     device = nbx.as_device("cuda")
     x = _put(RNG.standard_normal((1, 512, 2048)), device, "bfloat16")
     w = _put(RNG.standard_normal((512, 256, 16)) / 64, device, "bfloat16")
     check(nbx.conv_transpose1d(x, w, None, 8, 4), nbx.oracle("conv_transpose1d", x, w, None, 8, 4), device)
+    w1 = _put(RNG.standard_normal((512, 512, 7)) / 60, device, "bfloat16")
+    check(nbx.conv1d(x, w1, None, 1, 3), nbx.oracle("conv1d", x, w1, None, 1, 3), device)
     xd = _put(RNG.standard_normal((2, 384, 56, 56)), device, "bfloat16", channels_last=True)
     wd = _put(RNG.standard_normal((384, 1, 7, 7)) / 7, device, "bfloat16")
     check(nbx.conv2d(xd, wd, None, 1, 3, 1, 384), nbx.oracle("conv2d", xd, wd, None, 1, 3, 1, 384), device)

@@ -160,8 +160,13 @@ def test_the_image_kernels_lower_for_sm90():
     cases += [(GRID_SAMPLE[0], GRID_SAMPLE[1], one_pixel, {"NEAREST_MODE": False, "PADDING": 2, "ALIGN": False,
                                                            "BLOCK_P": 64, "BLOCK_C": 32, "H": 1, "W": 1})]
     gemm = dict(TRANSPOSED=False, HAS_BIAS=True, ACTIVATION="silu", HAS_RES=False, DOT="tl.bfloat16", IEEE=False,
-                BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
+                BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, WIDE=True, EVEN_C=False, ONE_TAP=False, B_DESC=False)
     cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
+    # the plain convolution's int32 offsets, whole channel blocks and descriptor-read weight, the transposed form
+    cases += [(*CONV_GEMM, {**gemm, "WIDE": False, "EVEN_C": True, "BLOCK_N": 256, "UP_D": 1, "UP_H": 1, "UP_W": 1,
+                            "B_DESC": True}),
+              (*CONV_GEMM, {**gemm, "TRANSPOSED": True, "WIDE": False, "UP_D": 1, "UP_H": 1, "UP_W": 1}),
+              (*CONV_GEMM, {**gemm, "ONE_TAP": True, "EVEN_C": True, "UP_D": 1, "UP_H": 1, "UP_W": 1})]
     assert lowering_failures(cases) == []
 
 
@@ -369,3 +374,92 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
               for dot, signed, block_m, block_n, split in (("tl.bfloat16", False, 1, 128, 8), ("tl.float16", True, 16, 32, 1),
                                                           ("tl.float32", False, 4, 64, 2))]
     assert lowering_failures(cases) == []
+
+
+_SHARED = r'''
+import json, sys, importlib
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import create_function_from_signature
+from triton._C.libtriton import ir
+import triton.language as tl
+
+class Pointer:   # what Triton reads of a pointer argument: a 16-byte aligned data_ptr() and str(dtype)
+    def __init__(self, dtype):
+        self.dtype = dtype
+    def data_ptr(self):
+        return 1 << 20
+
+target = GPUTarget("cuda", 90, 32)
+backend = make_backend(target)
+found = []
+for module, name, args, meta in json.loads(sys.argv[1]):
+    kernel = getattr(importlib.import_module(module), name)
+    args = [Pointer(a[1:]) if isinstance(a, str) and a.startswith("*") else a for a in args]
+    meta = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v for k, v in meta.items()}
+    # the JIT's own specialization of the arguments (an int of 1 becomes a constexpr, multiples of 16 are marked)
+    bound, specialization, options = create_function_from_signature(kernel.signature, kernel.params, backend)(*args, **meta)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, meta, bound, specialization, options)
+    source = ASTSource(kernel, signature, constexprs, attrs)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    stages, metadata = {}, {}
+    backend.add_stages(stages, options, source.language)
+    module_ir = source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+                               context)
+    for stage in ("ttir", "ttgir", "llir"):   # the shared memory is allocated before LLVM IR; no ptxas
+        module_ir = stages[stage](module_ir, metadata)
+    found.append(metadata["shared"])
+print(json.dumps(found))
+'''
+
+
+def shared_memory_asked(cases) -> list[int]:
+    """The bytes of shared memory Triton's compile for sm_90 gives each (module, kernel, args, meta):
+    pointer args spelled "*<dtype>", ints as the launch passes them (so Triton specializes alike)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _SHARED, json.dumps(cases)], env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+ONE_BY_ONE = ((2 * 64 * 64, 640, 320), (2 * 32 * 32, 1280, 1280))   # bench_conv's 1 x 1 convolutions as (M, N, K)
+
+
+def _tma_launch(m: int, n: int, k: int, setting: dict) -> list:
+    """tma_matmul_kernel's (args, meta) for x [m, k] @ weight [n, k].T + a bias [n] (epilogue.py's launch)."""
+    args = ["*bfloat16"] * 8 + [m, n, k, k, k, 0, 1, 0, 0, 0, 0, 0x3F800000, 0x3F800000]
+    meta = dict(DOT="tl.bfloat16", ACC="tl.float32", PRECISION=None, B_KMAJOR=True, BLOCK_M=setting["block_m"],
+                BLOCK_N=setting["block_n"], BLOCK_K=setting["block_k"], GROUP_M=8, PROGRAMS=setting["programs"],
+                WARP_SPECIALIZE=bool(setting["warp_specialize"]), HAS_BIAS="row", ACTIVATION=None, HAS_RES=False,
+                GATED=False, SCALED=False, B_ROUNDED=False, HALF_STORE=False, num_warps=setting["num_warps"],
+                num_stages=setting["num_stages"])
+    return [TMA_MATMUL[0], TMA_MATMUL[1], args, meta]
+
+
+def test_every_kept_candidate_of_the_1x1_convolutions_products_fits_the_shared_memory_triton_asks_on_sm90():
+    """A 1 x 1 convolution is nbx.linear with a bias [N]: on the H200 its served setting (a certified
+    neighbour's 128 x 256 x 64 tma tile of 3 stages) asked 245,784 bytes of 232,448, the bias read as
+    a tile and converted through shared memory. Every kept candidate's estimate (stages and epilogue,
+    what the pruning holds to the limit) fits, and Triton's count is within it for the one served
+    and the tma candidate nearest the limit."""
+    from nbx.autotune import keys
+    from nbx.core import device_files
+    from nbx.kernels.matmul.linear_tuning import LINEAR, launch_key
+    from nbx.kernels.matmul.tuning import shared_bytes
+    facts = device_files.for_arch("sm_90")
+    limit = facts.value("memory.max_shared_memory_per_block")
+    kept = []
+    for m, n, k in ONE_BY_ONE:
+        fields = launch_key(m, n, k, "bfloat16", (k, 1), (1, k), "plain", True)
+        key = keys.form(LINEAR.name, LINEAR.key_fields, facts, **fields)
+        kept += [(m, n, k, s) for s in LINEAR.candidates(facts, keys.representative(key, LINEAR.key, facts))[0]]
+    assert kept and all(shared_bytes(s, 2, 2) <= limit for *_, s in kept)
+    served = {"kernel": "tma", "block_m": 128, "block_n": 256, "block_k": 64, "num_warps": 8, "num_stages": 3,
+              "programs": 132, "warp_specialize": 0}
+    widest = max((c for c in kept if c[3]["kernel"] == "tma"), key=lambda c: shared_bytes(c[3], 2, 2))
+    checked = [(*ONE_BY_ONE[0], served), widest]
+    asked = shared_memory_asked([_tma_launch(*c) for c in checked])
+    assert all(found <= shared_bytes(c[3], 2, 2) <= limit for found, c in zip(asked, checked)), (asked, checked)

@@ -8,7 +8,7 @@ call, and the cold single call after an L2 flush. TFLOP/s counts 2 * outputs * t
 channels a group; TB/s the bytes an op must move once (inputs read, output written). ratio = torch
 time / nbx time (above 1: nbx faster). Every 4-D case is channels-last (torch.channels_last, the
 weights too: the layout a model converts its weights to at load); the conv1d cases are
-channels-first (N, C, L). The first line is the copy ceiling (a clone of 256 MiB). The image cases
+channels-first (N, C, L), nbx's conv1d weight with its input channels at unit stride (torch's contiguous). The first line is the copy ceiling (a clone of 256 MiB). The image cases
 (`--ops gn_silu group_norm inst_norm grid_sample conv_up2 tiled_chain`): GroupNorm -> SiLU, group
 and instance norm, grid_sample, a UNet upsample block (conv2d upsample=2 against interpolate +
 conv2d) and a VAE stage run by tiled_conv_chain against torch's whole-image chain. A case nbx
@@ -75,7 +75,10 @@ def conv_cases(gen):
              lambda x, w: nbx.conv_transpose1d(x, w, None, 8, 4), lambda x, w: F.conv_transpose1d(x, w, None, 8, 4)))
         for op, label, w_shape, outputs, ours, theirs in vocoder:
             w = torch.randn(w_shape, device="cuda", dtype=torch.bfloat16, generator=gen) / 60
-            nw = view(w)
+            # conv1d's weight as a model converts it at load for nbx (its input channels at unit stride, the
+            # layout the implicit GEMM reads coalesced; torch keeps its contiguous (O, C, K)); the transposed
+            # one's (C, O, K) rows are what its columns GEMM reads
+            nw = view(w.transpose(1, 2).contiguous()).permute(0, 2, 1) if op == "conv1d" else view(w)
             yield (op, f"{label} L={length} bf16", 2 * length * w.numel(), nbytes + 2 * outputs + 2 * w.numel(), c,
                    lambda i, nx=nx, nw=nw, ours=ours: ours(nx[i], nw),
                    lambda i, xs=xs, w=w, theirs=theirs: theirs(xs[i], w))

@@ -26,6 +26,8 @@ from nbx.core.tensor import Tensor
 from .. import launch, plans
 from ..cost import Cost, declares, price
 from ..elementwise.casts import COMPILED
+from ..matmul import INT32_MAX
+from ..matmul.epilogue import TMA_ALIGN, TMA_DTYPES
 from ..matmul.tuning import stages_that_fit
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
@@ -117,9 +119,11 @@ def _gemm_meta(dtype, tile: dict, device) -> dict:
 
 
 def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transposed: bool, dtype, device, setting,
-                 out_slot: str = "out", epilogue: Epilogue = NO_EPILOGUE, upsample=(1, 1, 1)) -> tuple[Launch, dict]:
+                 out_slot: str = "out", epilogue: Epilogue = NO_EPILOGUE, upsample=(1, 1, 1),
+                 w_aligned: bool = False) -> tuple[Launch, dict]:
     """The implicit GEMM launch over 3-D geometry (batch, c_g, groups, o_g, sizes, outs, kernel,
-    stride, pad, dilation), tiled by setting or the certified one."""
+    stride, pad, dilation), tiled by setting or the certified one (w_aligned: the weight's data is
+    16-byte aligned, a descriptor's base)."""
     batch, c_g, groups, o_g, sizes, outs, kernel, stride, pad, dilation = geometry
     m, k = batch * prod(outs), c_g * prod(kernel)
     if setting is None:
@@ -129,9 +133,31 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
     meta.update(zip(("UP_D", "UP_H", "UP_W"), upsample))
     tiles = -(-m // tile["block_m"]) * -(-o_g // tile["block_n"])
     res_slot, *res_strides = epilogue.args()
+    channels = (batch, c_g * groups)
+    extents = (_extent((*channels, *sizes), x_strides), _extent((groups, o_g, c_g, *kernel), w_strides),
+               *(_extent((batch, o_g * groups, *outs), st) for st in (o_strides, res_strides)))
+    meta.update(WIDE=max(extents) > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
+                ONE_TAP=prod(kernel) == 1)
+    meta.update(B_DESC=w_aligned and meta["EVEN_C"] and _weight_rows(w_strides, c_g, o_g, kernel, dtype, device))
     args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
             *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides)
     return Launch(conv_gemm_kernel, (tiles, groups), args, meta), tile
+
+
+def _weight_rows(w_strides, c_g: int, o_g: int, kernel, dtype, device) -> bool:
+    """Whether the weight is one dense [O, taps x C_G] matrix of 16-byte rows (a channels-last weight)
+    that a tensor descriptor reads (kernel.py's B_DESC), on a device with descriptor copies."""
+    ws_g, ws_o, ws_c, *ws_taps = w_strides
+    inner = (kernel[1] * kernel[2] * c_g, kernel[2] * c_g, c_g)   # each tap dim's stride in the dense matrix
+    dense = (ws_c == 1 and ws_g == o_g * ws_o and ws_o == prod(kernel) * c_g
+             and all(size == 1 or st == want for size, st, want in zip(kernel, ws_taps, inner)))
+    return (dense and c_g * dtype.itemsize % TMA_ALIGN == 0 and ws_o * dtype.itemsize % TMA_ALIGN == 0
+            and dtype.name in TMA_DTYPES and bool(launch.facts(device).value("matrix_unit.tma")))
+
+
+def _extent(shape, strides) -> int:
+    """The farthest element offset a tensor of shape and strides reaches."""
+    return sum((size - 1) * abs(stride) for size, stride in zip(shape, strides))
 
 
 def _spatial(shape, strides, n: int):
@@ -139,7 +165,7 @@ def _spatial(shape, strides, n: int):
 
 
 def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, pads, dilation, groups, device,
-               setting, epilogue: Epilogue = NO_EPILOGUE, upsample: int = 1) -> LaunchPlan:
+               setting, epilogue: Epilogue = NO_EPILOGUE, upsample: int = 1, w_aligned: bool = False) -> LaunchPlan:
     """upsample > 1 (the implicit GEMM only): the convolution of x's nearest upsampling by it."""
     n = len(x_shape) - 2
     read_shape = x_shape
@@ -172,7 +198,7 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
                           detail=Detail("depthwise", view, tile, flops, moved))
     w_s = (o_g * w_strides[0], w_strides[0], w_strides[1], *three(w_strides[2:], 0))
     one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, False, dtype, device, setting, epilogue=epilogue,
-                             upsample=three([upsample] * n, 1))
+                             upsample=three([upsample] * n, 1), w_aligned=w_aligned)
     return LaunchPlan(device, (one,), (plans.output("out", storage, dtype),),
                       detail=Detail("gemm", view, tile, flops, moved))
 
@@ -237,11 +263,12 @@ def _product_operands(x: Tensor, weight: Tensor):
 def conv_plan(x, weight, bias, stride, pads, dilation, groups, setting=None, activation=None,
               residual=None, upsample: int = 1) -> LaunchPlan:
     epilogue = Epilogue(activation, residual_strides(residual))
+    aligned = weight.data_ptr() % TMA_ALIGN == 0   # a descriptor's base (B_DESC)
     key = ("conv", _layout(x), _layout(weight), bias is not None, stride, pads, dilation, groups, x.device,
-           plans.setting_key(setting), epilogue, upsample)
+           plans.setting_key(setting), epilogue, upsample, aligned)
     return plans.cached("conv", key, lambda: _conv_plan(x.shape, x.strides, weight.shape, weight.strides,
                                                         bias is not None, x.dtype, stride, pads, dilation, groups,
-                                                        x.device, setting, epilogue, upsample))
+                                                        x.device, setting, epilogue, upsample, aligned))
 
 
 def launch_conv(x, weight, bias, stride, pads, dilation, groups, out=None, setting=None, activation=None,

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ..elementwise.casts import narrow, widen
 from ..matmul.fused import _activate
-from ..matmul.kernel import _grouped_tile, load_operand
+from ..matmul.kernel import _dot_operand, _grouped_tile, load_operand
 
 DEPTHWISE, MAX, AVG = 0, 1, 2  # the window kernel's MODE (host side)
 _DEPTHWISE, _MAX, _AVG = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)  # the same, read inside kernels
@@ -50,6 +50,11 @@ def epilogue(acc, res_ptrs, mask, ACTIVATION: tl.constexpr, HAS_RES: tl.constexp
 
 
 @triton.jit
+def _inside(i, size):
+    return (i >= 0) & (i < size)
+
+
+@triton.jit
 def conv_gemm_kernel(
     x, w, bias, out, res,
     BATCH, C_G, D, H, W, O_G, OD, OH, OW, KD, KH, KW,
@@ -62,15 +67,32 @@ def conv_gemm_kernel(
     DOT: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UP_D: tl.constexpr = 1, UP_H: tl.constexpr = 1, UP_W: tl.constexpr = 1,
+    WIDE: tl.constexpr = True, EVEN_C: tl.constexpr = False, ONE_TAP: tl.constexpr = False,
+    B_DESC: tl.constexpr = False,
 ):
     """Grid: (tiles of (N * OD * OH * OW) x O_G, groups). The epilogue: activation(acc + bias) +
     res (res read through its strides, any layout). UP_*: a nearest upsampling fused into the
-    input's load: D, H, W are the upsampled sizes and position i reads stored position i // UP."""
+    input's load: D, H, W are the upsampled sizes and position i reads stored position i // UP.
+    WIDE: offsets in int64 (a tensor past 2**31 elements), else int32. EVEN_C: BLOCK_K divides C_G
+    (no channel mask). ONE_TAP: a kernel of one tap (KD = KH = KW = 1), whose border tests do not
+    move with the step, so a channels-first input's rows vectorize (conv_transpose1d's columns).
+    B_DESC: the weight is one [O, taps x C_G] matrix (channels-last: (O, KD, KH, KW, C_G) dense) read
+    through a tensor descriptor, a [BLOCK_N, BLOCK_K] box at (output channel, tap x C_G + c0) a step
+    (EVEN_C; rows past O read as zeros; rows of the next group land in columns that are not stored).
+
+    The K loop walks (tap, channel step) with both counters carried from step to step (no
+    division a step). A plain convolution's tap moves every row's input by one offset
+    (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w), so a step adds a scalar to the rows' origin
+    offsets and tests each row's three coordinates against the borders; the transposed and the
+    upsampled forms divide (their input position is not linear in the tap) and take _tap."""
     g = tl.program_id(1)
     M = BATCH * OD * OH * OW
     tile_m, tile_n = _grouped_tile(tl.program_id(0), M, O_G, BLOCK_M, BLOCK_N, GROUP_M)
-    rm = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    rn = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if WIDE:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
     rk = tl.arange(0, BLOCK_K)
     in_m = rm < M
     in_n = rn < O_G
@@ -78,37 +100,67 @@ def conv_gemm_kernel(
     oh = (rm // OW) % OH
     od = (rm // (OW * OH)) % OD
     n = rm // (OW * OH * OD)
-    x_row = n * xs_n + (g * C_G).to(tl.int64) * xs_c
-    w_base = w + g.to(tl.int64) * ws_g + rn * ws_o
+    LINEAR: tl.constexpr = (not TRANSPOSED) and UP_D == 1 and UP_H == 1 and UP_W == 1
+    id0 = od * sd - pd   # the rows' input position at tap 0 (LINEAR)
+    ih0 = oh * sh - ph
+    iw0 = ow * sw - pw
+    x_row = x + n * xs_n + (g * C_G).to(rm.dtype) * xs_c
+    if LINEAR:
+        x_row += id0 * xs_d + ih0 * xs_h + iw0 * xs_w
+    w_base = w + g.to(rn.dtype) * ws_g + rn * ws_o
+    if B_DESC:
+        w_desc = tl.make_tensor_descriptor(w, shape=[O_G * tl.num_programs(1), KD * KH * KW * C_G],
+                                           strides=[ws_o, 1], block_shape=[BLOCK_N, BLOCK_K])
+        first_n = g * O_G + tile_n * BLOCK_N
+    tap = tl.zeros((), tl.int32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    kd = tl.zeros((), tl.int32)   # the step's tap and first channel, carried (tensors: a loop's values keep one type)
+    kh = tl.zeros((), tl.int32)
+    kw = tl.zeros((), tl.int32)
+    c0 = tl.zeros((), tl.int32)
     # one flat loop over (tap, channel step), so Triton pipelines every load of the tile's K
-    c_steps = tl.cdiv(C_G, BLOCK_K)
-    for step in range(0, KD * KH * KW * c_steps):
-        tap = step // c_steps
-        c0 = (step - tap * c_steps) * BLOCK_K
-        kw = tap % KW
-        kh = (tap // KW) % KH
-        kd = tap // (KW * KH)
-        i_d, ok_d = _tap(od, kd, D, sd, pd, dd, TRANSPOSED)
-        i_h, ok_h = _tap(oh, kh, H, sh, ph, dh, TRANSPOSED)
-        i_w, ok_w = _tap(ow, kw, W, sw, pw, dw, TRANSPOSED)
-        ok = in_m & ok_d & ok_h & ok_w
-        if UP_D > 1:
-            i_d = i_d // UP_D
-        if UP_H > 1:
-            i_h = i_h // UP_H
-        if UP_W > 1:
-            i_w = i_w // UP_W
+    for step in range(0, KD * KH * KW * tl.cdiv(C_G, BLOCK_K)):
+        if LINEAR and ONE_TAP:   # a product (conv_transpose1d's columns): the rows' tests alone, so they vectorize
+            ok = in_m & _inside(id0, D) & _inside(ih0, H) & _inside(iw0, W)
+            a_row = x_row
+        elif LINEAR:
+            ok = in_m & _inside(id0 + kd * dd, D) & _inside(ih0 + kh * dh, H) & _inside(iw0 + kw * dw, W)
+            a_row = x_row + (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w)
+        else:
+            i_d, ok_d = _tap(od, kd, D, sd, pd, dd, TRANSPOSED)
+            i_h, ok_h = _tap(oh, kh, H, sh, ph, dh, TRANSPOSED)
+            i_w, ok_w = _tap(ow, kw, W, sw, pw, dw, TRANSPOSED)
+            ok = in_m & ok_d & ok_h & ok_w
+            a_row = x_row + (i_d // UP_D) * xs_d + (i_h // UP_H) * xs_h + (i_w // UP_W) * xs_w
         ck = c0 + rk
-        in_k = ck < C_G
-        a_ptrs = x + (x_row + i_d * xs_d + i_h * xs_h + i_w * xs_w)[:, None] + ck[None, :] * xs_c
+        a_ptrs = a_row[:, None] + ck[None, :] * xs_c
         b_ptrs = w_base[None, :] + (kd * ws_d + kh * ws_h + kw * ws_w) + ck[:, None] * ws_c
-        a = load_operand(a_ptrs, ok[:, None] & in_k[None, :], DOT)
-        b = load_operand(b_ptrs, in_k[:, None] & in_n[None, :], DOT)
+        if B_DESC:
+            a = load_operand(a_ptrs, ok[:, None], DOT)
+            b = _dot_operand(w_desc.load([first_n, tap * C_G + c0]).T, DOT)
+        elif EVEN_C:
+            a = load_operand(a_ptrs, ok[:, None], DOT)
+            b = load_operand(b_ptrs, in_n[None, :], DOT)
+        else:
+            in_k = ck < C_G
+            a = load_operand(a_ptrs, ok[:, None] & in_k[None, :], DOT)
+            b = load_operand(b_ptrs, in_k[:, None] & in_n[None, :], DOT)
         if IEEE:  # float32 operands multiply in float32, as the oracle
             acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
         else:
             acc = tl.dot(a, b, acc, out_dtype=tl.float32)
+        # the next step: the next channel block, or the first of the next tap (kw fastest)
+        c0 += BLOCK_K
+        next_tap = c0 >= C_G
+        c0 = tl.where(next_tap, 0, c0)
+        kw = tl.where(next_tap, kw + 1, kw)
+        tap = tl.where(next_tap, tap + 1, tap)
+        next_row = kw == KW
+        kw = tl.where(next_row, 0, kw)
+        kh = tl.where(next_row, kh + 1, kh)
+        next_plane = kh == KH
+        kh = tl.where(next_plane, 0, kh)
+        kd = tl.where(next_plane, kd + 1, kd)
     o = g * O_G + rn
     if HAS_BIAS:
         acc += widen(tl.load(bias + o, mask=in_n, other=0.0), tl.float32)[None, :]

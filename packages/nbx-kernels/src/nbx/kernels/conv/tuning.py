@@ -3,9 +3,20 @@
 The launch key: the GEMM's M (output positions), N (output channels a group) and K (input
 channels a group x kernel taps) on the dims ladder, the output dtype, and whether the input is
 channels-last (its channels at unit stride). The representative launch is a 3 x 3 convolution,
-stride 1, padding 1, of one sample whose sizes give the key's M, N and K, laid out as the key says.
+stride 1, padding 1, of one sample whose sizes give the key's M, N and K, laid out as the key says
+(channels-last: the weight too).
 The window kernels (depthwise, pooling) and the resampling kernel are memory-bound and take the
 device file's tiles.window and tiles.resample.
+
+Candidates (<= ~20 a key, what the H200's certification can time): tiles of 64 or 128 positions by
+64, 128 or 256 output channels, K steps of 32 to 128 channels, 2 to 4 stages, pruned by shared
+memory (16-bit stages), by warps (8 for tiles of 128 x 128 and more: a warpgroup's wgmma is 64 rows;
+4 up to 128 x 128 x 64: a 128 x 256 float32 accumulator over 128 threads passes the registers, and
+128 x 128 x 128 took 232-255 with spills), and per
+key: a tile twice the key's M or N, 64-row tiles on 4096 positions or more (each weight tile read
+too often), tiles past 128 x 128 under 4096 positions (too few programs), K steps of 128 on
+64-row tiles, K steps under 128 bytes on a long K (too short to pipeline), block_k past twice the
+representative's channels a tap, and 2 stages where 3 fit.
 """
 from __future__ import annotations
 
@@ -17,10 +28,15 @@ from nbx import autotune
 from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 
-from ..matmul.tuning import stage_bytes
+from nbx.core.dtypes import as_dtype
 
-PARAMS = {"block_m": (64, 128), "block_n": (64, 128), "block_k": (32, 64), "group_m": (8,),
+from ..matmul.tuning import _warps_for_tile, stage_bytes, stages_that_fit
+
+PARAMS = {"block_m": (64, 128), "block_n": (64, 128, 256), "block_k": (32, 64, 128), "group_m": (8,),
           "num_warps": (4, 8), "num_stages": (2, 3, 4)}
+WIDE_M = 4096            # positions from which only 128-row tiles are kept
+SWIZZLE_ROW = 128        # bytes: a K step narrower than the widest shared-memory swizzle row
+WARPGROUP_ACC = 128 * 128   # the widest tile 4 warps (one warpgroup) hold in registers
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "channels_last": "flag"}
 TAPS = 9  # the representative 3 x 3 kernel
 
@@ -40,8 +56,13 @@ def representative(rep, device):
         x = x.permute(0, 3, 1, 2)
     else:
         x = asarray(values.astype(dtype.host), device=device)
-    w = np.cos(0.21 * np.arange(out_channels * channels * TAPS)).reshape(out_channels, channels, 3, 3)
-    return x, asarray((w / math.sqrt(channels * TAPS)).astype(dtype.host), device=device)
+    w = (np.cos(0.21 * np.arange(out_channels * channels * TAPS)).reshape(out_channels, channels, 3, 3)
+         / math.sqrt(channels * TAPS)).astype(dtype.host)
+    if rep["channels_last"]:   # the weight laid out as a model converts it at load (docs/conv.md): channels at unit
+        # stride, so the B tile is read as the served call reads it (a (O, C, 3, 3) weight is read scalar, on sm_90
+        # 334 SASS instructions a K step against 183)
+        return x, asarray(np.ascontiguousarray(w.transpose(0, 2, 3, 1)), device=device).permute(0, 3, 1, 2)
+    return x, asarray(w, device=device)
 
 
 def conv_workload(rep, device):
@@ -61,9 +82,46 @@ def conv_workload(rep, device):
         lambda rows: expected[rows])
 
 
+def _warps_fit(setting, facts):
+    if setting["num_warps"] == 4 and setting["block_m"] * setting["block_n"] > WARPGROUP_ACC:
+        return (f"4 warps over a {setting['block_m']} x {setting['block_n']} tile: its float32 accumulator passes "
+                f"a warpgroup's registers")
+    if (setting["num_warps"] == 4 and setting["block_m"] * setting["block_n"] == WARPGROUP_ACC
+            and setting["block_k"] == max(PARAMS["block_k"])):
+        return ("4 warps over a 128 x 128 x 128 tile: on sm_90 232-255 registers, 240 bytes spilled where a "
+                "channels-first input is read scalar (tools/sm90_conv_report.py --all)")
+    return _warps_for_tile(setting, facts)
+
+
+def _fits(setting, rep, facts):
+    for block, size in (("block_m", "m"), ("block_n", "n")):
+        if setting[block] > min(PARAMS[block]) and setting[block] // 2 >= rep[size]:
+            return f"{block} {setting[block]} covers {size}={rep[size]} twice over"
+    if setting["block_m"] < max(PARAMS["block_m"]) and rep["m"] >= WIDE_M:
+        return f"block_m {setting['block_m']} on m={rep['m']}: each weight tile is read too often"
+    if rep["m"] < WIDE_M and setting["block_m"] * setting["block_n"] > WARPGROUP_ACC:
+        return (f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: {WIDE_M // 128} x n/256 "
+                f"programs at most, too few to fill the device")
+    if setting["block_m"] < max(PARAMS["block_m"]) and setting["block_k"] == max(PARAMS["block_k"]):
+        return f"block_k {setting['block_k']} on a {setting['block_m']}-row tile: 64 keeps its stages and its programs"
+    itemsize = as_dtype(rep["dtype"]).itemsize
+    if setting["block_k"] * itemsize < SWIZZLE_ROW and rep["k"] >= 16 * setting["block_k"]:
+        return f"block_k {setting['block_k']} on k={rep['k']}: {setting['block_k'] * itemsize}-byte steps"
+    channels = max(1, rep["k"] // TAPS)
+    if setting["block_k"] > min(PARAMS["block_k"]) and setting["block_k"] // 2 >= channels:
+        return f"block_k {setting['block_k']} covers the representative's {channels} channels a tap twice over"
+    limit = facts.value("memory.max_shared_memory_per_block")
+    if setting["num_stages"] * stage_bytes(setting, itemsize, itemsize) > limit:
+        return f"{setting['num_stages']} stages of {itemsize}-byte operands pass {limit} bytes of shared memory"
+    if setting["num_stages"] == 2 and stages_that_fit({**setting, "num_stages": 3}, itemsize, itemsize, facts) == 3:
+        return "2 stages where 3 fit in shared memory"
+    return True
+
+
 CONV = autotune.declare(autotune.Tunable(
     "conv", params=PARAMS, key=KEY, default_from="tiles.conv", workload=conv_workload,
-    constraint=autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s))))
+    constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps_fit),
+    fits=_fits))
 
 
 def conv_setting(device, m: int, n: int, k: int, dtype, channels_last: bool):

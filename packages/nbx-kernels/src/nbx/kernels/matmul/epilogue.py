@@ -44,7 +44,7 @@ from ..registry import implements
 from ..rows import float_bits
 from ..types import tl_type
 from . import INT32_MAX, check_dtypes
-from .fused import fused_matmul_kernel, split_epilogue_kernel
+from .fused import bias_form, fused_matmul_kernel, split_epilogue_kernel
 from .kernel import SCALE_BLOCK
 from .hopper import tf32_round_kernel, tma_matmul_kernel
 from .linear_tuning import linear_setting
@@ -177,10 +177,11 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
                reach_m * n + reach_n, *(reach_m * abs(t[1]) + reach_n * abs(t[2]) for t in addends if t)) > INT32_MAX
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline)
-        reserved = epilogue_bytes(s, dtype.itemsize, dtype.itemsize if addends[1] is not None else 0)
+        tiled = (addends[1] is not None) + (bias_form(addends[0]) is True)   # addends read as tiles
+        reserved = epilogue_bytes(s, dtype.itemsize, dtype.itemsize * tiled)
         stages = stages_that_fit(s, operands.itemsize, operands.itemsize * (2 if gated else 1), facts, reserved)
     acc = tl.float64 if wide64 else tl.int32 if operands is dtypes.int8 else tl.float32
-    epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None,
+    epilogue = dict(HAS_BIAS=bias_form(addends[0]), ACTIVATION=activation, HAS_RES=addends[1] is not None,
                     GATED=gated)
     if block_scaled and SCALE_BLOCK % s["block_k"]:
         raise NotSupportedError(f"block_k {s['block_k']} does not divide the {SCALE_BLOCK}-wide scale blocks of K")

@@ -23,6 +23,15 @@ from ..rows import float_argument
 from .kernel import SCALE_BLOCK, _grouped_tile, k_steps, normed_k_steps, rms_scale, tile_offsets
 
 
+ROW_BIAS = tl.constexpr("row")   # HAS_BIAS of a bias whose row stride is 0 (epilogue)
+ROW = "row"                      # the same, on the host
+
+
+def bias_form(strides) -> bool | str:
+    """HAS_BIAS of a bias read through (batch, row, column) strides (None: no bias)."""
+    return False if strides is None else ROW if strides[1] == 0 else True
+
+
 @triton.jit
 def _activate(y, ACTIVATION: tl.constexpr):
     if ACTIVATION == "relu":
@@ -42,17 +51,23 @@ def _addend(ptr, batch, rm, rn, s0, sm, sn, mask, ACC: tl.constexpr):
 
 
 @triton.jit
-def epilogue(acc, acc_g, batch, rm, rn, mask, bias_ptr, sbias0, sbias_m, sbias_n, res_ptr, sres0, sres_m, sres_n,
+def epilogue(acc, acc_g, batch, rm, rn, mask, N, bias_ptr, sbias0, sbias_m, sbias_n, res_ptr, sres0, sres_m, sres_n,
              alpha, beta, ACC: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
              HAS_RES: tl.constexpr, GATED: tl.constexpr):
-    """The fused epilogue on accumulators at rows rm and columns rn (shaped to broadcast)."""
+    """The fused epilogue on accumulators at rows rm and columns rn (shaped to broadcast) of N
+    columns. HAS_BIAS ROW_BIAS: a bias broadcast over the rows (a bias [N]), read as the vector it
+    is: read as a [BLOCK_M, BLOCK_N] tile at unit stride, Triton loads it vectorized and converts it
+    to the accumulator's layout through shared memory (32 KiB more at 128 x 256 on sm_90, which put
+    a certified three-stage tile past the H200's limit)."""
     if ACC == tl.int32:  # int8 products: the exact sums alone
         y = acc
     elif GATED:
         y = _activate(acc, ACTIVATION) * acc_g
     else:
         y = acc * alpha
-        if HAS_BIAS:
+        if HAS_BIAS == ROW_BIAS:
+            y += widen(tl.load(bias_ptr + batch * sbias0 + rn * sbias_n, mask=rn < N, other=0), ACC)
+        elif HAS_BIAS:
             y += _addend(bias_ptr, batch, rm, rn, sbias0, sbias_m, sbias_n, mask, ACC)
         y = _activate(y, ACTIVATION)
     if HAS_RES:
@@ -127,7 +142,7 @@ def fused_matmul_kernel(
     mask = in_m & in_n
     at = rm[:, None] * N + rn[None, :]
     if SPLIT_K == 1:
-        y = epilogue(acc, acc_g, batch, rm[:, None], rn[None, :], mask, bias_ptr, sbias0, sbias_m, sbias_n,
+        y = epilogue(acc, acc_g, batch, rm[:, None], rn[None, :], mask, N, bias_ptr, sbias0, sbias_m, sbias_n,
                      res_ptr, sres0, sres_m, sres_n, float_argument(alpha_bits).to(ACC),
                      float_argument(beta_bits).to(ACC), ACC, HAS_BIAS, ACTIVATION, HAS_RES, GATED)
         tl.store(c_ptr + batch * M * N + at, narrow(y, c_ptr.dtype.element_ty), mask=mask)
@@ -169,7 +184,7 @@ def split_epilogue_kernel(
         rstd = rms_scale(squares, K, float_argument(eps_bits).to(ACC))
         acc = acc * rstd
         acc_g = acc_g * rstd
-    y = epilogue(acc, acc_g, batch, rm, rn, mask, bias_ptr, sbias0, sbias_m, sbias_n, res_ptr, sres0, sres_m,
+    y = epilogue(acc, acc_g, batch, rm, rn, mask, N, bias_ptr, sbias0, sbias_m, sbias_n, res_ptr, sres0, sres_m,
                  sres_n, float_argument(alpha_bits).to(ACC), float_argument(beta_bits).to(ACC), ACC, HAS_BIAS,
                  ACTIVATION, HAS_RES, GATED)
     tl.store(c_ptr + i, narrow(y, c_ptr.dtype.element_ty), mask=mask)

@@ -93,7 +93,7 @@ def tma_matmul_kernel(
         rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (rm < M)[:, None] & (rn < N)[None, :]
         acc = scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED)
-        y = epilogue(acc, acc_g, 0, rm[:, None], rn[None, :], mask, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0,
+        y = epilogue(acc, acc_g, 0, rm[:, None], rn[None, :], mask, N, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0,
                      sres_m, sres_n, alpha, beta, ACC, HAS_BIAS, ACTIVATION, HAS_RES, GATED)
         y = narrow(y, c_ptr.dtype.element_ty)
         if HALF_STORE:   # one staging buffer of half the tile, reused by the two stores

@@ -50,7 +50,7 @@ from ..rows import float_bits
 from ..types import tl_type
 from . import INT32_MAX
 from .epilogue import SPLIT_BLOCK, _addend_strides, _rows
-from .fused import split_epilogue_kernel
+from .fused import bias_form, split_epilogue_kernel
 from .linear_tuning import PREFILL_M, steps_fit
 from .quantized import int4_linear_kernel
 from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stage_bytes, stages_that_fit
@@ -199,7 +199,7 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
     stages = stages_that_fit(s, operands.itemsize, 1, facts) if COMPILED and not gemv else s["num_stages"]
     wide = max((m + s["block_m"]) * abs(a[0]) + (k + block_k) * abs(a[1]), (n + s["block_n"]) * (k // 2 + 1),
                (m + s["block_m"]) * n) > INT32_MAX
-    epilogue = dict(HAS_BIAS=addends[0] is not None, ACTIVATION=activation, HAS_RES=addends[1] is not None)
+    epilogue = dict(HAS_BIAS=bias_form(addends[0]), ACTIVATION=activation, HAS_RES=addends[1] is not None)
     meta = dict(DOT=tl_type(operands), PRECISION="ieee" if operands is dtypes.float32 else None, GROUP=group,
                 SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric", FOLD=s["block_m"] <= FOLD_ROWS,
                 WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"],

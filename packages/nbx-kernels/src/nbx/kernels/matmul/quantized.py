@@ -240,7 +240,7 @@ def _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, r
     mask = in_n[:, None] & in_m[None, :]
     at = rm[None, :] * N + rn[:, None]
     if SPLIT_K == 1:
-        y = epilogue(acc, acc, 0, rm[None, :], rn[:, None], mask, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0, sres_m,
+        y = epilogue(acc, acc, 0, rm[None, :], rn[:, None], mask, N, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0, sres_m,
                      sres_n, float_argument(alpha_bits).to(tl.float32), float_argument(beta_bits).to(tl.float32),
                      tl.float32, HAS_BIAS, ACTIVATION, HAS_RES, False)
         tl.store(c_ptr + at, narrow(y, c_ptr.dtype.element_ty), mask=mask)

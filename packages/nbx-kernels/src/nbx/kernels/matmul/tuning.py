@@ -63,15 +63,33 @@ def stages_that_fit(setting, a_itemsize: int, b_itemsize: int, facts, reserved: 
 
 def epilogue_bytes(setting, out_itemsize: int, residual_itemsize: int = 0) -> int:
     """Shared memory the epilogue of a tile takes beside the pipeline's stages: the tma kernel
-    stages C for its descriptor store, and a residual read through pointers is converted into the
+    stages C for its descriptor store, and an addend read as a tile through pointers (a residual,
+    a bias of more than one row: residual_itemsize, their widths summed) is converted into the
     accumulator's layout through shared memory (on the H200 a 128 x 256 bf16 tile with a residual
     asked 96 KiB more than the stages: without this, a setting certified without one fails to
-    compile with one)."""
+    compile with one). The tma kernel's persistent loop keeps the next tile's stages live through
+    the epilogue, so its buffers add to them: C staged, a bias [N] read as a vector (fused.ROW_BIAS)
+    converted at 4 bytes a column (counted always: the key holds no bias; as a [BLOCK_M, BLOCK_N]
+    tile it asked 32 KiB and put the certified 128 x 256 x 64 tile 13 KiB past the H200's limit),
+    and the stages' barriers (the pointer kernel reuses its stages' buffers for a bias). Checked
+    against Triton's own count (tests/nbx-kernels/test_kernels_lower_for_hopper.py)."""
     tile = setting["block_m"] * setting["block_n"]
-    staged = 0
-    if setting.get("kernel") == "tma":   # C, in halves where the output is 4 bytes wide (hopper.py's HALF_STORE)
-        staged = out_itemsize // 2 if half_store(out_itemsize) else out_itemsize
-    return tile * staged + tile * residual_itemsize
+    if setting.get("kernel") != "tma":
+        return tile * residual_itemsize
+    staged = out_itemsize // 2 if half_store(out_itemsize) else out_itemsize   # C (hopper.py's HALF_STORE)
+    vectors = setting["block_n"] * BIAS_VECTOR_BYTES + setting["num_stages"] * BARRIER_BYTES
+    return tile * (staged + residual_itemsize) + vectors
+
+
+def shared_bytes(setting, itemsize: int, out_itemsize: int, residual_itemsize: int = 0) -> int:
+    """The shared memory a launch of setting asks: its stages of itemsize-byte operands and its
+    epilogue (what the candidates' pruning holds to memory.max_shared_memory_per_block)."""
+    return setting["num_stages"] * stage_bytes(setting, itemsize, itemsize) + epilogue_bytes(
+        setting, out_itemsize, residual_itemsize)
+
+
+BIAS_VECTOR_BYTES = 4   # a column of the bias vector, converted in float32
+BARRIER_BYTES = 8       # a stage's mbarrier
 
 
 HALF_STORE_BYTES = 4   # outputs this wide or wider: the tma kernel stages and stores C in two halves
@@ -175,5 +193,5 @@ def matmul_setting(device, m: int, n: int, k: int, dtype, a_strides, b_strides):
     return autotune.setting(MATMUL, device, **launch_key(m, n, k, dtype, a_strides, b_strides))
 
 
-__all__ = ["MATMUL", "PARAMS", "KEY", "launch_key", "matmul_setting", "stages_that_fit", "epilogue_bytes", "representative_operands",
+__all__ = ["MATMUL", "PARAMS", "KEY", "launch_key", "matmul_setting", "stages_that_fit", "epilogue_bytes", "shared_bytes", "representative_operands",
            "min_dot_k", "block_k_that_fits", "dot_k_fits"]
