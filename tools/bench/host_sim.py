@@ -108,6 +108,29 @@ def prefill_ops(nbx, device) -> dict:
     }
 
 
+def host_work(op, repeats: int = 20) -> tuple[float, float]:
+    """(Python function calls, bytecodes) of one repeat of op, its first calls made: what a repeat
+    costs the host on any machine (the clock of a shared machine moves by 2x, these do not)."""
+    for _ in range(3):
+        op()
+    counts = [0, 0]
+
+    def trace(frame, event, arg):
+        if event == "call":
+            counts[0] += 1
+            frame.f_trace_opcodes = True
+        elif event == "opcode":
+            counts[1] += 1
+        return trace
+    sys.settrace(trace)
+    try:
+        for _ in range(repeats):
+            op()
+    finally:
+        sys.settrace(None)
+    return counts[0] / repeats, counts[1] / repeats
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5000)
@@ -115,6 +138,8 @@ def main(argv=None) -> int:
     parser.add_argument("--parts", action="store_true", help="run host_parts.py's stages instead")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time this process's CPU time, not the wall clock (a machine shared with other work)")
+    parser.add_argument("--count", action="store_true",
+                        help="also each op's Python calls and bytecodes a repeat (a machine-independent measure)")
     parser.add_argument("--prefill", action="store_true",
                         help="also the ops of one Llama-1B prefill layer (512 tokens, bf16) and the whole layer")
     args = parser.parse_args(argv)
@@ -138,6 +163,8 @@ def main(argv=None) -> int:
     wt = nbx.asarray(np.ones((256, 256), np.float32)).to(device)
     table = nbx.asarray(np.ones((1000, 256), np.float32)).to(device)
     ids = nbx.asarray(np.array([3], np.int64)).to(device)
+    hx, hr, hw = (nbx.asarray(np.ones((1, 4096) if i < 2 else 4096, np.float32)).to(device).to(dtype="bfloat16")
+                  for i in range(3))   # issue 14's decode chain: one bf16 row of 4096 (bench_host.py's)
     ops = {
         "empty((4096,))": lambda: empty((4096,), "float32", device),
         "a + b": lambda: a + a,
@@ -148,6 +175,7 @@ def main(argv=None) -> int:
         "sum": lambda: nbx.sum(x, dim=-1),
         "x @ W.T": lambda: m @ wt.T,
         "embedding (1 id)": lambda: nbx.embedding(ids, table),
+        "chain silu(rms_norm(x + r, w)) * x": lambda: nbx.silu(nbx.rms_norm(hx + hr, (4096,), hw)) * hx,
     }
     if args.prefill or args.profile in PREFILL_CASES:
         ops.update(prefill_ops(nbx, device))
@@ -157,6 +185,11 @@ def main(argv=None) -> int:
     from nbx.kernels import plans
     kept = plans.compiled_count()
     print(f"# compiled kernels kept by the direct path: {kept} (repeats reuse them)")
+    if args.count:
+        print(f"{'# op: host work a repeat':40s} python calls, bytecodes")
+        for name, op in ops.items():
+            calls, codes = host_work(op)
+            print(f"# {name:38s} {calls:5.1f} {codes:8.1f}")
     if args.profile:
         op = ops[args.profile]
 

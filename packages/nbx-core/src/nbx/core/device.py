@@ -10,9 +10,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
-from dataclasses import dataclass
 from importlib import metadata
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -22,8 +21,9 @@ ENTRY_POINT_GROUP = "nbx.devices"
 KERNELS_GROUP = "nbx.kernels"  # op implementations for GPU backends (the nbx-kernels distribution)
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
+    """A device type and its ordinal (None where the type has no ordinals). A tuple, so that the
+    signature keys every op call hashes (nbx.core.spec) hash and compare it in C, not in Python."""
     type: str
     index: int | None = None
 
@@ -59,7 +59,7 @@ def _with_index(device: Device, backend=None) -> Device:
     count = backend.device_count()
     if not 0 <= index < count:
         raise DeviceError(f"{device.type}:{index} does not exist: {count} {device.type} device(s) found")
-    return Device(device.type, index)
+    return device if index is device.index else Device(device.type, index)   # a Device is immutable
 
 
 @runtime_checkable

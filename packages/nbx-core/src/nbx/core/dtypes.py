@@ -124,6 +124,9 @@ def as_dtype(value: Any) -> DType:
     if isinstance(value, DType):
         return value
     if isinstance(value, str):
+        found = TABLE.get(value)  # a table name ("float32"): no alias or numpy spelling to read
+        if found is not None:
+            return found
         if value.startswith("nbx."):  # nbx's own spelling (str(nbx.float32)): the table's names only
             name, host = value.removeprefix("nbx."), None
         else:

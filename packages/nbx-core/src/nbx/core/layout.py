@@ -72,6 +72,8 @@ def collapse_dims(shape, strides_list) -> tuple[Shape, list[Shape]]:
 
 
 def normalize_dim(dim: int, ndim: int) -> int:
+    if type(dim) is int and -ndim <= dim < ndim:  # the common case (no 0-d tensor, a plain int in range)
+        return dim % ndim
     dim = int(dim.__index__())
     lo = -max(ndim, 1)
     hi = max(ndim, 1) - 1

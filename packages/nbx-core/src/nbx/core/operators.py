@@ -41,16 +41,26 @@ def _in_place(fn, name):
     return update
 
 
+def _spec_call(name: str):
+    """The elementwise op's spec call: its front-end, given a Tensor operand, only forwards to it, and
+    an operator's self is one (a frame less on every `a + b`)."""
+    return getattr(elementwise, name).spec.call
+
+
+def _unary(call):
+    return lambda self: call(self)
+
+
 def _install() -> None:
     for dunder, name in _BINARY.items():
-        fn = getattr(elementwise, name)
-        setattr(Tensor, f"__{dunder}__", _forward(fn))
-        setattr(Tensor, f"__r{dunder}__", _reflected(fn))
+        fn, call = getattr(elementwise, name), _spec_call(name)
+        setattr(Tensor, f"__{dunder}__", _forward(call))
+        setattr(Tensor, f"__r{dunder}__", _reflected(call))
         setattr(Tensor, f"__i{dunder}__", _in_place(fn, name))
     for dunder, name in _COMPARISONS.items():
-        setattr(Tensor, f"__{dunder}__", _forward(getattr(elementwise, name)))
+        setattr(Tensor, f"__{dunder}__", _forward(_spec_call(name)))
     for dunder, name in _UNARY.items():
-        setattr(Tensor, f"__{dunder}__", getattr(elementwise, name))
+        setattr(Tensor, f"__{dunder}__", _unary(_spec_call(name)))
     Tensor.__matmul__ = _forward(ops.matmul)
     Tensor.__rmatmul__ = _reflected(ops.matmul)
     Tensor.__imatmul__ = _in_place(ops.matmul, "matmul")

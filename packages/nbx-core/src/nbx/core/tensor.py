@@ -112,12 +112,14 @@ class Tensor:
         return self._view([self.shape[d] for d in order], [self._strides[d] for d in order])
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
-        order = list(range(self.ndim))
-        a, b = layout.normalize_dim(dim0, self.ndim), layout.normalize_dim(dim1, self.ndim)
-        if self.ndim == 0:
+        ndim = len(self.shape)
+        a, b = layout.normalize_dim(dim0, ndim), layout.normalize_dim(dim1, ndim)
+        if ndim == 0:
             return self._view((), ())
-        order[a], order[b] = order[b], order[a]
-        return self.permute(order)
+        shape, strides = list(self.shape), list(self._strides)
+        shape[a], shape[b], strides[a], strides[b] = shape[b], shape[a], strides[b], strides[a]
+        # two dims of a checked layout swapped (x @ W.T, every call): no permutation to check
+        return Tensor._of(self._storage, self.dtype, tuple(shape), tuple(strides), self._offset)
 
     swapaxes = transpose
 
@@ -446,14 +448,28 @@ def _names_a_dtype(text: str) -> bool:
 
 
 def empty(shape, dtype=None, device=None) -> Tensor:
-    dt = dtypes.DEFAULT_FLOAT if dtype is None else dtypes.as_dtype(dtype)
+    dt = dtype if type(dtype) is DType else dtypes.DEFAULT_FLOAT if dtype is None else dtypes.as_dtype(dtype)
     dev = as_device(device)
     shape = layout.as_shape(shape)
+    strides = _CONTIGUOUS.get(shape)  # a shape of plain ints (as_shape's), so equal keys are equal shapes
+    if strides is None:
+        strides = _contiguous(shape)
     storage = get_backend(dev.type).allocate(prod(shape) * dt.itemsize, dev)
     watching = work_observer()
     if watching is not None:  # a step being captured plans its memory (nbx.core.graph_memory)
         watching.allocated(storage)
-    return Tensor(storage, dt, shape)
+    return Tensor._of(storage, dt, shape, strides)  # its layout checked above
+
+
+_CONTIGUOUS: dict = {}   # the shapes empty() has made and their strides: every repeat's lookup
+_MAX_SHAPES = 4096
+
+
+def _contiguous(shape: tuple) -> tuple:
+    if len(_CONTIGUOUS) >= _MAX_SHAPES:
+        del _CONTIGUOUS[next(iter(_CONTIGUOUS))]
+    strides = _CONTIGUOUS[shape] = layout.contiguous_strides(shape)
+    return strides
 
 
 def from_numpy(arr: np.ndarray, device=None, copy: bool | None = None) -> Tensor:

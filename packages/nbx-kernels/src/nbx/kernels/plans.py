@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import groupby
 from math import prod
 
 import numpy as np
@@ -254,7 +255,7 @@ class _Runner:
     parameters, and its compiled launchers by the slots' specialisation. Written for few Python
     calls a launch: an eager decode step runs thousands of them."""
 
-    __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp", "single", "grid")
+    __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp", "single", "grid", "bound")
 
     def __init__(self, one: Launch, device: Device):
         self.launch, self.device, self.backend = one, device, get_backend(device.type)
@@ -266,6 +267,7 @@ class _Runner:
         free = {p.num for p in params if getattr(p, "do_not_specialize", False)}
         self.slots = tuple((pos, a.name, _view(a), pos in free) for pos, a in enumerate(one.args) if isinstance(a, Slot))
         self.compiled: dict = {}
+        self.bound = None  # the repeats' launch, written for the kinds of its slots (_bound_launch); False: none
 
     def arguments(self, values: dict) -> list:
         """The template filled with this call's values (tensors as tensors: what the JIT takes)."""
@@ -276,6 +278,9 @@ class _Runner:
         return args
 
     def run(self, values: dict) -> None:
+        bound = self.bound
+        if bound and bound(values):
+            return
         one = self.launch
         if self.interp:  # numpy warns of NaNs in masked-off lanes; a GPU says nothing
             with np.errstate(all="ignore"), self.backend.device_guard(self.device):
@@ -308,6 +313,8 @@ class _Runner:
             if hasattr(compiled, "packed_metadata"):
                 self.compiled[tuple(key)] = _Compiled(one.kernel, compiled, len(args), one.meta)
             return
+        if bound is None:
+            self.bound = _bound_launch(self, values)
         grid, index = self.grid, self.device.index
         if self.single or self.backend.current_device() == index:
             fast.run(grid[0], grid[1], grid[2], _stream_of(index), fast.function, fast.packed, None, None, None,
@@ -318,14 +325,72 @@ class _Runner:
                      *args, *fast.tail)
 
 
+def _bound_launch(runner: _Runner, values: dict):
+    """runner's repeats as one function written for the kinds its slots hold in this call (a tensor,
+    an int, a float, a bool, None): run's loop unrolled, its keys and arguments the same, so that a
+    repeat spends no Python on the loop itself (an eager decode step runs thousands of launches).
+    It returns False, for run's own loop to launch, where the compiled launcher is not found, a hook
+    is set, the device is not current, or a slot holds another kind (then runner keeps run's loop).
+    Not written (False) where a slot holds a kind run's loop keys the slow way (a numpy scalar, a
+    Tensor subclass)."""
+    names = {"Tensor": Tensor, "NoneType": type(None), "runner": runner, "compiled": runner.compiled,
+             "hooks_set": hooks_set, "stream_of": _stream_of, "I32": _I32, "I64": _I64,
+             "index": runner.device.index, "backend": runner.backend}
+    body, key, args = [], [], list(runner.template)
+    for i, (pos, name, view, free) in enumerate(runner.slots):
+        names[f"name{i}"], names[f"view{i}"] = name, view
+        v = values[name] if view is None else view(values[name])
+        body.append(f"v{i} = values[name{i}]" if view is None else f"v{i} = view{i}(values[name{i}])")
+        kind = type(v)
+        if kind is Tensor:
+            body += [f"if type(v{i}) is not Tensor: return _other_kinds()",
+                     f"d{i} = v{i}.dtype", f"v{i} = v{i}._storage._ptr + v{i}._offset * d{i}.itemsize"]
+            key += [f"d{i}", f"v{i} % 16 == 0"]
+        elif kind is int:
+            body += [f"if type(v{i}) is not int: return _other_kinds()",
+                     f"w{i} = 0 if -I32 <= v{i} < I32 else 1 if -I64 <= v{i} < I64 else 2"]
+            key.append(f"w{i}" if free else f"(w{i}, v{i} == 1, v{i} % 16 == 0)")
+        elif kind is float or kind is bool:
+            body.append(f"if type(v{i}) is not {kind.__name__}: return _other_kinds()")
+            key.append(kind.__name__)
+        elif v is None:
+            body.append(f"if v{i} is not None: return _other_kinds()")
+            key.append("NoneType")
+        else:
+            return False
+        args[pos] = _Arg(f"v{i}")
+    passed = []  # the template's fixed values in runs, each run one tuple unpacked
+    for is_slot, group in groupby(args, key=lambda a: type(a) is _Arg):
+        if is_slot:
+            passed += group
+        else:
+            names[f"fixed{len(passed)}"] = tuple(group)
+            passed.append(f"*fixed{len(passed)}")
+    g = tuple(int(n) for n in runner.grid)
+    current = "" if runner.single else "if backend.current_device() != index: return False\n    "
+    source = (
+        "def _other_kinds():\n    runner.bound = False\n    return False\n"
+        "def launch(values):\n    " + "\n    ".join(body) + "\n"
+        f"    fast = compiled.get(({''.join(k + ', ' for k in key)}))\n"
+        "    if fast is None or hooks_set(): return False\n"
+        f"    {current}fast.run({g[0]}, {g[1]}, {g[2]}, stream_of(index), fast.function, fast.packed, None, None, None, "
+        f"{', '.join(passed)}{', ' if passed else ''}*fast.tail)\n"
+        "    return True\n")
+    exec(compile(source, f"<nbx launch of {getattr(runner.launch.kernel, '__name__', 'a kernel')}>", "exec"), names)
+    return names["launch"]
+
+
+class _Arg(str):
+    """A slot's value in _bound_launch's source (a name, not a fixed value of the template)."""
+
+
 def hooks_set() -> bool:
     """Whether Triton's launch hooks want to see launches (3.6 keeps them in HookChains, empty
     unless someone registered a hook): every launch then goes through the JIT."""
     runtime = triton.knobs.runtime
-    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
-        if hook is not None and getattr(hook, "calls", True):
-            return True
-    return False
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return bool(enter is not None and getattr(enter, "calls", True)
+                or leave is not None and getattr(leave, "calls", True))
 
 
 class _Compiled:

@@ -83,11 +83,6 @@ class SizeIndex:
         self.keys: list[int] = []
         self.blocks: dict[int, Block] = {}
 
-    @staticmethod
-    def key(blk: Block, size: int) -> int:
-        """blk's place among the free blocks, were it free and of size bytes."""
-        return (size << _SIZE_SHIFT) + blk.seg.order + blk.ptr
-
     def add(self, blk: Block) -> None:
         key = (blk.size << _SIZE_SHIFT) + blk.seg.order + blk.ptr
         insort(self.keys, key)
@@ -129,12 +124,13 @@ class SizeIndex:
         for i in range(bisect_left(keys, size << _SIZE_SHIFT), len(keys)):
             yield blocks[keys[i]]
 
-    def others_before(self, size: int, end: int, besides: Block) -> list[Block]:
-        """The free blocks but besides of at least size bytes placed before the key end, smallest first:
-        two bisects alone when besides is all there is (the held block's check, every request of its size)."""
+    def others_before(self, size: int, blk: Block, merged: int, besides: Block) -> list[Block]:
+        """The free blocks but besides of at least size bytes placed before blk were it free and of merged
+        bytes (key(blk, merged)), smallest first: two bisects alone when besides is all there is (the held
+        block's check, every request of its size)."""
         keys, blocks = self.keys, self.blocks
         lo = bisect_left(keys, size << _SIZE_SHIFT)
-        hi = bisect_left(keys, end, lo)
+        hi = bisect_left(keys, (merged << _SIZE_SHIFT) + blk.seg.order + blk.ptr, lo)
         if hi == lo or (hi == lo + 1 and blocks[keys[lo]] is besides):
             return []
         return [b for b in (blocks[keys[j]] for j in range(lo, hi)) if b is not besides]

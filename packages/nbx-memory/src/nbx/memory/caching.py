@@ -38,7 +38,8 @@ class CachingAllocator:
         return pool
 
     def allocate(self, nbytes: int, device: Device, stream=None) -> Block:
-        return self.pool(device).allocate(nbytes, stream)
+        pool = self._pools.get((device.type, device.index))  # pool(device)'s lookup, inline: every allocation
+        return (pool or self.pool(device)).allocate(nbytes, stream)
 
     def record_stream(self, block: Block, stream) -> None:
         self.pool(block.device).record_stream(block, stream)

@@ -35,8 +35,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from functools import partial
-
 from nbx.core.errors import ArgumentError, DeviceOOMError, MissingFactError
 
 from .allocator import Block as HandedBlock
@@ -76,7 +74,6 @@ class Pool(RangeCarving):
             self._parked_limit = int(parked_fraction * total)
         self._small, self._large, self._range_free = SizeIndex(), SizeIndex(), _AddressSet()
         self._segments: dict[int, Segment] = {}
-        self._live: dict[int, Block] = {}
         self._pending: list[Block] = []
         self._streams: set = set()
         self._last_stream = _NO_STREAM  # the stream of the last request: known without hashing it again
@@ -84,13 +81,16 @@ class Pool(RangeCarving):
         self._fast = True  # the exact-fit fast paths (off: the general path alone, for comparison)
         self._held: Block | None = None  # a freed block whose merge with its free right neighbour waits
         self._ranks = 0
+        # the rules' rounding and class limit as plain ints: read by every request
+        self._granularity = rules.granularity
+        self._small_limit = rules.small_limit if rules.size_classes else -1
         self._lock = threading.Lock()
         self._deferred: deque = deque()
         self.recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
-        self._serial = 0
+        self._serial = 0  # blocks handed out so far: each one's serial, and the stats' allocation count
         self._seg_bytes = self._allocated = self._requested = self._pending_bytes = 0
         self._allocated_peak = self._requested_peak = self._reserved_peak = 0
-        self._n_alloc = self._n_free = self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
+        self._n_free = self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
         if expandable is not None:
             seg = Segment(expandable.base, expandable.size, small=False, is_range=True)
             seg.head = Block(seg.address, seg.size, seg)
@@ -108,13 +108,16 @@ class Pool(RangeCarving):
             if self._deferred:
                 self._drain()
             blk = self._malloc(nbytes, stream)
-        return HandedBlock(blk.ptr, nbytes, self.device, stream, partial(self._release, blk))
+        return _Handed(blk.ptr, nbytes, self.device, stream, self, blk)
 
     def record_stream(self, block: HandedBlock, stream) -> None:
         """Declare that stream uses block: its memory is reused only after that stream passes the free."""
         with self._lock:
             self._drain()
-            blk = self._live.get(block.ptr)
+            try:  # a live block of this pool holds its pool block until released
+                blk = block._release[0] if type(block) is _Handed and block._pool is self else None
+            except IndexError:
+                blk = None
             if blk is None or not block.alive:
                 raise ArgumentError(f"record_stream: {block!r} is not a live block of this pool")
             self._record_stream(blk, stream)
@@ -127,7 +130,7 @@ class Pool(RangeCarving):
                 self._requested_peak, self._reserved_peak,
                 sum(s.small for s in self._segments.values()), sum(not s.small for s in self._segments.values()),
                 self._range.mapped_chunks * self._range.chunk if self._range else 0, self._largest_free(),
-                self._n_alloc, self._n_free, self._n_seg_alloc + (self._range.creates if self._range else 0),
+                self._serial, self._n_free, self._n_seg_alloc + (self._range.creates if self._range else 0),
                 self._n_seg_free + (self._range.releases if self._range else 0), self._refusals, self._ooms)
 
     def reset_peak(self) -> None:
@@ -165,22 +168,25 @@ class Pool(RangeCarving):
             if stream not in self._streams:
                 self._new_stream(stream)
             self._last_stream = stream
-        rules = self.rules
-        size = rules.round(nbytes)
-        small = rules.is_small(size)
+        g = self._granularity
+        size = -(-nbytes // g) * g or g   # rules.round and rules.is_small, inline: every request asks
+        small = size <= self._small_limit
         if not small and self._range is not None:
             blk, at_end = self._from_range(size, stream, nbytes)
             return self._take(blk, size, stream, nbytes, at_end)
         index = self._small if small else self._large
-        if self._held is not None:
-            blk = self._take_held(size, stream, nbytes)
-            if blk is not None:
-                return blk
+        held = self._held
+        if held is not None:
+            if held.size == size:
+                blk = self._take_held(held, size, stream, nbytes)
+                if blk is not None:
+                    return blk
             self._merge_held()
         if self._fast:
             blk = index.take_exact(size, stream)
             if blk is not None:
                 return self._hand_out(blk, size, stream, nbytes)
+        rules = self.rules
         half = rules.half_rule and not small
         blk = self._find(size, index, stream, half)
         if blk is None:
@@ -198,7 +204,7 @@ class Pool(RangeCarving):
         return None
 
     def _eligible(self, blk: Block, stream) -> bool:
-        if blk.free_on is ANY or blk.free_on == stream:
+        if blk.free_on is ANY or blk.free_on is stream or blk.free_on == stream:  # `is` first: Stream's == is Python
             return True
         if blk.events and all(self._events.query(e) for e in blk.events):
             self._drop_events(blk.events)
@@ -264,10 +270,8 @@ class Pool(RangeCarving):
         """blk (out of its free index, of exactly size bytes, no events) becomes live: the figures follow."""
         self._serial += 1
         blk.state, blk.requested, blk.stream, blk.serial = LIVE, nbytes, stream, self._serial
-        self._live[blk.ptr] = blk
         allocated = self._allocated = self._allocated + size
         requested = self._requested = self._requested + nbytes
-        self._n_alloc += 1
         if allocated > self._allocated_peak:
             self._allocated_peak = allocated
         if requested > self._requested_peak:
@@ -297,7 +301,6 @@ class Pool(RangeCarving):
     def _free(self, blk: Block) -> None:
         if blk.state != LIVE:
             raise ArgumentError(f"{blk!r} freed twice")
-        del self._live[blk.ptr]
         self._allocated -= blk.size
         self._requested -= blk.requested
         self._n_free += 1
@@ -308,7 +311,9 @@ class Pool(RangeCarving):
                 self._make_free(blk, blk.stream, [self._events.record(blk.stream)])
             else:
                 self._make_free(blk, blk.stream, [])
-            if self._parked_limit is not None:
+            limit = self._parked_limit  # _trim's test, inline: a free under the limit trims nothing
+            if limit is not None and (self._range is not None
+                                      or self._seg_bytes - self._allocated - self._pending_bytes > limit):
                 self._trim()
             return
         extra = [s for s in blk.used_on if s != blk.stream]
@@ -325,15 +330,18 @@ class Pool(RangeCarving):
             self._trim()
 
     def _make_free(self, blk: Block, free_on, events: list) -> None:
-        self._merge_held()
+        if self._held is not None:
+            self._merge_held()
         blk.state, blk.free_on, blk.events = FREE, free_on, events
         nxt, prv = blk.next, blk.prev
-        index = self._index_of(blk)  # a segment's blocks all live in one index
+        seg = blk.seg  # a segment's blocks all live in one index (_index_of, inline)
+        index = self._range_free if seg.is_range else self._small if seg.small else self._large
         if self._fast and (prv is None or prv.state != FREE):
             if nxt is None or nxt.state != FREE:
                 index.add(blk)  # the fast path: no free neighbour to merge with (blk sits between live blocks)
                 return
-            if not events and not blk.seg.is_range and compatible(blk, nxt):
+            if not events and not seg.is_range and (free_on is ANY or nxt.free_on is ANY or free_on is nxt.free_on
+                                                    or free_on == nxt.free_on):  # compatible(blk, nxt)
                 self._held = blk  # its merge with nxt waits: the next request may be of its size
                 return
         if nxt is not None and nxt.state == FREE and compatible(blk, nxt):
@@ -356,21 +364,19 @@ class Pool(RangeCarving):
         self._absorb(blk, nxt)
         index.add(blk)
 
-    def _take_held(self, size: int, stream, nbytes: int) -> Block | None:
-        """The held block, for a request of its size that best fit would serve by carving the front of
-        the held block merged with its neighbour: the neighbour becomes what that split leaves (the
-        merged block's free stream). None where best fit would do anything else."""
-        blk = self._held
-        if blk.size != size:
-            return None
-        nxt, index = blk.next, self._index_of(blk)
+    def _take_held(self, blk: Block, size: int, stream, nbytes: int) -> Block | None:
+        """The held block blk, for a request of its size that best fit would serve by carving the front
+        of blk merged with its neighbour: the neighbour becomes what that split leaves (the merged
+        block's free stream). None where best fit would do anything else."""
+        nxt, seg = blk.next, blk.seg
+        index = self._small if seg.small else self._large  # a held block never lies in the range (_make_free)
         free_on = nxt.free_on if blk.free_on is ANY else blk.free_on  # the merged block's (_absorb)
         if nxt.events or not (free_on is ANY or free_on is stream or free_on == stream):
             return None
         merged = size + nxt.size
-        if self.rules.half_rule and not blk.seg.small and merged > self.rules.half_limit(size):
+        if self.rules.half_rule and not seg.small and merged > self.rules.half_limit(size):
             return None
-        for other in index.others_before(size, index.key(blk, merged), nxt):  # what best fit meets first
+        for other in index.others_before(size, blk, merged, nxt):  # what best fit meets first
             if self._eligible(other, stream):
                 return None
         self._held = None
@@ -552,6 +558,31 @@ def _walk(seg: Segment):
 
 def _nothing() -> None:
     return None
+
+
+class _Handed(HandedBlock):
+    """A block the pool handed out: its release is the pool's own, with no closure made per block."""
+
+    __slots__ = ("_pool",)
+
+    def __init__(self, ptr: int, nbytes: int, device, stream, pool: Pool, blk: Block):
+        self.ptr, self.nbytes, self.device, self.stream, self._pool = ptr, nbytes, device, stream, pool
+        self._release = [blk]  # list.pop is atomic: two threads releasing at once free it once
+
+    def release(self) -> None:
+        try:
+            blk = self._release.pop()
+        except IndexError:
+            return
+        self._pool._release(blk)
+
+    def __del__(self) -> None:  # HandedBlock's, with release inline: every tensor's storage pays it
+        if self._release and not self._exiting:
+            try:
+                blk = self._release.pop()
+            except IndexError:
+                return
+            self._pool._release(blk)
 
 
 _NO_STREAM = object()  # no request seen yet (None is a stream: the default one)

@@ -108,9 +108,12 @@ class CudaBackend:
     def allocate(self, nbytes: int, device: Device) -> Storage:
         if not self._started:
             self.start()
-        runtime.check_ordinal(device.index)
+        index = device.index
+        count = runtime._count  # check_ordinal's test, inline (the count is read once per process)
+        if count is None or type(index) is not int or not 0 <= index < count:
+            runtime.check_ordinal(index)
         # looked up per call: a graph capture registers its private routing for a while
-        block = get_allocator(self.name).allocate(nbytes, device, current_stream(device.index))
+        block = get_allocator(self.name).allocate(nbytes, device, current_stream(index))
         return Storage(device, nbytes, block.ptr, owner=block)
 
     def upload(self, storage: Storage, byte_offset: int, data: np.ndarray) -> None:

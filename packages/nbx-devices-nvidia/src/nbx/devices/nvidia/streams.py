@@ -185,9 +185,11 @@ _defaults: dict[int, Stream] = {}
 def current_stream(device: int | None = None) -> Stream:
     """The stream nbx's work (and every Triton launch) on device goes to; asked once per launch."""
     index = runtime.get_device() if device is None else device
-    stack = _stack(index)
-    if stack:
-        return stack[-1]
+    stacks = getattr(_local, "stacks", None)  # _stack(index), without making an empty one
+    if stacks:
+        stack = stacks.get(index)
+        if stack:
+            return stack[-1]
     default = _defaults.get(index)
     if default is None:
         default = _defaults[index] = Stream.default(index)
