@@ -4,7 +4,7 @@ A row of up to max_block_n keys is sorted by one program (sort/kernel.py). A lon
 2**31 keys) is sorted by a onesweep LSD radix sort (sort/radix.py: one histogram launch, then one
 scatter launch a pass of 4- or 8-bit digits, over rows x groups of tiles), and its top-k is a radix select
 (sort/select.py, sort/topk.py). 64-bit
-keys are refused by name (the order key and the packed words hold 32 bits).
+keys (int64, uint64, float64) are sorted as two 32-bit words by those kernels (sort/wide.py).
 """
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ from ..registry import implements
 from .topk import select_rows, select_rows_plan
 from .kernel import sort_rows_kernel
 from .radix import radix_sort, radix_sort_plan
+from .wide import is_wide, sort_wide, wide_cost
 
 
 def _rows(x: Tensor, axis: int) -> Tensor:
-    if x.dtype.itemsize > 4 or x.dtype.is_complex:
-        raise DTypeError(f"the sort kernels take keys of at most 32 bits, not {x.dtype.name}")
+    if (x.dtype.itemsize > 4 and not is_wide(x.dtype)) or x.dtype.is_complex:
+        raise DTypeError(f"the sort kernels take real keys of at most 64 bits, not {x.dtype.name}")
     return axis_last(x, axis)
 
 
@@ -66,7 +67,9 @@ def _sort_plan(shape, dtype, n_out: int, descending: bool, device) -> LaunchPlan
 def sort(x: Tensor, axis: int, descending: bool) -> tuple[Tensor, Tensor]:
     limit = launch.tiles("sort", x.device)["max_block_n"]
     rows = _rows(x, axis)
-    if x.shape[axis] > limit:
+    if is_wide(x.dtype):
+        values, indices = sort_wide(rows, descending, sort)
+    elif x.shape[axis] > limit:
         if x.shape[axis] >= 2 ** 31:  # the passes carry each key's index as an int32
             raise NotSupportedError(f"sorting rows of 2**31 keys or more (this one has {x.shape[axis]})")
         values, indices = radix_sort(rows, descending)
@@ -83,7 +86,10 @@ def topk(x: Tensor, k: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
     limit = launch.tiles("sort", x.device)["max_block_n"]
     rows = _rows(x, dim)
     n = rows.shape[-1]
-    if n <= limit or k == 0:
+    if is_wide(x.dtype):  # the stable sort's first k: ties to the lower index, as the 32-bit paths
+        values, indices = sort(rows, rows.ndim - 1, largest)
+        values, indices = values[..., :k].contiguous(), indices[..., :k].contiguous()
+    elif n <= limit or k == 0:
         values, indices = _sort_rows(rows, k, largest)
     elif k <= limit:
         values, indices = select_rows(rows, k, largest)
@@ -101,6 +107,8 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
                     bytes_moved=3 * x.nbytes + x.size * 8)
     axis %= x.ndim
     shape = _rows_shape(x, axis)
+    if is_wide(x.dtype):
+        return wide_cost(x, _sort_cost(_word_keys(x), axis))
     if shape[-1] <= launch.tiles("sort", x.device)["max_block_n"]:  # one program a row
         plan = _sort_rows_plan(shape, x.dtype, shape[-1], descending, x.device)
         return Cost(buffers=plan.buffers(), bytes_moved=3 * x.nbytes + x.size * 8, launches=len(plan.launches))
@@ -126,6 +134,12 @@ def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
     limit = launch.tiles("sort", x.device)["max_block_n"]
     out = x.size // max(shape[-1], 1) * k
     written = out * (x.dtype.itemsize + 8)
+    if is_wide(x.dtype):
+        sort = _sort_cost(x, dim, largest)
+        full = tuple(Buffer(b.name, b.nbytes, LAUNCH) for b in sort.buffers)
+        firsts = (Buffer("values", out * x.dtype.itemsize), Buffer("indices", out * 8))
+        return Cost(full + firsts, sort.bytes_moved + 2 * written, launches=sort.launches + 2,
+                    notes=sort.notes + ("then its first k copied",))
     if shape[-1] <= limit or k == 0:
         plan = _sort_rows_plan(shape, x.dtype, k, largest, x.device)
         return Cost(buffers=plan.buffers(), bytes_moved=x.nbytes + written, launches=len(plan.launches),
@@ -143,6 +157,12 @@ def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
     return Cost(buffers=plan.buffers(), bytes_moved=passes * x.nbytes + out * (16 + 2 * x.dtype.itemsize),
                 launches=len(plan.launches),
                 notes=(f"{passes} passes over each row, then over its candidates (a radix select)",))
+
+
+def _word_keys(x: Tensor) -> Tensor:
+    """A uint32 stand-in of x's shape on its device (no storage read): what one word sort of a
+    64-bit sort sorts, for its cost."""
+    return Tensor._of(x.storage, dtypes.uint32, x.shape, x.strides, 0)
 
 
 __all__ = ["sort", "topk"]
