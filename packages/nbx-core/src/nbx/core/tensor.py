@@ -243,6 +243,11 @@ class Tensor:
         return self._view([self.shape[d] for d in keep] + [length],
                           [self._strides[d] for d in keep] + [self._strides[a] + self._strides[b]], start)
 
+    def unfold(self, dimension: int, size: int, step: int) -> "Tensor":
+        """torch's sliding windows along dimension, a view (ops/windows.py)."""
+        from .ops.windows import sliding_windows
+        return sliding_windows(self, dimension, size, step)
+
     def __getitem__(self, key) -> "Tensor":
         from .indexing import getitem
         return getitem(self, key)

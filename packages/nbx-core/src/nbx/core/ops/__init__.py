@@ -23,6 +23,7 @@ from .sampling import *  # noqa: F401,F403
 from .scans import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
 from .spectral import *  # noqa: F401,F403
+from .windows import *  # noqa: F401,F403
 
 from ._common import accepts_axis as _accepts_axis
 

@@ -164,8 +164,14 @@ def repeat(x: Tensor, repeats, /, *, axis: int | None = None) -> Tensor:
     return implementation("repeat", x.device)(x, int(repeats), axis)
 
 
-def repeat_interleave(input: Tensor, repeats, dim: int | None = None) -> Tensor:
-    """torch's spelling of repeat."""
+def repeat_interleave(input: Tensor, repeats=None, dim: int | None = None) -> Tensor:
+    """torch's spelling of repeat; repeat_interleave(counts) alone (a 1-D integer tensor) repeats
+    each position i counts[i] times, as torch's one-argument form does."""
+    if repeats is None:
+        if not isinstance(input, Tensor) or input.ndim != 1 or dim is not None:
+            raise ShapeError("repeat_interleave(repeats) alone takes a 1-D integer tensor of counts")
+        from .creation import arange
+        return repeat(arange(input.shape[0], device=input.device), input, axis=0)
     return repeat(input, repeats, axis=dim)
 
 
