@@ -7,19 +7,25 @@ def blocks(size, kernel, dilation, padding, stride):
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
+def taps(c, kernel, dilation, stride, lh, lw):
+    """(column row, window, padded y, padded x) of every tap of every window, by the definition."""
+    (kh, kw), (dh, dw), (sh, sw) = kernel, dilation, stride
+    for ci in range(c):
+        for i in range(kh):
+            for j in range(kw):
+                for a in range(lh):
+                    for b in range(lw):
+                        yield ci, (ci * kh + i) * kw + j, a * lw + b, a * sh + i * dh, b * sw + j * dw
+
+
 def im2col(x, kernel, dilation, padding, stride):
     n, c, h, w = x.shape
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel, dilation, padding, stride
     lh, lw = blocks(h, kh, dh, ph, sh), blocks(w, kw, dw, pw, sw)
     padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     out = np.zeros((n, c * kh * kw, lh * lw))
-    for ci in range(c):
-        for i in range(kh):
-            for j in range(kw):
-                row = (ci * kh + i) * kw + j
-                for a in range(lh):
-                    for b in range(lw):
-                        out[:, row, a * lw + b] = padded[:, ci, a * sh + i * dh, b * sw + j * dw]
+    for ci, row, window, y, x_ in taps(c, kernel, dilation, stride, lh, lw):
+        out[:, row, window] = padded[:, ci, y, x_]
     return out
 
 
@@ -30,13 +36,8 @@ def col2im(cols, output_size, kernel, dilation, padding, stride):
     c = rows // (kh * kw)
     lh, lw = blocks(h, kh, dh, ph, sh), blocks(w, kw, dw, pw, sw)
     padded = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
-    for ci in range(c):
-        for i in range(kh):
-            for j in range(kw):
-                row = (ci * kh + i) * kw + j
-                for a in range(lh):
-                    for b in range(lw):
-                        padded[:, ci, a * sh + i * dh, b * sw + j * dw] += cols[:, row, a * lw + b]
+    for ci, row, window, y, x_ in taps(c, kernel, dilation, stride, lh, lw):
+        padded[:, ci, y, x_] += cols[:, row, window]
     return padded[:, :, ph:ph + h, pw:pw + w]
 
 
