@@ -169,6 +169,19 @@ def scatter(input: Tensor, dim: int, index: Tensor, src, reduce: str | None = No
     return implementation("scatter", input.device)(input, dim, index, src, SCATTER_REDUCE[reduce], bool(include_self))
 
 
+def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    """torch.scatter_add, out of place: scatter with reduce="sum"."""
+    return scatter(input, dim, index, src, reduce="sum")
+
+
+def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
+                   include_self: bool = True) -> Tensor:
+    """torch.scatter_reduce, out of place: reduce is one of torch's sum, prod, mean, amax, amin."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise ArgumentError(f"scatter_reduce reduce {reduce!r} is none of torch's sum, prod, mean, amax, amin")
+    return scatter(input, dim, index, src, reduce=reduce, include_self=include_self)
+
+
 def _scatter_ref(x, dim, index, src, reduce, include_self, precision="native"):
     a = host(x)
     exact = reduce in (None, "amax", "amin") or a.dtype.kind in "biu"
@@ -381,6 +394,7 @@ def _register_scatter():
 
 _register_scatter()
 
-__all__ = ["take", "index_select", "embedding", "take_along_axis", "gather", "scatter", "index_add", "index_copy",
+__all__ = ["take", "index_select", "embedding", "take_along_axis", "gather", "scatter", "scatter_add",
+           "scatter_reduce", "index_add", "index_copy",
            "index_put", "masked_select", "masked_scatter", "nonzero", "argwhere", "searchsorted",
            "bucketize", "SCATTER_REDUCE", "wrap_checked", "ravel_checked"]

@@ -1,5 +1,6 @@
 """diagonal, diag_embed, Tensor.unfold, unfold / fold (im2col / col2im), pixel_shuffle / unshuffle and
-repeat_interleave's one-argument form on the CPU, against float64 loops over their definitions."""
+repeat_interleave's one-argument form, scatter_add and scatter_reduce (torch's spellings) on the CPU,
+against float64 loops over their definitions."""
 import numpy as np
 import pytest
 
@@ -80,3 +81,18 @@ def test_repeat_interleave_of_counts_alone_repeats_their_positions():
     np.testing.assert_array_equal(nbx.repeat_interleave(counts).numpy(), np.repeat(np.arange(4), [2, 0, 3, 1]))
     with pytest.raises(ShapeError):
         nbx.repeat_interleave(nbx.asarray(np.ones((2, 2), np.int64)))
+
+
+def test_scatter_add_and_scatter_reduce_are_torchs_spellings_of_scatter():
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    idx = np.array([[0, 1, 0], [0, 3, 0]])
+    src = rng.standard_normal((2, 3)).astype(np.float32)
+    args = (nbx.asarray(x), 0, nbx.asarray(idx), nbx.asarray(src))
+    np.testing.assert_array_equal(nbx.scatter_add(*args).numpy(), nbx.scatter(*args, reduce="sum").numpy())
+    np.testing.assert_array_equal(nbx.scatter_reduce(*args, "amax", include_self=False).numpy(),
+                                  nbx.scatter(*args, reduce="amax", include_self=False).numpy())
+    expected = x.astype(np.float64).copy()
+    np.add.at(expected, (idx, np.arange(3)[None].repeat(2, 0)), src)
+    np.testing.assert_allclose(nbx.scatter_add(*args).numpy(), expected, rtol=1e-6)
+    with pytest.raises(ArgumentError):
+        nbx.scatter_reduce(*args, "add")  # torch's scatter_reduce names no "add"
