@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import layout, reference
 from ..dispatch import implementation, register
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
 
@@ -63,6 +63,13 @@ def _check_tensor(op: str, role: str, t) -> None:
 
 
 def _options(op, head_dim, is_causal, scale, causal_alignment, window, softcap) -> AttentionOptions:
+    # torch's sdpa takes dropout_p before is_causal: a call ported positionally, (q, k, v, mask,
+    # 0.0, True), would read 0.0 as is_causal and True as the scale, a silent wrong answer
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise ArgumentError(f"{op}: is_causal is a bool, got {is_causal!r} (torch's positional dropout_p? nbx "
+                            f"takes no dropout positionally: pass is_causal= and scale= by name)")
+    if isinstance(scale, (bool, np.bool_)) or (scale is not None and not isinstance(scale, (int, float, np.number))):
+        raise ArgumentError(f"{op}: scale is a number or None, got {scale!r}")
     if causal_alignment not in ALIGNMENTS:
         raise ArgumentError(f"{op}: causal_alignment is one of {ALIGNMENTS}, got {causal_alignment!r}")
     left = right = None
@@ -103,7 +110,7 @@ def _check_alibi(op: str, slopes, heads_shape: tuple[int, ...]):
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
                                  is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
                                  *, causal_alignment: str = "top_left", window=None, softcap: float | None = None,
-                                 alibi_slopes: Tensor | None = None, return_lse: bool = False):
+                                 alibi_slopes: Tensor | None = None, return_lse: bool = False, dropout_p: float = 0.0):
     """softmax(q k^T * scale [+ options]) v over the last two dims, as torch.nn.functional's.
 
     q (*batch, Hq, L, E), k (*batch, Hk, S, E), v (*batch, Hk, S, Ev) -> (*batch, Hq, L, Ev) in q's
@@ -113,9 +120,13 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
     window (left, right): keys pos - left .. pos + right only (None on a side: unbounded). softcap:
     scores become softcap * tanh(s / softcap). alibi_slopes (Hq,) or (*batch, Hq): -slope * |pos - j|
     added. return_lse: (out, lse) with lse (*batch, Hq, L) float32, the natural log of each row's sum
-    of exp(score) (-inf for a row with nothing to attend to, whose output is 0).
+    of exp(score) (-inf for a row with nothing to attend to, whose output is 0). dropout_p: torch's
+    keyword, taken so ported calls run; only 0.0 (inference: any other is refused by name).
     """
     op = "scaled_dot_product_attention"
+    if dropout_p != 0:
+        raise NotSupportedError(f"{op}: dropout_p={dropout_p!r}: nbx is an inference library and applies no "
+                                f"dropout (pass 0.0, torch's value under eval)")
     for role, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(op, role, t)
         if t.ndim < 2:
