@@ -338,15 +338,19 @@ def _unit_or_strided(t: Tensor, copy: bool):
     return unit_last(t)
 
 
-def varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse, copy=True):
-    """(Layout, values) of one varlen_attention call (its lengths read from the offsets, for the
-    grid); copy False: the layout without making the head-dim copies (for a cost)."""
+def varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse, copy=True, max_seqlen_q=None,
+                  max_seqlen_k=None):
+    """(Layout, values) of one varlen_attention call, sized by the bounds on a sequence's tokens
+    (None: read from the offsets, a wait on a GPU); copy False: the layout without making the
+    head-dim copies (for a cost)."""
     check_supported("varlen_attention", q, v.shape[-1])
+    max_seqlen_q = _longest(cu_seqlens_q) if max_seqlen_q is None else max_seqlen_q
+    max_seqlen_k = _longest(cu_seqlens_k) if max_seqlen_k is None else max_seqlen_k
     q3, k3, v3 = (_unit_or_strided(t, copy) for t in (q, k, v))
     out_shape = (q.shape[0], q.shape[1], v.shape[2])
     lse_shape = (q.shape[1], q.shape[0]) if return_lse else None
-    lay = Layout(cu_seqlens_q.shape[0] - 1, q.shape[1], k.shape[1], pow2_bucket(_longest(cu_seqlens_q)),
-                 pow2_bucket(_longest(cu_seqlens_k)), q.shape[2], v.shape[2], q.dtype, q.device, _packed(q3),
+    lay = Layout(cu_seqlens_q.shape[0] - 1, q.shape[1], k.shape[1], pow2_bucket(max_seqlen_q),
+                 pow2_bucket(max_seqlen_k), q.shape[2], v.shape[2], q.dtype, q.device, _packed(q3),
                  _packed(k3), _packed(v3), out_shape, _packed_out(out_shape), lse_shape,
                  (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True, kv_mode=PACKED,
                  alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes),
@@ -357,8 +361,10 @@ def varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse,
 
 
 @implements("varlen_attention")
-def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_lse):
-    lay, values = varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse)
+def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_lse, max_seqlen_q=None,
+            max_seqlen_k=None):
+    lay, values = varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse,
+                                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
     return execute(lay, options, values)
 
 
@@ -518,12 +524,17 @@ def _sdpa_cost(q, k, v, attn_mask=None, alibi_slopes=None, options=None, return_
 declares("scaled_dot_product_attention")(_sdpa_cost)
 
 
-def _varlen_cost(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes=None, options=None, return_lse=False):
-    """varlen_attention's cost (its implementation's arguments): the offsets read as the launch
-    reads them (its grid), so the pairs are each sequence's own."""
+def _varlen_cost(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes=None, options=None, return_lse=False,
+                 max_seqlen_q=None, max_seqlen_k=None):
+    """varlen_attention's cost (its implementation's arguments). Given the bounds nothing is read
+    and a query is counted against max_seqlen_k keys; else the offsets are read (as the launch
+    would for its grid) and the pairs are each sequence's own."""
     from nbx.core.ops.attention import AttentionOptions
     options = options or AttentionOptions(1.0 / math.sqrt(q.shape[-1]))
-    lay = varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse, copy=False)[0]
+    lay = varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse, False, max_seqlen_q,
+                        max_seqlen_k)[0]
+    if max_seqlen_k is not None:
+        return attention_cost(lay, options, kv_tokens=k.shape[0], pairs=q.shape[0] * max_seqlen_k)
     lens_q, lens_k = (cu.numpy()[1:].astype("int64") - cu.numpy()[:-1] for cu in (cu_seqlens_q, cu_seqlens_k))
     return attention_cost(lay, options, kv_tokens=k.shape[0], pairs=int((lens_q * lens_k).sum()))
 
