@@ -200,3 +200,12 @@ def test_odd_lengths_against_4097_keys_match_a_row_by_row_loop(q_len, alignment)
     expected, expected_lse = naive(q, k, v, keep=keep)
     np.testing.assert_allclose(out.numpy()[0], expected, atol=1e-12)
     np.testing.assert_allclose(lse.numpy()[0], expected_lse, atol=1e-12)
+
+
+def test_a_varlen_call_in_flash_attentions_positional_order_is_refused_not_misread():
+    q = nbx.asarray(rng.standard_normal((5, 2, 8)))
+    cu = nbx.asarray([0, 2, 5], dtype=nbx.int32)
+    with pytest.raises(ArgumentError, match="max_seqlen"):   # (q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k)
+        nbx.varlen_attention(q, q, q, cu, cu, 3, 3)
+    out = nbx.varlen_attention(q, q, q, cu, cu, max_seqlen_q=3, max_seqlen_k=3)
+    np.testing.assert_array_equal(out.numpy(), nbx.varlen_attention(q, q, q, cu, cu).numpy())

@@ -63,11 +63,13 @@ def _check_tensor(op: str, role: str, t) -> None:
 
 
 def _options(op, head_dim, is_causal, scale, causal_alignment, window, softcap) -> AttentionOptions:
-    # torch's sdpa takes dropout_p before is_causal: a call ported positionally, (q, k, v, mask,
-    # 0.0, True), would read 0.0 as is_causal and True as the scale, a silent wrong answer
+    # torch's sdpa takes dropout_p before is_causal, flash-attention's varlen max_seqlen_q/k: a call
+    # ported positionally, (q, k, v, mask, 0.0, True), would read 0.0 as is_causal and True as the
+    # scale, a silent wrong answer
     if not isinstance(is_causal, (bool, np.bool_)):
-        raise ArgumentError(f"{op}: is_causal is a bool, got {is_causal!r} (torch's positional dropout_p? nbx "
-                            f"takes no dropout positionally: pass is_causal= and scale= by name)")
+        raise ArgumentError(f"{op}: is_causal is a bool, got {is_causal!r} (a call in torch's order, dropout_p "
+                            f"before is_causal, or flash-attention's, max_seqlen before causal? pass is_causal=, "
+                            f"scale=, dropout_p= and max_seqlen_q/k= by name)")
     if isinstance(scale, (bool, np.bool_)) or (scale is not None and not isinstance(scale, (int, float, np.number))):
         raise ArgumentError(f"{op}: scale is a number or None, got {scale!r}")
     if causal_alignment not in ALIGNMENTS:
