@@ -367,3 +367,20 @@ def test_float8_scale_blocks_too_narrow_for_a_k_step_are_refused_by_name(device)
     weights, experts = _route([[1]], device)
     with pytest.raises(NotSupportedError, match="scale blocks"):
         nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down)
+
+
+def test_a_float8_key_names_its_weights_and_its_sweep_keeps_k_steps_inside_a_scale_block():
+    from nbx.core import Float8BlockWeight, device_files
+    from nbx.kernels.moe import weight_layout
+    from nbx.kernels.moe.tuning import _fits, representative_layer
+    w = _float8_layer(2, 32, 32, (16, 64), "float8_e4m3fn", "cpu")
+    assert weight_layout(*w).label == "fp8-e4m3fn-b16x64"
+    rep = dict(tokens=4, experts=2, top_k=1, inter=32, hidden=32, dtype="bfloat16", weights="fp8-e5m2-b16x64")
+    layer = representative_layer(rep, "cpu")
+    assert all(isinstance(t, Float8BlockWeight) and t.block == (16, 64) and t.dtype.name == "float8_e5m2"
+               for t in layer[3:])
+    facts = device_files.for_arch("sm_90")
+    setting = {"block_m": 16, "block_n": 64, "block_k": 128, "group_m": 8, "num_warps": 4, "num_stages": 3,
+               "loads": "pointers"}
+    assert "does not divide" in _fits(setting, rep, facts)
+    assert _fits({**setting, "block_k": 64}, rep, facts) is True
