@@ -125,7 +125,8 @@ def test_the_layer_over_float8_weights_is_the_layer_over_their_dequantized_value
     from nbx.core import Float8BlockWeight
     rng = np.random.default_rng(10)
     x = asarray(rng.standard_normal((3, 32)).astype(np.float32))
-    ws = [Float8BlockWeight.quantize(asarray(rng.standard_normal(s) / 6), (16, 16)) for s in ((3, 16, 32),) * 2 + ((3, 32, 16),)]
+    ws = [Float8BlockWeight.quantize(asarray(rng.standard_normal(s) / 6), (16, 16))
+          for s in ((3, 16, 32), (3, 16, 32), (3, 32, 16))]
     weights, experts = asarray(np.full((3, 2), 0.5, np.float32)), asarray(np.array([[0, 2], [1, 0], [2, 1]], np.int32))
     out = nbx.moe_experts(x, weights, experts, *ws)
     dense = nbx.moe_experts(x, weights, experts, *(w.dequantize("float32") for w in ws))

@@ -3,7 +3,8 @@ down with the routed weight, combine) against the same layer as Hugging Face wri
 loop over the experts that got tokens), on the same GPU in one process (torch is the peer; nbx
 never imports it).
 
-    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_moe.py [--quick] [--int4] [--fp8]
+    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_moe.py \
+        [--quick] [--int4] [--fp8]
         [--tokens 1 8 64]
 
 Layers (bfloat16, weights [E, I, H] / [E, H, I], softmax routing, top-k renormalized):

@@ -100,7 +100,8 @@ class Float8BlockWeight:
         return Float8BlockWeight(asarray(weight, device=w.device), asarray(scales, device=w.device), block)
 
     def __repr__(self) -> str:
-        return f"Float8BlockWeight(shape={self.shape}, dtype={self.dtype.name}, block={self.block}, device='{self.device}')"
+        return (f"Float8BlockWeight(shape={self.shape}, dtype={self.dtype.name}, block={self.block}, "
+                f"device='{self.device}')")
 
 
 __all__ = ["Float8BlockWeight", "FLOAT8", "DEFAULT_BLOCK"]

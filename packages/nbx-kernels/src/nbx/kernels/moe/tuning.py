@@ -9,7 +9,8 @@ file default (tiles.moe_experts, tiles.moe_band) and its own certificates.
 
 The launch key (launch_key): tokens (the power of two at or above the count), experts and top_k
 (exact: they fix the pairs per expert), the intermediate and hidden sizes (dims ladder), the dtype, and the weights' form ("dense", or
-"int4-<scheme>-g<group>": W4A16, or "fp8-<type>-b<rows>x<columns>": block-scaled float8, W8A16). The representative launch routes token t's slot j to expert
+"int4-<scheme>-g<group>": W4A16, or "fp8-<type>-b<rows>x<columns>": block-scaled float8, W8A16).
+The representative launch routes token t's slot j to expert
 (t * top_k + j) % experts: every expert gets its share of rows.
 """
 from __future__ import annotations
