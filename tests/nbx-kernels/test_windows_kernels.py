@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import nbx.core as nbx
+from test_sort_select import requested_bytes  # the allocation recorder of the sort family's cost test
 from window_references import col2im, diag_embed, im2col, pixel_shuffle
 
 rng = np.random.default_rng(71)
@@ -34,3 +35,31 @@ def test_diag_embed_pixel_shuffle_sliding_windows_and_counts_alone_on_the_device
           np.lib.stride_tricks.sliding_window_view(s, 4)[::3].astype(np.float64), device)
     counts = np.array([1, 0, 3])
     check(nbx.repeat_interleave(nbx.asarray(counts).to(device)), np.repeat(np.arange(3), counts), device)
+
+
+def test_the_declared_costs_of_the_copying_front_ends_are_their_allocations(device, monkeypatch):
+    from nbx.kernels.cost import price
+    asked = requested_bytes(device, monkeypatch)
+    x = nbx.asarray(rng.standard_normal((2, 8, 3, 5)).astype(np.float32)).to(device)
+    for op, args in (("pixel_shuffle", (x, 2)), ("pixel_shuffle", (x, 1)), ("pixel_unshuffle", (x, 1)),
+                     ("pixel_shuffle", (x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2), 2)),
+                     ("diag_embed", (x[0, 0], 1, 0, 2)), ("unfold", (x, 2)), ("unfold", (x, 1))):
+        cost = price(op, *args)
+        asked.clear()
+        getattr(nbx, op)(*args)
+        assert sorted(asked) == sorted(b.nbytes for b in cost.buffers), (op, asked, cost.buffers)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_folds_declared_peak_is_the_padded_sum_and_the_larger_of_a_taps_temporaries_and_the_output(
+        device, monkeypatch, dtype):
+    from nbx.kernels.cost import price
+    asked = requested_bytes(device, monkeypatch)
+    cols = nbx.asarray(rng.standard_normal((2, 4, 16)).astype(np.float32)).to(dtype=getattr(nbx, dtype)).to(device)
+    cost = price("fold", cols, (3, 3), 2, 1, 1)
+    asked.clear()
+    nbx.fold(cols, (3, 3), 2, 1, 1)  # padding 1: cropped, so an output is made
+    per_tap = 2 if dtype == "float16" else 1  # the tap cast to float32, then the add
+    padded, temporaries, out = asked[0], asked[1:1 + 4 * per_tap], asked[1 + 4 * per_tap:]
+    assert len(out) == 1 and len(temporaries) == 4 * per_tap
+    assert cost.allocated == padded + max(sum(temporaries[:per_tap]), out[0])

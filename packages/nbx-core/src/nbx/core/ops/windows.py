@@ -64,7 +64,7 @@ def _pair(name: str, value, low: int) -> tuple[int, int]:
     return pair
 
 
-def _frame(kernel_size, dilation, padding, stride):
+def window_frame(kernel_size, dilation, padding, stride):
     return (_pair("kernel_size", kernel_size, 1), _pair("dilation", dilation, 1), _pair("padding", padding, 0),
             _pair("stride", stride, 1))
 
@@ -86,7 +86,7 @@ def _window_view(padded: Tensor, kernel, dilation, stride, blocks) -> Tensor:
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """torch.nn.functional.unfold (im2col): [N, C, H, W] (or [C, H, W]) to [N, C * kh * kw, L], the
     windows' taps in (channel, row, column) order, L = Lh * Lw windows in row-major order."""
-    kernel, dilation, padding, stride = _frame(kernel_size, dilation, padding, stride)
+    kernel, dilation, padding, stride = window_frame(kernel_size, dilation, padding, stride)
     if input.ndim not in (3, 4):
         raise ShapeError(f"unfold takes [N, C, H, W] or [C, H, W] inputs, got {input.shape}")
     x = input if input.ndim == 4 else input.unsqueeze(0)
@@ -102,7 +102,7 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     """torch.nn.functional.fold (col2im): [N, C * kh * kw, L] (or [C * kh * kw, L]) to
     [N, C, H, W], each window's taps added at their places (overlaps sum). One strided add a tap,
     in tap order (the same order on every device); half-precision inputs add in float32."""
-    kernel, dilation, padding, stride = _frame(kernel_size, dilation, padding, stride)
+    kernel, dilation, padding, stride = window_frame(kernel_size, dilation, padding, stride)
     out_hw = _pair("output_size", output_size, 1)
     if input.ndim not in (2, 3):
         raise ShapeError(f"fold takes [N, C * kh * kw, L] or [C * kh * kw, L] inputs, got {input.shape}")

@@ -18,6 +18,7 @@ from ..registry import implements
 from .concat import concat_rows, launches as concat_launches, parts_of
 from .kernel import COPY, FLIP, ROLL
 from .remap import MODES, remap_copy
+from . import windows as _windows  # noqa: F401  (the windows front-ends' declared costs)
 
 
 @implements("concat")
