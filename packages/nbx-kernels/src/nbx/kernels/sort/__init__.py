@@ -108,7 +108,8 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
     axis %= x.ndim
     shape = _rows_shape(x, axis)
     if is_wide(x.dtype):
-        return wide_cost(x, _sort_cost(_word_keys(x), axis))
+        last = [d for d in range(x.ndim) if d != axis] + [axis]
+        return wide_cost(x, _sort_cost(_word_keys(x), axis), moved=not x.permute(last).is_contiguous())
     if shape[-1] <= launch.tiles("sort", x.device)["max_block_n"]:  # one program a row
         plan = _sort_rows_plan(shape, x.dtype, shape[-1], descending, x.device)
         return Cost(buffers=plan.buffers(), bytes_moved=3 * x.nbytes + x.size * 8, launches=len(plan.launches))
@@ -134,10 +135,12 @@ def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
     limit = launch.tiles("sort", x.device)["max_block_n"]
     out = x.size // max(shape[-1], 1) * k
     written = out * (x.dtype.itemsize + 8)
-    if is_wide(x.dtype):
+    if is_wide(x.dtype):  # the sort's temporaries are gone before its first k are copied out
         sort = _sort_cost(x, dim, largest)
-        full = tuple(Buffer(b.name, b.nbytes, LAUNCH) for b in sort.buffers)
-        firsts = (Buffer("values", out * x.dtype.itemsize), Buffer("indices", out * 8))
+        temporaries = sum(b.nbytes for b in sort.buffers if b.lifetime == LAUNCH)
+        full = tuple(Buffer(b.name, b.nbytes, LAUNCH) for b in sort.buffers if b.lifetime != LAUNCH)
+        firsts = (Buffer("values", out * x.dtype.itemsize), Buffer("indices", out * 8),
+                  Buffer("temporaries", max(0, temporaries - written), LAUNCH))
         return Cost(full + firsts, sort.bytes_moved + 2 * written, launches=sort.launches + 2,
                     notes=sort.notes + ("then its first k copied",))
     if shape[-1] <= limit or k == 0:

@@ -26,20 +26,30 @@ def is_wide(dtype) -> bool:
 
 
 def order_words(rows: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
-    """The high and low uint32 words of rows' order-preserving uint64 keys."""
+    """The high and low uint32 words of rows' order-preserving uint64 keys (each temporary dropped
+    once used: the peak is what wide_cost declares)."""
     from nbx.core.ops import elementwise as ew
     from ..gather import as_bits
     if rows.dtype.kind == "float":
-        canonical = ew.where(ew.isnan(rows), float("nan"), ew.where(rows == 0, 0.0, rows))
+        nan = ew.isnan(rows)
+        zeroed = ew.where(rows == 0, 0.0, rows)
+        canonical = ew.where(nan, float("nan"), zeroed)
+        del nan, zeroed
         bits = as_bits(canonical)[0]
-        key = ew.where((bits >> 63) != 0, ew.bitwise_invert(bits), bits | SIGN)
+        negative = (bits >> 63) != 0
+        flipped = ew.bitwise_invert(bits)
+        positive = bits | SIGN
+        del bits, canonical
+        key = ew.where(negative, flipped, positive)
+        del negative, flipped, positive
     elif rows.dtype.kind == "int":
         key = as_bits(rows.contiguous())[0] ^ SIGN
     else:
         key = rows
     if descending:
         key = ew.bitwise_invert(key)
-    return (key >> 32).to(dtype=dtypes.uint32), (key & 0xFFFFFFFF).to(dtype=dtypes.uint32)
+    high = (key >> 32).to(dtype=dtypes.uint32)
+    return high, (key & 0xFFFFFFFF).to(dtype=dtypes.uint32)
 
 
 def sort_wide(rows: Tensor, descending: bool, sort_narrow) -> tuple[Tensor, Tensor]:
@@ -49,22 +59,38 @@ def sort_wide(rows: Tensor, descending: bool, sort_narrow) -> tuple[Tensor, Tens
     last = rows.ndim - 1
     high, low = order_words(rows, descending)
     by_low = sort_narrow(low, last, False)[1]
-    by_high = sort_narrow(take_along_axis(high, by_low, axis=last), last, False)[1]
+    del low
+    high = take_along_axis(high, by_low, axis=last)
+    by_high = sort_narrow(high, last, False)[1]
+    del high
     order = take_along_axis(by_low, by_high, axis=last)
+    del by_low, by_high
     return take_along_axis(rows, order, axis=last), order
 
 
-def wide_cost(x: Tensor, word_sort: Cost) -> Cost:
-    """sort_wide's traffic: the key words made (x read, two uint32 words written, about four
-    elementwise passes for float64), two sorts of uint32 words (word_sort, the cost of one), three
-    gathers (high words, the composed order, the values), each reading its index and source."""
+def wide_cost(x: Tensor, word_sort: Cost, moved: bool = False) -> Cost:
+    """sort_wide's cost from its steps, word_sort the declared cost of one sort of uint32 words of
+    x's shape (values 4 bytes and indices 8 a key, plus its workspace W). Per key, the live bytes
+    peak at the key words (int: the uint64 key, a shifted copy and both words, 24; float64: the
+    canonical value, its sign mask, both flipped forms and the key, 25) or during the second word
+    sort (the gathered high words, the first order, and that sort's outputs: 24 + W), the outputs
+    (values and int64 indices) being made after both. moved: the sorted dim is not x's last in
+    memory, so x is copied with it last (live throughout) and both outputs copied back at the end."""
     n = x.size
-    words = 2 * n * 4
-    keys = (4 if x.dtype.kind == "float" else 2) * (x.nbytes + n * 8) + x.nbytes + words
-    gathers = (n * 8 + 2 * n * 4) + 3 * n * 8 + (n * 8 + 2 * x.nbytes)
-    buffers = (Buffer("values", x.nbytes), Buffer("indices", n * 8), Buffer("key_words", words, LAUNCH)) + tuple(
-        Buffer(f"word_{b.name}", b.nbytes, LAUNCH) for b in word_sort.buffers)
-    return Cost(buffers=buffers, bytes_moved=keys + 2 * word_sort.bytes_moved + gathers,
-                launches=2 * word_sort.launches + (8 if x.dtype.kind == "float" else 4) + 3,
+    float_keys = x.dtype.kind == "float"
+    peak_keys = 25 * n if float_keys else 24 * n
+    workspace = word_sort.allocated - 12 * n
+    outputs = x.nbytes + n * 8
+    peak = max(peak_keys, 24 * n + workspace, 2 * outputs if moved else 0) + (x.nbytes if moved else 0)
+    # elementwise passes making the keys (reads + writes per key): float64 5 passes (isnan, == 0,
+    # two wheres, >> 63 and != 0, ~, |, where), ints 1 (xor); then >> 32, & and two casts to words
+    key_passes = (9 + 8 + 16 + 9 + 9 + 16 + 16 + 24) * n if float_keys else (16 if x.dtype.kind == "int" else 0) * n
+    words = 2 * (8 + 8 + 8 + 4) * n
+    gathers = (4 + 8 + 4) * n + (8 + 8 + 8) * n + (8 + 8 + 8) * n
+    launches = (9 if float_keys else 1 if x.dtype.kind == "int" else 0) + 4 + 2 * word_sort.launches + 3 + 3 * moved
+    gathers += 3 * 2 * x.nbytes * moved + 2 * n * 8 * moved  # the copy with the dim last, the two back
+    return Cost(buffers=(Buffer("values", x.nbytes), Buffer("indices", n * 8),
+                         Buffer("temporaries", peak - outputs, LAUNCH)),
+                bytes_moved=key_passes + words + 2 * word_sort.bytes_moved + gathers, launches=launches,
                 notes=("64-bit keys: two stable sorts of their 32-bit words (low, then high), composed",)
                 + word_sort.notes)
