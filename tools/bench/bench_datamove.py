@@ -104,6 +104,14 @@ def cases():
         keys = torch.randn(1 << log2, device="cuda", generator=gen)
         yield "sort", f"2^{log2} f32", 2 * keys.numel() * 4, 1, \
             lambda i, nk=view(keys): nbx.sort(nk), lambda i, keys=keys: torch.sort(keys)
+    # 64-bit keys: two stable sorts of their 32-bit words (sort/wide.py); unique of int64 token ids
+    wide = torch.randint(-(1 << 62), 1 << 62, (1 << 24,), device="cuda", generator=gen)
+    yield "sort", "2^24 i64", 2 * wide.numel() * 8, 1, \
+        lambda i, nw=view(wide): nbx.sort(nw), lambda i: torch.sort(wide)
+    ids = torch.randint(0, 151936, (1 << 20,), device="cuda", generator=gen)
+    yield "unique", "2^20 i64 ids of 151936", ids.numel() * 8, 1, \
+        lambda i, ni=view(ids): nbx.unique_counts(ni), \
+        lambda i: torch.unique(ids, sorted=True, return_inverse=False, return_counts=True)
     rows = torch.randn((64, 151936), device="cuda", generator=gen)
     yield "sort-rows", "[64,151936] f32", 2 * rows.numel() * 4, 1, \
         lambda i, nr=view(rows): nbx.sort(nr, axis=-1), lambda i: torch.sort(rows, dim=-1)
