@@ -94,6 +94,48 @@ def test_the_tiled_chain_is_bit_equal_to_the_untiled_chain_at_band_sizes_of_1_to
         np.testing.assert_array_equal(got.numpy(), full, err_msg=f"band of {band} rows")
 
 
+def _weight(*shape):
+    return _put(RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:])))
+
+
+def _assert_tiled_equals_untiled(x, layers, bands):
+    full = nbx.conv_chain(x, layers)
+    for band in bands:
+        got = nbx.tiled_conv_chain(x, layers, band)
+        assert got.shape == full.shape and got.strides == full.strides
+        np.testing.assert_array_equal(got.numpy(), full.numpy(), err_msg=f"band of {band} rows")
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate"])
+def test_a_long_sequences_conv1d_chain_and_a_videos_conv3d_chain_band_bit_equal_along_their_first_dim(mode):
+    layers = [nbx.ConvLayer(_weight(3, 2, 7), _put(RNG.standard_normal(3)), 1, 3, padding_mode=mode,
+                            activation="silu"),
+              nbx.ConvLayer(_weight(4, 3, 3), None, 2, 1, padding_mode=mode),
+              nbx.ConvLayer(_weight(2, 4, 5), None, 1, "same", dilation=3, padding_mode=mode)]
+    field = nbx.receptive_field(layers)
+    assert field == 1 + 6 + 2 + 12 * 2
+    _assert_tiled_equals_untiled(_put(RNG.standard_normal((2, 2, 8 * field + 5))), layers,
+                                 (field, 2 * field, 4 * field, 8 * field, 1, 3))
+    video = [nbx.ConvLayer(_weight(3, 2, 3, 3, 2), None, 1, (1, 1, 0), padding_mode=mode),
+             nbx.ConvLayer(_weight(2, 3, 3, 1, 3), None, (2, 1, 1), (1, 0, 1), padding_mode=mode)]
+    field = nbx.receptive_field(video)
+    _assert_tiled_equals_untiled(_put(RNG.standard_normal((1, 2, 4 * field + 1, 4, 3)), True), video,
+                                 (field, 2 * field, 4 * field, 1))
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_upsampling_layers_band_bit_equal_where_a_band_starts_inside_a_stored_row(stride):
+    """A VAE decoder's upsampler (nearest x k fused into the conv): a band's first needed row of the
+    upsampled image falls anywhere in a stored row, and on or off the stride's grid."""
+    layers = [nbx.ConvLayer(_weight(3, 2, 3, 3), _put(RNG.standard_normal(3)), 1, 1, activation="silu"),
+              nbx.ConvLayer(_weight(4, 3, 3, 3), None, 1, 1, upsample=2),
+              nbx.ConvLayer(_weight(2, 4, 3, 3), None, stride, 1, upsample=3),
+              nbx.ConvLayer(_weight(2, 2, 3, 1), None, 1, (1, 0))]
+    field = nbx.receptive_field(layers)
+    _assert_tiled_equals_untiled(_put(RNG.standard_normal((1, 2, 13, 3))), layers,
+                                 (1, 2, 3, 5, field, 2 * field, 4 * field, 8 * field))
+
+
 def test_the_tiled_chain_refuses_a_circular_layer_and_empty_chains():
     x = _put(RNG.standard_normal((1, 2, 9, 4)))
     w = _put(RNG.standard_normal((2, 2, 3, 3)))
@@ -103,3 +145,7 @@ def test_the_tiled_chain_refuses_a_circular_layer_and_empty_chains():
         nbx.tiled_conv_chain(x, [], 4)
     with pytest.raises(ArgumentError, match="band_rows must be positive"):
         nbx.tiled_conv_chain(x, [nbx.ConvLayer(w)], 0)
+    with pytest.raises(ShapeError, match="one chain is of one rank"):
+        nbx.tiled_conv_chain(x, [nbx.ConvLayer(_put(RNG.standard_normal((2, 2, 3))))], 4)
+    with pytest.raises(NotSupportedError, match="upsampling layer with padding_mode 'reflect'"):
+        nbx.tiled_conv_chain(x, [nbx.ConvLayer(w, padding=1, padding_mode="reflect", upsample=2)], 4)

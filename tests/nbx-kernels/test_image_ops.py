@@ -61,6 +61,24 @@ def test_the_tiled_chain_is_bit_equal_to_the_untiled_chain_on_the_kernels(device
         np.testing.assert_array_equal(nbx.tiled_conv_chain(x, layers, band).numpy(), full, err_msg=f"band {band}")
 
 
+def test_a_conv1d_chain_and_an_upsampling_conv2d_chain_band_bit_equal_on_the_kernels(device):
+    """Integer values, as above: the sums are exact, so the check sees the halos and the rows an
+    upsampling layer computes before a band's first needed row and drops (every band size and
+    edge: the CPU tests in tests/nbx-core; interp launches cost ~0.2 s each)."""
+    ints = lambda *shape: _put(RNG.integers(-2, 3, shape), device)
+    sequence = [nbx.ConvLayer(ints(2, 2, 5), ints(2), 1, 2, activation="relu"),
+                nbx.ConvLayer(ints(2, 2, 3), None, 2, 1, padding_mode="replicate")]
+    field = nbx.receptive_field(sequence)
+    x = ints(1, 2, 2 * field + 3)
+    full = nbx.conv_chain(x, sequence).numpy()
+    for band in (field, 2 * field):
+        np.testing.assert_array_equal(nbx.tiled_conv_chain(x, sequence, band).numpy(), full, err_msg=f"band {band}")
+    image = [nbx.ConvLayer(ints(2, 2, 3, 1), None, 2, (1, 0), upsample=3, activation="relu")]
+    x = _put(RNG.integers(-2, 3, (1, 2, 5, 2)), device, channels_last=True)
+    full = nbx.conv_chain(x, image).numpy()
+    np.testing.assert_array_equal(nbx.tiled_conv_chain(x, image, 3).numpy(), full, err_msg="bands of 3 rows")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
