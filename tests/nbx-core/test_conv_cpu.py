@@ -142,6 +142,17 @@ def test_fft_family_matches_numpy_and_inverts(norm):
                                atol=1e-5)
 
 
+def test_fftfreq_and_the_shifts_place_the_bins_as_numpy_for_odd_and_even_lengths():
+    np.testing.assert_array_equal(nbx.fft.fftfreq(7, 0.5).numpy(), np.fft.fftfreq(7, 0.5).astype(np.float32))
+    assert nbx.fft.fftfreq(8, dtype="float64").dtype == nbx.float64
+    a = (RNG.standard_normal((3, 4, 5)) + 1j * RNG.standard_normal((3, 4, 5))).astype(np.complex64)
+    x = nbx.asarray(a)
+    for dim in (None, 1, (0, -1)):
+        shifted = nbx.fft.fftshift(x, dim)
+        np.testing.assert_array_equal(shifted.numpy(), np.fft.fftshift(a, dim))
+        np.testing.assert_array_equal(nbx.fft.ifftshift(shifted, dim).numpy(), a)   # odd dims: not fftshift again
+
+
 def test_fft_refusals_are_named():
     with pytest.raises(DTypeError, match="real input"):
         nbx.fft.rfft(nbx.asarray(np.ones(4, np.complex64)))
