@@ -106,3 +106,24 @@ def test_the_tiled_chain_of_a_vae_decoder_stage_is_bit_equal_on_the_gpu():
     field = nbx.receptive_field(layers)
     for band in (field, 2 * field, 4 * field, 8 * field):
         np.testing.assert_array_equal(nbx.tiled_conv_chain(x, layers, band).numpy(), full, err_msg=f"band {band}")
+
+
+@pytest.mark.gpu
+def test_the_tiled_chains_of_a_vocoders_sequence_and_a_decoders_upsampler_are_bit_equal_on_the_gpu():
+    """A 65536-sample conv1d chain (k = 7, dilation 1 and 3) and an upsampling conv2d chain (nearest
+    x 2 fused, then a 3 x 3), bfloat16, 64 channels; {-1, 0, 1} inputs and weights of 1/8 keep every
+    float32 sum exact (multiples of 1/64 of magnitude below 2^13), so any served tile agrees bit for bit."""
+    device = nbx.as_device("cuda")
+    def weight(*kernel):
+        return _put(RNG.integers(-1, 2, (64, 64, *kernel)) * 0.125, device, "bfloat16")
+    sequence = [nbx.ConvLayer(weight(7), None, 1, 3, activation="relu"),
+                nbx.ConvLayer(weight(7), None, 1, "same", dilation=3)]
+    x = _put(RNG.integers(-1, 2, (1, 64, 65536)), device, "bfloat16")
+    image = [nbx.ConvLayer(weight(3, 3), None, 1, 1, upsample=2), nbx.ConvLayer(weight(3, 3), None, 1, 1)]
+    y = _put(RNG.integers(-1, 2, (1, 64, 256, 64)), device, "bfloat16", channels_last=True)
+    for layers, data, bands in ((sequence, x, (1, 2, 4, 8)), (image, y, (1, 3, 8))):
+        full = nbx.conv_chain(data, layers).numpy()
+        field = nbx.receptive_field(layers)
+        for band in bands:
+            got = nbx.tiled_conv_chain(data, layers, band * field).numpy()
+            np.testing.assert_array_equal(got, full, err_msg=f"band of {band} receptive fields")
