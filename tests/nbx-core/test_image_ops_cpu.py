@@ -136,11 +136,41 @@ def test_upsampling_layers_band_bit_equal_where_a_band_starts_inside_a_stored_ro
                                  (1, 2, 3, 5, field, 2 * field, 4 * field, 8 * field))
 
 
+def _decoder_stage(put, seed: int = 7) -> list:
+    """A VAE decoder's stage in small: conv, a ResNet block whose channels change (GroupNorm -> SiLU ->
+    conv twice, a 1 x 1 shortcut), an upsampling conv, a block of one norm, GroupNorm -> SiLU, conv."""
+    rng = np.random.default_rng(seed)
+    w = lambda *shape: put(rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:])))
+    norm = lambda c, g: nbx.GroupNormLayer(g, put(rng.standard_normal(c)), put(rng.standard_normal(c)), 1e-5, "silu")
+    block = nbx.Residual((norm(4, 2), nbx.ConvLayer(w(6, 4, 3, 3), None, 1, 1), norm(6, 3),
+                          nbx.ConvLayer(w(6, 6, 3, 3), None, 1, 1)), nbx.ConvLayer(w(6, 4, 1, 1)))
+    return [nbx.ConvLayer(w(4, 2, 3, 3), None, 1, 1), block, nbx.ConvLayer(w(6, 6, 3, 3), None, 1, 1, upsample=2),
+            nbx.Residual((norm(6, 2), nbx.ConvLayer(w(6, 6, 3, 3), None, 1, 1))), norm(6, 3),
+            nbx.ConvLayer(w(3, 6, 3, 3), None, 1, 1)]
+
+
+def test_a_decoder_stage_of_group_norms_and_residual_blocks_bands_to_the_untiled_chain():
+    """A norm's statistics are its whole input's (a banded pass gathers them): a mean far from zero
+    would show a band's own statistics at once. Summed in another order, so agreement, not bits."""
+    put = lambda a: nbx.asarray(np.asarray(a, np.float64))
+    layers = _decoder_stage(put)
+    x = put(RNG.standard_normal((2, 2, 11, 5)) + 3)
+    full = nbx.conv_chain(x, layers).numpy()
+    field = nbx.receptive_field(layers)
+    for band in (1, 3, field, 4 * field):
+        np.testing.assert_allclose(nbx.tiled_conv_chain(x, layers, band).numpy(), full, rtol=1e-10, atol=1e-12,
+                                   err_msg=f"band of {band} rows")
+
+
 def test_the_tiled_chain_refuses_a_circular_layer_and_empty_chains():
     x = _put(RNG.standard_normal((1, 2, 9, 4)))
     w = _put(RNG.standard_normal((2, 2, 3, 3)))
     with pytest.raises(NotSupportedError, match="circular"):
         nbx.tiled_conv_chain(x, [nbx.ConvLayer(w, padding=1, padding_mode="circular")], 4)
+    with pytest.raises(ArgumentError, match="a Residual's shortcut is None or a 1 x 1"):
+        nbx.tiled_conv_chain(x, [nbx.Residual((nbx.ConvLayer(w, padding=1),), nbx.ConvLayer(w, padding=1))], 4)
+    with pytest.raises(ShapeError, match="a Residual's body changes the 9 rows"):
+        nbx.tiled_conv_chain(x, [nbx.Residual((nbx.ConvLayer(w),))], 4)
     with pytest.raises(ArgumentError, match="non-empty sequence of ConvLayer"):
         nbx.tiled_conv_chain(x, [], 4)
     with pytest.raises(ArgumentError, match="band_rows must be positive"):

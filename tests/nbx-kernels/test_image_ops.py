@@ -79,6 +79,22 @@ def test_a_conv1d_chain_and_an_upsampling_conv2d_chain_band_bit_equal_on_the_ker
     np.testing.assert_array_equal(nbx.tiled_conv_chain(x, image, 3).numpy(), full, err_msg="bands of 3 rows")
 
 
+def test_a_group_norm_in_a_residual_block_bands_to_the_oracle_on_the_kernels(device, check):
+    """A norm's whole-input statistics (a banded pass) applied band by band inside a residual block,
+    in float32 on the kernels against the float64 untiled chain on the CPU (every layer kind, more
+    bands: tests/nbx-core; interp's implicit GEMM costs ~0.5 s a launch)."""
+    def chain(put):
+        rng = np.random.default_rng(7)
+        w = lambda *shape: put(rng.standard_normal(shape) / 3)
+        norm = nbx.GroupNormLayer(2, put(rng.standard_normal(4)), put(rng.standard_normal(4)), 1e-5, "silu")
+        return [nbx.ConvLayer(w(4, 2, 3, 1), None, 1, (1, 0)), nbx.Residual((norm, nbx.ConvLayer(w(4, 4, 3, 1), None, 1,
+                                                                                                   (1, 0))))]
+    a = RNG.standard_normal((1, 2, 6, 2)) + 3
+    expected = nbx.conv_chain(nbx.asarray(a), chain(lambda v: nbx.asarray(np.asarray(v, np.float64)))).numpy()
+    got = nbx.tiled_conv_chain(_put(a, device, channels_last=True), chain(lambda v: _put(v, device)), 3)
+    check(got, expected, device)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])

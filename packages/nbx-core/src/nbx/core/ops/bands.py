@@ -15,6 +15,16 @@ rows cover the ones needed; when the needed rows start inside a stored row (or o
 grid), the band's convolution computes the few output rows before them too and drops them. Each
 band's output rows are written into the full output.
 
+A diffusion VAE decoder's stages also hold group norms and residual blocks: `GroupNormLayer`
+(group_norm with its activation) and `Residual(body, shortcut)` (body(x) + x, or + a 1 x 1
+projection). A group norm's statistics are those of its whole input: before the output's bands,
+tiled_conv_chain runs the chain up to each norm band by band (in order, the earlier norms applied
+with their statistics) and combines the bands' means and variances (Chan's rule, in float64); the
+band then applies them per channel (batch_norm's map per sample, then the activation). A chain with
+norms is therefore not bit-equal to the untiled one (its statistics are summed in another order and
+a half type rounds once more, between the map and the activation) but agrees to the dtype's
+tolerance; it costs one more banded pass of its prefix per norm. Peak memory stays one band's.
+
 Every output element is then computed from the same input values by the same kernel arithmetic as
 in `conv_chain` (the untiled chain), so the two are bit-equal wherever the convolution's
 accumulation order does not depend on the launch's size: the CPU and `interp` (one tile for every
@@ -25,12 +35,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import ArgumentError, NotSupportedError, ShapeError
 from ..tensor import Tensor
 from .conv import conv1d, conv2d, conv3d, conv_out_size, conv_padding, spatial_tuple
 
 BAND_PADDING_MODES = ("zeros", "reflect", "replicate")
 CONVS = {1: conv1d, 2: conv2d, 3: conv3d}
+ACTIVATIONS = {None: lambda x: x, "relu": lambda x: _ops().relu(x), "silu": lambda x: _ops().silu(x),
+               "gelu": lambda x: _ops().gelu(x), "gelu_tanh": lambda x: _ops().gelu(x, approximate="tanh")}
+
+
+def _ops():
+    from nbx import core   # the activations' front-ends (imported when a band first applies one)
+    return core
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,32 @@ class ConvLayer:
                                 activation=self.activation, upsample=self.upsample)
 
 
+@dataclass(frozen=True)
+class GroupNormLayer:
+    """group_norm(x, num_groups, weight, bias, eps, activation=) in a chain (its statistics over the
+    whole input: gathered by a banded pass first, see the module's text)."""
+    num_groups: int
+    weight: Tensor | None = None
+    bias: Tensor | None = None
+    eps: float = 1e-5
+    activation: str | None = None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        from .norms import group_norm
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps, activation=self.activation)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """body(x) + x, or body(x) + shortcut(x) with shortcut a 1 x 1, stride 1 ConvLayer (a ResNet block
+    whose channels change); the body keeps the banded dim's size."""
+    body: tuple
+    shortcut: ConvLayer | None = None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return conv_chain(x, self.body) + (x if self.shortcut is None else self.shortcut(x))
+
+
 def conv_chain(x: Tensor, layers) -> Tensor:
     """The layers applied in turn to the whole image."""
     for layer in layers:
@@ -75,11 +120,17 @@ def conv_chain(x: Tensor, layers) -> Tensor:
 def receptive_field(layers) -> int:
     """The input rows one output row of the chain depends on (at most, for upsampling layers: r
     consecutive upsampled rows fall in at most ceil((r - 1) / k) + 1 stored rows)."""
-    rows = 1
-    for layer in reversed(list(layers)):
-        k, s, d, _, _ = layer.rows()
-        rows = (rows - 1) * s + d * (k - 1) + 1
-        rows = -(-(rows - 1) // layer.upsample) + 1
+    return _rows_needed(list(layers), 1)
+
+
+def _rows_needed(layers, rows: int) -> int:
+    for layer in reversed(layers):
+        if isinstance(layer, Residual):
+            rows = max(rows, _rows_needed(list(layer.body), rows))
+        elif isinstance(layer, ConvLayer):
+            k, s, d, _, _ = layer.rows()
+            rows = (rows - 1) * s + d * (k - 1) + 1
+            rows = -(-(rows - 1) // layer.upsample) + 1
     return rows
 
 
@@ -87,8 +138,14 @@ def _heights(height: int, layers) -> list[int]:
     """The height of the chain's input and of each layer's output."""
     heights = [height]
     for layer in layers:
-        k, s, d, (lo, hi), _ = layer.rows()
-        heights.append(conv_out_size(heights[-1] * layer.upsample, lo, hi, k, s, d))
+        if isinstance(layer, ConvLayer):
+            k, s, d, (lo, hi), _ = layer.rows()
+            heights.append(conv_out_size(heights[-1] * layer.upsample, lo, hi, k, s, d))
+        else:
+            heights.append(heights[-1])
+            if isinstance(layer, Residual) and _heights(heights[-1], layer.body)[-1] != heights[-1]:
+                raise ShapeError(f"tiled_conv_chain: a Residual's body changes the {heights[-1]} rows of its "
+                                 f"input (its sum needs the same rows)")
         if heights[-1] < 1:
             raise ShapeError(f"tiled_conv_chain: a layer leaves no rows of the {height}-row input")
     return heights
@@ -99,6 +156,15 @@ def _plan_band(first: int, last: int, layers, heights):
     padded (upsampled) input in image coordinates); the band is the chain's output rows [first, last)."""
     steps = []
     for index in range(len(layers) - 1, -1, -1):
+        if not isinstance(layers[index], ConvLayer):   # a norm: the same rows; a residual: its body's and these
+            inner = None
+            held = (first, last)
+            if isinstance(layers[index], Residual):
+                inner = _plan_band(first, last, layers[index].body, _heights(heights[index], layers[index].body))
+                held = (min(first, inner[0][0][0]), max(last, inner[0][0][1]))
+            steps.append((held, (first, last), inner))
+            first, last = held
+            continue
         k, s, d, (pad_lo, _), _ = layers[index].rows()
         up, size = layers[index].upsample, heights[index]
         need = (first * s - pad_lo, (last - 1) * s - pad_lo + d * (k - 1) + 1)
@@ -108,9 +174,46 @@ def _plan_band(first: int, last: int, layers, heights):
                 held[1] = max(held[1], min(size, -need[0] + 1))
             if need[1] > size:
                 held[0] = min(held[0], max(0, size - 1 - (need[1] - size)))
-        steps.append((tuple(held), need))
+        steps.append((tuple(held), need, None))
         first, last = held
     return steps[::-1]
+
+
+def _run_band(layers, steps, band: Tensor, stats: dict) -> Tensor:
+    """The band (its first layer's rows held) through the layers: the last one's rows of the band."""
+    for layer, (held, need, inner) in zip(layers, steps):
+        if isinstance(layer, GroupNormLayer):
+            band = _normalized(layer, band, stats[id(layer)])
+        elif isinstance(layer, Residual):
+            body = inner[0][0]
+            out = _run_band(layer.body, inner, band[:, :, body[0] - held[0]:body[1] - held[0]], stats)
+            skip = band[:, :, need[0] - held[0]:need[1] - held[0]]
+            band = out + (skip if layer.shortcut is None else layer.shortcut(skip))
+        else:
+            band = _band_layer(layer, band, held, need, layer.rows()[4])
+    return band
+
+
+def _normalized(layer: GroupNormLayer, band: Tensor, moments) -> Tensor:
+    """The group norm of a band by its input's whole statistics: per sample, batch_norm's per-channel
+    map (the group's mean and variance repeated over its channels), then the activation."""
+    from .datamove import concat
+    from .norms import batch_norm
+    from ..tensor import from_numpy
+    mean, var = moments
+    per = band.shape[1] // layer.num_groups
+    rows = []
+    for n in range(band.shape[0]):
+        stat = [from_numpy(np.repeat(a[n], per).astype(_statistics_dtype(band).host), band.device) for a in (mean, var)]
+        rows.append(ACTIVATIONS[layer.activation](batch_norm(band[n:n + 1], *stat, layer.weight, layer.bias,
+                                                             layer.eps)))
+    return rows[0] if len(rows) == 1 else concat(rows, axis=0)
+
+
+def _statistics_dtype(band: Tensor):
+    """float32 (half types widened, as group_norm computes them), float64 for a float64 chain."""
+    from .. import dtypes
+    return dtypes.float64 if band.dtype is dtypes.float64 else dtypes.float32
 
 
 def _band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads) -> Tensor:
@@ -141,13 +244,25 @@ def _upsampled_band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads
     return out[:, :, first:first + count]
 
 
-def _check_layers(x: Tensor, layers) -> list[ConvLayer]:
+def _check_layers(x: Tensor, layers, top: bool = True) -> list:
     layers = list(layers)
-    if not layers or not all(isinstance(layer, ConvLayer) for layer in layers):
-        raise ArgumentError("tiled_conv_chain takes a non-empty sequence of ConvLayer")
-    if not isinstance(x, Tensor) or x.ndim not in (3, 4, 5):
+    kinds = (ConvLayer, GroupNormLayer, Residual)
+    if not layers or not all(isinstance(layer, kinds) for layer in layers):
+        raise ArgumentError("tiled_conv_chain takes a non-empty sequence of ConvLayer, GroupNormLayer and Residual")
+    if top and (not isinstance(x, Tensor) or x.ndim not in (3, 4, 5)):
         raise ShapeError("tiled_conv_chain takes an (N, C, L), (N, C, H, W) or (N, C, D, H, W) input tensor")
     for layer in layers:
+        if isinstance(layer, Residual):
+            _check_layers(x, layer.body, top=False)
+            short = layer.shortcut
+            if short is not None and not (isinstance(short, ConvLayer) and short.upsample == 1
+                                          and all(k == 1 for k in short.weight.shape[2:])
+                                          and short.rows()[1] == 1 and short.rows()[3] == (0, 0)):
+                raise ArgumentError("tiled_conv_chain: a Residual's shortcut is None or a 1 x 1, stride 1, unpadded "
+                                    "ConvLayer")
+            continue
+        if isinstance(layer, GroupNormLayer):
+            continue
         if layer.weight.ndim != x.ndim:
             raise ShapeError(f"tiled_conv_chain: a layer's weight {tuple(layer.weight.shape)} does not convolve "
                              f"a {x.ndim}-D input (one chain is of one rank)")
@@ -160,27 +275,69 @@ def _check_layers(x: Tensor, layers) -> list[ConvLayer]:
     return layers
 
 
+def _banded(x: Tensor, layers, band_rows: int, stats: dict, sink) -> None:
+    """Each band of the chain's output rows [first, last) handed to sink(first, last, band)."""
+    heights = _heights(x.shape[2], layers)
+    for first in range(0, heights[-1], band_rows):
+        last = min(first + band_rows, heights[-1])
+        if not layers:
+            sink(first, last, x[:, :, first:last])
+            continue
+        steps = _plan_band(first, last, layers, heights)
+        band = _run_band(layers, steps, x[:, :, steps[0][0][0]:steps[0][0][1]], stats)
+        assert band.shape[2] == last - first, "a band's rows follow its plan"
+        sink(first, last, band)
+
+
+def _norms_in_order(layers, before=()) -> list:
+    """(norm, the chain whose output is its input) for every GroupNormLayer, in the order they run."""
+    found = []
+    for index, layer in enumerate(layers):
+        if isinstance(layer, GroupNormLayer):
+            found.append((layer, [*before, *layers[:index]]))
+        elif isinstance(layer, Residual):
+            found += _norms_in_order(list(layer.body), [*before, *layers[:index]])
+    return found
+
+
+def _statistics(x: Tensor, prefix, norm: GroupNormLayer, band_rows: int, stats: dict):
+    """The (N, groups) float64 mean and variance of the norm's input, combined band by band."""
+    ops = _ops()
+    total = {"count": 0, "mean": 0.0, "m2": 0.0}
+
+    def gather(first, last, band):
+        n, c = band.shape[:2]
+        if c % norm.num_groups:
+            raise ShapeError(f"tiled_conv_chain: num_groups {norm.num_groups} does not divide the {c} channels")
+        values = band.to(dtype=_statistics_dtype(band)).reshape(n, norm.num_groups, -1)
+        count = values.shape[2]
+        mean = ops.mean(values, axis=2).numpy().astype(np.float64)
+        m2 = ops.var(values, axis=2).numpy().astype(np.float64) * count
+        before, delta = total["count"], mean - total["mean"]
+        total["count"] = before + count
+        total["mean"] = total["mean"] + delta * count / total["count"]
+        total["m2"] = total["m2"] + m2 + delta * delta * before * count / total["count"]
+    _banded(x, prefix, band_rows, stats, gather)
+    return total["mean"], total["m2"] / total["count"]
+
+
 def tiled_conv_chain(x: Tensor, layers, band_rows: int) -> Tensor:
     """conv_chain(x, layers), computed band_rows output rows at a time (see the module's text)."""
     layers = _check_layers(x, layers)
     band_rows = int(band_rows)
     if band_rows < 1:
         raise ArgumentError(f"tiled_conv_chain: band_rows must be positive, got {band_rows}")
-    heights = _heights(x.shape[2], layers)
-    other_pads = [layer.rows()[4] for layer in layers]
-    out = None
-    for first in range(0, heights[-1], band_rows):
-        last = min(first + band_rows, heights[-1])
-        steps = _plan_band(first, last, layers, heights)
-        band = x[:, :, steps[0][0][0]:steps[0][0][1]]
-        for layer, (held, need), next_held, pads in zip(layers, steps, [s[0] for s in steps[1:]] + [(first, last)],
-                                                         other_pads):
-            band = _band_layer(layer, band, held, need, pads)
-            assert band.shape[2] == next_held[1] - next_held[0], "a band's rows follow its plan"
-        if out is None:
-            out = _output_like(band, heights[-1])
-        out[:, :, first:last] = band
-    return out
+    stats = {}
+    for norm, prefix in _norms_in_order(layers):
+        stats[id(norm)] = _statistics(x, prefix, norm, band_rows, stats)
+    result = {}
+
+    def write(first, last, band):
+        if "out" not in result:
+            result["out"] = _output_like(band, _heights(x.shape[2], layers)[-1])
+        result["out"][:, :, first:last] = band
+    _banded(x, layers, band_rows, stats, write)
+    return result["out"]
 
 
 def _output_like(band: Tensor, height: int) -> Tensor:
@@ -193,4 +350,4 @@ def _output_like(band: Tensor, height: int) -> Tensor:
     return empty((n, c, height, *rest), band.dtype, band.device)
 
 
-__all__ = ["ConvLayer", "conv_chain", "receptive_field", "tiled_conv_chain"]
+__all__ = ["ConvLayer", "GroupNormLayer", "Residual", "conv_chain", "receptive_field", "tiled_conv_chain"]
