@@ -169,6 +169,9 @@ def test_the_tiled_chain_refuses_a_circular_layer_and_empty_chains():
         nbx.tiled_conv_chain(x, [nbx.ConvLayer(w, padding=1, padding_mode="circular")], 4)
     with pytest.raises(ArgumentError, match="a Residual's shortcut is None or a 1 x 1"):
         nbx.tiled_conv_chain(x, [nbx.Residual((nbx.ConvLayer(w, padding=1),), nbx.ConvLayer(w, padding=1))], 4)
+    with pytest.raises(ArgumentError, match="a GroupNormLayer object appears twice"):
+        norm = nbx.GroupNormLayer(2)
+        nbx.tiled_conv_chain(x, [norm, nbx.ConvLayer(w, padding=1), norm], 4)
     with pytest.raises(ShapeError, match="a Residual's body changes the 9 rows"):
         nbx.tiled_conv_chain(x, [nbx.Residual((nbx.ConvLayer(w),))], 4)
     with pytest.raises(ArgumentError, match="non-empty sequence of ConvLayer"):

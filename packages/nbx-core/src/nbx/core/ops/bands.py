@@ -15,6 +15,11 @@ rows cover the ones needed; when the needed rows start inside a stored row (or o
 grid), the band's convolution computes the few output rows before them too and drops them. Each
 band's output rows are written into the full output.
 
+Every output element is then computed from the same input values by the same kernel arithmetic as
+in `conv_chain` (the untiled chain), so the two are bit-equal wherever the convolution's
+accumulation order does not depend on the launch's size: the CPU and `interp` (one tile for every
+size); on a GPU where the band's launches and the whole image's are served one setting.
+
 A diffusion VAE decoder's stages also hold group norms and residual blocks: `GroupNormLayer`
 (group_norm with its activation) and `Residual(body, shortcut)` (body(x) + x, or + a 1 x 1
 projection). A group norm's statistics are those of its whole input: before the output's bands,
@@ -23,13 +28,9 @@ with their statistics) and combines the bands' means and variances (Chan's rule,
 band then applies them per channel (batch_norm's map per sample, then the activation). A chain with
 norms is therefore not bit-equal to the untiled one (its statistics are summed in another order and
 a half type rounds once more, between the map and the activation) but agrees to the dtype's
-tolerance; it costs one more banded pass of its prefix per norm. Peak memory stays one band's.
+tolerance; it costs one more banded pass of its prefix per norm.
 
-Every output element is then computed from the same input values by the same kernel arithmetic as
-in `conv_chain` (the untiled chain), so the two are bit-equal wherever the convolution's
-accumulation order does not depend on the launch's size: the CPU and `interp` (one tile for every
-size); on a GPU where the band's launches and the whole image's are served one setting. Peak
-memory: the output, the input, and one band's activations of every layer.
+Peak memory: the output, the input, and one band's activations of every layer.
 """
 from __future__ import annotations
 
@@ -255,9 +256,7 @@ def _check_layers(x: Tensor, layers, top: bool = True) -> list:
         if isinstance(layer, Residual):
             _check_layers(x, layer.body, top=False)
             short = layer.shortcut
-            if short is not None and not (isinstance(short, ConvLayer) and short.upsample == 1
-                                          and all(k == 1 for k in short.weight.shape[2:])
-                                          and short.rows()[1] == 1 and short.rows()[3] == (0, 0)):
+            if short is not None and not _is_projection(short, x.ndim - 2):
                 raise ArgumentError("tiled_conv_chain: a Residual's shortcut is None or a 1 x 1, stride 1, unpadded "
                                     "ConvLayer")
             continue
@@ -273,6 +272,21 @@ def _check_layers(x: Tensor, layers, top: bool = True) -> list:
             raise NotSupportedError(f"tiled_conv_chain: an upsampling layer with padding_mode "
                                     f"{layer.padding_mode!r} is not banded (it pads the upsampled edge); zeros is")
     return layers
+
+
+def _is_projection(layer, rank: int) -> bool:
+    """Whether a shortcut is a 1 x 1, stride 1, unpadded ConvLayer of the chain's rank."""
+    ones = (1,) * rank
+    return (isinstance(layer, ConvLayer) and layer.rank == rank and layer.upsample == 1
+            and tuple(layer.weight.shape[2:]) == ones and spatial_tuple(layer.stride, rank, "stride") == ones
+            and conv_padding(layer.padding, rank, ones, ones, ones) == ((0, 0),) * rank)
+
+
+def _check_norms(norms) -> None:
+    """One GroupNormLayer object a norm: each one's statistics are kept by the object."""
+    if len({id(norm) for norm, _ in norms}) != len(norms):
+        raise ArgumentError("tiled_conv_chain: a GroupNormLayer object appears twice in the chain; give each norm "
+                            "its own (their statistics differ)")
 
 
 def _banded(x: Tensor, layers, band_rows: int, stats: dict, sink) -> None:
@@ -327,8 +341,9 @@ def tiled_conv_chain(x: Tensor, layers, band_rows: int) -> Tensor:
     band_rows = int(band_rows)
     if band_rows < 1:
         raise ArgumentError(f"tiled_conv_chain: band_rows must be positive, got {band_rows}")
-    stats = {}
-    for norm, prefix in _norms_in_order(layers):
+    stats, norms = {}, _norms_in_order(layers)
+    _check_norms(norms)
+    for norm, prefix in norms:
         stats[id(norm)] = _statistics(x, prefix, norm, band_rows, stats)
     result = {}
 
