@@ -60,6 +60,17 @@ def test_int4_expert_layers_match_the_oracle_of_their_dequantized_weights(tokens
 
 
 
+@pytest.mark.parametrize("tokens", [1, 8, 200])
+def test_block_scaled_float8_expert_layers_match_the_oracle_of_their_dequantized_weights(tokens):
+    from nbx.core import Float8BlockWeight
+    x, route, *dense = _layer(tokens, 16, 4, 512, 384)
+    scaled = [Float8BlockWeight.quantize(nbx.asarray(w.numpy().astype(np.float32)), (128, 128)).to("cuda")
+              for w in dense]
+    out = nbx.moe_experts(x, route.weights, route.experts, *scaled)
+    expected = oracle("moe_experts", x, route.weights, route.experts, *scaled)
+    assert deviation(out.numpy(), expected) <= launch.screen_tolerance(out.dtype, out.device)
+
+
 @pytest.mark.parametrize("tokens", [512, 8])
 def test_the_device_file_tile_passes_the_expert_screen_at_qwen3s_bench_keys(tokens):
     """bench_moe's Qwen3-30B-A3B layer (128 experts, top-8, 2048/768): every case was refused with

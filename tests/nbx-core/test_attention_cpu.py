@@ -175,3 +175,37 @@ def test_varlen_offsets_that_do_not_cover_the_packed_tokens_are_refused():
         nbx.varlen_attention(q, k, k, bad, good)
     with pytest.raises(ShapeError):
         nbx.varlen_attention(q, k, k, good, nbx.asarray([0, 5], dtype=nbx.int32))
+
+
+def test_torch_calls_with_dropout_p_zero_by_name_run_and_positional_ones_are_refused_not_misread():
+    from nbx.core.errors import NotSupportedError
+    q, k, v = (nbx.asarray(rng.standard_normal((1, 2, 5, 8))) for _ in range(3))
+    ported = nbx.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+    np.testing.assert_array_equal(ported.numpy(), nbx.scaled_dot_product_attention(q, k, v, is_causal=True).numpy())
+    with pytest.raises(ArgumentError, match="dropout_p"):   # torch's order: (q, k, v, mask, dropout_p, is_causal)
+        nbx.scaled_dot_product_attention(q, k, v, None, 0.0, True)
+    with pytest.raises(ArgumentError):
+        nbx.scaled_dot_product_attention(q, k, v, None, False, True)   # a bool is no scale
+    with pytest.raises(NotSupportedError, match="dropout"):
+        nbx.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+
+
+@pytest.mark.parametrize("q_len,alignment", [(1, "bottom_right"), (7, "top_left"), (127, "bottom_right")])
+def test_odd_lengths_against_4097_keys_match_a_row_by_row_loop(q_len, alignment):
+    q, k, v = rng.standard_normal((q_len, 8)), rng.standard_normal((4097, 8)), rng.standard_normal((4097, 4))
+    out, lse = nbx.scaled_dot_product_attention(t(q[None]), t(k[None]), t(v[None]), is_causal=True,
+                                                causal_alignment=alignment, return_lse=True)
+    offset = 0 if alignment == "top_left" else 4097 - q_len
+    keep = np.arange(4097)[None, :] <= np.arange(q_len)[:, None] + offset
+    expected, expected_lse = naive(q, k, v, keep=keep)
+    np.testing.assert_allclose(out.numpy()[0], expected, atol=1e-12)
+    np.testing.assert_allclose(lse.numpy()[0], expected_lse, atol=1e-12)
+
+
+def test_a_varlen_call_in_flash_attentions_positional_order_is_refused_not_misread():
+    q = nbx.asarray(rng.standard_normal((5, 2, 8)))
+    cu = nbx.asarray([0, 2, 5], dtype=nbx.int32)
+    with pytest.raises(ArgumentError, match="max_seqlen"):   # (q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k)
+        nbx.varlen_attention(q, q, q, cu, cu, 3, 3)
+    out = nbx.varlen_attention(q, q, q, cu, cu, max_seqlen_q=3, max_seqlen_k=3)
+    np.testing.assert_array_equal(out.numpy(), nbx.varlen_attention(q, q, q, cu, cu).numpy())

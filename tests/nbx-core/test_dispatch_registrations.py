@@ -55,3 +55,31 @@ def test_triton_registrations_serve_only_backends_that_run_triton_kernels():
     assert not dispatch.has_implementation("dispatch_triton_only", "dispatch_plain_host")
     _backend("dispatch_plain_host")
     assert not dispatch.has_implementation("dispatch_triton_only", "dispatch_plain_host")
+
+
+def test_synchronize_without_a_device_waits_for_the_current_device_of_each_numbered_backend():
+    from nbx.core import synchronize
+    from nbx.core.errors import DeviceError
+
+    waited = []
+
+    class Numbered(HostMemoryBackend):
+        indexed = True
+
+        def device_count(self):
+            return 2
+
+        def current_device(self):
+            return 1
+
+        def synchronize(self, device):
+            waited.append(device)
+
+    class Driverless(Numbered):
+        def device_count(self):
+            raise DeviceError("no driver here")
+
+    register_backend(Numbered("sync_numbered"))
+    register_backend(Driverless("sync_driverless"))
+    synchronize()
+    assert Device("sync_numbered", 1) in waited and all(d.type != "sync_driverless" for d in waited)

@@ -103,3 +103,36 @@ def test_the_routed_layer_is_the_expert_layer_over_the_routings_tables():
     route = nbx.moe_route(logits, 2, **routing)
     expected = nbx.moe_experts(x, route.weights, route.experts, wg, wu, wd).numpy()
     np.testing.assert_array_equal(nbx.moe_routed_experts(x, logits, wg, wu, wd, 2, **routing).numpy(), expected)
+
+
+def test_float8_block_weights_dequantize_within_their_types_rounding_and_refuse_wrong_scales_by_name():
+    from nbx.core import Float8BlockWeight
+    w = np.random.default_rng(8).standard_normal((2, 20, 36))
+    q = Float8BlockWeight.quantize(asarray(w), (16, 32))
+    assert q.weight.dtype.name == "float8_e4m3fn" and q.scales.shape == (2, 2, 2)
+    # e4m3 keeps 3 mantissa bits: each value within 2^-4 of itself, relative, after its block's scale
+    np.testing.assert_allclose(q.dequantize("float64").numpy(), w, rtol=2.0 ** -4, atol=1e-12)
+    assert q.nbytes == 2 * 20 * 36 + 2 * 2 * 2 * 4
+    with pytest.raises(ShapeError):
+        Float8BlockWeight(q.weight, asarray(np.ones((2, 1, 2), np.float32)), (16, 32))
+    with pytest.raises(DTypeError):
+        Float8BlockWeight(asarray(w), q.scales, (16, 32))
+    with pytest.raises(DTypeError):
+        Float8BlockWeight(q.weight, asarray(np.ones((2, 2, 2), np.float64)), (16, 32))
+
+
+def test_the_layer_over_float8_weights_is_the_layer_over_their_dequantized_values():
+    from nbx.core import Float8BlockWeight
+    rng = np.random.default_rng(10)
+    x = asarray(rng.standard_normal((3, 32)).astype(np.float32))
+    ws = [Float8BlockWeight.quantize(asarray(rng.standard_normal(s) / 6), (16, 16))
+          for s in ((3, 16, 32), (3, 16, 32), (3, 32, 16))]
+    weights, experts = asarray(np.full((3, 2), 0.5, np.float32)), asarray(np.array([[0, 2], [1, 0], [2, 1]], np.int32))
+    out = nbx.moe_experts(x, weights, experts, *ws)
+    dense = nbx.moe_experts(x, weights, experts, *(w.dequantize("float32") for w in ws))
+    np.testing.assert_allclose(out.numpy(), dense.numpy(), rtol=1e-6, atol=1e-7)
+    with pytest.raises(NotSupportedError):
+        nbx.moe_experts(x, weights, experts, ws[0], ws[1].dequantize("float32"), ws[2])   # float8 and float mixed
+    other = Float8BlockWeight.quantize(asarray(rng.standard_normal((3, 32, 16))), (32, 16))
+    with pytest.raises(NotSupportedError):
+        nbx.moe_experts(x, weights, experts, ws[0], ws[1], other)                          # two scale blocks

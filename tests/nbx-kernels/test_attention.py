@@ -341,3 +341,22 @@ def test_gpu_the_register_capped_and_the_fullest_shared_memory_prefill_candidate
     assert all(s in kept for s in edge)
     result = screen.run(tunable.workload(rep, device), edge, launch.facts(device))
     assert [v.passed for v in result.verdicts] == [True, True], [v.reason for v in result.verdicts]
+
+
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_varlen_with_every_option_at_once_gqa_and_differing_head_dims(device, alignment, check):
+    """Window, softcap, per-sequence ALiBi, causal, a scale, GQA 4/2, E 24 / Ev 40 and a sequence
+    with queries but no keys, together, in one packed batch."""
+    lens_q, lens_k = [5, 0, 19, 1, 3], [9, 3, 19, 6, 0]
+    cu_q, cu_k = (nbx.asarray(np.concatenate([[0], np.cumsum(n)]), dtype=nbx.int32).to(device)
+                  for n in (lens_q, lens_k))
+    q = on(device, rng.standard_normal((sum(lens_q), 4, 24)), "bfloat16")
+    k = on(device, rng.standard_normal((sum(lens_k), 2, 24)), "bfloat16")
+    v = on(device, rng.standard_normal((sum(lens_k), 2, 40)), "bfloat16")
+    slopes = on(device, rng.random((5, 4)))
+    out, lse = nbx.varlen_attention(q, k, v, cu_q, cu_k, is_causal=True, scale=0.3, causal_alignment=alignment,
+                                    window=(4, 2), softcap=3.0, alibi_slopes=slopes, return_lse=True)
+    options = AttentionOptions(0.3, True, alignment, 4, 2, 3.0)
+    expected, expected_lse = nbx.oracle("varlen_attention", q, k, v, cu_q, cu_k, slopes, options, True)
+    check(out, expected, device)
+    check(lse, expected_lse, device)

@@ -348,6 +348,21 @@ def test_the_moe_kernels_lower_for_sm90():
     assert lowering_failures(cases) == []
 
 
+def test_the_float8_expert_kernel_lowers_for_sm90_gated_and_down_over_both_float8_types():
+    """expert_float8_kernel (block-scaled float8 expert weights, W8A16) at the H200 prefill tile and
+    the band's 16-row one, bfloat16 and float16 activations, e4m3 and e5m2 weights."""
+    cases = []
+    for act, weight, gated, block_m in (("bf16", "fp8e4nv", True, 64), ("bf16", "fp8e4nv", False, 64),
+                                        ("fp16", "fp8e5", True, 16), ("fp16", "fp8e5", False, 16)):
+        signature = {**_typed("a_ptr out_ptr", f"*{act}"), **_typed("wg_ptr wu_ptr", f"*{weight}"),
+                     **_typed("sg_ptr su_ptr weights_ptr", "*fp32"), **_typed("sorted_ptr block_experts_ptr", "*i32"),
+                     **_typed("ROWS N K P TOP_K sa_t sa_k sw_e sw_n ss_e ss_n", "i32")}
+        meta = dict(DOT=f"tl.{'bfloat16' if act == 'bf16' else 'float16'}", ACC="tl.float32", PRECISION=None,
+                    GATED=gated, BLOCK_M=block_m, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SCALE_N=128, SCALE_K=128)
+        cases.append(("nbx.kernels.moe.float8", "expert_float8_kernel", signature, meta))
+    assert lowering_failures(cases) == []
+
+
 INT4_LINEAR = ("nbx.kernels.matmul.quantized", "int4_linear_kernel", {
     **_typed("a_ptr c_ptr bias_ptr res_ptr", "*bf16"), "q_ptr": "*u8", "s_ptr": "*bf16", "z_ptr": "*bf16",
     "part_ptr": "*fp32", **_typed("M N K sam sak sqn ssn sbias_m sbias_n sres_m sres_n alpha_bits beta_bits", "i32")})

@@ -318,3 +318,69 @@ def test_expert_keys_class_tokens_by_octave_and_send_sixteen_or_fewer_to_the_ban
     assert key(300) == key(512) == ("moe_experts", "tokens=512")
     assert key(17) == ("moe_experts", "tokens=32")
     assert key(3) == key(4) == ("moe_band", "tokens=4") and key(16) == ("moe_band", "tokens=16")
+
+
+def _float8_layer(count, hidden, inter, block, kind, device, seed=12):
+    from nbx.core import Float8BlockWeight
+    rng = np.random.default_rng(seed)
+    return [Float8BlockWeight.quantize(asarray(rng.standard_normal(s) / np.sqrt(s[2])), block, kind).to(device)
+            for s in ((count, inter, hidden), (count, inter, hidden), (count, hidden, inter))]
+
+
+@pytest.mark.parametrize("tokens, dtype, block, kind", [
+    (3, "bfloat16", (16, 32), "float8_e4m3fn"),    # the band; several scale blocks along N and K, K's tail
+    (20, "float32", (16, 32), "float8_e4m3fn"),    # prefill
+    (5, "float16", (128, 128), "float8_e5m2"),     # checkpoints' 128 x 128 blocks, one block past the sizes
+])
+def test_block_scaled_float8_expert_weights_match_the_oracle_of_their_dequantized_values(device, check, tokens, dtype,
+                                                                                          block, kind):
+    w_gate, w_up, w_down = _float8_layer(4, 48, 40, block, kind, device)
+    host = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    x = asarray(np.random.default_rng(3).standard_normal((tokens, 48)).astype(host), device=device)
+    ids = np.stack([RNG.permutation(4)[:2] for _ in range(tokens)])
+    ids[:, 0] = np.minimum(ids[:, 0], 2)   # expert 3 may get no pair
+    weights, experts = _route(ids, device)
+    out = nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down)
+    assert out.dtype.name == dtype and out.shape == (tokens, 48)
+    check(out, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+    plan = experts_plan(x, weights, experts, w_gate, w_up, w_down)
+    declared = cost.price("moe_experts", x, weights, experts, w_gate, w_up, w_down)
+    assert declared.buffers == plan.buffers() and declared.launches == 5
+    assert plan.launches[2].kernel is plan.launches[3].kernel   # one float8 kernel, gated then down
+
+
+def test_the_routed_float8_layer_equals_routing_then_the_expert_layer_bit_for_bit(device):
+    w_gate, w_up, w_down = _float8_layer(6, 32, 32, (16, 32), "float8_e4m3fn", device)
+    rng = np.random.default_rng(4)
+    x = asarray(rng.standard_normal((2, 32)).astype(ml_dtypes.bfloat16), device=device)
+    logits = asarray(rng.standard_normal((2, 6)).astype(np.float32), device=device)
+    routed = nbx.moe_routed_experts(x, logits, w_gate, w_up, w_down, 2)
+    route = nbx.moe_route(logits, 2)
+    alone = nbx.moe_experts(x, route.weights, route.experts, w_gate, w_up, w_down)
+    np.testing.assert_array_equal(routed.numpy().view(np.uint16), alone.numpy().view(np.uint16))
+
+
+def test_float8_scale_blocks_too_narrow_for_a_k_step_are_refused_by_name(device):
+    from nbx.core.errors import NotSupportedError
+    w_gate, w_up, w_down = _float8_layer(2, 32, 32, (16, 8), "float8_e4m3fn", device)
+    x = asarray(np.zeros((1, 32), np.float32), device=device)
+    weights, experts = _route([[1]], device)
+    with pytest.raises(NotSupportedError, match="scale blocks"):
+        nbx.moe_experts(x, weights, experts, w_gate, w_up, w_down)
+
+
+def test_a_float8_key_names_its_weights_and_its_sweep_keeps_k_steps_inside_a_scale_block():
+    from nbx.core import Float8BlockWeight, device_files
+    from nbx.kernels.moe import weight_layout
+    from nbx.kernels.moe.tuning import _fits, representative_layer
+    w = _float8_layer(2, 32, 32, (16, 64), "float8_e4m3fn", "cpu")
+    assert weight_layout(*w).label == "fp8-e4m3fn-b16x64"
+    rep = dict(tokens=4, experts=2, top_k=1, inter=32, hidden=32, dtype="bfloat16", weights="fp8-e5m2-b16x64")
+    layer = representative_layer(rep, "cpu")
+    assert all(isinstance(t, Float8BlockWeight) and t.block == (16, 64) and t.dtype.name == "float8_e5m2"
+               for t in layer[3:])
+    facts = device_files.for_arch("sm_90")
+    setting = {"block_m": 16, "block_n": 64, "block_k": 128, "group_m": 8, "num_warps": 4, "num_stages": 3,
+               "loads": "pointers"}
+    assert "does not divide" in _fits(setting, rep, facts)
+    assert _fits({**setting, "block_k": 64}, rep, facts) is True

@@ -3,7 +3,8 @@ down with the routed weight, combine) against the same layer as Hugging Face wri
 loop over the experts that got tokens), on the same GPU in one process (torch is the peer; nbx
 never imports it).
 
-    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_moe.py [--quick] [--int4]
+    PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_moe.py \
+        [--quick] [--int4] [--fp8]
         [--tokens 1 8 64]
 
 Layers (bfloat16, weights [E, I, H] / [E, H, I], softmax routing, top-k renormalized):
@@ -118,13 +119,25 @@ def case(name, count, k, hidden, inter, tokens, cycles):
           f"{share:10.1f}% {dev:9.2e}{' (host-bound)' if mine.host_bound or routed.host_bound else ''}", flush=True)
 
 
-def int4_case(count, k, hidden, inter, tokens, cycles):
-    """W4A16 (group 128, asymmetric) expert weights: GB/s over the selected experts' int4 bytes
-    (scales and minima included), against the bf16 torch loop over the same (dequantized) values."""
+def _int4(w):
     from nbx.core.quant import QuantizedTensor
+    return QuantizedTensor.quantize(w.float().cpu().numpy(), 128, "asymmetric", "bfloat16").to("cuda")
+
+
+def _fp8(w):
+    from nbx.core import Float8BlockWeight
+    return Float8BlockWeight.quantize(nbx.asarray(w.float().cpu().numpy()), (128, 128)).to("cuda")
+
+
+QUANTIZED = {"int4 g128": _int4, "fp8 b128": _fp8}
+
+
+def quantized_case(label, count, k, hidden, inter, tokens, cycles):
+    """W4A16 (group 128, asymmetric) or block-scaled float8 (128 x 128, e4m3, W8A16) expert weights:
+    GB/s over the selected experts' bytes (scales and minima included), against the bf16 torch
+    loop over the same (dequantized) values."""
     torch_args, _ = layer(count, k, hidden, inter, tokens)
-    quantized = [QuantizedTensor.quantize(w.float().cpu().numpy(), 128, "asymmetric", "bfloat16").to("cuda")
-                 for w in torch_args[3:]]
+    quantized = [QUANTIZED[label](w) for w in torch_args[3:]]
     dense = [torch.from_dlpack(q.dequantize("bfloat16")) for q in quantized]
     ours = [nbx.from_dlpack(t) for t in torch_args[:3]] + quantized
     nbx_fn = lambda i: nbx.moe_experts(*ours)                    # noqa: E731
@@ -134,7 +147,7 @@ def int4_case(count, k, hidden, inter, tokens, cycles):
     hit = int(torch.unique(torch_args[2]).numel())
     weight_bytes = hit * sum(q.nbytes for q in quantized) // count
     gbs = weight_bytes / mine.gpu_us / 1e3
-    print(f"{'int4 g128':<14} {tokens:>6} {mine.gpu_us:9.1f} {peer.gpu_us:9.1f} {peer.gpu_us / mine.gpu_us:6.2f} "
+    print(f"{label:<14} {tokens:>6} {mine.gpu_us:9.1f} {peer.gpu_us:9.1f} {peer.gpu_us / mine.gpu_us:6.2f} "
           f"{'':>18} {'':>9} {'':>6} {'':>6} {gbs:6.0f} {100 * gbs / PEAK_GBS:4.0f}% {'':>11} {dev:9.2e}", flush=True)
 
 
@@ -143,6 +156,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="512 tokens and one decode token only")
     parser.add_argument("--int4", action="store_true", help="also Qwen3-30B-A3B's layer with int4 weights at "
                         "1, 8 and 512 tokens (quantizing on the host adds about a minute)")
+    parser.add_argument("--fp8", action="store_true", help="also Qwen3-30B-A3B's layer with block-scaled float8 "
+                        "weights (128 x 128 blocks) at 1, 8 and 512 tokens")
     parser.add_argument("--tokens", type=int, nargs="+", help=f"these token counts only (default {TOKENS})")
     args = parser.parse_args(argv)
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | allocator: {allocator_name()}")
@@ -152,12 +167,12 @@ def main(argv=None) -> int:
         for tokens in args.tokens or ((512, 1) if args.quick else TOKENS):
             case(name, count, k, hidden, inter, tokens, cycles)
             torch.cuda.empty_cache()
-    if args.int4:
+    for label in [name for name, asked in (("int4 g128", args.int4), ("fp8 b128", args.fp8)) if asked]:
         for tokens in (1, 8, 512):
             try:
-                int4_case(*LAYERS["qwen3-30b-a3b"], tokens, cycles)
+                quantized_case(label, *LAYERS["qwen3-30b-a3b"], tokens, cycles)
             except Exception as exc:  # report and go on
-                print(f"{'int4 g128':<14} {tokens:>6} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                print(f"{label:<14} {tokens:>6} FAILED: {type(exc).__name__}: {exc}", flush=True)
     return 0
 
 

@@ -15,6 +15,7 @@ from .errors import *  # noqa: F401,F403
 from .ops import *  # noqa: F401,F403
 from .promotion import promote_types, result_type
 from .quant import QuantizedTensor
+from .quant_float8 import Float8BlockWeight
 from .random import Generator, manual_seed, rand, randint, randn
 from .reference import oracle
 from .safetensors import load_safetensors, save_safetensors

@@ -126,10 +126,29 @@ def describe(tag: int, device: Device, step_ops: dict) -> str:
 
 
 def synchronize(device=None) -> None:
-    """Wait for device's queued work (every device holding a record when None), then raise the
-    IndexingError a bounds check of its kernels left pending there, as torch.cuda.synchronize()
-    raises a device-side assert."""
+    """Wait for device's queued work, then raise the IndexingError a bounds check of its kernels
+    left pending there, as torch.cuda.synchronize() raises a device-side assert. With no device:
+    the current device of every numbered (GPU) backend loaded, as torch.cuda.synchronize() waits
+    for the current one, and every device holding a record."""
     from .device import as_device
-    for dev in list(_RECORDS) if device is None else [as_device(device)]:
+    targets = [as_device(device)] if device is not None else list(dict.fromkeys([*_current_devices(), *_RECORDS]))
+    for dev in targets:
         get_backend(dev.type).synchronize(dev)
         check(dev)
+
+
+def _current_devices() -> list[Device]:
+    """The current device of each numbered backend registered so far that has devices (a backend
+    not loaded has queued nothing; one whose driver is absent here has no device to wait for)."""
+    from .device import _BACKENDS
+    from .errors import NbxError
+    current = []
+    for name, backend in list(_BACKENDS.items()):
+        if not backend.indexed:
+            continue
+        try:
+            if backend.device_count() > 0:
+                current.append(Device(name, backend.current_device()))
+        except NbxError:
+            continue
+    return current

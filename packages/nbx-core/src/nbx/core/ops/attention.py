@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import layout, reference
 from ..dispatch import implementation, register
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
 from ..tensor import Tensor
 from ._common import check_category, common_device, compute_dtype, oracle_dtype, wrap
 
@@ -63,6 +63,15 @@ def _check_tensor(op: str, role: str, t) -> None:
 
 
 def _options(op, head_dim, is_causal, scale, causal_alignment, window, softcap) -> AttentionOptions:
+    # torch's sdpa takes dropout_p before is_causal, flash-attention's varlen max_seqlen_q/k: a call
+    # ported positionally, (q, k, v, mask, 0.0, True), would read 0.0 as is_causal and True as the
+    # scale, a silent wrong answer
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise ArgumentError(f"{op}: is_causal is a bool, got {is_causal!r} (a call in torch's order, dropout_p "
+                            f"before is_causal, or flash-attention's, max_seqlen before causal? pass is_causal=, "
+                            f"scale=, dropout_p= and max_seqlen_q/k= by name)")
+    if isinstance(scale, (bool, np.bool_)) or (scale is not None and not isinstance(scale, (int, float, np.number))):
+        raise ArgumentError(f"{op}: scale is a number or None, got {scale!r}")
     if causal_alignment not in ALIGNMENTS:
         raise ArgumentError(f"{op}: causal_alignment is one of {ALIGNMENTS}, got {causal_alignment!r}")
     left = right = None
@@ -103,7 +112,7 @@ def _check_alibi(op: str, slopes, heads_shape: tuple[int, ...]):
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
                                  is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
                                  *, causal_alignment: str = "top_left", window=None, softcap: float | None = None,
-                                 alibi_slopes: Tensor | None = None, return_lse: bool = False):
+                                 alibi_slopes: Tensor | None = None, return_lse: bool = False, dropout_p: float = 0.0):
     """softmax(q k^T * scale [+ options]) v over the last two dims, as torch.nn.functional's.
 
     q (*batch, Hq, L, E), k (*batch, Hk, S, E), v (*batch, Hk, S, Ev) -> (*batch, Hq, L, Ev) in q's
@@ -113,9 +122,13 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
     window (left, right): keys pos - left .. pos + right only (None on a side: unbounded). softcap:
     scores become softcap * tanh(s / softcap). alibi_slopes (Hq,) or (*batch, Hq): -slope * |pos - j|
     added. return_lse: (out, lse) with lse (*batch, Hq, L) float32, the natural log of each row's sum
-    of exp(score) (-inf for a row with nothing to attend to, whose output is 0).
+    of exp(score) (-inf for a row with nothing to attend to, whose output is 0). dropout_p: torch's
+    keyword, taken so ported calls run; only 0.0 (inference: any other is refused by name).
     """
     op = "scaled_dot_product_attention"
+    if dropout_p != 0:
+        raise NotSupportedError(f"{op}: dropout_p={dropout_p!r}: nbx is an inference library and applies no "
+                                f"dropout (pass 0.0, torch's value under eval)")
     for role, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(op, role, t)
         if t.ndim < 2:
@@ -174,16 +187,40 @@ def _cu_seqlens(op: str, role: str, cu: Tensor, total: int, batch: int | None) -
     return offsets
 
 
+def _reads_offsets(device) -> bool:
+    """Whether varlen_attention reads its offsets' values on the host: on host memory (cpu; interp
+    outside a captured step, which runs as a GPU's would), where a read costs no wait."""
+    from ..deferred_checks import deferring
+    return device.type == "cpu" or (device.type == "interp" and not deferring())
+
+
+def _bound(op: str, role: str, given, offsets: np.ndarray | None) -> int | None:
+    """A max_seqlen given (an int >= 0, checked against the offsets where they were read), or the
+    offsets' longest sequence, or None (neither: the kernel's bound is the packed total)."""
+    if given is not None and (not isinstance(given, (int, np.integer)) or isinstance(given, bool) or given < 0):
+        raise ArgumentError(f"{op}: {role} is a count of tokens >= 0 or None, got {given!r}")
+    if offsets is None:
+        return None if given is None else int(given)
+    longest = int(np.diff(offsets).max()) if offsets.shape[0] > 1 else 0
+    if given is not None and longest > given:
+        raise ShapeError(f"{op}: {role} {given} is below the longest sequence's {longest} tokens")
+    return longest if given is None else int(given)
+
+
 def varlen_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                      is_causal: bool = False, scale: float | None = None, *, causal_alignment: str = "top_left",
                      window=None, softcap: float | None = None, alibi_slopes: Tensor | None = None,
-                     return_lse: bool = False):
+                     return_lse: bool = False, max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
     """Attention of each packed sequence to its own keys, no padding: q (total_q, Hq, E), k
     (total_k, Hk, E), v (total_k, Hk, Ev), sequence b at rows cu_seqlens[b]:cu_seqlens[b+1] (int
     offsets, batch + 1 of them). Hq % Hk == 0 (GQA/MQA as in the dense front-end). Options as
     scaled_dot_product_attention's, the alignment per sequence; alibi_slopes (Hq,) or (batch, Hq).
     Returns (total_q, Hq, Ev) in q's dtype, and with return_lse the lse (Hq, total_q) float32.
     An empty sequence (equal offsets) contributes no rows; a sequence with queries but no keys gets 0s.
+    max_seqlen_q, max_seqlen_k (flash-attention's): bounds on any one sequence's tokens. Given both,
+    a GPU reads nothing back (the kernel reads each sequence's rows from the offsets on the device,
+    so a captured step takes them as inputs; their values are then the caller's to keep right);
+    host memory checks the offsets and the bounds every call.
     """
     op = "varlen_attention"
     for role, t in (("q", q), ("k", k), ("v", v)):
@@ -198,13 +235,18 @@ def varlen_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
     hq, hk = q.shape[1], k.shape[1]
     if hk == 0 or hq % hk:
         raise ShapeError(f"{op}: {hq} query heads are not a multiple of {hk} KV heads")
-    cu_q = _cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, q.shape[0], None)
-    cu_k = _cu_seqlens(op, "cu_seqlens_k", cu_seqlens_k, k.shape[0], cu_q.shape[0] - 1)
+    _cu_seqlens_shape(op, "cu_seqlens_q", cu_seqlens_q, None)
+    batch = cu_seqlens_q.shape[0] - 1
+    _cu_seqlens_shape(op, "cu_seqlens_k", cu_seqlens_k, batch)
     options = _options(op, q.shape[2], is_causal, scale, causal_alignment, window, softcap)
-    alibi_slopes = _check_alibi(op, alibi_slopes, (cu_q.shape[0] - 1, hq))
-    common_device(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
-    out, lse = implementation(op, q.device)(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options,
-                                            bool(return_lse))
+    alibi_slopes = _check_alibi(op, alibi_slopes, (batch, hq))
+    device = common_device(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
+    read = _reads_offsets(device) or max_seqlen_q is None or max_seqlen_k is None   # a GPU: only for a bound
+    cu_q = _cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, q.shape[0], None) if read else None
+    cu_k = _cu_seqlens(op, "cu_seqlens_k", cu_seqlens_k, k.shape[0], batch) if read else None
+    bounds = (_bound(op, "max_seqlen_q", max_seqlen_q, cu_q), _bound(op, "max_seqlen_k", max_seqlen_k, cu_k))
+    out, lse = implementation(op, device)(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options,
+                                          bool(return_lse), *bounds)
     return (out, lse) if return_lse else out
 
 
@@ -284,7 +326,7 @@ def _sdpa_reference(q, k, v, attn_mask=None, alibi_slopes=None, options=None, re
 
 
 def _varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes=None, options=None, return_lse=False,
-                      precision=reference.NATIVE):
+                      max_seqlen_q=None, max_seqlen_k=None, precision=reference.NATIVE):
     compute = _precision(q.dtype, precision)
     if options is None:
         options = AttentionOptions(1.0 / math.sqrt(q.shape[-1]))
@@ -325,7 +367,8 @@ def _sdpa_cpu(q, k, v, attn_mask, alibi_slopes, options, return_lse):
 
 
 @register("varlen_attention", "cpu")
-def _varlen_cpu(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_lse):
+def _varlen_cpu(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_lse, max_seqlen_q=None,
+                max_seqlen_k=None):
     return _with_lse(_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, True),
                      q.dtype, return_lse)
 

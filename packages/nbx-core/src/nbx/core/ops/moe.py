@@ -184,21 +184,33 @@ def _align_cpu(experts, num_experts, block_m):
     return tuple(wrap(a, dtypes.int32) for a in _align_reference(experts, num_experts, block_m))
 
 
+def _stored(w):
+    """The tensor a weight lives in (an int4 weight's bytes, a float8 weight's values), for its device."""
+    return getattr(w, "qweight", getattr(w, "weight", w))
+
+
 def _check_layer(op, x, w_gate, w_up, w_down):
-    """x [T, H] and the stacked expert weights: float of x's dtype, or int4 all three."""
+    """x [T, H] and the stacked expert weights: float of x's dtype, or int4 all three, or
+    block-scaled float8 all three (one block)."""
     from ..quant import QuantizedTensor
+    from ..quant_float8 import Float8BlockWeight
     if not isinstance(x, Tensor):
         raise ShapeError(f"{op}'s x is a tensor, not {type(x).__name__}")
     matrices = (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down))
     for name, t in matrices:
-        if not isinstance(t, (Tensor, QuantizedTensor)):
-            raise ShapeError(f"{op}'s {name} is a tensor or an int4 QuantizedTensor, not {type(t).__name__}")
+        if not isinstance(t, (Tensor, QuantizedTensor, Float8BlockWeight)):
+            raise ShapeError(f"{op}'s {name} is a tensor, an int4 QuantizedTensor or a Float8BlockWeight, not "
+                             f"{type(t).__name__}")
         if isinstance(t, Tensor) and t.dtype.itemsize == 1:
-            raise NotSupportedError(f"{op}'s {name}: float8 expert weights (with block scales) are not done "
-                                    f"yet; pass float or int4 (QuantizedTensor) weights")
-    quantized = {isinstance(t, QuantizedTensor) for _, t in matrices}
-    if len(quantized) > 1:
-        raise NotSupportedError(f"{op} takes int4 weights for gate, up and down alike, or none")
+            raise NotSupportedError(f"{op}'s {name}: float8 expert weights take their block scales: pass "
+                                    f"Float8BlockWeight(weight, scales, block) (or float or int4 weights)")
+    quantized = {type(t) for _, t in matrices}
+    if len(quantized) > 1 and quantized & {QuantizedTensor, Float8BlockWeight}:
+        raise NotSupportedError(f"{op} takes int4 (or float8) weights for gate, up and down alike, or none")
+    if Float8BlockWeight in quantized and len({(t.block, t.dtype) for _, t in matrices}) > 1:
+        raise NotSupportedError(f"{op} takes float8 weights of one float8 type and one scale block for gate, up "
+                                f"and down")
+    quantized = {t in (QuantizedTensor, Float8BlockWeight) for t in quantized}
     if x.ndim != 2 or len(w_gate.shape) != 3 or tuple(w_gate.shape) != tuple(w_up.shape):
         raise ShapeError(f"{op} takes x [T, H] and w_gate, w_up [E, I, H] of one shape; got {x.shape}, "
                          f"{w_gate.shape}, {w_up.shape}")
@@ -227,9 +239,10 @@ def _check_experts(x, weights, experts, w_gate, w_up, w_down):
 
 def moe_experts(x: Tensor, weights: Tensor, experts: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     """The routed experts' SwiGLU MLPs of each token, weighted and summed in slot order: [T, H] of x's dtype.
-    The weights are float tensors of x's dtype, or int4 QuantizedTensors (W4A16) all three."""
+    The weights are float tensors of x's dtype, or int4 QuantizedTensors (W4A16) all three, or
+    block-scaled float8 Float8BlockWeights (W8A16: dequantized per K step in the kernel) all three."""
     _check_experts(x, weights, experts, w_gate, w_up, w_down)
-    device = common_device(x, weights, experts, *(getattr(w, "qweight", w) for w in (w_gate, w_up, w_down)))
+    device = common_device(x, weights, experts, *(_stored(w) for w in (w_gate, w_up, w_down)))
     return implementation("moe_experts", device)(x, weights, experts, w_gate, w_up, w_down)
 
 
@@ -250,7 +263,7 @@ def moe_routed_experts(x: Tensor, logits: Tensor, w_gate: Tensor, w_up: Tensor, 
                          f"{w_gate.shape[0]}")
     groups, kept = _route_groups(n_group, topk_group)
     device = common_device(x, logits, correction_bias,
-                           *(getattr(w, "qweight", w) for w in (w_gate, w_up, w_down)))
+                           *(_stored(w) for w in (w_gate, w_up, w_down)))
     return implementation("moe_routed_experts", device)(
         x, logits, w_gate, w_up, w_down, int(top_k), scoring, bool(renormalize), groups, kept, group_score,
         correction_bias, float(scaling))
@@ -262,7 +275,7 @@ def _silu(v):
 
 def _dense(w, compute) -> np.ndarray:
     """A float weight as stored (each expert widened to compute where it is used: Mixtral's three
-    float64 weights would take 11 GB at once), or an int4 one dequantized (in float64)."""
+    float64 weights would take 11 GB at once), or an int4 or float8 one dequantized (in float64)."""
     if isinstance(w, Tensor):
         return w.numpy()
     return w.dequantize("float64").numpy().astype(compute)

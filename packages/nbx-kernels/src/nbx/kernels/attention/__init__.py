@@ -331,20 +331,41 @@ def _packed(t: Tensor) -> tuple:
     return (0, t.strides[1], t.strides[0])   # (tokens, heads, dim): no batch stride, rows from cu
 
 
-@implements("varlen_attention")
-def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_lse):
+def _unit_or_strided(t: Tensor, copy: bool):
+    """unit_last(t); without copy (a cost), the layout its copy would have."""
+    if not copy and t.shape[-1] > 1 and t.strides[-1] != 1:
+        return _Strided(contiguous_strides(t.shape), t.shape)
+    return unit_last(t)
+
+
+def varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse, copy=True, max_seqlen_q=None,
+                  max_seqlen_k=None):
+    """(Layout, values) of one varlen_attention call, sized by the bounds on a sequence's tokens
+    (None: read from the offsets, a wait on a GPU); copy False: the layout without making the
+    head-dim copies (for a cost)."""
     check_supported("varlen_attention", q, v.shape[-1])
-    q, k, v = unit_last(q), unit_last(k), unit_last(v)
+    max_seqlen_q = _longest(cu_seqlens_q) if max_seqlen_q is None else max_seqlen_q
+    max_seqlen_k = _longest(cu_seqlens_k) if max_seqlen_k is None else max_seqlen_k
+    q3, k3, v3 = (_unit_or_strided(t, copy) for t in (q, k, v))
     out_shape = (q.shape[0], q.shape[1], v.shape[2])
     lse_shape = (q.shape[1], q.shape[0]) if return_lse else None
-    lay = Layout(cu_seqlens_q.shape[0] - 1, q.shape[1], k.shape[1], pow2_bucket(_longest(cu_seqlens_q)),
-                 pow2_bucket(_longest(cu_seqlens_k)), q.shape[2], v.shape[2], q.dtype, q.device, _packed(q),
-                 _packed(k), _packed(v), out_shape, _packed_out(out_shape), lse_shape,
+    lay = Layout(cu_seqlens_q.shape[0] - 1, q.shape[1], k.shape[1], pow2_bucket(max_seqlen_q),
+                 pow2_bucket(max_seqlen_k), q.shape[2], v.shape[2], q.dtype, q.device, _packed(q3),
+                 _packed(k3), _packed(v3), out_shape, _packed_out(out_shape), lse_shape,
                  (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True, kv_mode=PACKED,
-                 alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes), wide=wide(k, v),
-                 tma=descriptor_ready(k, v, _packed(k), _packed(v)))
-    return execute(lay, options, {"q": q, "k": k, "v": v, "slopes": alibi_slopes, "cu_q": _unit_rows(cu_seqlens_q),
-                                  "kv_lens": _unit_rows(cu_seqlens_k)})
+                 alibi=alibi_slopes is not None, slope_strides=_slope_strides(alibi_slopes),
+                 wide=wide(k3 if copy else k, v3 if copy else v),
+                 tma=descriptor_ready(k3 if copy else k, v3 if copy else v, _packed(k3), _packed(v3)))
+    return lay, {"q": q3, "k": k3, "v": v3, "slopes": alibi_slopes, "cu_q": _unit_rows(cu_seqlens_q) if copy else None,
+                 "kv_lens": _unit_rows(cu_seqlens_k) if copy else None}
+
+
+@implements("varlen_attention")
+def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, options, return_lse, max_seqlen_q=None,
+            max_seqlen_k=None):
+    lay, values = varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse,
+                                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    return execute(lay, options, values)
 
 
 def _packed_out(shape) -> tuple:
@@ -408,15 +429,23 @@ def _prepare_paged(call):
 _paged.prepare = _prepare_paged
 
 
+def _index_rows(t: Tensor, copy: bool):
+    """_unit_rows(t); without copy (a cost), the layout its int32 copy would have."""
+    if not copy and (t.dtype is not dtypes.int32 or (t.shape[-1] > 1 and t.strides[-1] != 1)):
+        return _Strided(contiguous_strides(t.shape), t.shape)
+    return _unit_rows(t)
+
+
 def paged_layout(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi_slopes, return_lse, max_seq_len,
-                 max_q_len=None):
+                 max_q_len=None, copy=True):
     """(Layout, values) of one paged_attention call: its operands as the kernel reads them (q's
     head dim at unit stride, the index tensors int32), sized by max_seq_len and (packed q)
-    max_q_len (None: total_q)."""
+    max_q_len (None: total_q); copy False: the layout without making those copies (for a cost)."""
     from .rope import cache_rows
     check_supported("paged_attention", q, v_cache.shape[-1])
     cache_rows(k_cache), cache_rows(v_cache)  # refused unless blocks and tokens merge into rows
-    q, table, lens = unit_last(q), _unit_rows(block_table), _unit_rows(seq_lens)
+    dtype, device = q.dtype, q.device
+    q, table, lens = _unit_or_strided(q, copy), _index_rows(block_table, copy), _index_rows(seq_lens, copy)
     batch, hq, ev = seq_lens.shape[0], q.shape[-2], v_cache.shape[3]
     cache = lambda c: (0, c.strides[2], c.strides[1])  # noqa: E731  (no batch stride: the table says)
     out_shape = (*q.shape[:-1], ev)
@@ -426,18 +455,18 @@ def paged_layout(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi
     if cu_seqlens_q is None:  # (batch, q_len, Hq, E)
         tokens = lambda st: (st[0], st[2], st[1])  # noqa: E731
         lse_shape = (batch, hq, q.shape[1]) if return_lse else None
-        lay = Layout(batch, hq, k_cache.shape[2], q.shape[1], pow2_bucket(max_seq_len), q.shape[-1], ev, q.dtype,
-                     q.device, tokens(q.strides), cache(k_cache), cache(v_cache), out_shape,
+        lay = Layout(batch, hq, k_cache.shape[2], q.shape[1], pow2_bucket(max_seq_len), q.shape[-1], ev, dtype,
+                     device, tokens(q.strides), cache(k_cache), cache(v_cache), out_shape,
                      tokens(contiguous_strides(out_shape)), lse_shape,
                      contiguous_strides(lse_shape) if lse_shape else _NONE3, **common)
     else:
         lse_shape = (hq, q.shape[0]) if return_lse else None
         bound = q.shape[0] if max_q_len is None else max_q_len
         lay = Layout(batch, hq, k_cache.shape[2], pow2_bucket(bound), pow2_bucket(max_seq_len),
-                     q.shape[-1], ev, q.dtype, q.device, _packed(q), cache(k_cache), cache(v_cache), out_shape,
+                     q.shape[-1], ev, dtype, device, _packed(q), cache(k_cache), cache(v_cache), out_shape,
                      _packed_out(out_shape), lse_shape, (0, q.shape[0], 1) if return_lse else _NONE3, varlen_q=True,
                      **common)
-    cu_q = None if cu_seqlens_q is None else _unit_rows(cu_seqlens_q)
+    cu_q = None if cu_seqlens_q is None else _index_rows(cu_seqlens_q, copy)
     return lay, {"q": q, "k": k_cache, "v": v_cache, "slopes": alibi_slopes, "cu_q": cu_q, "kv_lens": lens,
                  "table": table}
 
@@ -458,24 +487,31 @@ def launch_paged(q, k_cache, v_cache, block_table, seq_lens, cu_seqlens_q, alibi
 
 # ---- declared costs --------------------------------------------------------------------------------
 
-def attention_cost(lay: Layout, options) -> Cost:
+def attention_cost(lay: Layout, options, kv_tokens: int | None = None, pairs: int | None = None) -> Cost:
     """The plan's outputs and workspace; K and V read once per block of query rows (once per KV
     head on the decode path), q and the output once; 4 flops per score and dim (q.k and p.v), the
-    seen half of a causal square counted as half."""
-    rows = lay.batch * lay.q_heads * lay.q_len
-    if prod(lay.out_shape) == 0:
+    seen half of a causal square counted as half. kv_tokens: the key tokens a KV head holds over
+    the batch, pairs: the (query token, key) pairs of a query head; both default to the dense
+    call's batch x lengths (packed and paged calls give theirs: a paged call's bound is its
+    max_seq_len, the lengths staying on the device)."""
+    rows = prod(lay.out_shape[:-1])   # query rows as they lie (dense, packed or paged)
+    if rows == 0:
         return Cost((plans.output("out", lay.out_shape, lay.dtype).buffer(),), 0, 0)
     lp = launch_plan(lay, options)
     path, setting, splits = lp.detail
     item = lay.dtype.itemsize
-    kv_bytes = lay.batch * lay.kv_heads * lay.k_len * (lay.head_dim + lay.v_dim) * item
+    kv_tokens = lay.batch * lay.k_len if kv_tokens is None else kv_tokens
+    pairs = lay.batch * lay.q_len * lay.k_len if pairs is None else pairs
+    kv_bytes = lay.kv_heads * kv_tokens * (lay.head_dim + lay.v_dim) * item
     moved = rows * (lay.head_dim + lay.v_dim) * item
     if path == "decode":
         moved += kv_bytes + 2 * sum(w.nbytes for w in lp.workspace)
     else:
         moved += kv_bytes * math.ceil(lay.q_len * lay.group / setting["block_m"])
+    if lay.kv_mode == PAGED:   # a table entry a block of keys
+        moved += lay.batch * math.ceil(lay.k_len / lay.block_tokens) * 4
     seen = 0.5 if options.causal and lay.q_len > 1 else 1.0
-    flops = int(2 * rows * lay.k_len * (lay.head_dim + lay.v_dim) * seen)
+    flops = int(2 * lay.q_heads * pairs * (lay.head_dim + lay.v_dim) * seen)
     return Cost(lp.buffers(), moved, flops, len(lp.launches))
 
 
@@ -486,6 +522,36 @@ def _sdpa_cost(q, k, v, attn_mask=None, alibi_slopes=None, options=None, return_
 
 
 declares("scaled_dot_product_attention")(_sdpa_cost)
+
+
+def _varlen_cost(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes=None, options=None, return_lse=False,
+                 max_seqlen_q=None, max_seqlen_k=None):
+    """varlen_attention's cost (its implementation's arguments). Given the bounds nothing is read
+    and a query is counted against max_seqlen_k keys; else the offsets are read (as the launch
+    would for its grid) and the pairs are each sequence's own."""
+    from nbx.core.ops.attention import AttentionOptions
+    options = options or AttentionOptions(1.0 / math.sqrt(q.shape[-1]))
+    lay = varlen_layout(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, return_lse, False, max_seqlen_q,
+                        max_seqlen_k)[0]
+    if max_seqlen_k is not None:
+        return attention_cost(lay, options, kv_tokens=k.shape[0], pairs=q.shape[0] * max_seqlen_k)
+    lens_q, lens_k = (cu.numpy()[1:].astype("int64") - cu.numpy()[:-1] for cu in (cu_seqlens_q, cu_seqlens_k))
+    return attention_cost(lay, options, kv_tokens=k.shape[0], pairs=int((lens_q * lens_k).sum()))
+
+
+def _paged_cost(call) -> Cost:
+    """paged_attention's cost from its checked call: sized by max_seq_len (read from seq_lens where
+    the call gives none, as the launch does), each sequence counted at that bound."""
+    from nbx.core.ops.paged import paged_bounds
+    max_seq_len, max_q_len = paged_bounds(call)
+    lay, _ = paged_layout(call.q, call.k_cache, call.v_cache, call.block_table, call.seq_lens, call.cu_seqlens_q,
+                          call.alibi_slopes, call.return_lse, max_seq_len, max_q_len, copy=False)
+    queries = call.q.shape[0] if call.cu_seqlens_q is not None else call.q.shape[0] * call.q.shape[1]
+    return attention_cost(lay, call.options, kv_tokens=lay.batch * max_seq_len, pairs=queries * max_seq_len)
+
+
+declares("varlen_attention")(_varlen_cost)
+declares("paged_attention")(_paged_cost)
 
 from . import rope  # noqa: E402,F401  (registers rotary_embedding and the cache writes)
 

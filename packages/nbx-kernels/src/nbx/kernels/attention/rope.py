@@ -346,4 +346,24 @@ def rope_cost(call) -> Cost:
 
 declares("rotary_embedding")(rope_cost)
 
-__all__ = ["launch_rope", "rope_plan", "rope_kernel", "rope_cost"]
+
+def cache_write_cost(call) -> Cost:
+    """kv_cache_write and rotary_kv_cache_write (in place: nothing allocated but the fused q's
+    rotation): k and v read and written once to their rows, each token's slot; the fused form
+    also each token's cos and sin rows and its position, and q read and written once."""
+    k, v, slots = call.k, call.v, call.slots
+    moved = 2 * (k.nbytes + v.nbytes) + slots.nbytes
+    if call.spec.name == "kv_cache_write":
+        return Cost((), moved, 0)
+    q, cos, positions = call.q, call.cos, call.positions
+    rotary_dim, dim = cos.shape[1], max(k.shape[-1], 1)
+    moved += k.shape[0] * (2 * rotary_dim * cos.dtype.itemsize + positions.dtype.itemsize)
+    rotated = k.size + (0 if q is None else q.size)
+    buffers = () if q is None else (Buffer("q_out", q.nbytes),)
+    return Cost(buffers, moved + (0 if q is None else 2 * q.nbytes), 3 * rotated * rotary_dim // dim)
+
+
+declares("kv_cache_write")(cache_write_cost)
+declares("rotary_kv_cache_write")(cache_write_cost)
+
+__all__ = ["launch_rope", "rope_plan", "rope_kernel", "rope_cost", "cache_write_cost"]

@@ -10,6 +10,7 @@ loop over experts rounds each expert's output).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
 import triton.language as tl
 
@@ -28,6 +29,7 @@ from ..elementwise.casts import COMPILED
 from ..matmul.epilogue import TMA_ALIGN, TMA_DTYPES
 from ..matmul.tuning import stages_that_fit
 from ..types import tl_type
+from .float8 import expert_float8_kernel
 from .kernel import (align_count_kernel, align_place_kernel, combine_kernel, expert_down_kernel,
                      expert_gate_up_kernel, route_align_kernel, route_kernel)
 from .tuning import experts_setting
@@ -207,15 +209,32 @@ class WeightLayout:
     group: int = 0          # 0: float weights
     scheme: str = "none"
     descriptors: bool = False   # float weights a tensor descriptor can read: contiguous, 16-byte rows and bases
+    scale_block: tuple = ()     # block-scaled float8 weights: (rows, columns) of a scale's block; scheme the type
 
     @property
     def label(self) -> str:
-        """The launch key's weights field: dense, or int4-<scheme>-g<group>."""
+        """The launch key's weights field: dense, int4-<scheme>-g<group>, or fp8-<type>-b<rows>x<columns>."""
+        if self.scale_block:
+            return f"fp8-{self.scheme}-b{self.scale_block[0]}x{self.scale_block[1]}"
         return "dense" if not self.group else f"int4-{self.scheme}-g{self.group}"
+
+
+def _float8_layout(w_gate, w_up, w_down) -> WeightLayout:
+    """Block-scaled float8 weights (the front-end checked one type and block for the three), read
+    by expert_float8_kernel with contiguous values and scales."""
+    for w in (w_gate, w_up, w_down):
+        if not w.weight.is_contiguous() or not w.scales.is_contiguous():
+            raise NotSupportedError("moe_experts reads float8 expert weights with contiguous values and scales")
+    return WeightLayout(tuple(w_gate.shape), tuple(w_gate.weight.strides), tuple(w_down.weight.strides),
+                        tuple(w_gate.scales.strides[:2]), tuple(w_down.scales.strides[:2]),
+                        scheme=w_gate.dtype.name.removeprefix("float8_"), scale_block=w_gate.block)
 
 
 def weight_layout(w_gate, w_up, w_down) -> WeightLayout:
     from nbx.core.quant import QuantizedTensor
+    from nbx.core.quant_float8 import Float8BlockWeight
+    if isinstance(w_gate, Float8BlockWeight):
+        return _float8_layout(w_gate, w_up, w_down)
     quantized = [isinstance(w, QuantizedTensor) for w in (w_gate, w_up, w_down)]
     if not any(quantized):
         if w_gate.strides != w_up.strides:
@@ -245,8 +264,13 @@ def _descriptor_ready(w_gate, w_up, w_down) -> bool:
 
 
 def _weight_values(w_gate, w_up, w_down) -> dict:
-    """The weight slots of a call: the float weights, or the int4 weights' bytes, scales and minima."""
+    """The weight slots of a call: the float weights, the int4 weights' bytes, scales and minima, or
+    the float8 weights' values and block scales."""
     from nbx.core.quant import QuantizedTensor
+    from nbx.core.quant_float8 import Float8BlockWeight
+    if isinstance(w_gate, Float8BlockWeight):
+        return {slot: t for name, w in (("gate", w_gate), ("up", w_up), ("down", w_down))
+                for slot, t in ((f"w_{name}", w.weight), (f"s_{name}", w.scales))}
     if not isinstance(w_gate, QuantizedTensor):
         return {"w_gate": w_gate, "w_up": w_up, "w_down": w_down}
     values = {}
@@ -256,10 +280,10 @@ def _weight_values(w_gate, w_up, w_down) -> dict:
     return values
 
 
-def _dot_types(dtype, int4: bool):
-    if dtype.kind != "float" or dtype.itemsize == 1 or (int4 and dtype is dtypes.float64):
-        raise DTypeError(f"moe_experts multiplies float16, bfloat16, float32{'' if int4 else ' or float64'} "
-                         f"activations{' by int4 weights' if int4 else ''}, got {dtype.name}")
+def _dot_types(dtype, quantized: bool):
+    if dtype.kind != "float" or dtype.itemsize == 1 or (quantized and dtype is dtypes.float64):
+        raise DTypeError(f"moe_experts multiplies float16, bfloat16, float32{'' if quantized else ' or float64'} "
+                         f"activations{' by int4 or float8 weights' if quantized else ''}, got {dtype.name}")
     acc = tl.float64 if dtype is dtypes.float64 else tl.float32
     precision = "ieee" if dtype in (dtypes.float32, dtypes.float64) else None
     return tl_type(dtype), acc, precision
@@ -276,9 +300,11 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
         experts_setting(device, tokens, count, k, inter, hidden, dtype, w.label))
     block_m, pairs = s["block_m"], tokens * k
     capacity = align_capacity(pairs, count, block_m)
-    int4 = w.group > 0
-    dot, acc, precision = _dot_types(dtype, int4)
+    int4, float8 = w.group > 0, bool(w.scale_block)
+    dot, acc, precision = _dot_types(dtype, int4 or float8)
     block_k = s["block_k"] if not int4 or w.group % s["block_k"] == 0 else w.group   # an int4 K step lies in one group
+    if float8:   # a float8 K step lies in one scale block
+        block_k = _float8_block_k(s["block_k"], w.scale_block)
     stages = s["num_stages"]
     if COMPILED:  # the interpreter has no shared memory (and no pipeline); gate/up's stages hold two weight tiles
         stages = stages_that_fit({**s, "block_k": block_k}, dtype.itemsize, 2 * dtype.itemsize, launch.facts(device))
@@ -290,17 +316,23 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
                 ASYMMETRIC=w.scheme == "asymmetric", TMA=tma, num_warps=s["num_warps"], num_stages=stages)
     blocks = capacity // block_m
     p = "align_"
-    scales = ((Slot("s_gate"), Slot("z_gate"), Slot("s_up"), Slot("z_up"), Slot("s_down"), Slot("z_down")) if int4 else
-              (Slot("w_gate"),) * 4 + (Slot("w_down"),) * 2)   # float weights: their own pointers (never read)
-    gate_up = Launch(expert_gate_up_kernel, (blocks * triton_cdiv(inter, s["block_n"]),),
-                     (Slot("x"), Slot("w_gate"), Slot("w_up"), *scales[:4], Slot("h"), Slot(p + "sorted_pairs"),
-                      Slot(p + "block_experts"), capacity, inter, hidden, pairs, k, *x_strides, *w.gate,
-                      *w.gate_scales, count * inter), dict(EVEN_K=hidden % block_k == 0, **gemm))
-    down = Launch(expert_down_kernel, (blocks * triton_cdiv(hidden, s["block_n"]),),
-                  (Slot("h"), Slot("w_down"), *scales[4:], Slot("pair_rows"), Slot("weights"), Slot(p + "sorted_pairs"),
-                   Slot(p + "block_experts"), capacity, hidden, inter, pairs, *w.down, *w.down_scales,
-                   count * hidden),
-                  dict(EVEN_K=inter % block_k == 0, **gemm))
+    if float8:
+        gate_up, down = _float8_launches(w, x_strides, pairs, k, capacity, dict(
+            DOT=dot, ACC=acc, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=s["block_n"], BLOCK_K=block_k,
+            GROUP_M=s["group_m"], SCALE_N=w.scale_block[0], SCALE_K=w.scale_block[1], num_warps=s["num_warps"],
+            num_stages=stages))
+    else:
+        scales = ((Slot("s_gate"), Slot("z_gate"), Slot("s_up"), Slot("z_up"), Slot("s_down"), Slot("z_down")) if int4
+                  else (Slot("w_gate"),) * 4 + (Slot("w_down"),) * 2)   # float weights: their own pointers (never read)
+        gate_up = Launch(expert_gate_up_kernel, (blocks * triton_cdiv(inter, s["block_n"]),),
+                         (Slot("x"), Slot("w_gate"), Slot("w_up"), *scales[:4], Slot("h"), Slot(p + "sorted_pairs"),
+                          Slot(p + "block_experts"), capacity, inter, hidden, pairs, k, *x_strides, *w.gate,
+                          *w.gate_scales, count * inter), dict(EVEN_K=hidden % block_k == 0, **gemm))
+        down = Launch(expert_down_kernel, (blocks * triton_cdiv(hidden, s["block_n"]),),
+                      (Slot("h"), Slot("w_down"), *scales[4:], Slot("pair_rows"), Slot("weights"),
+                       Slot(p + "sorted_pairs"), Slot(p + "block_experts"), capacity, hidden, inter, pairs, *w.down,
+                       *w.down_scales, count * hidden),
+                      dict(EVEN_K=inter % block_k == 0, **gemm))
     combine = Launch(combine_kernel, (tokens, triton_cdiv(hidden, COMBINE_BLOCK)),
                      (Slot("pair_rows"), Slot("out"), hidden), dict(TOP_K=k, ACC=acc, BLOCK=COMBINE_BLOCK))
     band = tokens <= BAND_TOKENS
@@ -316,6 +348,34 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
         workspace, copies = (*_route_outputs(tokens, k, plans.workspace), *workspace), ()
     return LaunchPlan(device, (*first, gate_up, down, combine), outputs=(plans.output("out", (tokens, hidden), dtype),),
                       workspace=workspace, copies=copies, detail=ExpertsPlan(s, capacity, band, tma))
+
+
+def _float8_block_k(block_k: int, scale_block: tuple) -> int:
+    """The served block_k, or the largest power of two under it that divides the scale block's
+    columns (a K step in one block); tl.dot takes K steps of 16 or more."""
+    step = gcd(block_k, scale_block[1])
+    if step < 16:
+        raise NotSupportedError(f"moe_experts' float8 weights at scale blocks {scale_block}: a K step of "
+                                f"{block_k} lies in one block only at {step} columns (the matrix unit takes 16 "
+                                f"or more); use scale blocks of 16 or more columns (128 x 128 in checkpoints)")
+    return step
+
+
+def _float8_launches(w: WeightLayout, x_strides, pairs: int, k: int, capacity: int, meta: dict) -> tuple:
+    """The gate/up and down launches of expert_float8_kernel over the alignment's tables (named as
+    _experts_build's), into the intermediate h and the pair rows."""
+    count, inter, hidden = w.shape
+    blocks, p = capacity // meta["BLOCK_M"], "align_"
+    tables = (Slot(p + "sorted_pairs"), Slot(p + "block_experts"))
+    gate_up = Launch(expert_float8_kernel, (blocks * triton_cdiv(inter, meta["BLOCK_N"]),),
+                     (Slot("x"), Slot("w_gate"), Slot("w_up"), Slot("s_gate"), Slot("s_up"), Slot("h"),
+                      Slot("weights"), *tables, capacity, inter, hidden, pairs, k, *x_strides, *w.gate[:2],
+                      *w.gate_scales), dict(meta, GATED=True))
+    down = Launch(expert_float8_kernel, (blocks * triton_cdiv(hidden, meta["BLOCK_N"]),),
+                  (Slot("h"), Slot("w_down"), Slot("w_down"), Slot("s_down"), Slot("s_down"), Slot("pair_rows"),
+                   Slot("weights"), *tables, capacity, hidden, inter, pairs, k, inter, 1, *w.down[:2],
+                   *w.down_scales), dict(meta, GATED=False))
+    return gate_up, down
 
 
 def experts_plan(x, weights, experts, w_gate, w_up, w_down, setting=None) -> LaunchPlan:

@@ -9,7 +9,8 @@ file default (tiles.moe_experts, tiles.moe_band) and its own certificates.
 
 The launch key (launch_key): tokens (the power of two at or above the count), experts and top_k
 (exact: they fix the pairs per expert), the intermediate and hidden sizes (dims ladder), the dtype, and the weights' form ("dense", or
-"int4-<scheme>-g<group>": W4A16). The representative launch routes token t's slot j to expert
+"int4-<scheme>-g<group>": W4A16, or "fp8-<type>-b<rows>x<columns>": block-scaled float8, W8A16).
+The representative launch routes token t's slot j to expert
 (t * top_k + j) % experts: every expert gets its share of rows.
 """
 from __future__ import annotations
@@ -64,8 +65,8 @@ def _fits(setting, rep, facts):
             return f"{rep['weights']} {rep['dtype']} weights take pointer loads"
         if (rep["hidden"] * itemsize) % 16 or (rep["inter"] * itemsize) % 16:
             return "the key's weight rows are not 16-byte multiples: no descriptor reads them"
-    if rep["weights"] != "dense" and int(rep["weights"].rsplit("-g", 1)[1]) % setting["block_k"]:
-        return f"block_k {setting['block_k']} does not divide the int4 group of {rep['weights']}"
+    if rep["weights"] != "dense" and _k_group(rep["weights"]) % setting["block_k"]:
+        return f"block_k {setting['block_k']} does not divide the K group of {rep['weights']}"
     rows = math.ceil(rep["tokens"] * rep["top_k"] / rep["experts"])
     if setting["block_m"] > 16 and setting["block_m"] // 2 >= rows:
         return f"block_m {setting['block_m']} pads an expert's {rows} rows twice over"
@@ -82,6 +83,14 @@ def _fits(setting, rep, facts):
     if stages_that_fit(setting, itemsize, itemsize, facts) < setting["num_stages"]:
         return f"{setting['num_stages']} stages pass memory.max_shared_memory_per_block {limit}"
     return True
+
+
+def _k_group(label: str) -> int:
+    """The K columns a quantized weight's scale covers: int4-<scheme>-g<group>'s group,
+    fp8-<type>-b<rows>x<columns>'s columns."""
+    if label.startswith("fp8-"):
+        return int(label.rsplit("x", 1)[1])
+    return int(label.rsplit("-g", 1)[1])
 
 
 def _warps(setting, facts):
@@ -123,7 +132,12 @@ def representative_layer(rep, device):
     inter, hidden, dtype = rep["inter"], rep["hidden"], as_dtype(rep["dtype"])
     x = asarray(_normal((tokens, hidden), 37, 1.0).astype(dtype.host), device=device)
     w_gate, w_up, w_down = (asarray(w, device=device) for w in _host_weights(count, inter, hidden, dtype.name))
-    if rep["weights"] != "dense":   # int4-<scheme>-g<group>: the same values, quantized
+    if rep["weights"].startswith("fp8-"):   # fp8-<type>-b<rows>x<columns>: the same values, block-scaled
+        from nbx.core.quant_float8 import Float8BlockWeight
+        _, kind, block = rep["weights"].split("-")
+        w_gate, w_up, w_down = (Float8BlockWeight.quantize(w, tuple(map(int, block[1:].split("x"))), f"float8_{kind}")
+                                for w in (w_gate, w_up, w_down))
+    elif rep["weights"] != "dense":   # int4-<scheme>-g<group>: the same values, quantized
         from nbx.core.quant import QuantizedTensor
         _, scheme, group = rep["weights"].split("-")
         w_gate, w_up, w_down = (QuantizedTensor.quantize(w, int(group[1:]), scheme, "bfloat16").to(device)
