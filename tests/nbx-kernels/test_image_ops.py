@@ -143,3 +143,22 @@ def test_the_tiled_chains_of_a_vocoders_sequence_and_a_decoders_upsampler_are_bi
         for band in bands:
             got = nbx.tiled_conv_chain(data, layers, band * field).numpy()
             np.testing.assert_array_equal(got, full, err_msg=f"band of {band} receptive fields")
+
+
+@pytest.mark.gpu
+def test_a_vae_decoder_stage_of_norms_residual_blocks_and_an_upsampler_bands_on_the_gpu(check):
+    """A decoder stage at 128 channels (float32, channels-last, 256 rows upsampled to 512) in bands of
+    64 output rows against the untiled chain on the GPU: the norms' banded statistics agree with
+    the whole image's to float32's tolerance."""
+    device = nbx.as_device("cuda")
+    put = lambda a: _put(a, device)
+    w = lambda *shape: put(RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:])))
+    norm = lambda c: nbx.GroupNormLayer(32, put(RNG.standard_normal(c)), put(RNG.standard_normal(c)), 1e-6, "silu")
+    block = nbx.Residual((norm(128), nbx.ConvLayer(w(128, 128, 3, 3), None, 1, 1), norm(128),
+                          nbx.ConvLayer(w(128, 128, 3, 3), None, 1, 1)))
+    upsampler = nbx.ConvLayer(w(128, 128, 3, 3), None, 1, 1, upsample=2)
+    layers = [nbx.ConvLayer(w(128, 64, 3, 3), None, 1, 1), block, upsampler, norm(128),
+              nbx.ConvLayer(w(3, 128, 3, 3), None, 1, 1)]
+    x = _put(RNG.standard_normal((1, 64, 256, 64)) + 1, device, channels_last=True)
+    full = nbx.conv_chain(x, layers).numpy().astype(np.float64)
+    check(nbx.tiled_conv_chain(x, layers, 64), full, device)
