@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import ArgumentError, NotSupportedError, ShapeError
 from ..tensor import Tensor
-from .conv import conv1d, conv2d, conv3d, conv_out_size, conv_padding, spatial_tuple
+from .conv import conv1d, conv2d, conv3d, conv_out_size, conv_padding, pad_spatial, spatial_tuple
 
 BAND_PADDING_MODES = ("zeros", "reflect", "replicate")
 CONVS = {1: conv1d, 2: conv2d, 3: conv3d}
@@ -224,9 +224,7 @@ def _band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads) -> Tenso
     if layer.padding_mode == "zeros":
         start, stop = max(need[0], held[0]) - held[0], min(need[1], held[1]) - held[0]
         return layer(band[:, :, start:stop], padding=((max(top, 0), max(bottom, 0)), *other_pads))
-    from .datamove import pad
-    widths = [a for pair in reversed(other_pads) for a in pair]   # pad's order: the last dim first
-    padded = pad(band, [*widths, max(top, 0), max(bottom, 0)], mode=layer.padding_mode)
+    padded = pad_spatial(band, ((max(top, 0), max(bottom, 0)), *other_pads), layer.padding_mode)
     origin = held[0] - max(top, 0)   # the image row of the padded band's first row
     return layer(padded[:, :, need[0] - origin:need[1] - origin], padding=0, padding_mode="zeros")
 
