@@ -121,6 +121,8 @@ def test_interpolate_places_sources_as_torch():
         nbx.interpolate(z, size=3, align_corners=True)
     with pytest.raises(ShapeError, match="bilinear"):
         nbx.interpolate(z, size=3, mode="bilinear")
+    with pytest.raises(ArgumentError, match="recompute_scale_factor is not meaningful with an explicit size"):
+        nbx.interpolate(z, size=3, recompute_scale_factor=True)
     with pytest.raises(NotSupportedError, match="antialias"):
         nbx.interpolate(_t(np.ones((1, 1, 4, 4))), size=2, mode="bilinear", antialias=True)
 
