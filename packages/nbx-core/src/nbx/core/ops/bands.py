@@ -281,7 +281,7 @@ def _is_projection(layer, rank: int) -> bool:
 
 
 def _check_norms(norms) -> None:
-    """One GroupNormLayer object a norm: each one's statistics are kept by the object."""
+    """One GroupNormLayer object a norm: the statistics are keyed by the object."""
     if len({id(norm) for norm, _ in norms}) != len(norms):
         raise ArgumentError("tiled_conv_chain: a GroupNormLayer object appears twice in the chain; give each norm "
                             "its own (their statistics differ)")
