@@ -121,6 +121,8 @@ def test_interpolate_places_sources_as_torch():
         nbx.interpolate(z, size=3, align_corners=True)
     with pytest.raises(ShapeError, match="bilinear"):
         nbx.interpolate(z, size=3, mode="bilinear")
+    with pytest.raises(ArgumentError, match="recompute_scale_factor is not meaningful with an explicit size"):
+        nbx.interpolate(z, size=3, recompute_scale_factor=True)
     with pytest.raises(NotSupportedError, match="antialias"):
         nbx.interpolate(_t(np.ones((1, 1, 4, 4))), size=2, mode="bilinear", antialias=True)
 
@@ -140,6 +142,17 @@ def test_fft_family_matches_numpy_and_inverts(norm):
     np.testing.assert_allclose(two.numpy(), np.fft.fft2(a.astype(np.float64), norm=norm), atol=1e-10)
     np.testing.assert_allclose(nbx.fft.irfft2(nbx.fft.rfft2(x, norm=norm), s=(3, 10), norm=norm).numpy(), a,
                                atol=1e-5)
+
+
+def test_fftfreq_and_the_shifts_place_the_bins_as_numpy_for_odd_and_even_lengths():
+    np.testing.assert_array_equal(nbx.fft.fftfreq(7, 0.5).numpy(), np.fft.fftfreq(7, 0.5).astype(np.float32))
+    assert nbx.fft.fftfreq(8, dtype="float64").dtype == nbx.float64
+    a = (RNG.standard_normal((3, 4, 5)) + 1j * RNG.standard_normal((3, 4, 5))).astype(np.complex64)
+    x = nbx.asarray(a)
+    for dim in (None, 1, (0, -1)):
+        shifted = nbx.fft.fftshift(x, dim)
+        np.testing.assert_array_equal(shifted.numpy(), np.fft.fftshift(a, dim))
+        np.testing.assert_array_equal(nbx.fft.ifftshift(shifted, dim).numpy(), a)   # odd dims: not fftshift again
 
 
 def test_fft_refusals_are_named():

@@ -94,12 +94,91 @@ def test_the_tiled_chain_is_bit_equal_to_the_untiled_chain_at_band_sizes_of_1_to
         np.testing.assert_array_equal(got.numpy(), full, err_msg=f"band of {band} rows")
 
 
+def _weight(*shape):
+    return _put(RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:])))
+
+
+def _assert_tiled_equals_untiled(x, layers, bands):
+    full = nbx.conv_chain(x, layers)
+    for band in bands:
+        got = nbx.tiled_conv_chain(x, layers, band)
+        assert got.shape == full.shape and got.strides == full.strides
+        np.testing.assert_array_equal(got.numpy(), full.numpy(), err_msg=f"band of {band} rows")
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate"])
+def test_a_long_sequences_conv1d_chain_and_a_videos_conv3d_chain_band_bit_equal_along_their_first_dim(mode):
+    layers = [nbx.ConvLayer(_weight(3, 2, 7), _put(RNG.standard_normal(3)), 1, 3, padding_mode=mode,
+                            activation="silu"),
+              nbx.ConvLayer(_weight(4, 3, 3), None, 2, 1, padding_mode=mode),
+              nbx.ConvLayer(_weight(2, 4, 5), None, 1, "same", dilation=3, padding_mode=mode)]
+    field = nbx.receptive_field(layers)
+    assert field == 1 + 6 + 2 + 12 * 2
+    _assert_tiled_equals_untiled(_put(RNG.standard_normal((2, 2, 8 * field + 5))), layers,
+                                 (field, 2 * field, 4 * field, 8 * field, 1, 3))
+    video = [nbx.ConvLayer(_weight(3, 2, 3, 3, 2), None, 1, (1, 1, 0), padding_mode=mode),
+             nbx.ConvLayer(_weight(2, 3, 3, 1, 3), None, (2, 1, 1), (1, 0, 1), padding_mode=mode)]
+    field = nbx.receptive_field(video)
+    _assert_tiled_equals_untiled(_put(RNG.standard_normal((1, 2, 4 * field + 1, 4, 3)), True), video,
+                                 (field, 2 * field, 4 * field, 1))
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_upsampling_layers_band_bit_equal_where_a_band_starts_inside_a_stored_row(stride):
+    """A VAE decoder's upsampler (nearest x k fused into the conv): a band's first needed row of the
+    upsampled image falls anywhere in a stored row, and on or off the stride's grid."""
+    layers = [nbx.ConvLayer(_weight(3, 2, 3, 3), _put(RNG.standard_normal(3)), 1, 1, activation="silu"),
+              nbx.ConvLayer(_weight(4, 3, 3, 3), None, 1, 1, upsample=2),
+              nbx.ConvLayer(_weight(2, 4, 3, 3), None, stride, 1, upsample=3),
+              nbx.ConvLayer(_weight(2, 2, 3, 1), None, 1, (1, 0))]
+    field = nbx.receptive_field(layers)
+    _assert_tiled_equals_untiled(_put(RNG.standard_normal((1, 2, 13, 3))), layers,
+                                 (1, 2, 3, 5, field, 2 * field, 4 * field, 8 * field))
+
+
+def _decoder_stage(put, seed: int = 7) -> list:
+    """A VAE decoder's stage in small: conv, a ResNet block whose channels change (GroupNorm -> SiLU ->
+    conv twice, a 1 x 1 shortcut), an upsampling conv, a block of one norm, GroupNorm -> SiLU, conv."""
+    rng = np.random.default_rng(seed)
+    w = lambda *shape: put(rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:])))
+    norm = lambda c, g: nbx.GroupNormLayer(g, put(rng.standard_normal(c)), put(rng.standard_normal(c)), 1e-5, "silu")
+    block = nbx.Residual((norm(4, 2), nbx.ConvLayer(w(6, 4, 3, 3), None, 1, 1), norm(6, 3),
+                          nbx.ConvLayer(w(6, 6, 3, 3), None, 1, 1)), nbx.ConvLayer(w(6, 4, 1, 1)))
+    return [nbx.ConvLayer(w(4, 2, 3, 3), None, 1, 1), block, nbx.ConvLayer(w(6, 6, 3, 3), None, 1, 1, upsample=2),
+            nbx.Residual((norm(6, 2), nbx.ConvLayer(w(6, 6, 3, 3), None, 1, 1))), norm(6, 3),
+            nbx.ConvLayer(w(3, 6, 3, 3), None, 1, 1)]
+
+
+def test_a_decoder_stage_of_group_norms_and_residual_blocks_bands_to_the_untiled_chain():
+    """A norm's statistics are its whole input's (a banded pass gathers them): a mean far from zero
+    would show a band's own statistics at once. Summed in another order, so agreement, not bits."""
+    put = lambda a: nbx.asarray(np.asarray(a, np.float64))
+    layers = _decoder_stage(put)
+    x = put(RNG.standard_normal((2, 2, 11, 5)) + 3)
+    full = nbx.conv_chain(x, layers).numpy()
+    field = nbx.receptive_field(layers)
+    for band in (1, 3, field, 4 * field):
+        np.testing.assert_allclose(nbx.tiled_conv_chain(x, layers, band).numpy(), full, rtol=1e-10, atol=1e-12,
+                                   err_msg=f"band of {band} rows")
+
+
 def test_the_tiled_chain_refuses_a_circular_layer_and_empty_chains():
     x = _put(RNG.standard_normal((1, 2, 9, 4)))
     w = _put(RNG.standard_normal((2, 2, 3, 3)))
     with pytest.raises(NotSupportedError, match="circular"):
         nbx.tiled_conv_chain(x, [nbx.ConvLayer(w, padding=1, padding_mode="circular")], 4)
+    with pytest.raises(ArgumentError, match="a Residual's shortcut is None or a 1 x 1"):
+        nbx.tiled_conv_chain(x, [nbx.Residual((nbx.ConvLayer(w, padding=1),), nbx.ConvLayer(w, padding=1))], 4)
+    with pytest.raises(ArgumentError, match="a GroupNormLayer object appears twice"):
+        norm = nbx.GroupNormLayer(2)
+        nbx.tiled_conv_chain(x, [norm, nbx.ConvLayer(w, padding=1), norm], 4)
+    with pytest.raises(ShapeError, match="a Residual's body changes the 9 rows"):
+        nbx.tiled_conv_chain(x, [nbx.Residual((nbx.ConvLayer(w),))], 4)
     with pytest.raises(ArgumentError, match="non-empty sequence of ConvLayer"):
         nbx.tiled_conv_chain(x, [], 4)
     with pytest.raises(ArgumentError, match="band_rows must be positive"):
         nbx.tiled_conv_chain(x, [nbx.ConvLayer(w)], 0)
+    with pytest.raises(ShapeError, match="one chain is of one rank"):
+        nbx.tiled_conv_chain(x, [nbx.ConvLayer(_put(RNG.standard_normal((2, 2, 3))))], 4)
+    with pytest.raises(NotSupportedError, match="upsampling layer with padding_mode 'reflect'"):
+        nbx.tiled_conv_chain(x, [nbx.ConvLayer(w, padding=1, padding_mode="reflect", upsample=2)], 4)

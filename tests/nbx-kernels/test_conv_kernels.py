@@ -47,6 +47,15 @@ def test_conv2d_matches_the_oracle_in_both_layouts(device, check, case, channels
         assert out.strides[1] == 1, "a channels-last input gives a channels-last output"
 
 
+@pytest.mark.parametrize("mode", ["reflect", "circular"])
+def test_a_padding_mode_keeps_a_channels_last_input_channels_last_and_matches_the_oracle(device, check, mode):
+    x = _put(RNG.standard_normal((1, 3, 4, 5)), device, channels_last=True)
+    w = _put(RNG.standard_normal((2, 3, 3, 2)), device)
+    out = nbx.conv2d(x, w, None, 1, (2, 1), 1, 1, mode)
+    check(out, nbx.oracle("conv2d", x, w, None, 1, (2, 1), 1, 1, mode), device)
+    assert out.strides[1] == 1, "the padded copy is channels-last, so the output is"
+
+
 @pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
 @pytest.mark.parametrize("ws,stride,padding,dilation", [((2, 1, 3, 3), 1, 1, 1), ((4, 1, 7, 7), 3, 3, 1),
                                                         ((2, 1, 3, 3), 1, 2, 2)], ids=["3x3", "7x7_mult2", "dilated"])

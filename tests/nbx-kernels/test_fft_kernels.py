@@ -78,6 +78,14 @@ def test_two_dimensional_transforms_and_dims_other_than_the_last(device, check):
     check(nbx.fft.irfft2(spectrum, s=(3, 5)), nbx.oracle("irfftn", spectrum, (3, 5), (1, 2), "backward"), device)
 
 
+def test_fftshift_of_a_spectrum_and_ifftshift_back_run_on_the_device(device):
+    x = _complex((3, 5), device)
+    spectrum = nbx.fft.fft(x)
+    shifted = nbx.fft.fftshift(spectrum)
+    np.testing.assert_array_equal(shifted.numpy(), np.fft.fftshift(spectrum.numpy()))
+    np.testing.assert_array_equal(nbx.fft.ifftshift(shifted, dim=(0, 1)).numpy(), spectrum.numpy())
+
+
 def test_half_precision_signals_transform_in_float32(device, check):
     x = _real((2, 32), device, "float16")
     out = nbx.fft.rfft(x)

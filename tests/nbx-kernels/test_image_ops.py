@@ -61,6 +61,40 @@ def test_the_tiled_chain_is_bit_equal_to_the_untiled_chain_on_the_kernels(device
         np.testing.assert_array_equal(nbx.tiled_conv_chain(x, layers, band).numpy(), full, err_msg=f"band {band}")
 
 
+def test_a_conv1d_chain_and_an_upsampling_conv2d_chain_band_bit_equal_on_the_kernels(device):
+    """Integer values, as above: the sums are exact, so the check sees the halos and the rows an
+    upsampling layer computes before a band's first needed row and drops (every band size and
+    edge: the CPU tests in tests/nbx-core; interp launches cost ~0.2 s each)."""
+    ints = lambda *shape: _put(RNG.integers(-2, 3, shape), device)
+    sequence = [nbx.ConvLayer(ints(2, 2, 5), ints(2), 1, 2, activation="relu"),
+                nbx.ConvLayer(ints(2, 2, 3), None, 2, 1, padding_mode="replicate")]
+    field = nbx.receptive_field(sequence)
+    x = ints(1, 2, 2 * field + 3)
+    full = nbx.conv_chain(x, sequence).numpy()
+    for band in (field, 2 * field):
+        np.testing.assert_array_equal(nbx.tiled_conv_chain(x, sequence, band).numpy(), full, err_msg=f"band {band}")
+    image = [nbx.ConvLayer(ints(2, 2, 3, 1), None, 2, (1, 0), upsample=3, activation="relu")]
+    x = _put(RNG.integers(-2, 3, (1, 2, 5, 2)), device, channels_last=True)
+    full = nbx.conv_chain(x, image).numpy()
+    np.testing.assert_array_equal(nbx.tiled_conv_chain(x, image, 3).numpy(), full, err_msg="bands of 3 rows")
+
+
+def test_a_group_norm_in_a_residual_block_bands_to_the_oracle_on_the_kernels(device, check):
+    """A norm's whole-input statistics (a banded pass) applied band by band inside a residual block,
+    in float32 on the kernels against the float64 untiled chain on the CPU (every layer kind, more
+    bands: tests/nbx-core; interp's implicit GEMM costs ~0.5 s a launch)."""
+    def chain(put):
+        rng = np.random.default_rng(7)
+        w = lambda *shape: put(rng.standard_normal(shape) / 3)
+        norm = nbx.GroupNormLayer(2, put(rng.standard_normal(4)), put(rng.standard_normal(4)), 1e-5, "silu")
+        return [nbx.ConvLayer(w(4, 2, 3, 1), None, 1, (1, 0)), nbx.Residual((norm, nbx.ConvLayer(w(4, 4, 3, 1), None, 1,
+                                                                                                   (1, 0))))]
+    a = RNG.standard_normal((1, 2, 6, 2)) + 3
+    expected = nbx.conv_chain(nbx.asarray(a), chain(lambda v: nbx.asarray(np.asarray(v, np.float64)))).numpy()
+    got = nbx.tiled_conv_chain(_put(a, device, channels_last=True), chain(lambda v: _put(v, device)), 3)
+    check(got, expected, device)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
@@ -88,3 +122,43 @@ def test_the_tiled_chain_of_a_vae_decoder_stage_is_bit_equal_on_the_gpu():
     field = nbx.receptive_field(layers)
     for band in (field, 2 * field, 4 * field, 8 * field):
         np.testing.assert_array_equal(nbx.tiled_conv_chain(x, layers, band).numpy(), full, err_msg=f"band {band}")
+
+
+@pytest.mark.gpu
+def test_the_tiled_chains_of_a_vocoders_sequence_and_a_decoders_upsampler_are_bit_equal_on_the_gpu():
+    """A 65536-sample conv1d chain (k = 7, dilation 1 and 3) and an upsampling conv2d chain (nearest
+    x 2 fused, then a 3 x 3), bfloat16, 64 channels; {-1, 0, 1} inputs and weights of 1/8 keep every
+    float32 sum exact (multiples of 1/64 of magnitude below 2^13), so any served tile agrees bit for bit."""
+    device = nbx.as_device("cuda")
+    def weight(*kernel):
+        return _put(RNG.integers(-1, 2, (64, 64, *kernel)) * 0.125, device, "bfloat16")
+    sequence = [nbx.ConvLayer(weight(7), None, 1, 3, activation="relu"),
+                nbx.ConvLayer(weight(7), None, 1, "same", dilation=3)]
+    x = _put(RNG.integers(-1, 2, (1, 64, 65536)), device, "bfloat16")
+    image = [nbx.ConvLayer(weight(3, 3), None, 1, 1, upsample=2), nbx.ConvLayer(weight(3, 3), None, 1, 1)]
+    y = _put(RNG.integers(-1, 2, (1, 64, 256, 64)), device, "bfloat16", channels_last=True)
+    for layers, data, bands in ((sequence, x, (1, 2, 4, 8)), (image, y, (1, 3, 8))):
+        full = nbx.conv_chain(data, layers).numpy()
+        field = nbx.receptive_field(layers)
+        for band in bands:
+            got = nbx.tiled_conv_chain(data, layers, band * field).numpy()
+            np.testing.assert_array_equal(got, full, err_msg=f"band of {band} receptive fields")
+
+
+@pytest.mark.gpu
+def test_a_vae_decoder_stage_of_norms_residual_blocks_and_an_upsampler_bands_on_the_gpu(check):
+    """A decoder stage at 128 channels (float32, channels-last, 256 rows upsampled to 512) in bands of
+    64 output rows against the untiled chain on the GPU: the norms' banded statistics agree with
+    the whole image's to float32's tolerance."""
+    device = nbx.as_device("cuda")
+    put = lambda a: _put(a, device)
+    w = lambda *shape: put(RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:])))
+    norm = lambda c: nbx.GroupNormLayer(32, put(RNG.standard_normal(c)), put(RNG.standard_normal(c)), 1e-6, "silu")
+    block = nbx.Residual((norm(128), nbx.ConvLayer(w(128, 128, 3, 3), None, 1, 1), norm(128),
+                          nbx.ConvLayer(w(128, 128, 3, 3), None, 1, 1)))
+    upsampler = nbx.ConvLayer(w(128, 128, 3, 3), None, 1, 1, upsample=2)
+    layers = [nbx.ConvLayer(w(128, 64, 3, 3), None, 1, 1), block, upsampler, norm(128),
+              nbx.ConvLayer(w(3, 128, 3, 3), None, 1, 1)]
+    x = _put(RNG.standard_normal((1, 64, 256, 64)) + 1, device, channels_last=True)
+    full = nbx.conv_chain(x, layers).numpy().astype(np.float64)
+    check(nbx.tiled_conv_chain(x, layers, 64), full, device)

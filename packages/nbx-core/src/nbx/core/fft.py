@@ -1,7 +1,8 @@
 """nbx.fft: discrete Fourier transforms, spelled as torch.fft.
 
 fft, ifft, rfft, irfft (n, dim, norm), fft2, ifft2, rfft2, irfft2 (s, dim=(-2, -1), norm) and the
-n-D fftn, ifftn, rfftn, irfftn (s, dim, norm), any length. norm is 'backward' (None), 'ortho' or
+n-D fftn, ifftn, rfftn, irfftn (s, dim, norm), any length; fftfreq and rfftfreq (made on the host),
+fftshift and ifftshift (dim=None: every dim; a roll, so every device and dtype roll takes). norm is 'backward' (None), 'ortho' or
 'forward' as torch and numpy define them. Real inputs of float32 (and the half types, computed in
 float32) give complex64, float64 gives complex128; integer and bool inputs compute in the default
 float dtype. Every transform reaches one of four ops (fftn, ifftn, rfftn, irfftn) with normalized
@@ -143,6 +144,34 @@ def rfftfreq(n: int, d: float = 1.0, dtype=None, device=None) -> Tensor:
     return from_numpy(np.fft.rfftfreq(int(n), d).astype(dt.host), device)
 
 
+def fftfreq(n: int, d: float = 1.0, dtype=None, device=None) -> Tensor:
+    """The sample frequencies of fft's bins, the negative ones last (torch.fft.fftfreq)."""
+    from .tensor import from_numpy
+    dt = dtypes.DEFAULT_FLOAT if dtype is None else dtypes.as_dtype(dtype)
+    return from_numpy(np.fft.fftfreq(int(n), d).astype(dt.host), device)
+
+
+def _shift(op: str, x: Tensor, dim, sign: int) -> Tensor:
+    from .ops.datamove import roll
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{op}: input must be a tensor, got {type(x).__name__}")
+    dims = tuple(range(x.ndim)) if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+    dims = tuple(layout.normalize_dim(d, x.ndim) for d in dims)
+    if not dims:
+        return x
+    return roll(x, tuple(sign * (x.shape[d] // 2) for d in dims), axis=dims)
+
+
+def fftshift(input, dim=None):
+    """The zero-frequency bin moved to the centre of each dim (torch.fft.fftshift: a roll by n // 2)."""
+    return _shift("fftshift", input, dim, 1)
+
+
+def ifftshift(input, dim=None):
+    """The inverse of fftshift (a roll by -(n // 2): they differ for odd n)."""
+    return _shift("ifftshift", input, dim, -1)
+
+
 _NUMPY = {"fftn": np.fft.fftn, "ifftn": np.fft.ifftn, "rfftn": np.fft.rfftn, "irfftn": np.fft.irfftn}
 
 
@@ -173,4 +202,4 @@ for _op in _NUMPY:
     _register(_op)
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn",
-           "rfftfreq", "NORMS"]
+           "fftfreq", "rfftfreq", "fftshift", "ifftshift", "NORMS"]

@@ -1,5 +1,8 @@
-"""A chain of 2-D convolutions run band by band along the height, so that a tall image's
-activations never exist whole: `tiled_conv_chain(x, layers, band_rows)`.
+"""A chain of convolutions run band by band along the first spatial dim (a 2-D image's height, a
+1-D sequence's length, a 3-D volume's depth or a video's frames), so that a tall image's or a long
+sequence's activations never exist whole: `tiled_conv_chain(x, layers, band_rows)`. A layer may
+upsample its input first (`upsample=k`: conv of interpolate(x, scale_factor=k, mode='nearest'),
+fused into the convolution as conv2d's upsample=; a VAE decoder's upsampler).
 
 Each band is `band_rows` rows of the chain's output. Walking the chain backwards gives, per layer,
 the rows of its input the band needs (its halo: kernel extent, dilation, stride and padding of
@@ -7,28 +10,53 @@ every layer after it); those rows are computed from the rows the layer before ne
 down to the input. Only the true image edges are padded: a zero-padded layer takes the part of
 its (low, high) padding that falls outside the image as explicit padding of the band; a reflect or
 replicate layer pads the band with `pad` (the band then holds the real rows the reflection
-reads) and crops it to the rows needed. Each band's output rows are written into the full output.
+reads) and crops it to the rows needed. An upsampling layer holds the stored rows whose upsampled
+rows cover the ones needed; when the needed rows start inside a stored row (or off the stride's
+grid), the band's convolution computes the few output rows before them too and drops them. Each
+band's output rows are written into the full output.
 
 Every output element is then computed from the same input values by the same kernel arithmetic as
 in `conv_chain` (the untiled chain), so the two are bit-equal wherever the convolution's
 accumulation order does not depend on the launch's size: the CPU and `interp` (one tile for every
-size); on a GPU where the band's launches and the whole image's are served one setting. Peak
-memory: the output, the input, and one band's activations of every layer.
+size); on a GPU where the band's launches and the whole image's are served one setting.
+
+A diffusion VAE decoder's stages also hold group norms and residual blocks: `GroupNormLayer`
+(group_norm with its activation) and `Residual(body, shortcut)` (body(x) + x, or + a 1 x 1
+projection). A group norm's statistics are those of its whole input: before the output's bands,
+tiled_conv_chain runs the chain up to each norm band by band (in order, the earlier norms applied
+with their statistics) and combines the bands' means and variances (Chan's rule, in float64); the
+band then applies them per channel (batch_norm's map per sample, then the activation). A chain with
+norms is therefore not bit-equal to the untiled one (its statistics are summed in another order and
+a half type rounds once more, between the map and the activation) but agrees to the dtype's
+tolerance; it costs one more banded pass of its prefix per norm.
+
+Peak memory: the output, the input, and one band's activations of every layer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import ArgumentError, NotSupportedError, ShapeError
 from ..tensor import Tensor
-from .conv import conv2d, conv_out_size, conv_padding, spatial_tuple
+from .conv import conv1d, conv2d, conv3d, conv_out_size, conv_padding, pad_spatial, spatial_tuple
 
 BAND_PADDING_MODES = ("zeros", "reflect", "replicate")
+CONVS = {1: conv1d, 2: conv2d, 3: conv3d}
+ACTIVATIONS = {None: lambda x: x, "relu": lambda x: _ops().relu(x), "silu": lambda x: _ops().silu(x),
+               "gelu": lambda x: _ops().gelu(x), "gelu_tanh": lambda x: _ops().gelu(x, approximate="tanh")}
+
+
+def _ops():
+    from nbx import core   # the activations' front-ends (imported when a band first applies one)
+    return core
 
 
 @dataclass(frozen=True)
 class ConvLayer:
-    """One conv2d of a chain, with conv2d's arguments (and its fused activation)."""
+    """One convolution of a chain (conv1d, conv2d or conv3d by the weight's rank), with their
+    arguments (and the fused activation and nearest upsampling of the input)."""
     weight: Tensor
     bias: Tensor | None = None
     stride: int | tuple = 1
@@ -37,17 +65,50 @@ class ConvLayer:
     groups: int = 1
     padding_mode: str = "zeros"
     activation: str | None = None
+    upsample: int = 1
+
+    @property
+    def rank(self) -> int:
+        return self.weight.ndim - 2
 
     def rows(self):
-        """(kernel, stride, dilation, (low, high) padding along the height, (low, high) padding along the width)."""
-        kernel = tuple(self.weight.shape[2:])
-        stride, dilation = spatial_tuple(self.stride, 2, "stride"), spatial_tuple(self.dilation, 2, "dilation")
-        pads = conv_padding(self.padding, 2, kernel, stride, dilation)
-        return kernel[0], stride[0], dilation[0], pads[0], pads[1]
+        """(kernel, stride, dilation, (low, high) padding along the banded dim, the other spatial dims'
+        (low, high) paddings)."""
+        n, kernel = self.rank, tuple(self.weight.shape[2:])
+        stride, dilation = spatial_tuple(self.stride, n, "stride"), spatial_tuple(self.dilation, n, "dilation")
+        pads = conv_padding(self.padding, n, kernel, stride, dilation)
+        return kernel[0], stride[0], dilation[0], pads[0], pads[1:]
 
     def __call__(self, x: Tensor, padding=None, padding_mode=None) -> Tensor:
-        return conv2d(x, self.weight, self.bias, self.stride, self.padding if padding is None else padding,
-                      self.dilation, self.groups, padding_mode or self.padding_mode, activation=self.activation)
+        return CONVS[self.rank](x, self.weight, self.bias, self.stride, self.padding if padding is None else padding,
+                                self.dilation, self.groups, padding_mode or self.padding_mode,
+                                activation=self.activation, upsample=self.upsample)
+
+
+@dataclass(frozen=True)
+class GroupNormLayer:
+    """group_norm(x, num_groups, weight, bias, eps, activation=) in a chain (its statistics over the
+    whole input: gathered by a banded pass first, see the module's text)."""
+    num_groups: int
+    weight: Tensor | None = None
+    bias: Tensor | None = None
+    eps: float = 1e-5
+    activation: str | None = None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        from .norms import group_norm
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps, activation=self.activation)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """body(x) + x, or body(x) + shortcut(x) with shortcut a 1 x 1, stride 1 ConvLayer (a ResNet block
+    whose channels change); the body keeps the banded dim's size."""
+    body: tuple
+    shortcut: ConvLayer | None = None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return conv_chain(x, self.body) + (x if self.shortcut is None else self.shortcut(x))
 
 
 def conv_chain(x: Tensor, layers) -> Tensor:
@@ -58,21 +119,34 @@ def conv_chain(x: Tensor, layers) -> Tensor:
 
 
 def receptive_field(layers) -> int:
-    """The input rows one output row of the chain depends on."""
-    field, step = 1, 1
-    for layer in layers:
-        k, s, d, _, _ = layer.rows()
-        field += d * (k - 1) * step
-        step *= s
-    return field
+    """The input rows one output row of the chain depends on (at most, for upsampling layers: r
+    consecutive upsampled rows fall in at most ceil((r - 1) / k) + 1 stored rows)."""
+    return _rows_needed(list(layers), 1)
+
+
+def _rows_needed(layers, rows: int) -> int:
+    for layer in reversed(layers):
+        if isinstance(layer, Residual):
+            rows = max(rows, _rows_needed(list(layer.body), rows))
+        elif isinstance(layer, ConvLayer):
+            k, s, d, _, _ = layer.rows()
+            rows = (rows - 1) * s + d * (k - 1) + 1
+            rows = -(-(rows - 1) // layer.upsample) + 1
+    return rows
 
 
 def _heights(height: int, layers) -> list[int]:
     """The height of the chain's input and of each layer's output."""
     heights = [height]
     for layer in layers:
-        k, s, d, (lo, hi), _ = layer.rows()
-        heights.append(conv_out_size(heights[-1], lo, hi, k, s, d))
+        if isinstance(layer, ConvLayer):
+            k, s, d, (lo, hi), _ = layer.rows()
+            heights.append(conv_out_size(heights[-1] * layer.upsample, lo, hi, k, s, d))
+        else:
+            heights.append(heights[-1])
+            if isinstance(layer, Residual) and _heights(heights[-1], layer.body)[-1] != heights[-1]:
+                raise ShapeError(f"tiled_conv_chain: a Residual's body changes the {heights[-1]} rows of its "
+                                 f"input (its sum needs the same rows)")
         if heights[-1] < 1:
             raise ShapeError(f"tiled_conv_chain: a layer leaves no rows of the {height}-row input")
     return heights
@@ -80,45 +154,183 @@ def _heights(height: int, layers) -> list[int]:
 
 def _plan_band(first: int, last: int, layers, heights):
     """Per layer (from the input up): (rows held [lo, hi) of its input, rows needed [lo, hi) of its
-    padded input in image coordinates); the band is the chain's output rows [first, last)."""
+    padded (upsampled) input in image coordinates); the band is the chain's output rows [first, last)."""
     steps = []
     for index in range(len(layers) - 1, -1, -1):
+        if not isinstance(layers[index], ConvLayer):   # a norm: the same rows; a residual: its body's and these
+            inner = None
+            held = (first, last)
+            if isinstance(layers[index], Residual):
+                inner = _plan_band(first, last, layers[index].body, _heights(heights[index], layers[index].body))
+                held = (min(first, inner[0][0][0]), max(last, inner[0][0][1]))
+            steps.append((held, (first, last), inner))
+            first, last = held
+            continue
         k, s, d, (pad_lo, _), _ = layers[index].rows()
-        size = heights[index]
+        up, size = layers[index].upsample, heights[index]
         need = (first * s - pad_lo, (last - 1) * s - pad_lo + d * (k - 1) + 1)
-        held = [max(need[0], 0), min(need[1], size)]
+        held = [max(need[0], 0) // up, -(-min(need[1], size * up) // up)]
         if layers[index].padding_mode != "zeros":  # the rows a reflection of the padding reads
             if need[0] < 0:
                 held[1] = max(held[1], min(size, -need[0] + 1))
             if need[1] > size:
                 held[0] = min(held[0], max(0, size - 1 - (need[1] - size)))
-        steps.append((tuple(held), need))
+        steps.append((tuple(held), need, None))
         first, last = held
     return steps[::-1]
 
 
-def _band_layer(layer: ConvLayer, band: Tensor, held, need, width_pads) -> Tensor:
+def _run_band(layers, steps, band: Tensor, stats: dict) -> Tensor:
+    """The band (its first layer's rows held) through the layers: the last one's rows of the band."""
+    for layer, (held, need, inner) in zip(layers, steps):
+        if isinstance(layer, GroupNormLayer):
+            band = _normalized(layer, band, stats[id(layer)])
+        elif isinstance(layer, Residual):
+            body = inner[0][0]
+            out = _run_band(layer.body, inner, band[:, :, body[0] - held[0]:body[1] - held[0]], stats)
+            skip = band[:, :, need[0] - held[0]:need[1] - held[0]]
+            band = out + (skip if layer.shortcut is None else layer.shortcut(skip))
+        else:
+            band = _band_layer(layer, band, held, need, layer.rows()[4])
+    return band
+
+
+def _normalized(layer: GroupNormLayer, band: Tensor, moments) -> Tensor:
+    """The group norm of a band by its input's whole statistics: per sample, batch_norm's per-channel
+    map (the group's mean and variance repeated over its channels), then the activation."""
+    from .datamove import concat
+    from .norms import batch_norm
+    from ..tensor import from_numpy
+    mean, var = moments
+    per = band.shape[1] // layer.num_groups
+    rows = []
+    for n in range(band.shape[0]):
+        stat = [from_numpy(np.repeat(a[n], per).astype(_statistics_dtype(band).host), band.device) for a in (mean, var)]
+        rows.append(ACTIVATIONS[layer.activation](batch_norm(band[n:n + 1], *stat, layer.weight, layer.bias,
+                                                             layer.eps)))
+    return rows[0] if len(rows) == 1 else concat(rows, axis=0)
+
+
+def _statistics_dtype(band: Tensor):
+    """float32 (half types widened, as group_norm computes them), float64 for a float64 chain."""
+    from .. import dtypes
+    return dtypes.float64 if band.dtype is dtypes.float64 else dtypes.float32
+
+
+def _band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads) -> Tensor:
+    if layer.upsample > 1:
+        return _upsampled_band_layer(layer, band, held, need, other_pads)
     top, bottom = held[0] - need[0], need[1] - held[1]   # > 0 only at the image's edges
     if layer.padding_mode == "zeros":
         start, stop = max(need[0], held[0]) - held[0], min(need[1], held[1]) - held[0]
-        return layer(band[:, :, start:stop], padding=((max(top, 0), max(bottom, 0)), width_pads))
-    from .datamove import pad
-    padded = pad(band, [*width_pads, max(top, 0), max(bottom, 0)], mode=layer.padding_mode)
+        return layer(band[:, :, start:stop], padding=((max(top, 0), max(bottom, 0)), *other_pads))
+    padded = pad_spatial(band, ((max(top, 0), max(bottom, 0)), *other_pads), layer.padding_mode)
     origin = held[0] - max(top, 0)   # the image row of the padded band's first row
     return layer(padded[:, :, need[0] - origin:need[1] - origin], padding=0, padding_mode="zeros")
 
 
-def _check_layers(x: Tensor, layers) -> list[ConvLayer]:
+def _upsampled_band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads) -> Tensor:
+    """The band's output rows of an upsampling layer (zero padding): the stored rows held upsample
+    to image rows [held[0] k, held[1] k), which may start before the rows needed; extra zero rows
+    at the top put the needed start on the stride's grid, and the output rows before it are dropped."""
+    k, s, d, _, _ = layer.rows()
+    up_start, up_end = held[0] * layer.upsample, held[1] * layer.upsample
+    top, bottom = max(0, -need[0]), max(0, need[1] - up_end)
+    skip = need[0] - (up_start - top)              # upsampled rows held before the first one needed
+    extra = -skip % s
+    out = layer(band, padding=((top + extra, bottom), *other_pads))
+    first, count = (skip + extra) // s, (need[1] - need[0] - d * (k - 1) - 1) // s + 1
+    return out[:, :, first:first + count]
+
+
+def _check_layers(x: Tensor, layers, top: bool = True) -> list:
     layers = list(layers)
-    if not layers or not all(isinstance(layer, ConvLayer) for layer in layers):
-        raise ArgumentError("tiled_conv_chain takes a non-empty sequence of ConvLayer")
-    if not isinstance(x, Tensor) or x.ndim != 4:
-        raise ShapeError("tiled_conv_chain takes an (N, C, H, W) input tensor")
+    kinds = (ConvLayer, GroupNormLayer, Residual)
+    if not layers or not all(isinstance(layer, kinds) for layer in layers):
+        raise ArgumentError("tiled_conv_chain takes a non-empty sequence of ConvLayer, GroupNormLayer and Residual")
+    if top and (not isinstance(x, Tensor) or x.ndim not in (3, 4, 5)):
+        raise ShapeError("tiled_conv_chain takes an (N, C, L), (N, C, H, W) or (N, C, D, H, W) input tensor")
     for layer in layers:
+        if isinstance(layer, Residual):
+            _check_layers(x, layer.body, top=False)
+            short = layer.shortcut
+            if short is not None and not _is_projection(short, x.ndim - 2):
+                raise ArgumentError("tiled_conv_chain: a Residual's shortcut is None or a 1 x 1, stride 1, unpadded "
+                                    "ConvLayer")
+            continue
+        if isinstance(layer, GroupNormLayer):
+            continue
+        if layer.weight.ndim != x.ndim:
+            raise ShapeError(f"tiled_conv_chain: a layer's weight {tuple(layer.weight.shape)} does not convolve "
+                             f"a {x.ndim}-D input (one chain is of one rank)")
         if layer.padding_mode not in BAND_PADDING_MODES:
             raise NotSupportedError(f"tiled_conv_chain: padding_mode {layer.padding_mode!r} is not banded (a "
                                     f"circular pad reads the far edge); it bands {BAND_PADDING_MODES}")
+        if layer.upsample != 1 and layer.padding_mode != "zeros":
+            raise NotSupportedError(f"tiled_conv_chain: an upsampling layer with padding_mode "
+                                    f"{layer.padding_mode!r} is not banded (it pads the upsampled edge); zeros is")
     return layers
+
+
+def _is_projection(layer, rank: int) -> bool:
+    """Whether a shortcut is a 1 x 1, stride 1, unpadded ConvLayer of the chain's rank."""
+    ones = (1,) * rank
+    return (isinstance(layer, ConvLayer) and layer.rank == rank and layer.upsample == 1
+            and tuple(layer.weight.shape[2:]) == ones and spatial_tuple(layer.stride, rank, "stride") == ones
+            and conv_padding(layer.padding, rank, ones, ones, ones) == ((0, 0),) * rank)
+
+
+def _check_norms(norms) -> None:
+    """One GroupNormLayer object a norm: the statistics are keyed by the object."""
+    if len({id(norm) for norm, _ in norms}) != len(norms):
+        raise ArgumentError("tiled_conv_chain: a GroupNormLayer object appears twice in the chain; give each norm "
+                            "its own (their statistics differ)")
+
+
+def _banded(x: Tensor, layers, band_rows: int, stats: dict, sink) -> None:
+    """Each band of the chain's output rows [first, last) handed to sink(first, last, band)."""
+    heights = _heights(x.shape[2], layers)
+    for first in range(0, heights[-1], band_rows):
+        last = min(first + band_rows, heights[-1])
+        if not layers:
+            sink(first, last, x[:, :, first:last])
+            continue
+        steps = _plan_band(first, last, layers, heights)
+        band = _run_band(layers, steps, x[:, :, steps[0][0][0]:steps[0][0][1]], stats)
+        assert band.shape[2] == last - first, "a band's rows follow its plan"
+        sink(first, last, band)
+
+
+def _norms_in_order(layers, before=()) -> list:
+    """(norm, the chain whose output is its input) for every GroupNormLayer, in the order they run."""
+    found = []
+    for index, layer in enumerate(layers):
+        if isinstance(layer, GroupNormLayer):
+            found.append((layer, [*before, *layers[:index]]))
+        elif isinstance(layer, Residual):
+            found += _norms_in_order(list(layer.body), [*before, *layers[:index]])
+    return found
+
+
+def _statistics(x: Tensor, prefix, norm: GroupNormLayer, band_rows: int, stats: dict):
+    """The (N, groups) float64 mean and variance of the norm's input, combined band by band."""
+    ops = _ops()
+    total = {"count": 0, "mean": 0.0, "m2": 0.0}
+
+    def gather(first, last, band):
+        n, c = band.shape[:2]
+        if c % norm.num_groups:
+            raise ShapeError(f"tiled_conv_chain: num_groups {norm.num_groups} does not divide the {c} channels")
+        values = band.to(dtype=_statistics_dtype(band)).reshape(n, norm.num_groups, -1)
+        count = values.shape[2]
+        mean = ops.mean(values, axis=2).numpy().astype(np.float64)
+        m2 = ops.var(values, axis=2).numpy().astype(np.float64) * count
+        before, delta = total["count"], mean - total["mean"]
+        total["count"] = before + count
+        total["mean"] = total["mean"] + delta * count / total["count"]
+        total["m2"] = total["m2"] + m2 + delta * delta * before * count / total["count"]
+    _banded(x, prefix, band_rows, stats, gather)
+    return total["mean"], total["m2"] / total["count"]
 
 
 def tiled_conv_chain(x: Tensor, layers, band_rows: int) -> Tensor:
@@ -127,30 +339,28 @@ def tiled_conv_chain(x: Tensor, layers, band_rows: int) -> Tensor:
     band_rows = int(band_rows)
     if band_rows < 1:
         raise ArgumentError(f"tiled_conv_chain: band_rows must be positive, got {band_rows}")
-    heights = _heights(x.shape[2], layers)
-    width_pads = [layer.rows()[4] for layer in layers]
-    out = None
-    for first in range(0, heights[-1], band_rows):
-        last = min(first + band_rows, heights[-1])
-        steps = _plan_band(first, last, layers, heights)
-        band = x[:, :, steps[0][0][0]:steps[0][0][1]]
-        for layer, (held, need), next_held, pads in zip(layers, steps, [s[0] for s in steps[1:]] + [(first, last)],
-                                                         width_pads):
-            band = _band_layer(layer, band, held, need, pads)
-            assert band.shape[2] == next_held[1] - next_held[0], "a band's rows follow its plan"
-        if out is None:
-            out = _output_like(band, heights[-1])
-        out[:, :, first:last] = band
-    return out
+    stats, norms = {}, _norms_in_order(layers)
+    _check_norms(norms)
+    for norm, prefix in norms:
+        stats[id(norm)] = _statistics(x, prefix, norm, band_rows, stats)
+    result = {}
+
+    def write(first, last, band):
+        if "out" not in result:
+            result["out"] = _output_like(band, _heights(x.shape[2], layers)[-1])
+        result["out"][:, :, first:last] = band
+    _banded(x, layers, band_rows, stats, write)
+    return result["out"]
 
 
 def _output_like(band: Tensor, height: int) -> Tensor:
     """The chain's full output, in the band's layout (channels-last stays channels-last)."""
     from ..tensor import empty
-    n, c, _, w = band.shape
-    if c > 1 and band.strides[1] == 1 and band.shape[2] * w > 1:
-        return empty((n, height, w, c), band.dtype, band.device).permute(0, 3, 1, 2)
-    return empty((n, c, height, w), band.dtype, band.device)
+    n, c, _, *rest = band.shape
+    if c > 1 and band.strides[1] == 1 and band.size // (n * c) > 1:
+        nd = band.ndim
+        return empty((n, height, *rest, c), band.dtype, band.device).permute(0, nd - 1, *range(1, nd - 1))
+    return empty((n, c, height, *rest), band.dtype, band.device)
 
 
-__all__ = ["ConvLayer", "conv_chain", "receptive_field", "tiled_conv_chain"]
+__all__ = ["ConvLayer", "GroupNormLayer", "Residual", "conv_chain", "receptive_field", "tiled_conv_chain"]

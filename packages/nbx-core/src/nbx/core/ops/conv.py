@@ -119,8 +119,7 @@ def _conv_front_end(n: int):
             if upsample > 1:  # the pad reads the upsampled image's edge: upsample first
                 from .resample import interpolate
                 x, upsample = interpolate(x, scale_factor=upsample, mode="nearest"), 1
-            from .datamove import pad
-            x = pad(x, [a for lo_hi in reversed(pads) for a in lo_hi], mode=padding_mode)
+            x = pad_spatial(x, pads, padding_mode)
             pads = ((0, 0),) * n
         impl = implementation(op, x.device)
         out = impl(x, weight, bias, stride, pads, dilation, groups, activation, residual, *(
@@ -132,6 +131,18 @@ def _conv_front_end(n: int):
                     f"upsample=k: of interpolate(input, scale_factor=k, mode='nearest'), read by the kernel at "
                     f"(i // k) (a UNet's upsample block, without the upsampled image in memory).")
     return conv
+
+
+def pad_spatial(x: Tensor, pads, mode: str) -> Tensor:
+    """x (N, C, *S) padded by pads ((low, high) per spatial dim) with a mode of `pad`; a channels-last
+    x is padded as its (N, *S, C) view, so the padded copy is channels-last too and the convolution
+    after it reads it in place and keeps the layout (as it does unpadded)."""
+    from .datamove import pad
+    widths = [a for lo_hi in reversed(pads) for a in lo_hi]   # pad's order: the last dim first
+    if x.shape[1] > 1 and x.strides[1] == 1 and x.size // (x.shape[0] * x.shape[1]) > 1:
+        moved = x.permute(0, *range(2, x.ndim), 1)
+        return pad(moved, [0, 0, *widths], mode=mode).permute(0, x.ndim - 1, *range(1, x.ndim - 1))
+    return pad(x, widths, mode=mode)
 
 
 def _upsample(op: str, x: Tensor, weight: Tensor, groups, upsample) -> int:

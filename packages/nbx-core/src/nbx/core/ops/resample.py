@@ -45,6 +45,8 @@ def interpolate_args(x: Tensor, size, scale_factor, mode: str, align_corners, re
         raise ArgumentError(f"interpolate: align_corners only goes with the linear and cubic modes, not {mode!r}")
     if (size is None) == (scale_factor is None):
         raise ArgumentError("interpolate takes exactly one of size and scale_factor")
+    if recompute_scale_factor and size is not None:
+        raise ArgumentError("interpolate: recompute_scale_factor is not meaningful with an explicit size (as torch)")
     sizes_in = x.shape[2:]
     if size is not None:
         sizes = (int(size),) * n if isinstance(size, (int, np.integer)) else tuple(int(s) for s in size)
