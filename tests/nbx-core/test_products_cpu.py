@@ -108,13 +108,33 @@ def test_einsum_computes_the_contractions_models_use_as_numpy_does(subscripts, s
     close(nbx.einsum(subscripts, *operands), np.einsum(subscripts, *(o.numpy() for o in operands)))
 
 
-def test_einsum_refuses_diagonals_three_operands_and_mismatched_sizes_by_name():
-    with pytest.raises(ArgumentError, match="repeats an index"):
-        nbx.einsum("ii->i", t(3, 3))
-    with pytest.raises(ArgumentError, match="one or two operands"):
-        nbx.einsum("ij,jk,kl->il", t(2, 3), t(3, 4), t(4, 5))
+@pytest.mark.parametrize("subscripts,shapes", [
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 2)]),
+    ("i,i,i->", [(4,), (4,), (4,)]), ("ij,jk,kl", [(2, 3), (3, 4), (4, 5)]),
+    ("ii", [(3, 3)]), ("ii->i", [(3, 3)]), ("bii->bi", [(2, 3, 3)]), ("iij,jk->ik", [(3, 3, 4), (4, 2)]),
+    ("bij,bjk->bik", [(1, 3, 4), (2, 4, 5)]), ("...ij,...jk", [(1, 3, 4), (2, 4, 5)]),
+    ("ij,ij,ij->ij", [(2, 3), (2, 3), (1, 3)]), ("Aij,jk", [(2, 3, 4), (4, 5)]), ("...Bj,jk", [(2, 3, 4), (4, 5)]),
+])
+def test_einsum_takes_any_number_of_operands_diagonals_and_size_one_broadcasts_as_numpy_does(subscripts, shapes):
+    operands = [t(*s) for s in shapes]
+    close(nbx.einsum(subscripts, *operands), np.einsum(subscripts, *(o.numpy() for o in operands)))
+
+
+def test_einsum_takes_torchs_list_of_operands_and_its_oracle_does_too():
+    a, b = t(2, 3), t(3, 4)
+    close(nbx.einsum("ij,jk->ik", [a, b]), a.numpy() @ b.numpy())
+    close(nbx.einsum("ij,jk->ik", (a, b)), nbx.oracle("einsum", "ij,jk->ik", [a, b]))
+
+
+def test_einsum_refuses_mismatched_sizes_diagonals_and_operand_counts_by_name():
     with pytest.raises(ShapeError, match="index 'j' has sizes 3 and 4"):
         nbx.einsum("ij,jk->ik", t(2, 3), t(4, 5))
+    with pytest.raises(ShapeError, match="repeats index 'i' over dims of sizes 2 and 3"):
+        nbx.einsum("ii->i", t(2, 3))
+    with pytest.raises(ArgumentError, match="2 terms for 3 operands"):
+        nbx.einsum("ij,jk->ik", t(2, 3), t(3, 4), t(4, 5))
+    with pytest.raises(ArgumentError, match="repeats an index or names one no operand has"):
+        nbx.einsum("ij,jk->iz", t(2, 3), t(3, 4))
 
 
 @pytest.mark.parametrize("ord", ["fro", 1, -1, math.inf, -math.inf, "nuc", 2, -2])
@@ -167,3 +187,16 @@ def test_linear_with_an_int4_weight_is_linear_with_the_dequantized_weight():
     close(nbx.linear(x, w, b, activation="relu"), np.maximum(x.numpy() @ dense.T + b.numpy(), 0), 1e-5)
     with pytest.raises(ShapeError, match="in=64"):
         nbx.linear(t(3, 32), w)
+
+
+def test_an_int4_weight_refuses_an_input_precision_it_would_ignore_and_a_gated_pair_by_name():
+    from nbx.core.quant import QuantizedTensor
+    w = QuantizedTensor.quantize(rng.standard_normal((6, 64)), 32)
+    x = t(3, 64)
+    close(nbx.linear(x, w, input_precision="ieee"), x.numpy() @ w.dequantize().numpy().astype(np.float64).T, 1e-5)
+    with pytest.raises(NotSupportedError, match="input_precision='tf32' is not supported yet"):
+        nbx.linear(x, w, input_precision="tf32")
+    with pytest.raises(ArgumentError, match="bfloat16 operands take none"):
+        nbx.linear(x.astype("bfloat16"), w, input_precision="ieee")
+    with pytest.raises(NotSupportedError, match="gated_linear with int4"):
+        nbx.gated_linear(x, w, w)

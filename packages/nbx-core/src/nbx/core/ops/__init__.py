@@ -11,6 +11,7 @@ from .linalg import *  # noqa: F401,F403
 from .manipulation import *  # noqa: F401,F403
 from .moe import *  # noqa: F401,F403
 from .products import *  # noqa: F401,F403
+from .einsum import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norms import *  # noqa: F401,F403
 from .paged import *  # noqa: F401,F403

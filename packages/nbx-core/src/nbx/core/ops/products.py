@@ -1,4 +1,4 @@
-"""The matrix products of inference graphs: linear, addmm, bmm, baddbmm, gated_linear, einsum.
+"""The matrix products of inference graphs: linear, addmm, bmm, baddbmm, gated_linear.
 
 linear(x, weight, bias) reads weight in [out, in] layout, as checkpoints store it, and is
 x @ weight.T + bias over any leading dims of x. Its keywords are the epilogue a kernel fuses into
@@ -14,9 +14,8 @@ Both take norm=(weight, eps): the product of rms_norm(x, (in,), weight, eps) ins
 kernel fuses into its loads of x (a decode step's norm before its projections: one launch less).
 addmm and baddbmm are torch's beta * input + alpha * (mat1 @ mat2) and bmm its batched product of
 3-D operands of equal batch; they and linear share one implementation per backend ("linear"
-receives every epilogue, addmm is linear with residual=input). einsum contracts by permuting,
-reshaping and calling matmul (numpy's subscripts, two operands or one, no repeated index inside an
-operand).
+receives every epilogue, addmm is linear with residual=input). einsum (einsum.py) contracts
+through matmul.
 
 The CPU implementations are the references (float32 for half types, rounded once to the output
 dtype); the oracle computes them in float64. The output dtype is the promoted dtype of the
@@ -190,6 +189,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=
             if norm is not None:
                 from ..errors import NotSupportedError
                 raise NotSupportedError("linear's fused norm (norm=) with an int4 weight is not done: rms_norm x first")
+            _int4_precision(x, input_precision)
             return _linear_int4(x, weight, bias, activation, residual, alpha, beta, out_dtype)
     if norm is not None:
         return _linear_call(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision,
@@ -198,6 +198,16 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation=
             and input_precision is None:   # the common call: its signature without the defaults spelled out
         return _linear_call(x, weight, bias, activation, residual)
     return _linear_call(x, weight, bias, activation, residual, alpha, beta, out_dtype, input_precision)
+
+
+def _int4_precision(x, input_precision) -> None:
+    """An int4 weight is dequantized to x's dtype and multiplied as that dtype (float32: IEEE), so
+    input_precision is refused where the dense product would refuse it, and TF32 is not done."""
+    _tensors("linear", x=x)
+    if _input_precision("linear", input_precision, x.dtype) not in (None, "ieee"):
+        from ..errors import NotSupportedError
+        raise NotSupportedError(f"linear with an int4 weight multiplies float32 x as IEEE float32; "
+                                f"input_precision={input_precision!r} is not supported yet")
 
 
 def _check_linear(x: Tensor, w_shape: tuple, bias, residual) -> None:
@@ -251,6 +261,11 @@ def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, activation="silu", out
     """activation(x @ w_gate.T) * (x @ w_up.T): the gated pair of a SwiGLU (GeGLU) MLP, checked once
     a signature (the implementation reads call.result_dtype). norm=(weight, eps): of rms_norm(x)
     instead of x, as linear's."""
+    from ..quant import QuantizedTensor
+    if isinstance(w_gate, QuantizedTensor) or isinstance(w_up, QuantizedTensor):
+        from ..errors import NotSupportedError
+        raise NotSupportedError("gated_linear with int4 (QuantizedTensor) weights is not supported yet: no kernel "
+                                "fuses the pair; call linear on each weight and multiply")
     if norm is None:
         return _gated_call(x, w_gate, w_up, activation, out_dtype)
     return _gated_call(x, w_gate, w_up, activation, out_dtype, *_split_norm("gated_linear", norm))
@@ -469,94 +484,6 @@ def _gated_cpu(call) -> Tensor:
                 call.result_dtype)
 
 
-# ---- einsum ----------------------------------------------------------------------------------
-def _parse(subscripts: str, operands) -> tuple[list[str], str]:
-    if not isinstance(subscripts, str):
-        raise ArgumentError(f"einsum's subscripts are a string, got {type(subscripts).__name__}")
-    spec = subscripts.replace(" ", "")
-    inputs, arrow, output = spec.partition("->")
-    terms = inputs.split(",")
-    if len(terms) != len(operands) or not 1 <= len(terms) <= 2:
-        raise ArgumentError(f"einsum {subscripts!r}: {len(terms)} terms for {len(operands)} operands "
-                            f"(nbx's einsum takes one or two operands)")
-    if "." in spec:
-        width = max((t.ndim for t in operands), default=0)
-        free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec][:width]
-        terms = [_expand_ellipsis(term, t.ndim, free) for term, t in zip(terms, operands, strict=True)]
-        if arrow and "..." in output:
-            longest = max(terms, key=lambda term: sum(c in free for c in term))
-            output = output.replace("...", "".join(c for c in longest if c in free))
-        elif arrow:
-            output = output.replace("...", "")
-    for term, t in zip(terms, operands, strict=True):
-        if not term.isalpha() or len(term) != t.ndim:
-            raise ShapeError(f"einsum term {term!r} does not name the {t.ndim} dims of an operand of shape {t.shape}")
-        if len(set(term)) != len(term):
-            raise ArgumentError(f"einsum term {term!r} repeats an index (a diagonal), which nbx's einsum does not take")
-    if not arrow:  # numpy's implicit output: the indices seen once, in alphabetical order
-        joined = "".join(terms)
-        output = "".join(sorted(c for c in set(joined) if joined.count(c) == 1))
-    if len(set(output)) != len(output) or any(c not in "".join(terms) for c in output):
-        raise ArgumentError(f"einsum output {output!r} repeats an index or names one no operand has")
-    return terms, output
 
 
-def _expand_ellipsis(term: str, ndim: int, free: list[str]) -> str:
-    if "..." not in term:
-        return term
-    named = len(term) - 3
-    return term.replace("...", "".join(free[len(free) - (ndim - named):]) if ndim > named else "")
-
-
-def _sizes(terms, operands) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-    for term, t in zip(terms, operands, strict=True):
-        for c, s in zip(term, t.shape, strict=True):
-            if sizes.setdefault(c, s) != s:
-                raise ShapeError(f"einsum index {c!r} has sizes {sizes[c]} and {s}")
-    return sizes
-
-
-def _sum_out(t: Tensor, term: str, keep: set) -> tuple[Tensor, str]:
-    """t with the indices not in keep summed away."""
-    gone = [i for i, c in enumerate(term) if c not in keep]
-    if not gone:
-        return t, term
-    from .reductions import sum as sum_
-    return sum_(t, dim=tuple(gone)), "".join(c for c in term if c in keep)
-
-
-def einsum(subscripts: str, *operands: Tensor) -> Tensor:
-    """numpy's einsum for one or two operands: batch, contracted and free indices through matmul."""
-    for i, t in enumerate(operands):
-        _tensors("einsum", **{f"operand {i}": t})
-    terms, output = _parse(subscripts, operands)
-    sizes = _sizes(terms, operands)
-    if len(operands) == 1:
-        t, term = _sum_out(operands[0], terms[0], set(output))
-        return t.permute([term.index(c) for c in output])
-    (a, b), (ta, tb) = operands, terms
-    a, ta = _sum_out(a, ta, set(output) | set(tb))
-    b, tb = _sum_out(b, tb, set(output) | set(ta))
-    batch = [c for c in output if c in ta and c in tb]
-    left = [c for c in output if c in ta and c not in tb]
-    right = [c for c in output if c in tb and c not in ta]
-    inner = [c for c in ta if c in tb and c not in output]
-    mat_a = a.permute([ta.index(c) for c in batch + left + inner]).reshape(
-        *(sizes[c] for c in batch), math.prod(sizes[c] for c in left), math.prod(sizes[c] for c in inner))
-    mat_b = b.permute([tb.index(c) for c in batch + inner + right]).reshape(
-        *(sizes[c] for c in batch), math.prod(sizes[c] for c in inner), math.prod(sizes[c] for c in right))
-    product = matmul(mat_a, mat_b).reshape(*(sizes[c] for c in batch + left + right))
-    order = batch + left + right
-    return product.permute([order.index(c) for c in output])
-
-
-def _einsum_reference(subscripts, *operands, precision=reference.NATIVE):
-    compute = _compute(result_type(*operands), precision)
-    return np.einsum(subscripts, *(_host(t, compute) for t in operands))
-
-
-reference.register("einsum", _einsum_reference)
-
-
-__all__ = ["linear", "scaled_linear", "gated_linear", "addmm", "baddbmm", "bmm", "einsum", "ACTIVATIONS", "INPUT_PRECISIONS"]
+__all__ = ["linear", "scaled_linear", "gated_linear", "addmm", "baddbmm", "bmm", "ACTIVATIONS", "INPUT_PRECISIONS"]
