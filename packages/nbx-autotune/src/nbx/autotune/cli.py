@@ -213,6 +213,11 @@ def _coverage(args) -> int:
     for kernel, key, cls, compiler, why in result.missing:
         near = _nearest(tunables.get(kernel), key, certificates, _identity_from_args(args), facts) if facts else ""
         print(f"missing  {kernel} {key} ({cls}, {compiler}): {why}{near}")
+    if args.model:
+        from . import census
+        note = census.unlisted(census.read_config(args.model))
+        if note:
+            print(note)
     total = len(result.certified) + len(result.missing)
     print(f"nbx autotune coverage: {len(result.certified)} of {total} key(s) certified")
     return 1 if result.missing else 0
@@ -303,7 +308,10 @@ def _warmup(args) -> int:
     device = as_device(args.device)
     if args.model:
         plan = census.plan_from_args(args.batch, args.prompt, args.new_tokens, args.dtype)
-        items = census.launches(census.read_config(args.model), plan)
+        model = census.read_config(args.model)
+        items = census.launches(model, plan)
+        if census.unlisted(model):
+            print(census.unlisted(model))
         run = lambda launch: warmup.run_launch(launch, device)  # noqa: E731
     else:
         tunables, facts = _load_kernels(), device_files.in_force(device)

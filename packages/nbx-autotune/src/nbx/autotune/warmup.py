@@ -34,9 +34,19 @@ def run_launch(launch, device) -> None:
     """Run one census launch (census.Launch) through nbx's ops on device, on zero-filled operands."""
     import nbx.core as nbx
     shapes, dtype, op = launch.shapes, launch.dtype, launch.op
+    if op == "embedding":   # ids [tokens] (copied from the host: no fill launch of their own) into a 2-row table
+        import numpy as np
+        tokens, width = shapes[0]
+        ids = nbx.asarray(np.zeros(tokens, dtype=np.int64), device=device)
+        nbx.embedding(ids, nbx.zeros(2, width, dtype=dtype, device=device))
+        return
     operands = [nbx.zeros(*s, dtype=dtype, device=device) for s in shapes]
     if op == "matmul":
         nbx.matmul(operands[0], operands[1].mT)
+    elif op == "gated_linear":
+        nbx.gated_linear(operands[0], operands[1], operands[1], activation="silu")
+    elif op == "argmax":
+        nbx.argmax(operands[0], dim=-1)
     elif op in ("add", "multiply"):
         getattr(nbx, op)(operands[0], operands[1])
     elif op in ("silu", "gelu", "tanh"):
