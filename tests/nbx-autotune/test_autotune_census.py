@@ -9,6 +9,7 @@ import sys
 import pytest
 from nbx.autotune import Identity, Tuner, census, declared, install, records, serving, warmup
 from nbx.autotune.store import CertificateStore
+from nbx.core import deferred_checks
 from nbx.core.device import as_device, discover_plugins
 from nbx.core.errors import FileFormatError, NotSupportedError
 
@@ -94,6 +95,7 @@ def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_la
     monkeypatch.setenv("NBX_AUTOTUNE_NO_SWEEP", "1")   # the device file's tile: nothing screened or timed
     serving.reset()
     device = as_device("interp")
+    deferred_checks.prepare(device)   # the process's bounds-check flag (an int64 fill): made once, not the census's
     tuner = Tuner(hopper, Identity("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda"), device=device,
                   certificates=CertificateStore([], False), cache=CertificateStore([], False))
     install(device, tuner)
