@@ -52,8 +52,9 @@ def test_a_llama_8b_census_lists_its_projections_norms_embedding_and_argmax_at_p
     assert ("norm", "width=4096,elements=65536,dtype=bf16,strided=0") in listed         # the last position's rows
     assert ("take", "row_bytes=8192,ids=1024") in listed                                 # 512 embedding rows
     assert ("reduction", "width=131072,elements=1048576,dtype=bf16,strided=0") in listed  # greedy argmax
+    assert ("rope", "elements=8388608,head_dim=128,dtype=bf16") in listed              # k's 8 heads and q's 32
     assert not {k for k, _ in listed} & {"elementwise", "softmax"}   # residuals inside the products; no softmax
-    assert len(listed) == 14
+    assert len(listed) == 16
 
 
 def test_a_sparse_decoder_is_refused_by_name_rather_than_listed_as_a_dense_one():
@@ -83,7 +84,7 @@ def test_a_models_census_lists_the_keys_its_generate_forms_leaving_out_only_the_
     plan = census.Plan(batch=(1,), prompt=(4,), new_tokens=2)
     listed = {(r.kernel, r.key) for r in census.records_of(census.launches(census.read_config(folder), plan), hopper,
                                                            kernels)}
-    assert listed <= formed and {k for k, _ in listed} == {"take", "norm", "linear", "reduction"}
+    assert listed <= formed and {k for k, _ in listed} == {"take", "norm", "linear", "rope", "reduction"}
     named = {name.split()[0] for name in census.NOT_LISTED}
     assert {k for k, _ in formed - listed} <= named, formed - listed
     assert census.unlisted(census.read_config(folder)).startswith("note: the census lists no key of attention_decode")
@@ -108,7 +109,7 @@ def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_la
     serving._flush_recorder()
     formed = {(r.kernel, r.key) for r in records.load(tmp_path / "recorded.json")}
     assert formed == listed and {k for k, _ in formed} == {"linear", "norm", "elementwise", "elementwise_heavy",
-                                                           "take", "reduction"}
+                                                           "take", "rope", "reduction"}
 
 
 def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certified_neighbour(tmp_path, capsys):
@@ -117,7 +118,8 @@ def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certifie
     assert cli.main(["autotune", "coverage", "--model", str(tmp_path), "--batch", "1", "--prompt", "512", "--arch",
                      "sm_90", "--device-class", "nvidia-h200-140gb", "--compiler", "triton-3.6.0-cuda"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 14 key(s) certified")
+    assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 16 key(s) certified")
+    assert lines[-2].startswith("note: the census lists no key of attention_decode, datamove, sampling")
     assert ("missing  norm width=4096,elements=8388608,dtype=bf16,strided=0 (nvidia-h200-140gb, triton-3.6.0-cuda): "
             "not certified; nearest certified neighbour width=4096,elements=16777216,dtype=bf16,strided=0 "
             "(1.00 weighted octave(s) away)") in lines

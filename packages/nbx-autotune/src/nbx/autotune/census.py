@@ -14,7 +14,8 @@ order the reference blocks run them:
     decoder  (as nbx.models.decoder runs a dense family: LlamaForCausalLM, Mistral, Qwen2, Qwen3)
              the embedding's take of T rows; per layer rms_norm (T, H); one product against q, k
              and v's weights stacked (out, in), read transposed ("nt"; Qwen2's bias inside it);
-             Qwen3's RMS norms of q and k per head; the output product (the residual inside it);
+             Qwen3's RMS norms of q and k per head; the rotation of k and q (one launch, in the
+             KV cache's write); the output product (the residual inside it);
              rms_norm; gated_linear (silu(x @ gate.T) * (x @ up.T), one launch); the down product
              (the residual inside). Then the final rms_norm and lm_head of the last position's
              (batch, H) rows and the greedy argmax over the vocabulary.
@@ -24,7 +25,7 @@ order the reference blocks run them:
              bias add; add; layer_norm. Then the pooler's matmul, bias add and tanh.
 
 NOT_LISTED names the kernels a decoder's run also launches whose keys the census does not list
-yet (attention over the KV cache, rotary embeddings, the cache's own copies, sampled decoding):
+yet (attention over the KV cache, the cache's own copies, sampled decoding):
 `coverage --model` and `warmup --model` say so. Sparse (MoE) decoders are refused by name. Layers repeat the same launches, so one layer stands
 for all. Keys are formed with the kernels' own declarations (their Tunables) and the device
 file's ladders, as the wrappers form them; tests/nbx-autotune/test_autotune_census.py runs the
@@ -51,7 +52,7 @@ COMPUTE_BOUND = frozenset({"gelu"})
 SPARSE_ARCHITECTURES = frozenset({"MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"})
 SPARSE_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe"})
 # kernels a decoder's run launches that the census lists no key of yet
-NOT_LISTED = ("attention_decode", "rope", "datamove", "sampling", "elementwise (the KV cache's positions and tables)")
+NOT_LISTED = ("attention_decode", "datamove", "sampling", "elementwise (the KV cache's positions and tables)")
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ def _decoder_forward(m: Model, batch: int, tokens: int, dtype: str) -> list:
     if m.qk_norm:
         out += [("rms_norm", ((tokens, m.heads, m.head_dim),), dtype),
                 ("rms_norm", ((tokens, m.kv_heads, m.head_dim),), dtype)]
+    out.append(("rope", ((tokens, m.kv_heads + m.heads, m.head_dim),), dtype))   # k and q in the cache write
     _linear(out, tokens, q, m.hidden, dtype)                   # o, the residual added inside
     out += [("rms_norm", ((tokens, m.hidden),), dtype),
             ("gated_linear", ((tokens, m.hidden), (m.intermediate, m.hidden)), dtype)]
@@ -207,6 +209,9 @@ def key_inputs(op: str, shapes, dtype: str) -> tuple[str, dict]:
     if op == "embedding":   # the take of an embedding table's rows (nbx.kernels.gather.tuning.take_key)
         (ids, width), = shapes
         return "take", {"row_bytes": _pow2_at_least(width * as_dtype(dtype).itemsize), "ids": _pow4_at_least(ids)}
+    if op == "rope":        # one launch ropes k's heads and q's (nbx.kernels.attention.rope)
+        (tokens, heads, dim), = shapes
+        return "rope", {"elements": tokens * heads * dim, "head_dim": dim, "dtype": dtype}
     if op in ("softmax", "rms_norm", "layer_norm", "argmax", "sum"):
         *rows, n = shapes[0]
         count = 1
