@@ -16,8 +16,8 @@ by the device file's ladders through nbx.autotune.keys.form), so it can be liste
 
 Every call is bfloat16, x dense and the weight [N, K] read through its transpose ("nt"; the square
 product "nn"), no dtype override ("none" precision), and descriptor-eligible (16-byte rows, aligned
-bases: torch's and nbx's allocations both are). The census (nbx.autotune.census) lists q, k and v
-and gate and up apart; nbx.models fuses them (one qkv weight, gated_linear), which these keys follow.
+bases: torch's and nbx's allocations both are). nbx.models fuses q, k and v (one stacked
+weight) and gate and up (gated_linear), which these keys and the census (nbx.autotune.census) follow.
 """
 from __future__ import annotations
 

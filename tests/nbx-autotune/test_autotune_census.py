@@ -9,6 +9,7 @@ import sys
 import pytest
 from nbx.autotune import Identity, Tuner, census, declared, install, records, serving, warmup
 from nbx.autotune.store import CertificateStore
+from nbx.core import deferred_checks
 from nbx.core.device import as_device, discover_plugins
 from nbx.core.errors import FileFormatError, NotSupportedError
 
@@ -39,17 +40,54 @@ def test_a_decoders_config_gives_its_shapes_and_an_unknown_model_is_refused_by_n
         census.read_config({k: v for k, v in LLAMA_8B.items() if k != "intermediate_size"})
 
 
-def test_a_llama_8b_census_lists_its_projections_norms_and_activations_at_prefill_and_decode(hopper, kernels):
+def test_a_llama_8b_census_lists_its_projections_norms_embedding_and_argmax_at_prefill_and_decode(hopper, kernels):
     found = census.launches(census.read_config(LLAMA_8B), census.Plan(batch=(1,), prompt=(512,), new_tokens=1))
     listed = {(r.kernel, r.key): r.observed for r in census.records_of(found, hopper, kernels)}
-    tail = ",form=plain,tma=1,precision=none"                                            # x @ W.T: the fused product
-    assert ("linear", "m=512,n=14336,k=4096,dtype=bf16,layout=nt" + tail) in listed     # gate, up
-    assert ("linear", "m=1,n=4096,k=14336,dtype=bf16,layout=nt" + tail) in listed       # down, decoding
-    assert listed[("linear", "m=1,n=131072,k=4096,dtype=bf16,layout=nt" + tail)] == {"m": 1, "n": 128256, "k": 4096}
+    tail = ",dtype=bf16,layout=nt,form={},tma=1,precision=none"                         # x @ W.T: the fused product
+    assert ("linear", "m=512,n=6144,k=4096" + tail.format("plain")) in listed            # q, k, v stacked
+    assert ("linear", "m=512,n=14336,k=4096" + tail.format("gated")) in listed           # gate and up: one launch
+    assert ("linear", "m=1,n=4096,k=14336" + tail.format("plain")) in listed             # down, decoding
+    assert listed[("linear", "m=1,n=131072,k=4096" + tail.format("plain"))] == {"m": 1, "n": 128256, "k": 4096}
     assert ("norm", "width=4096,elements=8388608,dtype=bf16,strided=0") in listed
-    assert ("elementwise", "n=8388608,dtype=bf16,strided=0") in listed                 # silu and multiply
-    assert ("softmax", "width=131072,elements=1048576,dtype=bf16,strided=0") in listed  # sampling
-    assert len(listed) == 14
+    assert ("norm", "width=4096,elements=65536,dtype=bf16,strided=0") in listed         # the last position's rows
+    assert ("take", "row_bytes=8192,ids=1024") in listed                                 # 512 embedding rows
+    assert ("reduction", "width=131072,elements=1048576,dtype=bf16,strided=0") in listed  # greedy argmax
+    assert ("rope", "elements=8388608,head_dim=128,dtype=bf16") in listed              # k's 8 heads and q's 32
+    assert not {k for k, _ in listed} & {"elementwise", "softmax"}   # residuals inside the products; no softmax
+    assert len(listed) == 16
+
+
+def test_a_sparse_decoder_is_refused_by_name_rather_than_listed_as_a_dense_one():
+    for config in ({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]},
+                   {**LLAMA_8B, "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]}):
+        with pytest.raises(NotSupportedError, match=r"sparse \(MoE\) decoder; the census does not list its experts"):
+            census.read_config(config)
+
+
+@pytest.mark.parametrize("architecture", ["Qwen3ForCausalLM", "Qwen2ForCausalLM"])
+def test_a_models_census_lists_the_keys_its_generate_forms_leaving_out_only_the_kernels_it_names(
+        architecture, hopper, kernels, tmp_path, monkeypatch):
+    from nbx import models
+    from nbx.models.writer import small_config
+    monkeypatch.setenv("NBX_AUTOTUNE_RECORD", str(tmp_path / "recorded.json"))
+    monkeypatch.setenv("NBX_AUTOTUNE_NO_SWEEP", "1")
+    serving.reset()
+    device = as_device("interp")
+    install(device, Tuner(hopper, Identity("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda"), device=device,
+                          certificates=CertificateStore([], False), cache=CertificateStore([], False)))
+    # widths apart (q 64, k/v 32 each, stacked 128, intermediate 96) so a projection listed wrong forms another key
+    folder = models.write_checkpoint(tmp_path / "m", small_config(architecture, num_hidden_layers=1,
+                                                                  intermediate_size=96), seed=3)
+    models.load(folder, device=device).generate([1, 17, 42, 5], 2)
+    serving._flush_recorder()
+    formed = {(r.kernel, r.key) for r in records.load(tmp_path / "recorded.json")}
+    plan = census.Plan(batch=(1,), prompt=(4,), new_tokens=2)
+    listed = {(r.kernel, r.key) for r in census.records_of(census.launches(census.read_config(folder), plan), hopper,
+                                                           kernels)}
+    assert listed <= formed and {k for k, _ in listed} == {"take", "norm", "linear", "rope", "reduction"}
+    named = {name.split()[0] for name in census.NOT_LISTED}
+    assert {k for k, _ in formed - listed} <= named, formed - listed
+    assert census.unlisted(census.read_config(folder)).startswith("note: the census lists no key of attention_decode")
 
 
 def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_launches_run(hopper, kernels, tmp_path,
@@ -58,6 +96,7 @@ def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_la
     monkeypatch.setenv("NBX_AUTOTUNE_NO_SWEEP", "1")   # the device file's tile: nothing screened or timed
     serving.reset()
     device = as_device("interp")
+    deferred_checks.prepare(device)   # the process's bounds-check flag (an int64 fill): made once, not the census's
     tuner = Tuner(hopper, Identity("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda"), device=device,
                   certificates=CertificateStore([], False), cache=CertificateStore([], False))
     install(device, tuner)
@@ -70,7 +109,7 @@ def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_la
     serving._flush_recorder()
     formed = {(r.kernel, r.key) for r in records.load(tmp_path / "recorded.json")}
     assert formed == listed and {k for k, _ in formed} == {"linear", "norm", "elementwise", "elementwise_heavy",
-                                                           "softmax"}
+                                                           "take", "rope", "reduction"}
 
 
 def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certified_neighbour(tmp_path, capsys):
@@ -79,7 +118,8 @@ def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certifie
     assert cli.main(["autotune", "coverage", "--model", str(tmp_path), "--batch", "1", "--prompt", "512", "--arch",
                      "sm_90", "--device-class", "nvidia-h200-140gb", "--compiler", "triton-3.6.0-cuda"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 14 key(s) certified")
+    assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 16 key(s) certified")
+    assert lines[-2].startswith("note: the census lists no key of attention_decode, datamove, sampling")
     assert ("missing  norm width=4096,elements=8388608,dtype=bf16,strided=0 (nvidia-h200-140gb, triton-3.6.0-cuda): "
             "not certified; nearest certified neighbour width=4096,elements=16777216,dtype=bf16,strided=0 "
             "(1.00 weighted octave(s) away)") in lines

@@ -98,3 +98,27 @@ def test_coverage_of_a_key_space_counts_the_certified_keys_inside_it(tmp_path, c
         "none; 1 certified key(s) outside it").split()
     assert ("28 key(s) uncertified, of which 8 served from a certified neighbour (after a screen) and 20 by no "
             "certificate") in lines[-1]
+
+
+def test_coverage_of_the_key_spaces_names_a_kernel_whose_space_the_device_file_cannot_state_and_counts_the_rest(
+        tmp_path, capsys, monkeypatch):
+    from nbx.autotune import Tunable, cli as autotune_cli
+    from nbx.core import cli
+    shipped = autotune_cli._load_kernels()
+    unstated = Tunable("unstated", params={"block": (256,)}, key={"n": "elements", "style": "label"},
+                       default_from="tiles.elementwise")   # a label whose values hopper.yml does not list
+    monkeypatch.setattr(autotune_cli, "_load_kernels", lambda: {"elementwise": shipped["elementwise"],
+                                                                "unstated": unstated})
+    assert cli.main(["autotune", "coverage", "--space", "--kernel", "unstated", "--kernel", "elementwise", "--arch",
+                     "sm_90", "--device-class", "nvidia-h200-140gb", "--compiler", "triton-3.6.0-cuda"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("elementwise ") and " of 30 key(s) of its key space certified" in lines[0]
+    assert lines[1].startswith("unstated") and "label field 'style' has no values" in lines[1]
+    assert lines[-1].endswith("; 1 kernel(s) with no key space (unstated)")
+
+
+def test_every_declared_kernels_label_fields_have_values_in_hoppers_key_space(hopper):
+    from nbx.autotune import cli as autotune_cli
+    from nbx.autotune.space import key_space
+    for name, tunable in sorted(autotune_cli._load_kernels().items()):
+        assert key_space(tunable, hopper).size() > 0, name   # a MissingFactError names the kernel and field

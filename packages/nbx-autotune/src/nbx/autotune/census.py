@@ -11,17 +11,22 @@ says which batches and prompt lengths run, and whether decode steps follow (a de
 steps, `new_tokens` > 0). Each forward of T = batch x length tokens launches, per layer, in the
 order the reference blocks run them:
 
-    decoder  rms_norm (T, H); matmul q, k, v, o against weights stored (out, in) and read
-             transposed ("nt"); add (residual); rms_norm; matmul gate, up; silu; multiply; matmul
-             down; add. Then rms_norm, the last position's lm_head (batch, H) x (V, H)^T and a
-             softmax over the vocabulary (sampling).
+    decoder  (as nbx.models.decoder runs a dense family: LlamaForCausalLM, Mistral, Qwen2, Qwen3)
+             the embedding's take of T rows; per layer rms_norm (T, H); one product against q, k
+             and v's weights stacked (out, in), read transposed ("nt"; Qwen2's bias inside it);
+             Qwen3's RMS norms of q and k per head; the rotation of k and q (one launch, in the
+             KV cache's write); the output product (the residual inside it);
+             rms_norm; gated_linear (silu(x @ gate.T) * (x @ up.T), one launch); the down product
+             (the residual inside). Then the final rms_norm and lm_head of the last position's
+             (batch, H) rows and the greedy argmax over the vocabulary.
     encoder  add, add (word + position + type embeddings), layer_norm; matmul q, k, v, o with their
              bias adds (a broadcast operand: a strided elementwise key); add; layer_norm; matmul
              intermediate, bias add, gelu (the compute-bound elementwise tunable); matmul output,
              bias add; add; layer_norm. Then the pooler's matmul, bias add and tanh.
 
-Attention itself (scores, their softmax, rotary embeddings) is the attention family's: its keys
-join the census when it declares a Tunable. Layers repeat the same launches, so one layer stands
+NOT_LISTED names the kernels a decoder's run also launches whose keys the census does not list
+yet (attention over the KV cache, the cache's own copies, sampled decoding):
+`coverage --model` and `warmup --model` say so. Sparse (MoE) decoders are refused by name. Layers repeat the same launches, so one layer stands
 for all. Keys are formed with the kernels' own declarations (their Tunables) and the device
 file's ladders, as the wrappers form them; tests/nbx-autotune/test_autotune_census.py runs the
 listed ops and checks the wrappers form exactly these keys.
@@ -43,6 +48,11 @@ DECODER_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "electra"})
 # the elementwise ops whose arithmetic bounds them, ranked on their own tunable (elementwise/tuning.py)
 COMPUTE_BOUND = frozenset({"gelu"})
+# nbx.models' sparse decoders: their experts' launches (moe kernels, the router's top-k) are not listed
+SPARSE_ARCHITECTURES = frozenset({"MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"})
+SPARSE_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe"})
+# kernels a decoder's run launches that the census lists no key of yet
+NOT_LISTED = ("attention_decode", "datamove", "sampling", "elementwise (the KV cache's positions and tables)")
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,7 @@ class Model:
     vocab: int
     dtype: str
     name: str = ""
+    qk_norm: bool = False   # Qwen3: RMS norms of q and k per head
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,9 @@ def read_config(source) -> Model:
             raise FileFormatError(f"{path}: cannot be read as a model's config.json: {exc}") from exc
     model_type = str(config.get("model_type", ""))
     architectures = [str(a) for a in config.get("architectures") or ()]
+    if model_type in SPARSE_TYPES or SPARSE_ARCHITECTURES.intersection(architectures):
+        raise NotSupportedError(f"{path}: {model_type!r} {architectures} is a sparse (MoE) decoder; the census does "
+                                f"not list its experts' launches yet")
     if model_type in DECODER_TYPES or (model_type not in ENCODER_TYPES
                                        and any(a.endswith("ForCausalLM") for a in architectures)):
         kind = "decoder"
@@ -129,7 +143,8 @@ def read_config(source) -> Model:
     return Model(kind, hidden, _field(config, path, "intermediate_size"), heads,
                  _field(config, path, "num_key_value_heads", default=heads),
                  _field(config, path, "head_dim", default=max(1, hidden // heads)),
-                 _field(config, path, "vocab_size"), str(dtype), str(config.get("_name_or_path", "")))
+                 _field(config, path, "vocab_size"), str(dtype), str(config.get("_name_or_path", "")),
+                 kind == "decoder" and (model_type == "qwen3" or "Qwen3ForCausalLM" in architectures))
 
 
 def _linear(out: list, tokens: int, inputs: int, outputs: int, dtype: str, bias: bool = False) -> None:
@@ -140,19 +155,19 @@ def _linear(out: list, tokens: int, inputs: int, outputs: int, dtype: str, bias:
 
 def _decoder_forward(m: Model, batch: int, tokens: int, dtype: str) -> list:
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
-    out = [("rms_norm", ((tokens, m.hidden),), dtype)]
-    for width in (q, kv, kv):
-        _linear(out, tokens, m.hidden, width, dtype)
-    _linear(out, tokens, q, m.hidden, dtype)
-    out += [("add", ((tokens, m.hidden), (tokens, m.hidden)), dtype), ("rms_norm", ((tokens, m.hidden),), dtype)]
-    _linear(out, tokens, m.hidden, m.intermediate, dtype)
-    _linear(out, tokens, m.hidden, m.intermediate, dtype)
-    out += [("silu", ((tokens, m.intermediate),), dtype),
-            ("multiply", ((tokens, m.intermediate), (tokens, m.intermediate)), dtype)]
-    _linear(out, tokens, m.intermediate, m.hidden, dtype)
-    out += [("add", ((tokens, m.hidden), (tokens, m.hidden)), dtype), ("rms_norm", ((tokens, m.hidden),), dtype)]
+    out = [("embedding", ((tokens, m.hidden),), dtype), ("rms_norm", ((tokens, m.hidden),), dtype)]
+    _linear(out, tokens, m.hidden, q + 2 * kv, dtype)          # q, k, v stacked: one product
+    if m.qk_norm:
+        out += [("rms_norm", ((tokens, m.heads, m.head_dim),), dtype),
+                ("rms_norm", ((tokens, m.kv_heads, m.head_dim),), dtype)]
+    out.append(("rope", ((tokens, m.kv_heads + m.heads, m.head_dim),), dtype))   # k and q in the cache write
+    _linear(out, tokens, q, m.hidden, dtype)                   # o, the residual added inside
+    out += [("rms_norm", ((tokens, m.hidden),), dtype),
+            ("gated_linear", ((tokens, m.hidden), (m.intermediate, m.hidden)), dtype)]
+    _linear(out, tokens, m.intermediate, m.hidden, dtype)      # down, the residual added inside
+    out.append(("rms_norm", ((batch, m.hidden),), dtype))      # the last positions' rows only
     _linear(out, batch, m.hidden, m.vocab, dtype)
-    out.append(("softmax", ((batch, m.vocab),), dtype))
+    out.append(("argmax", ((batch, m.vocab),), dtype))         # greedy decoding
     return out
 
 
@@ -171,9 +186,18 @@ def _encoder_forward(m: Model, batch: int, tokens: int, dtype: str) -> list:
     return out
 
 
+def _pow2_at_least(v: int) -> int:
+    return 1 << (max(v, 1) - 1).bit_length()
+
+
+def _pow4_at_least(v: int) -> int:
+    octave = _pow2_at_least(v).bit_length() - 1
+    return 1 << (octave + (octave & 1))
+
+
 def key_inputs(op: str, shapes, dtype: str) -> tuple[str, dict]:
     """(kernel, its key's inputs) of one launch, as the wrapper forms them (the kernels' tuning.py)."""
-    if op == "matmul":
+    if op in ("matmul", "gated_linear"):
         (m, k), (n, _) = shapes
         # x @ W.T with W (n, k) stored (out, in): the fused product's key (nbx.kernels.matmul.epilogue):
         # the weight read transposed, its last dim N k apart ("t"), the activations dense ("n"); descriptors
@@ -181,14 +205,20 @@ def key_inputs(op: str, shapes, dtype: str) -> tuple[str, dict]:
         item = as_dtype(dtype).itemsize
         tma = dtype in TMA_DTYPES and k > 0 and (k * item) % 16 == 0 and (n * item) % 16 == 0
         return "linear", {"m": m, "n": n, "k": k, "dtype": dtype, "layout": "n" + ("t" if n > 1 and k > 1 else "n"),
-                          "form": "plain", "tma": tma, "precision": "ieee" if dtype in ("float32", "float64") else "none"}
-    if op in ("softmax", "rms_norm", "layer_norm"):
+                          "form": "gated" if op == "gated_linear" else "plain", "tma": tma, "precision": "ieee" if dtype in ("float32", "float64") else "none"}
+    if op == "embedding":   # the take of an embedding table's rows (nbx.kernels.gather.tuning.take_key)
+        (ids, width), = shapes
+        return "take", {"row_bytes": _pow2_at_least(width * as_dtype(dtype).itemsize), "ids": _pow4_at_least(ids)}
+    if op == "rope":        # one launch ropes k's heads and q's (nbx.kernels.attention.rope)
+        (tokens, heads, dim), = shapes
+        return "rope", {"elements": tokens * heads * dim, "head_dim": dim, "dtype": dtype}
+    if op in ("softmax", "rms_norm", "layer_norm", "argmax", "sum"):
         *rows, n = shapes[0]
         count = 1
         for r in rows:
             count *= r
-        kernel = "softmax" if op == "softmax" else "norm"
-        return kernel, {"width": 1 << (max(n, 1) - 1).bit_length(), "elements": count * n, "dtype": dtype,
+        kernel = {"softmax": "softmax", "argmax": "reduction", "sum": "reduction"}.get(op, "norm")
+        return kernel, {"width": _pow2_at_least(n), "elements": count * n, "dtype": dtype,
                         "strided": False}
     out_shape = shapes[0]
     n = 1
@@ -227,6 +257,14 @@ def records_of(found: list[Launch], facts, tunables: dict) -> list[records.KeyRe
         key = keys.form(tunable.name, tunable.key_fields, facts, **launch.inputs)
         out.append(records.KeyRecord(key.kernel, str(key), facts.name, None, None, dict(key.observed)))
     return records.merge(out)
+
+
+def unlisted(model: Model) -> str:
+    """What the census leaves out of this model's run ('' when nothing), for the commands to print."""
+    if model.kind != "decoder":
+        return ""
+    return (f"note: the census lists no key of {', '.join(NOT_LISTED)} yet; a run of this decoder launches those "
+            f"too (served a neighbour's or the device file's setting, not certified or warmed by this command)")
 
 
 def plan_from_args(batch: str, prompt: str, new_tokens: int, dtype: str | None) -> Plan:

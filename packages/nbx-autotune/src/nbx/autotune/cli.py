@@ -213,6 +213,11 @@ def _coverage(args) -> int:
     for kernel, key, cls, compiler, why in result.missing:
         near = _nearest(tunables.get(kernel), key, certificates, _identity_from_args(args), facts) if facts else ""
         print(f"missing  {kernel} {key} ({cls}, {compiler}): {why}{near}")
+    if args.model:
+        from . import census
+        note = census.unlisted(census.read_config(args.model))
+        if note:
+            print(note)
     total = len(result.certified) + len(result.missing)
     print(f"nbx autotune coverage: {len(result.certified)} of {total} key(s) certified")
     return 1 if result.missing else 0
@@ -236,9 +241,16 @@ def _space_coverage(args, tunables, certificates) -> int:
     from . import space
     facts, identity = _arch_facts(args), _identity_from_args(args)
     chosen = {k: t for k, t in sorted(tunables.items()) if not args.kernel or k in args.kernel}
+    from nbx.core.errors import MissingFactError
     short = near = bare = 0
+    refused = []
     for name, tunable in chosen.items():
-        found = space.space_coverage(tunable, facts, certificates.entries(identity, tunable, facts))
+        try:   # one kernel whose space the device file cannot state does not hide the others' coverage
+            found = space.space_coverage(tunable, facts, certificates.entries(identity, tunable, facts))
+        except MissingFactError as exc:
+            refused.append(name)
+            print(f"{name:18s} no key space: {exc}")
+            continue
         short += found.size - found.certified
         near, bare = near + found.by_neighbour, bare + found.uncovered
         share = 100.0 * found.certified / found.size if found.size else 100.0
@@ -247,8 +259,9 @@ def _space_coverage(args, tunables, certificates) -> int:
               f"{len(found.outside)} certified key(s) outside it")
     print(f"nbx autotune coverage: key spaces of {len(chosen)} kernel(s) over {facts.name}'s autotune.key_space "
           f"({identity.device_class}, {identity.compiler}): {short} key(s) uncertified, of which {near} served "
-          f"from a certified neighbour (after a screen) and {bare} by no certificate")
-    return 1 if short else 0
+          f"from a certified neighbour (after a screen) and {bare} by no certificate"
+          + (f"; {len(refused)} kernel(s) with no key space ({', '.join(refused)})" if refused else ""))
+    return 1 if short or refused else 0
 
 
 def _space(args) -> int:
@@ -303,7 +316,10 @@ def _warmup(args) -> int:
     device = as_device(args.device)
     if args.model:
         plan = census.plan_from_args(args.batch, args.prompt, args.new_tokens, args.dtype)
-        items = census.launches(census.read_config(args.model), plan)
+        model = census.read_config(args.model)
+        items = census.launches(model, plan)
+        if census.unlisted(model):
+            print(census.unlisted(model))
         run = lambda launch: warmup.run_launch(launch, device)  # noqa: E731
     else:
         tunables, facts = _load_kernels(), device_files.in_force(device)

@@ -34,9 +34,23 @@ def run_launch(launch, device) -> None:
     """Run one census launch (census.Launch) through nbx's ops on device, on zero-filled operands."""
     import nbx.core as nbx
     shapes, dtype, op = launch.shapes, launch.dtype, launch.op
+    if op in ("embedding", "rope"):   # integer ids or positions [tokens], copied from the host (no fill launch)
+        import numpy as np
+        tokens, dim = shapes[0][0], shapes[0][-1]
+        ids = nbx.asarray(np.zeros(tokens, dtype=np.int64), device=device)
+        if op == "embedding":
+            nbx.embedding(ids, nbx.zeros(2, dim, dtype=dtype, device=device))
+        else:               # the key's launch (the cache write's rotation is the same kernel, writing through slots)
+            table = nbx.zeros(1, dim, dtype="float32", device=device)
+            nbx.rotary_embedding(nbx.zeros(*shapes[0], dtype=dtype, device=device), table, table, ids)
+        return
     operands = [nbx.zeros(*s, dtype=dtype, device=device) for s in shapes]
     if op == "matmul":
         nbx.matmul(operands[0], operands[1].mT)
+    elif op == "gated_linear":
+        nbx.gated_linear(operands[0], operands[1], operands[1], activation="silu")
+    elif op == "argmax":
+        nbx.argmax(operands[0], dim=-1)
     elif op in ("add", "multiply"):
         getattr(nbx, op)(operands[0], operands[1])
     elif op in ("silu", "gelu", "tanh"):
