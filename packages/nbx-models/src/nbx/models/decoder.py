@@ -203,7 +203,7 @@ class Decoder:
         if activation not in ACTIVATIONS:
             raise nbx.NotSupportedError(f"hidden_act {activation!r}: nbx.models knows {sorted(ACTIVATIONS)}")
         self.activation = ACTIVATIONS[activation]
-        self.eos = eos_ids(config, weights.folder)
+        self.eos = eos_ids(config, getattr(weights, "folder", None))   # seeded weights have no folder
         self.max_positions = int(config.get("max_position_embeddings") or 2048)
         windows = layer_windows(config)
         sparse = moe.sparse_layers(family.architecture, config)
