@@ -123,6 +123,9 @@ def test_a_dtype_given_at_load_converts_the_stored_weights(tmp_path):
     assert stored.embed.dtype == nbx.bfloat16 and widened.embed.dtype == nbx.float32
     np.testing.assert_array_equal(widened.embed.numpy(), stored.embed.numpy().astype(np.float32))
     assert_close(widened.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT), nbx.float32, nbx.as_device("cpu"))
+    half = models.load(folder, dtype="float16")   # bfloat16's values held exactly in float16's range here
+    assert half.embed.dtype == nbx.float16 and half.logits(PROMPT).dtype == nbx.float32
+    assert_close(half.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT), nbx.float16, nbx.as_device("cpu"))
 
 
 def test_the_old_rope_scaling_and_the_new_rope_parameters_layouts_give_one_model(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from model_checks import assert_close, model_dtype
-from model_reference import bert_hidden, mean_pooled_normalized, read_weights
+from model_reference import bert_hidden, dequantized, mean_pooled_normalized, read_weights
 
 import nbx.core as nbx
 from nbx import models
@@ -152,3 +152,13 @@ def test_sentence_transformers_lowercase_and_default_length_are_read_from_its_co
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 40, "do_lower_case": True}))
     assert load_tokenizer(folder).encode("HELLO World") == [2, 4, 5, 3]
     assert models.load(folder).max_seq_length == 40
+
+
+def test_int4_projections_of_a_bert_load_quantized_and_embed_as_the_dequantized_reference(tmp_path):
+    folder = models.write_checkpoint(tmp_path / "bert", small_config("BertModel"), seed=3, int4=(32, "asymmetric"),
+                                     sentence_transformers={"pooling": ["mean_tokens"], "normalize": True})
+    model = models.load(folder)
+    assert isinstance(model.w["encoder.layer.0.attention.self.qkv.weight"], nbx.QuantizedTensor)
+    ids = [4, 8, 15, 16, 23, 42]
+    want = mean_pooled_normalized(bert_hidden(folder, ids, dequantized(read_weights(folder))))
+    assert_close(model.embed(ids).numpy(), want, nbx.float32, nbx.as_device("cpu"), "int4 embedding")
