@@ -45,6 +45,15 @@ def test_nbx_embed_prints_the_cosine_table_of_two_sentences(capsys):
     assert first[0] == "[0]" and float(first[-2]) == 1.0 and 0.6 < float(first[-1]) < 0.9
 
 
+def test_nbx_embed_full_prints_every_value_of_the_embedding(capsys):
+    from test_encoders import minilm_folder
+    assert cli.main(["embed", "--model", str(minilm_folder()), "A man is eating food.", "--full", "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    values = [float(v) for v in lines[1].split()]
+    assert len(values) == 384 and abs(sum(v * v for v in values) - 1) < 1e-4   # all of it: Normalize's unit vector
+
+
 def _readme_install(source_env) -> dict:
     """source_env with only what README's first command installs, nbx-core and nbx-models, from this
     tree (a machine where the other distributions are installed still finds them)."""

@@ -35,9 +35,10 @@ def test_each_decoder_family_matches_its_float64_reference_in_logits_and_greedy_
     logits = model.logits(PROMPT)
     assert logits.dtype == nbx.float32 and tuple(logits.shape) == (len(PROMPT), 128)
     assert_close(logits.numpy(), decoder_logits(folder, PROMPT), dtype, device, "prompt logits")
-    # the interpreter runs a forward in about a second: there one family decodes (the cache path
-    # is the same code for all), every family on the other devices
-    if device.type == "interp" and architecture != "LlamaForCausalLM":
+    # the interpreter runs a forward in about a second: there Llama decodes (the cache path is the
+    # same code for all) and Mistral (paged attention's sliding window at decode rows, the prompt
+    # longer than the window), every family on the other devices
+    if device.type == "interp" and architecture not in ("LlamaForCausalLM", "MistralForCausalLM"):
         return
     new = model.generate(PROMPT, max_new_tokens=2 if device.type == "interp" else 6)
     assert_greedy_matches(new, decoder_logits(folder, PROMPT + new), len(PROMPT), dtype, device)
@@ -62,10 +63,26 @@ def test_generation_stops_after_an_eos_id_and_at_max_new_tokens(tmp_path):
     assert models.load(folder).generate(PROMPT, max_new_tokens=6) == free[:free.index(free[2]) + 1]
 
 
+def test_generation_config_json_eos_ids_stop_a_generation_in_place_of_config_jsons(tmp_path):
+    # transformers' generate stops at generation_config.json's eos_token_id (an instruct model's
+    # end-of-turn ids are often only there); config.json's is used when that file names none
+    folder = checkpoint(tmp_path, "LlamaForCausalLM", nbx.as_device("cpu"))
+    free = models.load(folder).generate(PROMPT, max_new_tokens=6)
+    assert len(free) == 6   # config.json's eos id (2) is not among them: the stop below is the file's
+    stops = [127, free[3]]
+    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": stops}))
+    first = min(i for i, token in enumerate(free) if token in stops)
+    assert models.load(folder).generate(PROMPT, max_new_tokens=6) == free[:first + 1]
+    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1}))
+    assert models.load(folder).eos == (2,)
+
+
 def test_a_prompt_and_its_new_tokens_past_max_position_embeddings_are_refused(tmp_path):
     model = models.load(checkpoint(tmp_path, "LlamaForCausalLM", nbx.as_device("cpu")))
     with pytest.raises(nbx.ArgumentError, match="max_position_embeddings 256"):
         model.generate(PROMPT, max_new_tokens=250)
+    with pytest.raises(nbx.ArgumentError, match="a prompt of 257 tokens .* max_position_embeddings 256"):
+        model.logits([3] * 257)
 
 
 def test_sampled_generation_repeats_for_a_seed_and_stays_in_the_top_k(tmp_path):
@@ -106,6 +123,9 @@ def test_a_dtype_given_at_load_converts_the_stored_weights(tmp_path):
     assert stored.embed.dtype == nbx.bfloat16 and widened.embed.dtype == nbx.float32
     np.testing.assert_array_equal(widened.embed.numpy(), stored.embed.numpy().astype(np.float32))
     assert_close(widened.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT), nbx.float32, nbx.as_device("cpu"))
+    half = models.load(folder, dtype="float16")   # bfloat16's values held exactly in float16's range here
+    assert half.embed.dtype == nbx.float16 and half.logits(PROMPT).dtype == nbx.float32
+    assert_close(half.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT), nbx.float16, nbx.as_device("cpu"))
 
 
 def test_the_old_rope_scaling_and_the_new_rope_parameters_layouts_give_one_model(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from model_checks import assert_close, model_dtype
-from model_reference import bert_hidden, mean_pooled_normalized, read_weights
+from model_reference import bert_hidden, dequantized, mean_pooled_normalized, read_weights
 
 import nbx.core as nbx
 from nbx import models
@@ -113,3 +113,52 @@ def test_a_sentence_transformers_module_nbx_does_not_implement_is_refused_by_nam
     plain = models.write_checkpoint(tmp_path / "plain", small_config("BertModel"), seed=1)
     with pytest.raises(nbx.NotSupportedError, match="no sentence-transformers modules.json"):
         models.load(plain).embed([1, 2])
+
+
+def test_minilm_tokenizers_truncate_at_sentence_transformers_max_seq_length_and_embed_refuses_longer_ids(
+        minilm_reference, tmp_path):
+    # sentence_bert_config.json's 256, not tokenizer.json's own 128: its tokenizer call truncates there
+    import shutil
+    text = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)
+    folder = minilm_folder()
+    ids = load_tokenizer(folder).encode(text)
+    assert len(ids) == 256 and ids[0] == 101 and ids[-1] == 102
+    # the vocab.txt path (no tokenizer.json) gives the same ids, truncated at a max_seq_length of 12
+    # (the weights linked, not copied)
+    short = tmp_path / "short"
+    short.mkdir()
+    for name in ("vocab.txt", "tokenizer_config.json", "modules.json", "config.json"):
+        shutil.copy(folder / name, short / name)
+    shutil.copytree(folder / "1_Pooling", short / "1_Pooling")
+    (short / "model.safetensors").symlink_to(folder / "model.safetensors")
+    (short / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 12, "do_lower_case": False}))
+    assert [load_tokenizer(short).encode(s) for s in SENTENCES[:2]] == minilm_reference[0][:2]
+    cut = load_tokenizer(short).encode(text)
+    assert cut == ids[:11] + [102]
+    with pytest.raises(nbx.ArgumentError, match="embeds at most 12"):   # never a longer input than it embeds
+        models.load(short).embed(ids[:12] + [102])
+
+
+def test_sentence_transformers_lowercase_and_default_length_are_read_from_its_configs(tmp_path):
+    pytest.importorskip("tokenizers", reason="the WordPiece tokenizer needs the tokenizers library")
+    folder = models.write_checkpoint(tmp_path / "bert", small_config("BertModel"), seed=2,
+                                     sentence_transformers={"pooling": ["mean_tokens"], "normalize": True})
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world"]) + "\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "model_max_length": 6}))
+    # no sentence_bert_config.json: the length is min(max_position_embeddings 64, model_max_length 6)
+    assert load_tokenizer(folder).encode("hello world " * 5) == [2, 4, 5, 4, 5, 3]
+    assert load_tokenizer(folder).encode("HELLO") == [2, 1, 3]
+    assert models.load(folder).max_seq_length == 6
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 40, "do_lower_case": True}))
+    assert load_tokenizer(folder).encode("HELLO World") == [2, 4, 5, 3]
+    assert models.load(folder).max_seq_length == 40
+
+
+def test_int4_projections_of_a_bert_load_quantized_and_embed_as_the_dequantized_reference(tmp_path):
+    folder = models.write_checkpoint(tmp_path / "bert", small_config("BertModel"), seed=3, int4=(32, "asymmetric"),
+                                     sentence_transformers={"pooling": ["mean_tokens"], "normalize": True})
+    model = models.load(folder)
+    assert isinstance(model.w["encoder.layer.0.attention.self.qkv.weight"], nbx.QuantizedTensor)
+    ids = [4, 8, 15, 16, 23, 42]
+    want = mean_pooled_normalized(bert_hidden(folder, ids, dequantized(read_weights(folder))))
+    assert_close(model.embed(ids).numpy(), want, nbx.float32, nbx.as_device("cpu"), "int4 embedding")

@@ -5,6 +5,8 @@ never imports it); then nbx's int4 (W4A16) weights against its own bfloat16 at L
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bench_models.py
     ... bench_models.py --shape both      # Llama-3-8B's shape against torch too (a 16 GB checkpoint: ~2 min more)
+    ... bench_models.py --shape qwen7b    # Qwen2.5-7B's (q/k/v biases: nbx's Qwen2 family); --shape all: the three
+    ... bench_models.py --batch 16        # 16 prompts of 512 together
     ... bench_models.py --json models.json --markdown && python3 tools/bench/plot_models.py models.json
 
 The checkpoints are seeded (nbx.models.write_checkpoint, weights drawn on the GPU, bfloat16) in the
@@ -58,10 +60,19 @@ SHAPES = {
                num_hidden_layers=32, vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
                rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                              "original_max_position_embeddings": 8192}),
+    # Qwen2.5-7B: q/k/v biases (nbx's Qwen2 family; torch's forward adds them where the checkpoint has them)
+    "qwen7b": dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4,
+                   head_dim=128, num_hidden_layers=28, vocab_size=152064, tie_word_embeddings=False,
+                   rope_theta=1000000.0, use_sliding_window=False),
 }
+ARCHITECTURES = {"qwen7b": "Qwen2ForCausalLM"}   # the others are Llamas
+NAMES = {"1b": "Llama-3.2-1B", "8b": "Llama-3-8B", "qwen7b": "Qwen2.5-7B"}
 
 
 def config_of(shape: str) -> dict:
+    if shape in ARCHITECTURES:   # no rope scaling; eos = <|endoftext|>
+        return small_config(ARCHITECTURES[shape], **SHAPES[shape], max_position_embeddings=131072, rms_norm_eps=1e-6,
+                            bos_token_id=151643, eos_token_id=151643)
     return small_config("LlamaForCausalLM", **SHAPES[shape], max_position_embeddings=131072, rms_norm_eps=1e-5,
                         bos_token_id=128000, eos_token_id=128001)
 
@@ -114,9 +125,12 @@ class TorchLlama:
         for i in range(self.c["num_hidden_layers"]):
             p = f"model.layers.{i}."
             h = self.rms(x, self.w[p + "input_layernorm.weight"])
-            q = F.linear(h, self.w[p + "self_attn.q_proj.weight"]).view(b, t, self.heads, -1).transpose(1, 2)
-            k = F.linear(h, self.w[p + "self_attn.k_proj.weight"]).view(b, t, self.kv_heads, -1).transpose(1, 2)
-            v = F.linear(h, self.w[p + "self_attn.v_proj.weight"]).view(b, t, self.kv_heads, -1).transpose(1, 2)
+            q = F.linear(h, self.w[p + "self_attn.q_proj.weight"], self.w.get(p + "self_attn.q_proj.bias")
+                         ).view(b, t, self.heads, -1).transpose(1, 2)
+            k = F.linear(h, self.w[p + "self_attn.k_proj.weight"], self.w.get(p + "self_attn.k_proj.bias")
+                         ).view(b, t, self.kv_heads, -1).transpose(1, 2)
+            v = F.linear(h, self.w[p + "self_attn.v_proj.weight"], self.w.get(p + "self_attn.v_proj.bias")
+                         ).view(b, t, self.kv_heads, -1).transpose(1, 2)
             q = q * cos + self.rotate_half(q) * sin
             k = k * cos + self.rotate_half(k) * sin
             if static_length is None:
@@ -296,7 +310,7 @@ def compare(shape, args, bandwidth, gen, results):
     with tempfile.TemporaryDirectory(prefix=f"nbx-bench-{shape}-", dir="/tmp") as tmp:
         t0 = time.perf_counter()
         folder = models.write_checkpoint(Path(tmp), config, seed=0, dtype="bfloat16", shards=4, device="cuda")
-        print(f"\nLlama {shape} shape: {config['num_hidden_layers']} layers, hidden {config['hidden_size']}, GQA "
+        print(f"\n{NAMES[shape]} shape: {config['num_hidden_layers']} layers, hidden {config['hidden_size']}, GQA "
               f"{config['num_attention_heads']}/{config['num_key_value_heads']}, vocab {config['vocab_size']}, "
               f"bfloat16; batch {args.batch}, prompt {args.prompt}, {args.new} new tokens, greedy. Checkpoint written "
               f"in {time.perf_counter() - t0:.1f} s")
@@ -446,8 +460,9 @@ def print_markdown(results):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shape", choices=["1b", "8b", "both", "none"], default="1b",
-                        help="the shapes run against torch (none: the int4 case alone)")
+    parser.add_argument("--shape", choices=["1b", "8b", "qwen7b", "both", "all", "none"], default="1b",
+                        help="the shapes run against torch (both: 1b and 8b; all: with qwen7b, Qwen2.5-7B's; "
+                             "none: the int4 case alone)")
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--new", type=int, default=256)
     parser.add_argument("--batch", type=int, default=1)
@@ -463,7 +478,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}; copy bandwidth {bandwidth / 1e12:.2f} TB/s "
           f"(torch copy of 1 GiB, this run): the roofline below")
     gen = torch.Generator().manual_seed(0)
-    for shape in {"both": ["1b", "8b"], "none": []}.get(args.shape, [args.shape]):
+    for shape in {"both": ["1b", "8b"], "all": ["1b", "8b", "qwen7b"], "none": []}.get(args.shape, [args.shape]):
         compare(shape, args, bandwidth, gen, results)
     if args.int4_layers:
         int4_case(args, bandwidth, results)

@@ -2,7 +2,7 @@
 
     nbx generate --model PATH --prompt "..." [--max-new-tokens N] [--temperature T] [--device D]
                  [--tensor-parallel N]      (N GPUs of this host, one rank process each)
-    nbx embed --model PATH "sentence" ["sentence" ...]
+    nbx embed --model PATH "sentence" ["sentence" ...] [--full]
     nbx demo [--device D]
 
 `nbx demo` needs nothing but nbx: it writes a small Llama-style checkpoint with seeded random
@@ -125,7 +125,10 @@ def _embed(args) -> int:
     device, model, tokenizer = loaded
     vectors = [model.embed(tokenizer.encode(s)) for s in args.sentences]
     print(f"model {args.model} on {device_label(device)}: {len(vectors)} embedding(s) of {vectors[0].shape[0]}")
-    if len(vectors) == 1:
+    if args.full:   # every value of each embedding, one line a sentence
+        for vector in vectors:
+            print(" ".join(f"{v:.6g}" for v in vector.numpy()))
+    elif len(vectors) == 1:
         values = vectors[0].numpy()
         print(" ".join(f"{v:.4f}" for v in values[:8]) + (" ..." if values.size > 8 else ""))
     else:
@@ -197,6 +200,8 @@ def add_cli_commands(sub) -> None:
     emb.add_argument("--model", required=True)
     emb.add_argument("sentences", nargs="+")
     emb.add_argument("--dtype")
+    emb.add_argument("--full", action="store_true",
+                     help="print every value of each embedding (default: one's first 8, or the cosines of several)")
     device_option(emb)
     emb.set_defaults(func=_embed)
 

@@ -37,9 +37,22 @@ def checkpoint_dtype_name(config: dict) -> str | None:
     return config.get("dtype") or config.get("torch_dtype")
 
 
-def eos_ids(config: dict) -> tuple[int, ...]:
-    """The config's eos_token_id, which may be one id, a list of them, or absent."""
-    value = config.get("eos_token_id")
+GENERATION_CONFIG = "generation_config.json"
+
+
+def _ids(value) -> tuple[int, ...]:
+    """An eos_token_id, which may be one id, a list of them, or absent."""
     if value is None:
         return ()
     return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+
+
+def eos_ids(config: dict, folder=None) -> tuple[int, ...]:
+    """The ids a generation stops at, as transformers' generate picks them: generation_config.json's
+    eos_token_id when the folder has one that names any (an instruct checkpoint's end-of-turn ids,
+    Llama-3's <|eot_id|> and Qwen's <|im_end|>, are often only there), else config.json's."""
+    if folder is not None and (Path(folder) / GENERATION_CONFIG).is_file():
+        named = _ids(read_json(Path(folder) / GENERATION_CONFIG).get("eos_token_id"))
+        if named:
+            return named
+    return _ids(config.get("eos_token_id"))

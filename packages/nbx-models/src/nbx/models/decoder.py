@@ -203,7 +203,7 @@ class Decoder:
         if activation not in ACTIVATIONS:
             raise nbx.NotSupportedError(f"hidden_act {activation!r}: nbx.models knows {sorted(ACTIVATIONS)}")
         self.activation = ACTIVATIONS[activation]
-        self.eos = eos_ids(config)
+        self.eos = eos_ids(config, getattr(weights, "folder", None))   # seeded weights have no folder
         self.max_positions = int(config.get("max_position_embeddings") or 2048)
         windows = layer_windows(config)
         sparse = moe.sparse_layers(family.architecture, config)
@@ -237,6 +237,7 @@ class Decoder:
     def logits_batch(self, sequences) -> list[nbx.Tensor]:
         """float32 logits [len(seq), vocab] of each sequence (sequences of any lengths, run packed)."""
         sequences = [self._checked_ids(seq) for seq in sequences]
+        self._check_fits(sequences, 0)
         cache = self.new_cache([len(seq) for seq in sequences])
         out = self.forward(sequences, cache, list(range(len(sequences))), last_only=False)
         return [t.to(dtype=nbx.float32) for t in out]
@@ -256,10 +257,7 @@ class Decoder:
         new = [[] for _ in sequences]
         if max_new_tokens == 0:
             return new
-        for seq in sequences:
-            if len(seq) + max_new_tokens > self.max_positions:
-                raise nbx.ArgumentError(f"a prompt of {len(seq)} tokens + {max_new_tokens} new ones pass the "
-                                        f"model's max_position_embeddings {self.max_positions}")
+        self._check_fits(sequences, max_new_tokens)
         generator = None if seed is None else nbx.Generator(seed=seed)
         cache, graph = self._decode_state([len(seq) + max_new_tokens for seq in sequences])
         self.last_decode = "graph" if graph is not None else "eager"   # what decoded (the tests read it)
@@ -446,6 +444,13 @@ class Decoder:
         (memory_plan.GenerationMemory: weights, KV cache, rope tables, the largest live activations)."""
         from .memory_plan import price
         return price(self, [int(n) for n in prompt_lengths], int(max_new_tokens))
+
+    def _check_fits(self, sequences, max_new_tokens: int) -> None:
+        """Refuse, before any work, sequences whose positions would pass max_position_embeddings."""
+        for seq in sequences:
+            if len(seq) + max_new_tokens > self.max_positions:
+                raise nbx.ArgumentError(f"a prompt of {len(seq)} tokens + {max_new_tokens} new ones pass the "
+                                        f"model's max_position_embeddings {self.max_positions}")
 
     def _checked_ids(self, token_ids) -> list[int]:
         ids = [int(t) for t in token_ids]

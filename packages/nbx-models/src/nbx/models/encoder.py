@@ -74,6 +74,25 @@ class Pooling:
         return cls(modes, normalize)
 
 
+def sentence_transformers_input(folder) -> tuple[int | None, bool]:
+    """(max_seq_length, do_lower_case) of a sentence-transformers model's Transformer module, as it
+    reads them: sentence_bert_config.json, its max_seq_length defaulting to the smaller of
+    config.json's max_position_embeddings and tokenizer_config.json's model_max_length. (None,
+    False) for a folder without modules.json (no sentence-transformers model: nothing truncates)."""
+    folder = Path(folder)
+    if not (folder / "modules.json").is_file():
+        return None, False
+    settings = read_json(folder / "sentence_bert_config.json") if (folder / "sentence_bert_config.json").is_file() else {}
+    limit = settings.get("max_seq_length")
+    if limit is None:
+        limits = [read_json(folder / "config.json").get("max_position_embeddings")]
+        if (folder / "tokenizer_config.json").is_file():
+            limits.append(read_json(folder / "tokenizer_config.json").get("model_max_length"))
+        limits = [int(n) for n in limits if n is not None]
+        limit = min(limits) if limits else None
+    return (None if limit is None else int(limit)), bool(settings.get("do_lower_case", False))
+
+
 class Encoder:
     kind = "encoder"
 
@@ -101,6 +120,7 @@ class Encoder:
             raise nbx.NotSupportedError(f"position_embedding_type {config['position_embedding_type']!r}: nbx "
                                         "implements BERT's absolute positions")
         self.pooling = Pooling.read(folder)
+        self.max_seq_length = sentence_transformers_input(folder)[0] or self.max_positions
 
     def _norm(self, x, name):
         return nbx.layer_norm(x, (self.hidden,), self.w[name + ".weight"], self.w[name + ".bias"], eps=self.eps)
@@ -139,6 +159,11 @@ class Encoder:
         if self.pooling is None:
             raise nbx.NotSupportedError("this checkpoint has no sentence-transformers modules.json: it names no "
                                         "pooling, so it has no sentence embedding (encode() gives the hidden states)")
+        token_ids = list(token_ids)
+        if len(token_ids) > self.max_seq_length:
+            # sentence-transformers never embeds more: its tokenizer call truncates (load_tokenizer's does too)
+            raise nbx.ArgumentError(f"{len(token_ids)} token ids: this sentence-transformers model embeds at most "
+                                    f"{self.max_seq_length} (its max_seq_length; it truncates the text's ids there)")
         x = self.encode(token_ids).to(dtype=nbx.float32)
         pooled = []
         for mode in self.pooling.modes:

@@ -33,14 +33,23 @@ class CharTokenizer:
 
 
 class LibraryTokenizer:
-    """A tokenizers.Tokenizer with the two calls the CLI makes."""
+    """A tokenizers.Tokenizer with the two calls the CLI makes, set as transformers sets it for a call:
+    no padding, no truncation (a tokenizer.json's own settings are not applied: all-MiniLM-L6-v2's
+    truncates at 128), except max_length, a sentence-transformers model's max_seq_length, which
+    truncates as its encode does; lowercase: its do_lower_case, the text lowered before tokenizing."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, max_length: int | None = None, lowercase: bool = False):
         tokenizer.no_padding()  # a tokenizer.json may pad every text to a fixed length; the models take one sequence
+        if max_length is None:
+            tokenizer.no_truncation()
+        else:
+            tokenizer.enable_truncation(max_length)
         self._tokenizer = tokenizer
+        self.max_length, self.lowercase = max_length, lowercase
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        return self._tokenizer.encode(text.lower() if self.lowercase else text,
+                                      add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids) -> str:
         return self._tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -63,9 +72,11 @@ def load_tokenizer(folder):
     except ImportError:
         raise nbx.NotSupportedError(f"{folder} needs the tokenizers library to turn text into ids: "
                                     "pip install \"nbx-models[tokenizers]\" (or pass token ids)") from None
+    from .encoder import sentence_transformers_input
+    limits = sentence_transformers_input(folder)
     if (folder / "tokenizer.json").is_file():
-        return LibraryTokenizer(tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json")))
+        return LibraryTokenizer(tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json")), *limits)
     if (folder / "vocab.txt").is_file():
         return LibraryTokenizer(tokenizers.BertWordPieceTokenizer(str(folder / "vocab.txt"),
-                                                                  lowercase=_lowercase(folder)))
+                                                                  lowercase=_lowercase(folder)), *limits)
     raise nbx.NotSupportedError(f"{folder} has no tokenizer.json nor vocab.txt")
