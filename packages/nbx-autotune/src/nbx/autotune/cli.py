@@ -318,8 +318,9 @@ def _warmup(args) -> int:
         plan = census.plan_from_args(args.batch, args.prompt, args.new_tokens, args.dtype)
         model = census.read_config(args.model)
         items = census.launches(model, plan)
-        if census.unlisted(model):
-            print(census.unlisted(model))
+        note = census.unlisted(model)
+        if note:
+            print(note)
         run = lambda launch: warmup.run_launch(launch, device)  # noqa: E731
     else:
         tunables, facts = _load_kernels(), device_files.in_force(device)

@@ -71,8 +71,7 @@ class Float8BlockWeight:
         if dt.kind != "float":
             raise DTypeError(f"float8 weights dequantize to a float dtype, not {dt.name}")
         n, k = self.shape[-2:]
-        scale = np.repeat(np.repeat(self.scales.numpy().astype(np.float64), self.block[0], axis=-2)[..., :n, :],
-                          self.block[1], axis=-1)[..., :k]
+        scale = _per_element(self.scales.numpy(), self.block, n, k)
         return asarray((self.weight.numpy().astype(np.float64) * scale).astype(dt.host), device=self.device)
 
     @staticmethod
@@ -95,13 +94,18 @@ class Float8BlockWeight:
         tiles = padded.reshape(grid[:-2] + (grid[-2], block[0], grid[-1], block[1]))
         amax = np.abs(tiles).max(axis=(-3, -1))
         scales = np.where(amax > 0, amax / float(dtypes.finfo(target).max), 1.0).astype(np.float32)
-        full = np.repeat(np.repeat(scales.astype(np.float64), block[0], axis=-2), block[1], axis=-1)[..., :n, :k]
+        full = _per_element(scales, block, n, k)
         weight = (values / full).astype(target.host)
         return Float8BlockWeight(asarray(weight, device=w.device), asarray(scales, device=w.device), block)
 
     def __repr__(self) -> str:
         return (f"Float8BlockWeight(shape={self.shape}, dtype={self.dtype.name}, block={self.block}, "
                 f"device='{self.device}')")
+
+
+def _per_element(scales: np.ndarray, block: tuple, n: int, k: int) -> np.ndarray:
+    """Each block's scale repeated over its elements, in float64, cut to the weight's (N, K)."""
+    return np.repeat(np.repeat(scales.astype(np.float64), block[0], axis=-2), block[1], axis=-1)[..., :n, :k]
 
 
 __all__ = ["Float8BlockWeight", "FLOAT8", "DEFAULT_BLOCK"]

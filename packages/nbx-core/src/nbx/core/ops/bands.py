@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import dtypes
 from ..errors import ArgumentError, NotSupportedError, ShapeError
 from ..tensor import Tensor
 from .conv import conv1d, conv2d, conv3d, conv_out_size, conv_padding, pad_spatial, spatial_tuple
@@ -205,16 +206,12 @@ def _normalized(layer: GroupNormLayer, band: Tensor, moments) -> Tensor:
     per = band.shape[1] // layer.num_groups
     rows = []
     for n in range(band.shape[0]):
-        stat = [from_numpy(np.repeat(a[n], per).astype(_statistics_dtype(band).host), band.device) for a in (mean, var)]
+        host = dtypes.statistics_dtype(band.dtype).host
+        stat = [from_numpy(np.repeat(a[n], per).astype(host), band.device) for a in (mean, var)]
         rows.append(ACTIVATIONS[layer.activation](batch_norm(band[n:n + 1], *stat, layer.weight, layer.bias,
                                                              layer.eps)))
     return rows[0] if len(rows) == 1 else concat(rows, axis=0)
 
-
-def _statistics_dtype(band: Tensor):
-    """float32 (half types widened, as group_norm computes them), float64 for a float64 chain."""
-    from .. import dtypes
-    return dtypes.float64 if band.dtype is dtypes.float64 else dtypes.float32
 
 
 def _band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads) -> Tensor:
@@ -321,7 +318,7 @@ def _statistics(x: Tensor, prefix, norm: GroupNormLayer, band_rows: int, stats: 
         n, c = band.shape[:2]
         if c % norm.num_groups:
             raise ShapeError(f"tiled_conv_chain: num_groups {norm.num_groups} does not divide the {c} channels")
-        values = band.to(dtype=_statistics_dtype(band)).reshape(n, norm.num_groups, -1)
+        values = band.to(dtype=dtypes.statistics_dtype(band.dtype)).reshape(n, norm.num_groups, -1)
         count = values.shape[2]
         mean = ops.mean(values, axis=2).numpy().astype(np.float64)
         m2 = ops.var(values, axis=2).numpy().astype(np.float64) * count

@@ -204,13 +204,13 @@ def _check_layer(op, x, w_gate, w_up, w_down):
         if isinstance(t, Tensor) and t.dtype.itemsize == 1:
             raise NotSupportedError(f"{op}'s {name}: float8 expert weights take their block scales: pass "
                                     f"Float8BlockWeight(weight, scales, block) (or float or int4 weights)")
-    quantized = {type(t) for _, t in matrices}
-    if len(quantized) > 1 and quantized & {QuantizedTensor, Float8BlockWeight}:
+    kinds = {type(t) for _, t in matrices}
+    quantized = bool(kinds & {QuantizedTensor, Float8BlockWeight})
+    if len(kinds) > 1 and quantized:
         raise NotSupportedError(f"{op} takes int4 (or float8) weights for gate, up and down alike, or none")
-    if Float8BlockWeight in quantized and len({(t.block, t.dtype) for _, t in matrices}) > 1:
+    if Float8BlockWeight in kinds and len({(t.block, t.dtype) for _, t in matrices}) > 1:
         raise NotSupportedError(f"{op} takes float8 weights of one float8 type and one scale block for gate, up "
                                 f"and down")
-    quantized = {t in (QuantizedTensor, Float8BlockWeight) for t in quantized}
     if x.ndim != 2 or len(w_gate.shape) != 3 or tuple(w_gate.shape) != tuple(w_up.shape):
         raise ShapeError(f"{op} takes x [T, H] and w_gate, w_up [E, I, H] of one shape; got {x.shape}, "
                          f"{w_gate.shape}, {w_up.shape}")
@@ -219,7 +219,7 @@ def _check_layer(op, x, w_gate, w_up, w_down):
         raise ShapeError(f"{op} of x {x.shape}, w_gate {w_gate.shape}: w_down is [E, H, I] = "
                          f"{(count, hidden, inter)}, got {w_down.shape}")
     check_category(op, x.dtype, "real_floating")
-    if True not in quantized and len({x.dtype, w_gate.dtype, w_up.dtype, w_down.dtype}) > 1:
+    if not quantized and len({x.dtype, w_gate.dtype, w_up.dtype, w_down.dtype}) > 1:
         raise DTypeError(f"{op} takes x and the weights in one dtype, got {x.dtype.name}, "
                          f"{w_gate.dtype.name}, {w_up.dtype.name}, {w_down.dtype.name}")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from .. import dtypes, layout
 from ..errors import ArgumentError, ShapeError
 from ..tensor import Tensor
+from .conv import conv_out_size, spatial_tuple
 
 
 def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
@@ -57,20 +58,18 @@ def sliding_windows(x: Tensor, dimension: int, size: int, step: int) -> Tensor:
     return x._view(shape + [size], strides + [x.strides[dim]])
 
 
-def _pair(name: str, value, low: int) -> tuple[int, int]:
-    pair = (int(value),) * 2 if isinstance(value, int) else tuple(int(v) for v in value)
-    if len(pair) != 2 or any(v < low for v in pair):
-        raise ArgumentError(f"{name}={value} is not an int or a pair of ints >= {low}")
-    return pair
+def pair(name: str, value, low: int) -> tuple[int, int]:
+    return spatial_tuple(value, 2, name, low)
 
 
 def window_frame(kernel_size, dilation, padding, stride):
-    return (_pair("kernel_size", kernel_size, 1), _pair("dilation", dilation, 1), _pair("padding", padding, 0),
-            _pair("stride", stride, 1))
+    return (pair("kernel_size", kernel_size, 1), pair("dilation", dilation, 1), pair("padding", padding, 0),
+            pair("stride", stride, 1))
 
 
-def _blocks(op: str, size: int, kernel: int, dilation: int, padding: int, stride: int) -> int:
-    count = (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+def window_blocks(op: str, size: int, kernel: int, dilation: int, padding: int, stride: int) -> int:
+    """How many windows fit along a dim of size (padded both sides); a ShapeError where none does."""
+    count = conv_out_size(size, padding, padding, kernel, stride, dilation)
     if count < 1:
         raise ShapeError(f"{op}: a window of {kernel} taps dilated {dilation} does not fit {size} + 2 * {padding}")
     return count
@@ -90,7 +89,7 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     if input.ndim not in (3, 4):
         raise ShapeError(f"unfold takes [N, C, H, W] or [C, H, W] inputs, got {input.shape}")
     x = input if input.ndim == 4 else input.unsqueeze(0)
-    blocks = tuple(_blocks("unfold", x.shape[2 + i], kernel[i], dilation[i], padding[i], stride[i]) for i in (0, 1))
+    blocks = tuple(window_blocks("unfold", x.shape[2 + i], kernel[i], dilation[i], padding[i], stride[i]) for i in (0, 1))
     from .datamove import pad
     padded = pad(x, (padding[1], padding[1], padding[0], padding[0])) if any(padding) else x
     cols = _window_view(padded, kernel, dilation, stride, blocks)
@@ -103,17 +102,17 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
     [N, C, H, W], each window's taps added at their places (overlaps sum). One strided add a tap,
     in tap order (the same order on every device); half-precision inputs add in float32."""
     kernel, dilation, padding, stride = window_frame(kernel_size, dilation, padding, stride)
-    out_hw = _pair("output_size", output_size, 1)
+    out_hw = pair("output_size", output_size, 1)
     if input.ndim not in (2, 3):
         raise ShapeError(f"fold takes [N, C * kh * kw, L] or [C * kh * kw, L] inputs, got {input.shape}")
     x = input if input.ndim == 3 else input.unsqueeze(0)
     taps = kernel[0] * kernel[1]
-    blocks = tuple(_blocks("fold", out_hw[i], kernel[i], dilation[i], padding[i], stride[i]) for i in (0, 1))
+    blocks = tuple(window_blocks("fold", out_hw[i], kernel[i], dilation[i], padding[i], stride[i]) for i in (0, 1))
     if x.shape[1] % taps or x.shape[2] != blocks[0] * blocks[1]:
         raise ShapeError(f"fold: {x.shape[1:]} is not [C * {taps}, {blocks[0] * blocks[1]}] for kernel {kernel} "
                          f"and output {out_hw}")
     from .creation import zeros
-    work = dtypes.float32 if x.dtype.kind == "float" and x.dtype.itemsize < 4 else x.dtype
+    work = dtypes.computes_in(x.dtype)
     n, c = x.shape[0], x.shape[1] // taps
     padded = zeros((n, c, out_hw[0] + 2 * padding[0], out_hw[1] + 2 * padding[1]), dtype=work, device=x.device)
     cols = x.reshape(n, c, kernel[0], kernel[1], blocks[0], blocks[1])

@@ -7,7 +7,7 @@ from math import prod
 
 from nbx.core import dtypes, layout
 
-from nbx.core.ops.windows import window_frame
+from nbx.core.ops.windows import pair, window_blocks, window_frame
 
 from ..cost import LAUNCH, RESULT, Buffer, Cost, declares
 
@@ -53,10 +53,6 @@ def _diag_embed_cost(input, offset=0, dim1=-2, dim2=-1) -> Cost:
     return Cost(buffers=(Buffer("out", out),), bytes_moved=out + 2 * input.nbytes, launches=2)
 
 
-def _blocks(size, kernel, dilation, padding, stride) -> int:
-    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-
-
 @declares("unfold")
 def _unfold_cost(input, kernel_size, dilation=1, padding=0, stride=1) -> Cost:
     """The pad (when padding) and the copy of the windows' view into the columns (when that view
@@ -66,7 +62,7 @@ def _unfold_cost(input, kernel_size, dilation=1, padding=0, stride=1) -> Cost:
     strides = input.strides if input.ndim == 4 else (0,) + input.strides
     n, c, h, w = shape
     item = input.dtype.itemsize
-    blocks = [_blocks((h, w)[i], kernel[i], dilation[i], padding[i], stride[i]) for i in (0, 1)]
+    blocks = [window_blocks("unfold", (h, w)[i], kernel[i], dilation[i], padding[i], stride[i]) for i in (0, 1)]
     buffers, moved = [], 0
     if any(padding):
         padded_shape = (n, c, h + 2 * padding[0], w + 2 * padding[1])
@@ -89,13 +85,13 @@ def _fold_cost(input, output_size, kernel_size, dilation=1, padding=0, stride=1)
     tap's temporaries are freed before the next tap and before the output is made, so the peak is
     padded + max(temporaries, out): the buffer `temporaries` is the part of them above out."""
     kernel, dilation, padding, stride = window_frame(kernel_size, dilation, padding, stride)
-    out_hw = (output_size,) * 2 if isinstance(output_size, int) else tuple(output_size)
+    out_hw = pair("output_size", output_size, 1)
     n = input.shape[0] if input.ndim == 3 else 1
     taps = kernel[0] * kernel[1]
     c = input.shape[-2] // taps
-    work = dtypes.float32 if input.dtype.kind == "float" and input.dtype.itemsize < 4 else input.dtype
+    work = dtypes.computes_in(input.dtype)
     cast = work is not input.dtype
-    blocks = [_blocks(out_hw[i], kernel[i], dilation[i], padding[i], stride[i]) for i in (0, 1)]
+    blocks = [window_blocks("fold", out_hw[i], kernel[i], dilation[i], padding[i], stride[i]) for i in (0, 1)]
     padded = n * c * (out_hw[0] + 2 * padding[0]) * (out_hw[1] + 2 * padding[1]) * work.itemsize
     tap = n * c * blocks[0] * blocks[1] * work.itemsize
     temporaries = (2 if cast else 1) * tap

@@ -86,14 +86,12 @@ def topk(x: Tensor, k: int, dim: int, largest: bool) -> tuple[Tensor, Tensor]:
     limit = launch.tiles("sort", x.device)["max_block_n"]
     rows = _rows(x, dim)
     n = rows.shape[-1]
-    if is_wide(x.dtype):  # the stable sort's first k: ties to the lower index, as the 32-bit paths
-        values, indices = sort(rows, rows.ndim - 1, largest)
-        values, indices = values[..., :k].contiguous(), indices[..., :k].contiguous()
-    elif n <= limit or k == 0:
+    wide = is_wide(x.dtype)
+    if not wide and (n <= limit or k == 0):
         values, indices = _sort_rows(rows, k, largest)
-    elif k <= limit:
+    elif not wide and k <= limit:
         values, indices = select_rows(rows, k, largest)
-    else:
+    else:  # 64-bit keys, or k past max_block_n: the stable full sort's first k (ties to the lower index)
         values, indices = sort(rows, rows.ndim - 1, largest)
         values, indices = values[..., :k].contiguous(), indices[..., :k].contiguous()
     return axis_back(values, dim), axis_back(indices, dim)
