@@ -179,6 +179,12 @@ def element_span(shape: Shape, strides: Shape, offset: int) -> tuple[int, int]:
     return lo, hi
 
 
+def reach(shape: Shape, strides: Shape) -> int:
+    """One past the farthest |offset| from its first element a layout reaches: whether a kernel
+    indexes it in int32 or int64 (the launch paths of every family ask)."""
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, strides))
+
+
 def slice_dim(size: int, stride: int, index: slice) -> tuple[int, int, int]:
     """(new size, new stride, element offset) of a slice with any step, numpy's semantics."""
     start, stop, step = index.indices(size)

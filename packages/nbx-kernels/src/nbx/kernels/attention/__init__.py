@@ -27,6 +27,7 @@ import triton.language as tl
 
 from nbx.core import dtypes
 from nbx.core.errors import NotSupportedError
+from nbx.core.layout import reach
 from nbx.core.tensor import Tensor
 
 from .. import plans
@@ -235,7 +236,7 @@ def execute(lay: Layout, options, values: dict, setting=None, decode_setting=Non
 
 def wide(*tensors) -> bool:
     """Whether an offset into one of tensors (its farthest element) may pass int32."""
-    return any(sum((n - 1) * abs(st) for n, st in zip(t.shape, t.strides)) >= 2 ** 31 - 1
+    return any(reach(t.shape, t.strides) - 1 >= 2 ** 31 - 1
                for t in tensors if t is not None and t.size)
 
 

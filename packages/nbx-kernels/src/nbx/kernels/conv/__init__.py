@@ -20,6 +20,7 @@ from math import prod
 
 from nbx.core import dtypes
 from nbx.core.errors import NotSupportedError
+from nbx.core.layout import reach
 from nbx.core.ops.conv import conv_out_size, transpose_out_size
 from nbx.core.tensor import Tensor
 
@@ -134,9 +135,9 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
     tiles = -(-m // tile["block_m"]) * -(-o_g // tile["block_n"])
     res_slot, *res_strides = epilogue.args()
     channels = (batch, c_g * groups)
-    extents = (_extent((*channels, *sizes), x_strides), _extent((groups, o_g, c_g, *kernel), w_strides),
-               *(_extent((batch, o_g * groups, *outs), st) for st in (o_strides, res_strides)))
-    meta.update(WIDE=max(extents) > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
+    reaches = (reach((*channels, *sizes), x_strides), reach((groups, o_g, c_g, *kernel), w_strides),
+               *(reach((batch, o_g * groups, *outs), st) for st in (o_strides, res_strides)))
+    meta.update(WIDE=max(reaches) - 1 > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
                 ONE_TAP=prod(kernel) == 1)
     meta.update(B_DESC=w_aligned and meta["EVEN_C"] and _weight_rows(w_strides, c_g, o_g, kernel, dtype, device))
     args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
@@ -153,11 +154,6 @@ def _weight_rows(w_strides, c_g: int, o_g: int, kernel, dtype, device) -> bool:
              and all(size == 1 or st == want for size, st, want in zip(kernel, ws_taps, inner)))
     return (dense and c_g * dtype.itemsize % TMA_ALIGN == 0 and ws_o * dtype.itemsize % TMA_ALIGN == 0
             and dtype.name in TMA_DTYPES and bool(launch.facts(device).value("matrix_unit.tma")))
-
-
-def _extent(shape, strides) -> int:
-    """The farthest element offset a tensor of shape and strides reaches."""
-    return sum((size - 1) * abs(stride) for size, stride in zip(shape, strides))
 
 
 def _spatial(shape, strides, n: int):

@@ -15,6 +15,7 @@ import numpy as np
 import triton
 
 from nbx.core.dtypes import DType
+from nbx.core.layout import reach
 from nbx.core.tensor import Tensor
 
 from .. import plans
@@ -116,18 +117,14 @@ def flat_output(dims, word: DType, block: int) -> bool:
     return inner >= block and (inner * word.itemsize) % 16 != 0
 
 
-def _extent(sizes, strides) -> int:
-    return 1 + sum((s - 1) * abs(st) for s, st in zip(sizes, strides))
-
-
 def _plan(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, setting) -> LaunchPlan:
     if setting is None:  # certified for the launch key (the device file's tile on interp)
         setting = tuning.setting(device, **key_inputs(mode, dims, word))
     rows, inner = prod(d.out for d in dims[:-1]), dims[-1].out
     block_r, block_c = tile(rows, inner, setting)
     col_blocks = triton.cdiv(inner, block_c)
-    wide = max(_extent([d.out for d in dims], [d.out_stride for d in dims]),
-               _extent([d.n for d in dims], [d.src_stride for d in dims]),
+    wide = max(reach([d.out for d in dims], [d.out_stride for d in dims]),
+               reach([d.n for d in dims], [d.src_stride for d in dims]),
                rows * inner) + block_r * block_c >= _INT32
     args = (Slot("out"), Slot("src"), Slot("fill") if mode == CONSTANT else None, rows, col_blocks,
             *(d.out for d in dims[1:]), *(d.n for d in dims), *(d.a for d in dims),

@@ -68,11 +68,11 @@ class Plan:
             if st is None:
                 kinds.append(VALUE)
             else:
-                extent = max(extent, _extent(sizes, st))
+                extent = max(extent, core_layout.reach(sizes, st))
                 kinds.append(DENSE if layout.is_dense(sizes, st) else STRIDED if any(st) else SPLAT)
             operand_strides.append(st)
         out_kind = DENSE if layout.is_dense(sizes, out_st) else STRIDED
-        extent = max(extent, _extent(sizes, out_st))
+        extent = max(extent, core_layout.reach(sizes, out_st))
         indexed = out_kind == STRIDED or STRIDED in kinds
         # the kernel's arguments: out, its strides, n, the inner sizes, then four operand slots
         # (pointer or value, strides); what the kernel does not read is None (a constant to Triton)
@@ -101,11 +101,6 @@ class Plan:
             return LaunchPlan(self.device, (), detail=self)
         return LaunchPlan(self.device, (Launch(elementwise_kernel, self.grid, tuple(self.template), self.meta),),
                           (plans.output("out", self.shape, out_dtype),), detail=self)
-
-
-def _extent(sizes, strides) -> int:
-    """One past the largest |offset| a layout reaches: decides int32 or int64 indexing."""
-    return 1 + sum((size - 1) * abs(st) for size, st in zip(sizes, strides))
 
 
 def _device_of(operands, out):

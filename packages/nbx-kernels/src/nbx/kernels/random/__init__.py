@@ -100,7 +100,7 @@ def _split_launches(x: Tensor, shape) -> int:
 
 def _needs_wide_index(n: int, block: int, sizes, strides) -> bool:
     """Whether an index or an operand offset of the launch can pass 2**31 - 1."""
-    extent = sum((size - 1) * abs(stride) for size, stride in zip(sizes, strides)) + 1
+    extent = core_layout.reach(sizes, strides)
     return max(n, extent) + block > INT32_LIMIT
 
 
