@@ -4,6 +4,7 @@ device file's ladders) from the shapes of the benchmarks and models.
 
     key_record(facts, tunable, **fields)   one launch key, as `nbx autotune record` would list it
     save_keys(path, recs, facts)           the file written afresh; its keys and candidates printed
+    keys_path(name), h200_facts()          certificates/keys/<class>-<name>.json, the device file keys are classed by
     bench_constants(bench, names)          constants of a benchmark read without importing it (torch)
 """
 from __future__ import annotations
@@ -16,6 +17,17 @@ from nbx.autotune import keys, lookup, records
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASS, COMPILER = "nvidia-h200-140gb", "triton-3.6.0-cuda"   # the H200's, as in certificates/keys/
+
+
+def h200_facts():
+    """The device file the H200's keys are classed by (no GPU needed)."""
+    from nbx.core import device_files
+    return device_files.for_arch("sm_90")
+
+
+def keys_path(name: str) -> Path:
+    """certificates/keys/<the H200's class>-<name>.json"""
+    return ROOT / "certificates" / "keys" / f"{CLASS}-{name}.json"
 
 
 def key_record(facts, tunable, **fields) -> records.KeyRecord:

@@ -28,10 +28,9 @@ from __future__ import annotations
 import sys
 
 from nbx.autotune import records
-from nbx.core import device_files
 from nbx.kernels.attention.tuning import ATTENTION, ATTENTION_DECODE, ROPE
 
-from keys_files import CLASS, ROOT, key_record, save_keys
+from keys_files import ROOT, h200_facts, key_record, keys_path, save_keys
 
 sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from attention_shapes import DECODE, DECODE_HEADS, PREFILL, ROPE_TOKENS  # noqa: E402  (torch-free)
@@ -89,10 +88,9 @@ def all_records(facts) -> list[records.KeyRecord]:
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
-    keys = ROOT / "certificates" / "keys"
-    save_keys(keys / f"{CLASS}-attention.json", records.merge(decode_rope_records(facts)), facts)
-    save_keys(keys / f"{CLASS}-attention-prefill.json", records.merge(prefill_records(facts)), facts)
+    facts = h200_facts()
+    save_keys(keys_path("attention"), records.merge(decode_rope_records(facts)), facts)
+    save_keys(keys_path("attention-prefill"), records.merge(prefill_records(facts)), facts)
     return 0
 
 

@@ -23,11 +23,10 @@ descriptor-eligible). Depthwise convolutions and pooling run the window kernel (
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.core import device_files
 from nbx.kernels.conv.tuning import CONV, conv_key
 from nbx.kernels.matmul.linear_tuning import LINEAR
 
-from keys_files import CLASS, ROOT, key_record, save_keys
+from keys_files import h200_facts, key_record, keys_path, save_keys
 
 # (batch, side, in channels, out channels, kernel, stride): a square image, padding kernel // 2
 BENCH_3X3 = [(2, 64, 320, 320), (2, 32, 640, 640), (2, 16, 1280, 1280), (2, 128, 320, 320), (1, 128, 512, 512),
@@ -114,12 +113,12 @@ def model_records(facts) -> list[records.KeyRecord]:
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
+    facts = h200_facts()
     bench = records.merge(bench_records(facts))
     seen = {r.identity for r in bench}
     models = [r for r in records.merge(model_records(facts)) if r.identity not in seen]   # certified after the bench's
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-conv-bench.json", bench, facts)
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-conv-models.json", models, facts)
+    save_keys(keys_path("conv-bench"), bench, facts)
+    save_keys(keys_path("conv-models"), models, facts)
     return 0
 
 

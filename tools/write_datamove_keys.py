@@ -16,14 +16,14 @@ from __future__ import annotations
 from math import prod
 
 from nbx.autotune import records
-from nbx.core import device_files, dtypes
+from nbx.core import dtypes
 from nbx.core.layout import contiguous_strides
 from nbx.kernels.copies.concat import grouped, parts_of
 from nbx.kernels.copies.kernel import CONSTANT, COPY, FLIP, REFLECT, ROLL
 from nbx.kernels.copies.remap import call_dims, key_inputs
 from nbx.kernels.copies.tuning import DATAMOVE, DATAMOVE_TRANSPOSE
 
-from keys_files import CLASS, ROOT, key_record, save_keys
+from keys_files import h200_facts, key_record, keys_path, save_keys
 
 WORD = dtypes.uint16   # bf16 and f16 move as 16-bit words
 BIG = (8192, 16384)
@@ -70,13 +70,13 @@ def calls():
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
+    facts = h200_facts()
     recs = []
     for found in calls():
         fields = found if isinstance(found, dict) else key_inputs(*found, WORD)
         tunable = DATAMOVE_TRANSPOSE if fields["transposed"] else DATAMOVE
         recs.append(key_record(facts, tunable, **fields))
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-datamove.json", records.merge(recs), facts)
+    save_keys(keys_path("datamove"), records.merge(recs), facts)
     return 0
 
 

@@ -10,19 +10,18 @@ device file's dims ladder): the benchmark's rfft and irfft of 2**22 points as ro
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.core import device_files
 from nbx.kernels.fft.tuning import FFT, fft_key
 
-from keys_files import CLASS, ROOT, key_record, save_keys
+from keys_files import h200_facts, key_record, keys_path, save_keys
 POINTS = 1 << 22
 WHISPER = (400, 1 + 30 * 16000 // 160)
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
+    facts = h200_facts()
     calls = [(1 << e, POINTS >> e) for e in (10, 12, 14, 16, 18, 20)] + [WHISPER]
     recs = [key_record(facts, FFT, **fft_key(n, rows)) for n, rows in calls]
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-fft.json", records.merge(recs), facts)
+    save_keys(keys_path("fft"), records.merge(recs), facts)
     return 0
 
 

@@ -13,10 +13,9 @@ scatter, searchsorted and the compaction still read tiles.gather's block: no tun
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.core import device_files
 from nbx.kernels.gather.tuning import TAKE, take_key
 
-from keys_files import CLASS, ROOT, key_record, save_keys
+from keys_files import h200_facts, key_record, keys_path, save_keys
 
 BF16 = 2                                 # bytes
 EMBEDDING_IDS, BENCH_WIDTH = (1, 64, 1024, 8192), 4096
@@ -38,8 +37,8 @@ def key_records(facts) -> list[records.KeyRecord]:
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-gather.json", key_records(facts), facts)
+    facts = h200_facts()
+    save_keys(keys_path("gather"), key_records(facts), facts)
     return 0
 
 

@@ -15,10 +15,9 @@ Every call is bfloat16 activations, group 128 (the benchmarks' quantization).
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.core import device_files
 from nbx.kernels.matmul.int4 import LINEAR_INT4
 
-from keys_files import CLASS, ROOT, bench_constants, key_record, save_keys
+from keys_files import bench_constants, h200_facts, key_record, keys_path, save_keys
 from write_linear_keys import LLAMA_1B, LLAMA_8B, PROMPT, decoder_calls
 
 GROUP = 128
@@ -33,8 +32,8 @@ def key_records(facts) -> list[records.KeyRecord]:
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-int4.json", key_records(facts), facts)
+    facts = h200_facts()
+    save_keys(keys_path("int4"), key_records(facts), facts)
     return 0
 
 

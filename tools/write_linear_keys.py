@@ -22,10 +22,9 @@ weight) and gate and up (gated_linear), which these keys and the census (nbx.aut
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.core import device_files
 from nbx.kernels.matmul.linear_tuning import LINEAR
 
-from keys_files import CLASS, ROOT, bench_constants, key_record, save_keys
+from keys_files import bench_constants, h200_facts, key_record, keys_path, save_keys
 
 LLAMA_1B = dict(hidden=2048, intermediate=8192, vocab=128256, heads=32, kv_heads=8, head_dim=64)
 LLAMA_8B = dict(hidden=4096, intermediate=14336, vocab=128256, heads=32, kv_heads=8, head_dim=128)
@@ -57,7 +56,7 @@ def fp_records(facts) -> list[records.KeyRecord]:
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
+    facts = h200_facts()
     bench = bench_constants("bench_matmul.py", {"GEMM", "DECODE_ROWS", "DECODE_SHAPES"})
     head = (1, LLAMA_1B["vocab"], LLAMA_1B["hidden"], "plain")   # the last position's logits, prefill and decode
     groups = {
@@ -73,9 +72,9 @@ def main() -> int:
             recs.append(record(facts, 8192, 8192, 8192, layout="nn"))   # bench_matmul's square nn product
         recs = [r for r in records.merge(recs) if r.identity not in seen]
         seen.update(r.identity for r in recs)
-        save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-linear-{name}.json", recs, facts)
+        save_keys(keys_path(f"linear-{name}"), recs, facts)
     # certified on its own: the 8192^3 key is repeated there
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-linear-fp.json", fp_records(facts), facts)
+    save_keys(keys_path("linear-fp"), fp_records(facts), facts)
     return 0
 
 

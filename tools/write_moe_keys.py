@@ -15,10 +15,9 @@ takes `moe_band`, the others `moe_experts` (launch_key says which). Routing and 
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.core import device_files
 from nbx.kernels.moe.tuning import launch_key
 
-from keys_files import CLASS, ROOT, bench_constants, key_record, save_keys
+from keys_files import bench_constants, h200_facts, key_record, keys_path, save_keys
 
 
 
@@ -29,11 +28,11 @@ def record(facts, tokens, count, k, hidden, inter, weights="dense") -> records.K
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
+    facts = h200_facts()
     bench = bench_constants("bench_moe.py", {"LAYERS", "TOKENS"})
     recs = records.merge([record(facts, tokens, count, k, hidden, inter)
                           for count, k, hidden, inter in bench["LAYERS"].values() for tokens in bench["TOKENS"]])
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-moe.json", recs, facts)
+    save_keys(keys_path("moe"), recs, facts)
     return 0
 
 

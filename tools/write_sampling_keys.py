@@ -12,10 +12,9 @@ draws share a key), and the decode steps of the models nbx runs (write_gather_ke
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.core import device_files
 from nbx.kernels.sampling.tuning import SAMPLING, sampling_key
 
-from keys_files import CLASS, ROOT, bench_constants, key_record, save_keys
+from keys_files import bench_constants, h200_facts, key_record, keys_path, save_keys
 from write_gather_keys import BATCHES, MODELS
 
 BENCH_ROWS, DTYPE = (1, 64), "bfloat16"
@@ -35,8 +34,8 @@ def key_records(facts) -> list[records.KeyRecord]:
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-sampling.json", key_records(facts), facts)
+    facts = h200_facts()
+    save_keys(keys_path("sampling"), key_records(facts), facts)
     return 0
 
 

@@ -11,12 +11,11 @@ keys and [64, 151936] float32 rows. (The sampling step's keys: tools/write_sampl
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.core import device_files
 from nbx.kernels.rows import pow2_at_least
 from nbx.kernels.sort.radix import RADIX_SORT
 from nbx.kernels.sort.topk import SELECT
 
-from keys_files import CLASS, ROOT, key_record, save_keys
+from keys_files import h200_facts, key_record, keys_path, save_keys
 VOCAB = 151936
 CALLS = [(SELECT, 1, VOCAB, "float32"), (SELECT, 64, VOCAB, "float32"),
          (RADIX_SORT, 1, 1 << 24, "float32"), (RADIX_SORT, 1, 1 << 26, "float32"), (RADIX_SORT, 64, VOCAB, "float32")]
@@ -27,8 +26,8 @@ def record(facts, tunable, rows: int, n: int, dtype: str) -> records.KeyRecord:
 
 
 def main() -> int:
-    facts = device_files.for_arch("sm_90")
-    save_keys(ROOT / "certificates" / "keys" / f"{CLASS}-sort.json", records.merge([record(facts, *c) for c in CALLS]),
+    facts = h200_facts()
+    save_keys(keys_path("sort"), records.merge([record(facts, *c) for c in CALLS]),
               facts)
     return 0
 
