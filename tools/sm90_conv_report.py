@@ -76,7 +76,7 @@ def launch_args(case, tile: dict):
     out_shape = (batch, o, *outs)
     os_ = _dense(out_shape, (0, 2, 3, 4, 1) if cl else (0, 1, 2, 3, 4))
     args = [_Pointer("bfloat16")] * 5 + [batch, c, *sizes, o, *outs, *kernel, 1, 1, 1, 0, 0 if not two_d else pad, pad,
-                                          1, 1, 1, *xs, *ws, *os_, 0, 0, 0, 0, 0]
+                                          1, 1, 1, *xs, *ws, *os_, 0, 0, 0, 0, 0, 0]
     dense_w = ws[2] == 1 and ws[1] == prod(kernel) * c
     meta = dict(TRANSPOSED=False, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False, DOT=tl.bfloat16, IEEE=False,
                 BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], GROUP_M=tile["group_m"],

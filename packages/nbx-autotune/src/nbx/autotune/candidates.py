@@ -22,6 +22,10 @@ constraint answers True (keep), False or a text (pruned, the text saying why).
 key served a neighbour's setting takes the neighbour nearest in octaves weighted so (space.distance).
 A field not named weighs 1; a row kernel whose tile follows the row's width and hardly its row
 count weighs the width above the element count (nbx.kernels.rows.ROW_WEIGHTS).
+
+`implied` names parameters added after certificates were made, each with the value that a setting
+lacking it ran with (conv's split_k: 1, an unsplit K loop): a certificate whose parameters lack one
+is read with it filled in (store.validate), so what was certified keeps being served as it ran.
 """
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ class Tunable:
     fits: Callable | None = None
     default_from: str | None = None
     weights: Mapping[str, float] | None = None
+    implied: Mapping[str, object] | None = None
     key_fields: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -71,6 +76,12 @@ class Tunable:
         object.__setattr__(self, "params", MappingProxyType(frozen))
         object.__setattr__(self, "key_fields", keys.check_spec(self.name, self.key))
         object.__setattr__(self, "weights", MappingProxyType(self._checked_weights()))
+        implied = dict(self.implied or {})
+        for name, value in implied.items():
+            if name not in frozen or value not in frozen[name]:
+                raise ArgumentError(f"kernel {self.name!r}: implied parameter {name!r} = {value!r} is not one of "
+                                    f"its declared values")
+        object.__setattr__(self, "implied", MappingProxyType(implied))
 
     def _checked_weights(self) -> dict:
         sizes = [n for n, kind in self.key_fields if kind in keys.LADDERS or kind == "exact"]
@@ -131,7 +142,7 @@ class Tunable:
     def parameter_problems(self, setting: Mapping) -> str | None:
         """Why a setting does not fit this kernel's parameters (names it lacks or does not have), or None."""
         unknown = sorted(set(setting) - set(self.params))
-        lacking = sorted(set(self.params) - set(setting))
+        lacking = sorted(set(self.params) - set(setting) - set(self.implied))
         if not unknown and not lacking:
             return None
         parts = []

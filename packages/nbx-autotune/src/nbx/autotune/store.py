@@ -139,8 +139,13 @@ def validate(doc, path: Path, tunable=None, facts=None) -> Certificate:
                           f"{[n for n, _ in tunable.key_fields]}")
     if not isinstance(doc["entries"], dict):
         _refuse(path, "entries must be an object from key to {setting, proof}")
+    filled = {} if tunable is None else {p: v for p, v in tunable.implied.items() if p not in params}
+    if filled:   # parameters added after this file was made: its settings ran with their implied values
+        params = sorted([*params, *filled])
     entries = {}
     for key, entry in doc["entries"].items():
+        if filled and isinstance(entry, dict) and isinstance(entry.get("setting"), dict):
+            entry = {**entry, "setting": {**entry["setting"], **filled}}
         entries[key] = _entry(key, entry, params, path, tunable, facts)
     return Certificate(Path(path), doc["kernel"], doc["vendor"], doc["device_class"], doc["compiler"],
                        tuple(params), tuple(key_fields), entries)

@@ -15,7 +15,7 @@ keeps the input's layout: channels-last in, channels-last out (as torch).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from nbx.core import dtypes
@@ -34,6 +34,7 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..types import tl_type
 from .kernel import DEPTHWISE, conv_gemm_kernel, overlap_add_kernel, window_kernel
+from .split import SplitK
 from .tuning import conv_setting
 
 KERNEL_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
@@ -121,15 +122,18 @@ def _gemm_meta(dtype, tile: dict, device) -> dict:
 
 def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transposed: bool, dtype, device, setting,
                  out_slot: str = "out", epilogue: Epilogue = NO_EPILOGUE, upsample=(1, 1, 1),
-                 w_aligned: bool = False) -> tuple[Launch, dict]:
+                 w_aligned: bool = False, split: SplitK | None = None) -> tuple[Launch, dict]:
     """The implicit GEMM launch over 3-D geometry (batch, c_g, groups, o_g, sizes, outs, kernel,
     stride, pad, dilation), tiled by setting or the certified one (w_aligned: the weight's data is
-    16-byte aligned, a descriptor's base)."""
+    16-byte aligned, a descriptor's base). split: the partials' layout where the caller can split K
+    (its splits are the tile's split_k, set here); without it the tile runs unsplit (split_k 1)."""
     batch, c_g, groups, o_g, sizes, outs, kernel, stride, pad, dilation = geometry
     m, k = batch * prod(outs), c_g * prod(kernel)
     if setting is None:
         setting = conv_setting(device, m, o_g, k, dtype, x_strides[1] == 1 and c_g * groups > 1)
     tile = {**launch.tiles("conv", device), **dict(setting)}
+    if split is None:
+        tile["split_k"] = 1
     meta = dict(TRANSPOSED=transposed, HAS_BIAS=bias, **epilogue.meta(), **_gemm_meta(dtype, tile, device))
     meta.update(zip(("UP_D", "UP_H", "UP_W"), upsample))
     tiles = -(-m // tile["block_m"]) * -(-o_g // tile["block_n"])
@@ -140,9 +144,14 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
     meta.update(WIDE=max(reaches) - 1 > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
                 ONE_TAP=prod(kernel) == 1)
     meta.update(B_DESC=w_aligned and meta["EVEN_C"] and _weight_rows(w_strides, c_g, o_g, kernel, dtype, device))
+    grid, split_stride = (tiles, groups), 0
+    if tile["split_k"] > 1:   # float32 partials, summed by split.epilogue
+        o_strides, split_stride = replace(split, splits=tile["split_k"]).partial_strides(o_strides)
+        out_slot, grid = "part", (tiles, groups, tile["split_k"])
+        meta.update(SPLIT_K=tile["split_k"], HAS_BIAS=False, ACTIVATION=None, HAS_RES=False)   # the epilogue's
     args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
-            *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides)
-    return Launch(conv_gemm_kernel, (tiles, groups), args, meta), tile
+            *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides, split_stride)
+    return Launch(conv_gemm_kernel, grid, args, meta), tile
 
 
 def _weight_rows(w_strides, c_g: int, o_g: int, kernel, dtype, device) -> bool:
@@ -193,10 +202,18 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
         return LaunchPlan(device, (Launch(window_kernel, grid, args, meta),), (plans.output("out", storage, dtype),),
                           detail=Detail("depthwise", view, tile, flops, moved))
     w_s = (o_g * w_strides[0], w_strides[0], w_strides[1], *three(w_strides[2:], 0))
+    split = SplitK.of(0, batch, out_channels, outs, cl)   # its splits: the tile's split_k
+    res_view = epilogue.residual and split.residual(epilogue.residual, batch, out_channels, three(outs, 1))
+    may_split = epilogue.residual is None or res_view is not None   # a residual the epilogue cannot read: unsplit
     one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, False, dtype, device, setting, epilogue=epilogue,
-                             upsample=three([upsample] * n, 1), w_aligned=w_aligned)
-    return LaunchPlan(device, (one,), (plans.output("out", storage, dtype),),
-                      detail=Detail("gemm", view, tile, flops, moved))
+                             upsample=three([upsample] * n, 1), w_aligned=w_aligned, split=split if may_split else None)
+    if tile["split_k"] == 1:
+        return LaunchPlan(device, (one,), (plans.output("out", storage, dtype),),
+                          detail=Detail("gemm", view, tile, flops, moved))
+    split = replace(split, splits=tile["split_k"])
+    return LaunchPlan(device, (one, split.epilogue(has_bias, epilogue.activation, res_view)),
+                      (plans.output("out", storage, dtype),), (split.workspace(),),
+                      detail=Detail("gemm", view, tile, flops, moved + 2 * split.nbytes))
 
 
 def _transpose_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, padding, output_padding, groups,

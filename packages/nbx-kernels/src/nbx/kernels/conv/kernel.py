@@ -62,13 +62,13 @@ def conv_gemm_kernel(
     xs_n, xs_c, xs_d, xs_h, xs_w,
     ws_g, ws_o, ws_c, ws_d, ws_h, ws_w,
     os_n, os_c, os_d, os_h, os_w,
-    rs_n, rs_c, rs_d, rs_h, rs_w,
+    rs_n, rs_c, rs_d, rs_h, rs_w, split_stride,
     TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
     DOT: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UP_D: tl.constexpr = 1, UP_H: tl.constexpr = 1, UP_W: tl.constexpr = 1,
     WIDE: tl.constexpr = True, EVEN_C: tl.constexpr = False, ONE_TAP: tl.constexpr = False,
-    B_DESC: tl.constexpr = False,
+    B_DESC: tl.constexpr = False, SPLIT_K: tl.constexpr = 1,
 ):
     """Grid: (tiles of (N * OD * OH * OW) x O_G, groups). The epilogue: activation(acc + bias) +
     res (res read through its strides, any layout). UP_*: a nearest upsampling fused into the
@@ -79,6 +79,9 @@ def conv_gemm_kernel(
     B_DESC: the weight is one [O, taps x C_G] matrix (channels-last: (O, KD, KH, KW, C_G) dense) read
     through a tensor descriptor, a [BLOCK_N, BLOCK_K] box at (output channel, tap x C_G + c0) a step
     (EVEN_C; rows past O read as zeros; rows of the next group land in columns that are not stored).
+    SPLIT_K > 1 (grid (tiles, groups, SPLIT_K)): program s walks its share of the K steps and stores
+    the float32 sums, no bias nor epilogue, at out + s * split_stride through the o strides (the
+    partials, which conv/split.py's epilogue adds in split order).
 
     The K loop walks (tap, channel step) with both counters carried from step to step (no
     division a step). A plain convolution's tap moves every row's input by one offset
@@ -112,14 +115,27 @@ def conv_gemm_kernel(
         w_desc = tl.make_tensor_descriptor(w, shape=[O_G * tl.num_programs(1), KD * KH * KW * C_G],
                                            strides=[ws_o, 1], block_shape=[BLOCK_N, BLOCK_K])
         first_n = g * O_G + tile_n * BLOCK_N
-    tap = tl.zeros((), tl.int32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    kd = tl.zeros((), tl.int32)   # the step's tap and first channel, carried (tensors: a loop's values keep one type)
-    kh = tl.zeros((), tl.int32)
-    kw = tl.zeros((), tl.int32)
-    c0 = tl.zeros((), tl.int32)
+    total = KD * KH * KW * tl.cdiv(C_G, BLOCK_K)
+    if SPLIT_K == 1:
+        first = 0
+        last = total
+        tap = tl.zeros((), tl.int32)
+        kd = tl.zeros((), tl.int32)   # the step's tap and first channel, carried (tensors: a loop's values keep one type)
+        kh = tl.zeros((), tl.int32)
+        kw = tl.zeros((), tl.int32)
+        c0 = tl.zeros((), tl.int32)
+    else:   # this split's steps; its first step's counters by division, once
+        per = tl.cdiv(total, SPLIT_K)
+        first = tl.program_id(2) * per
+        last = tl.minimum(first + per, total)
+        tap = first // tl.cdiv(C_G, BLOCK_K)
+        c0 = (first - tap * tl.cdiv(C_G, BLOCK_K)) * BLOCK_K
+        kw = tap % KW
+        kh = (tap // KW) % KH
+        kd = tap // (KW * KH)
     # one flat loop over (tap, channel step), so Triton pipelines every load of the tile's K
-    for step in range(0, KD * KH * KW * tl.cdiv(C_G, BLOCK_K)):
+    for step in range(first, last):
         if LINEAR and ONE_TAP:   # a product (conv_transpose1d's columns): the rows' tests alone, so they vectorize
             ok = in_m & _inside(id0, D) & _inside(ih0, H) & _inside(iw0, W)
             a_row = x_row
@@ -162,13 +178,16 @@ def conv_gemm_kernel(
         kh = tl.where(next_plane, 0, kh)
         kd = tl.where(next_plane, kd + 1, kd)
     o = g * O_G + rn
-    if HAS_BIAS:
-        acc += widen(tl.load(bias + o, mask=in_n, other=0.0), tl.float32)[None, :]
     mask = in_m[:, None] & in_n[None, :]
-    r_ptrs = res + (n * rs_n + od * rs_d + oh * rs_h + ow * rs_w)[:, None] + (o * rs_c)[None, :]
-    acc = epilogue(acc, r_ptrs, mask, ACTIVATION, HAS_RES)
     o_ptrs = out + (n * os_n + od * os_d + oh * os_h + ow * os_w)[:, None] + (o * os_c)[None, :]
-    tl.store(o_ptrs, narrow(acc, out.dtype.element_ty), mask=mask)
+    if SPLIT_K > 1:
+        tl.store(o_ptrs + tl.program_id(2).to(rm.dtype) * split_stride, acc, mask=mask)
+    else:
+        if HAS_BIAS:
+            acc += widen(tl.load(bias + o, mask=in_n, other=0.0), tl.float32)[None, :]
+        r_ptrs = res + (n * rs_n + od * rs_d + oh * rs_h + ow * rs_w)[:, None] + (o * rs_c)[None, :]
+        acc = epilogue(acc, r_ptrs, mask, ACTIVATION, HAS_RES)
+        tl.store(o_ptrs, narrow(acc, out.dtype.element_ty), mask=mask)
 
 
 @triton.jit

@@ -17,6 +17,15 @@ key: a tile twice the key's M or N, 64-row tiles on 4096 positions or more (each
 too often), tiles past 128 x 128 under 4096 positions (too few programs), K steps of 128 on
 64-row tiles, K steps under 128 bytes on a long K (too short to pipeline), block_k past twice the
 representative's channels a tap, and 2 stages where 3 fit.
+
+split_k (1, 2, 4, 8): programs that share one tile's K loop, each summing its share of the (tap,
+channel) steps into float32 partials that the split epilogue adds in split order (conv/split.py).
+Kept on SPLIT_TILE alone (128 x 128 x 64, 4 and 8 warps, at the most stages that fit: two
+candidates a key, so a key stays within ~20), where its tiles are fewer than SPLIT_WAVES waves of
+the device's multiprocessors (a device file without `compute.multiprocessors` keeps none), at the
+least split that fills those waves, each split keeping SPLIT_MIN_STEPS K steps or more (SD's
+16^2 x 1280 key: 40 tiles on 132 SMs, 184 steps: split_k 8). Certificates made before split_k
+existed ran unsplit: `implied`.
 """
 from __future__ import annotations
 
@@ -33,7 +42,11 @@ from nbx.core.dtypes import as_dtype
 from ..matmul.tuning import _warps_for_tile, stage_bytes, stages_that_fit
 
 PARAMS = {"block_m": (64, 128), "block_n": (64, 128, 256), "block_k": (32, 64, 128), "group_m": (8,),
-          "num_warps": (4, 8), "num_stages": (2, 3, 4)}
+          "num_warps": (4, 8), "num_stages": (2, 3, 4), "split_k": (1, 2, 4, 8)}
+IMPLIED = {"split_k": 1}   # what a certified setting without split_k ran with
+SPLIT_WAVES = 2          # split K only where the tiles are fewer than this many waves of the multiprocessors
+SPLIT_MIN_STEPS = 8      # K steps each split keeps at least
+SPLIT_TILE = (128, 128, 64)   # the tile split K is tried on: few programs of it are what a split multiplies
 WIDE_M = 4096            # positions from which only 128-row tiles are kept
 SWIZZLE_ROW = 128        # bytes: a K step narrower than the widest shared-memory swizzle row
 WARPGROUP_ACC = 128 * 128   # the widest tile 4 warps (one warpgroup) hold in registers
@@ -110,6 +123,9 @@ def _fits(setting, rep, facts):
     channels = max(1, rep["k"] // TAPS)
     if setting["block_k"] > min(PARAMS["block_k"]) and setting["block_k"] // 2 >= channels:
         return f"block_k {setting['block_k']} covers the representative's {channels} channels a tap twice over"
+    split = _split_fits(setting, rep, facts)
+    if split is not True:
+        return split
     limit = facts.value("memory.max_shared_memory_per_block")
     if setting["num_stages"] * stage_bytes(setting, itemsize, itemsize) > limit:
         return f"{setting['num_stages']} stages of {itemsize}-byte operands pass {limit} bytes of shared memory"
@@ -118,10 +134,36 @@ def _fits(setting, rep, facts):
     return True
 
 
+def _split_fits(setting, rep, facts):
+    split = setting["split_k"]
+    if split == 1:
+        return True
+    tile = tuple(setting[b] for b in ("block_m", "block_n", "block_k"))
+    if tile != SPLIT_TILE:
+        return f"split_k {split} on a {' x '.join(map(str, tile))} tile: the split candidates are {SPLIT_TILE}'s"
+    itemsize = as_dtype(rep["dtype"]).itemsize
+    most = stages_that_fit({**setting, "num_stages": max(PARAMS["num_stages"])}, itemsize, itemsize, facts)
+    if setting["num_stages"] < most:
+        return f"split_k {split} at {setting['num_stages']} stages where {most} fit"
+    if "compute.multiprocessors" not in facts:
+        return f"split_k {split}: the device file states no compute.multiprocessors to judge a split by"
+    waves = SPLIT_WAVES * facts.value("compute.multiprocessors")
+    tiles = -(-rep["m"] // setting["block_m"]) * -(-rep["n"] // setting["block_n"])
+    if tiles >= waves:
+        return f"split_k {split} on {tiles} tiles: {SPLIT_WAVES} waves of the multiprocessors are filled unsplit"
+    steps = TAPS * -(-max(1, rep["k"] // TAPS) // setting["block_k"])
+    fills = next((s for s in PARAMS["split_k"] if tiles * s >= waves), max(PARAMS["split_k"]))
+    if split != fills:
+        return f"split_k {split} on {tiles} tiles: split_k {fills} is the least that fills {SPLIT_WAVES} waves"
+    if steps < SPLIT_MIN_STEPS * split:
+        return f"split_k {split} of {steps} K steps: under {SPLIT_MIN_STEPS} steps a split"
+    return True
+
+
 CONV = autotune.declare(autotune.Tunable(
     "conv", params=PARAMS, key=KEY, default_from="tiles.conv", workload=conv_workload,
     constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps_fit),
-    fits=_fits))
+    fits=_fits, implied=IMPLIED))
 
 
 def conv_setting(device, m: int, n: int, k: int, dtype, channels_last: bool):
