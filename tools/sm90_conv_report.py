@@ -75,13 +75,15 @@ def launch_args(case, tile: dict):
         ws = (o * ws[0], *ws)
     out_shape = (batch, o, *outs)
     os_ = _dense(out_shape, (0, 2, 3, 4, 1) if cl else (0, 1, 2, 3, 4))
-    args = [_Pointer("bfloat16")] * 5 + [batch, c, *sizes, o, *outs, *kernel, 1, 1, 1, 0, 0 if not two_d else pad, pad,
+    split = tile.get("split_k", 1)
+    pointers = [_Pointer("bfloat16")] * 3 + [_Pointer("float32" if split > 1 else "bfloat16"), _Pointer("bfloat16")]
+    args = pointers + [batch, c, *sizes, o, *outs, *kernel, 1, 1, 1, 0, 0 if not two_d else pad, pad,
                                           1, 1, 1, *xs, *ws, *os_, 0, 0, 0, 0, 0, 0]
     dense_w = ws[2] == 1 and ws[1] == prod(kernel) * c
     meta = dict(TRANSPOSED=False, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False, DOT=tl.bfloat16, IEEE=False,
                 BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], GROUP_M=tile["group_m"],
                 UP_D=1, UP_H=1, UP_W=1, WIDE=False, EVEN_C=c % tile["block_k"] == 0, ONE_TAP=prod(kernel) == 1,
-                B_DESC=dense_w and c % tile["block_k"] == 0, num_warps=tile["num_warps"],
+                B_DESC=dense_w and c % tile["block_k"] == 0, SPLIT_K=split, num_warps=tile["num_warps"],
                 num_stages=tile["num_stages"])
     return args, meta
 
@@ -131,7 +133,7 @@ def report(name: str, tile: dict) -> str:
     spills = re.search(r"(\d+) bytes spill stores", ptxas)
     steps, ops = _loop_sass(kernel.asm["cubin"])
     shape = "x".join(str(tile[k]) for k in ("block_m", "block_n", "block_k"))
-    return (f"  {shape} w{tile['num_warps']} s{tile['num_stages']}: {regs.group(1) if regs else '?'} registers, "
+    return (f"  {shape} w{tile['num_warps']} s{tile['num_stages']} split {tile.get('split_k', 1)}: {regs.group(1) if regs else '?'} registers, "
             f"{spills.group(1) if spills else '?'} B spilled, {kernel.metadata.shared} B shared; "
             f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, cp.async {len(re.findall(r'cp.async.c[ag]', ptx))}, "
             f"TMA {len(re.findall(r'cp.async.bulk.tensor', ptx))}; K loop {steps} SASS a step "

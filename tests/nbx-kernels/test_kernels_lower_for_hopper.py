@@ -136,7 +136,7 @@ NORM_WRITE = ("nbx.kernels.norm.kernel", "norm_chunk_write_kernel", {
 CONV_GEMM = ("nbx.kernels.conv.kernel", "conv_gemm_kernel", {
     **_typed("x w bias out res", "*bf16"),
     **_typed("BATCH C_G D H W O_G OD OH OW KD KH KW sd sh sw pd ph pw dd dh dw xs_n xs_c xs_d xs_h xs_w ws_g ws_o "
-             "ws_c ws_d ws_h ws_w os_n os_c os_d os_h os_w rs_n rs_c rs_d rs_h rs_w", "i32")})
+             "ws_c ws_d ws_h ws_w os_n os_c os_d os_h os_w rs_n rs_c rs_d rs_h rs_w split_stride", "i32")})
 GRID_SAMPLE = ("nbx.kernels.resample.kernel", "grid_sample_kernel", {
     **_typed("x grid out", "*bf16"),
     **_typed("N C H W OH OW xs_n xs_c xs_h xs_w gs_n gs_h gs_w gs_k os_n os_c os_h os_w", "i32")})
@@ -160,13 +160,18 @@ def test_the_image_kernels_lower_for_sm90():
     cases += [(GRID_SAMPLE[0], GRID_SAMPLE[1], one_pixel, {"NEAREST_MODE": False, "PADDING": 2, "ALIGN": False,
                                                            "BLOCK_P": 64, "BLOCK_C": 32, "H": 1, "W": 1})]
     gemm = dict(TRANSPOSED=False, HAS_BIAS=True, ACTIVATION="silu", HAS_RES=False, DOT="tl.bfloat16", IEEE=False,
-                BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, WIDE=True, EVEN_C=False, ONE_TAP=False, B_DESC=False)
+                BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, WIDE=True, EVEN_C=False, ONE_TAP=False, B_DESC=False,
+                SPLIT_K=1)
     cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
     # the plain convolution's int32 offsets, whole channel blocks and descriptor-read weight, the transposed form
     cases += [(*CONV_GEMM, {**gemm, "WIDE": False, "EVEN_C": True, "BLOCK_N": 256, "UP_D": 1, "UP_H": 1, "UP_W": 1,
                             "B_DESC": True}),
               (*CONV_GEMM, {**gemm, "TRANSPOSED": True, "WIDE": False, "UP_D": 1, "UP_H": 1, "UP_W": 1}),
               (*CONV_GEMM, {**gemm, "ONE_TAP": True, "EVEN_C": True, "UP_D": 1, "UP_H": 1, "UP_W": 1})]
+    # split K: float32 partials, the first step's counters divided out once
+    cases += [(CONV_GEMM[0], CONV_GEMM[1], {**CONV_GEMM[2], "out": "*fp32"},
+               {**gemm, "HAS_BIAS": False, "ACTIVATION": None, "WIDE": False, "EVEN_C": True, "UP_D": 1, "UP_H": 1,
+                "UP_W": 1, "B_DESC": True, "SPLIT_K": 4})]
     assert lowering_failures(cases) == []
 
 

@@ -141,12 +141,12 @@ def _split_fits(setting, rep, facts):
     tile = tuple(setting[b] for b in ("block_m", "block_n", "block_k"))
     if tile != SPLIT_TILE:
         return f"split_k {split} on a {' x '.join(map(str, tile))} tile: the split candidates are {SPLIT_TILE}'s"
+    if "compute.multiprocessors" not in facts:
+        return f"split_k {split}: the device file states no compute.multiprocessors to judge a split by"
     itemsize = as_dtype(rep["dtype"]).itemsize
     most = stages_that_fit({**setting, "num_stages": max(PARAMS["num_stages"])}, itemsize, itemsize, facts)
     if setting["num_stages"] < most:
         return f"split_k {split} at {setting['num_stages']} stages where {most} fit"
-    if "compute.multiprocessors" not in facts:
-        return f"split_k {split}: the device file states no compute.multiprocessors to judge a split by"
     waves = SPLIT_WAVES * facts.value("compute.multiprocessors")
     tiles = -(-rep["m"] // setting["block_m"]) * -(-rep["n"] // setting["block_n"])
     if tiles >= waves:

@@ -1,0 +1,121 @@
+"""Split K of the implicit-GEMM convolution (conv/split.py) against the float64 oracle: split_k 2 and
+4 over odd K (channel steps that do not divide among the splits, a split left without steps), bias,
+activation and residual in the split epilogue, groups, both layouts, conv1d/2d/3d; the partials
+declared as the plan's workspace; the same bits run to run; and the tunable's split candidates
+(where they are kept, and certificates made before split_k read as split_k 1)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.kernels.conv import conv_plan, launch_conv
+
+RNG = np.random.default_rng(21)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _put(a, device, channels_last=False):
+    a = np.asarray(a, dtype=np.float32)
+    if not channels_last:
+        return nbx.asarray(a, device=device)
+    t = nbx.asarray(np.ascontiguousarray(a.transpose(0, *range(2, a.ndim), 1)), device=device)
+    return t.permute(0, a.ndim - 1, *range(1, a.ndim - 1))
+
+
+def _setting(split_k: int) -> dict:
+    """interp's tile (block_k 16) with the split asked for."""
+    return dict(block_m=16, block_n=16, block_k=16, group_m=4, num_warps=4, num_stages=1, split_k=split_k)
+
+
+CASES = {  # x shape, weight shape, stride, padding (a pair a dim), dilation, groups, channels-last, split_k
+    "conv2d_grouped_cl": ((2, 6, 3, 5), (8, 3, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2, True, 4),  # 9 steps
+    "conv2d_grouped_cf": ((2, 6, 3, 5), (8, 3, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2, False, 2),
+    "conv1d_cf_odd_k": ((2, 20, 9), (5, 20, 3), (2,), ((2, 1),), (2,), 1, False, 4),   # 3 taps x 2 steps: 6
+    "conv3d_cl": ((1, 4, 3, 4, 3), (3, 4, 2, 3, 2), (1, 1, 1), ((1, 1), (0, 1), (1, 0)), (1, 1, 1), 1, True, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_split_k_convolution_with_bias_activation_and_residual_matches_the_oracle(device, check, name):
+    """split_k 4 of 9 steps: three of three and a split left with none (its partials zero)."""
+    xs, ws, stride, pads, dilation, groups, cl, split_k = CASES[name]
+    x = _put(RNG.standard_normal(xs), device, cl)
+    w = _put(RNG.standard_normal(ws) / np.sqrt(np.prod(ws[1:])), device)
+    b = _put(RNG.standard_normal(ws[0]), device)
+    plan = conv_plan(x, w, b, stride, pads, dilation, groups, _setting(split_k))
+    outs = plan.outputs[0].shape
+    spatial = outs[1:-1] if cl else outs[2:]
+    # channels-last: over a channels-first output too, whose epilogue reads it as (N, C, merged positions)
+    residual = _put(RNG.standard_normal((xs[0], ws[0], *spatial)), device, True)
+    out = launch_conv(x, w, b, stride, pads, dilation, groups, setting=_setting(split_k), activation="gelu",
+                      residual=residual)
+    expected = nbx.oracle(f"conv{len(xs) - 2}d", x, w, b, stride, pads, dilation, groups, activation="gelu",
+                          residual=residual)
+    check(out, expected, device)
+    split = conv_plan(x, w, b, stride, pads, dilation, groups, _setting(split_k), "gelu",
+                      residual)
+    assert len(split.launches) == 2 and split.detail.tile["split_k"] == split_k
+
+
+def test_split_k_partials_are_the_plans_workspace_and_give_the_same_bits_every_run(device):
+    x = _put(RNG.standard_normal((1, 6, 3, 5)), device, True)
+    w, b = _put(RNG.standard_normal((8, 3, 3, 3)), device), _put(RNG.standard_normal(8), device)
+    args = (x, w, b, (1, 1), ((1, 1), (1, 1)), (1, 1), 2)
+    plan = conv_plan(*args, _setting(4))
+    names = [(buf.name, buf.nbytes) for buf in plan.buffers()]
+    assert names == [("out", 3 * 5 * 8 * 4), ("part", 4 * 3 * 5 * 8 * 4)]   # (1, split, rows, channels)
+    unsplit = conv_plan(*args, _setting(1))
+    assert plan.detail.bytes_moved == unsplit.detail.bytes_moved + 2 * 4 * 3 * 5 * 8 * 4
+    first = launch_conv(*args, setting=_setting(4)).numpy()
+    np.testing.assert_array_equal(launch_conv(*args, setting=_setting(4)).numpy(), first)
+
+
+def test_a_residual_the_split_epilogue_cannot_read_runs_the_tile_unsplit(device, check):
+    x = _put(RNG.standard_normal((1, 4, 3, 5)), device)
+    w = _put(RNG.standard_normal((3, 4, 3, 3)), device)
+    wide = _put(RNG.standard_normal((1, 3, 3, 6)), device)
+    residual = wide[:, :, :, :5]   # rows 6 apart, 5 long: its positions merge into no one stride
+    args = (x, w, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    plan = conv_plan(*args, _setting(2), None, residual)
+    assert len(plan.launches) == 1 and plan.detail.tile["split_k"] == 1 and not plan.workspace
+    out = launch_conv(*args, setting=_setting(2), residual=residual)
+    check(out, nbx.oracle("conv2d", x, w, None, 1, 1, residual=residual), device)
+
+
+def _kept(m, n, k, channels_last):
+    from nbx.autotune import keys
+    from nbx.core import device_files
+    from nbx.kernels.conv.tuning import CONV, conv_key
+    facts = device_files.for_arch("sm_90")
+    key = keys.form("conv", CONV.key_fields, facts, **conv_key(m, n, k, "bfloat16", channels_last))
+    return CONV.candidates(facts, keys.representative(key, CONV.key, facts))
+
+
+def test_split_k_is_a_candidate_only_for_keys_of_fewer_tiles_than_two_waves_of_the_h200():
+    few = [s for s in _kept(512, 1280, 11520, True)[0] if s["split_k"] > 1]   # 40 tiles of 128 x 128
+    assert {(s["block_m"], s["block_n"], s["block_k"], s["split_k"]) for s in few} == {(128, 128, 64, 8)}
+    assert {s["num_warps"] for s in few} == {4, 8}
+    assert [s["split_k"] for s in _kept(8192, 512, 3584, False)[0] if s["split_k"] > 1] == [2, 2]   # 256 tiles
+    assert all(s["split_k"] == 1 for s in _kept(65536, 512, 3584, False)[0])
+    from nbx.core import device_files
+    from nbx.kernels.conv import tuning
+    split = {**few[0], "num_stages": 4}
+    assert "compute.multiprocessors" in tuning._split_fits(split, {"m": 512, "n": 1280, "k": 11520},
+                                                           device_files.for_arch("interp"))
+
+
+def test_a_conv_certificate_made_before_split_k_is_served_unsplit():
+    from nbx.autotune import store
+    from nbx.kernels.conv.tuning import CONV
+    path = next((ROOT / "certificates" / "nvidia").glob("*/*/conv.json"))
+    doc = json.loads(path.read_text())
+    doc["parameters"] = [p for p in doc["parameters"] if p != "split_k"]
+    for entry in doc["entries"].values():
+        entry["setting"].pop("split_k", None)
+    cert = store.validate(doc, path, CONV)
+    assert "split_k" in cert.parameters and cert.entries
+    assert all(entry.setting["split_k"] == 1 for entry in cert.entries.values())
