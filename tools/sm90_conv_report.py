@@ -61,6 +61,7 @@ CASES = {"sd unet 64^2 320 k3": (2, 320, 64, 320, 3, 1, True, True),
 
 def launch_args(case, tile: dict):
     """conv_gemm_kernel's arguments and constexprs for a case under tile (as _gemm_launch forms them)."""
+    from nbx.kernels.conv import a_tile
     batch, c, side, o, k, pad, two_d, cl = case
     sizes = (1, side, side) if two_d else (1, 1, side)
     kernel = (1, k, k) if two_d else (1, 1, k)
@@ -83,7 +84,8 @@ def launch_args(case, tile: dict):
     meta = dict(TRANSPOSED=False, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False, DOT=tl.bfloat16, IEEE=False,
                 BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], GROUP_M=tile["group_m"],
                 UP_D=1, UP_H=1, UP_W=1, WIDE=False, EVEN_C=c % tile["block_k"] == 0, ONE_TAP=prod(kernel) == 1,
-                B_DESC=dense_w and c % tile["block_k"] == 0, SPLIT_K=split, num_warps=tile["num_warps"],
+                B_DESC=dense_w and c % tile["block_k"] == 0, SPLIT_K=split, A_TILE=a_tile(xs, kernel, False, tile),
+                num_warps=tile["num_warps"],
                 num_stages=tile["num_stages"])
     return args, meta
 

@@ -143,7 +143,8 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
                *(reach((batch, o_g * groups, *outs), st) for st in (o_strides, res_strides)))
     meta.update(WIDE=max(reaches) - 1 > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
                 ONE_TAP=prod(kernel) == 1)
-    meta.update(B_DESC=w_aligned and meta["EVEN_C"] and _weight_rows(w_strides, c_g, o_g, kernel, dtype, device))
+    meta.update(B_DESC=w_aligned and meta["EVEN_C"] and _weight_rows(w_strides, c_g, o_g, kernel, dtype, device),
+                A_TILE=a_tile(x_strides, kernel, transposed or upsample != (1, 1, 1), tile))
     grid, split_stride = (tiles, groups), 0
     if tile["split_k"] > 1:   # float32 partials, summed by split.epilogue
         o_strides, split_stride = replace(split, splits=tile["split_k"]).partial_strides(o_strides)
@@ -152,6 +153,17 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
     args = (Slot("x"), Slot("w"), Slot("bias"), Slot(out_slot), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
             *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides, split_stride)
     return Launch(conv_gemm_kernel, grid, args, meta), tile
+
+
+A_TILE_WARP_ELEMENTS = 1024   # A elements a warp holds: past 32 a thread (64 registers of pointers) sm_90 spills
+
+
+def a_tile(x_strides, kernel, divides: bool, tile: dict) -> bool:
+    """kernel.py's A_TILE: a channels-first input (positions at unit stride, channels not) of a
+    plain convolution of several taps, whose tile of pointers a warp holds in registers."""
+    channels_first = x_strides[1] != 1 and x_strides[4] == 1
+    small = tile["block_m"] * tile["block_k"] // tile["num_warps"] <= A_TILE_WARP_ELEMENTS
+    return channels_first and not divides and prod(kernel) > 1 and small
 
 
 def _weight_rows(w_strides, c_g: int, o_g: int, kernel, dtype, device) -> bool:

@@ -68,7 +68,7 @@ def conv_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UP_D: tl.constexpr = 1, UP_H: tl.constexpr = 1, UP_W: tl.constexpr = 1,
     WIDE: tl.constexpr = True, EVEN_C: tl.constexpr = False, ONE_TAP: tl.constexpr = False,
-    B_DESC: tl.constexpr = False, SPLIT_K: tl.constexpr = 1,
+    B_DESC: tl.constexpr = False, SPLIT_K: tl.constexpr = 1, A_TILE: tl.constexpr = False,
 ):
     """Grid: (tiles of (N * OD * OH * OW) x O_G, groups). The epilogue: activation(acc + bias) +
     res (res read through its strides, any layout). UP_*: a nearest upsampling fused into the
@@ -79,6 +79,10 @@ def conv_gemm_kernel(
     B_DESC: the weight is one [O, taps x C_G] matrix (channels-last: (O, KD, KH, KW, C_G) dense) read
     through a tensor descriptor, a [BLOCK_N, BLOCK_K] box at (output channel, tap x C_G + c0) a step
     (EVEN_C; rows past O read as zeros; rows of the next group land in columns that are not stored).
+    A_TILE (LINEAR, not ONE_TAP): the A tile's pointers are formed once before the loop and a step
+    adds one scalar offset to them: a channels-first input, whose taps shift its unit-stride positions
+    by single elements, is read by scalar loads, and forming each element's 64-bit address a step cost
+    ~100 of the loop's 325 SASS instructions on sm_90 (tools/sm90_conv_report.py: 229 with it).
     SPLIT_K > 1 (grid (tiles, groups, SPLIT_K)): program s walks its share of the K steps and stores
     the float32 sums, no bias nor epilogue, at out + s * split_stride through the o strides (the
     partials, which conv/split.py's epilogue adds in split order).
@@ -115,6 +119,8 @@ def conv_gemm_kernel(
         w_desc = tl.make_tensor_descriptor(w, shape=[O_G * tl.num_programs(1), KD * KH * KW * C_G],
                                            strides=[ws_o, 1], block_shape=[BLOCK_N, BLOCK_K])
         first_n = g * O_G + tile_n * BLOCK_N
+    if A_TILE:   # a pointer a tile element, made once (LINEAR): a step adds its tap's and channels' one offset
+        a_tile = x_row[:, None] + rk[None, :] * xs_c
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     total = KD * KH * KW * tl.cdiv(C_G, BLOCK_K)
     if SPLIT_K == 1:
@@ -149,7 +155,10 @@ def conv_gemm_kernel(
             ok = in_m & ok_d & ok_h & ok_w
             a_row = x_row + (i_d // UP_D) * xs_d + (i_h // UP_H) * xs_h + (i_w // UP_W) * xs_w
         ck = c0 + rk
-        a_ptrs = a_row[:, None] + ck[None, :] * xs_c
+        if A_TILE:
+            a_ptrs = a_tile + (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w + c0 * xs_c)
+        else:
+            a_ptrs = a_row[:, None] + ck[None, :] * xs_c
         b_ptrs = w_base[None, :] + (kd * ws_d + kh * ws_h + kw * ws_w) + ck[:, None] * ws_c
         if B_DESC:
             a = load_operand(a_ptrs, ok[:, None], DOT)
