@@ -138,3 +138,26 @@ def test_a_channels_first_conv1d_reads_its_a_tile_through_pointers_made_once_and
                                                                          ((1, 0), (2, 1))), device)
     cl = _put(RNG.standard_normal((1, 3, 6, 5)), device, True)
     assert not dict(conv_plan(cl, w2, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1).launches[0].meta)["A_TILE"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_k", [1, 8])
+def test_sd_unets_16x16_x_1280_conv_split_8_ways_matches_the_oracle_with_the_same_bits_every_run(check, split_k):
+    """The key split K is for (40 tiles of 128 x 128 on the H200's 132 SMs), bfloat16 channels-last,
+    the tile the candidates split, with bias, SiLU and a residual."""
+    device = nbx.as_device("cuda")
+    host = nbx.as_dtype("bfloat16").host
+
+    def put(a):
+        t = nbx.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1)).astype(host), device=device)
+        return t.permute(0, 3, 1, 2)
+    x = put(RNG.standard_normal((2, 1280, 16, 16)))
+    w = put(RNG.standard_normal((1280, 1280, 3, 3)) / np.sqrt(9 * 1280))
+    b = nbx.asarray(RNG.standard_normal(1280).astype(host), device=device)
+    r = put(RNG.standard_normal((2, 1280, 16, 16)))
+    setting = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4, split_k=split_k)
+    args = (x, w, b, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    out = launch_conv(*args, setting=setting, activation="silu", residual=r)
+    check(out, nbx.oracle("conv2d", x, w, b, 1, 1, activation="silu", residual=r), device)
+    again = launch_conv(*args, setting=setting, activation="silu", residual=r)
+    np.testing.assert_array_equal(again.numpy(), out.numpy())

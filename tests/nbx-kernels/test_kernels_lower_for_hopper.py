@@ -161,17 +161,20 @@ def test_the_image_kernels_lower_for_sm90():
                                                            "BLOCK_P": 64, "BLOCK_C": 32, "H": 1, "W": 1})]
     gemm = dict(TRANSPOSED=False, HAS_BIAS=True, ACTIVATION="silu", HAS_RES=False, DOT="tl.bfloat16", IEEE=False,
                 BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, WIDE=True, EVEN_C=False, ONE_TAP=False, B_DESC=False,
-                SPLIT_K=1)
+                SPLIT_K=1, A_TILE=False)
     cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
     # the plain convolution's int32 offsets, whole channel blocks and descriptor-read weight, the transposed form
     cases += [(*CONV_GEMM, {**gemm, "WIDE": False, "EVEN_C": True, "BLOCK_N": 256, "UP_D": 1, "UP_H": 1, "UP_W": 1,
                             "B_DESC": True}),
               (*CONV_GEMM, {**gemm, "TRANSPOSED": True, "WIDE": False, "UP_D": 1, "UP_H": 1, "UP_W": 1}),
               (*CONV_GEMM, {**gemm, "ONE_TAP": True, "EVEN_C": True, "UP_D": 1, "UP_H": 1, "UP_W": 1})]
-    # split K: float32 partials, the first step's counters divided out once
+    # a channels-first A tile's pointers formed once (A_TILE); split K: float32 partials, the first step's
+    # counters divided out once
     cases += [(CONV_GEMM[0], CONV_GEMM[1], {**CONV_GEMM[2], "out": "*fp32"},
                {**gemm, "HAS_BIAS": False, "ACTIVATION": None, "WIDE": False, "EVEN_C": True, "UP_D": 1, "UP_H": 1,
-                "UP_W": 1, "B_DESC": True, "SPLIT_K": 4})]
+                "UP_W": 1, "B_DESC": True, "SPLIT_K": 4}),
+              (*CONV_GEMM, {**gemm, "WIDE": False, "EVEN_C": True, "UP_D": 1, "UP_H": 1, "UP_W": 1, "B_DESC": True,
+                            "A_TILE": True})]
     assert lowering_failures(cases) == []
 
 
