@@ -61,7 +61,7 @@ CASES = {"sd unet 64^2 320 k3": (2, 320, 64, 320, 3, 1, True, True),
 
 def launch_args(case, tile: dict):
     """conv_gemm_kernel's arguments and constexprs for a case under tile (as _gemm_launch forms them)."""
-    from nbx.kernels.conv import a_tile
+    from nbx.kernels.conv import a_shift, a_tile
     batch, c, side, o, k, pad, two_d, cl = case
     sizes = (1, side, side) if two_d else (1, 1, side)
     kernel = (1, k, k) if two_d else (1, 1, k)
@@ -84,9 +84,15 @@ def launch_args(case, tile: dict):
     meta = dict(TRANSPOSED=False, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False, DOT=tl.bfloat16, IEEE=False,
                 BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], GROUP_M=tile["group_m"],
                 UP_D=1, UP_H=1, UP_W=1, WIDE=False, EVEN_C=c % tile["block_k"] == 0, ONE_TAP=prod(kernel) == 1,
-                B_DESC=dense_w and c % tile["block_k"] == 0, SPLIT_K=split, A_TILE=a_tile(xs, kernel, False, tile),
-                num_warps=tile["num_warps"],
+                B_DESC=dense_w and c % tile["block_k"] == 0, SPLIT_K=split, num_warps=tile["num_warps"],
                 num_stages=tile["num_stages"])
+    shift = a_shift(xs, kernel, (1, 1, 1), outs, False, tile)
+    meta.update(A_TILE=not shift and a_tile(xs, kernel, False, tile), A_SHIFT=shift)
+    if shift:   # as _gemm_launch: two A tiles a stage
+        from nbx.core import device_files
+        from nbx.kernels.matmul.tuning import stages_that_fit
+        meta.update(TAPS_W=kernel[2], PAD_W=pad, DIL_W=1,
+                    num_stages=stages_that_fit(tile, 4, 2, device_files.for_arch("sm_90")))
     return args, meta
 
 

@@ -1,5 +1,6 @@
-"""The implicit GEMM's channels-first A tile (A_TILE: its pointers formed once, a scalar added a
-step) and its split K (conv/split.py) against the float64 oracle. Split K: split_k 2 and
+"""The implicit GEMM's channels-first A tiles (A_SHIFT: two aligned loads and a static shift a
+width tap; A_TILE: pointers formed once, a scalar added a step) and its split K (conv/split.py)
+against the float64 oracle. Split K: split_k 2 and
 4 over odd K (channel steps that do not divide among the splits, a split left without steps), bias,
 activation and residual in the split epilogue, groups, both layouts, conv1d/2d/3d; the partials
 declared as the plan's workspace; the same bits run to run; and the tunable's split candidates
@@ -122,22 +123,35 @@ def test_a_conv_certificate_made_before_split_k_is_served_unsplit():
     assert all(entry.setting["split_k"] == 1 for entry in cert.entries.values())
 
 
-def test_a_channels_first_conv1d_reads_its_a_tile_through_pointers_made_once_and_matches_the_oracle(device, check):
-    """HiFi-GAN's layout (N, C, L), torch's default: k 7, dilation 3, 'same' padding, 37 positions
-    of two samples (tiles across the samples' border), 20 channels (a partial channel step); and a
-    strided, asymmetrically padded conv2d of the same path. A channels-last input keeps its own."""
+@pytest.mark.parametrize("length,path", [(16, "A_SHIFT"), (13, "A_TILE")])
+def test_a_channels_first_conv1d_reads_aligned_shifted_tiles_or_pointers_made_once_and_matches_the_oracle(
+        device, check, length, path):
+    """HiFi-GAN's layout (N, C, L), torch's default, k 7 with dilation 3 and 'same' padding: shifts
+    of -9..9 positions (two 8-groups away), two samples (a 16-row tile across their border), 20
+    channels (a partial channel step), bfloat16. 16 positions a row: whole groups of 8, the aligned
+    loads and static shifts (A_SHIFT; split K too); 13: the pointer tile (A_TILE)."""
     host = nbx.as_dtype("bfloat16").host
-    x = nbx.asarray(RNG.standard_normal((2, 20, 37)).astype(host), device=device)
+    x = nbx.asarray(RNG.standard_normal((2, 20, length)).astype(host), device=device)
     w = nbx.asarray((RNG.standard_normal((6, 20, 7)) / 12).astype(host), device=device)
     b = nbx.asarray(RNG.standard_normal(6).astype(host), device=device)
     check(nbx.conv1d(x, w, b, 1, "same", 3), nbx.oracle("conv1d", x, w, b, 1, "same", 3), device)
-    assert dict(conv_plan(x, w, b, (1,), ((9, 9),), (3,), 1).launches[0].meta)["A_TILE"]
-    x2 = _put(RNG.standard_normal((1, 3, 6, 5)), device)
-    w2 = _put(RNG.standard_normal((4, 3, 2, 3)), device)
-    check(nbx.conv2d(x2, w2, None, (2, 1), ((1, 0), (2, 1))), nbx.oracle("conv2d", x2, w2, None, (2, 1),
-                                                                         ((1, 0), (2, 1))), device)
+    meta = dict(conv_plan(x, w, b, (1,), ((9, 9),), (3,), 1).launches[0].meta)
+    assert meta[path] and not meta[{"A_SHIFT": "A_TILE", "A_TILE": "A_SHIFT"}[path]]
+    if path == "A_SHIFT":
+        split = launch_conv(x, w, b, (1,), ((9, 9),), (3,), 1, setting=_setting(2), activation="relu")
+        check(split, nbx.oracle("conv1d", x, w, b, 1, "same", 3, activation="relu"), device)
+
+
+def test_a_strided_channels_first_conv2d_takes_the_pointer_tile_and_a_channels_last_one_neither(device, check):
+    x = _put(RNG.standard_normal((1, 3, 6, 5)), device)
+    w = _put(RNG.standard_normal((4, 3, 2, 3)), device)
+    check(nbx.conv2d(x, w, None, (2, 1), ((1, 0), (2, 1))), nbx.oracle("conv2d", x, w, None, (2, 1),
+                                                                       ((1, 0), (2, 1))), device)
+    meta = dict(conv_plan(x, w, None, (2, 1), ((1, 0), (2, 1)), (1, 1), 1).launches[0].meta)
+    assert meta["A_TILE"] and not meta["A_SHIFT"]   # taps along the height too: the flat loop's order
     cl = _put(RNG.standard_normal((1, 3, 6, 5)), device, True)
-    assert not dict(conv_plan(cl, w2, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1).launches[0].meta)["A_TILE"]
+    meta = dict(conv_plan(cl, w, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1).launches[0].meta)
+    assert not meta["A_TILE"] and not meta["A_SHIFT"]
 
 
 @pytest.mark.gpu

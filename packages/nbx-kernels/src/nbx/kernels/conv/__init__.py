@@ -143,8 +143,14 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
                *(reach((batch, o_g * groups, *outs), st) for st in (o_strides, res_strides)))
     meta.update(WIDE=max(reaches) - 1 > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
                 ONE_TAP=prod(kernel) == 1)
+    divides = transposed or upsample != (1, 1, 1)
+    shift = a_shift(x_strides, kernel, stride, outs, divides, tile)
     meta.update(B_DESC=w_aligned and meta["EVEN_C"] and _weight_rows(w_strides, c_g, o_g, kernel, dtype, device),
-                A_TILE=a_tile(x_strides, kernel, transposed or upsample != (1, 1, 1), tile))
+                A_TILE=not shift and a_tile(x_strides, kernel, divides, tile), A_SHIFT=shift)
+    if shift:   # a static shift a width tap; two A tiles a stage (lo, hi), so fewer stages may fit
+        meta.update(TAPS_W=kernel[2], PAD_W=pad[2], DIL_W=dilation[2],
+                    num_stages=stages_that_fit({**tile, "num_stages": meta["num_stages"]}, 2 * dtype.itemsize,
+                                               dtype.itemsize, launch.facts(device)))
     grid, split_stride = (tiles, groups), 0
     if tile["split_k"] > 1:   # float32 partials, summed by split.epilogue
         o_strides, split_stride = replace(split, splits=tile["split_k"]).partial_strides(o_strides)
@@ -158,12 +164,24 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, transpos
 A_TILE_WARP_ELEMENTS = 1024   # A elements a warp holds: past 32 a thread (64 registers of pointers) sm_90 spills
 
 
-def a_tile(x_strides, kernel, divides: bool, tile: dict) -> bool:
-    """kernel.py's A_TILE: a channels-first input (positions at unit stride, channels not) of a
-    plain convolution of several taps, whose tile of pointers a warp holds in registers."""
-    channels_first = x_strides[1] != 1 and x_strides[4] == 1
+def _channels_first_tile(x_strides, divides: bool, tile: dict) -> bool:
+    """A plain convolution of a channels-first input (positions at unit stride, channels not) whose
+    A tile a warp holds in registers (A_TILE's pointers, A_SHIFT's two tiles) without spilling."""
     small = tile["block_m"] * tile["block_k"] // tile["num_warps"] <= A_TILE_WARP_ELEMENTS
-    return channels_first and not divides and prod(kernel) > 1 and small
+    return x_strides[1] != 1 and x_strides[4] == 1 and not divides and small
+
+
+def a_tile(x_strides, kernel, divides: bool, tile: dict) -> bool:
+    """kernel.py's A_TILE: a channels-first convolution of several taps."""
+    return _channels_first_tile(x_strides, divides, tile) and prod(kernel) > 1
+
+
+def a_shift(x_strides, kernel, stride, outs, divides: bool, tile: dict) -> bool:
+    """kernel.py's A_SHIFT: a channels-first convolution whose taps are along the width alone (a
+    conv1d; so its sums run in the flat loop's order, tap then channels, and stay bit-equal to the
+    fused upsample's and to a band's launch), stride 1 there, output rows of whole groups of 8."""
+    return (_channels_first_tile(x_strides, divides, tile) and kernel[0] == kernel[1] == 1 and kernel[2] > 1
+            and stride[2] == 1 and outs[2] % 8 == 0)
 
 
 def _weight_rows(w_strides, c_g: int, o_g: int, kernel, dtype, device) -> bool:

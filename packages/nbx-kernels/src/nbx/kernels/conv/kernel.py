@@ -55,6 +55,139 @@ def _inside(i, size):
 
 
 @triton.jit
+def _eighths(t, BK: tl.constexpr, BM: tl.constexpr):
+    """A [BK, BM] tile's 8 [BK, BM // 8] slices by position mod 8 (0..7)."""
+    t = tl.reshape(t, (BK, BM // 8, 2, 2, 2))   # position 8 g + 4 a + 2 b + c
+    t0, t1 = tl.split(t)                         # by c
+    t00, t01 = tl.split(t0)                      # by b
+    t10, t11 = tl.split(t1)
+    e0, e4 = tl.split(t00)                       # by a
+    e2, e6 = tl.split(t01)
+    e1, e5 = tl.split(t10)
+    e3, e7 = tl.split(t11)
+    return e0, e1, e2, e3, e4, e5, e6, e7
+
+
+@triton.jit
+def _nth(k: tl.constexpr, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7):
+    """Slice k of the 16 (lo's 8 then hi's)."""
+    if k < 4:
+        if k == 0:
+            v = e0
+        elif k == 1:
+            v = e1
+        elif k == 2:
+            v = e2
+        else:
+            v = e3
+    elif k < 8:
+        if k == 4:
+            v = e4
+        elif k == 5:
+            v = e5
+        elif k == 6:
+            v = e6
+        else:
+            v = e7
+    elif k < 12:
+        if k == 8:
+            v = f0
+        elif k == 9:
+            v = f1
+        elif k == 10:
+            v = f2
+        else:
+            v = f3
+    else:
+        if k == 12:
+            v = f4
+        elif k == 13:
+            v = f5
+        elif k == 14:
+            v = f6
+        else:
+            v = f7
+    return v
+
+
+@triton.jit
+def _shifted(lo, hi, R: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr):
+    """The [BK, BM] tile R (0..7) positions past lo's, from lo and hi (lo's positions + 8): within
+    each group of 8 positions, position j is lo's j + R or hi's j + R - 8 (register moves: R is static)."""
+    e0, e1, e2, e3, e4, e5, e6, e7 = _eighths(lo, BK, BM)
+    f0, f1, f2, f3, f4, f5, f6, f7 = _eighths(hi, BK, BM)
+    o0 = _nth(R, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
+    o1 = _nth(R + 1, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
+    o2 = _nth(R + 2, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
+    o3 = _nth(R + 3, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
+    o4 = _nth(R + 4, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
+    o5 = _nth(R + 5, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
+    o6 = _nth(R + 6, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
+    o7 = _nth(R + 7, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
+    # join appends a last dim: (a, b, c) back with c last, so a first
+    t = tl.join(tl.join(tl.join(o0, o4), tl.join(o2, o6)), tl.join(tl.join(o1, o5), tl.join(o3, o7)))
+    return tl.reshape(t, (BK, BM))
+
+
+@triton.jit
+def _shifted_a(x_pos, ow, W, ok, ck, c_ok, xs_c, S: tl.constexpr, DOT: tl.constexpr, BK: tl.constexpr,
+               BM: tl.constexpr):
+    """A_SHIFT's A tile [BM, BK] at input positions ow + S (S static): two 16-byte aligned loads of
+    the positions ow + 8 Q and ow + 8 Q + 8 (Q = floor(S / 8)), then the static shift S - 8 Q."""
+    Q: tl.constexpr = (S + 8 * 64) // 8 - 64
+    lo_w = ow + 8 * Q
+    hi_w = lo_w + 8
+    ptrs = x_pos[None, :] + 8 * Q + ck[:, None] * xs_c
+    lo = load_operand(ptrs, c_ok[:, None] & (ok & _inside(lo_w, W))[None, :], DOT)
+    hi = load_operand(ptrs + 8, c_ok[:, None] & (ok & _inside(hi_w, W))[None, :], DOT)
+    return tl.trans(_shifted(lo, hi, S - 8 * Q, BK, BM))
+
+
+@triton.jit
+def _mma(a, b, acc, IEEE: tl.constexpr):
+    if IEEE:  # float32 operands multiply in float32, as the oracle
+        acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
+    else:
+        acc = tl.dot(a, b, acc, out_dtype=tl.float32)
+    return acc
+
+
+@triton.jit
+def _first_step(first, SPLIT_K: tl.constexpr, C_G, BLOCK_K: tl.constexpr, KW, KH):
+    """(tap, first channel, kw, kh, kd) of K step `first` (tensors: a loop's values keep one type)."""
+    if SPLIT_K == 1:   # step 0
+        tap = tl.zeros((), tl.int32)
+        c0 = tl.zeros((), tl.int32)
+        kw = tl.zeros((), tl.int32)
+        kh = tl.zeros((), tl.int32)
+        kd = tl.zeros((), tl.int32)
+    else:   # a split's first step, by division once
+        tap = first // tl.cdiv(C_G, BLOCK_K)
+        c0 = (first - tap * tl.cdiv(C_G, BLOCK_K)) * BLOCK_K
+        kw = tap % KW
+        kh = (tap // KW) % KH
+        kd = tap // (KW * KH)
+    return tap, c0, kw, kh, kd
+
+
+@triton.jit
+def _next_step(tap, c0, kw, kh, kd, C_G, BLOCK_K: tl.constexpr, KW, KH):
+    """The next step's counters: the next channel block, or the first of the next tap (kw fastest)."""
+    c0 += BLOCK_K
+    next_tap = c0 >= C_G
+    c0 = tl.where(next_tap, 0, c0)
+    kw = tl.where(next_tap, kw + 1, kw)
+    tap = tl.where(next_tap, tap + 1, tap)
+    next_row = kw == KW
+    kw = tl.where(next_row, 0, kw)
+    kh = tl.where(next_row, kh + 1, kh)
+    next_plane = kh == KH
+    kh = tl.where(next_plane, 0, kh)
+    kd = tl.where(next_plane, kd + 1, kd)
+    return tap, c0, kw, kh, kd
+
+
+@triton.jit
 def conv_gemm_kernel(
     x, w, bias, out, res,
     BATCH, C_G, D, H, W, O_G, OD, OH, OW, KD, KH, KW,
@@ -69,6 +202,7 @@ def conv_gemm_kernel(
     UP_D: tl.constexpr = 1, UP_H: tl.constexpr = 1, UP_W: tl.constexpr = 1,
     WIDE: tl.constexpr = True, EVEN_C: tl.constexpr = False, ONE_TAP: tl.constexpr = False,
     B_DESC: tl.constexpr = False, SPLIT_K: tl.constexpr = 1, A_TILE: tl.constexpr = False,
+    A_SHIFT: tl.constexpr = False, TAPS_W: tl.constexpr = 1, PAD_W: tl.constexpr = 0, DIL_W: tl.constexpr = 1,
 ):
     """Grid: (tiles of (N * OD * OH * OW) x O_G, groups). The epilogue: activation(acc + bias) +
     res (res read through its strides, any layout). UP_*: a nearest upsampling fused into the
@@ -119,73 +253,74 @@ def conv_gemm_kernel(
         w_desc = tl.make_tensor_descriptor(w, shape=[O_G * tl.num_programs(1), KD * KH * KW * C_G],
                                            strides=[ws_o, 1], block_shape=[BLOCK_N, BLOCK_K])
         first_n = g * O_G + tile_n * BLOCK_N
+    if A_SHIFT:   # the rows' input position at tap 0 without the width's padding (stride 1: ow itself)
+        x_pos = x + n * xs_n + (g * C_G).to(rm.dtype) * xs_c + id0 * xs_d + ih0 * xs_h + ow
+        kw_loop = 1   # the width's taps are unrolled in the step
+    else:
+        kw_loop = KW
     if A_TILE:   # a pointer a tile element, made once (LINEAR): a step adds its tap's and channels' one offset
         a_tile = x_row[:, None] + rk[None, :] * xs_c
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    total = KD * KH * KW * tl.cdiv(C_G, BLOCK_K)
+    total = KD * KH * kw_loop * tl.cdiv(C_G, BLOCK_K)
     if SPLIT_K == 1:
         first = 0
         last = total
-        tap = tl.zeros((), tl.int32)
-        kd = tl.zeros((), tl.int32)   # the step's tap and first channel, carried (tensors: a loop's values keep one type)
-        kh = tl.zeros((), tl.int32)
-        kw = tl.zeros((), tl.int32)
-        c0 = tl.zeros((), tl.int32)
-    else:   # this split's steps; its first step's counters by division, once
+    else:   # this split's steps (of each width tap's loop, A_SHIFT)
         per = tl.cdiv(total, SPLIT_K)
         first = tl.program_id(2) * per
         last = tl.minimum(first + per, total)
-        tap = first // tl.cdiv(C_G, BLOCK_K)
-        c0 = (first - tap * tl.cdiv(C_G, BLOCK_K)) * BLOCK_K
-        kw = tap % KW
-        kh = (tap // KW) % KH
-        kd = tap // (KW * KH)
-    # one flat loop over (tap, channel step), so Triton pipelines every load of the tile's K
-    for step in range(first, last):
-        if LINEAR and ONE_TAP:   # a product (conv_transpose1d's columns): the rows' tests alone, so they vectorize
-            ok = in_m & _inside(id0, D) & _inside(ih0, H) & _inside(iw0, W)
-            a_row = x_row
-        elif LINEAR:
-            ok = in_m & _inside(id0 + kd * dd, D) & _inside(ih0 + kh * dh, H) & _inside(iw0 + kw * dw, W)
-            a_row = x_row + (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w)
-        else:
-            i_d, ok_d = _tap(od, kd, D, sd, pd, dd, TRANSPOSED)
-            i_h, ok_h = _tap(oh, kh, H, sh, ph, dh, TRANSPOSED)
-            i_w, ok_w = _tap(ow, kw, W, sw, pw, dw, TRANSPOSED)
-            ok = in_m & ok_d & ok_h & ok_w
-            a_row = x_row + (i_d // UP_D) * xs_d + (i_h // UP_H) * xs_h + (i_w // UP_W) * xs_w
-        ck = c0 + rk
-        if A_TILE:
-            a_ptrs = a_tile + (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w + c0 * xs_c)
-        else:
-            a_ptrs = a_row[:, None] + ck[None, :] * xs_c
-        b_ptrs = w_base[None, :] + (kd * ws_d + kh * ws_h + kw * ws_w) + ck[:, None] * ws_c
-        if B_DESC:
-            a = load_operand(a_ptrs, ok[:, None], DOT)
-            b = _dot_operand(w_desc.load([first_n, tap * C_G + c0]).T, DOT)
-        elif EVEN_C:
-            a = load_operand(a_ptrs, ok[:, None], DOT)
-            b = load_operand(b_ptrs, in_n[None, :], DOT)
-        else:
-            in_k = ck < C_G
-            a = load_operand(a_ptrs, ok[:, None] & in_k[None, :], DOT)
-            b = load_operand(b_ptrs, in_k[:, None] & in_n[None, :], DOT)
-        if IEEE:  # float32 operands multiply in float32, as the oracle
-            acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=tl.float32)
-        else:
-            acc = tl.dot(a, b, acc, out_dtype=tl.float32)
-        # the next step: the next channel block, or the first of the next tap (kw fastest)
-        c0 += BLOCK_K
-        next_tap = c0 >= C_G
-        c0 = tl.where(next_tap, 0, c0)
-        kw = tl.where(next_tap, kw + 1, kw)
-        tap = tl.where(next_tap, tap + 1, tap)
-        next_row = kw == KW
-        kw = tl.where(next_row, 0, kw)
-        kh = tl.where(next_row, kh + 1, kh)
-        next_plane = kh == KH
-        kh = tl.where(next_plane, 0, kh)
-        kd = tl.where(next_plane, kd + 1, kd)
+    if A_SHIFT:
+        # one loop a width tap (static: its shift is), so each loop's pipeline holds one tap's tiles (the
+        # taps of one loop took 7 stage sets of shared memory, 480 KB); the same (kd, kh, channel) steps each
+        for j in tl.static_range(TAPS_W):
+            tap, c0, kw, kh, kd = _first_step(first, SPLIT_K, C_G, BLOCK_K, kw_loop, KH)
+            for step in range(first, last):
+                ok = in_m & _inside(id0 + kd * dd, D) & _inside(ih0 + kh * dh, H)
+                ck = c0 + rk
+                c_ok = (ck < C_G) | EVEN_C
+                a = _shifted_a(x_pos + (kd * dd * xs_d + kh * dh * xs_h), ow, W, ok, ck, c_ok, xs_c, j * DIL_W - PAD_W,
+                               DOT, BLOCK_K, BLOCK_M)
+                if B_DESC:
+                    b = _dot_operand(w_desc.load([first_n, (tap * TAPS_W + j) * C_G + c0]).T, DOT)
+                else:
+                    b_ptrs = w_base[None, :] + (kd * ws_d + kh * ws_h + j * ws_w) + ck[:, None] * ws_c
+                    b = load_operand(b_ptrs, c_ok[:, None] & in_n[None, :], DOT)
+                acc = _mma(a, b, acc, IEEE)
+                tap, c0, kw, kh, kd = _next_step(tap, c0, kw, kh, kd, C_G, BLOCK_K, kw_loop, KH)
+    else:
+        tap, c0, kw, kh, kd = _first_step(first, SPLIT_K, C_G, BLOCK_K, kw_loop, KH)
+        # one flat loop over (tap, channel step), so Triton pipelines every load of the tile's K
+        for step in range(first, last):
+            if LINEAR and ONE_TAP:   # a product (conv_transpose1d's columns): the rows' tests alone, so they vectorize
+                ok = in_m & _inside(id0, D) & _inside(ih0, H) & _inside(iw0, W)
+                a_row = x_row
+            elif LINEAR:
+                ok = in_m & _inside(id0 + kd * dd, D) & _inside(ih0 + kh * dh, H) & _inside(iw0 + kw * dw, W)
+                a_row = x_row + (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w)
+            else:
+                i_d, ok_d = _tap(od, kd, D, sd, pd, dd, TRANSPOSED)
+                i_h, ok_h = _tap(oh, kh, H, sh, ph, dh, TRANSPOSED)
+                i_w, ok_w = _tap(ow, kw, W, sw, pw, dw, TRANSPOSED)
+                ok = in_m & ok_d & ok_h & ok_w
+                a_row = x_row + (i_d // UP_D) * xs_d + (i_h // UP_H) * xs_h + (i_w // UP_W) * xs_w
+            ck = c0 + rk
+            if A_TILE:
+                a_ptrs = a_tile + (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w + c0 * xs_c)
+            else:
+                a_ptrs = a_row[:, None] + ck[None, :] * xs_c
+            b_ptrs = w_base[None, :] + (kd * ws_d + kh * ws_h + kw * ws_w) + ck[:, None] * ws_c
+            if B_DESC:
+                a = load_operand(a_ptrs, ok[:, None], DOT)
+                b = _dot_operand(w_desc.load([first_n, tap * C_G + c0]).T, DOT)
+            elif EVEN_C:
+                a = load_operand(a_ptrs, ok[:, None], DOT)
+                b = load_operand(b_ptrs, in_n[None, :], DOT)
+            else:
+                in_k = ck < C_G
+                a = load_operand(a_ptrs, ok[:, None] & in_k[None, :], DOT)
+                b = load_operand(b_ptrs, in_k[:, None] & in_n[None, :], DOT)
+            acc = _mma(a, b, acc, IEEE)
+            tap, c0, kw, kh, kd = _next_step(tap, c0, kw, kh, kd, C_G, BLOCK_K, KW, KH)
     o = g * O_G + rn
     mask = in_m[:, None] & in_n[None, :]
     o_ptrs = out + (n * os_n + od * os_d + oh * os_h + ow * os_w)[:, None] + (o * os_c)[None, :]
