@@ -161,7 +161,7 @@ def test_the_image_kernels_lower_for_sm90():
                                                            "BLOCK_P": 64, "BLOCK_C": 32, "H": 1, "W": 1})]
     gemm = dict(TRANSPOSED=False, HAS_BIAS=True, ACTIVATION="silu", HAS_RES=False, DOT="tl.bfloat16", IEEE=False,
                 BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, WIDE=True, EVEN_C=False, ONE_TAP=False, B_DESC=False,
-                SPLIT_K=1, A_TILE=False)
+                SPLIT_K=1, A_TILE=False, A_SHIFT=False, TAPS_W=1, PAD_W=0, DIL_W=1)
     cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
     # the plain convolution's int32 offsets, whole channel blocks and descriptor-read weight, the transposed form
     cases += [(*CONV_GEMM, {**gemm, "WIDE": False, "EVEN_C": True, "BLOCK_N": 256, "UP_D": 1, "UP_H": 1, "UP_W": 1,
@@ -175,6 +175,10 @@ def test_the_image_kernels_lower_for_sm90():
                 "UP_W": 1, "B_DESC": True, "SPLIT_K": 4}),
               (*CONV_GEMM, {**gemm, "WIDE": False, "EVEN_C": True, "UP_D": 1, "UP_H": 1, "UP_W": 1, "B_DESC": True,
                             "A_TILE": True})]
+    # a channels-first conv1d's aligned loads and static shifts (A_SHIFT): HiFi-GAN's k 7, its resblocks' dilation 5
+    cases += [(*CONV_GEMM, {**gemm, "WIDE": False, "EVEN_C": even, "UP_D": 1, "UP_H": 1, "UP_W": 1, "B_DESC": even,
+                            "A_SHIFT": True, "TAPS_W": taps, "PAD_W": pad, "DIL_W": dil})
+              for even, taps, pad, dil in ((True, 7, 3, 1), (False, 3, 5, 5))]
     assert lowering_failures(cases) == []
 
 

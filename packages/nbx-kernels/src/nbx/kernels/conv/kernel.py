@@ -217,6 +217,10 @@ def conv_gemm_kernel(
     adds one scalar offset to them: a channels-first input, whose taps shift its unit-stride positions
     by single elements, is read by scalar loads, and forming each element's 64-bit address a step cost
     ~100 of the loop's 325 SASS instructions on sm_90 (tools/sm90_conv_report.py: 229 with it).
+    A_SHIFT (a channels-first conv1d, stride 1, OW a multiple of 8): one K loop a width tap (TAPS_W,
+    its shift j * DIL_W - PAD_W static), the A tile from two 16-byte aligned loads and a static shift
+    of each 8 positions (_shifted_a); the host keeps it to width-only kernels, whose sums then run in
+    the flat loop's order (tap, then channels).
     SPLIT_K > 1 (grid (tiles, groups, SPLIT_K)): program s walks its share of the K steps and stores
     the float32 sums, no bias nor epilogue, at out + s * split_stride through the o strides (the
     partials, which conv/split.py's epilogue adds in split order).
