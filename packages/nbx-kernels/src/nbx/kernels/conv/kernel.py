@@ -69,44 +69,33 @@ def _eighths(t, BK: tl.constexpr, BM: tl.constexpr):
 
 
 @triton.jit
+def _of8(k: tl.constexpr, e0, e1, e2, e3, e4, e5, e6, e7):
+    if k == 0:
+        v = e0
+    elif k == 1:
+        v = e1
+    elif k == 2:
+        v = e2
+    elif k == 3:
+        v = e3
+    elif k == 4:
+        v = e4
+    elif k == 5:
+        v = e5
+    elif k == 6:
+        v = e6
+    else:
+        v = e7
+    return v
+
+
+@triton.jit
 def _nth(k: tl.constexpr, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7):
     """Slice k of the 16 (lo's 8 then hi's)."""
-    if k < 4:
-        if k == 0:
-            v = e0
-        elif k == 1:
-            v = e1
-        elif k == 2:
-            v = e2
-        else:
-            v = e3
-    elif k < 8:
-        if k == 4:
-            v = e4
-        elif k == 5:
-            v = e5
-        elif k == 6:
-            v = e6
-        else:
-            v = e7
-    elif k < 12:
-        if k == 8:
-            v = f0
-        elif k == 9:
-            v = f1
-        elif k == 10:
-            v = f2
-        else:
-            v = f3
+    if k < 8:
+        v = _of8(k, e0, e1, e2, e3, e4, e5, e6, e7)
     else:
-        if k == 12:
-            v = f4
-        elif k == 13:
-            v = f5
-        elif k == 14:
-            v = f6
-        else:
-            v = f7
+        v = _of8(k - 8, f0, f1, f2, f3, f4, f5, f6, f7)
     return v
 
 
