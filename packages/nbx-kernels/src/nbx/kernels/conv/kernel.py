@@ -69,33 +69,12 @@ def _eighths(t, BK: tl.constexpr, BM: tl.constexpr):
 
 
 @triton.jit
-def _of8(k: tl.constexpr, e0, e1, e2, e3, e4, e5, e6, e7):
-    if k == 0:
-        v = e0
-    elif k == 1:
-        v = e1
-    elif k == 2:
-        v = e2
-    elif k == 3:
-        v = e3
-    elif k == 4:
-        v = e4
-    elif k == 5:
-        v = e5
-    elif k == 6:
-        v = e6
-    else:
-        v = e7
-    return v
-
-
-@triton.jit
-def _nth(k: tl.constexpr, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7):
+def _nth(k: tl.constexpr, lo8, hi8):
     """Slice k of the 16 (lo's 8 then hi's)."""
     if k < 8:
-        v = _of8(k, e0, e1, e2, e3, e4, e5, e6, e7)
+        v = lo8[k]
     else:
-        v = _of8(k - 8, f0, f1, f2, f3, f4, f5, f6, f7)
+        v = hi8[k - 8]
     return v
 
 
@@ -103,16 +82,16 @@ def _nth(k: tl.constexpr, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5
 def _shifted(lo, hi, R: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr):
     """The [BK, BM] tile R (0..7) positions past lo's, from lo and hi (lo's positions + 8): within
     each group of 8 positions, position j is lo's j + R or hi's j + R - 8 (register moves: R is static)."""
-    e0, e1, e2, e3, e4, e5, e6, e7 = _eighths(lo, BK, BM)
-    f0, f1, f2, f3, f4, f5, f6, f7 = _eighths(hi, BK, BM)
-    o0 = _nth(R, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
-    o1 = _nth(R + 1, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
-    o2 = _nth(R + 2, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
-    o3 = _nth(R + 3, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
-    o4 = _nth(R + 4, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
-    o5 = _nth(R + 5, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
-    o6 = _nth(R + 6, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
-    o7 = _nth(R + 7, e0, e1, e2, e3, e4, e5, e6, e7, f0, f1, f2, f3, f4, f5, f6, f7)
+    lo8 = _eighths(lo, BK, BM)
+    hi8 = _eighths(hi, BK, BM)
+    o0 = _nth(R, lo8, hi8)
+    o1 = _nth(R + 1, lo8, hi8)
+    o2 = _nth(R + 2, lo8, hi8)
+    o3 = _nth(R + 3, lo8, hi8)
+    o4 = _nth(R + 4, lo8, hi8)
+    o5 = _nth(R + 5, lo8, hi8)
+    o6 = _nth(R + 6, lo8, hi8)
+    o7 = _nth(R + 7, lo8, hi8)
     # join appends a last dim: (a, b, c) back with c last, so a first
     t = tl.join(tl.join(tl.join(o0, o4), tl.join(o2, o6)), tl.join(tl.join(o1, o5), tl.join(o3, o7)))
     return tl.reshape(t, (BK, BM))
