@@ -109,7 +109,8 @@ class Tensor:
         order = [layout.normalize_dim(d, self.ndim) for d in dims]
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"permute{tuple(dims)} is not a permutation of {self.ndim} dims")
-        return self._view([self.shape[d] for d in order], [self._strides[d] for d in order])
+        return Tensor._of(self._storage, self.dtype, tuple(self.shape[d] for d in order),   # checked above
+                          tuple(self._strides[d] for d in order), self._offset)
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
         ndim = len(self.shape)
@@ -174,8 +175,9 @@ class Tensor:
         if not (0 <= start <= size and 0 <= length <= size - start):
             raise IndexingError(f"narrow(dim={dim}, start={start}, length={length}) is outside size {size}")
         shape = list(self.shape)
-        shape[dim] = length
-        return self._view(shape, self._strides, self._offset + start * self._strides[dim])
+        shape[dim] = int(length)
+        return Tensor._of(self._storage, self.dtype, tuple(shape), self._strides,   # checked above
+                          self._offset + int(start) * self._strides[dim])
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
         if self.ndim == 0:
