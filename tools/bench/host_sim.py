@@ -54,6 +54,16 @@ def stub_triton() -> None:
         dispatch._IMPLEMENTATIONS.pop((op, "cuda"), None)
 
 
+def stub_device_copies(fake) -> None:
+    """A device-to-device cudaMemcpyAsync returns without moving the bytes (the fake moves them on
+    this host: megabytes a call that a GPU's copy engine moves while its host goes on), as the stubbed
+    launcher skips the kernels; its call still costs the runtime wrapper's Python."""
+    from nbx.devices.nvidia import runtime
+    copy = fake.cudaMemcpyAsync.impl
+    fake.cudaMemcpyAsync.impl = lambda dst, src, nbytes, kind, stream: (
+        0 if kind == runtime.DEVICE_TO_DEVICE else copy(dst, src, nbytes, kind, stream))
+
+
 PREFILL = dict(hidden=2048, heads=32, kv_heads=8, head_dim=64, intermediate=8192, tokens=512)
 PREFILL_CASES = ("linear +residual 512x2048x2048", "gated_linear 512x2048->8192", "paged_attention prefill 512",
                  "rotary_embedding q 512", "rotary_kv_cache_write 512", "varlen_attention 512",
@@ -174,7 +184,7 @@ def main(argv=None) -> int:
         import host_timing
         host_timing.time = type("process_clock", (), {"perf_counter_ns": staticmethod(time.process_time_ns)})
     os.environ["NBX_AUTOTUNE_NO_SWEEP"] = "1"   # the device file's tiles: a simulated GPU cannot be timed
-    simulated_cuda()
+    stub_device_copies(simulated_cuda())
     stub_triton()
     if args.parts:
         import host_parts
