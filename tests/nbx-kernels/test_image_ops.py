@@ -61,6 +61,17 @@ def test_the_tiled_chain_is_bit_equal_to_the_untiled_chain_on_the_kernels(device
         np.testing.assert_array_equal(nbx.tiled_conv_chain(x, layers, band).numpy(), full, err_msg=f"band {band}")
 
 
+def test_a_layer_object_met_twice_in_a_chain_is_checked_again_for_an_input_of_other_channels(device):
+    """The bands share each layer's checked convolution (conv's checked_convolution) by layer and input:
+    on the kernels nothing after the front-end's check would refuse the second input."""
+    from nbx.core.errors import ShapeError
+    x = _put(RNG.standard_normal((1, 2, 5, 3)), device)
+    same = nbx.ConvLayer(_put(RNG.standard_normal((2, 2, 3, 3)), device), padding=1)
+    widen = nbx.ConvLayer(_put(RNG.standard_normal((4, 2, 3, 3)), device), padding=1)
+    with pytest.raises(ShapeError, match="takes 2 input channels"):
+        nbx.tiled_conv_chain(x, [same, widen, same], 3)
+
+
 def test_a_conv1d_chain_and_an_upsampling_conv2d_chain_band_bit_equal_on_the_kernels(device):
     """Integer values, as above: the sums are exact, so the check sees the halos and the rows an
     upsampling layer computes before a band's first needed row and drops (every band size and
