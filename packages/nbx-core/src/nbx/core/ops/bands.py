@@ -192,15 +192,16 @@ class _Call:
     def __init__(self):
         self.stats, self._convs = {}, {}
 
-    def conv(self, layer: ConvLayer, band: Tensor, pads) -> Tensor:
-        """layer's convolution of the band, zero-padded by pads ((low, high) a spatial dim)."""
+    def conv(self, layer: ConvLayer, band: Tensor, pads, into: Tensor | None = None) -> Tensor:
+        """layer's convolution of the band, zero-padded by pads ((low, high) a spatial dim), written
+        into the view into when given."""
         key = (id(layer), band.shape[1], band.dtype)
         run = self._convs.get(key)
         if run is None:
             run = self._convs[key] = checked_convolution(band, layer.weight, layer.bias, layer.stride, pads,
                                                          layer.dilation, layer.groups, layer.activation,
                                                          layer.upsample)
-        return run(band, pads)
+        return run(band, pads, into)
 
 
 def _rows(t: Tensor, start: int, stop: int) -> Tensor:
@@ -208,9 +209,10 @@ def _rows(t: Tensor, start: int, stop: int) -> Tensor:
     return t.narrow(2, start, stop - start)
 
 
-def _run_band(layers, steps, band: Tensor, call: _Call) -> Tensor:
-    """The band (its first layer's rows held) through the layers: the last one's rows of the band."""
-    for layer, (held, need, inner) in zip(layers, steps):
+def _run_band(layers, steps, band: Tensor, call: _Call, into: Tensor | None = None) -> Tensor:
+    """The band (its first layer's rows held) through the layers: the last one's rows of the band,
+    written into the view into when given (a last convolution stores them there: no copy)."""
+    for index, (layer, (held, need, inner)) in enumerate(zip(layers, steps)):
         if isinstance(layer, GroupNormLayer):
             band = _normalized(layer, band, call.stats[id(layer)])
         elif isinstance(layer, Residual):
@@ -220,7 +222,10 @@ def _run_band(layers, steps, band: Tensor, call: _Call) -> Tensor:
             band = out + (skip if layer.shortcut is None else call.conv(layer.shortcut, skip,
                                                                         ((0, 0),) * (skip.ndim - 2)))
         else:
-            band = _band_layer(layer, band, held, need, call)
+            band = _band_layer(layer, band, held, need, call, into if index == len(layers) - 1 else None)
+    if into is not None and band is not into:
+        into._copy_from(band)
+        return into
     return band
 
 
@@ -235,17 +240,19 @@ def _normalized(layer: GroupNormLayer, band: Tensor, moments) -> Tensor:
 
 
 
-def _band_layer(layer: ConvLayer, band: Tensor, held, need, call: _Call) -> Tensor:
+def _band_layer(layer: ConvLayer, band: Tensor, held, need, call: _Call, into: Tensor | None) -> Tensor:
+    """The layer's rows of the band (into: the view they are stored into, unless the layer upsamples:
+    its convolution's rows start before the ones needed)."""
     other_pads = layer.rows[4]
     if layer.upsample > 1:
         return _upsampled_band_layer(layer, band, held, need, other_pads, call)
     top, bottom = held[0] - need[0], need[1] - held[1]   # > 0 only at the image's edges
     if layer.padding_mode == "zeros":
         start, stop = max(need[0], held[0]) - held[0], min(need[1], held[1]) - held[0]
-        return call.conv(layer, _rows(band, start, stop), ((max(top, 0), max(bottom, 0)), *other_pads))
+        return call.conv(layer, _rows(band, start, stop), ((max(top, 0), max(bottom, 0)), *other_pads), into)
     padded = pad_spatial(band, ((max(top, 0), max(bottom, 0)), *other_pads), layer.padding_mode)
     origin = held[0] - max(top, 0)   # the image row of the padded band's first row
-    return call.conv(layer, _rows(padded, need[0] - origin, need[1] - origin), ((0, 0),) * (band.ndim - 2))
+    return call.conv(layer, _rows(padded, need[0] - origin, need[1] - origin), ((0, 0),) * (band.ndim - 2), into)
 
 
 def _upsampled_band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads, call: _Call) -> Tensor:
@@ -306,8 +313,9 @@ def _check_norms(norms) -> None:
                             "its own (their statistics differ)")
 
 
-def _banded(x: Tensor, layers, band_rows: int, call: _Call, sink) -> None:
-    """Each band of the chain's output rows [first, last) handed to sink(first, last, band)."""
+def _banded(x: Tensor, layers, band_rows: int, call: _Call, sink, target=None) -> None:
+    """Each band of the chain's output rows [first, last) handed to sink(first, last, band), computed
+    into target(first, last) where that gives a view (the output's rows) rather than None."""
     heights = _heights(x.shape[2], layers)
     for first in range(0, heights[-1], band_rows):
         last = min(first + band_rows, heights[-1])
@@ -315,7 +323,7 @@ def _banded(x: Tensor, layers, band_rows: int, call: _Call, sink) -> None:
             sink(first, last, _rows(x, first, last))
             continue
         steps = _plan_band(first, last, layers, heights)
-        band = _run_band(layers, steps, _rows(x, *steps[0][0]), call)
+        band = _run_band(layers, steps, _rows(x, *steps[0][0]), call, target and target(first, last))
         assert band.shape[2] == last - first, "a band's rows follow its plan"
         sink(first, last, band)
 
@@ -371,11 +379,14 @@ def tiled_conv_chain(x: Tensor, layers, band_rows: int) -> Tensor:
         call.stats[id(norm)] = _statistics(x, prefix, norm, band_rows, call)
     result = {}
 
+    def target(first, last):   # the bands after the first one (which gives the output's layout)
+        return _rows(result["out"], first, last) if "out" in result else None
+
     def write(first, last, band):
         if "out" not in result:
             result["out"] = _output_like(band, _heights(x.shape[2], layers)[-1])
-        _rows(result["out"], first, last)._copy_from(band)
-    _banded(x, layers, band_rows, call, write)
+            _rows(result["out"], first, last)._copy_from(band)
+    _banded(x, layers, band_rows, call, write, target)
     return result["out"]
 
 

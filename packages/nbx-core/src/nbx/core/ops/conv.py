@@ -114,7 +114,9 @@ def checked_convolution(x: Tensor, weight: Tensor, bias, stride, padding, dilati
     batched x, checked as the front-end checks it, as a function run(band, pads) that convolves
     any input of x's channels, dtype and device (zero-padded by pads, (low, high) pairs of ints) by
     the device's implementation without checking it again: for a caller that convolves many inputs
-    alike (tiled_conv_chain's bands), whose pads it derives itself."""
+    alike (tiled_conv_chain's bands), whose pads it derives itself. run(band, pads, into) writes the
+    result into the view into (of its shape and dtype, any strides; the kernels store there
+    directly) and returns it."""
     n = weight.ndim - 2
     op = f"conv{n}d"
     _check_operands(op, n, x, weight, bias)
@@ -124,8 +126,10 @@ def checked_convolution(x: Tensor, weight: Tensor, bias, stride, padding, dilati
                                                                  groups, activation, upsample)
     impl, extra = implementation(op, x.device), (upsample,) if upsample > 1 else ()
 
-    def run(band: Tensor, pads) -> Tensor:
-        return impl(band, weight, bias, stride, pads, dilation, groups, activation, None, *extra)
+    def run(band: Tensor, pads, into: Tensor | None = None) -> Tensor:
+        if into is None:
+            return impl(band, weight, bias, stride, pads, dilation, groups, activation, None, *extra)
+        return impl(band, weight, bias, stride, pads, dilation, groups, activation, None, upsample, into=into)
     return run
 
 
@@ -349,9 +353,16 @@ def _register_conv(op: str, ref) -> None:
     reference.register(op, ref)
 
     @register(op, "cpu")
-    def cpu(x, weight, bias, stride, pads, dilation, groups, activation, residual, upsample=1):
-        return wrap(ref(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual,
-                        upsample=upsample), x.dtype)
+    def cpu(x, weight, bias, stride, pads, dilation, groups, activation, residual, upsample=1, into=None):
+        out = wrap(ref(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual,
+                       upsample=upsample), x.dtype)
+        return out if into is None else _written(into, out)
+
+
+def _written(into: Tensor, out: Tensor) -> Tensor:
+    """into (an implementation's into=: a view of the output's shape and dtype, any strides) holding out."""
+    into._copy_from(out)
+    return into
 
 
 for _n in (1, 2, 3):

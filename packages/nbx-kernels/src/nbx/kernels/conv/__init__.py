@@ -15,7 +15,7 @@ keeps the input's layout: channels-last in, channels-last out (as torch).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from nbx.core import dtypes
@@ -25,7 +25,7 @@ from nbx.core.ops.conv import conv_out_size, transpose_out_size
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans
-from ..cost import Cost, declares, price
+from ..cost import RESULT, Cost, declares, price
 from ..elementwise.casts import COMPILED
 from ..matmul import INT32_MAX
 from ..matmul.epilogue import TMA_ALIGN, TMA_DTYPES
@@ -161,8 +161,11 @@ def _spatial(shape, strides, n: int):
 
 
 def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, pads, dilation, groups, device,
-               setting, epilogue: Epilogue = NO_EPILOGUE, upsample: int = 1, w_aligned: bool = False) -> LaunchPlan:
-    """upsample > 1 (the implicit GEMM only): the convolution of x's nearest upsampling by it."""
+               setting, epilogue: Epilogue = NO_EPILOGUE, upsample: int = 1, w_aligned: bool = False,
+               into_strides=None) -> LaunchPlan:
+    """upsample > 1 (the implicit GEMM only): the convolution of x's nearest upsampling by it;
+    into_strides: the logical (N, C, *S) strides of a caller's view the kernels store into (the
+    "out" value then, not allocated), else those of the plan's output storage."""
     n = len(x_shape) - 2
     read_shape = x_shape
     x_shape = (*x_shape[:2], *(s * upsample for s in x_shape[2:]))   # the image the convolution sees
@@ -173,6 +176,7 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
     cl = is_channels_last(x_shape, x_strides)
     storage, o_strides, view = storage_layout(batch, out_channels, outs, cl)
     sizes, xs = _spatial(x_shape, x_strides, n)
+    o_strides = o_strides if into_strides is None else tuple(into_strides)
     os_ = (o_strides[0], o_strides[1], *three(o_strides[2:], 0))
     geometry = (batch, c_g, groups, o_g, sizes, three(outs, 1), three(kernel, 1), three(stride, 1),
                 three([p[0] for p in pads], 0), three(dilation, 1))
@@ -257,25 +261,27 @@ def _product_operands(x: Tensor, weight: Tensor):
 
 
 def conv_plan(x, weight, bias, stride, pads, dilation, groups, setting=None, activation=None,
-              residual=None, upsample: int = 1) -> LaunchPlan:
+              residual=None, upsample: int = 1, into_strides=None) -> LaunchPlan:
     epilogue = Epilogue(activation, residual_strides(residual))
     aligned = weight.data_ptr() % TMA_ALIGN == 0   # a descriptor's base (B_DESC)
     key = ("conv", _layout(x), _layout(weight), bias is not None, stride, pads, dilation, groups, x.device,
-           plans.setting_key(setting), epilogue, upsample, aligned)
+           plans.setting_key(setting), epilogue, upsample, aligned, into_strides)
     return plans.cached("conv", key, lambda: _conv_plan(x.shape, x.strides, weight.shape, weight.strides,
                                                         bias is not None, x.dtype, stride, pads, dilation, groups,
-                                                        x.device, setting, epilogue, upsample, aligned))
+                                                        x.device, setting, epilogue, upsample, aligned, into_strides))
 
 
 def launch_conv(x, weight, bias, stride, pads, dilation, groups, out=None, setting=None, activation=None,
-                residual=None, upsample: int = 1) -> Tensor:
+                residual=None, upsample: int = 1, into: Tensor | None = None) -> Tensor:
     """The convolution through the window or implicit-GEMM kernel, activation(conv + bias) +
     residual (out: the plan's storage buffer when given; setting overrides the served one: the
-    certifier's); upsample > 1: of x's nearest upsampling, fused into the GEMM's input load."""
-    plan = conv_plan(x, weight, bias, stride, pads, dilation, groups, setting, activation, residual, upsample)
-    values = plans.execute(plan, {"x": x, "w": weight, "bias": x if bias is None else bias, "out": out,
-                                  "res": residual})
-    return values["out"].permute(*plan.detail.view)
+    certifier's); upsample > 1: of x's nearest upsampling, fused into the GEMM's input load;
+    into: a view of the output's shape and dtype, any strides, that the kernel stores into (returned)."""
+    plan = conv_plan(x, weight, bias, stride, pads, dilation, groups, setting, activation, residual, upsample,
+                     None if into is None else into.strides)
+    values = plans.execute(plan, {"x": x, "w": weight, "bias": x if bias is None else bias,
+                                  "out": out if into is None else into, "res": residual})
+    return into if into is not None else values["out"].permute(*plan.detail.view)
 
 
 def _product_residual(residual: Tensor | None):
@@ -285,15 +291,21 @@ def _product_residual(residual: Tensor | None):
     return residual.permute(0, *range(2, residual.ndim), 1).reshape(-1, residual.shape[1])
 
 
-def _convolution(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None, upsample=1):
+def _convolution(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None, upsample=1,
+                 into=None):
+    """into: a view of the output's shape and dtype (any strides) that receives it (returned):
+    stored there by the window and implicit-GEMM kernels, copied there from the product's rows."""
     check_dtype(f"conv{x.ndim - 2}d", x.dtype)
     if upsample == 1 and is_product(x, weight, stride, pads, dilation, groups):
         from nbx.core.ops.products import linear
         rows, w = _product_operands(x, weight)
         out = linear(rows, w, bias, activation=activation, residual=_product_residual(residual))
-        return out.reshape(x.shape[0], *x.shape[2:], weight.shape[0]).permute(0, x.ndim - 1, *range(1, x.ndim - 1))
+        out = out.reshape(x.shape[0], *x.shape[2:], weight.shape[0]).permute(0, x.ndim - 1, *range(1, x.ndim - 1))
+        if into is not None:
+            into._copy_from(out)
+        return out if into is None else into
     return launch_conv(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual,
-                       upsample=upsample)
+                       upsample=upsample, into=into)
 
 
 def _transposed(x, weight, bias, stride, padding, output_padding, groups, dilation):
@@ -316,10 +328,17 @@ def _cost(plan: LaunchPlan) -> Cost:
     return Cost(plan.buffers(), plan.detail.bytes_moved, plan.detail.flops, len(plan.launches))
 
 
-def _conv_cost(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None, upsample=1) -> Cost:
+def _conv_cost(x, weight, bias, stride, pads, dilation, groups, activation=None, residual=None, upsample=1,
+               into=None) -> Cost:
+    """into: the product's copy there is one more launch reading and writing the output; the
+    kernels that store into it allocate no output."""
     if upsample == 1 and is_product(x, weight, stride, pads, dilation, groups):
-        return price("linear", *_product_operands(x, weight), bias, activation, _product_residual(residual))
-    return _cost(conv_plan(x, weight, bias, stride, pads, dilation, groups, None, activation, residual, upsample))
+        cost = price("linear", *_product_operands(x, weight), bias, activation, _product_residual(residual))
+        return cost if into is None else replace(cost, bytes_moved=cost.bytes_moved + 2 * into.nbytes,
+                                                 launches=cost.launches + 1)
+    cost = _cost(conv_plan(x, weight, bias, stride, pads, dilation, groups, None, activation, residual, upsample,
+                           None if into is None else into.strides))
+    return cost if into is None else replace(cost, buffers=tuple(b for b in cost.buffers if b.lifetime != RESULT))
 
 
 def _transpose_cost(x, weight, bias, stride, padding, output_padding, groups, dilation) -> Cost:
