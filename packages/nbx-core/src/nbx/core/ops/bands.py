@@ -340,31 +340,33 @@ def _norms_in_order(layers, before=()) -> list:
 
 
 def _statistics(x: Tensor, prefix, norm: GroupNormLayer, band_rows: int, call: _Call) -> list:
-    """Per sample, the (mean, variance) of the norm's input, combined band by band in float64 and
-    uploaded once as per-channel tensors (each group's repeated over its channels) of the band's
-    statistics dtype, which _normalized hands every band's batch_norm."""
-    ops = _ops()
-    total = {"count": 0, "mean": 0.0, "m2": 0.0}
+    """Per sample, the (mean, variance) of the norm's input: each band's on the device, brought to
+    the host together once the bands are queued (one wait, not one a band), combined in float64
+    (Chan's rule) and uploaded once as per-channel tensors (each group's repeated over its
+    channels) of the band's statistics dtype, which _normalized hands every band's batch_norm."""
+    from .datamove import concat
+    from ..tensor import from_numpy
+    ops, counts, moments, seen = _ops(), [], [], {}
 
     def gather(first, last, band):
         n, c = band.shape[:2]
         if c % norm.num_groups:
             raise ShapeError(f"tiled_conv_chain: num_groups {norm.num_groups} does not divide the {c} channels")
         values = band.to(dtype=dtypes.statistics_dtype(band.dtype)).reshape(n, norm.num_groups, -1)
-        count = values.shape[2]
-        mean = ops.mean(values, axis=2).numpy().astype(np.float64)
-        m2 = ops.var(values, axis=2).numpy().astype(np.float64) * count
-        before, delta = total["count"], mean - total["mean"]
-        total["count"] = before + count
-        total["mean"] = total["mean"] + delta * count / total["count"]
-        total["m2"] = total["m2"] + m2 + delta * delta * before * count / total["count"]
-        total["channels"], total["dtype"], total["device"] = c, band.dtype, band.device
+        counts.append(values.shape[2])
+        moments.extend((ops.mean(values, axis=2), ops.var(values, axis=2)))
+        seen.update(channels=c, dtype=band.dtype, device=band.device)
     _banded(x, prefix, band_rows, call, gather)
-    from ..tensor import from_numpy
-    per, host = total["channels"] // norm.num_groups, dtypes.statistics_dtype(total["dtype"]).host
-    moments = (total["mean"], total["m2"] / total["count"])
-    return [tuple(from_numpy(np.repeat(a[n], per).astype(host), total["device"]) for a in moments)
-            for n in range(len(moments[0]))]
+    host = concat(moments, axis=0).numpy().astype(np.float64).reshape(len(counts), 2, *moments[0].shape)
+    total, mean, m2 = 0, 0.0, 0.0
+    for count, (band_mean, band_var) in zip(counts, host):
+        before, delta = total, band_mean - mean
+        total = before + count
+        mean = mean + delta * count / total
+        m2 = m2 + band_var * count + delta * delta * before * count / total
+    per, dtype = seen["channels"] // norm.num_groups, dtypes.statistics_dtype(seen["dtype"]).host
+    return [tuple(from_numpy(np.repeat(a[n], per).astype(dtype), seen["device"]) for a in (mean, m2 / total))
+            for n in range(mean.shape[0])]
 
 
 def tiled_conv_chain(x: Tensor, layers, band_rows: int) -> Tensor:
