@@ -47,11 +47,11 @@ def stub_triton() -> None:
 
     triton.runtime.jit.JITFunction.__getitem__ = lambda self, grid: (lambda *args, **meta: Compiled())
     plans._stream_of = lambda index: 0
-    # the tests' fake serves copy_/fill_ by the backend's host round trips (it runs no Triton); on a GPU
-    # the kernels' copies serve them (a band written into an output, a strided clone): their launches here
+    # the tests' fake serves copy_ by the backend's host round trip of a strided pair (it runs no Triton);
+    # on a GPU the kernels' copy serves it (a band written into an output, a strided clone): its launch
+    # here. fill_ stays the fake's memsets: what they zero (a kernel's check flags) is read back.
     from nbx.core import dispatch
-    for op in ("copy_", "fill_"):
-        dispatch._IMPLEMENTATIONS.pop((op, "cuda"), None)
+    dispatch._IMPLEMENTATIONS.pop(("copy_", "cuda"), None)
 
 
 def stub_device_copies(fake) -> None:
