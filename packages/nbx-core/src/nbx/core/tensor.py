@@ -105,12 +105,13 @@ class Tensor:
         return Tensor._of(self._storage, self.dtype, new_shape, tuple(strides), self._offset)  # checked above
 
     def permute(self, *dims) -> "Tensor":
-        dims = layout.shape_args(dims)
-        order = [layout.normalize_dim(d, self.ndim) for d in dims]
-        if sorted(order) != list(range(self.ndim)):
-            raise ShapeError(f"permute{tuple(dims)} is not a permutation of {self.ndim} dims")
-        return Tensor._of(self._storage, self.dtype, tuple(self.shape[d] for d in order),   # checked above
-                          tuple(self._strides[d] for d in order), self._offset)
+        dims, n = layout.shape_args(dims), len(self.shape)
+        order = [d if type(d) is int and 0 <= d < n else layout.normalize_dim(d, n) for d in dims]
+        if sorted(order) != list(range(n)):
+            raise ShapeError(f"permute{tuple(dims)} is not a permutation of {n} dims")
+        shape, strides = self.shape, self._strides   # list displays: a view is a hot path (every conv output)
+        return Tensor._of(self._storage, self.dtype, tuple([shape[d] for d in order]),   # checked above
+                          tuple([strides[d] for d in order]), self._offset)
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
         ndim = len(self.shape)
