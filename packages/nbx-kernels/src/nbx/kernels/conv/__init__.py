@@ -250,7 +250,7 @@ def _layout(t: Tensor | None):
 
 def is_product(x: Tensor, weight: Tensor, stride, pads, dilation, groups) -> bool:
     """A 1 x 1 convolution of a channels-last input: a product of (positions, C) by weight.T."""
-    return (groups == 1 and all(k == 1 for k in weight.shape[2:]) and all(s == 1 for s in stride)
+    return (groups == 1 and weight.shape[2:] == (1,) * len(stride) and all(s == 1 for s in stride)
             and all(p == (0, 0) for p in pads) and is_channels_last(x.shape, x.strides)
             and x.permute(0, *range(2, x.ndim), 1).is_contiguous() and weight.is_contiguous())
 
@@ -262,13 +262,14 @@ def _product_operands(x: Tensor, weight: Tensor):
 
 def conv_plan(x, weight, bias, stride, pads, dilation, groups, setting=None, activation=None,
               residual=None, upsample: int = 1, into_strides=None) -> LaunchPlan:
-    epilogue = Epilogue(activation, residual_strides(residual))
+    res = residual_strides(residual)   # the key holds the epilogue's fields: its object is made for a new plan
     aligned = weight.data_ptr() % TMA_ALIGN == 0   # a descriptor's base (B_DESC)
     key = ("conv", _layout(x), _layout(weight), bias is not None, stride, pads, dilation, groups, x.device,
-           plans.setting_key(setting), epilogue, upsample, aligned, into_strides)
+           plans.setting_key(setting), activation, res, upsample, aligned, into_strides)
     return plans.cached("conv", key, lambda: _conv_plan(x.shape, x.strides, weight.shape, weight.strides,
                                                         bias is not None, x.dtype, stride, pads, dilation, groups,
-                                                        x.device, setting, epilogue, upsample, aligned, into_strides))
+                                                        x.device, setting, Epilogue(activation, res), upsample,
+                                                        aligned, into_strides))
 
 
 def launch_conv(x, weight, bias, stride, pads, dilation, groups, out=None, setting=None, activation=None,
