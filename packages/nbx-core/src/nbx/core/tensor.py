@@ -170,7 +170,8 @@ class Tensor:
         return self._view(shape, strides)
 
     def narrow(self, dim: int, start: int, length: int) -> "Tensor":
-        dim = layout.normalize_dim(dim, self.ndim)
+        n = len(self.shape)
+        dim = dim if type(dim) is int and 0 <= dim < n else layout.normalize_dim(dim, n)
         size = self.shape[dim]
         start = start + size if start < 0 else start
         if not (0 <= start <= size and 0 <= length <= size - start):

@@ -13,7 +13,13 @@ replicate layer pads the band with `pad` (the band then holds the real rows the 
 reads) and crops it to the rows needed. An upsampling layer holds the stored rows whose upsampled
 rows cover the ones needed; when the needed rows start inside a stored row (or off the stride's
 grid), the band's convolution computes the few output rows before them too and drops them. Each
-band's output rows are written into the full output.
+band's output rows are written into the full output: after the first band (which gives the
+output its layout), the last convolution stores them there itself (into=).
+
+Host time (a GPU waits on it: 8 bands of 2 convolutions are 16 launches): each layer's
+convolution is checked once a call on its first band (conv's checked_convolution, the
+front-end's own checks) and every band calls the device's implementation with the pads it
+derives; a layer's row geometry is worked out once (ConvLayer.rows).
 
 Every output element is then computed from the same input values by the same kernel arithmetic as
 in `conv_chain` (the untiled chain), so the two are bit-equal wherever the convolution's
