@@ -143,8 +143,8 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, dtype, d
     meta.update(WIDE=max(reaches) - 1 > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
                 ONE_TAP=prod(kernel) == 1)
     meta.update(B_DESC=w_aligned and meta["EVEN_C"] and _weight_rows(w_strides, c_g, o_g, kernel, dtype, device))
-    args = (Slot("x"), Slot("w", offset=w_offset), Slot("bias"), Slot("out", offset=out_offset), res_slot, batch, c_g, *sizes, o_g, *outs, *kernel,
-            *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides)
+    args = (Slot("x"), Slot("w", offset=w_offset), Slot("bias"), Slot("out", offset=out_offset), res_slot, batch, c_g,
+            *sizes, o_g, *outs, *kernel, *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides)
     return Launch(conv_gemm_kernel, (tiles, groups), args, meta), tile
 
 
