@@ -110,11 +110,12 @@ def test_the_k_loop_walks_every_tap_and_channel_block_of_a_strided_dilated_conv(
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_channels_last_weight_is_read_through_a_descriptor_and_matches_the_oracle(device, check, dtype):
-    """Whole channel blocks (interp's block_k 16) of a dense channels-last weight: its [O, taps x C]
-    rows come through a tensor descriptor (B_DESC); two groups of 5 output channels, so a tile's
-    rows past its group read the next group's weights (never stored) or zeros past the last."""
-    x = _put(RNG.standard_normal((1, 32, 5, 6)), device, dtype, channels_last=True)
-    w = _put(RNG.standard_normal((10, 16, 3, 3)) / 12, device, dtype, channels_last=True)
+    """Whole channel blocks of a dense channels-last weight: its [O, taps x C] rows come through a
+    tensor descriptor (B_DESC); two groups of 5 output channels, so a tile's rows past its group read
+    the next group's weights (never stored) or zeros past the last. 128 channels a group: every
+    tile's block_k (16 on interp, up to 128 on the H200) divides them (EVEN_C, which B_DESC needs)."""
+    x = _put(RNG.standard_normal((1, 256, 5, 6)), device, dtype, channels_last=True)
+    w = _put(RNG.standard_normal((10, 128, 3, 3)) / 34, device, dtype, channels_last=True)
     b = _put(RNG.standard_normal(10), device, dtype)
     out = nbx.conv2d(x, w, b, 1, 1, 1, 2)
     check(out, nbx.oracle("conv2d", x, w, b, 1, 1, 1, 2), device)
@@ -258,6 +259,16 @@ def test_1d_pooling_and_global_average_pooling(device, check):
     check(nbx.max_pool1d(x, 4, 3, 2, ceil_mode=True), nbx.oracle("max_pool1d", x, 4, 3, 2, 1, True)[0], device)
     check(nbx.avg_pool1d(x, 3), nbx.oracle("avg_pool1d", x, 3), device)
     check(nbx.adaptive_avg_pool1d(x, 1), nbx.oracle("adaptive_avg_pool1d", x, 1), device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_global_average_pool_of_a_channels_last_input_is_one_mean_launch_and_priced_as_it(device, check, dtype):
+    x = _put(RNG.standard_normal((3, 40, 7, 5)), device, dtype, channels_last=True)
+    out = nbx.adaptive_avg_pool2d(x, 1)
+    assert out.shape == (3, 40, 1, 1) and out.dtype == x.dtype
+    check(out, nbx.oracle("adaptive_avg_pool2d", x, 1), device)
+    priced = cost.price("adaptive_avg_pool2d", x, (1, 1))
+    assert priced.launches == 1 and [b.nbytes for b in priced.buffers if b.lifetime == "result"] == [out.nbytes]
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
