@@ -53,6 +53,21 @@ def test_the_smallest_launch_of_a_key_lies_in_its_classes(hopper):
     assert keys.smallest(keys.form("mm", spec, hopper, m=70, n=7, dtype="float32"), spec, hopper)["m"] == 80
 
 
+def test_the_smallest_launch_takes_the_observed_launchs_specializations_so_the_screen_compiles_its_variant(hopper):
+    """Triton compiles an integer argument equal to 1, or a multiple of 16, into a variant of its own:
+    a screen on sizes of the launch's own kinds builds the kernel that launch then loads."""
+    spec = {"m": "dims", "n": "dims", "dtype": "dtype"}
+    key = keys.form("mm", spec, hopper, m=4001, n=1, dtype="bfloat16")
+    small = keys.smallest(key, spec, hopper, like=key.observed)
+    assert (small["m"], small["n"]) == (3969, 1)   # 4001 is no multiple of 16: neither is 3969
+    assert keys.form("mm", spec, hopper, **small) == key
+    assert keys.smallest(key, spec, hopper)["m"] == 3984   # unobserved: a multiple of 16
+    for m in (3969, 3970, 3984, 4000, 4001):
+        got = keys.smallest(key, spec, hopper, like={"m": m, "n": 1})["m"]
+        assert keys.specialization(got) == keys.specialization(m) and keys.form(
+            "mm", spec, hopper, m=got, n=1, dtype="bfloat16") == key
+
+
 ROWS = Tunable("rows_fake", params={"num_warps": (4, 8)},
                key={"width": "exact", "elements": "elements", "dtype": "dtype", "strided": "flag"})
 

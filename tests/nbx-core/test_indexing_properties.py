@@ -44,8 +44,8 @@ def test_getitem_with_one_integer_array_among_basic_indices_matches_numpy(case):
     expected = base[key]
     got = t[tuple(nbx.asarray(k) if isinstance(k, np.ndarray) else k for k in key)]
     np.testing.assert_array_equal(got.numpy(), expected)
-    if any(isinstance(k, np.ndarray) for k in key):  # the take path that devices without host memory use
-        taken = indexing._one_array_take(t, tuple(nbx.asarray(k) if isinstance(k, np.ndarray) else k for k in key))
+    if any(isinstance(k, np.ndarray) for k in key):  # the take path every device but the cpu uses
+        taken = indexing._device_take(t, tuple(nbx.asarray(k) if isinstance(k, np.ndarray) else k for k in key))
         assert taken.shape == expected.shape
         np.testing.assert_array_equal(taken.numpy(), expected)
 

@@ -131,7 +131,11 @@ def test_gpu_varlen_and_fused_write_declared_allocations_equal_the_pools_measure
     device = nbx.as_device("cuda")
     q, k, v, cu_q, cu_k = packed(device, [300, 0, 1000, 7], [300, 5, 1000, 7], hq=32, hk=8, e=128, ev=128)
     declared = price("varlen_attention", q, k, v, cu_q, cu_k, None, AttentionOptions(1 / math.sqrt(128), True), True)
-    peak, _ = measured(lambda: nbx.varlen_attention(q, k, v, cu_q, cu_k, is_causal=True, return_lse=True))
+    # the first launch of a key served a neighbour's setting screens it on its own small instance
+    # (its buffers counted then: 512 KiB here); the declaration is of every call after it
+    call = lambda: nbx.varlen_attention(q, k, v, cu_q, cu_k, is_causal=True, return_lse=True)  # noqa: E731
+    call()
+    peak, _ = measured(call)
     assert declared.allocated == peak
     cache = [on(device, np.zeros((64, 16, 8, 128)), "bfloat16") for _ in range(2)]
     kk, vv = (on(device, rng.standard_normal((64, 8, 128)), "bfloat16") for _ in range(2))
@@ -139,5 +143,7 @@ def test_gpu_varlen_and_fused_write_declared_allocations_equal_the_pools_measure
     cos, sin = nbx.rope_tables({"head_dim": 128, "rope_theta": 500000.0}, 4096, dtype="bfloat16", device=device)
     slots = positions = on(device, np.arange(64) * 7)
     declared = price("rotary_kv_cache_write", kk, vv, cos, sin, positions, *cache, slots, q=qq)
-    peak, _ = measured(lambda: nbx.rotary_kv_cache_write(kk, vv, cos, sin, positions, *cache, slots, q=qq))
+    write = lambda: nbx.rotary_kv_cache_write(kk, vv, cos, sin, positions, *cache, slots, q=qq)  # noqa: E731
+    write()
+    peak, _ = measured(write)
     assert declared.allocated == peak

@@ -4,7 +4,7 @@ masks over leading dims, __setitem__ through the same keys, and out-of-range key
 with the target unchanged. Few examples: each is a handful of interpreted launches on interp."""
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import nbx.core as nbx
 from nbx.core.errors import IndexingError
@@ -79,3 +79,27 @@ def test_an_out_of_range_index_is_refused_by_name_and_leaves_the_target_unchange
         t[bad] = 1.0
         t.numpy()
     np.testing.assert_array_equal(t.numpy(), base)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=array_and_key())
+def test_the_device_path_of_advanced_keys_matches_numpy_over_many_keys_run_on_the_cpu(case):
+    """The path every device but the cpu takes (takes and index_copies over a view), run on cpu
+    tensors, where its primitives are numpy's: many keys cheaply; the test above runs it on devices."""
+    from nbx.core import indexing
+    base, key = case
+    assume(any(isinstance(k, np.ndarray) for k in key))   # basic keys are views, on every device
+    t = nbx.asarray(base.copy())
+    try:
+        expected = base[key]
+    except IndexError:
+        with pytest.raises(nbx.NbxError):
+            indexing._device_take(t, on("cpu", key))
+        return
+    np.testing.assert_array_equal(indexing._device_take(t, on("cpu", key)).numpy(), expected)
+    places = np.arange(base.size).reshape(base.shape)[key]
+    if np.unique(places).size == places.size:
+        target, values = base.copy(), -np.arange(expected.size, dtype=np.float32).reshape(expected.shape) - 1
+        target[key] = values
+        indexing._device_put(t, on("cpu", key), nbx.asarray(values))
+        np.testing.assert_array_equal(t.numpy(), target)

@@ -209,15 +209,24 @@ def representative(key: LaunchKey, spec, facts) -> dict:
 
 
 # Triton specializes an integer argument divisible by 16 (and one equal to 1) into its own compiled
-# kernel: a screen on sizes that are multiples of 16 compiles the variant most launches take.
+# kernel: a screen on sizes of the launch's own kinds compiles the variant that launch takes.
 ALIGN = 16
 
 
-def smallest(key: LaunchKey, spec, facts) -> dict:
-    """The key's smallest launch: each classed size at the smallest multiple of ALIGN in its class (the
-    smallest size where the class holds none), dtypes as DType objects.
+def specialization(value: int) -> int:
+    """How Triton specializes an integer argument of this value: 1 (equal to 1), ALIGN (a multiple
+    of it) or 0 (neither)."""
+    return 1 if value == 1 else ALIGN if value % ALIGN == 0 else 0
 
-    A setting served to a key it was not proven on (a neighbour's) is screened on this instance.
+
+def smallest(key: LaunchKey, spec, facts, like: Mapping[str, int] | None = None) -> dict:
+    """The key's smallest launch: each classed size at the smallest size of its class that Triton
+    specializes as it does the size in `like` (the launch observed: key.observed), else as a multiple
+    of ALIGN (the variant most launches take); the class's smallest size where it holds none of that
+    kind. dtypes as DType objects.
+
+    A setting served to a key it was not proven on (a neighbour's) is screened on this instance, so the
+    screen's compile is the one its launch then loads.
     """
     from .space import smallest_in_class
     kinds = dict(check_spec(key.kernel, spec))
@@ -226,9 +235,20 @@ def smallest(key: LaunchKey, spec, facts) -> dict:
         kind = kinds[name]
         if kind in LADDERS:
             low = smallest_in_class(_ladder(key.kernel, name, kind, facts), value)
-            aligned = -(-low // ALIGN) * ALIGN
-            value = aligned if aligned <= value else low
+            want = specialization(like[name]) if like and name in like else ALIGN
+            value = _smallest_of_kind(low, value, want)
         elif kind == "dtype":
             value = _BY_KEY_SPELLING[value]
         rep[name] = value
     return rep
+
+
+def _smallest_of_kind(low: int, top: int, want: int) -> int:
+    """The smallest size in [low, top] that specialization() calls `want`; low where none is."""
+    if want == 1:
+        return 1 if low <= 1 <= top else low
+    if want == ALIGN:
+        aligned = -(-low // ALIGN) * ALIGN
+        return aligned if aligned <= top else low
+    size = next((v for v in range(low, min(top, low + ALIGN + 1) + 1) if specialization(v) == 0), None)
+    return low if size is None else size

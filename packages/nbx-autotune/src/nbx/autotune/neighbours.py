@@ -8,8 +8,9 @@ reverse loses to a smaller one), then the key's text (a fixed order, so every ru
 
 Before it is served, the neighbour's setting is pruned as a sweep of this key would prune it
 (device limits, the kernel's constraint, `fits` at the key's representative) and screened once
-against the float64 oracle on this key's own smallest launch (keys.smallest: sizes at the
-smallest multiple of 16 in their classes), comparing at most
+against the float64 oracle on this key's own smallest launch (keys.smallest: the smallest sizes
+in their classes that Triton specializes as it does the launch's own, so the screen's compile is
+the one the launch loads), comparing at most
 `autotune.neighbour_screen_max_bytes` of output rows. A setting that fails is never served: the
 next neighbour is tried. Nothing is timed. A verdict is screened once per machine: it is kept in the
 local cache and read by later processes while all that decides it is unchanged (verdicts.py).
@@ -72,13 +73,16 @@ class Screener:
         self.work = None
 
     def verdict(self, setting) -> screen.Verdict:
-        text = str(self.key)
+        # the instance takes the observed launch's specializations (keys.smallest's like): kept per kind
+        kinds = ",".join(f"{name}:{keys.specialization(v)}" for name, v in sorted(self.key.observed.items()))
+        text = f"{self.key} like {kinds}" if kinds else str(self.key)
         if self.kept is not None:
             found = self.kept.get(self.tunable.name, text, setting, self.where)
             if found is not None:
                 return found
         if self.work is None:
-            self.work = self.tunable.workload(keys.smallest(self.key, self.tunable.key, self.facts), self.device)
+            self.work = self.tunable.workload(keys.smallest(self.key, self.tunable.key, self.facts,
+                                                            like=self.key.observed), self.device)
         found = screen.run(self.work, [dict(setting)], self.facts, MAX_BYTES_FACT).verdicts[0]
         if self.kept is not None:
             self.kept.put(self.tunable.name, text, found, self.where)

@@ -1,19 +1,20 @@
 """__getitem__ and __setitem__: basic indices make views; integer arrays and masks gather.
 
 Basic indices are ints, slices with any step (negative steps and bounds included), None and
-Ellipsis. Integer-array and boolean-mask indices follow numpy's semantics on host memory (cpu,
-interp). On other devices one integer array among basic indices is a take along its dim (the
-gather kernel, numpy's transposition rule kept), a boolean mask over the leading dims a take at
-its True positions, integer arrays over the leading dims one take of them raveled, and
-`x[..., index, ...] = v` with one 1-D integer array an index_copy; other keys with arrays (arrays
-between slices, masks placed elsewhere, masked assignment) are refused by name there.
+Ellipsis. Integer-array and boolean-mask indices follow numpy's semantics everywhere: on the cpu
+through numpy itself, on every other device (interp included, so its tests run the kernels) as
+the gather kernels: one array a take along its dim, several (a mask is its nonzero's arrays) one
+take of their dims raveled, and assignment an index_copy of the same, written back once every
+index is checked; numpy's transposition rule (separated advanced indices put theirs first) kept.
 """
 from __future__ import annotations
+
+from math import prod
 
 import numpy as np
 
 from . import deferred_checks, layout
-from .errors import CrossDeviceError, IndexingError, NotSupportedError
+from .errors import CrossDeviceError, IndexingError, NbxError, NotSupportedError
 from .tensor import Tensor
 
 
@@ -64,10 +65,6 @@ def basic_view(t: Tensor, key: tuple) -> Tensor:
 
 
 def _host_key(t: Tensor, key: tuple) -> tuple:
-    if t.storage.host is None:
-        raise NotSupportedError(
-            f"integer-array and boolean-mask indexing on {t.device} needs the gather kernels, "
-            f"which are not implemented yet; index on the cpu or use basic indices")
     out = []
     for item in key:
         if isinstance(item, Tensor):
@@ -78,98 +75,142 @@ def _host_key(t: Tensor, key: tuple) -> tuple:
     return tuple(out)
 
 
-def _leading_mask_take(t: Tensor, key: tuple, mask: Tensor):
-    """x[mask] (mask over x's leading dims, the rest whole): a take of the flattened leading dims
-    at the mask's True positions; None for a mask placed otherwise."""
-    rest = key[1:]
-    if key[0] is not mask or mask.ndim == 0 or mask.shape != t.shape[:mask.ndim] or \
-            any(not (k is Ellipsis or k == slice(None)) for k in rest):
-        return None
-    from .ops.gather import nonzero, take
-    return take(t.reshape(-1, *t.shape[mask.ndim:]), nonzero(mask.reshape(-1))[0], axis=0)
+class _Advanced:
+    """A key with integer arrays or masks, on t's device (numpy's rules): view is t under the key's
+    basic entries with each array's dim kept whole (ints stay basic: a 0-d array selects as an int
+    does); arrays index the view dims `dims`, in order (a mask of k dims is k arrays, its nonzero; a
+    0-d mask a new dim of size 1 indexed by its nonzero); their broadcast shape goes at `at` among
+    the view's other dims: the first advanced entry's place when the advanced entries (ints among
+    them) are adjacent in the key, else first."""
+
+    def __init__(self, t: Tensor, key: tuple):
+        from .ops.creation import asarray
+        from .ops.gather import nonzero
+        items = []
+        for k in key:
+            if isinstance(k, (list, np.ndarray, bool, np.bool_)):
+                k = asarray(k, device=t.device)
+            if isinstance(k, Tensor) and k.device != t.device:
+                raise CrossDeviceError(f"index on {k.device} for a tensor on {t.device}")
+            if isinstance(k, Tensor) and _is_advanced(k) and not (k.dtype.is_integer or k.dtype.kind == "bool"):
+                raise IndexingError(f"arrays used as indices must be of integer or bool type, not {k.dtype.name}")
+            items.append(k)
+        if sum(1 for k in items if k is Ellipsis) > 1:
+            raise IndexingError("an index may hold at most one Ellipsis")
+        consumed = sum(k.ndim if isinstance(k, Tensor) and k.dtype.kind == "bool" else 0 if k is None or k is Ellipsis
+                       else 1 for k in items)
+        if consumed > t.ndim:
+            raise IndexingError(f"too many indices ({consumed}) for a tensor of {t.ndim} dims")
+        basic, self.arrays, self.dims, placed = [], [], [], []
+        view_dims = 0   # dims the basic key has made so far
+        for pos, k in enumerate(items):
+            if k is Ellipsis:
+                basic += [slice(None)] * (t.ndim - consumed)
+                view_dims += t.ndim - consumed
+            elif k is None or isinstance(k, slice):
+                basic.append(k)
+                view_dims += 1
+            elif not _is_advanced(k):   # an int: basic, but an advanced entry for the placement rule
+                basic.append(k)
+                placed.append((pos, view_dims))
+            elif k.dtype.kind == "bool":
+                placed.append((pos, view_dims))
+                if k.ndim == 0:   # x[True] / x[False]: a new dim of 1, all or none of it
+                    basic.append(None)
+                    self.arrays.append(nonzero(k.reshape(1))[0])
+                    self.dims.append(view_dims)
+                    view_dims += 1
+                    continue
+                at = len(basic) - sum(1 for b in basic if b is None)
+                if k.shape != t.shape[at:at + k.ndim]:
+                    raise IndexingError(f"a boolean index of shape {k.shape} for dims of sizes {t.shape[at:at + k.ndim]}")
+                basic += [slice(None)] * k.ndim
+                self.arrays += nonzero(k)
+                self.dims += range(view_dims, view_dims + k.ndim)
+                view_dims += k.ndim
+            else:
+                placed.append((pos, view_dims))
+                basic.append(slice(None))
+                self.arrays.append(k)
+                self.dims.append(view_dims)
+                view_dims += 1
+        self.view = basic_view(t, tuple(basic))
+        try:
+            self.shape = layout.broadcast_shapes(*(a.shape for a in self.arrays))
+        except NbxError:
+            raise IndexingError("shape mismatch: indexing arrays could not be broadcast together with shapes "
+                                + " ".join(str(a.shape) for a in self.arrays)) from None
+        positions = [p for p, _ in placed]
+        adjacent = positions == list(range(positions[0], positions[-1] + 1))
+        self.at = placed[0][1] if adjacent else 0
+        self.rest = [d for d in range(self.view.ndim) if d not in self.dims]
+
+    def result_shape(self) -> tuple:
+        rest = tuple(self.view.shape[d] for d in self.rest)
+        return rest[:self.at] + self.shape + rest[self.at:]
+
+    def flat_index(self, op: str) -> Tensor:
+        from .ops.gather import ravel_checked
+        return ravel_checked(op, self.arrays, [self.view.shape[d] for d in self.dims], self.shape)
+
+    def leading(self) -> Tensor:
+        """The view with the arrays' dims first, in order (a view of t)."""
+        return self.view.permute(self.dims + self.rest)
 
 
-def _leading_arrays_take(t: Tensor, key: tuple):
-    """x[i0, i1, ...] (integer tensors over the leading dims, the rest whole): one take of the
-    leading dims flattened, at the broadcast indices raveled; None for a key of another kind."""
-    arrays = [k for k in key if isinstance(k, Tensor)]
-    n = len(arrays)
-    if n < 2 or n > t.ndim or any(not isinstance(k, Tensor) or not k.dtype.is_integer for k in key[:n]) or \
-            any(not (k is Ellipsis or k == slice(None)) for k in key[n:]):
-        return None
-    from . import layout
-    from .ops.gather import ravel_checked, take
-    shape = layout.broadcast_shapes(*(a.shape for a in arrays))
-    return take(t.reshape(-1, *t.shape[n:]), ravel_checked("getitem", arrays, t.shape[:n], shape), axis=0)
+def _move(x: Tensor, start: int, count: int, to: int) -> Tensor:
+    """x with its dims [start, start + count) moved to begin at `to` (the others in order)."""
+    if start == to:
+        return x
+    others = [d for d in range(x.ndim) if not start <= d < start + count]
+    return x.permute(others[:to] + list(range(start, start + count)) + others[to:])
 
 
-def _one_array_take(t: Tensor, key: tuple):
-    """x[..., array, ...] with one integer array among basic indices, as a take of the basic view;
-    None when the key is of another kind."""
-    from .ops.creation import asarray
-    arrays = [i for i, k in enumerate(key) if _is_advanced(k)]
-    if len(arrays) > 1:
-        return _leading_arrays_take(t, key)
-    if len(arrays) != 1:
-        return None
-    where, index = arrays[0], key[arrays[0]]
-    if isinstance(index, (list, np.ndarray)):
-        index = asarray(index, device=t.device)
-    if isinstance(index, Tensor) and index.dtype.kind == "bool":
-        return _leading_mask_take(t, key, index)
-    if not isinstance(index, Tensor) or not index.dtype.is_integer:
-        return None
-    view = basic_view(t, key[:where] + (slice(None),) + key[where + 1:])
-    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
-    dim = sum(1 if k is None or isinstance(k, slice) else t.ndim - consumed if k is Ellipsis else 0
-              for k in key[:where])
+def _device_take(t: Tensor, key: tuple) -> Tensor:
     from .ops.gather import take
-    out = take(view, index, axis=dim)
-    ints = [i for i, k in enumerate(key) if not isinstance(k, slice) and k is not None and k is not Ellipsis]
-    if ints != list(range(ints[0], ints[-1] + 1)) and dim:  # separated advanced indices: their dims go first
-        moved = list(range(dim, dim + index.ndim))
-        out = out.permute(moved + [d for d in range(out.ndim) if d not in moved])
-    return out
+    adv = _Advanced(t, key)
+    nb = len(adv.shape)
+    if len(adv.arrays) == 1:   # a take along its dim: no copy of the view
+        d = adv.dims[0]
+        return _move(take(adv.view, adv.arrays[0], axis=d), d, nb, adv.at)
+    lead = adv.leading()
+    flat = lead.reshape(prod(lead.shape[:len(adv.dims)]), *lead.shape[len(adv.dims):])
+    return _move(take(flat, adv.flat_index("getitem"), axis=0), 0, nb, adv.at)
 
 
-def _one_array_put(t: Tensor, key: tuple, value) -> bool:
-    """x[..., index, ...] = value for one 0-d or 1-D integer index among basic indices with no
-    int beside it: an index_copy of the basic view (the last duplicate wins, as numpy's), written
-    back only once every index has been checked. False when the key is of another kind."""
+def _device_put(t: Tensor, key: tuple, value) -> None:
+    """An index_copy (the last duplicate wins, as numpy's) of the view, written back only once
+    every index has been checked (a refused assignment leaves t unchanged)."""
     from .ops.creation import asarray
     from .ops.gather import index_copy
-    arrays = [i for i, k in enumerate(key) if _is_advanced(k)]
-    plain = all(isinstance(k, slice) or k is None or k is Ellipsis for i, k in enumerate(key) if i not in arrays)
-    if len(arrays) != 1 or not plain:
-        return False
-    where, index = arrays[0], key[arrays[0]]
-    if isinstance(index, (list, np.ndarray)):
-        index = asarray(index, device=t.device)
-    if not isinstance(index, Tensor) or not index.dtype.is_integer or index.ndim > 1:
-        return False
-    view = basic_view(t, key[:where] + (slice(None),) + key[where + 1:])
-    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
-    dim = sum(1 if k is None or isinstance(k, slice) else t.ndim - consumed for k in key[:where])
-    flat = index.reshape(-1)
-    shape = view.shape[:dim] + (flat.shape[0],) + view.shape[dim + 1:]
+    adv = _Advanced(t, key)
     src = value if isinstance(value, Tensor) else asarray(value, dtype=t.dtype, device=t.device)
     src = src.to(dtype=t.dtype) if src.dtype is not t.dtype else src
-    if index.ndim == 0:
-        src = src.unsqueeze(dim) if src.ndim == len(shape) - 1 else src
-    written = index_copy(view, dim, flat, src.broadcast_to(shape).contiguous())
-    deferred_checks.check(t.device)  # a sync: a refused assignment leaves t unchanged (none inside a step)
+    src = src.broadcast_to(adv.result_shape())
+    if src.size == 0:
+        return
+    nb = len(adv.shape)
+    if len(adv.arrays) == 1:
+        d, view = adv.dims[0], adv.view
+        src = _move(src, adv.at, nb, d).contiguous()
+        src = src.reshape(*view.shape[:d], prod(adv.shape), *view.shape[d + 1:])
+        written = index_copy(view, d, adv.arrays[0].reshape(-1), src)
+    else:
+        view = adv.leading()
+        lead, rest = prod(view.shape[:len(adv.dims)]), view.shape[len(adv.dims):]
+        src = _move(src, adv.at, nb, 0).contiguous().reshape(prod(adv.shape), *rest)
+        written = index_copy(view.reshape(lead, *rest), 0, adv.flat_index("setitem").reshape(-1), src)
+        written = written.reshape(view.shape)
+    deferred_checks.check(t.device)  # a sync (none inside a step)
     view._copy_from(written)
-    return True
 
 
 def getitem(t: Tensor, key) -> Tensor:
     key = _as_tuple(key)
     if not any(_is_advanced(k) for k in key):
         return basic_view(t, key)
-    if t.storage.host is None:
-        taken = _one_array_take(t, key)
-        if taken is not None:
-            return taken
+    if t.device.type != "cpu":
+        return _device_take(t, key)
     from .tensor import from_numpy
     try:
         result = t._host_view()[_host_key(t, key)]
@@ -185,7 +226,8 @@ def setitem(t: Tensor, key, value) -> None:
     key = _as_tuple(key)
     if isinstance(value, Tensor) and value.device != t.device:
         raise CrossDeviceError(f"assigning a tensor on {value.device} into a tensor on {t.device}; copy it with .to()")
-    if any(_is_advanced(k) for k in key) and t.storage.host is None and _one_array_put(t, key, value):
+    if any(_is_advanced(k) for k in key) and t.device.type != "cpu":
+        _device_put(t, key, value)
         return
     if any(_is_advanced(k) for k in key):
         host_key = _host_key(t, key)
