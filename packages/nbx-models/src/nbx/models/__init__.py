@@ -42,7 +42,8 @@ def load(path, device=None, dtype=None, *, tensor_parallel: int = 1, rank: int |
     if not isinstance(tensor_parallel, int) or tensor_parallel < 1:
         raise ArgumentError(f"tensor_parallel is a number of ranks >= 1, got {tensor_parallel!r}")
     if name not in decoder.FAMILIES:
-        raise NotSupportedError(f"tensor-parallel loading splits decoders; {name} is not one")
+        raise NotSupportedError(f"tensor-parallel loading splits the decoders {sorted(decoder.FAMILIES)}; {name} is "
+                                "not one of them")
     from .tensor_parallel import load_tensor_parallel
     return load_tensor_parallel(folder, config, decoder.FAMILIES[name], device, dtype, tensor_parallel, rank,
                                 communicator, timeout)
