@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 import nbx.core as nbx
 from nbx.core.ops.rotary import _yarn_mscale as yarn_mscale
 
@@ -100,32 +98,21 @@ def parameter_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def deinterleaved(rope: int) -> list[int]:
-    """The order DeepSeek's apply_rotary_pos_emb puts interleaved rope dims in before rotate_half:
-    the even ones, then the odd ones (pair i = dims 2i, 2i + 1 becomes dims i, i + rope/2)."""
-    return list(range(0, rope, 2)) + list(range(1, rope, 2))
-
-
-def q_rows(m: MlaShapes) -> list[int]:
-    """The rows of q_proj (or q_b_proj) in the order nbx computes q: each head [rope de-interleaved, nope]."""
-    return [h * m.qk + j for h in range(m.heads)
-            for j in [m.nope + d for d in deinterleaved(m.rope)] + list(range(m.nope))]
-
-
-def kv_a_rows(m: MlaShapes) -> list[int]:
-    """The rows of kv_a_proj_with_mqa in nbx's order: the latent, then k_rope de-interleaved."""
-    return list(range(m.kv_lora)) + [m.kv_lora + d for d in deinterleaved(m.rope)]
-
-
-def permute_rows(w, order: list[int]):
-    """w's rows in the given order (an int4 weight's words, scales and minima alike: its groups run
-    along the input dim, so whole rows move)."""
-    def take(t):
-        return nbx.take(t, nbx.asarray(np.asarray(order, dtype=np.int64), device=t.device), axis=0)
+def rope_first(w, blocks: int, nope: int, rope: int, first: bool = True):
+    """w [blocks * (nope + rope), cols] (a projection whose output rows hold `blocks` blocks of nope
+    dims, then rope dims interleaved: pair i = dims 2i, 2i + 1) with each block's rope rows
+    de-interleaved as DeepSeek's apply_rotary_pos_emb orders them before rotate_half (the even ones,
+    then the odd ones: pair i becomes dims i, i + rope/2) and put first (first) or kept last. An int4
+    weight's words, scales and minima move alike (its groups run along the input dim)."""
     if isinstance(w, nbx.QuantizedTensor):
-        return nbx.QuantizedTensor(take(w.qweight), take(w.scales), None if w.zeros is None else take(w.zeros),
+        return nbx.QuantizedTensor(*(None if part is None else rope_first(part, blocks, nope, rope, first)
+                                     for part in (w.qweight, w.scales, w.zeros)),
                                    group_size=w.group_size, scheme=w.scheme, shape=w.shape)
-    return take(w)
+    cols = w.shape[1]
+    grouped = w.reshape(blocks, nope + rope, cols)
+    pairs = grouped[:, nope:].reshape(blocks, rope // 2, 2, cols).permute(0, 2, 1, 3).reshape(blocks, rope, cols)
+    parts = [pairs, grouped[:, :nope]] if first else [grouped[:, :nope], pairs]
+    return nbx.concat(parts, axis=1).reshape(blocks * (nope + rope), cols)
 
 
 def _rope_scaling(config: dict) -> tuple[str | None, dict | None]:
@@ -208,12 +195,10 @@ class MlaDecoder(Decoder):
 
             def w(name, p=p):
                 return get(p + name, shapes[p + name]) if p + name in shapes else None
-            kv_a = permute_rows(w("self_attn.kv_a_proj_with_mqa.weight"), kv_a_rows(m))
-            if m.q_lora:
-                w_in, q_b = stack_rows([w("self_attn.q_a_proj.weight"), kv_a]), w("self_attn.q_b_proj.weight")
-                q_b = permute_rows(q_b, q_rows(m))
-            else:
-                w_in, q_b = stack_rows([permute_rows(w("self_attn.q_proj.weight"), q_rows(m)), kv_a]), None
+            kv_a = rope_first(w("self_attn.kv_a_proj_with_mqa.weight"), 1, m.kv_lora, m.rope, first=False)
+            q = rope_first(w("self_attn.q_b_proj.weight" if m.q_lora else "self_attn.q_proj.weight"), m.heads,
+                           m.nope, m.rope)
+            w_in, q_b = (stack_rows([w("self_attn.q_a_proj.weight"), kv_a]), q) if m.q_lora else (stack_rows([q, kv_a]), None)
             layers.append(_MlaLayer(
                 w("input_layernorm.weight"), w_in, w("self_attn.q_a_layernorm.weight"), q_b,
                 w("self_attn.kv_a_layernorm.weight"), w("self_attn.kv_b_proj.weight"), w("self_attn.o_proj.weight"),
