@@ -147,7 +147,7 @@ def test_deepseek_options_nbx_does_not_build_are_refused_by_name(tmp_path, overr
 
 def test_tensor_parallel_loading_and_the_memory_plan_refuse_deepseek_by_name(tmp_path):
     folder = models.write_checkpoint(tmp_path / "ds", small_config(ARCH), seed=1)
-    with pytest.raises(nbx.NotSupportedError, match="DeepseekV2ForCausalLM is not one of them"):
+    with pytest.raises(nbx.NotSupportedError, match="DeepseekV2ForCausalLM.s MLA attention is not split"):
         models.load(folder, tensor_parallel=2)
     with pytest.raises(nbx.NotSupportedError, match="MLA"):
         models.load(folder).memory_plan([8], 4)
