@@ -151,3 +151,19 @@ def test_tensor_parallel_loading_and_the_memory_plan_refuse_deepseek_by_name(tmp
         models.load(folder, tensor_parallel=2)
     with pytest.raises(nbx.NotSupportedError, match="MLA"):
         models.load(folder).memory_plan([8], 4)
+
+
+@pytest.mark.gpu
+def test_deepseek_v2_lites_attention_sizes_on_cuda_match_the_reference_in_logits_and_tokens(tmp_path):
+    # V2-Lite's heads (16 of q/k 192 and v 128, one 64-dim rope key, a 512 latent, its yarn) at a small
+    # hidden size: paged_attention at head dim 192 / v 128 inside captured decode steps, bfloat16
+    cuda = nbx.as_device("cuda")
+    config = small_config(ARCH, **LITE, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                          n_routed_experts=16, num_experts_per_tok=6, moe_intermediate_size=128, vocab_size=512,
+                          max_position_embeddings=1024)
+    folder = models.write_checkpoint(tmp_path / "lite", config, seed=3, dtype="bfloat16")
+    model = models.load(folder, device=cuda)
+    assert_close(model.logits(PROMPT).numpy(), deepseek_v2_logits(folder, PROMPT), nbx.bfloat16, cuda)
+    new = model.generate(PROMPT, 8)
+    assert model.last_decode == "graph"
+    assert_greedy_matches(new, deepseek_v2_logits(folder, PROMPT + new), len(PROMPT), nbx.bfloat16, cuda)
