@@ -1,5 +1,6 @@
 """Llama-style decoders (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3; Mixtral, Qwen2-MoE and Qwen3-MoE, whose
-sparse MLPs are moe.py's) written only with nbx ops.
+sparse MLPs are moe.py's) written only with nbx ops; mla.py's DeepSeek-V2 is a Decoder with its own
+layers and attention.
 
 One forward serves prefill and decode, for one sequence or several of different lengths: the
 tokens of all sequences are packed into one [tokens, hidden] matrix for the products, norms and
