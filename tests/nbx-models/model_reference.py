@@ -264,7 +264,8 @@ def deepseek_v2_logits(folder: Path, ids: list[int], weights=None) -> np.ndarray
         a = p + "self_attn."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
         if config.get("q_lora_rank"):
-            q = rms_norm(h @ w[a + "q_a_proj.weight"].T, w[a + "q_a_layernorm.weight"], 1e-6) @ w[a + "q_b_proj.weight"].T
+            q_latent = rms_norm(h @ w[a + "q_a_proj.weight"].T, w[a + "q_a_layernorm.weight"], 1e-6)
+            q = q_latent @ w[a + "q_b_proj.weight"].T
         else:
             q = h @ w[a + "q_proj.weight"].T
         q = q.reshape(n, heads, nope + rope)

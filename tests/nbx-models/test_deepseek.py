@@ -89,8 +89,8 @@ def test_the_softmax_scale_carries_yarns_mscale_of_mscale_all_dim_squared():
     assert mla.softmax_scale({**LITE, "rope_scaling": no_all_dim}) == pytest.approx(192 ** -0.5, rel=1e-12)
     # the rope's cos/sin factor: mscale / mscale_all_dim, 1 in V2-Lite; DeepSeek's defaults (1, 0) otherwise
     assert mla.rope_config(LITE)["rope_scaling"]["attention_factor"] == pytest.approx(1.0)
-    factor = mla.rope_config({**LITE, "rope_scaling": {"type": "yarn", "factor": 40}})["rope_scaling"]["attention_factor"]
-    assert factor == pytest.approx(0.1 * math.log(40) + 1)
+    defaulted = mla.rope_config({**LITE, "rope_scaling": {"type": "yarn", "factor": 40}})["rope_scaling"]
+    assert defaulted["attention_factor"] == pytest.approx(0.1 * math.log(40) + 1)
 
 
 def test_deepseek_v2_lites_checkpoint_names_and_shapes_are_deepseeks():
@@ -125,9 +125,10 @@ def test_the_paged_and_the_contiguous_caches_decode_the_same_tokens_with_v_narro
 def test_int4_mla_projections_reorder_their_words_and_give_the_dequantized_logits(tmp_path):
     # no shared experts: nbx.moe_block runs them through gated_linear, which refuses int4 weights by name
     config = small_config(ARCH, q_lora_rank=32, n_shared_experts=None)
-    folder = models.write_checkpoint(tmp_path / "int4", config, seed=5, int4=(16, "asymmetric"))   # the experts are 16 wide
+    folder = models.write_checkpoint(tmp_path / "int4", config, seed=5, int4=(16, "asymmetric"))   # experts 16 wide
     model = models.load(folder)
-    assert isinstance(model.layers[0].w_in, nbx.QuantizedTensor) and isinstance(model.layers[0].q_b, nbx.QuantizedTensor)
+    layer = model.layers[0]
+    assert isinstance(layer.w_in, nbx.QuantizedTensor) and isinstance(layer.q_b, nbx.QuantizedTensor)
     reference = deepseek_v2_logits(folder, PROMPT, weights=dequantized(read_weights_bf16_aware(folder)))
     assert_close(model.logits(PROMPT).numpy(), reference, nbx.float32, nbx.as_device("cpu"))
 

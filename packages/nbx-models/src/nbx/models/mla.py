@@ -33,7 +33,8 @@ from .kv_cache import new_cache
 
 ARCHITECTURE = "DeepseekV2ForCausalLM"
 FAMILY = DecoderFamily(ARCHITECTURE)
-LATENT_NORM_EPS = 1e-6   # q_a_layernorm and kv_a_layernorm are DeepseekV2RMSNorm(width): its default eps, not rms_norm_eps
+# q_a_layernorm and kv_a_layernorm are DeepseekV2RMSNorm(width): its default eps, not rms_norm_eps
+LATENT_NORM_EPS = 1e-6
 YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1, "mscale": 1,
                  "mscale_all_dim": 0}   # DeepseekV2YarnRotaryEmbedding's, for keys rope_scaling leaves out
 
@@ -198,7 +199,11 @@ class MlaDecoder(Decoder):
             kv_a = rope_first(w("self_attn.kv_a_proj_with_mqa.weight"), 1, m.kv_lora, m.rope, first=False)
             q = rope_first(w("self_attn.q_b_proj.weight" if m.q_lora else "self_attn.q_proj.weight"), m.heads,
                            m.nope, m.rope)
-            w_in, q_b = (stack_rows([w("self_attn.q_a_proj.weight"), kv_a]), q) if m.q_lora else (stack_rows([q, kv_a]), None)
+            # one product of the normed hidden state gives q (or q's latent), the kv latent and k_rope
+            if m.q_lora:
+                w_in, q_b = stack_rows([w("self_attn.q_a_proj.weight"), kv_a]), q
+            else:
+                w_in, q_b = stack_rows([q, kv_a]), None
             layers.append(_MlaLayer(
                 w("input_layernorm.weight"), w_in, w("self_attn.q_a_layernorm.weight"), q_b,
                 w("self_attn.kv_a_layernorm.weight"), w("self_attn.kv_b_proj.weight"), w("self_attn.o_proj.weight"),

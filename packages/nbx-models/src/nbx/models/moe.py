@@ -1,8 +1,9 @@
 """The sparse MLP of the mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2):
 their checkpoint names, which layers are sparse, and the block itself (nbx.moe_block: router, softmax
 top-k (DeepSeek-V2's group-limited top-k and routed scaling), the routed experts' SwiGLU MLPs,
-Qwen2-MoE's gated shared expert, DeepSeek's ungated shared experts). Each layer's experts are stacked at load into [E, I, H] / [E, H, I] (int4
-experts stack their words, scales and minima), the layout nbx.moe_experts reads.
+Qwen2-MoE's gated shared expert, DeepSeek's ungated shared experts). Each layer's experts are
+stacked at load into [E, I, H] / [E, H, I] (int4 experts stack their words, scales and minima), the
+layout nbx.moe_experts reads.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class Naming:
     down: str
     experts_key: str
     inter_key: str
-    shared: str | None = None   # the shared expert's module in the block (Qwen2-MoE's shared_expert, DeepSeek's shared_experts)
+    shared: str | None = None   # the shared expert's module: Qwen2-MoE's shared_expert, DeepSeek's shared_experts
     shared_gated: bool = False  # the shared expert scaled by sigmoid(shared_expert_gate(h)) (Qwen2-MoE)
 
 
