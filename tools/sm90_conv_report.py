@@ -81,7 +81,7 @@ def launch_args(case, tile: dict):
     args = pointers + [batch, c, *sizes, o, *outs, *kernel, 1, 1, 1, 0, 0 if not two_d else pad, pad,
                                           1, 1, 1, *xs, *ws, *os_, 0, 0, 0, 0, 0, 0]
     dense_w = ws[2] == 1 and ws[1] == prod(kernel) * c
-    meta = dict(TRANSPOSED=False, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False, DOT=tl.bfloat16, IEEE=False,
+    meta = dict(HAS_BIAS=False, ACTIVATION=None, HAS_RES=False, DOT=tl.bfloat16, IEEE=False,
                 BLOCK_M=tile["block_m"], BLOCK_N=tile["block_n"], BLOCK_K=tile["block_k"], GROUP_M=tile["group_m"],
                 UP_D=1, UP_H=1, UP_W=1, WIDE=False, EVEN_C=c % tile["block_k"] == 0, ONE_TAP=prod(kernel) == 1,
                 B_DESC=dense_w and c % tile["block_k"] == 0, SPLIT_K=split, num_warps=tile["num_warps"],

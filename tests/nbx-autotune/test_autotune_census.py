@@ -59,7 +59,8 @@ def test_a_llama_8b_census_lists_its_projections_norms_embedding_and_argmax_at_p
 
 def test_a_sparse_decoder_is_refused_by_name_rather_than_listed_as_a_dense_one():
     for config in ({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]},
-                   {**LLAMA_8B, "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]}):
+                   {**LLAMA_8B, "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]},
+                   {**LLAMA_8B, "model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"]}):
         with pytest.raises(NotSupportedError, match=r"sparse \(MoE\) decoder; the census does not list its experts"):
             census.read_config(config)
 

@@ -57,3 +57,18 @@ def test_bucket_loss_proposes_the_coarsest_step_whose_losses_at_every_shorter_di
     lines = [line for line in out.getvalue().splitlines() if line and not line.startswith("#")]
     assert [line.split()[:2] for line in lines] == [["matmul", "m"], ["softmax", "elements"]]
     assert lines[0].endswith(" keep the step") and lines[1].endswith(" step x2")
+
+
+def test_first_generate_times_a_load_and_two_generates_in_one_child_and_reports_its_counts(tmp_path, capsys, monkeypatch):
+    """The child of tools/bench/first_generate.py (issue 16's model goal) on the cpu: a small seeded
+    Llama loaded and generated twice; one JSON line with each part's seconds and the report's counts."""
+    import json
+
+    from nbx import models
+    from nbx.models.writer import small_config
+    monkeypatch.syspath_prepend(str(BENCH))
+    first_generate = _load("first_generate")
+    folder = models.write_checkpoint(tmp_path / "llama", small_config("LlamaForCausalLM"), seed=0, dtype="bfloat16")
+    assert first_generate.child(str(folder), "cpu", 6, 2) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["first"] > 0 and line["second"] > 0 and line["swept"] == 0 and "line" in line

@@ -182,3 +182,28 @@ def test_the_tiled_chain_refuses_a_circular_layer_and_empty_chains():
         nbx.tiled_conv_chain(x, [nbx.ConvLayer(_put(RNG.standard_normal((2, 2, 3))))], 4)
     with pytest.raises(NotSupportedError, match="upsampling layer with padding_mode 'reflect'"):
         nbx.tiled_conv_chain(x, [nbx.ConvLayer(w, padding=1, padding_mode="reflect", upsample=2)], 4)
+
+
+def test_the_tiled_chain_refuses_a_layer_as_conv2d_does_and_bands_a_layer_object_met_three_times():
+    """The bands share one checked convolution a layer and input (conv's checked_convolution)."""
+    x = _put(RNG.standard_normal((1, 2, 9, 4)))
+    same = nbx.ConvLayer(_weight(2, 2, 3, 3), padding=1)
+    _assert_tiled_equals_untiled(x, [same, same, same], (1, 4))
+    with pytest.raises(ArgumentError, match="activation is one of"):
+        nbx.tiled_conv_chain(x, [nbx.ConvLayer(_weight(2, 2, 3, 3), padding=1, activation="swish")], 4)
+    with pytest.raises(DTypeError, match="weight is float64"):
+        nbx.tiled_conv_chain(x, [nbx.ConvLayer(nbx.asarray(np.ones((2, 2, 1, 1))))], 4)
+
+
+def test_a_checked_convolution_convolves_any_band_as_conv2d_and_refuses_what_conv2d_refuses():
+    from nbx.core.ops.conv import checked_convolution
+    x, w, b = _put(RNG.standard_normal((2, 3, 7, 5))), _weight(4, 3, 3, 2), _put(RNG.standard_normal(4))
+    run = checked_convolution(x, w, b, (2, 1), ((1, 0), (0, 1)), 1, 1, "silu", 2)
+    for start, stop, pads in ((0, 7, ((1, 0), (0, 1))), (2, 5, ((0, 0), (0, 1))), (3, 4, ((2, 1), (0, 1)))):
+        band = x.narrow(2, start, stop - start)
+        want = nbx.conv2d(band, w, b, (2, 1), pads, activation="silu", upsample=2)
+        np.testing.assert_array_equal(run(band, pads).numpy(), want.numpy(), err_msg=f"rows [{start}, {stop})")
+    with pytest.raises(ShapeError, match="batched input"):
+        checked_convolution(x[0], w, b, 1, 0, 1, 1)
+    with pytest.raises(ShapeError, match="groups 2 must divide"):
+        checked_convolution(x, w, b, 1, 0, 1, 2)

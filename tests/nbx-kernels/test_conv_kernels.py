@@ -1,5 +1,5 @@
 """The conv, pool and resample kernels against the float64 oracle: every path (implicit GEMM,
-transposed GEMM, depthwise, 1 x 1 product, conv_transpose1d's columns and overlap-add, pooling,
+depthwise, 1 x 1 product, the transposed convolutions' phases, pooling,
 interpolate), channels-first and channels-last, odd sizes (1, primes, kernels larger than the
 input with padding, strides larger than the kernel). Tiny shapes on interp; larger ones, marked
 gpu, on the GPU."""
@@ -142,16 +142,85 @@ def test_an_h200_conv_key_keeps_at_most_20_candidates_and_no_tile_past_a_warpgro
         assert s["num_stages"] * stage_bytes(s) <= facts.value("memory.max_shared_memory_per_block")
 
 
-@pytest.mark.parametrize("case", [((2, 4, 9), (4, 3, 5), 3, 2, 1, 2, 1), ((1, 3, 1), (3, 2, 7), 4, 0, 3, 1, 2),
-                                  ((1, 2, 6), (2, 3, 2), 2, 0, 0, 1, 1)], ids=["grouped", "one_input", "k_eq_2s"])
-def test_conv_transpose1d_is_a_gemm_plus_overlap_add(device, check, case):
+TRANSPOSE_1D = [  # x shape, weight shape, stride, padding, output_padding, groups, dilation
+    ((1, 3, 5), (3, 2, 3), 1, 1, 0, 1, 1),       # stride 1: one phase of every tap, read backwards
+    ((2, 4, 7), (4, 3, 5), 2, 2, 1, 2, 1),       # grouped, K % s != 0 (phases of 3 and 2 taps)
+    ((1, 2, 11), (2, 3, 4), 3, 1, 2, 1, 2),      # dilation prime to the stride: its taps permute the residues
+    ((1, 2, 6), (2, 2, 3), 4, 1, 1, 1, 2),       # dilation 2 of stride 4: the odd residues have no tap (bias)
+    ((1, 3, 13), (3, 2, 16), 8, 4, 0, 1, 1),     # HiFi-GAN's x8 upsampler (k 16, padding 4)
+    ((1, 2, 5), (2, 2, 3), 5, 0, 4, 1, 1),       # stride past the kernel: two phases are the bias alone
+    ((1, 3, 1), (3, 2, 7), 4, 0, 3, 1, 2),       # one input position
+]
+
+
+def _transpose_weight(a, device, channels_first: bool):
+    """(C_in, O / g, K) in torch's layout, or with its input channels at unit stride (no copy then)."""
+    if not channels_first:
+        return _put(a, device)
+    return nbx.asarray(np.ascontiguousarray(a.transpose(1, 2, 0)).astype(np.float32), device=device).permute(2, 0, 1)
+
+
+@pytest.mark.parametrize("channels_first_weight", [False, True], ids=["torch_weight", "channels_first_weight"])
+@pytest.mark.parametrize("case", TRANSPOSE_1D, ids=["s1", "grouped_k5_s2", "s3_d2", "s4_d2", "hifigan", "s5_k3",
+                                                    "one_input"])
+def test_conv_transpose1d_phases_match_the_oracle(device, check, case, channels_first_weight):
     xs, ws, stride, padding, output_padding, groups, dilation = case
-    x, w = _put(RNG.standard_normal(xs), device), _put(RNG.standard_normal(ws), device)
+    x = _put(RNG.standard_normal(xs), device)
+    w = _transpose_weight(RNG.standard_normal(ws), device, channels_first_weight)
     b = _put(RNG.standard_normal(ws[1] * groups), device)
     out = nbx.conv_transpose1d(x, w, b, stride, padding, output_padding, groups, dilation)
     check(out, nbx.oracle("conv_transpose1d", x, w, b, stride, padding, output_padding, groups, dilation), device)
-    priced = cost.price("conv_transpose1d", x, w, b, (stride,), (padding,), (output_padding,), groups, (dilation,))
-    assert priced.launches == 2 and any(buf.name == "columns" for buf in priced.buffers)
+
+
+@pytest.mark.parametrize("length,kernel,stride,pad,dilation,output_padding",
+                         [(1, 1, 1, 0, 1, 0), (7, 5, 2, 2, 1, 1), (4, 16, 8, 4, 1, 0), (3, 3, 5, 1, 1, 4),
+                          (6, 4, 6, 0, 4, 3), (2, 3, 4, 3, 3, 2), (5, 7, 3, 5, 2, 1)])
+def test_every_output_position_is_in_one_phase_and_every_tap_in_one(length, kernel, stride, pad, dilation,
+                                                                      output_padding):
+    """The phases of a dim partition the outputs (o0 + stride u) and the taps (k0 + step j), and a
+    phase's output u reads input u - lo + j dilation at tap j: the input the transposed convolution
+    pairs with that output and tap (i stride + k dilation - pad = o)."""
+    from nbx.core.ops.conv import transpose_out_size
+    from nbx.kernels.conv import phases
+    out_size = transpose_out_size(length, pad, kernel, stride, dilation, output_padding)
+    outputs, taps = [], []
+    for p in phases(out_size, kernel, stride, pad, dilation):
+        outputs += [p.o0 + stride * u for u in range(p.count)]
+        taps += [p.k0 + p.step * j for j in range(p.taps)]
+        for u in range(p.count):
+            for j in range(p.taps):
+                o, k, i = p.o0 + stride * u, p.k0 + p.step * j, u - p.lo + j * p.dilation
+                assert i * stride + k * dilation - pad == o
+    assert sorted(outputs) == list(range(out_size))
+    reached = {k for k in range(kernel) if any((k * dilation - pad - o) % stride == 0 for o in range(out_size))}
+    assert sorted(taps) == sorted(reached)
+
+
+@pytest.mark.parametrize("channels_first_weight", [False, True], ids=["copied", "read_in_place"])
+def test_the_hifigan_upsampler_is_one_conv_launch_a_phase_with_no_intermediate(device, monkeypatch,
+                                                                              channels_first_weight):
+    """Stride 8, k 16: eight launches of the implicit GEMM, each asking the conv key of its own GEMM
+    (M = L output positions, N = the output channels, K = the input channels x 2 taps); the declared
+    buffers are the output and, for a weight of torch's layout, its dense copy (one more launch)."""
+    import nbx.kernels.conv as conv
+    from nbx.kernels.conv.kernel import conv_gemm_kernel
+    plans.reset()
+    asked = []
+    served = conv.conv_setting
+    monkeypatch.setattr(conv, "conv_setting", lambda device, m, n, k, dtype, cl: asked.append((m, n, k)) or
+                        served(device, m, n, k, dtype, cl))
+    length, c_in, o = 9, 16, 8
+    x = _put(RNG.standard_normal((1, c_in, length)), device)
+    w = _transpose_weight(RNG.standard_normal((c_in, o, 16)), device, channels_first_weight)
+    plan = conv.transpose_plan(x, w, None, (8,), (4,), (0,), 1, (1,))
+    assert [one.kernel for one in plan.launches] == [conv_gemm_kernel] * 8 and not plan.workspace
+    assert asked == [(length, o, c_in * 2)] * 8
+    priced = cost.price("conv_transpose1d", x, w, None, (8,), (4,), (0,), 1, (1,))
+    names = {buf.name: buf.nbytes for buf in priced.buffers}
+    out_bytes = o * 8 * length * 4
+    assert names == ({"out": out_bytes} if channels_first_weight else {"out": out_bytes, "w_contiguous": w.size * 4})
+    assert priced.launches == 8 + (not channels_first_weight)
+    assert priced.flops == 2 * length * c_in * o * 16
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
@@ -162,6 +231,10 @@ def test_conv_transpose2d_and_3d_match_the_oracle(device, check, channels_last):
     check(out, nbx.oracle("conv_transpose2d", x, w, None, (2, 3), 1, (1, 0), 2, (1, 2)), device)
     x3, w3 = _put(RNG.standard_normal((1, 2, 2, 2, 1)), device), _put(RNG.standard_normal((2, 2, 2, 1, 2)), device)
     check(nbx.conv_transpose3d(x3, w3, None, 2), nbx.oracle("conv_transpose3d", x3, w3, None, 2), device)
+    # stride past the kernel and padding in 2-D: phases of no tap along one dim write the bias alone
+    w2, b2 = _put(RNG.standard_normal((4, 2, 1, 2)), device), _put(RNG.standard_normal(2), device)
+    check(nbx.conv_transpose2d(x, w2, b2, (3, 2), (0, 1), (2, 1)),
+          nbx.oracle("conv_transpose2d", x, w2, b2, (3, 2), (0, 1), (2, 1)), device)
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])
@@ -186,6 +259,16 @@ def test_1d_pooling_and_global_average_pooling(device, check):
     check(nbx.max_pool1d(x, 4, 3, 2, ceil_mode=True), nbx.oracle("max_pool1d", x, 4, 3, 2, 1, True)[0], device)
     check(nbx.avg_pool1d(x, 3), nbx.oracle("avg_pool1d", x, 3), device)
     check(nbx.adaptive_avg_pool1d(x, 1), nbx.oracle("adaptive_avg_pool1d", x, 1), device)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_global_average_pool_of_a_channels_last_input_is_one_mean_launch_and_priced_as_it(device, check, dtype):
+    x = _put(RNG.standard_normal((3, 40, 7, 5)), device, dtype, channels_last=True)
+    out = nbx.adaptive_avg_pool2d(x, 1)
+    assert out.shape == (3, 40, 1, 1) and out.dtype == x.dtype
+    check(out, nbx.oracle("adaptive_avg_pool2d", x, 1), device)
+    priced = cost.price("adaptive_avg_pool2d", x, (1, 1))
+    assert priced.launches == 1 and [b.nbytes for b in priced.buffers if b.lifetime == "result"] == [out.nbytes]
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["cf", "cl"])

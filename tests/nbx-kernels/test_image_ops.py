@@ -61,6 +61,42 @@ def test_the_tiled_chain_is_bit_equal_to_the_untiled_chain_on_the_kernels(device
         np.testing.assert_array_equal(nbx.tiled_conv_chain(x, layers, band).numpy(), full, err_msg=f"band {band}")
 
 
+def test_a_layer_object_met_twice_in_a_chain_is_checked_again_for_an_input_of_other_channels(device):
+    """The bands share each layer's checked convolution (conv's checked_convolution) by layer and input:
+    on the kernels nothing after the front-end's check would refuse the second input."""
+    from nbx.core.errors import ShapeError
+    x = _put(RNG.standard_normal((1, 2, 5, 3)), device)
+    same = nbx.ConvLayer(_put(RNG.standard_normal((2, 2, 3, 3)), device), padding=1)
+    widen = nbx.ConvLayer(_put(RNG.standard_normal((4, 2, 3, 3)), device), padding=1)
+    with pytest.raises(ShapeError, match="takes 2 input channels"):
+        nbx.tiled_conv_chain(x, [same, widen, same], 3)
+
+
+@pytest.mark.parametrize("path", ["gemm", "depthwise", "product"])
+def test_a_checked_convolution_stores_into_a_strided_view_what_conv2d_returns(device, path):
+    """The bands' last convolution writes the output's rows itself (into=): by the kernel's store
+    strides (implicit GEMM, depthwise) or by a copy (the 1 x 1 product), the rows around untouched."""
+    from nbx.core.ops.conv import checked_convolution
+    channels_last = path == "product"
+    x = _put(RNG.standard_normal((2, 4, 6, 3)), device, channels_last=channels_last)
+    shape = {"gemm": (3, 4, 3, 3), "depthwise": (4, 1, 3, 3), "product": (5, 4, 1, 1)}[path]
+    w, pads = _put(RNG.standard_normal(shape), device), ((1, 0), (1, 1)) if path != "product" else ((0, 0), (0, 0))
+    groups = 4 if path == "depthwise" else 1
+    run = checked_convolution(x, w, None, 1, pads, 1, groups, "silu")
+    want = nbx.conv2d(x, w, None, 1, pads, groups=groups, activation="silu")
+    whole = nbx.zeros((2, want.shape[1], want.shape[2] + 3, 3), dtype="float32", device=device)
+    into = whole.narrow(2, 1, want.shape[2])
+    assert run(x, pads, into) is into
+    np.testing.assert_array_equal(into.numpy(), want.numpy())
+    np.testing.assert_array_equal(whole.numpy()[:, :, [0, -2, -1]], 0)
+    args = (x, w, None, (1, 1), pads, (1, 1), groups, "silu", None, 1)
+    plain, priced = cost.price("conv2d", *args), cost.price("conv2d", *args, into=into)
+    if path == "product":   # the product's rows, then one copy into the view
+        assert priced.launches == plain.launches + 1 and priced.bytes_moved == plain.bytes_moved + 2 * into.nbytes
+    else:
+        assert plain.outputs == want.size * 4 and priced.outputs == 0 and priced.launches == plain.launches
+
+
 def test_a_conv1d_chain_and_an_upsampling_conv2d_chain_band_bit_equal_on_the_kernels(device):
     """Integer values, as above: the sums are exact, so the check sees the halos and the rows an
     upsampling layer computes before a band's first needed row and drops (every band size and

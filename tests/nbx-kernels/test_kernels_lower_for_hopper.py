@@ -159,14 +159,14 @@ def test_the_image_kernels_lower_for_sm90():
     one_pixel = {k: v for k, v in GRID_SAMPLE[2].items() if k not in ("H", "W")}
     cases += [(GRID_SAMPLE[0], GRID_SAMPLE[1], one_pixel, {"NEAREST_MODE": False, "PADDING": 2, "ALIGN": False,
                                                            "BLOCK_P": 64, "BLOCK_C": 32, "H": 1, "W": 1})]
-    gemm = dict(TRANSPOSED=False, HAS_BIAS=True, ACTIVATION="silu", HAS_RES=False, DOT="tl.bfloat16", IEEE=False,
+    gemm = dict(HAS_BIAS=True, ACTIVATION="silu", HAS_RES=False, DOT="tl.bfloat16", IEEE=False,
                 BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, WIDE=True, EVEN_C=False, ONE_TAP=False, B_DESC=False,
                 SPLIT_K=1, A_TILE=False, A_SHIFT=False, TAPS_W=1, PAD_W=0, DIL_W=1)
     cases += [(*CONV_GEMM, {**gemm, "UP_D": 1, "UP_H": up, "UP_W": up}) for up in (1, 2)]
-    # the plain convolution's int32 offsets, whole channel blocks and descriptor-read weight, the transposed form
+    # the plain convolution's int32 offsets, whole channel blocks and descriptor-read weight (a transposed
+    # convolution's phase is this plain form with a negative dilation, a runtime argument)
     cases += [(*CONV_GEMM, {**gemm, "WIDE": False, "EVEN_C": True, "BLOCK_N": 256, "UP_D": 1, "UP_H": 1, "UP_W": 1,
                             "B_DESC": True}),
-              (*CONV_GEMM, {**gemm, "TRANSPOSED": True, "WIDE": False, "UP_D": 1, "UP_H": 1, "UP_W": 1}),
               (*CONV_GEMM, {**gemm, "ONE_TAP": True, "EVEN_C": True, "UP_D": 1, "UP_H": 1, "UP_W": 1})]
     # a channels-first A tile's pointers formed once (A_TILE); split K: float32 partials, the first step's
     # counters divided out once

@@ -194,3 +194,131 @@ def dequantized(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         w = q.astype(np.float64) * np.repeat(scales, group, axis=-1)
         out[prefix + ".weight"] = w if zeros is None else w + np.repeat(zeros, group, axis=-1)
     return out
+
+
+# ---- DeepSeek-V2 (modeling_deepseek.py, trust_remote_code): MLA attention, DeepseekV2MoE --------------
+
+def _yarn_get_mscale(scale, mscale=1.0):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def deepseek_rope(config: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin [n, qk_rope_head_dim] as DeepseekV2RotaryEmbedding (or its YaRN form) caches them:
+    cat(freqs, freqs), YaRN's ramp between the interpolated and extrapolated frequencies, and
+    cos/sin times mscale(factor, mscale) / mscale(factor, mscale_all_dim). Written from the
+    modeling code, not from nbx.rope_tables."""
+    dim, base = config["qk_rope_head_dim"], config.get("rope_theta", 10000.0)
+    scaling = config.get("rope_scaling") or {}
+    extra = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    factor_cs = 1.0
+    kind = scaling.get("type") or scaling.get("rope_type")
+    if kind == "yarn":
+        factor = scaling["factor"]
+        original = scaling.get("original_max_position_embeddings", 4096)
+        fast, slow = scaling.get("beta_fast", 32), scaling.get("beta_slow", 1)
+
+        def correction(rotations):
+            return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+        low, high = max(math.floor(correction(fast)), 0), min(math.ceil(correction(slow)), dim - 1)
+        high = high + 0.001 if low == high else high
+        keep = 1.0 - np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)   # 1: the extrapolated frequency
+        inv_freq = (extra / factor) * (1 - keep) + extra * keep
+        factor_cs = (_yarn_get_mscale(factor, scaling.get("mscale", 1)) /
+                     _yarn_get_mscale(factor, scaling.get("mscale_all_dim", 0)))
+    elif kind is None:
+        inv_freq = extra
+    else:
+        raise NotImplementedError(f"the reference builds DeepSeek's default and yarn ropes, not {kind}")
+    freqs = np.arange(n, dtype=np.float64)[:, None] * inv_freq[None]
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb) * factor_cs, np.sin(emb) * factor_cs
+
+
+def deepseek_softmax_scale(config: dict) -> float:
+    scale = (config["qk_nope_head_dim"] + config["qk_rope_head_dim"]) ** -0.5
+    scaling = config.get("rope_scaling")
+    if scaling is not None and scaling.get("mscale_all_dim", 0):
+        scale *= _yarn_get_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+    return scale
+
+
+def deepseek_apply_rope(x, cos, sin):
+    """apply_rotary_pos_emb on x [n, heads, d]: the interleaved dims de-interleaved (view(d/2, 2).transpose),
+    then x * cos + rotate_half(x) * sin."""
+    n, heads, d = x.shape
+    x = x.reshape(n, heads, d // 2, 2).transpose(0, 1, 3, 2).reshape(n, heads, d)
+    return x * cos[:, None] + rotate_half(x) * sin[:, None]
+
+
+def deepseek_v2_logits(folder: Path, ids: list[int], weights=None) -> np.ndarray:
+    """[len(ids), vocab] float64 logits of a DeepseekV2ForCausalLM checkpoint, as DeepSeek's code computes them."""
+    config = json.loads((Path(folder) / "config.json").read_text())
+    w = weights if weights is not None else read_weights_bf16_aware(folder)
+    heads, eps, n = config["num_attention_heads"], config["rms_norm_eps"], len(ids)
+    nope, rope, vd, lora = (config[k] for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"))
+    cos, sin = deepseek_rope(config, n)
+    causal = np.arange(n)[None, :] <= np.arange(n)[:, None]
+    x = w["model.embed_tokens.weight"][ids]
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        a = p + "self_attn."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        if config.get("q_lora_rank"):
+            q_latent = rms_norm(h @ w[a + "q_a_proj.weight"].T, w[a + "q_a_layernorm.weight"], 1e-6)
+            q = q_latent @ w[a + "q_b_proj.weight"].T
+        else:
+            q = h @ w[a + "q_proj.weight"].T
+        q = q.reshape(n, heads, nope + rope)
+        compressed = h @ w[a + "kv_a_proj_with_mqa.weight"].T
+        latent, k_pe = compressed[:, :lora], compressed[:, lora:].reshape(n, 1, rope)
+        kv = (rms_norm(latent, w[a + "kv_a_layernorm.weight"], 1e-6) @ w[a + "kv_b_proj.weight"].T
+              ).reshape(n, heads, nope + vd)
+        k_nope, v = kv[..., :nope], kv[..., nope:]
+        q_pe, k_pe = deepseek_apply_rope(q[..., nope:], cos, sin), deepseek_apply_rope(k_pe, cos, sin)
+        query = np.concatenate([q[..., :nope], q_pe], axis=-1)
+        key = np.concatenate([k_nope, np.repeat(k_pe, heads, axis=1)], axis=-1)
+        scores = np.einsum("qhd,khd->hqk", query, key) * deepseek_softmax_scale(config)
+        scores = np.where(causal[None], scores, -np.inf)
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        attn = np.einsum("hqk,khd->qhd", scores / scores.sum(-1, keepdims=True), v).reshape(n, heads * vd)
+        x = x + attn @ w[a + "o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        x = x + (deepseek_moe(config, w, p, h) if p + "mlp.gate.weight" in w else _swiglu(w, p + "mlp.", h))
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w.get("lm_head.weight") if not config.get("tie_word_embeddings", False) else None
+    return x @ (w["model.embed_tokens.weight"] if head is None else head).T
+
+
+def _swiglu(w, p, h):
+    g = h @ w[p + "gate_proj.weight"].T
+    return (g / (1 + np.exp(-g)) * (h @ w[p + "up_proj.weight"].T)) @ w[p + "down_proj.weight"].T
+
+
+def deepseek_moe(config: dict, w: dict, p: str, h: np.ndarray) -> np.ndarray:
+    """DeepseekV2MoE: MoEGate's softmax scores, top num_experts_per_tok (greedy, or group_limited_greedy:
+    scores outside the topk_group groups of the highest max zeroed first), then normalized when
+    top_k > 1 and norm_topk_prob, else times routed_scaling_factor; the experts' sum plus the shared experts."""
+    logits = h @ w[p + "mlp.gate.weight"].T
+    scores = np.exp(logits - logits.max(-1, keepdims=True))
+    scores /= scores.sum(-1, keepdims=True)
+    k, tokens = config["num_experts_per_tok"], h.shape[0]
+    choice = scores
+    if config.get("topk_method", "greedy") == "group_limited_greedy":
+        groups = scores.reshape(tokens, config["n_group"], -1)
+        kept = np.argsort(-groups.max(-1), axis=-1, kind="stable")[:, :config["topk_group"]]
+        mask = np.zeros(groups.shape[:2], bool)
+        np.put_along_axis(mask, kept, True, axis=1)
+        choice = np.where(np.repeat(mask, groups.shape[2], axis=1), scores, 0.0)
+    chosen = np.argsort(-choice, axis=-1, kind="stable")[:, :k]
+    weights = np.take_along_axis(choice, chosen, axis=-1)
+    if k > 1 and config.get("norm_topk_prob"):
+        weights = weights / (weights.sum(-1, keepdims=True) + 1e-20)
+    else:
+        weights = weights * config.get("routed_scaling_factor", 1.0)
+    out = np.zeros_like(h)
+    for t in range(tokens):
+        for j, e in enumerate(chosen[t]):
+            out[t] += weights[t, j] * _swiglu(w, f"{p}mlp.experts.{e}.", h[t:t + 1])[0]
+    if config.get("n_shared_experts"):
+        out += _swiglu(w, p + "mlp.shared_experts.", h)
+    return out

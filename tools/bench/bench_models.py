@@ -49,33 +49,7 @@ import torch.nn.functional as F
 
 import nbx.core as nbx
 from nbx import models
-from nbx.models.writer import small_config
-
-SHAPES = {
-    "1b": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
-               num_hidden_layers=16, vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0,
-               rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                             "original_max_position_embeddings": 8192}),
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-               num_hidden_layers=32, vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
-               rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                             "original_max_position_embeddings": 8192}),
-    # Qwen2.5-7B: q/k/v biases (nbx's Qwen2 family; torch's forward adds them where the checkpoint has them)
-    "qwen7b": dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4,
-                   head_dim=128, num_hidden_layers=28, vocab_size=152064, tie_word_embeddings=False,
-                   rope_theta=1000000.0, use_sliding_window=False),
-}
-ARCHITECTURES = {"qwen7b": "Qwen2ForCausalLM"}   # the others are Llamas
-NAMES = {"1b": "Llama-3.2-1B", "8b": "Llama-3-8B", "qwen7b": "Qwen2.5-7B"}
-
-
-def config_of(shape: str) -> dict:
-    if shape in ARCHITECTURES:   # no rope scaling; eos = <|endoftext|>
-        return small_config(ARCHITECTURES[shape], **SHAPES[shape], max_position_embeddings=131072, rms_norm_eps=1e-6,
-                            bos_token_id=151643, eos_token_id=151643)
-    return small_config("LlamaForCausalLM", **SHAPES[shape], max_position_embeddings=131072, rms_norm_eps=1e-5,
-                        bos_token_id=128000, eos_token_id=128001)
-
+from model_shapes import NAMES, SHAPES, config_of
 
 # ---- torch as Hugging Face writes it ----------------------------------------------------------
 class TorchLlama:
@@ -171,12 +145,44 @@ def torch_eager(model, prompts, new_tokens):
     return out, first - start, last_read - first, host / max(1, new_tokens - 1)
 
 
+def static_cache(model, batch, capacity):
+    return [[torch.zeros(batch, model.kv_heads, capacity, model.head_dim, dtype=torch.bfloat16, device="cuda")
+             for _ in range(2)] for _ in range(model.c["num_hidden_layers"])]
+
+
+def torch_compiled(model, prompts, new_tokens):
+    """torch.compile(mode="reduce-overhead") of the static-cache decode step (inductor's kernels,
+    replayed in torch's own CUDA graphs), the prefill eager into the same cache; compiled and
+    recorded before the clock starts."""
+    b, n = len(prompts), len(prompts[0])
+    cache = static_cache(model, b, n + new_tokens)
+    step = torch.compile(lambda token, pos: model.forward(token, pos, cache, static_length=True).argmax(-1)[:, None],
+                         mode="reduce-overhead")
+    token = torch.zeros(b, 1, dtype=torch.long, device="cuda")
+    for _ in range(3):   # compile, warm up, record
+        torch.compiler.cudagraph_mark_step_begin()
+        step(token, torch.full((b, 1), n, device="cuda")).clone()
+    ids = torch.tensor(prompts, device="cuda")
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    token = model.forward(ids, torch.arange(n, device="cuda")[None].expand(b, n), cache, static_length=True
+                          ).argmax(-1)[:, None]
+    out = [token[:, 0].tolist()]
+    first = last_read = time.perf_counter()
+    host = 0.0
+    for step_index in range(1, new_tokens):
+        torch.compiler.cudagraph_mark_step_begin()
+        token = step(token, torch.full((b, 1), n + step_index - 1, device="cuda"))
+        host += time.perf_counter() - last_read
+        out.append(token[:, 0].tolist())   # read before the next replay overwrites the graph's output
+        last_read = time.perf_counter()
+    return out, first - start, last_read - first, host / max(1, new_tokens - 1)
+
+
 def torch_graphs(model, prompts, new_tokens):
     """Prefill eagerly into a static cache, then replay one captured decode step per token."""
     b, n = len(prompts), len(prompts[0])
-    capacity = n + new_tokens
-    cache = [[torch.zeros(b, model.kv_heads, capacity, model.head_dim, dtype=torch.bfloat16, device="cuda")
-              for _ in range(2)] for _ in range(model.c["num_hidden_layers"])]
+    cache = static_cache(model, b, n + new_tokens)
     ids = torch.tensor(prompts, device="cuda")
     static_token = torch.zeros(b, 1, dtype=torch.long, device="cuda")
     static_pos = torch.zeros(b, 1, dtype=torch.long, device="cuda")
@@ -346,6 +352,16 @@ def compare(shape, args, bandwidth, gen, results):
         torch.cuda.reset_peak_memory_stats()
         _, prefill, decode, host["torch CUDA graphs"] = torch_graphs(peer, prompts, args.new)
         rows.append(("torch CUDA graphs", prefill, decode, torch.cuda.max_memory_allocated()))
+        if args.compile:
+            torch.cuda.reset_peak_memory_stats()
+            try:
+                t0 = time.perf_counter()
+                _, prefill, decode, host["torch.compile"] = torch_compiled(peer, prompts, args.new)
+                rows.append(("torch.compile", prefill, decode, torch.cuda.max_memory_allocated()))
+                print(f"torch.compile(mode='reduce-overhead'): compiled, recorded and run in "
+                      f"{time.perf_counter() - t0:.0f} s")
+            except Exception as exc:   # "where it runs": a peer that fails to compile is reported, not fatal
+                print(f"torch.compile(mode='reduce-overhead') did not run: {type(exc).__name__}: {exc}")
         table(shape, args, rows, step_bytes, bandwidth, plan, results, host)
         if nbx_tokens is not None:
             torch_rows = [list(r) for r in zip(*eager_tokens)]
@@ -359,8 +375,9 @@ def compare(shape, args, bandwidth, gen, results):
 def table(shape, args, rows, step_bytes, bandwidth, plan, results, host):
     decoded = args.batch * (args.new - 1)
     rates = {name: (args.batch * args.prompt / prefill, decoded / decode) for name, prefill, decode, _ in rows}
-    eager, graphs = rates["torch eager"], rates["torch CUDA graphs"]
-    best_prefill = max(eager[0], graphs[0])
+    eager = rates["torch eager"]
+    graphs = max((rates[n] for n in ("torch CUDA graphs", "torch.compile") if n in rates), key=lambda r: r[1])
+    best_prefill = max(eager[0], rates["torch CUDA graphs"][0])
     print(f"{'':22} {'prefill tok/s':>13} {'vs torch':>8} {'decode tok/s':>12} {'ms/token':>8} {'% roofline':>10} "
           f"{'peak GB':>7} {'vs graphs':>9} {'vs eager':>8}")
     for name, prefill, decode, peak in rows:
@@ -375,7 +392,8 @@ def table(shape, args, rows, step_bytes, bandwidth, plan, results, host):
                             peak_gb=peak / GB, priced_gb=plan.total / GB if name.startswith("nbx") else None,
                             vs_torch_graphs=tps / graphs[1], vs_torch_eager=tps / eager[1],
                             host_us_token=host[name] * 1e6 if name in host else None))
-    print("(prefill vs torch: against the faster of torch's two prefills; decode against each torch peer)")
+    print("(prefill vs torch: against the faster of torch's two prefills; decode vs graphs: against the faster "
+          "of torch's captured step and torch.compile where it ran)")
     print("host time a decode step, from one step's read of its tokens to the next step's read (its launches, "
           "the loop's Python): " + ", ".join(f"{name} {seconds * 1e6:,.1f} us" for name, seconds in host.items()))
 
@@ -469,6 +487,8 @@ def main():
     parser.add_argument("--int4-layers", default="1,2",
                         help="the two layer counts of the 8B-shape int4 case ('' skips it)")
     parser.add_argument("--int4-new", type=int, default=64, help="new tokens of the int4 case")
+    parser.add_argument("--compile", action="store_true",
+                        help="also torch.compile(mode='reduce-overhead') of the decode step (minutes of compiling)")
     parser.add_argument("--json", help="also write the table's rows here (tools/bench/plot_models.py draws them)")
     parser.add_argument("--markdown", action="store_true", help="print the rows as docs/performance.md's table")
     args = parser.parse_args()

@@ -47,6 +47,21 @@ def stub_triton() -> None:
 
     triton.runtime.jit.JITFunction.__getitem__ = lambda self, grid: (lambda *args, **meta: Compiled())
     plans._stream_of = lambda index: 0
+    # the tests' fake serves copy_ by the backend's host round trip of a strided pair (it runs no Triton);
+    # on a GPU the kernels' copy serves it (a band written into an output, a strided clone): its launch
+    # here. fill_ stays the fake's memsets: what they zero (a kernel's check flags) is read back.
+    from nbx.core import dispatch
+    dispatch._IMPLEMENTATIONS.pop(("copy_", "cuda"), None)
+
+
+def stub_device_copies(fake) -> None:
+    """A device-to-device cudaMemcpyAsync returns without moving the bytes (the fake moves them on
+    this host: megabytes a call that a GPU's copy engine moves while its host goes on), as the stubbed
+    launcher skips the kernels; its call still costs the runtime wrapper's Python."""
+    from nbx.devices.nvidia import runtime
+    copy = fake.cudaMemcpyAsync.impl
+    fake.cudaMemcpyAsync.impl = lambda dst, src, nbytes, kind, stream: (
+        0 if kind == runtime.DEVICE_TO_DEVICE else copy(dst, src, nbytes, kind, stream))
 
 
 PREFILL = dict(hidden=2048, heads=32, kv_heads=8, head_dim=64, intermediate=8192, tokens=512)
@@ -108,6 +123,25 @@ def prefill_ops(nbx, device) -> dict:
     }
 
 
+TILED_CHAIN = "tiled_conv_chain 2 x k3 (1,128,256^2) bands of 32"
+
+
+def tiled_chain_ops(nbx, device) -> dict:
+    """bench_conv.py's tiled_chain (two 3 x 3 convs 128 -> 128, SiLU between, channels-last bf16)
+    at a quarter of its image: 8 bands of 32 rows, as the bench's 8 bands of 128 rows over 1024^2."""
+    rng = np.random.default_rng(0)
+
+    def channels_last(shape):
+        a = rng.standard_normal((shape[0], *shape[2:], shape[1])).astype(np.float32)
+        t = nbx.asarray(a).to(device).to(dtype="bfloat16")
+        return t.permute(0, len(shape) - 1, *range(1, len(shape) - 1))
+    x = channels_last((1, 128, 256, 256))
+    w = [channels_last((128, 128, 3, 3)) for _ in range(2)]
+    layers = [nbx.ConvLayer(w[0], None, 1, 1, activation="silu"), nbx.ConvLayer(w[1], None, 1, 1)]
+    return {TILED_CHAIN: lambda: nbx.tiled_conv_chain(x, layers, 32),
+            "conv2d k3 (1,128,34,256) bf16 cl (a band)": lambda: nbx.conv2d(x[:, :, :34], w[0], None, 1, 1)}
+
+
 def host_work(op, repeats: int = 20) -> tuple[float, float]:
     """(Python function calls, bytecodes) of one repeat of op, its first calls made: what a repeat
     costs the host on any machine (the clock of a shared machine moves by 2x, these do not)."""
@@ -135,6 +169,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--profile", help="cProfile this op (by own time; SORT=cumtime for cumulative)")
+    parser.add_argument("--tiled-chain", action="store_true",
+                        help="also bench_conv.py's tiled_chain at (1,128,256^2), bands of 32 rows, and one band's conv")
     parser.add_argument("--parts", action="store_true", help="run host_parts.py's stages instead")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time this process's CPU time, not the wall clock (a machine shared with other work)")
@@ -148,7 +184,7 @@ def main(argv=None) -> int:
         import host_timing
         host_timing.time = type("process_clock", (), {"perf_counter_ns": staticmethod(time.process_time_ns)})
     os.environ["NBX_AUTOTUNE_NO_SWEEP"] = "1"   # the device file's tiles: a simulated GPU cannot be timed
-    simulated_cuda()
+    stub_device_copies(simulated_cuda())
     stub_triton()
     if args.parts:
         import host_parts
@@ -179,6 +215,8 @@ def main(argv=None) -> int:
     }
     if args.prefill or args.profile in PREFILL_CASES:
         ops.update(prefill_ops(nbx, device))
+    if args.tiled_chain or args.profile == TILED_CHAIN:
+        ops.update(tiled_chain_ops(nbx, device))
     print(f"{'op (simulated CUDA, launcher stubbed)':40s} us/call")
     for name, op in ops.items():
         print(f"{name:40s} {per_call_us(op, args.calls):7.2f}")

@@ -48,9 +48,11 @@ DECODER_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "electra"})
 # the elementwise ops whose arithmetic bounds them, ranked on their own tunable (elementwise/tuning.py)
 COMPUTE_BOUND = frozenset({"gelu"})
-# nbx.models' sparse decoders: their experts' launches (moe kernels, the router's top-k) are not listed
-SPARSE_ARCHITECTURES = frozenset({"MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"})
-SPARSE_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe"})
+# nbx.models' sparse decoders: their experts' launches (moe kernels, the router's top-k) are not listed (nor
+# DeepSeek-V2's MLA attention products)
+SPARSE_ARCHITECTURES = frozenset({"MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
+                                  "DeepseekV2ForCausalLM"})
+SPARSE_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2"})
 # kernels a decoder's run launches that the census lists no key of yet
 NOT_LISTED = ("attention_decode", "datamove", "sampling", "elementwise (the KV cache's positions and tables)")
 

@@ -105,11 +105,13 @@ class Tensor:
         return Tensor._of(self._storage, self.dtype, new_shape, tuple(strides), self._offset)  # checked above
 
     def permute(self, *dims) -> "Tensor":
-        dims = layout.shape_args(dims)
-        order = [layout.normalize_dim(d, self.ndim) for d in dims]
-        if sorted(order) != list(range(self.ndim)):
-            raise ShapeError(f"permute{tuple(dims)} is not a permutation of {self.ndim} dims")
-        return self._view([self.shape[d] for d in order], [self._strides[d] for d in order])
+        dims, n = layout.shape_args(dims), len(self.shape)
+        order = [d if type(d) is int and 0 <= d < n else layout.normalize_dim(d, n) for d in dims]
+        if sorted(order) != list(range(n)):
+            raise ShapeError(f"permute{tuple(dims)} is not a permutation of {n} dims")
+        shape, strides = self.shape, self._strides   # list displays: a view is a hot path (every conv output)
+        return Tensor._of(self._storage, self.dtype, tuple([shape[d] for d in order]),   # checked above
+                          tuple([strides[d] for d in order]), self._offset)
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
         ndim = len(self.shape)
@@ -168,14 +170,16 @@ class Tensor:
         return self._view(shape, strides)
 
     def narrow(self, dim: int, start: int, length: int) -> "Tensor":
-        dim = layout.normalize_dim(dim, self.ndim)
+        n = len(self.shape)
+        dim = dim if type(dim) is int and 0 <= dim < n else layout.normalize_dim(dim, n)
         size = self.shape[dim]
         start = start + size if start < 0 else start
         if not (0 <= start <= size and 0 <= length <= size - start):
             raise IndexingError(f"narrow(dim={dim}, start={start}, length={length}) is outside size {size}")
         shape = list(self.shape)
-        shape[dim] = length
-        return self._view(shape, self._strides, self._offset + start * self._strides[dim])
+        shape[dim] = int(length)
+        return Tensor._of(self._storage, self.dtype, tuple(shape), self._strides,   # checked above
+                          self._offset + int(start) * self._strides[dim])
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
         if self.ndim == 0:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nbx.core.errors import ArgumentError, NotSupportedError
 
-from . import decoder
+from . import decoder, mla
 from .checkpoint import Weights
 from .config import read_config
 from .errors import (CheckpointError, CollectiveFailedError, CommunicatorNotFoundError, RankTimeoutError,
@@ -41,6 +41,9 @@ def load(path, device=None, dtype=None, *, tensor_parallel: int = 1, rank: int |
         return build(config, Weights.open(folder, device=device, dtype=dtype), folder)
     if not isinstance(tensor_parallel, int) or tensor_parallel < 1:
         raise ArgumentError(f"tensor_parallel is a number of ranks >= 1, got {tensor_parallel!r}")
+    if name == mla.ARCHITECTURE:
+        raise NotSupportedError(f"tensor-parallel loading splits the Llama-style and MoE decoders; {name}'s MLA "
+                                "attention is not split")
     if name not in decoder.FAMILIES:
         raise NotSupportedError(f"tensor-parallel loading splits decoders; {name} is not one")
     from .tensor_parallel import load_tensor_parallel

@@ -1,5 +1,6 @@
 """Llama-style decoders (Llama 1-3.x, Mistral, Qwen2/2.5, Qwen3; Mixtral, Qwen2-MoE and Qwen3-MoE, whose
-sparse MLPs are moe.py's) written only with nbx ops.
+sparse MLPs are moe.py's) written only with nbx ops; mla.py's DeepSeek-V2 is a Decoder with its own
+layers and attention.
 
 One forward serves prefill and decode, for one sequence or several of different lengths: the
 tokens of all sequences are packed into one [tokens, hidden] matrix for the products, norms and
@@ -105,14 +106,21 @@ def parameter_shapes(family: DecoderFamily, config: dict) -> dict[str, tuple[int
         if i in moe.sparse_layers(family.architecture, config):
             shapes.update(moe.shapes(family.architecture, config, p))
             continue
-        for name, shape in (("gate", (s.intermediate, s.hidden)), ("up", (s.intermediate, s.hidden)),
-                            ("down", (s.hidden, s.intermediate))):
-            shapes[p + f"mlp.{name}_proj.weight"] = shape
-            if mlp_bias:
-                shapes[p + f"mlp.{name}_proj.bias"] = shape[:1]
+        shapes.update(mlp_shapes(p, s.hidden, s.intermediate, mlp_bias))
     shapes["model.norm.weight"] = (s.hidden,)
     if not config.get("tie_word_embeddings", False):
         shapes["lm_head.weight"] = (s.vocab, s.hidden)
+    return shapes
+
+
+def mlp_shapes(prefix: str, hidden: int, intermediate: int, bias: bool = False) -> dict[str, tuple[int, ...]]:
+    """A dense SwiGLU MLP's tensors (mlp.gate_proj, up_proj, down_proj) of the layer at prefix."""
+    shapes = {}
+    for name, shape in (("gate", (intermediate, hidden)), ("up", (intermediate, hidden)),
+                        ("down", (hidden, intermediate))):
+        shapes[prefix + f"mlp.{name}_proj.weight"] = shape
+        if bias:
+            shapes[prefix + f"mlp.{name}_proj.bias"] = shape[:1]
     return shapes
 
 
@@ -192,7 +200,7 @@ class Decoder:
         self.device = weights.device
         self.shapes = s = local_shapes or Shapes.of(config)
         self.vocab = int(config["vocab_size"])
-        shapes = parameter_shapes(family, config)
+        shapes = self.parameter_shapes()
         get = weights.get
         self.embed = get("model.embed_tokens.weight", shapes["model.embed_tokens.weight"])
         if _quantized(self.embed):
@@ -205,9 +213,25 @@ class Decoder:
         self.activation = ACTIVATIONS[activation]
         self.eos = eos_ids(config, getattr(weights, "folder", None))   # seeded weights have no folder
         self.max_positions = int(config.get("max_position_embeddings") or 2048)
+        self.layers = self.load_layers(get, shapes)
+        self.norm = get("model.norm.weight", (s.hidden,))
+        # tied embeddings: HF writes no lm_head (or one equal to the embeddings, which is not read)
+        tied = "lm_head.weight" not in shapes
+        self.lm_head = self.embed if tied else get("lm_head.weight", shapes["lm_head.weight"])
+        self._cos = self._sin = None
+        self._kept = None   # (key, cache, graph decode) of the last generation, reused by the next of its sizes
+
+    # ---- what a family of its own (mla.py's DeepSeek-V2) changes ------------------------------
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor of the checkpoint this decoder reads, by name."""
+        return parameter_shapes(self.family, self.config)
+
+    def load_layers(self, get, shapes) -> list:
+        """The decoder layers from the checkpoint (get(name, shape) -> tensor)."""
+        family, config, s = self.family, self.config, self.shapes
         windows = layer_windows(config)
         sparse = moe.sparse_layers(family.architecture, config)
-        self.layers = []
+        layers = []
         for i in range(s.layers):
             p = f"model.layers.{i}."
 
@@ -215,19 +239,18 @@ class Decoder:
                 return get(p + name, shapes[p + name]) if p + name in shapes else None
             qkv = [w(f"self_attn.{n}_proj.weight") for n in "qkv"]
             biases = [w(f"self_attn.{n}_proj.bias") for n in "qkv"]
-            self.layers.append(_Layer(
+            layers.append(_Layer(
                 w("input_layernorm.weight"), stack_rows(qkv), None if biases[0] is None else stack_rows(biases),
                 w("self_attn.o_proj.weight"), w("self_attn.o_proj.bias"),
                 w("self_attn.q_norm.weight"), w("self_attn.k_norm.weight"), w("post_attention_layernorm.weight"),
                 w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), w("mlp.down_proj.weight"),
                 w("mlp.gate_proj.bias"), w("mlp.up_proj.bias"), w("mlp.down_proj.bias"), windows[i],
                 moe.load(family.architecture, config, get, p) if i in sparse else None))
-        self.norm = get("model.norm.weight", (s.hidden,))
-        # tied embeddings: HF writes no lm_head (or one equal to the embeddings, which is not read)
-        tied = "lm_head.weight" not in shapes
-        self.lm_head = self.embed if tied else get("lm_head.weight", shapes["lm_head.weight"])
-        self._cos = self._sin = None
-        self._kept = None   # (key, cache, graph decode) of the last generation, reused by the next of its sizes
+        return layers
+
+    def rope_config(self) -> dict:
+        """The config nbx.rope_tables reads for this decoder's rotary tables."""
+        return self.config
 
     # ---- the public API --------------------------------------------------------------------
     def logits(self, token_ids) -> nbx.Tensor:
@@ -432,7 +455,7 @@ class Decoder:
             return
         if self._cos is not None:
             self.release_cache()   # a kept captured step reads the tables it was captured with
-        self._cos, self._sin = nbx.rope_tables(self.config, self.rope_rows(positions), dtype=nbx.float32,
+        self._cos, self._sin = nbx.rope_tables(self.rope_config(), self.rope_rows(positions), dtype=nbx.float32,
                                                device=self.device)
 
     def rope_rows(self, positions: int) -> int:

@@ -23,11 +23,13 @@ def _paged_cache_class():
     return PagedKVCache if hasattr(nbx, "paged_attention") and hasattr(nbx, "rotary_kv_cache_write") else None
 
 
-def new_cache(layers: int, kv_heads: int, head_dim: int, capacities: list[int], dtype, device):
+def new_cache(layers: int, kv_heads: int, head_dim: int, capacities: list[int], dtype, device,
+              v_head_dim: int | None = None):
+    """v_head_dim: the values' head dim where it is not the keys' (DeepSeek's MLA: k 192, v 128)."""
     paged = _paged_cache_class()
     if paged is None:
-        return ContiguousCache(layers, kv_heads, head_dim, capacities, dtype, device)
-    return PagedCache(paged, layers, kv_heads, head_dim, capacities, dtype, device)
+        return ContiguousCache(layers, kv_heads, head_dim, capacities, dtype, device, v_head_dim)
+    return PagedCache(paged, layers, kv_heads, head_dim, capacities, dtype, device, v_head_dim)
 
 
 def _block_tokens(device) -> int:
@@ -47,10 +49,11 @@ def planned_nbytes(layers: int, kv_heads: int, head_dim: int, capacities: list[i
 
 
 class PagedCache:
-    def __init__(self, paged, layers, kv_heads, head_dim, capacities, dtype, device):
+    def __init__(self, paged, layers, kv_heads, head_dim, capacities, dtype, device, v_head_dim=None):
         block = _block_tokens(device)
         blocks = sum(-(-c // block) for c in capacities)
-        self.cache = paged(layers, kv_heads, head_dim, blocks, dtype=dtype, device=device, block_tokens=block)
+        self.cache = paged(layers, kv_heads, head_dim, blocks, dtype=dtype, device=device, block_tokens=block,
+                           v_head_dim=v_head_dim)
         self.capacities = list(capacities)
         for seq in range(len(capacities)):
             self.cache.add(seq)
@@ -110,20 +113,21 @@ class PagedStep:
         self.max_q_len = max_q_len   # the most queries of one sequence: sizes the launch, never read back
         self.max_seq_len = max_seq_len
 
-    def attend(self, layer, q, k, v, cos, sin, positions, window):
+    def attend(self, layer, q, k, v, cos, sin, positions, window, scale=None):
         """Rope q and k and write k and v (one launch), then q's attention over each sequence's
-        cache: [tokens, Hq, D]."""
+        cache: [tokens, Hq, Dv]. scale None: 1/sqrt(head_dim)."""
         kc, vc = self.cache.k[layer], self.cache.v[layer]
         q = nbx.rotary_kv_cache_write(k, v, cos, sin, positions, kc, vc, self.slots, q=q)
         return nbx.paged_attention(q, kc, vc, self.table, self.lens, self.cu, is_causal=True, window=window,
-                                   max_seq_len=self.max_seq_len, max_q_len=self.max_q_len)
+                                   scale=scale, max_seq_len=self.max_seq_len, max_q_len=self.max_q_len)
 
 
 class ContiguousCache:
-    def __init__(self, layers, kv_heads, head_dim, capacities, dtype, device):
+    def __init__(self, layers, kv_heads, head_dim, capacities, dtype, device, v_head_dim=None):
+        v_dim = head_dim if v_head_dim is None else v_head_dim
         self.keys = [[nbx.empty((kv_heads, c, head_dim), dtype=dtype, device=device) for _ in range(layers)]
                      for c in capacities]
-        self.values = [[nbx.empty((kv_heads, c, head_dim), dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [[nbx.empty((kv_heads, c, v_dim), dtype=dtype, device=device) for _ in range(layers)]
                        for c in capacities]
         self.capacities = list(capacities)
         self.held = [0] * len(capacities)
@@ -148,20 +152,20 @@ class ContiguousCache:
         self.starts = [sum(counts[:i]) for i in range(len(counts))]
         return self
 
-    def attend(self, layer, q, k, v, cos, sin, positions, window):
+    def attend(self, layer, q, k, v, cos, sin, positions, window, scale=None):
         """Rope q and k, write k and v to each sequence's cache, then q's attention over it."""
         q = nbx.rotary_embedding(q, cos, sin, positions)
         k = nbx.rotary_embedding(k, cos, sin, positions)
         heads, kv_heads = q.shape[1], k.shape[1]
-        out = nbx.empty(tuple(q.shape), dtype=q.dtype, device=self.device)
+        out = nbx.empty((*q.shape[:2], v.shape[2]), dtype=q.dtype, device=self.device)
         for (s, n), a in zip(self.step, self.starts):
             end = self.held[s] + n
             self.keys[s][layer][:, self.held[s]:end] = k[a:a + n].permute(1, 0, 2)
             self.values[s][layer][:, self.held[s]:end] = v[a:a + n].permute(1, 0, 2)
             o = nbx.scaled_dot_product_attention(q[a:a + n].permute(1, 0, 2), self.keys[s][layer][:, :end],
                                                  self.values[s][layer][:, :end], is_causal=True,
-                                                 enable_gqa=heads != kv_heads, causal_alignment="bottom_right",
-                                                 window=window)
+                                                 scale=scale, enable_gqa=heads != kv_heads,
+                                                 causal_alignment="bottom_right", window=window)
             out[a:a + n] = o.permute(1, 0, 2)
         return out
 

@@ -13,7 +13,13 @@ replicate layer pads the band with `pad` (the band then holds the real rows the 
 reads) and crops it to the rows needed. An upsampling layer holds the stored rows whose upsampled
 rows cover the ones needed; when the needed rows start inside a stored row (or off the stride's
 grid), the band's convolution computes the few output rows before them too and drops them. Each
-band's output rows are written into the full output.
+band's output rows are written into the full output: after the first band (which gives the
+output its layout), the last convolution stores them there itself (into=).
+
+Host time (a GPU waits on it: 8 bands of 2 convolutions are 16 launches): each layer's
+convolution is checked once a call on its first band (conv's checked_convolution, the
+front-end's own checks) and every band calls the device's implementation with the pads it
+derives; a layer's row geometry is worked out once (ConvLayer.rows).
 
 Every output element is then computed from the same input values by the same kernel arithmetic as
 in `conv_chain` (the untiled chain), so the two are bit-equal wherever the convolution's
@@ -35,13 +41,14 @@ Peak memory: the output, the input, and one band's activations of every layer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from .. import dtypes
 from ..errors import ArgumentError, NotSupportedError, ShapeError
 from ..tensor import Tensor
-from .conv import conv1d, conv2d, conv3d, conv_out_size, conv_padding, pad_spatial, spatial_tuple
+from .conv import checked_convolution, conv1d, conv2d, conv3d, conv_out_size, conv_padding, pad_spatial, spatial_tuple
 
 BAND_PADDING_MODES = ("zeros", "reflect", "replicate")
 CONVS = {1: conv1d, 2: conv2d, 3: conv3d}
@@ -72,9 +79,10 @@ class ConvLayer:
     def rank(self) -> int:
         return self.weight.ndim - 2
 
+    @cached_property
     def rows(self):
         """(kernel, stride, dilation, (low, high) padding along the banded dim, the other spatial dims'
-        (low, high) paddings)."""
+        (low, high) paddings); worked out once a layer (every band of every call reads it)."""
         n, kernel = self.rank, tuple(self.weight.shape[2:])
         stride, dilation = spatial_tuple(self.stride, n, "stride"), spatial_tuple(self.dilation, n, "dilation")
         pads = conv_padding(self.padding, n, kernel, stride, dilation)
@@ -130,7 +138,7 @@ def _rows_needed(layers, rows: int) -> int:
         if isinstance(layer, Residual):
             rows = max(rows, _rows_needed(list(layer.body), rows))
         elif isinstance(layer, ConvLayer):
-            k, s, d, _, _ = layer.rows()
+            k, s, d, _, _ = layer.rows
             rows = (rows - 1) * s + d * (k - 1) + 1
             rows = -(-(rows - 1) // layer.upsample) + 1
     return rows
@@ -141,7 +149,7 @@ def _heights(height: int, layers) -> list[int]:
     heights = [height]
     for layer in layers:
         if isinstance(layer, ConvLayer):
-            k, s, d, (lo, hi), _ = layer.rows()
+            k, s, d, (lo, hi), _ = layer.rows
             heights.append(conv_out_size(heights[-1] * layer.upsample, lo, hi, k, s, d))
         else:
             heights.append(heights[-1])
@@ -167,7 +175,7 @@ def _plan_band(first: int, last: int, layers, heights):
             steps.append((held, (first, last), inner))
             first, last = held
             continue
-        k, s, d, (pad_lo, _), _ = layers[index].rows()
+        k, s, d, (pad_lo, _), _ = layers[index].rows
         up, size = layers[index].upsample, heights[index]
         need = (first * s - pad_lo, (last - 1) * s - pad_lo + d * (k - 1) + 1)
         held = [max(need[0], 0) // up, -(-min(need[1], size * up) // up)]
@@ -181,63 +189,90 @@ def _plan_band(first: int, last: int, layers, heights):
     return steps[::-1]
 
 
-def _run_band(layers, steps, band: Tensor, stats: dict) -> Tensor:
-    """The band (its first layer's rows held) through the layers: the last one's rows of the band."""
-    for layer, (held, need, inner) in zip(layers, steps):
+class _Call:
+    """What one tiled_conv_chain call works out once and every band reuses: each norm's statistics
+    (per sample, the per-channel mean and variance on the device) and each ConvLayer's convolution
+    checked on its first band (checked_convolution; by the layer and its input's channels and dtype,
+    so a layer object met twice is checked for each input it convolves)."""
+
+    def __init__(self):
+        self.stats, self._convs = {}, {}
+
+    def conv(self, layer: ConvLayer, band: Tensor, pads, into: Tensor | None = None) -> Tensor:
+        """layer's convolution of the band, zero-padded by pads ((low, high) a spatial dim), written
+        into the view into when given."""
+        key = (id(layer), band.shape[1], band.dtype)
+        run = self._convs.get(key)
+        if run is None:
+            run = self._convs[key] = checked_convolution(band, layer.weight, layer.bias, layer.stride, pads,
+                                                         layer.dilation, layer.groups, layer.activation,
+                                                         layer.upsample)
+        return run(band, pads, into)
+
+
+def _rows(t: Tensor, start: int, stop: int) -> Tensor:
+    """t's rows [start, stop) of the banded dim (a view)."""
+    return t.narrow(2, start, stop - start)
+
+
+def _run_band(layers, steps, band: Tensor, call: _Call, into: Tensor | None = None) -> Tensor:
+    """The band (its first layer's rows held) through the layers: the last one's rows of the band,
+    written into the view into when given (a last convolution stores them there: no copy)."""
+    for index, (layer, (held, need, inner)) in enumerate(zip(layers, steps)):
         if isinstance(layer, GroupNormLayer):
-            band = _normalized(layer, band, stats[id(layer)])
+            band = _normalized(layer, band, call.stats[id(layer)])
         elif isinstance(layer, Residual):
             body = inner[0][0]
-            out = _run_band(layer.body, inner, band[:, :, body[0] - held[0]:body[1] - held[0]], stats)
-            skip = band[:, :, need[0] - held[0]:need[1] - held[0]]
-            band = out + (skip if layer.shortcut is None else layer.shortcut(skip))
+            out = _run_band(layer.body, inner, _rows(band, body[0] - held[0], body[1] - held[0]), call)
+            skip = _rows(band, need[0] - held[0], need[1] - held[0])
+            band = out + (skip if layer.shortcut is None else call.conv(layer.shortcut, skip,
+                                                                        ((0, 0),) * (skip.ndim - 2)))
         else:
-            band = _band_layer(layer, band, held, need, layer.rows()[4])
+            band = _band_layer(layer, band, held, need, call, into if index == len(layers) - 1 else None)
+    if into is not None and band is not into:
+        into._copy_from(band)
+        return into
     return band
 
 
 def _normalized(layer: GroupNormLayer, band: Tensor, moments) -> Tensor:
     """The group norm of a band by its input's whole statistics: per sample, batch_norm's per-channel
-    map (the group's mean and variance repeated over its channels), then the activation."""
+    map (moments: the group's mean and variance repeated over its channels), then the activation."""
     from .datamove import concat
     from .norms import batch_norm
-    from ..tensor import from_numpy
-    mean, var = moments
-    per = band.shape[1] // layer.num_groups
-    rows = []
-    for n in range(band.shape[0]):
-        host = dtypes.statistics_dtype(band.dtype).host
-        stat = [from_numpy(np.repeat(a[n], per).astype(host), band.device) for a in (mean, var)]
-        rows.append(ACTIVATIONS[layer.activation](batch_norm(band[n:n + 1], *stat, layer.weight, layer.bias,
-                                                             layer.eps)))
+    rows = [ACTIVATIONS[layer.activation](batch_norm(band[n:n + 1], mean, var, layer.weight, layer.bias, layer.eps))
+            for n, (mean, var) in enumerate(moments)]
     return rows[0] if len(rows) == 1 else concat(rows, axis=0)
 
 
 
-def _band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads) -> Tensor:
+def _band_layer(layer: ConvLayer, band: Tensor, held, need, call: _Call, into: Tensor | None) -> Tensor:
+    """The layer's rows of the band (into: the view they are stored into, unless the layer upsamples:
+    its convolution's rows start before the ones needed)."""
+    other_pads = layer.rows[4]
     if layer.upsample > 1:
-        return _upsampled_band_layer(layer, band, held, need, other_pads)
+        return _upsampled_band_layer(layer, band, held, need, other_pads, call)
     top, bottom = held[0] - need[0], need[1] - held[1]   # > 0 only at the image's edges
     if layer.padding_mode == "zeros":
         start, stop = max(need[0], held[0]) - held[0], min(need[1], held[1]) - held[0]
-        return layer(band[:, :, start:stop], padding=((max(top, 0), max(bottom, 0)), *other_pads))
+        return call.conv(layer, _rows(band, start, stop), ((max(top, 0), max(bottom, 0)), *other_pads), into)
     padded = pad_spatial(band, ((max(top, 0), max(bottom, 0)), *other_pads), layer.padding_mode)
     origin = held[0] - max(top, 0)   # the image row of the padded band's first row
-    return layer(padded[:, :, need[0] - origin:need[1] - origin], padding=0, padding_mode="zeros")
+    return call.conv(layer, _rows(padded, need[0] - origin, need[1] - origin), ((0, 0),) * (band.ndim - 2), into)
 
 
-def _upsampled_band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads) -> Tensor:
+def _upsampled_band_layer(layer: ConvLayer, band: Tensor, held, need, other_pads, call: _Call) -> Tensor:
     """The band's output rows of an upsampling layer (zero padding): the stored rows held upsample
     to image rows [held[0] k, held[1] k), which may start before the rows needed; extra zero rows
     at the top put the needed start on the stride's grid, and the output rows before it are dropped."""
-    k, s, d, _, _ = layer.rows()
+    k, s, d, _, _ = layer.rows
     up_start, up_end = held[0] * layer.upsample, held[1] * layer.upsample
     top, bottom = max(0, -need[0]), max(0, need[1] - up_end)
     skip = need[0] - (up_start - top)              # upsampled rows held before the first one needed
     extra = -skip % s
-    out = layer(band, padding=((top + extra, bottom), *other_pads))
+    out = call.conv(layer, band, ((top + extra, bottom), *other_pads))
     first, count = (skip + extra) // s, (need[1] - need[0] - d * (k - 1) - 1) // s + 1
-    return out[:, :, first:first + count]
+    return out.narrow(2, first, count)
 
 
 def _check_layers(x: Tensor, layers, top: bool = True) -> list:
@@ -284,16 +319,17 @@ def _check_norms(norms) -> None:
                             "its own (their statistics differ)")
 
 
-def _banded(x: Tensor, layers, band_rows: int, stats: dict, sink) -> None:
-    """Each band of the chain's output rows [first, last) handed to sink(first, last, band)."""
+def _banded(x: Tensor, layers, band_rows: int, call: _Call, sink, target=None) -> None:
+    """Each band of the chain's output rows [first, last) handed to sink(first, last, band), computed
+    into target(first, last) where that gives a view (the output's rows) rather than None."""
     heights = _heights(x.shape[2], layers)
     for first in range(0, heights[-1], band_rows):
         last = min(first + band_rows, heights[-1])
         if not layers:
-            sink(first, last, x[:, :, first:last])
+            sink(first, last, _rows(x, first, last))
             continue
         steps = _plan_band(first, last, layers, heights)
-        band = _run_band(layers, steps, x[:, :, steps[0][0][0]:steps[0][0][1]], stats)
+        band = _run_band(layers, steps, _rows(x, *steps[0][0]), call, target and target(first, last))
         assert band.shape[2] == last - first, "a band's rows follow its plan"
         sink(first, last, band)
 
@@ -309,25 +345,34 @@ def _norms_in_order(layers, before=()) -> list:
     return found
 
 
-def _statistics(x: Tensor, prefix, norm: GroupNormLayer, band_rows: int, stats: dict):
-    """The (N, groups) float64 mean and variance of the norm's input, combined band by band."""
-    ops = _ops()
-    total = {"count": 0, "mean": 0.0, "m2": 0.0}
+def _statistics(x: Tensor, prefix, norm: GroupNormLayer, band_rows: int, call: _Call) -> list:
+    """Per sample, the (mean, variance) of the norm's input: each band's on the device, brought to
+    the host together once the bands are queued (one wait, not one a band), combined in float64
+    (Chan's rule) and uploaded once as per-channel tensors (each group's repeated over its
+    channels) of the band's statistics dtype, which _normalized hands every band's batch_norm."""
+    from .datamove import concat
+    from ..tensor import from_numpy
+    ops, counts, moments, seen = _ops(), [], [], {}
 
     def gather(first, last, band):
         n, c = band.shape[:2]
         if c % norm.num_groups:
             raise ShapeError(f"tiled_conv_chain: num_groups {norm.num_groups} does not divide the {c} channels")
         values = band.to(dtype=dtypes.statistics_dtype(band.dtype)).reshape(n, norm.num_groups, -1)
-        count = values.shape[2]
-        mean = ops.mean(values, axis=2).numpy().astype(np.float64)
-        m2 = ops.var(values, axis=2).numpy().astype(np.float64) * count
-        before, delta = total["count"], mean - total["mean"]
-        total["count"] = before + count
-        total["mean"] = total["mean"] + delta * count / total["count"]
-        total["m2"] = total["m2"] + m2 + delta * delta * before * count / total["count"]
-    _banded(x, prefix, band_rows, stats, gather)
-    return total["mean"], total["m2"] / total["count"]
+        counts.append(values.shape[2])
+        moments.extend((ops.mean(values, axis=2), ops.var(values, axis=2)))
+        seen.update(channels=c, dtype=band.dtype, device=band.device)
+    _banded(x, prefix, band_rows, call, gather)
+    host = concat(moments, axis=0).numpy().astype(np.float64).reshape(len(counts), 2, *moments[0].shape)
+    total, mean, m2 = 0, 0.0, 0.0
+    for count, (band_mean, band_var) in zip(counts, host):
+        before, delta = total, band_mean - mean
+        total = before + count
+        mean = mean + delta * count / total
+        m2 = m2 + band_var * count + delta * delta * before * count / total
+    per, dtype = seen["channels"] // norm.num_groups, dtypes.statistics_dtype(seen["dtype"]).host
+    return [tuple(from_numpy(np.repeat(a[n], per).astype(dtype), seen["device"]) for a in (mean, m2 / total))
+            for n in range(mean.shape[0])]
 
 
 def tiled_conv_chain(x: Tensor, layers, band_rows: int) -> Tensor:
@@ -336,17 +381,20 @@ def tiled_conv_chain(x: Tensor, layers, band_rows: int) -> Tensor:
     band_rows = int(band_rows)
     if band_rows < 1:
         raise ArgumentError(f"tiled_conv_chain: band_rows must be positive, got {band_rows}")
-    stats, norms = {}, _norms_in_order(layers)
+    call, norms = _Call(), _norms_in_order(layers)
     _check_norms(norms)
     for norm, prefix in norms:
-        stats[id(norm)] = _statistics(x, prefix, norm, band_rows, stats)
+        call.stats[id(norm)] = _statistics(x, prefix, norm, band_rows, call)
     result = {}
+
+    def target(first, last):   # the bands after the first one (which gives the output's layout)
+        return _rows(result["out"], first, last) if "out" in result else None
 
     def write(first, last, band):
         if "out" not in result:
             result["out"] = _output_like(band, _heights(x.shape[2], layers)[-1])
-        result["out"][:, :, first:last] = band
-    _banded(x, layers, band_rows, stats, write)
+            _rows(result["out"], first, last)._copy_from(band)
+    _banded(x, layers, band_rows, call, write, target)
     return result["out"]
 
 

@@ -100,6 +100,39 @@ def conv_args(op: str, n: int, x, weight, bias, stride, padding, dilation, group
     return stride, pads, dilation, groups
 
 
+def _checked(op: str, n: int, x, weight, bias, stride, padding, dilation, groups, activation, upsample):
+    """The front-end's checks of a convolution of a batched x whose operands are checked, and its
+    normalized (stride, pads, dilation, groups, activation, upsample)."""
+    upsample = _upsample(op, x, weight, groups, upsample)
+    stride, pads, dilation, groups = conv_args(op, n, x, weight, bias, stride, padding, dilation, groups, upsample)
+    return stride, pads, dilation, groups, _activation(op, activation), upsample
+
+
+def checked_convolution(x: Tensor, weight: Tensor, bias, stride, padding, dilation, groups, activation=None,
+                        upsample: int = 1):
+    """conv{n}d(x, weight, bias, stride, padding, dilation, groups, activation=, upsample=) of a
+    batched x, checked as the front-end checks it, as a function run(band, pads) that convolves
+    any input of x's channels, dtype and device (zero-padded by pads, (low, high) pairs of ints) by
+    the device's implementation without checking it again: for a caller that convolves many inputs
+    alike (tiled_conv_chain's bands), whose pads it derives itself. run(band, pads, into) writes the
+    result into the view into (of its shape and dtype, any strides; the kernels store there
+    directly) and returns it."""
+    n = weight.ndim - 2
+    op = f"conv{n}d"
+    _check_operands(op, n, x, weight, bias)
+    if x.ndim != n + 2:
+        raise ShapeError(f"{op}: checked_convolution takes a batched input (N, C, *{n} dims), got {x.shape}")
+    stride, _, dilation, groups, activation, upsample = _checked(op, n, x, weight, bias, stride, padding, dilation,
+                                                                 groups, activation, upsample)
+    impl, extra = implementation(op, x.device), (upsample,) if upsample > 1 else ()
+
+    def run(band: Tensor, pads, into: Tensor | None = None) -> Tensor:
+        if into is None:
+            return impl(band, weight, bias, stride, pads, dilation, groups, activation, None, *extra)
+        return impl(band, weight, bias, stride, pads, dilation, groups, activation, None, upsample, into=into)
+    return run
+
+
 def _conv_front_end(n: int):
     op = f"conv{n}d"
 
@@ -108,9 +141,8 @@ def _conv_front_end(n: int):
              upsample: int = 1) -> Tensor:
         _check_operands(op, n, input, weight, bias)
         x, unbatched = _batched(input, n)
-        upsample = _upsample(op, x, weight, groups, upsample)
-        stride, pads, dilation, groups = conv_args(op, n, x, weight, bias, stride, padding, dilation, groups, upsample)
-        activation = _activation(op, activation)
+        stride, pads, dilation, groups, activation, upsample = _checked(op, n, x, weight, bias, stride, padding,
+                                                                        dilation, groups, activation, upsample)
         if residual is not None:
             residual = _check_residual(op, n, x, weight, residual, stride, pads, dilation, unbatched, upsample)
         if padding_mode not in PADDING_MODES:
@@ -321,9 +353,16 @@ def _register_conv(op: str, ref) -> None:
     reference.register(op, ref)
 
     @register(op, "cpu")
-    def cpu(x, weight, bias, stride, pads, dilation, groups, activation, residual, upsample=1):
-        return wrap(ref(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual,
-                        upsample=upsample), x.dtype)
+    def cpu(x, weight, bias, stride, pads, dilation, groups, activation, residual, upsample=1, into=None):
+        out = wrap(ref(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual,
+                       upsample=upsample), x.dtype)
+        return out if into is None else _written(into, out)
+
+
+def _written(into: Tensor, out: Tensor) -> Tensor:
+    """into (an implementation's into=: a view of the output's shape and dtype, any strides) holding out."""
+    into._copy_from(out)
+    return into
 
 
 for _n in (1, 2, 3):

@@ -1,5 +1,5 @@
 """The convolution kernels: an implicit GEMM on tl.dot, a window kernel (depthwise convolution and
-every pooling), and the overlap-add of a 1-D transposed convolution.
+every pooling), and the overlap-add of strided frames (istft's).
 
 Implicit GEMM: the output of one group is the product of an (N * OD * OH * OW) x (C / groups *
 KD * KH * KW) matrix of input taps, never formed in memory, by the (taps) x (O / groups) weight.
@@ -8,9 +8,9 @@ taps, then the input channels BLOCK_K at a time, as one flat loop (Triton pipeli
 innermost loop only): each step's halo test (the tap's input position inside the input) is a few
 integer operations on the tile's positions, and the channel steps read the input through its
 strides, so a channels-last input is read along its contiguous channels and a
-channels-first one along its contiguous width. TRANSPOSED reads the same loop as the gradient of
-a convolution: output position o takes input position (o + pad - k * dilation) / stride where
-that divides evenly (the weight then is (C_in, O / groups, *K)).
+channels-first one along its contiguous width. A transposed convolution is a launch of it a
+phase (conv/__init__.py), each phase an ordinary convolution of stride 1 whose dilation may be
+negative (its later taps read earlier inputs).
 
 The window kernel: a program owns a BLOCK_C x BLOCK_W tile of one output row (sample, depth,
 height) - channels by output width, whichever is contiguous in memory is the coalesced one - and
@@ -28,16 +28,10 @@ _DEPTHWISE, _MAX, _AVG = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)  # th
 
 
 @triton.jit
-def _tap(o, k, size, stride, pad, dilation, TRANSPOSED: tl.constexpr):
+def _tap(o, k, size, stride, pad, dilation):
     """The input position output position o reads at kernel tap k, and whether it exists."""
-    if TRANSPOSED:
-        num = o + pad - k * dilation
-        i = num // stride
-        ok = (num >= 0) & (num - i * stride == 0) & (i < size)
-    else:
-        i = o * stride - pad + k * dilation
-        ok = (i >= 0) & (i < size)
-    return i, ok
+    i = o * stride - pad + k * dilation
+    return i, (i >= 0) & (i < size)
 
 
 @triton.jit
@@ -164,7 +158,7 @@ def conv_gemm_kernel(
     ws_g, ws_o, ws_c, ws_d, ws_h, ws_w,
     os_n, os_c, os_d, os_h, os_w,
     rs_n, rs_c, rs_d, rs_h, rs_w, split_stride,
-    TRANSPOSED: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
     DOT: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     UP_D: tl.constexpr = 1, UP_H: tl.constexpr = 1, UP_W: tl.constexpr = 1,
@@ -177,7 +171,8 @@ def conv_gemm_kernel(
     input's load: D, H, W are the upsampled sizes and position i reads stored position i // UP.
     WIDE: offsets in int64 (a tensor past 2**31 elements), else int32. EVEN_C: BLOCK_K divides C_G
     (no channel mask). ONE_TAP: a kernel of one tap (KD = KH = KW = 1), whose border tests do not
-    move with the step, so a channels-first input's rows vectorize (conv_transpose1d's columns).
+    move with the step, so a channels-first input's rows vectorize. A kernel dim of 0 taps (a
+    transposed convolution's phase no tap reaches): no step, the output is the bias alone.
     B_DESC: the weight is one [O, taps x C_G] matrix (channels-last: (O, KD, KH, KW, C_G) dense) read
     through a tensor descriptor, a [BLOCK_N, BLOCK_K] box at (output channel, tap x C_G + c0) a step
     (EVEN_C; rows past O read as zeros; rows of the next group land in columns that are not stored).
@@ -196,8 +191,8 @@ def conv_gemm_kernel(
     The K loop walks (tap, channel step) with both counters carried from step to step (no
     division a step). A plain convolution's tap moves every row's input by one offset
     (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w), so a step adds a scalar to the rows' origin
-    offsets and tests each row's three coordinates against the borders; the transposed and the
-    upsampled forms divide (their input position is not linear in the tap) and take _tap."""
+    offsets and tests each row's three coordinates against the borders; the upsampled form
+    divides (its stored position is not linear in the tap) and takes _tap."""
     g = tl.program_id(1)
     M = BATCH * OD * OH * OW
     tile_m, tile_n = _grouped_tile(tl.program_id(0), M, O_G, BLOCK_M, BLOCK_N, GROUP_M)
@@ -213,7 +208,7 @@ def conv_gemm_kernel(
     oh = (rm // OW) % OH
     od = (rm // (OW * OH)) % OD
     n = rm // (OW * OH * OD)
-    LINEAR: tl.constexpr = (not TRANSPOSED) and UP_D == 1 and UP_H == 1 and UP_W == 1
+    LINEAR: tl.constexpr = UP_D == 1 and UP_H == 1 and UP_W == 1
     id0 = od * sd - pd   # the rows' input position at tap 0 (LINEAR)
     ih0 = oh * sh - ph
     iw0 = ow * sw - pw
@@ -270,9 +265,9 @@ def conv_gemm_kernel(
                 ok = in_m & _inside(id0 + kd * dd, D) & _inside(ih0 + kh * dh, H) & _inside(iw0 + kw * dw, W)
                 a_row = x_row + (kd * dd * xs_d + kh * dh * xs_h + kw * dw * xs_w)
             else:
-                i_d, ok_d = _tap(od, kd, D, sd, pd, dd, TRANSPOSED)
-                i_h, ok_h = _tap(oh, kh, H, sh, ph, dh, TRANSPOSED)
-                i_w, ok_w = _tap(ow, kw, W, sw, pw, dw, TRANSPOSED)
+                i_d, ok_d = _tap(od, kd, D, sd, pd, dd)
+                i_h, ok_h = _tap(oh, kh, H, sh, ph, dh)
+                i_w, ok_w = _tap(ow, kw, W, sw, pw, dw)
                 ok = in_m & ok_d & ok_h & ok_w
                 a_row = x_row + (i_d // UP_D) * xs_d + (i_h // UP_H) * xs_h + (i_w // UP_W) * xs_w
             ck = c0 + rk
@@ -423,7 +418,7 @@ def overlap_add_kernel(
     HAS_BIAS: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_L: tl.constexpr,
 ):
     """out[n, o, t] = sum over taps k of cols[n, o, k, i] where i * stride + k * dilation - pad == t
-    (col2im of a 1-D transposed convolution: each output gathers its taps, no atomics).
+    (col2im of strided frames, istft's: each output gathers its taps, no atomics).
     Grid: (N, tiles of OL, tiles of O)."""
     n = tl.program_id(0).to(tl.int64)
     t = tl.program_id(1) * BLOCK_L + tl.arange(0, BLOCK_L)

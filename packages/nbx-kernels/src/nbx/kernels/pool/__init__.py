@@ -1,7 +1,8 @@
 """max_pool, avg_pool, adaptive_avg_pool and adaptive_max_pool (1-D to 3-D) on the window kernel
 of the conv family (conv/kernel.py): one launch a call, a BLOCK_C x BLOCK_W tile of one output
 row, the taps walked with scalar depth and height and vector width; the output (and max's int64
-indices) keeps the input's layout. Tiles: the device file's tiles.window (memory-bound: no tuning).
+indices) keeps the input's layout. Tiles: the device file's tiles.window (memory-bound: no tuning). A
+global average pool (every output size 1) is the reduction family's mean over the spatial dims.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from math import prod
 from nbx.core import dtypes
 from nbx.core.ops.pooling import adaptive_window, pool_args
 
-from .. import plans
+from .. import plans, reduction
 from ..conv import check_dtype, is_channels_last, storage_layout, three, window_tile
 from ..conv.kernel import AVG, MAX, window_kernel
 from ..cost import Cost, declares
@@ -81,10 +82,22 @@ def adaptive_taps(x, sizes) -> tuple[int, ...]:
     return tuple(widths)
 
 
+def _global_mean(x, sizes):
+    """The plan of a global average pool (every output size 1) where it is a mean over the spatial
+    dims: the reduction family's row-and-column plan, which reads a channels-last input's channels
+    contiguously (the window kernel walks a global window's taps one at a time); None otherwise."""
+    if any(s != 1 for s in sizes):
+        return None
+    return reduction.mean_plan(x, range(x.ndim - len(sizes), x.ndim), True)
+
+
 def _adaptive(mode: int):
     def run(x, sizes):
         n = len(sizes)
         ones = (1,) * n
+        if mode == AVG and (lp := _global_mean(x, sizes)) is not None:
+            check_dtype("adaptive_pool", x.dtype)
+            return reduction.run_plan(lp, x)
         return _run("adaptive_pool", x, mode, adaptive_taps(x, sizes), ones, (0,) * n, ones, tuple(sizes), True)
     return run
 
@@ -113,6 +126,8 @@ def _pool_cost(mode):
             *_, outs = pool_args("avg_pool", len(kernel), x, kernel, stride, padding, 1, ceil_mode)
             plan = _window_plan(x.shape, x.strides, x.dtype, x.device, AVG, kernel, stride, padding,
                                 (1,) * len(kernel), outs, False, include, divisor or 0)
+        elif mode == "adaptive_avg" and (lp := _global_mean(x, args[0])) is not None:
+            plan = lp
         else:
             (sizes,) = args
             ones = (1,) * len(sizes)
