@@ -103,3 +103,15 @@ def test_the_device_path_of_advanced_keys_matches_numpy_over_many_keys_run_on_th
         target[key] = values
         indexing._device_put(t, on("cpu", key), nbx.asarray(values))
         np.testing.assert_array_equal(t.numpy(), target)
+
+
+def test_an_empty_list_indexes_as_integers_and_a_0d_integer_array_as_an_int_on_the_device(device):
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = nbx.asarray(base).to(device)
+    for key in ([], ([], 0), [[]], np.array(1), (slice(None), np.array(-1))):
+        np.testing.assert_array_equal(t[key].numpy(), base[key])
+    t[[]] = 5.0
+    t[np.array(1)] = 7.0
+    expected = base.copy()
+    expected[np.array(1)] = 7.0
+    np.testing.assert_array_equal(t.numpy(), expected)

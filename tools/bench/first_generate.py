@@ -15,7 +15,8 @@ compiling, the neighbours' screens, loading and capturing.
 Goals (issue 16): 0 keys swept; setup <= 60 s cold, <= 20 s after `nbx warmup`, <= 5 s warm.
 
 `--shape small --device interp` runs a small Llama on Triton's interpreter served as the H200 (the
-host path, the screens and the census here; every figure of compiling is the GPU's only).
+host path, the screens and the census here; every figure of compiling is the GPU's only; its
+`nbx warmup` is interp's own, not served as the H200, so its verdicts do not serve the runs after).
 """
 from __future__ import annotations
 

@@ -21,7 +21,9 @@ from .tensor import Tensor
 def _is_advanced(item) -> bool:
     if isinstance(item, Tensor):
         return not (item.ndim == 0 and item.dtype.is_integer)
-    return isinstance(item, (list, np.ndarray, bool, np.bool_))
+    if isinstance(item, np.ndarray):   # a 0-d integer array indexes as an int, as numpy's
+        return not (item.ndim == 0 and item.dtype.kind in "iu")
+    return isinstance(item, (list, bool, np.bool_))
 
 
 def _as_tuple(key) -> tuple:
@@ -88,6 +90,8 @@ class _Advanced:
         from .ops.gather import nonzero
         items = []
         for k in key:
+            if isinstance(k, list) and np.size(k) == 0:   # numpy reads an empty list as integer indices
+                k = np.asarray(k, dtype=np.int64)
             if isinstance(k, (list, np.ndarray, bool, np.bool_)):
                 k = asarray(k, device=t.device)
             if isinstance(k, Tensor) and k.device != t.device:

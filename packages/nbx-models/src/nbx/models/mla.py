@@ -170,10 +170,7 @@ class MlaDecoder(Decoder):
     """DeepseekV2ForCausalLM: Decoder's API, generation, caches and captured decode steps; its own
     layers and attention."""
 
-    def __init__(self, config: dict, weights, local_shapes=None):
-        if local_shapes is not None:
-            raise nbx.NotSupportedError("DeepSeek-V2 split over ranks: nbx.models' tensor parallelism splits the "
-                                        "Llama-style and MoE decoders, not MLA")
+    def __init__(self, config: dict, weights):
         check_config(config)
         self.mla = m = MlaShapes.of(config)
         # the cache holds the expanded per-head K (nope + rope) and V

@@ -23,7 +23,7 @@ from math import gcd, prod
 from nbx.core import dtypes
 from nbx.core.errors import NotSupportedError
 from nbx.core.layout import contiguous_strides, reach
-from nbx.core.ops.conv import conv_out_size, transpose_out_size
+from nbx.core.ops.conv import _written, conv_out_size, transpose_out_size
 from nbx.core.tensor import Tensor
 
 from .. import launch, plans
@@ -336,7 +336,9 @@ def _transpose_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, str
         geometry = (batch, c_g, groups, o_g, sizes, three(counts, 1), three(taps, 1), (1, 1, 1),
                     three([p.lo for p in combo], 0), three([p.dilation for p in combo], 1))
         aligned = reached and not copy and w_aligned and w_offset * dtype.itemsize % TMA_ALIGN == 0
-        one, phase_tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, dtype, device, setting,
+        # a phase with no tap stores the bias alone: the device file's tile, no key to resolve
+        one, phase_tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, dtype, device,
+                                       setting if reached else (setting or {}),
                                        out_offset=out_offset, w_offset=w_offset, w_aligned=aligned)
         launches.append(one)
         tile = tile or phase_tile
@@ -416,9 +418,7 @@ def _convolution(x, weight, bias, stride, pads, dilation, groups, activation=Non
         rows, w = _product_operands(x, weight)
         out = linear(rows, w, bias, activation=activation, residual=_product_residual(residual))
         out = out.reshape(x.shape[0], *x.shape[2:], weight.shape[0]).permute(0, x.ndim - 1, *range(1, x.ndim - 1))
-        if into is not None:
-            into._copy_from(out)
-        return out if into is None else into
+        return out if into is None else _written(into, out)
     return launch_conv(x, weight, bias, stride, pads, dilation, groups, activation=activation, residual=residual,
                        upsample=upsample, into=into)
 

@@ -14,7 +14,7 @@ from nbx.core.ops.pooling import adaptive_window, pool_args
 from .. import plans, reduction
 from ..conv import check_dtype, is_channels_last, storage_layout, three, window_tile
 from ..conv.kernel import AVG, MAX, window_kernel
-from ..cost import Cost, declares
+from ..cost import Cost, declares, price
 from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 
@@ -126,8 +126,8 @@ def _pool_cost(mode):
             *_, outs = pool_args("avg_pool", len(kernel), x, kernel, stride, padding, 1, ceil_mode)
             plan = _window_plan(x.shape, x.strides, x.dtype, x.device, AVG, kernel, stride, padding,
                                 (1,) * len(kernel), outs, False, include, divisor or 0)
-        elif mode == "adaptive_avg" and (lp := _global_mean(x, args[0])) is not None:
-            plan = lp
+        elif mode == "adaptive_avg" and all(s == 1 for s in args[0]):   # the reduction's mean runs it: its cost
+            return price("mean", x, dim=tuple(range(x.ndim - len(args[0]), x.ndim)), keepdim=True)
         else:
             (sizes,) = args
             ones = (1,) * len(sizes)
