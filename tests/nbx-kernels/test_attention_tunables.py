@@ -108,3 +108,28 @@ def test_a_register_capped_descriptor_setting_passes_the_screen_on_interp(interp
     capped = {**tunable.default(launch.facts(interp)), "max_registers": 128}
     result = screen.run(tunable.workload(rep, interp), [capped], launch.facts(interp))
     assert [v.passed for v in result.verdicts] == [True], [v.reason for v in result.verdicts]
+
+
+@pytest.mark.parametrize("q_len,k_len,causal", [(24, 24, True), (10, 30, True), (30, 10, True), (24, 24, False)])
+def test_the_prefill_screen_compares_windows_of_query_rows_each_against_the_oracle_of_its_own_queries(
+        interp, q_len, k_len, causal):
+    """The certifier's prefill workload leads with the query rows (its one batch would be every row),
+    and a window's oracle attends only its own queries (and, causal, the keys they see): equal to the
+    whole call's oracle at those rows, bottom-right causal rows included."""
+    import numpy as np
+
+    from nbx.core.dtypes import as_dtype
+    from nbx.core.ops.attention import AttentionOptions
+    from nbx.core.reference import oracle
+    from nbx.kernels.attention.tuning import prefill_workload
+    rep = {"group": 2, "dtype": as_dtype("float32"), "q_len": q_len, "k_len": k_len, "head_dim": 16, "v_dim": 16,
+           "causal": causal}
+    work = prefill_workload(rep, interp)
+    assert work.out_shape == (q_len, 1, 4, 16)
+    rng = np.random.default_rng
+    q, k, v = (nbx.asarray(rng(seed).standard_normal((1, h, n, 16)).astype(np.float32))
+               for seed, h, n in ((37, 4, q_len), (21, 2, k_len), (13, 2, k_len)))
+    options = AttentionOptions(1.0 / 4.0, causal, "bottom_right")
+    whole = np.asarray(oracle("scaled_dot_product_attention", q, k, v, None, None, options)).transpose(2, 0, 1, 3)
+    for rows in (slice(0, 3), slice(q_len // 2, q_len // 2 + 4), slice(q_len - 2, q_len), slice(0, q_len)):
+        np.testing.assert_allclose(work.reference_rows(rows), whole[rows], rtol=0, atol=1e-12)

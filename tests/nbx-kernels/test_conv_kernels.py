@@ -395,3 +395,21 @@ def test_a_unet_upsample_block_fused_is_bit_equal_to_interpolate_then_conv_on_th
     fused = nbx.conv2d(x, w, b, 1, 1, upsample=2)
     np.testing.assert_array_equal(fused.numpy(), nbx.conv2d(nbx.interpolate(x, scale_factor=2), w, b, 1, 1).numpy())
     check(fused, nbx.oracle("conv2d", x, w, b, 1, 1, upsample=2), device)
+
+
+@pytest.mark.parametrize("channels_last", [True, False], ids=["cl", "cf"])
+def test_the_conv_screen_compares_windows_of_image_rows_each_against_the_oracle_of_its_own_input_rows(channels_last):
+    """The certifier's workload leads with the output's image rows (its one sample would make every
+    row one window), and a window's float64 oracle convolves only the input rows it reads: equal to
+    the whole image's oracle at those rows, borders included."""
+    from nbx.core.dtypes import as_dtype
+    from nbx.core.reference import oracle
+    from nbx.kernels.conv.tuning import conv_workload, representative
+    interp = nbx.as_device("interp")
+    rep = {"m": 144, "n": 8, "k": 9 * 4, "dtype": as_dtype("float32"), "channels_last": channels_last}
+    work = conv_workload(rep, interp)
+    assert work.out_shape == (12, 1, 8, 12)
+    x, w = representative(rep, interp)
+    whole = np.asarray(oracle("conv2d", x, w, None, 1, 1, 1, 1)).transpose(2, 0, 1, 3)
+    for rows in (slice(0, 3), slice(5, 7), slice(11, 12), slice(0, 12)):
+        np.testing.assert_allclose(work.reference_rows(rows), whole[rows], rtol=0, atol=1e-12)
