@@ -115,3 +115,18 @@ def test_an_empty_list_indexes_as_integers_and_a_0d_integer_array_as_an_int_on_t
     expected = base.copy()
     expected[np.array(1)] = 7.0
     np.testing.assert_array_equal(t.numpy(), expected)
+
+
+def test_a_mask_over_dims_that_merge_is_one_index_array_and_over_dims_that_do_not_is_one_a_dim():
+    """x[mask] with a 2-D mask over a tensor whose two dims merge takes one array (one take of the
+    merged dim, as a model selects its valid tokens), over a strided view one array a dim; both numpy's."""
+    from nbx.core import indexing
+    base = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    mask = (base[:, :, 0] % 3) == 1
+    merged = indexing._Advanced(nbx.asarray(base), (nbx.asarray(mask),))
+    assert len(merged.arrays) == 1 and merged.view.shape == (12, 5)
+    swapped = nbx.asarray(base).permute(1, 0, 2)   # strides (5, 20, 1): its first two dims do not merge
+    apart = indexing._Advanced(swapped, (nbx.asarray(mask.T),))
+    assert len(apart.arrays) == 2
+    for t, m, b in ((nbx.asarray(base), mask, base), (swapped, mask.T, base.transpose(1, 0, 2))):
+        np.testing.assert_array_equal(indexing._device_take(t, (nbx.asarray(m),)).numpy(), b[m])

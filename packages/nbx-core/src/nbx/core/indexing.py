@@ -77,6 +77,16 @@ def _host_key(t: Tensor, key: tuple) -> tuple:
     return tuple(out)
 
 
+def _merged_dims(t: Tensor, first: int, count: int) -> Tensor | None:
+    """t with dims [first, first + count) as one (a view), where their strides allow it; else None."""
+    shape, strides = t.shape, t.strides
+    if any(strides[d] != strides[d + 1] * shape[d + 1] for d in range(first, first + count - 1)):
+        return None
+    last = first + count
+    return Tensor._of(t._storage, t.dtype, shape[:first] + (prod(shape[first:last]),) + shape[last:],
+                      strides[:first] + (strides[last - 1],) + strides[last:], t._offset)
+
+
 class _Advanced:
     """A key with integer arrays or masks, on t's device (numpy's rules): view is t under the key's
     basic entries with each array's dim kept whole (ints stay basic: a 0-d array selects as an int
@@ -128,6 +138,10 @@ class _Advanced:
                 at = len(basic) - sum(1 for b in basic if b is None)
                 if k.shape != t.shape[at:at + k.ndim]:
                     raise IndexingError(f"a boolean index of shape {k.shape} for dims of sizes {t.shape[at:at + k.ndim]}")
+                merged = _merged_dims(t, at, k.ndim) if k.ndim > 1 else None
+                if merged is not None:   # one array over the dims as one (one take, no ravel of k arrays)
+                    consumed -= k.ndim - 1
+                    t, k = merged, k.reshape(-1)
                 basic += [slice(None)] * k.ndim
                 self.arrays += nonzero(k)
                 self.dims += range(view_dims, view_dims + k.ndim)
