@@ -56,7 +56,7 @@ CASES = {"sd unet 64^2 320 k3": (2, 320, 64, 320, 3, 1, True, True),
          "sd unet 16^2 1280 k3": (2, 1280, 16, 1280, 3, 1, True, True),
          "vae 1024^2 128 k3": (1, 128, 1024, 128, 3, 1, True, True),
          "hifigan conv1d 512 k7 L=8192": (1, 512, 8192, 512, 7, 3, False, False),
-         "hifigan up x8 columns L=8192": (1, 512, 8192, 256 * 16, 1, 0, False, False)}
+         "hifigan up x8 phase L=8192": (1, 512, 8192, 256, 2, 0, False, False)}
 
 
 def launch_args(case, tile: dict):
@@ -70,10 +70,7 @@ def launch_args(case, tile: dict):
     xs = _dense(x_shape, (0, 2, 3, 4, 1) if cl else (0, 1, 2, 3, 4))
     w_shape = (o, c, *kernel)
     ws = _dense(w_shape, (0, 2, 3, 4, 1))   # channels-last weights, as bench_conv passes them
-    if k == 1 and not two_d:                # the columns GEMM: weight (C, O x K) rows at unit stride
-        ws = (o * c, 1, o, 0, 0, 0)
-    else:
-        ws = (o * ws[0], *ws)
+    ws = (o * ws[0], *ws)
     out_shape = (batch, o, *outs)
     os_ = _dense(out_shape, (0, 2, 3, 4, 1) if cl else (0, 1, 2, 3, 4))
     split = tile.get("split_k", 1)

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from nbx.autotune import records
 from nbx.kernels.conv.tuning import CONV, conv_key
-from nbx.kernels.matmul.linear_tuning import LINEAR
 
 from keys_files import h200_facts, key_record, keys_path, save_keys
+from write_linear_keys import record as linear_record
 
 # (batch, side, in channels, out channels, kernel, stride): a square image, padding kernel // 2
 BENCH_3X3 = [(2, 64, 320, 320), (2, 32, 640, 640), (2, 16, 1280, 1280), (2, 128, 320, 320), (1, 128, 512, 512),
@@ -91,8 +91,7 @@ def conv_record(facts, batch, side, cin, cout, kernel, stride, channels_last=Tru
     out = (side + 2 * (kernel // 2) - kernel) // stride + 1
     m = batch * out * out
     if kernel == 1 and stride == 1 and channels_last:
-        return key_record(facts, LINEAR, m=m, n=cout, k=cin, dtype="bfloat16", layout="nt", form="plain", tma=True,
-                          precision="none")
+        return linear_record(facts, m, cout, cin)
     return key_record(facts, CONV, **conv_key(m, cout, cin * kernel * kernel, "bfloat16", channels_last))
 
 

@@ -77,7 +77,7 @@ def conv_cases(gen):
             w = torch.randn(w_shape, device="cuda", dtype=torch.bfloat16, generator=gen) / 60
             # conv1d's weight as a model converts it at load for nbx (its input channels at unit stride, the
             # layout the implicit GEMM reads coalesced; torch keeps its contiguous (O, C, K)); the transposed
-            # one's (C, O, K) rows are what its columns GEMM reads
+            # one keeps torch's (C, O, K), which nbx reads through one dense copy a call (conv/__init__.py)
             nw = view(w.transpose(1, 2).contiguous()).permute(0, 2, 1) if op == "conv1d" else view(w)
             yield (op, f"{label} L={length} bf16", 2 * length * w.numel(), nbytes + 2 * outputs + 2 * w.numel(), c,
                    lambda i, nx=nx, nw=nw, ours=ours: ours(nx[i], nw),
