@@ -175,3 +175,19 @@ def test_sd_unets_16x16_x_1280_conv_split_8_ways_matches_the_oracle_with_the_sam
     check(out, nbx.oracle("conv2d", x, w, b, 1, 1, activation="silu", residual=r), device)
     again = launch_conv(*args, setting=setting, activation="silu", residual=r)
     np.testing.assert_array_equal(again.numpy(), out.numpy())
+
+
+def test_a_split_tile_into_a_strided_view_runs_unsplit_and_stores_only_the_view(device, check):
+    """into= a row band of a larger output (tiled_conv_chain's bands) under a split_k setting: the split
+    epilogue stores a dense output, so the launch runs unsplit into the view's strides."""
+    from nbx.kernels import launch
+    rng = np.random.default_rng(3)
+    x = nbx.asarray(rng.standard_normal((1, 6, 4, 5)).astype(np.float32)).to(device)
+    w = nbx.asarray(rng.standard_normal((8, 6, 3, 3)).astype(np.float32) / 7).to(device)
+    whole = nbx.zeros(1, 8, 12, 5).to(device)
+    band = whole[:, :, 3:7]
+    setting = {**launch.tiles("conv", nbx.as_device(device)), "split_k": 2}
+    launch_conv(x, w, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1, setting=setting, into=band)
+    check(band, nbx.oracle("conv2d", x, w, None, 1, 1, 1, 1), device)
+    rest = np.concatenate([whole.numpy()[:, :, :3], whole.numpy()[:, :, 7:]], axis=2)
+    assert not rest.any()

@@ -22,6 +22,7 @@ from math import gcd, prod
 
 from nbx.core import dtypes
 from nbx.core.errors import NotSupportedError
+from nbx.core import layout
 from nbx.core.layout import contiguous_strides, reach
 from nbx.core.ops.conv import _written, conv_out_size, transpose_out_size
 from nbx.core.tensor import Tensor
@@ -53,10 +54,7 @@ def three(values, fill) -> tuple:
     return (fill,) * (3 - len(values)) + tuple(values)
 
 
-def is_channels_last(shape, strides) -> bool:
-    """Whether (N, C, *S) has its channels at unit stride with the spatial dims around them
-    (torch's channels_last memory format), so the output keeps that layout too."""
-    return len(shape) > 2 and shape[1] > 1 and strides[1] == 1 and prod(shape[2:]) > 1
+is_channels_last = layout.is_channels_last
 
 
 def storage_layout(batch: int, channels: int, sizes, channels_last: bool):
@@ -219,6 +217,7 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
     cl = is_channels_last(x_shape, x_strides)
     storage, o_strides, view = storage_layout(batch, out_channels, outs, cl)
     sizes, xs = _spatial(x_shape, x_strides, n)
+    dense_into = into_strides is None or tuple(into_strides) == o_strides   # the split epilogue stores a dense output
     o_strides = o_strides if into_strides is None else tuple(into_strides)
     os_ = (o_strides[0], o_strides[1], *three(o_strides[2:], 0))
     geometry = (batch, c_g, groups, o_g, sizes, three(outs, 1), three(kernel, 1), three(stride, 1),
@@ -242,7 +241,8 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
     w_s = (o_g * w_strides[0], w_strides[0], w_strides[1], *three(w_strides[2:], 0))
     split = SplitK.of(0, batch, out_channels, outs, cl)   # its splits: the tile's split_k
     res_view = epilogue.residual and split.residual(epilogue.residual, batch, out_channels, three(outs, 1))
-    may_split = epilogue.residual is None or res_view is not None   # a residual the epilogue cannot read: unsplit
+    # unsplit: a residual the epilogue cannot read, or an into= view the dense split epilogue cannot store
+    may_split = dense_into and (epilogue.residual is None or res_view is not None)
     one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, dtype, device, setting, epilogue=epilogue,
                              upsample=three([upsample] * n, 1), w_aligned=w_aligned, split=split if may_split else None)
     if tile["split_k"] == 1:
