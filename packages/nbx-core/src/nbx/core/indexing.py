@@ -79,12 +79,10 @@ def _host_key(t: Tensor, key: tuple) -> tuple:
 
 def _merged_dims(t: Tensor, first: int, count: int) -> Tensor | None:
     """t with dims [first, first + count) as one (a view), where their strides allow it; else None."""
-    shape, strides = t.shape, t.strides
-    if any(strides[d] != strides[d + 1] * shape[d + 1] for d in range(first, first + count - 1)):
-        return None
     last = first + count
-    return Tensor._of(t._storage, t.dtype, shape[:first] + (prod(shape[first:last]),) + shape[last:],
-                      strides[:first] + (strides[last - 1],) + strides[last:], t._offset)
+    merged = t.shape[:first] + (prod(t.shape[first:last]),) + t.shape[last:]
+    strides = layout.view_strides(t.shape, t.strides, merged)
+    return None if strides is None else Tensor._of(t._storage, t.dtype, merged, tuple(strides), t._offset)
 
 
 class _Advanced:

@@ -139,6 +139,12 @@ def infer_shape(shape: Sequence[int], numel: int) -> Shape:
     return tuple(shape)
 
 
+def is_channels_last(shape, strides) -> bool:
+    """Whether (N, C, *S) has its channels at unit stride with the spatial dims around them
+    (torch's channels_last memory format), so an op's output keeps that layout too."""
+    return len(shape) > 2 and shape[1] > 1 and strides[1] == 1 and prod(shape[2:]) > 1
+
+
 def view_strides(old_shape: Shape, old_strides: Shape, new_shape: Shape) -> Shape | None:
     """Strides that read the old layout as new_shape without a copy, or None if none exist.
 

@@ -45,7 +45,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, layout
 from ..errors import ArgumentError, NotSupportedError, ShapeError
 from ..tensor import Tensor
 from .conv import checked_convolution, conv1d, conv2d, conv3d, conv_out_size, conv_padding, pad_spatial, spatial_tuple
@@ -402,7 +402,7 @@ def _output_like(band: Tensor, height: int) -> Tensor:
     """The chain's full output, in the band's layout (channels-last stays channels-last)."""
     from ..tensor import empty
     n, c, _, *rest = band.shape
-    if c > 1 and band.strides[1] == 1 and band.size // (n * c) > 1:
+    if layout.is_channels_last(band.shape, band.strides):
         nd = band.ndim
         return empty((n, height, *rest, c), band.dtype, band.device).permute(0, nd - 1, *range(1, nd - 1))
     return empty((n, c, height, *rest), band.dtype, band.device)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import reference
+from .. import layout, reference
 from ..dispatch import implementation, register
 from ..errors import ArgumentError, DTypeError, NotSupportedError, ShapeError
 from ..tensor import Tensor
@@ -171,7 +171,7 @@ def pad_spatial(x: Tensor, pads, mode: str) -> Tensor:
     after it reads it in place and keeps the layout (as it does unpadded)."""
     from .datamove import pad
     widths = [a for lo_hi in reversed(pads) for a in lo_hi]   # pad's order: the last dim first
-    if x.shape[1] > 1 and x.strides[1] == 1 and x.size // (x.shape[0] * x.shape[1]) > 1:
+    if layout.is_channels_last(x.shape, x.strides):
         moved = x.permute(0, *range(2, x.ndim), 1)
         return pad(moved, [0, 0, *widths], mode=mode).permute(0, x.ndim - 1, *range(1, x.ndim - 1))
     return pad(x, widths, mode=mode)

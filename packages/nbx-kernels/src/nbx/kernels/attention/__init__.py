@@ -536,7 +536,8 @@ def _varlen_cost(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes=None, options
                         max_seqlen_k)[0]
     if max_seqlen_k is not None:
         return attention_cost(lay, options, kv_tokens=k.shape[0], pairs=q.shape[0] * max_seqlen_k)
-    lens_q, lens_k = (cu.numpy()[1:].astype("int64") - cu.numpy()[:-1] for cu in (cu_seqlens_q, cu_seqlens_k))
+    ends_q, ends_k = (cu.numpy().astype("int64") for cu in (cu_seqlens_q, cu_seqlens_k))   # one read each
+    lens_q, lens_k = ends_q[1:] - ends_q[:-1], ends_k[1:] - ends_k[:-1]
     return attention_cost(lay, options, kv_tokens=k.shape[0], pairs=int((lens_q * lens_k).sum()))
 
 

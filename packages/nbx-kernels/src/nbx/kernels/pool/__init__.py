@@ -82,22 +82,13 @@ def adaptive_taps(x, sizes) -> tuple[int, ...]:
     return tuple(widths)
 
 
-def _global_mean(x, sizes):
-    """The plan of a global average pool (every output size 1) where it is a mean over the spatial
-    dims: the reduction family's row-and-column plan, which reads a channels-last input's channels
-    contiguously (the window kernel walks a global window's taps one at a time); None otherwise."""
-    if any(s != 1 for s in sizes):
-        return None
-    return reduction.mean_plan(x, range(x.ndim - len(sizes), x.ndim), True)
-
-
 def _adaptive(mode: int):
     def run(x, sizes):
         n = len(sizes)
         ones = (1,) * n
-        if mode == AVG and (lp := _global_mean(x, sizes)) is not None:
+        if mode == AVG and all(s == 1 for s in sizes):   # a global mean: the reduction family's
             check_dtype("adaptive_pool", x.dtype)
-            return reduction.run_plan(lp, x)
+            return reduction.mean(x, tuple(range(x.ndim - n, x.ndim)), True, x.dtype)
         return _run("adaptive_pool", x, mode, adaptive_taps(x, sizes), ones, (0,) * n, ones, tuple(sizes), True)
     return run
 

@@ -75,15 +75,7 @@ def _accumulating(name: str):
     return run
 
 
-def mean_plan(x: Tensor, dims, keepdim: bool):
-    """The plan of mean(x, dims) in x's dtype: a global average pool runs it (pool/)."""
-    op, contribution, finish, acc, identity = _accumulation("mean", x.dtype, x.dtype)
-    return L.accumulate_plan(x, tuple(dims), keepdim, x.dtype, op, contribution, finish, acc, identity)
-
-
-def run_plan(lp, x: Tensor) -> Tensor:
-    """A plan of this family (mean_plan's) over x: its output."""
-    return L._run(lp, x, out=None, power=0.0)["out"]
+mean = _accumulating("mean")   # a global average pool runs it (pool/)
 
 
 def _accumulating_call(name: str):

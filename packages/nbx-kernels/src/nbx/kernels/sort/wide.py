@@ -43,7 +43,7 @@ def order_words(rows: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
         key = ew.where(negative, flipped, positive)
         del negative, flipped, positive
     elif rows.dtype.kind == "int":
-        key = as_bits(rows.contiguous())[0] ^ SIGN
+        key = as_bits(rows)[0] ^ SIGN   # rows: axis_last's, contiguous
     else:
         key = rows
     if descending:
