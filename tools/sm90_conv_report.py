@@ -159,7 +159,7 @@ def main(argv=None) -> int:
         batch, c, side, o, k, pad, two_d, cl = CASES[name]
         taps = k * k if two_d else k
         m = batch * (side * side if two_d else side)
-        key = keys.form("conv", CONV.key_fields, facts, **conv_key(m, o, c * taps, "bfloat16", cl))
+        key = keys.form("conv", CONV.key_fields, facts, **conv_key(m, o, c * taps, "bfloat16", cl, 2 if two_d else 1))
         tiles = CONV.candidates(facts, keys.representative(key, CONV.key, facts))[0] if args.all else [default]
         print(f"{name} ({key}, {len(tiles)} setting(s))", flush=True)
         for tile in tiles:

@@ -92,17 +92,17 @@ def conv_record(facts, batch, side, cin, cout, kernel, stride, channels_last=Tru
     m = batch * out * out
     if kernel == 1 and stride == 1 and channels_last:
         return linear_record(facts, m, cout, cin)
-    return key_record(facts, CONV, **conv_key(m, cout, cin * kernel * kernel, "bfloat16", channels_last))
+    return key_record(facts, CONV, **conv_key(m, cout, cin * kernel * kernel, "bfloat16", channels_last, 2))
 
 
 def bench_records(facts) -> list[records.KeyRecord]:
     recs = [conv_record(facts, b, s, cin, cout, 3, 1) for b, s, cin, cout in BENCH_3X3]
     recs += [conv_record(facts, b, s, cin, cout, 1, 1) for b, s, cin, cout in BENCH_1X1]
     for length in HIFIGAN_LENGTHS:   # channels-first (1, 512, L)
-        recs.append(key_record(facts, CONV, **conv_key(length, 512, 512 * 7, "bfloat16", False)))
-        recs.append(key_record(facts, CONV, **conv_key(length, 256, 512 * 2, "bfloat16", False)))
+        recs.append(key_record(facts, CONV, **conv_key(length, 512, 512 * 7, "bfloat16", False, 1)))
+        recs.append(key_record(facts, CONV, **conv_key(length, 256, 512 * 2, "bfloat16", False, 1)))
     recs.append(conv_record(facts, 2, 64, 640, 640, 3, 1))   # conv_up2: the conv sees the upsampled 64^2
-    recs += [key_record(facts, CONV, **conv_key(rows * 1024, 128, 128 * 9, "bfloat16", True)) for rows in (128, 130)]
+    recs += [key_record(facts, CONV, **conv_key(rows * 1024, 128, 128 * 9, "bfloat16", True, 2)) for rows in (128, 130)]
     return recs
 
 

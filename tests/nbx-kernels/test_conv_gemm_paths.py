@@ -88,12 +88,12 @@ def test_a_residual_the_split_epilogue_cannot_read_runs_the_tile_unsplit(device,
     check(out, nbx.oracle("conv2d", x, w, None, 1, 1, residual=residual), device)
 
 
-def _kept(m, n, k, channels_last):
+def _kept(m, n, k, channels_last, spatial=2):
     from nbx.autotune import keys
     from nbx.core import device_files
     from nbx.kernels.conv.tuning import CONV, conv_key
     facts = device_files.for_arch("sm_90")
-    key = keys.form("conv", CONV.key_fields, facts, **conv_key(m, n, k, "bfloat16", channels_last))
+    key = keys.form("conv", CONV.key_fields, facts, **conv_key(m, n, k, "bfloat16", channels_last, spatial))
     return CONV.candidates(facts, keys.representative(key, CONV.key, facts))
 
 
@@ -101,12 +101,12 @@ def test_split_k_is_a_candidate_only_for_keys_of_fewer_tiles_than_two_waves_of_t
     few = [s for s in _kept(512, 1280, 11520, True)[0] if s["split_k"] > 1]   # 40 tiles of 128 x 128
     assert {(s["block_m"], s["block_n"], s["block_k"], s["split_k"]) for s in few} == {(128, 128, 64, 8)}
     assert {s["num_warps"] for s in few} == {4, 8}
-    assert [s["split_k"] for s in _kept(8192, 512, 3584, False)[0] if s["split_k"] > 1] == [2, 2]   # 256 tiles
-    assert all(s["split_k"] == 1 for s in _kept(65536, 512, 3584, False)[0])
+    assert [s["split_k"] for s in _kept(8192, 512, 3584, False, 1)[0] if s["split_k"] > 1] == [2, 2]   # 256 tiles
+    assert all(s["split_k"] == 1 for s in _kept(65536, 512, 3584, False, 1)[0])
     from nbx.core import device_files
     from nbx.kernels.conv import tuning
     split = {**few[0], "num_stages": 4}
-    assert "compute.multiprocessors" in tuning._split_fits(split, {"m": 512, "n": 1280, "k": 11520},
+    assert "compute.multiprocessors" in tuning._split_fits(split, {"m": 512, "n": 1280, "k": 11520, "spatial": "2"},
                                                            device_files.for_arch("interp"))
 
 

@@ -120,11 +120,12 @@ def _gemm_meta(dtype, tile: dict, device) -> dict:
                 BLOCK_K=tile["block_k"], GROUP_M=tile["group_m"], num_warps=tile["num_warps"], num_stages=stages)
 
 
-def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, dtype, device, setting,
+def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, dtype, device, setting, spatial: int,
                  epilogue: Epilogue = NO_EPILOGUE, upsample=(1, 1, 1), w_aligned: bool = False,
                  out_offset: int = 0, w_offset: int = 0, split: SplitK | None = None) -> tuple[Launch, dict]:
     """The implicit GEMM launch over 3-D geometry (batch, c_g, groups, o_g, sizes, outs, kernel,
-    stride, pad, dilation), tiled by setting or the certified one (w_aligned: the weight's data is
+    stride, pad, dilation) of a convolution of `spatial` dims (its launch key's: the path its A tile
+    takes, A_SHIFT or A_TILE, follows them), tiled by setting or the certified one (w_aligned: the weight's data is
     16-byte aligned, a descriptor's base). out_offset, w_offset: elements past the output's and the
     weight's first (a transposed convolution's phase: its view of the output, its first tap).
     split: the partials' layout where the caller can split K (its splits are the tile's split_k, set
@@ -132,7 +133,7 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, dtype, d
     batch, c_g, groups, o_g, sizes, outs, kernel, stride, pad, dilation = geometry
     m, k = batch * prod(outs), c_g * prod(kernel)
     if setting is None:
-        setting = conv_setting(device, m, o_g, k, dtype, x_strides[1] == 1 and c_g * groups > 1)
+        setting = conv_setting(device, m, o_g, k, dtype, x_strides[1] == 1 and c_g * groups > 1, spatial)
     tile = {**launch.tiles("conv", device), **dict(setting)}
     if split is None:
         tile["split_k"] = 1
@@ -243,7 +244,7 @@ def _conv_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, stride, 
     res_view = epilogue.residual and split.residual(epilogue.residual, batch, out_channels, three(outs, 1))
     # unsplit: a residual the epilogue cannot read, or an into= view the dense split epilogue cannot store
     may_split = dense_into and (epilogue.residual is None or res_view is not None)
-    one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, dtype, device, setting, epilogue=epilogue,
+    one, tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, dtype, device, setting, n, epilogue=epilogue,
                              upsample=three([upsample] * n, 1), w_aligned=w_aligned, split=split if may_split else None)
     if tile["split_k"] == 1:
         return LaunchPlan(device, (one,), (plans.output("out", storage, dtype),),
@@ -338,7 +339,7 @@ def _transpose_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, str
         aligned = reached and not copy and w_aligned and w_offset * dtype.itemsize % TMA_ALIGN == 0
         # a phase with no tap stores the bias alone: the device file's tile, no key to resolve
         one, phase_tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, dtype, device,
-                                       setting if reached else (setting or {}),
+                                       setting if reached else (setting or {}), n,
                                        out_offset=out_offset, w_offset=w_offset, w_aligned=aligned)
         launches.append(one)
         tile = tile or phase_tile

@@ -1,10 +1,23 @@
 """Certified settings of the implicit-GEMM convolution: the tile, its warps and stages.
 
 The launch key: the GEMM's M (output positions), N (output channels a group) and K (input
-channels a group x kernel taps) on the dims ladder, the output dtype, and whether the input is
-channels-last (its channels at unit stride). The representative launch is a 3 x 3 convolution,
-stride 1, padding 1, of one sample whose sizes give the key's M, N and K, laid out as the key says
-(channels-last: the weight too).
+channels a group x kernel taps) on the dims ladder, the output dtype, whether the input is
+channels-last (its channels at unit stride), and `spatial`, the convolution's spatial dims ("1":
+conv1d and conv_transpose1d's phases, "2", "3"; a label: keys of other dims are no neighbours).
+With channels_last the two decide the kernel's path (conv/__init__.py): a channels-first conv1d
+reads A through A_SHIFT (a static shift a width tap), a channels-first 2-D/3-D one through A_TILE.
+
+The representative launch (representative()): one sample, stride 1, 'same' padding (an even kernel:
+its extra pad after), laid out as the key says (channels-last: the weight too), whose GEMM is the
+key's: M positions (2-D: an isqrt(M) square; 3-D: an icbrt(M) cube; 1-D: a length M), N output
+channels, and K = taps x channels inside the key's K class. The taps: 3 a dim in 2-D and 3-D; in
+1-D the largest of 7, 3, 2, 1 dividing the K class's top into a multiple of 64 channels, else 3
+(HiFi-GAN's k 7 x 512 is K 3584: 7 taps; its upsampler's phases, 512 x 2: 2). The channels: the
+multiple of 64, else of 16, else of 8 nearest under top / taps whose K stays in the class (a
+channel count models have, so rows are 16-byte aligned and the weight's descriptor path B_DESC is
+taken where the launch takes it), else top // taps (a class of one value: K itself). A device file
+without the dims ladder classes K as itself. The representative and the screen's smallest launch
+(keys.smallest) take the same taps and channels: they follow the class, not the size.
 The window kernels (depthwise, pooling) and the resampling kernel are memory-bound and take the
 device file's tiles.window and tiles.resample.
 
@@ -30,6 +43,7 @@ existed ran unsplit: `implied`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,6 +51,7 @@ from nbx import autotune
 from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 
+from nbx.core import device_files
 from nbx.core.dtypes import as_dtype
 
 from ..matmul.tuning import _warps_for_tile, stage_bytes, stages_that_fit
@@ -50,59 +65,132 @@ SPLIT_TILE = (128, 128, 64)   # the tile split K is tried on: few programs of it
 WIDE_M = 4096            # positions from which only 128-row tiles are kept
 SWIZZLE_ROW = 128        # bytes: a K step narrower than the widest shared-memory swizzle row
 WARPGROUP_ACC = 128 * 128   # the widest tile 4 warps (one warpgroup) hold in registers
-KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "channels_last": "flag"}
-TAPS = 9  # the representative 3 x 3 kernel
+KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "channels_last": "flag", "spatial": "label"}
+SPATIAL = ("1", "2", "3")   # the key's spatial labels (the device file's autotune.key_space lists them)
+ONE_D_TAPS = (7, 3, 2, 1)   # a 1-D representative's taps, the first whose channels are a multiple of 64
+CHANNEL_ALIGN = (64, 16, 8)  # a representative's channels: a multiple of the first that keeps K in its class
+DIMS_LADDER = "autotune.buckets.dims"
 
 
-def conv_key(m: int, n: int, k: int, dtype, channels_last: bool) -> dict:
-    return {"m": m, "n": n, "k": k, "dtype": dtype, "channels_last": bool(channels_last)}
+def conv_key(m: int, n: int, k: int, dtype, channels_last: bool, spatial: int) -> dict:
+    """spatial: the convolution's spatial dims (1, 2, 3; a transposed convolution's phases: its own)."""
+    return {"m": m, "n": n, "k": k, "dtype": dtype, "channels_last": bool(channels_last), "spatial": str(spatial)}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The representative convolution: its spatial sizes (the output's too), taps a dim, channels,
+    and (low, high) padding a dim."""
+    sizes: tuple[int, ...]
+    taps: int
+    channels: int
+
+    @property
+    def kernel(self) -> tuple[int, ...]:
+        return (self.taps,) * len(self.sizes)
+
+    @property
+    def pad(self) -> tuple[int, int]:
+        return (self.taps - 1) // 2, self.taps // 2
+
+    @property
+    def steps_a_block(self) -> int:
+        """Kernel taps (K steps per channel block)."""
+        return self.taps ** len(self.sizes)
+
+
+def _class_of(facts):
+    """The dims ladder's class of a size (the size itself on a device file stating no ladder)."""
+    if DIMS_LADDER not in facts:
+        return lambda size: size
+    ladder = facts.value(DIMS_LADDER)
+    return lambda size: device_files.bucket(ladder, size)
+
+
+def _root(m: int, n: int) -> int:
+    """The largest side whose n-th power is at most m (at least 1)."""
+    side = max(1, round(m ** (1 / n)))
+    while side > 1 and side ** n > m:
+        side -= 1
+    while (side + 1) ** n <= m:
+        side += 1
+    return side
+
+
+def representative_channels(k: int, taps: int, class_of) -> int:
+    """Channels c whose K = taps x c lies in k's class: the multiple of 64, 16 or 8 (the first that
+    fits) at or under the class's top / taps, else top // taps."""
+    top = class_of(k)
+    for align in CHANNEL_ALIGN:
+        c = top // taps // align * align
+        if c and class_of(c * taps) == top:
+            return c
+    return max(1, top // taps)
+
+
+def geometry(rep, facts) -> Geometry:
+    spatial, m, k = int(rep["spatial"]), rep["m"], rep["k"]
+    class_of = _class_of(facts)
+    if spatial == 1:
+        top = class_of(k)
+        taps = next((t for t in ONE_D_TAPS if top % t == 0 and top // t % max(CHANNEL_ALIGN) == 0), 3)
+        sizes = (max(1, m),)
+    else:
+        taps, sizes = 3, (_root(m, spatial),) * spatial
+    return Geometry(sizes, taps, representative_channels(k, taps ** spatial, class_of))
 
 
 def representative(rep, device):
-    """(x, weight) of a 3 x 3 convolution whose GEMM is about the key's M x N x K."""
-    side = max(1, math.isqrt(rep["m"]))
-    channels, out_channels = max(1, rep["k"] // TAPS), rep["n"]
-    dtype = rep["dtype"]
-    values = np.sin(0.37 * np.arange(channels * side * side) + 0.5).reshape(1, channels, side, side)
-    if rep["channels_last"]:
-        x = asarray(np.ascontiguousarray(values.transpose(0, 2, 3, 1)).astype(dtype.host), device=device)
-        x = x.permute(0, 3, 1, 2)
-    else:
-        x = asarray(values.astype(dtype.host), device=device)
-    w = (np.cos(0.21 * np.arange(out_channels * channels * TAPS)).reshape(out_channels, channels, 3, 3)
-         / math.sqrt(channels * TAPS)).astype(dtype.host)
-    if rep["channels_last"]:   # the weight laid out as a model converts it at load (docs/conv.md): channels at unit
-        # stride, so the B tile is read as the served call reads it (a (O, C, 3, 3) weight is read scalar, on sm_90
-        # 334 SASS instructions a K step against 183)
-        return x, asarray(np.ascontiguousarray(w.transpose(0, 2, 3, 1)), device=device).permute(0, 3, 1, 2)
-    return x, asarray(w, device=device)
+    """(x, weight, geometry) of the key's representative convolution (the module's docstring)."""
+    from .. import launch
+    geo = geometry(rep, launch.facts(device))
+    s, channels, out_channels, dtype = len(geo.sizes), geo.channels, rep["n"], rep["dtype"]
+    taps = geo.steps_a_block
+    values = np.sin(0.37 * np.arange(channels * math.prod(geo.sizes)) + 0.5).reshape(1, channels, *geo.sizes)
+    w = (np.cos(0.21 * np.arange(out_channels * channels * taps)).reshape(out_channels, channels, *geo.kernel)
+         / math.sqrt(channels * taps)).astype(dtype.host)
+    if not rep["channels_last"]:
+        return asarray(values.astype(dtype.host), device=device), asarray(w, device=device), geo
+    last = (0, *range(2, s + 2), 1)   # channels at unit stride, the logical (N, C, *S) a view of it
+    back = (0, s + 1, *range(1, s + 1))
+    x = asarray(np.ascontiguousarray(values.transpose(last)).astype(dtype.host), device=device).permute(*back)
+    # the weight laid out as a model converts it at load (docs/conv.md): channels at unit stride, so the B
+    # tile is read as the served call reads it (a (O, C, 3, 3) weight is read scalar, on sm_90 334 SASS
+    # instructions a K step against 183)
+    return x, asarray(np.ascontiguousarray(w.transpose(last)), device=device).permute(*back), geo
+
+
+def representative_args(geo: Geometry) -> tuple:
+    """launch_conv's (stride, pads, dilation, groups) of the representative."""
+    s = len(geo.sizes)
+    return (1,) * s, (geo.pad,) * s, (1,) * s, 1
 
 
 def conv_workload(rep, device):
     from .. import launch
     from . import launch_conv
-    x, w = representative(rep, device)
-    n, side = w.shape[0], x.shape[2]
+    x, w, geo = representative(rep, device)
+    s, n, outs = len(geo.sizes), rep["n"], geo.sizes
     if rep["channels_last"]:  # the output keeps the input's layout
-        storage = launch.output((1, side, side, n), rep["dtype"], device)
-        out = storage.permute(0, 3, 1, 2)
+        storage = launch.output((1, *outs, n), rep["dtype"], device)
+        out = storage.permute(0, s + 1, *range(1, s + 1))
     else:
-        storage = out = launch.output((1, n, side, side), rep["dtype"], device)
-    # the screen compares windows of rows: the output's image rows lead (its one sample would be every row),
-    # and each window's oracle convolves only the input rows it reads (a 1024^2 key's whole float64
-    # oracle took the certifier 40-65 s)
-    padded = np.pad(x.numpy().astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        storage = out = launch.output((1, n, *outs), rep["dtype"], device)
+    # the screen compares windows of rows: the output's first spatial dim leads (its one sample would be every
+    # row; 1-D: positions), and each window's oracle convolves only the input it reads, the halo included (a
+    # 1024^2 key's whole float64 oracle took the certifier 40-65 s)
+    lead = (2, 0, 1, *range(3, s + 2))
+    padded = np.pad(x.numpy().astype(np.float64), ((0, 0), (0, 0), *[geo.pad] * s))
     w64 = asarray(w.numpy().astype(np.float64))
+    args = representative_args(geo)
 
     def reference(rows: slice) -> np.ndarray:
-        start, stop, _ = rows.indices(side)
-        image = asarray(np.ascontiguousarray(padded[:, :, start:stop + 2]))
-        return np.asarray(oracle("conv2d", image, w64, None, 1, 0, 1, 1)).transpose(2, 0, 1, 3)
+        start, stop, _ = rows.indices(outs[0])
+        image = asarray(np.ascontiguousarray(padded[:, :, start:stop + geo.taps - 1]))
+        return np.asarray(oracle(f"conv{s}d", image, w64, None, 1, 0, 1, 1)).transpose(lead)
 
     return autotune.TensorWorkload(
-        out.permute(2, 0, 1, 3), lambda setting: launch_conv(x, w, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1,
-                                                             out=storage, setting=setting),
-        reference)
+        out.permute(*lead), lambda setting: launch_conv(x, w, None, *args, out=storage, setting=setting), reference)
 
 
 def _warps_fit(setting, facts):
@@ -130,7 +218,7 @@ def _fits(setting, rep, facts):
     itemsize = as_dtype(rep["dtype"]).itemsize
     if setting["block_k"] * itemsize < SWIZZLE_ROW and rep["k"] >= 16 * setting["block_k"]:
         return f"block_k {setting['block_k']} on k={rep['k']}: {setting['block_k'] * itemsize}-byte steps"
-    channels = max(1, rep["k"] // TAPS)
+    channels = geometry(rep, facts).channels
     if setting["block_k"] > min(PARAMS["block_k"]) and setting["block_k"] // 2 >= channels:
         return f"block_k {setting['block_k']} covers the representative's {channels} channels a tap twice over"
     split = _split_fits(setting, rep, facts)
@@ -161,7 +249,8 @@ def _split_fits(setting, rep, facts):
     tiles = -(-rep["m"] // setting["block_m"]) * -(-rep["n"] // setting["block_n"])
     if tiles >= waves:
         return f"split_k {split} on {tiles} tiles: {SPLIT_WAVES} waves of the multiprocessors are filled unsplit"
-    steps = TAPS * -(-max(1, rep["k"] // TAPS) // setting["block_k"])
+    geo = geometry(rep, facts)
+    steps = geo.steps_a_block * -(-geo.channels // setting["block_k"])
     fills = next((s for s in PARAMS["split_k"] if tiles * s >= waves), max(PARAMS["split_k"]))
     if split != fills:
         return f"split_k {split} on {tiles} tiles: split_k {fills} is the least that fills {SPLIT_WAVES} waves"
@@ -176,9 +265,9 @@ CONV = autotune.declare(autotune.Tunable(
     fits=_fits, implied=IMPLIED))
 
 
-def conv_setting(device, m: int, n: int, k: int, dtype, channels_last: bool):
+def conv_setting(device, m: int, n: int, k: int, dtype, channels_last: bool, spatial: int):
     """The served setting of an implicit GEMM of output dtype."""
-    return autotune.setting(CONV, device, **conv_key(m, n, k, dtype, channels_last))
+    return autotune.setting(CONV, device, **conv_key(m, n, k, dtype, channels_last, spatial))
 
 
-__all__ = ["CONV", "PARAMS", "KEY", "conv_key", "conv_setting"]
+__all__ = ["CONV", "PARAMS", "KEY", "SPATIAL", "conv_key", "conv_setting", "geometry", "representative"]

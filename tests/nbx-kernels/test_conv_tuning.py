@@ -1,0 +1,130 @@
+"""The conv tunable's representative launch (conv/tuning.py): it takes the code path of the launches
+that form its key (a 1-D channels-first key: A_SHIFT; a 2-D one: A_TILE), with channel counts models
+have; its screen windows' oracle is the whole oracle at those rows; a 1-D key's smallest launch is a
+valid screen; 1-D and 2-D keys are no neighbours; the small-image keys keep their split-K candidates."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.autotune import keys, screen, space
+from nbx.core import device_files
+from nbx.core.dtypes import as_dtype
+from nbx.core.reference import oracle
+from nbx.kernels.conv import conv_plan
+from nbx.kernels.conv.tuning import (CONV, conv_key, conv_workload, geometry, representative,
+                                     representative_args)
+
+ROOT = Path(__file__).resolve().parents[2]
+HOPPER = device_files.for_arch("sm_90")
+
+
+def _rep(m, n, k, channels_last, spatial, dtype="float32") -> dict:
+    return {"m": m, "n": n, "k": k, "dtype": as_dtype(dtype), "channels_last": channels_last, "spatial": str(spatial)}
+
+
+def _meta(rep, device):
+    x, w, geo = representative(rep, device)
+    return dict(conv_plan(x, w, None, *representative_args(geo)).launches[0].meta)
+
+
+@pytest.mark.parametrize("k,taps", [(7 * 64, 7), (3 * 64, 3), (2 * 64, 2)])
+def test_a_channels_first_1d_keys_representative_is_a_conv1d_that_takes_the_a_shift_path(k, taps):
+    interp = nbx.as_device("interp")
+    meta = _meta(_rep(32, 8, k, False, 1), interp)
+    assert meta["A_SHIFT"] and meta["TAPS_W"] == taps and not meta["A_TILE"]
+    assert not _meta(_rep(32, 8, k, True, 1), interp)["A_SHIFT"]   # channels-last: channels at unit stride
+    two_d = _meta(_rep(36, 8, 9 * 16, False, 2), interp)
+    assert two_d["A_TILE"] and not two_d["A_SHIFT"]
+
+
+def test_hifigans_keys_take_its_own_taps_and_512_channels_on_the_h200s_ladder():
+    conv1d = geometry(_rep(8192, 512, 3584, False, 1), HOPPER)
+    assert (conv1d.sizes, conv1d.taps, conv1d.channels) == ((8192,), 7, 512)
+    phases = geometry(_rep(8192, 256, 1024, False, 1), HOPPER)   # the x8 upsampler: 512 channels x 2 taps
+    assert (phases.taps, phases.channels) == (2, 512)
+
+
+def _two_d_records():
+    for name in ("conv-bench", "conv-models"):
+        doc = json.loads((ROOT / "certificates" / "keys" / f"nvidia-h200-140gb-{name}.json").read_text())
+        for rec in doc["keys"]:
+            if rec["kernel"] == "conv" and rec["key"].endswith("spatial=2"):
+                yield rec
+
+
+def test_a_2d_keys_representative_has_the_16_aligned_channels_of_the_model_launch_that_formed_it():
+    """Every 2-D key the H200's keys files hold whose launch had a multiple of 16 channels (all but
+    conv_in's 4) is certified on that channel count: its K inside the key's class."""
+    checked = 0
+    for rec in _two_d_records():
+        key = keys.parse("conv", CONV.key, rec["key"], HOPPER, rec["observed"])
+        geo = geometry(keys.representative(key, CONV.key, HOPPER), HOPPER)
+        assert device_files.bucket(HOPPER.value("autotune.buckets.dims"), geo.channels * 9) == key.values()["k"]
+        if rec["observed"]["k"] % (9 * 16) == 0:
+            assert geo.channels % 16 == 0, rec["key"]
+            checked += 1
+    assert checked >= 20
+    for k, channels in ((11776, 1280), (2944, 320), (5760, 640)):   # once 1308, 327, 640
+        assert geometry(_rep(512, 1280, k, True, 2), HOPPER).channels == channels
+
+
+@pytest.mark.parametrize("spatial,m,k,rows_of", [(1, 40, 3 * 8, 40), (2, 144, 9 * 4, 12), (3, 64, 27 * 2, 4)])
+@pytest.mark.parametrize("channels_last", [True, False], ids=["cl", "cf"])
+def test_each_screen_window_is_the_oracle_of_its_own_input_with_the_halo_equal_to_the_whole_oracle(
+        spatial, m, k, rows_of, channels_last):
+    """The workload leads with the output's first spatial dim (1-D: its positions), and a window's
+    float64 oracle convolves only the input it reads: the whole oracle at those rows, borders included."""
+    interp = nbx.as_device("interp")
+    rep = _rep(m, 8, k, channels_last, spatial)
+    work = conv_workload(rep, interp)
+    x, w, geo = representative(rep, interp)
+    assert work.out_shape == (rows_of, 1, 8, *geo.sizes[1:])
+    whole = np.asarray(oracle(f"conv{spatial}d", x, w, None, 1, geo.taps // 2 if geo.taps % 2 else 0, 1, 1))
+    whole = whole.transpose(2, 0, 1, *range(3, spatial + 2))
+    last = rows_of - 1
+    for rows in (slice(0, 3), slice(2, 4), slice(last, rows_of), slice(0, rows_of)):
+        np.testing.assert_allclose(work.reference_rows(rows), whole[rows], rtol=0, atol=1e-12)
+
+
+def test_an_even_1d_representative_pads_after_so_its_windows_hold_every_position():
+    interp = nbx.as_device("interp")
+    rep = _rep(16, 4, 2 * 64, False, 1)
+    work = conv_workload(rep, interp)
+    x, w, geo = representative(rep, interp)
+    assert geo.taps == 2 and geo.pad == (0, 1) and work.out_shape == (16, 1, 4)
+    padded = nbx.asarray(np.pad(x.numpy().astype(np.float64), ((0, 0), (0, 0), (0, 1))))
+    whole = np.asarray(oracle("conv1d", padded, w, None, 1, 0, 1, 1)).transpose(2, 0, 1)
+    np.testing.assert_allclose(work.reference_rows(slice(5, 16)), whole[5:16], rtol=0, atol=1e-12)
+
+
+def test_a_1d_keys_smallest_launch_is_a_valid_screen_that_takes_the_a_shift_path():
+    """keys.smallest of a small 1-D key on the H200's ladder (m 48, K class 128: 2 taps x 64 channels),
+    launched on interp with its device file's tile: the screen passes against the oracle."""
+    key = keys.form("conv", CONV.key_fields, HOPPER, **conv_key(48, 16, 128, "float32", False, 1))
+    small = keys.smallest(key, CONV.key, HOPPER, like=key.observed)
+    interp = nbx.as_device("interp")
+    facts = device_files.for_arch("interp")
+    assert _meta(small, interp)["A_SHIFT"]
+    verdict = screen.run(conv_workload(small, interp), [CONV.default(facts)], facts).verdicts[0]
+    assert verdict.passed, verdict.reason
+
+
+def test_a_1d_key_and_a_2d_key_are_no_neighbours():
+    one, two = (keys.form("conv", CONV.key_fields, HOPPER, **conv_key(8192, 512, 3584, "bfloat16", False, s))
+                for s in (1, 2))
+    assert str(one).endswith("spatial=1") and space.distance(CONV.key, one, two) is None
+
+
+@pytest.mark.parametrize("m,n,k,split", [(512, 1280, 11520, 8), (2048, 640, 5760, 4), (8192, 320, 2880, 2)])
+def test_the_small_image_keys_keep_split_k_candidates_under_their_representative(m, n, k, split):
+    """SD's 16^2 x 1280, 32^2 x 640 and 64^2 x 320 at batch 2 (40, 80 and 192 tiles of 128 x 128 on
+    132 SMs): split_k at the least split that fills two waves, 4 and 8 warps."""
+    key = keys.form("conv", CONV.key_fields, HOPPER, **conv_key(m, n, k, "bfloat16", True, 2))
+    kept = CONV.candidates(HOPPER, keys.representative(key, CONV.key, HOPPER))[0]
+    splits = [s for s in kept if s["split_k"] > 1]
+    assert len(kept) <= 20 and {(s["split_k"], s["num_warps"]) for s in splits} == {(split, 4), (split, 8)}
