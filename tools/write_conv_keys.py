@@ -5,8 +5,10 @@ benchmark does not form, certified after it).
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/write_conv_keys.py
 
 A `conv` key is the implicit GEMM's M (output positions), N (output channels a group), K (input
-channels a group x taps), dtype and whether the input is channels-last (nbx.kernels.conv.tuning.conv_key,
-classed by the device file's dims ladder); a 1 x 1 convolution of a channels-last input with stride 1
+channels a group x taps), dtype, whether the input is channels-last and `spatial`, the convolution's
+spatial dims (nbx.kernels.conv.tuning.conv_key, classed by the device file's dims ladder): "2" for the
+UNet / VAE convolutions and the tiled chain's bands, "1" for HiFi-GAN's conv1d and its upsampler's
+phases (channels-first: certified on a conv1d, whose A tile takes A_SHIFT); a 1 x 1 convolution of a channels-last input with stride 1
 is nbx.linear of the (positions, C) rows by the [O, C] weight: a `linear` key (layout "nt", plain,
 descriptor-eligible). Depthwise convolutions and pooling run the window kernel (tiles.window, no key).
 
