@@ -8,9 +8,9 @@ A `conv` key is the implicit GEMM's M (output positions), N (output channels a g
 channels a group x taps), dtype, whether the input is channels-last and `spatial`, the convolution's
 spatial dims (nbx.kernels.conv.tuning.conv_key, classed by the device file's dims ladder): "2" for the
 UNet / VAE convolutions and the tiled chain's bands, "1" for HiFi-GAN's conv1d and its upsampler's
-phases (channels-first: certified on a conv1d, whose A tile takes A_SHIFT); a 1 x 1 convolution of a channels-last input with stride 1
-is nbx.linear of the (positions, C) rows by the [O, C] weight: a `linear` key (layout "nt", plain,
-descriptor-eligible). Depthwise convolutions and pooling run the window kernel (tiles.window, no key).
+phases (channels-first: certified on a conv1d, whose A tile takes A_SHIFT); a 1 x 1 convolution of a
+channels-last input with stride 1 is nbx.linear of the (positions, C) rows by the [O, C] weight: a
+`linear` key (layout "nt", plain, descriptor-eligible). Depthwise convolutions and pooling run the window kernel (tiles.window, no key).
 
 - bench:  tools/bench/bench_conv.py's cases: the UNet / VAE 3 x 3 convolutions and the two 1 x 1 ones
           (bfloat16, channels-last), HiFi-GAN's conv1d (channels-first) and its x8 upsampler's phases

@@ -208,8 +208,8 @@ def test_the_hifigan_upsampler_is_one_conv_launch_a_phase_with_no_intermediate(d
     plans.reset()
     asked = []
     served = conv.conv_setting
-    monkeypatch.setattr(conv, "conv_setting", lambda device, m, n, k, dtype, cl, spatial: asked.append((m, n, k, spatial)) or
-                        served(device, m, n, k, dtype, cl, spatial))
+    monkeypatch.setattr(conv, "conv_setting", lambda device, m, n, k, dtype, cl, spatial:
+                        asked.append((m, n, k, spatial)) or served(device, m, n, k, dtype, cl, spatial))
     length, c_in, o = 9, 16, 8
     x = _put(RNG.standard_normal((1, c_in, length)), device)
     w = _transpose_weight(RNG.standard_normal((c_in, o, 16)), device, channels_first_weight)

@@ -42,6 +42,20 @@ def test_a_channels_first_1d_keys_representative_is_a_conv1d_that_takes_the_a_sh
     assert two_d["A_TILE"] and not two_d["A_SHIFT"]
 
 
+@pytest.mark.parametrize("channels_last", [True, False], ids=["cl", "cf"])
+def test_the_representatives_weight_has_its_channels_at_unit_stride_and_an_even_1d_one_a_phases_strided_taps(
+        channels_last):
+    """As a model converts a weight at load; a 2-tap 1-D key is a transposed convolution's phase, whose
+    weight copy holds every stride-th tap (no dense [O, taps x C] matrix: no descriptor reads it)."""
+    interp = nbx.as_device("interp")
+    _, w, geo = representative(_rep(16, 4, 2 * 64, channels_last, 1), interp)
+    assert w.shape == (4, 64, 2) and w.strides == (256, 1, 128)
+    _, w, geo = representative(_rep(16, 4, 3 * 64, channels_last, 1), interp)
+    assert w.strides == (192, 1, 64)
+    _, w, geo = representative(_rep(16, 4, 9 * 16, channels_last, 2), interp)
+    assert w.strides == (144, 1, 48, 16)
+
+
 def test_hifigans_keys_take_its_own_taps_and_512_channels_on_the_h200s_ladder():
     conv1d = geometry(_rep(8192, 512, 3584, False, 1), HOPPER)
     assert (conv1d.sizes, conv1d.taps, conv1d.channels) == ((8192,), 7, 512)

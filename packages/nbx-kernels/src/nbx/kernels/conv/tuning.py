@@ -8,7 +8,9 @@ With channels_last the two decide the kernel's path (conv/__init__.py): a channe
 reads A through A_SHIFT (a static shift a width tap), a channels-first 2-D/3-D one through A_TILE.
 
 The representative launch (representative()): one sample, stride 1, 'same' padding (an even kernel:
-its extra pad after), laid out as the key says (channels-last: the weight too), whose GEMM is the
+its extra pad after), the input laid out as the key says, the weight with its channels at unit
+stride (as a model converts it at load; an even 1-D kernel is a transposed convolution's phase, its
+taps strided as in the phases' weight copy), whose GEMM is the
 key's: M positions (2-D: an isqrt(M) square; 3-D: an icbrt(M) cube; 1-D: a length M), N output
 channels, and K = taps x channels inside the key's K class. The taps: 3 a dim in 2-D and 3-D; in
 1-D the largest of 7, 3, 2, 1 dividing the K class's top into a multiple of 64 channels, else 3
@@ -149,15 +151,24 @@ def representative(rep, device):
     values = np.sin(0.37 * np.arange(channels * math.prod(geo.sizes)) + 0.5).reshape(1, channels, *geo.sizes)
     w = (np.cos(0.21 * np.arange(out_channels * channels * taps)).reshape(out_channels, channels, *geo.kernel)
          / math.sqrt(channels * taps)).astype(dtype.host)
-    if not rep["channels_last"]:
-        return asarray(values.astype(dtype.host), device=device), asarray(w, device=device), geo
     last = (0, *range(2, s + 2), 1)   # channels at unit stride, the logical (N, C, *S) a view of it
     back = (0, s + 1, *range(1, s + 1))
-    x = asarray(np.ascontiguousarray(values.transpose(last)).astype(dtype.host), device=device).permute(*back)
-    # the weight laid out as a model converts it at load (docs/conv.md): channels at unit stride, so the B
-    # tile is read as the served call reads it (a (O, C, 3, 3) weight is read scalar, on sm_90 334 SASS
-    # instructions a K step against 183)
-    return x, asarray(np.ascontiguousarray(w.transpose(last)), device=device).permute(*back), geo
+    if rep["channels_last"]:
+        x = asarray(np.ascontiguousarray(values.transpose(last)).astype(dtype.host), device=device).permute(*back)
+    else:
+        x = asarray(values.astype(dtype.host), device=device)
+    # the weight laid out as a model converts it at load (docs/conv.md) and as a transposed convolution's
+    # phases read their copy: channels at unit stride, so the B tile is read as the served call reads it (a
+    # (O, C, 3, 3) weight is read scalar, on sm_90 334 SASS instructions a K step against 183)
+    dense = np.ascontiguousarray(w.transpose(last))
+    if s == 1 and geo.taps % 2 == 0:
+        # an even 1-D kernel is a phase (a vocoder's upsampler: kernel 2 x stride, 2 taps a phase): its taps
+        # every stride-th of the copy's (here 2), so its weight is no dense matrix and, as there, no
+        # descriptor reads it (B_DESC)
+        spread = np.zeros((out_channels, 2 * geo.taps, channels), dtype.host)
+        spread[:, ::2] = dense
+        return x, asarray(spread, device=device)[:, ::2].permute(*back), geo
+    return x, asarray(dense, device=device).permute(*back), geo
 
 
 def representative_args(geo: Geometry) -> tuple:
