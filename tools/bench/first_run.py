@@ -76,10 +76,10 @@ def time_resolving() -> list:
     from nbx.autotune import serving
     spent, resolve = [0.0], serving.Tuner._resolve
 
-    def timed(self, tunable, key):
+    def timed(self, tunable, key, *rest):
         began = time.monotonic()
         try:
-            return resolve(self, tunable, key)
+            return resolve(self, tunable, key, *rest)
         finally:
             spent[0] += time.monotonic() - began
     serving.Tuner._resolve = timed
