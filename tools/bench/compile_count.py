@@ -57,15 +57,36 @@ class Counter:
         if binder is None:
             binder = self._binders[id(fn)] = (fn, create_function_from_signature(
                 fn.signature, fn.params, make_backend(GPUTarget(*AS_TARGET))))
-        _, specialization, options = binder[1](*args, **meta)
+        bound, specialization, options = binder[1](*args, **meta)
         key = (f"{fn.module}.{fn.__name__}", compute_cache_key({}, specialization, options))
         with self._lock:
             found = self.compiles.get(key)
-            if found is None:
+            new = found is None
+            if new:
                 arguments = tuple((p.name, str(s[0]), str(s[1])) for p, s in zip(fn.params, specialization))
                 found = self.compiles[key] = Compile(key[0], arguments, tuple(sorted(options.items())))
             found.causes.append(self.cause)
+        if new:
+            self._post_compile_hook(fn, key, bound, specialization, meta)
         return found
+
+    @staticmethod
+    def _post_compile_hook(fn, key, bound, specialization, meta) -> None:
+        """Triton's jit_post_compile_hook, called as Triton's _do_compile calls it after a compile (the
+        autotune report's compile log sees the simulated run's compiles)."""
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import make_backend
+        from triton.runtime.jit import JitFunctionInfo
+        hook = triton.knobs.runtime.jit_post_compile_hook
+        if hook is None:
+            return
+        backend = make_backend(GPUTarget(*AS_TARGET))
+        options, signature, constants, attrs = fn._pack_args(backend, dict(meta), bound, specialization,
+                                                             backend.parse_options(dict(meta)))
+        hook(key=key[1], repr=key[0], fn=JitFunctionInfo(fn.module, fn.__name__, fn),
+             compile={"key": key[1], "signature": signature, "constants": constants, "configs": [attrs],
+                      "num_warps": options.num_warps}, is_manual_warmup=False, already_compiled=False)
 
     def install(self) -> Counter:
         import triton

@@ -162,6 +162,8 @@ def count_compiles(tiny: bool, verbose: bool) -> dict:
         with tempfile.TemporaryDirectory(prefix="nbx-count-") as folder:
             os.environ["NBX_CACHE_DIR"] = folder   # no kept verdicts: every neighbour is screened, as cold
             serve_as_h200("cuda:0")
+            from nbx.autotune import serving
+            serving.report_at_exit(True)   # the report's compile log (NBX_AUTOTUNE_REPORT=1) sees these compiles
             seven_shapes("cuda:0", tiny)
     finally:
         undo()
@@ -169,7 +171,6 @@ def count_compiles(tiny: bool, verbose: bool) -> dict:
     summary = counter.summary()
     if verbose:
         print("\n".join(counter.lines()))
-    from nbx.autotune import serving
     print(f"# compiles of the cold run (simulated CUDA, sm_90, Triton's binder): {summary['compiles']} distinct: "
           f"{summary.get('run only', 0)} by the run only, {summary.get('both', 0)} screened then reused by the key's "
           f"launch, {summary.get('screen only', 0)} by a screen only (needless: the key's launch compiled another)")

@@ -9,7 +9,8 @@ key that cannot be formed, into KeyNotCertified naming the kernel, the key and w
 (NBX_AUTOTUNE_CENSUS=<keys file>, or load_census()) knew it. A device whose file states
 `autotune.sweeps: false` (Triton's interpreter) is served the device file's tile, no key formed.
 
-Every run can print its report line (report_line()); NBX_AUTOTUNE_REPORT=1 prints it at exit:
+Every run can print its report line (report_line()); NBX_AUTOTUNE_REPORT=1 prints it at exit, with the
+kernels Triton compiled and each kernel compiled again for another specialization (warmup.CompileLog):
     [autotune] certified: N key(s) served without a sweep, M swept at runtime (kept locally), K from the local cache, J from a neighbour
 A key with neither is served the setting of its nearest certified neighbour, screened first against
 the float64 oracle on the key's own smallest launch (neighbours.py; its verdict is kept in the local
@@ -116,6 +117,10 @@ class Report:
             out.append(f"[autotune] {self.unkept} of the swept key(s) were timed under a drifting witness: served "
                        f"this run, not kept")
         out += [f"[autotune] refused {r}" for r in self.refusals()]
+        from .warmup import installed_log
+        log = installed_log()
+        if log is not None:   # the compiles and each recompile, when a report was asked for (report_at_exit)
+            out += log.report_lines()
         return out
 
 
@@ -173,6 +178,11 @@ def _census() -> set | None:
     return _process.census
 
 
+def screening() -> bool:
+    """Whether a neighbour's screen is running in this thread (the compile log counts its compiles)."""
+    return bool(getattr(_screening, "active", False))
+
+
 def report() -> Report:
     return _process.report
 
@@ -190,10 +200,17 @@ _at_exit = False
 
 
 def report_at_exit(on: bool = True) -> None:
-    """Print the report when the process exits (NBX_AUTOTUNE_REPORT=1 asks for it too)."""
+    """Print the report when the process exits (NBX_AUTOTUNE_REPORT=1 asks for it too), with the kernels
+    Triton compiled and each one compiled again for another specialization (a quiet compile log)."""
     global _at_exit
     if on and not _at_exit:
         atexit.register(_print_at_exit)
+    if on:
+        try:
+            from .warmup import log_compiles
+            log_compiles(quiet=True)
+        except ImportError:   # no Triton: nothing compiles
+            pass
     _at_exit = on
 
 
