@@ -77,7 +77,7 @@ def test_first_generate_times_a_load_and_two_generates_in_one_child_and_reports_
 def test_on_the_simulated_cuda_each_neighbours_screen_compiles_the_specialization_its_keys_launch_then_loads():
     """first_run.py --count-compiles: issue 16's seven-shape run over the tests' simulated CUDA, each Triton
     launch bound by Triton's own binder for sm_90 and keyed by its cache key. Every compile a neighbour's
-    screen makes is one the key's own launch reuses (none by a screen only: 27 of 83 were, screened on the
+    screen makes is one the key's own launch reuses (none by a screen only: 33 of 89 were, screened on the
     key's smallest launch), and the autotune report (NBX_AUTOTUNE_REPORT's) counts the compiles and names
     what each recompiled kernel's specializations differ in. About 4 s (one process)."""
     import os

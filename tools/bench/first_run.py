@@ -134,10 +134,11 @@ def child(device: str, tiny: bool) -> int:
     """One run in this process; prints one JSON line: the report's counts and which neighbour served what."""
     began = time.monotonic()
     resolving = time_resolving()
+    from nbx.autotune import serving, warmup
+    log = warmup.log_compiles(quiet=True)   # the report's compile lines: what NBX_AUTOTUNE_REPORT=1 prints
     if device == "interp":
         serve_as_h200(device)
     seven_shapes(device, tiny)
-    from nbx.autotune import serving
     report = serving.report()
     kept = [t._kept_verdicts[0] for t in {id(t): t for t in serving._process.tuners.values()}.values()
             if t._kept_verdicts is not None]
@@ -145,6 +146,7 @@ def child(device: str, tiny: bool) -> int:
                       "neighbour": report.neighbour, "swept": report.swept, "local": report.local,
                       "untuned": report.untuned, "neighbours_refused": report.neighbours_refused,
                       "verdicts_read": sum(v.read for v in kept), "verdicts_kept": sum(v.written for v in kept),
+                      "compiles": sum(log.counts.values()), "compiles_in_screens": log.screened,
                       "from_neighbour": [[k, key, near] for (k, key), near in report.from_neighbour.items()],
                       "line": report.line()}))
     serving.print_report()
@@ -156,6 +158,9 @@ def count_compiles(tiny: bool, verbose: bool) -> dict:
     import compile_count
     from host_sim import simulated_cuda
     simulated_cuda()
+    from nbx.core import dispatch
+    for op in ("copy_", "fill_"):   # the kernels' copy_ and fill_ serve them, as on a GPU (the fake's memsets not)
+        dispatch._IMPLEMENTATIONS.pop((op, "cuda"), None)
     counter = compile_count.Counter().install()
     undo = compile_count.screens_counted(counter)
     try:
@@ -192,7 +197,8 @@ def run_once(label: str, env: dict, device: str, tiny: bool = False) -> dict:
           f"{result['certified']} certified, {result['neighbour']} from a neighbour, {result['swept']} swept, "
           f"{result['local']} local, {result['untuned']} device tile; {result['neighbours_refused']} neighbour "
           f"setting(s) refused by the screen; screen verdicts {result['verdicts_read']} read, "
-          f"{result['verdicts_kept']} kept", flush=True)
+          f"{result['verdicts_kept']} kept; {result['compiles']} kernel specialization(s) compiled or loaded from "
+          f"Triton's cache, {result['compiles_in_screens']} of them in screens", flush=True)
     print(f"      {result['line']}")
     result["seconds"] = seconds
     return result
