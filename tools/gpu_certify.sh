@@ -6,7 +6,7 @@
 #   certify  the keys files there are (the benchmarks' first; KEYS="f1 f2" names others, such as
 #            certificates/keys/nvidia-h200-140gb.json) until CERTIFY_DEADLINE (epoch seconds) or for
 #            CERTIFY_LIMIT_S; the candidates are compiled first in COMPILE_JOBS processes (default 8);
-#            what was proven stays (--missing resumes); then check and coverage
+#            what was proven stays (--missing resumes; MISSING_FLAG= certifies again); then check and coverage
 #                                                                     -> certify.log, certificates.tgz
 #   bench    the benchmarks (BENCH_FILES="a.py b.py" picks some) in certified-only mode over those
 #            certificates, with the report line
@@ -61,7 +61,7 @@ for step in "${STEPS[@]}"; do
       PYTHONPATH="$PWD/tools/torch_blocker:$PYTHONPATH" timeout "$left" "$PY" -c \
         "import nbx_block_torch, runpy; runpy.run_module('nbx.core.cli', run_name='__main__')" \
         autotune certify --device-class "$CLASS" --keys "$keys" --out "$CERTS" \
-        --missing --compile-jobs "${COMPILE_JOBS:-8}" >> "$LOG" 2>&1
+        ${MISSING_FLAG---missing} --compile-jobs "${COMPILE_JOBS:-8}" >> "$LOG" 2>&1
       echo "certify $keys: exit $? ($(grep -c '^\[' "$LOG") progress lines so far)" | tee -a "$LOG"
     done
     nbx autotune check "$CERTS" 2>&1 | tail -n 3 | tee -a "$LOG"

@@ -89,3 +89,26 @@ def test_random_draws_declare_what_they_allocate(op):
     declared = price(f"random.{op}", 1024, 4096)
     peak, _ = measured(lambda: getattr(nbx_random, op)(1024, 4096, device="cuda"))
     assert declared.allocated == peak
+
+
+def descriptor_cases():
+    """Launches whose programs make tensor descriptors (their global scratch asked of nbx's allocator at each
+    launch): a certified tma linear, a dense tma prefill, a channels-last conv reading its weight through one."""
+    x, w = cuda((2048, 4096), "bfloat16"), cuda((14336, 4096), "bfloat16")
+    q, k, v = (cuda((1, 32, 1024, 128), "bfloat16") for _ in range(3))
+    image = cuda((2, 64, 64, 256), "bfloat16").permute(0, 3, 1, 2)
+    weight = cuda((256, 3, 3, 256), "bfloat16").permute(0, 3, 1, 2)
+    return [("linear through the tma kernel", "linear", (x, w), {}),
+            ("prefill through descriptors", "scaled_dot_product_attention", (q, k, v), {}),
+            ("channels-last conv2d, weight through a descriptor", "conv2d", (image, weight), {"padding": 1})]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_descriptor_kernels_declare_the_scratch_the_pool_measures(index):
+    label, op, args, kwargs = descriptor_cases()[index]
+    declared = price(op, *args, **kwargs)
+    assert "descriptor_scratch" in [b.name for b in declared.buffers], f"{label}: no descriptors served"
+    front_end = getattr(nbx, op)
+    front_end(*args, **kwargs)   # a neighbour's screen (its own buffers) is the first call's only
+    peak, _ = measured(lambda: front_end(*args, **kwargs))
+    assert declared.allocated == peak, f"{label}: declared {declared.allocated} bytes, the pool saw {peak}"

@@ -172,3 +172,32 @@ def test_the_compile_log_prints_each_compile_and_counts_a_kernels_specialization
     assert triton.knobs.runtime.jit_post_compile_hook is installed
     warmup.log_compiles(False)
     assert triton.knobs.runtime.jit_post_compile_hook is None
+
+
+def test_the_report_counts_the_compiles_and_names_what_each_recompiled_kernels_specializations_differ_in():
+    from nbx.autotune import serving
+    out = io.StringIO()
+    log = warmup.CompileLog(out, quiet=True)
+    params = [type("P", (), {"name": n})() for n in ("x_ptr", "n", "BLOCK")]
+    fn = type("Fn", (), {"module": "nbx.kernels.softmax.kernel", "name": "softmax_rows",
+                         "jit_function": type("J", (), {"params": params})()})()
+    for n_type, divisible in (("i32", False), ("i32", True), ("i32", True)):
+        log(key=None, repr="softmax_rows", fn=fn, is_manual_warmup=False, already_compiled=False,
+            compile={"signature": {"x_ptr": "*fp32", "n": n_type, "BLOCK": "constexpr"}, "constants": {(2,): 1024},
+                     "configs": [{(0,): [["tt.divisibility", 16]], **({(1,): [["tt.divisibility", 16]]} if divisible
+                                                                          else {})}], "num_warps": 8})
+    assert out.getvalue() == ""   # quiet: counted for the report, not printed
+    assert log.report_lines() == [
+        "[autotune] compiles: 3 specialization(s) of 1 kernel(s) compiled or loaded from Triton's cache in this "
+        "process, 0 of them by neighbour screens",
+        "[autotune] recompiled nbx.kernels.softmax.kernel.softmax_rows: 3 specializations, differing in "
+        "n: i32 | i32/16"]
+    import triton
+    saved = triton.knobs.runtime.jit_post_compile_hook
+    try:
+        installed = warmup.log_compiles(quiet=True)
+        assert warmup.installed_log() is installed and serving.report().lines()[-1].startswith("[autotune] compiles: 0")
+    finally:
+        warmup.log_compiles(False)
+        triton.knobs.runtime.jit_post_compile_hook = saved
+    assert warmup.installed_log() is None and not any("compiles:" in line for line in serving.report().lines())

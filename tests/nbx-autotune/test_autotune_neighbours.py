@@ -248,3 +248,35 @@ def test_an_unreadable_verdicts_file_is_screened_again_and_rewritten(bench):
     assert dict(tuner.setting(bench.tunable, n=100_000, dtype="float32"))["block"] == 64
     assert bench.seen == [(65552, "float32")]
     assert json.loads(path.read_text())["kind"] == "nbx-autotune-screen-verdicts"
+
+
+def test_a_tunable_screened_at_launch_is_screened_on_the_launch_itself_so_its_compile_is_the_launchs(bench):
+    """screen_at_launch: the screen runs the launch's own sizes (keys.launched), not the key's smallest launch,
+    while the launch reads at most autotune.neighbour_screen_max_bytes (4 MiB on hopper.yml); the verdict is
+    kept under those sizes."""
+    bench.tunable = Tunable("fake_double", params=bench.tunable.params, key=bench.tunable.key,
+                            default_from="tiles.elementwise", workload=bench.tunable.workload, screen_at_launch="n")
+    bench.certify(1000, 64)
+    assert dict(bench.tuner().setting(bench.tunable, n=100_003, dtype="float32"))["block"] == 64
+    assert bench.seen == [(100_003, "float32")]          # the launch's own size (smallest: 65537)
+    kept = json.loads((bench.tmp / "cache" / SCREENS).read_text())
+    assert "n=1048576,dtype=f32 at n=100003" in json.dumps(kept)
+    bench.seen.clear()
+    big = 2_000_000                                      # 8 MB of float32: above the bound, the smallest launch
+    bench.tuner().setting(bench.tunable, n=big, dtype="float32")
+    assert bench.seen == [(keys.smallest(keys.form("fake_double", bench.tunable.key, bench.facts, n=big,
+                                                   dtype="float32"), bench.tunable.key, bench.facts,
+                                         like={"n": big})["n"], "float32")]
+
+
+def test_the_launch_as_its_keys_instance_takes_the_observed_sizes_and_the_rounded_fields_own_sizes(hopper):
+    spec = {"width": "exact", "elements": "elements", "dtype": "dtype", "strided": "flag"}
+    key = keys.form("rows", spec, hopper, width=1024, elements=3000, dtype="bfloat16", strided=False)
+    own = keys.launched(key, spec, {"width": 1000})
+    assert (own["width"], own["elements"], own["dtype"].name, own["strided"]) == (1000, 3000, "bfloat16", False)
+    assert keys.launched(key, spec)["width"] == 1024      # no size given: the exact field's value
+    assert keys.launched(keys.parse("rows", spec, str(key), hopper), spec) is None   # nothing observed
+    with pytest.raises(Exception, match="exact fields only"):
+        keys.launched(key, spec, {"elements": 3000})
+    with pytest.raises(ArgumentError, match="screen_at_launch"):
+        Tunable("rows", params={"num_warps": (4,)}, key=spec, screen_at_launch="width")

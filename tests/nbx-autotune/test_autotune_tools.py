@@ -72,3 +72,34 @@ def test_first_generate_times_a_load_and_two_generates_in_one_child_and_reports_
     assert first_generate.child(str(folder), "cpu", 6, 2) == 0
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["first"] > 0 and line["second"] > 0 and line["swept"] == 0 and "line" in line
+
+
+def test_on_the_simulated_cuda_each_neighbours_screen_compiles_the_specialization_its_keys_launch_then_loads():
+    """first_run.py --count-compiles: issue 16's seven-shape run over the tests' simulated CUDA, each Triton
+    launch bound by Triton's own binder for sm_90 and keyed by its cache key. Every compile a neighbour's
+    screen makes is one the key's own launch reuses (none by a screen only: 33 of 89 were, screened on the
+    key's smallest launch), and the autotune report (NBX_AUTOTUNE_REPORT's) counts the compiles and names
+    what each recompiled kernel's specializations differ in. About 4 s (one process)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    root = BENCH.parents[1]
+    env = dict(os.environ, TRITON_INTERPRET="0",
+               PYTHONPATH=os.pathsep.join(str(p) for p in sorted((root / "packages").glob("*/src"))))
+    for name in ("NBX_AUTOTUNE_SWEEP", "NBX_AUTOTUNE_NO_SWEEP", "NBX_AUTOTUNE_CERTIFIED_ONLY", "NBX_CACHE_DIR"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, str(BENCH / "first_run.py"), "--count-compiles"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = re.search(r"(\d+) distinct: (\d+) by the run only, (\d+) screened then reused by the key's launch, "
+                        r"(\d+) by a screen only", done.stdout)
+    assert summary, done.stdout[-2000:]
+    total, run_only, shared, screen_only = map(int, summary.groups())
+    assert screen_only == 0 and shared > 0 and total == run_only + shared <= 56, summary.group(0)
+    assert "8 key(s) served without a sweep, 0 swept at runtime" in done.stdout and "32 from a neighbour" in done.stdout
+    compiles = re.search(r"\[autotune\] compiles: (\d+) specialization\(s\) of \d+ kernel\(s\)", done.stderr)
+    assert compiles and int(compiles.group(1)) == total, done.stderr[-2000:]
+    softmax = [line for line in done.stderr.splitlines() if "recompiled nbx.kernels.softmax.kernel.softmax_rows_kernel"
+               in line]
+    assert softmax and "n: i32 | i32/16" in softmax[0], softmax

@@ -83,3 +83,16 @@ def test_synchronize_without_a_device_waits_for_the_current_device_of_each_numbe
     register_backend(Driverless("sync_driverless"))
     synchronize()
     assert Device("sync_numbered", 1) in waited and all(d.type != "sync_driverless" for d in waited)
+
+
+def test_a_backends_own_implementation_is_served_where_asked_for_and_the_triton_one_otherwise():
+    """backend_implementation: what the backend registered itself (cuda's fill_, a memset), which the autotune
+    screen's NaN fill takes so that it compiles no kernel; an op the backend left to Triton kernels is
+    served as implementation serves it."""
+    device = _backend("dispatch_own", triton=True)
+    dispatch.register("dispatch_op_own", "dispatch_own", provider="the.backend", priority=-1)(_fn("own"))
+    dispatch.register("dispatch_op_own", dispatch.TRITON, provider="the.kernels")(_fn("kernel"))
+    dispatch.register("dispatch_op_kernel_only", dispatch.TRITON, provider="the.kernels")(_fn("kernel"))
+    assert dispatch.implementation("dispatch_op_own", device)() == "kernel"
+    assert dispatch.backend_implementation("dispatch_op_own", device)() == "own"
+    assert dispatch.backend_implementation("dispatch_op_kernel_only", device)() == "kernel"

@@ -131,8 +131,9 @@ def test_gpu_varlen_and_fused_write_declared_allocations_equal_the_pools_measure
     device = nbx.as_device("cuda")
     q, k, v, cu_q, cu_k = packed(device, [300, 0, 1000, 7], [300, 5, 1000, 7], hq=32, hk=8, e=128, ev=128)
     declared = price("varlen_attention", q, k, v, cu_q, cu_k, None, AttentionOptions(1 / math.sqrt(128), True), True)
-    # the first launch of a key served a neighbour's setting screens it on its own small instance
-    # (its buffers counted then: 512 KiB here); the declaration is of every call after it
+    # the first launch of a key served a neighbour's setting screens it on its own small instance (its
+    # buffers counted then); the declaration is of every call after it, the descriptors' scratch included
+    assert "descriptor_scratch" in [b.name for b in declared.buffers]
     call = lambda: nbx.varlen_attention(q, k, v, cu_q, cu_k, is_causal=True, return_lse=True)  # noqa: E731
     call()
     peak, _ = measured(call)
@@ -147,3 +148,22 @@ def test_gpu_varlen_and_fused_write_declared_allocations_equal_the_pools_measure
     write()
     peak, _ = measured(write)
     assert declared.allocated == peak
+
+
+def test_launches_that_make_descriptors_declare_the_scratch_their_launcher_asks_for(monkeypatch):
+    """Triton's launcher asks nbx's allocator for a kernel's descriptors' global scratch at every launch
+    (programs x descriptors x the device's descriptor_scratch_bytes, padded by as many bytes of alignment);
+    a plan declares the largest launch's, and none where the device file has no such fact (interp)."""
+    from nbx.core import device_files
+    from nbx.kernels import plans
+    device = nbx.as_device("interp")
+    kernel = object()
+    launches = (plans.Launch(kernel, (16, 8), (), {}, descriptors=2), plans.Launch(kernel, (4,), (), {}),
+                plans.Launch(kernel, (100,), (), {}, descriptors=1))
+    plan = plans.LaunchPlan(device, launches, (plans.output("out", (4, 4), nbx.float32),))
+    assert [b.name for b in plan.buffers()] == ["out"]
+    hopper = device_files.for_arch("sm_90")
+    monkeypatch.setattr(device_files, "in_force", lambda dev=None: hopper)
+    scratch = plan.buffers()[-1]
+    assert (scratch.name, scratch.nbytes, scratch.lifetime) == ("descriptor_scratch", 16 * 8 * 2 * 128 + 128, "launch")
+    assert plans.descriptor_scratch(plans.LaunchPlan(device, launches[1:2])) is None

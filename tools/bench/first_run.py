@@ -27,6 +27,11 @@ run's launches, census.Launch, in N processes at once through warmup.run_shards)
 kernels and screens the neighbours ahead (their verdicts kept in the shared NBX_CACHE_DIR), then
 the run; it prints the warm-up's seconds and the run's (issue 16: <= 20 s cold with the warm-up).
 
+--count-compiles runs the cold run's host path here, over the tests' simulated CUDA with Triton's JIT
+stubbed (compile_count.py): it lists every distinct specialization the run compiles, with Triton's own
+binder and cache key, and marks which a neighbour's screen launched (and whether the key's own launch
+then reused it). Nothing runs on a device; the screens' verdicts are taken as passed.
+
 --compare then times, for each key served from a neighbour, every candidate a sweep of that key
 keeps (screened, timed by the certifier's method) on the key's representative, and prints the
 neighbour's setting's time against the fastest: the median and the worst of served / best - 1
@@ -71,10 +76,10 @@ def time_resolving() -> list:
     from nbx.autotune import serving
     spent, resolve = [0.0], serving.Tuner._resolve
 
-    def timed(self, tunable, key):
+    def timed(self, tunable, key, *rest):
         began = time.monotonic()
         try:
-            return resolve(self, tunable, key)
+            return resolve(self, tunable, key, *rest)
         finally:
             spent[0] += time.monotonic() - began
     serving.Tuner._resolve = timed
@@ -129,10 +134,11 @@ def child(device: str, tiny: bool) -> int:
     """One run in this process; prints one JSON line: the report's counts and which neighbour served what."""
     began = time.monotonic()
     resolving = time_resolving()
+    from nbx.autotune import serving, warmup
+    log = warmup.log_compiles(quiet=True)   # the report's compile lines: what NBX_AUTOTUNE_REPORT=1 prints
     if device == "interp":
         serve_as_h200(device)
     seven_shapes(device, tiny)
-    from nbx.autotune import serving
     report = serving.report()
     kept = [t._kept_verdicts[0] for t in {id(t): t for t in serving._process.tuners.values()}.values()
             if t._kept_verdicts is not None]
@@ -140,10 +146,41 @@ def child(device: str, tiny: bool) -> int:
                       "neighbour": report.neighbour, "swept": report.swept, "local": report.local,
                       "untuned": report.untuned, "neighbours_refused": report.neighbours_refused,
                       "verdicts_read": sum(v.read for v in kept), "verdicts_kept": sum(v.written for v in kept),
+                      "compiles": sum(log.counts.values()), "compiles_in_screens": log.screened,
                       "from_neighbour": [[k, key, near] for (k, key), near in report.from_neighbour.items()],
                       "line": report.line()}))
     serving.print_report()
     return 0
+
+
+def count_compiles(tiny: bool, verbose: bool) -> dict:
+    """The cold run's distinct Triton compiles, counted on the simulated CUDA (compile_count.py)."""
+    import compile_count
+    from host_sim import simulated_cuda
+    simulated_cuda()
+    from nbx.core import dispatch
+    for op in ("copy_", "fill_"):   # the kernels' copy_ and fill_ serve them, as on a GPU (the fake's memsets not)
+        dispatch._IMPLEMENTATIONS.pop((op, "cuda"), None)
+    counter = compile_count.Counter().install()
+    undo = compile_count.screens_counted(counter)
+    try:
+        with tempfile.TemporaryDirectory(prefix="nbx-count-") as folder:
+            os.environ["NBX_CACHE_DIR"] = folder   # no kept verdicts: every neighbour is screened, as cold
+            serve_as_h200("cuda:0")
+            from nbx.autotune import serving
+            serving.report_at_exit(True)   # the report's compile log (NBX_AUTOTUNE_REPORT=1) sees these compiles
+            seven_shapes("cuda:0", tiny)
+    finally:
+        undo()
+        counter.restore()
+    summary = counter.summary()
+    if verbose:
+        print("\n".join(counter.lines()))
+    print(f"# compiles of the cold run (simulated CUDA, sm_90, Triton's binder): {summary['compiles']} distinct: "
+          f"{summary.get('run only', 0)} by the run only, {summary.get('both', 0)} screened then reused by the key's "
+          f"launch, {summary.get('screen only', 0)} by a screen only (needless: the key's launch compiled another)")
+    print(f"# {serving.report_line()}")
+    return summary
 
 
 def run_once(label: str, env: dict, device: str, tiny: bool = False) -> dict:
@@ -160,7 +197,8 @@ def run_once(label: str, env: dict, device: str, tiny: bool = False) -> dict:
           f"{result['certified']} certified, {result['neighbour']} from a neighbour, {result['swept']} swept, "
           f"{result['local']} local, {result['untuned']} device tile; {result['neighbours_refused']} neighbour "
           f"setting(s) refused by the screen; screen verdicts {result['verdicts_read']} read, "
-          f"{result['verdicts_kept']} kept", flush=True)
+          f"{result['verdicts_kept']} kept; {result['compiles']} kernel specialization(s) compiled or loaded from "
+          f"Triton's cache, {result['compiles_in_screens']} of them in screens", flush=True)
     print(f"      {result['line']}")
     result["seconds"] = seconds
     return result
@@ -209,11 +247,16 @@ def main(argv=None) -> int:
                                             "profile a warm child afterwards")
     parser.add_argument("--warmup-jobs", type=int, default=0,
                         help="also time `nbx warmup` over the run's launches in this many processes, then the run")
+    parser.add_argument("--count-compiles", action="store_true",
+                        help="count the cold run's distinct Triton compiles here (simulated CUDA, no GPU) and list them")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--warm-shard", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(args.device, args.tiny)
+    if args.count_compiles:
+        count_compiles(args.tiny, verbose=True)
+        return 0
     if args.warm_shard is not None:
         return warm_shard(args.device, args.tiny, args.warm_shard, args.warmup_jobs)
     print(f"# issue 16's run: softmax, rms_norm, silu(x) * x, sum over {len(SHAPES)} shapes {SHAPES} in "

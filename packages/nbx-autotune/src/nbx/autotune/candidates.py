@@ -56,6 +56,10 @@ class Tunable:
     default_from: str | None = None
     weights: Mapping[str, float] | None = None
     implied: Mapping[str, object] | None = None
+    # the classed key field counting the elements a launch reads: a neighbour's screen then runs on the
+    # launch's own sizes while they stay within autotune.neighbour_screen_max_bytes, so that the screen
+    # compiles the very specialization the launch then loads (neighbours.Screener); None: keys.smallest
+    screen_at_launch: str | None = None
     key_fields: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -82,6 +86,9 @@ class Tunable:
                 raise ArgumentError(f"kernel {self.name!r}: implied parameter {name!r} = {value!r} is not one of "
                                     f"its declared values")
         object.__setattr__(self, "implied", MappingProxyType(implied))
+        if self.screen_at_launch is not None and (self.screen_at_launch, "elements") not in self.key_fields:
+            raise ArgumentError(f"kernel {self.name!r}: screen_at_launch names {self.screen_at_launch!r}, which is "
+                                f"not an `elements` field of its key {dict(self.key_fields)}")
 
     def _checked_weights(self) -> dict:
         sizes = [n for n, kind in self.key_fields if kind in keys.LADDERS or kind == "exact"]

@@ -243,6 +243,36 @@ def smallest(key: LaunchKey, spec, facts, like: Mapping[str, int] | None = None)
     return rep
 
 
+def launched(key: LaunchKey, spec, sizes: Mapping[str, int] | None = None) -> dict | None:
+    """The launch itself as an instance of its key: each classed size at the size observed (key.observed),
+    each exact field at the size the launch had before the caller rounded it into the key (sizes: a
+    row's own width, where the key holds its power of two), else the field's value; dtypes as DType
+    objects. None where a classed size was not observed (a key parsed from a file without one).
+
+    A neighbour's screen on this instance compiles exactly the specialization the launch then loads
+    (the same constexprs, integer and pointer specializations): its compile is the launch's, not one
+    more (Tunable.screen_at_launch).
+    """
+    kinds = dict(check_spec(key.kernel, spec))
+    sizes = sizes or {}
+    unknown = sorted(set(sizes) - {n for n, k in kinds.items() if k == "exact"})
+    if unknown:
+        raise LaunchKeyError(f"kernel {key.kernel!r}: launch sizes are given for exact fields only; got {unknown}")
+    instance = {}
+    for name, value in key.fields:
+        kind = kinds[name]
+        if kind in LADDERS:
+            if name not in key.observed:
+                return None
+            value = key.observed[name]
+        elif kind == "exact":
+            value = _size(key.kernel, name, sizes.get(name, value))
+        elif kind == "dtype":
+            value = _BY_KEY_SPELLING[value]
+        instance[name] = value
+    return instance
+
+
 def _smallest_of_kind(low: int, top: int, want: int) -> int:
     """The smallest size in [low, top] that specialization() calls `want`; low where none is."""
     if want == 1:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from nbx.core.dtypes import DType
 from nbx.core.errors import LaunchKeyError, ScreenRefusal
 
 from . import keys, screen, space, verdicts
@@ -62,40 +63,58 @@ def ranked(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts,
 
 
 class Screener:
-    """Screens settings on one key's smallest launch: a kept verdict where one holds (verdicts.py), else the
-    screen, whose workload is made at the first setting that needs it and whose verdict is kept."""
+    """Screens settings on one key's small launch: a kept verdict where one holds (verdicts.py), else the
+    screen, whose workload is made at the first setting that needs it and whose verdict is kept.
+
+    The instance screened: the launch's own sizes (keys.launched) where the tunable declares
+    screen_at_launch and the launch reads at most autotune.neighbour_screen_max_bytes, so that the screen
+    compiles the very specialization the launch then loads; else the key's smallest launch of the
+    launch's own kinds of sizes (keys.smallest's like)."""
 
     def __init__(self, tunable, key: keys.LaunchKey, facts, device, kept: verdicts.VerdictCache | None = None,
-                 where: dict | None = None):
+                 where: dict | None = None, launch_sizes: Mapping[str, int] | None = None):
         self.tunable, self.key, self.facts, self.device = tunable, key, facts, device
         self.kept = kept
         self.where = where if where is not None or kept is None else verdicts.context(facts, MAX_BYTES_FACT)
+        self.instance, self.text = self._instance(launch_sizes)
         self.work = None
 
-    def verdict(self, setting) -> screen.Verdict:
+    def _instance(self, launch_sizes) -> tuple[dict, str]:
+        """(the instance screened, the text its verdict is kept under)."""
+        tunable, key = self.tunable, self.key
+        at = tunable.screen_at_launch
+        own = keys.launched(key, tunable.key_fields, launch_sizes) if at is not None else None
+        if own is not None:
+            itemsize = max((v.itemsize for v in own.values() if isinstance(v, DType)), default=8)
+            if own[at] * itemsize <= self.facts.value(MAX_BYTES_FACT):
+                sizes = ",".join(f"{name}={v}" for name, v in own.items() if not isinstance(v, (DType, bool)))
+                return own, f"{key} at {sizes}"
         # the instance takes the observed launch's specializations (keys.smallest's like): kept per kind
-        kinds = ",".join(f"{name}:{keys.specialization(v)}" for name, v in sorted(self.key.observed.items()))
-        text = f"{self.key} like {kinds}" if kinds else str(self.key)
+        kinds = ",".join(f"{name}:{keys.specialization(v)}" for name, v in sorted(key.observed.items()))
+        return (keys.smallest(key, tunable.key_fields, self.facts, like=key.observed),
+                f"{key} like {kinds}" if kinds else str(key))
+
+    def verdict(self, setting) -> screen.Verdict:
         if self.kept is not None:
-            found = self.kept.get(self.tunable.name, text, setting, self.where)
+            found = self.kept.get(self.tunable.name, self.text, setting, self.where)
             if found is not None:
                 return found
         if self.work is None:
-            self.work = self.tunable.workload(keys.smallest(self.key, self.tunable.key, self.facts,
-                                                            like=self.key.observed), self.device)
+            self.work = self.tunable.workload(self.instance, self.device)
         found = screen.run(self.work, [dict(setting)], self.facts, MAX_BYTES_FACT).verdicts[0]
         if self.kept is not None:
-            self.kept.put(self.tunable.name, text, found, self.where)
+            self.kept.put(self.tunable.name, self.text, found, self.where)
         return found
 
 
 def choose(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts, device,
            kept: verdicts.VerdictCache | None = None, where: dict | None = None,
-           parsed_keys: list | None = None) -> tuple[Choice, Screener]:
+           parsed_keys: list | None = None, launch_sizes: Mapping[str, int] | None = None
+           ) -> tuple[Choice, Screener]:
     """The nearest neighbour whose setting passes this key's screen, and the screener that judged it (its
-    verdicts kept in `kept` where given)."""
+    verdicts kept in `kept` where given; launch_sizes: the launch's own sizes of exact fields, keys.launched)."""
     choice, failed = Choice(), []
-    screener = Screener(tunable, key, facts, device, kept, where)
+    screener = Screener(tunable, key, facts, device, kept, where, launch_sizes)
     try:
         top = keys.representative(key, tunable.key, facts)
     except LaunchKeyError:

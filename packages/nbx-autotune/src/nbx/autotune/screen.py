@@ -55,8 +55,10 @@ class TensorWorkload:
         return tuple(self.out.shape)
 
     def fill_output(self, value) -> None:
-        from nbx.core.dispatch import implementation
-        implementation("fill_", self.out.device)(self.out, value)
+        # the backend's own fill (a memset on cuda): a kernel's fill compiles a specialization of its own per
+        # dtype and size kind the screens meet, which no launch of the run reuses
+        from nbx.core.dispatch import backend_implementation
+        backend_implementation("fill_", self.out.device)(self.out, value)
 
     def launch(self, setting: Mapping) -> None:
         self.run(setting)

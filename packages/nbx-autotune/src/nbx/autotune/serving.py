@@ -9,7 +9,8 @@ key that cannot be formed, into KeyNotCertified naming the kernel, the key and w
 (NBX_AUTOTUNE_CENSUS=<keys file>, or load_census()) knew it. A device whose file states
 `autotune.sweeps: false` (Triton's interpreter) is served the device file's tile, no key formed.
 
-Every run can print its report line (report_line()); NBX_AUTOTUNE_REPORT=1 prints it at exit:
+Every run can print its report line (report_line()); NBX_AUTOTUNE_REPORT=1 prints it at exit, with the
+kernels Triton compiled and each kernel compiled again for another specialization (warmup.CompileLog):
     [autotune] certified: N key(s) served without a sweep, M swept at runtime (kept locally), K from the local cache, J from a neighbour
 A key with neither is served the setting of its nearest certified neighbour, screened first against
 the float64 oracle on the key's own smallest launch (neighbours.py; its verdict is kept in the local
@@ -116,6 +117,10 @@ class Report:
             out.append(f"[autotune] {self.unkept} of the swept key(s) were timed under a drifting witness: served "
                        f"this run, not kept")
         out += [f"[autotune] refused {r}" for r in self.refusals()]
+        from .warmup import installed_log
+        log = installed_log()
+        if log is not None:   # the compiles and each recompile, when a report was asked for (report_at_exit)
+            out += log.report_lines()
         return out
 
 
@@ -173,6 +178,11 @@ def _census() -> set | None:
     return _process.census
 
 
+def screening() -> bool:
+    """Whether a neighbour's screen is running in this thread (the compile log counts its compiles)."""
+    return bool(getattr(_screening, "active", False))
+
+
 def report() -> Report:
     return _process.report
 
@@ -190,10 +200,17 @@ _at_exit = False
 
 
 def report_at_exit(on: bool = True) -> None:
-    """Print the report when the process exits (NBX_AUTOTUNE_REPORT=1 asks for it too)."""
+    """Print the report when the process exits (NBX_AUTOTUNE_REPORT=1 asks for it too), with the kernels
+    Triton compiled and each one compiled again for another specialization (a quiet compile log)."""
     global _at_exit
     if on and not _at_exit:
         atexit.register(_print_at_exit)
+    if on:
+        try:
+            from .warmup import log_compiles
+            log_compiles(quiet=True)
+        except ImportError:   # no Triton: nothing compiles
+            pass
     _at_exit = on
 
 
@@ -245,8 +262,10 @@ class Tuner:
             self._identity = self._identity()
         return self._identity
 
-    def setting(self, tunable, **inputs):
-        """The setting (a read-only mapping of the kernel's parameters) for this launch."""
+    def setting(self, tunable, launch_sizes=None, **inputs):
+        """The setting (a read-only mapping of the kernel's parameters) for this launch. launch_sizes: the
+        launch's own sizes of exact key fields the caller rounded (a row's width before its power of two),
+        so that a neighbour's screen runs the launch itself (keys.launched); not part of the key."""
         if not self.sweeps:
             found = self._defaults.get(tunable.name)
             if found is None:
@@ -269,7 +288,7 @@ class Tuner:
         with self._lock:
             found = self._memo.get(key)
             if found is None:
-                found = self._memo[key] = self._resolve(tunable, key)
+                found = self._memo[key] = self._resolve(tunable, key, launch_sizes)
             return found
 
     def _record(self, key: keys.LaunchKey) -> None:
@@ -284,7 +303,7 @@ class Tuner:
             warnings.warn(f"nbx.autotune refused {refusal}", AutotuneWarning, stacklevel=4)
         return found
 
-    def _resolve(self, tunable, key: keys.LaunchKey):
+    def _resolve(self, tunable, key: keys.LaunchKey, launch_sizes=None):
         text = str(key)
         entry = self._entries(self.certificates, tunable).get(text)
         source = "certified"
@@ -299,11 +318,11 @@ class Tuner:
         if entry is None and sweeps_asked():
             entry, source = self._sweep(tunable, key), "swept"
         if entry is None:
-            entry, source = self._from_neighbour(tunable, key)
+            entry, source = self._from_neighbour(tunable, key, launch_sizes)
         _process.report.count(source)
         return MappingProxyType(dict(entry.setting))
 
-    def _from_neighbour(self, tunable, key: keys.LaunchKey):
+    def _from_neighbour(self, tunable, key: keys.LaunchKey, launch_sizes=None):
         """The nearest certified neighbour's setting that passes this key's screen; else the device file's
         tile, screened alike (neighbours.py). The screen's launches are the tuner's own: a step being
         recorded (nbx.core.graph) does not see them, and their own keys are not screened in turn."""
@@ -317,7 +336,7 @@ class Tuner:
                     known = self._parsed[tunable.name] = (certified, len(certified),
                                                           neighbours.parsed(tunable, certified, self.facts))
                 choice, screener = neighbours.choose(tunable, key, certified, self.facts, self.device, kept, where,
-                                                     known[2])
+                                                     known[2], launch_sizes)
                 with _process.report._lock:
                     _process.report.neighbours_refused += sum(1 for _, why in choice.refused if "screen:" in why)
                 if choice.entry is not None:
@@ -393,10 +412,11 @@ def install(device, tuner_: Tuner) -> None:
     _process.tuners[device] = tuner_
 
 
-def setting(tunable, device, **inputs):
+def setting(tunable, device, launch_sizes=None, **inputs):
     """The kernel's setting for this launch on device: certified, from the local cache, a certified
-    neighbour's (screened on this key), or swept once when asked."""
-    return tuner(device).setting(tunable, **inputs)
+    neighbour's (screened on this key: on the launch itself, launch_sizes its sizes of exact fields the
+    caller rounded, where the tunable says so), or swept once when asked."""
+    return tuner(device).setting(tunable, launch_sizes, **inputs)
 
 
 if _truthy(ENV_REPORT):

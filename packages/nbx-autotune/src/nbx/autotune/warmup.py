@@ -106,37 +106,91 @@ def run_shards(command: list[str], jobs: int, flag: str = "--shard", env: dict |
 # ---- the compile log -------------------------------------------------------------------------------
 
 class CompileLog:
-    """Counts Triton's compiles per kernel function in this process and prints each one."""
+    """Counts Triton's compiles (and loads from its disk cache) per kernel function in this process, keeps
+    each one's specialization, and prints each one unless quiet (the autotune report then lists them)."""
 
-    def __init__(self, file=None):
-        self.file = file
+    def __init__(self, file=None, quiet: bool = False):
+        self.file, self.quiet = file, quiet
         self.counts: Counter = Counter()
+        self.specializations: dict = {}    # kernel -> [(argument, its specialization) per parameter, ...]
+        self.screened = 0                   # compiles made while a neighbour's screen ran
         self._lock = threading.Lock()
 
     def __call__(self, *, key, repr, fn, compile, is_manual_warmup, already_compiled, **_):
         name = f"{getattr(fn, 'module', '?')}.{getattr(fn, 'name', '?')}"
+        from .serving import screening
         with self._lock:
             self.counts[name] += 1
             nth = self.counts[name]
-        again = f" (specialization {nth} of this kernel in this process)" if nth > 1 else ""
-        print(f"[nbx compile] {repr}{again}", file=self.file or sys.stderr, flush=True)
+            self.specializations.setdefault(name, []).append(specialization_of(getattr(fn, "jit_function", None),
+                                                                               compile, repr))
+            self.screened += screening()
+        if not self.quiet:
+            again = f" (specialization {nth} of this kernel in this process)" if nth > 1 else ""
+            print(f"[nbx compile] {repr}{again}", file=self.file or sys.stderr, flush=True)
         return None
+
+    def report_lines(self) -> list[str]:
+        """The report's compile lines: how many, how many a screen made, and each kernel compiled more than
+        once with the arguments its specializations differ in (a recompile a run did not expect names the
+        argument to look at)."""
+        with self._lock:
+            total, kernels, screened = sum(self.counts.values()), len(self.counts), self.screened
+            found = {k: list(v) for k, v in self.specializations.items() if len(v) > 1}
+        out = [f"[autotune] compiles: {total} specialization(s) of {kernels} kernel(s) compiled or loaded from "
+               f"Triton's cache in this process, {screened} of them by neighbour screens"]
+        for name, specs in sorted(found.items()):
+            differ = [f"{arg}: {' | '.join(sorted({dict(s).get(arg, '-') for s in specs}))}"
+                      for arg in dict.fromkeys(a for s in specs for a, _ in s)
+                      if len({dict(s).get(arg) for s in specs}) > 1]
+            out.append(f"[autotune] recompiled {name}: {len(specs)} specializations, differing in "
+                       f"{'; '.join(differ) or 'nothing they report'}")
+        return out
+
+
+def specialization_of(jit_function, compile: dict, fallback: str) -> tuple:
+    """(parameter, how Triton specialized it) for each parameter of a compile: its type, `=value` for a
+    constexpr, `/16` where Triton assumed it divisible by 16 (the hook's signature, constants, attrs)."""
+    params = getattr(jit_function, "params", None)
+    signature = compile.get("signature") or {}
+    if not params or not signature:
+        return (("repr", fallback),)
+    constants = compile.get("constants") or {}
+    configs = compile.get("configs") or [{}]
+    attrs = configs[0] if configs and isinstance(configs[0], dict) else {}
+    out = []
+    for i, p in enumerate(params):
+        kind = str(signature.get(p.name, "?"))
+        if (i,) in constants:
+            kind += f"={constants[(i,)]}"
+        if any(a and a[0] == "tt.divisibility" for a in attrs.get((i,), ())):
+            kind += "/16"
+        out.append((p.name, kind))
+    return tuple(out) + tuple((o, str(compile[o])) for o in ("num_warps", "num_stages") if o in compile)
 
 
 _installed: CompileLog | None = None
 
 
-def log_compiles(on: bool = True, file=None) -> CompileLog | None:
-    """Print every kernel Triton compiles in this process (Triton's jit_post_compile_hook); off again with False."""
+def log_compiles(on: bool = True, file=None, quiet: bool = False) -> CompileLog | None:
+    """Log every kernel Triton compiles in this process (Triton's jit_post_compile_hook): printed as it
+    compiles, or only counted for the autotune report (quiet: what NBX_AUTOTUNE_REPORT=1 installs); off
+    again with False."""
     global _installed
     import triton
     knobs = triton.knobs.runtime
     if on:
-        _installed = CompileLog(file)
+        if _installed is None or not quiet or knobs.jit_post_compile_hook is not _installed:
+            _installed = CompileLog(file, quiet)
         knobs.jit_post_compile_hook = _installed
     elif _installed is not None and knobs.jit_post_compile_hook is _installed:
         knobs.jit_post_compile_hook = None
         _installed = None
+    return _installed
+
+
+def installed_log() -> CompileLog | None:
+    """The compile log of this process, if one is installed."""
     return _installed
 
 

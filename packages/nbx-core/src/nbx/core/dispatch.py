@@ -99,6 +99,14 @@ def _resolve(op: str, device_type: str) -> Callable | None:
     return found.fn
 
 
+def backend_implementation(op: str, device: Device) -> Callable:
+    """What the device's backend registered for op itself (cuda's fill_: a memset), else what serves op: for
+    a call that should compile no kernel of its own (the autotune screen's fill of an output with NaN,
+    which the launch it screens never makes)."""
+    found = _winner(op, device.type, list(_REGISTRATIONS.get((op, device.type), [])))
+    return found.fn if found is not None else implementation(op, device)
+
+
 def implementation(op: str, device: Device) -> Callable:
     fn = _IMPLEMENTATIONS.get((op, device.type))
     if fn is None:

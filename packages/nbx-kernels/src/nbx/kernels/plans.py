@@ -72,6 +72,9 @@ class Launch:
     grid: tuple[int, ...]
     args: tuple
     meta: dict
+    # tensor descriptors each program makes (tl.make_tensor_descriptor): Triton's launcher asks nbx's
+    # allocator for their global scratch at every launch (descriptor_scratch)
+    descriptors: int = 0
     _runner: list = field(default_factory=list, compare=False, repr=False)  # the runtime's, made once
 
 
@@ -87,8 +90,23 @@ class LaunchPlan:
     _allocations: list = field(default_factory=list, compare=False, repr=False)  # the runtime's, made once
 
     def buffers(self) -> tuple[Buffer, ...]:
-        """The outputs then the workspace, as the declared cost lists them."""
-        return tuple(b.buffer() for b in self.outputs + self.workspace)
+        """The outputs, the workspace and the descriptors' scratch, as the declared cost lists them."""
+        scratch = descriptor_scratch(self)
+        return tuple(b.buffer() for b in self.outputs + self.workspace) + ((scratch,) if scratch else ())
+
+
+def descriptor_scratch(plan: LaunchPlan) -> Buffer | None:
+    """The global scratch Triton's launcher asks for at the plan's launches that make tensor descriptors:
+    programs x descriptors x the device's descriptor_scratch_bytes, plus as many bytes of alignment
+    (nbx's allocator, nvidia.triton_driver.scratch_allocator, pads by the alignment it is asked). Each
+    launch's scratch is freed when it returns, so the largest is what the call holds at once. None where
+    the device's launcher asks for none (no such fact: the interpreter's descriptors are host objects)."""
+    wanted = [prod(one.grid) * one.descriptors for one in plan.launches if one.descriptors]
+    in_force = device_files.in_force(plan.device) if wanted else None
+    if not wanted or "matrix_unit.descriptor_scratch_bytes" not in in_force:
+        return None
+    each = int(in_force.value("matrix_unit.descriptor_scratch_bytes"))
+    return Buffer("descriptor_scratch", max(wanted) * each + each, LAUNCH)
 
 
 def workspace(name: str, shape, dtype: DType) -> BufferSpec:

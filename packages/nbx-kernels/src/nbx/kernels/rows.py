@@ -178,8 +178,9 @@ ROW_WEIGHTS = {"width": 4, "elements": 1}
 
 
 def row_setting(tunable, device, rows: int, n: int, dtype, strided: bool):
-    """The served setting for rows x n of dtype (strided: rows read across the reduced dim's stride)."""
-    return autotune.setting(tunable, device, width=pow2_at_least(n), elements=rows * n, dtype=dtype,
+    """The served setting for rows x n of dtype (strided: rows read across the reduced dim's stride); the
+    row's own width given too, so that a neighbour's screen runs these very rows (screen_at_launch)."""
+    return autotune.setting(tunable, device, {"width": n}, width=pow2_at_least(n), elements=rows * n, dtype=dtype,
                             strided=strided)
 
 

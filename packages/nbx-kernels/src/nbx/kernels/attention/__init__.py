@@ -181,7 +181,8 @@ def _build(lay: Layout, options, setting, decode_setting) -> LaunchPlan:
         tma = s["loads"] == "tma" and lay.tma
         one = Launch(prefill_kernel, grid, args, dict(BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
                                                       WRITE_LSE=lay.lse_shape is not None, SPLIT=False, TMA=tma,
-                                                      maxnreg=s["max_registers"] or None, **flags))
+                                                      maxnreg=s["max_registers"] or None, **flags),
+                     descriptors=2 if tma else 0)   # K's and V's (flash.py)
         return LaunchPlan(lay.device, (one,), outputs, (), (), ("prefill", dict(s), 1))
     splits, split_len = decode_split(lay, s)
     rows_block = tuning.pow2_at_least(lay.q_len * lay.group)

@@ -161,7 +161,7 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, dtype, d
         meta.update(SPLIT_K=tile["split_k"], HAS_BIAS=False, ACTIVATION=None, HAS_RES=False)   # the epilogue's
     args = (Slot("x"), Slot("w", offset=w_offset), Slot("bias"), out, res_slot, batch, c_g, *sizes, o_g, *outs,
             *kernel, *stride, *pad, *dilation, *x_strides, *w_strides, *o_strides, *res_strides, split_stride)
-    return Launch(conv_gemm_kernel, grid, args, meta), tile
+    return Launch(conv_gemm_kernel, grid, args, meta, descriptors=int(meta["B_DESC"])), tile
 
 
 A_TILE_WARP_ELEMENTS = 1024   # A elements a warp holds: past 32 a thread (64 registers of pointers) sm_90 spills

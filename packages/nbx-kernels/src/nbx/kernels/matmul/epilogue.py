@@ -282,7 +282,8 @@ def _launches(p: "LinearPlan", device, gated: bool, has_bias: bool, has_res: boo
                                dict(BLOCK_R=ROUND_BLOCK[0], BLOCK_C=ROUND_BLOCK[1], num_warps=4)),)
         args = (x, weight, up, Slot("out"), bias, residual, xs, ws, p.m, p.n, p.k, p.a[1],
                 p.b[2] if p.b[1] == 1 else p.b[1], *bias_s[1:], *res_s[1:], *scale_s[:2], *scalars)
-        launches += (Launch(tma_matmul_kernel, p.grid, args, meta),)
+        # A's, B's, C's and a gated product's G (hopper.py; an unused G descriptor is not compiled)
+        launches += (Launch(tma_matmul_kernel, p.grid, args, meta, descriptors=4 if gated else 3),)
     else:
         part = Slot("part") if p.split_k > 1 else Slot("out")
         args = (x, Slot("weight"), up, Slot("out"), part, bias, residual, xs, ws, norm_weight, squares, p.m, p.n, p.k,
@@ -410,6 +411,11 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
     if rounded is not None:   # the weight read and its TF32 copy written once more
         buffers.append(Buffer("weight_tf32", 4 * _rounded_elements(rounded), LAUNCH))
         moved += 2 * weight.nbytes
+    if p.tma:   # the descriptors' global scratch, as the launch path declares it
+        scratch = plans.descriptor_scratch(launch_plan(x, weight, bias, residual, up, activation, dtype,
+                                                       input_precision=input_precision, scales=scales,
+                                                       norm_weight=norm_weight))
+        buffers += [scratch] if scratch else []
     flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1) + (3 * x.size if p.norm else 0)
     return Cost(tuple(buffers), moved, flops, launches=2 if (p.split_k > 1 and not p.tma) or rounded else 1)
 

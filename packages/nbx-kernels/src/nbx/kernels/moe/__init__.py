@@ -322,17 +322,19 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
             GROUP_M=s["group_m"], SCALE_N=w.scale_block[0], SCALE_K=w.scale_block[1], num_warps=s["num_warps"],
             num_stages=stages))
     else:
+        described = 2 if tma and not int4 else 0   # gate's and up's, h's and down's (kernel.py)
         scales = ((Slot("s_gate"), Slot("z_gate"), Slot("s_up"), Slot("z_up"), Slot("s_down"), Slot("z_down")) if int4
                   else (Slot("w_gate"),) * 4 + (Slot("w_down"),) * 2)   # float weights: their own pointers (never read)
         gate_up = Launch(expert_gate_up_kernel, (blocks * triton_cdiv(inter, s["block_n"]),),
                          (Slot("x"), Slot("w_gate"), Slot("w_up"), *scales[:4], Slot("h"), Slot(p + "sorted_pairs"),
                           Slot(p + "block_experts"), capacity, inter, hidden, pairs, k, *x_strides, *w.gate,
-                          *w.gate_scales, count * inter), dict(EVEN_K=hidden % block_k == 0, **gemm))
+                          *w.gate_scales, count * inter), dict(EVEN_K=hidden % block_k == 0, **gemm),
+                         descriptors=described)
         down = Launch(expert_down_kernel, (blocks * triton_cdiv(hidden, s["block_n"]),),
                       (Slot("h"), Slot("w_down"), *scales[4:], Slot("pair_rows"), Slot("weights"),
                        Slot(p + "sorted_pairs"), Slot(p + "block_experts"), capacity, hidden, inter, pairs, *w.down,
                        *w.down_scales, count * hidden),
-                      dict(EVEN_K=inter % block_k == 0, **gemm))
+                      dict(EVEN_K=inter % block_k == 0, **gemm), descriptors=described)
     combine = Launch(combine_kernel, (tokens, triton_cdiv(hidden, COMBINE_BLOCK)),
                      (Slot("pair_rows"), Slot("out"), hidden), dict(TOP_K=k, ACC=acc, BLOCK=COMBINE_BLOCK))
     band = tokens <= BAND_TOKENS

@@ -26,6 +26,7 @@ def norm_workload(rep, device):
 
 
 NORM = autotune.declare(autotune.Tunable(
-    "norm", params=ROW_PARAMS, key=ROW_KEY, weights=ROW_WEIGHTS, default_from="tiles.norm", workload=norm_workload))
+    "norm", params=ROW_PARAMS, key=ROW_KEY, weights=ROW_WEIGHTS, default_from="tiles.norm", workload=norm_workload,
+    screen_at_launch="elements"))
 
 __all__ = ["NORM"]

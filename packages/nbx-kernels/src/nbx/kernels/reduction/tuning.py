@@ -28,8 +28,8 @@ from .layout import Rows
 
 def setting(device, view: Rows, dtype):
     """The served setting of a reduction of view (rows x cols) of dtype."""
-    return autotune.setting(REDUCTION, device, width=pow2_at_least(view.cols), elements=view.rows * view.cols,
-                            dtype=dtype, strided=view.across)
+    return autotune.setting(REDUCTION, device, {"width": view.cols}, width=pow2_at_least(view.cols),
+                            elements=view.rows * view.cols, dtype=dtype, strided=view.across)
 
 
 def sum_workload(rep, device):
@@ -50,6 +50,7 @@ def sum_workload(rep, device):
 REDUCTION = autotune.declare(autotune.Tunable(
     "reduction",
     params={"block": (1024, 4096, 8192, 16384), "num_warps": (4, 8), "programs": (1056, 2112)},
-    key=ROW_KEY, weights={"width": 1, "elements": 1}, default_from="tiles.reduction", workload=sum_workload))
+    key=ROW_KEY, weights={"width": 1, "elements": 1}, default_from="tiles.reduction", workload=sum_workload,
+    screen_at_launch="elements"))
 
 __all__ = ["REDUCTION", "setting"]

@@ -21,6 +21,7 @@ def softmax_workload(rep, device):
 
 
 SOFTMAX = autotune.declare(autotune.Tunable(
-    "softmax", params=ROW_PARAMS, key=ROW_KEY, weights=ROW_WEIGHTS, default_from="tiles.softmax", workload=softmax_workload))
+    "softmax", params=ROW_PARAMS, key=ROW_KEY, weights=ROW_WEIGHTS, default_from="tiles.softmax",
+    workload=softmax_workload, screen_at_launch="elements"))
 
 __all__ = ["SOFTMAX", "row_setting"]
