@@ -156,36 +156,43 @@ def test_warmup_launches_a_sum_over_the_last_dim():
     warmup.run_launch(launch, as_device("interp"))   # a census op it had no launch for was refused by name
 
 
+def _compiled(params, signature, constants=None, attrs=None, module="nbx.kernels.softmax.rows", name="softmax_rows"):
+    """What triton.compile hands its listener: the source (an ASTSource of a JITFunction)."""
+    fn = type("J", (), {"module": module, "params": [type("P", (), {"name": n})() for n in params]})()
+    return type("Src", (), {"fn": fn, "name": name, "signature": signature, "constants": constants or {},
+                            "attrs": attrs or {}})()
+
+
 def test_the_compile_log_prints_each_compile_and_counts_a_kernels_specializations():
     out = io.StringIO()
     log = warmup.CompileLog(out)
-    fn = type("Fn", (), {"module": "nbx.kernels.softmax.rows", "name": "softmax_rows"})()
-    for n in ("i32", "i32 (divisible by 16)"):
-        log(key=None, repr=f"softmax_rows[num_warps=8](n: {n})", fn=fn, compile={}, is_manual_warmup=False,
-            already_compiled=False)
+    for attrs in ({}, {(0,): [["tt.divisibility", 16]]}):
+        log(src=_compiled(["n"], {"n": "i32"}, attrs=attrs), metadata={"num_warps": 8}, metadata_group={},
+            times=None, cache_hit=False)
     assert out.getvalue().splitlines() == [
-        "[nbx compile] softmax_rows[num_warps=8](n: i32)",
-        "[nbx compile] softmax_rows[num_warps=8](n: i32 (divisible by 16)) (specialization 2 of this kernel in this "
-        "process)"]
+        "[nbx compile] nbx.kernels.softmax.rows.softmax_rows(n: i32, num_warps: 8)",
+        "[nbx compile] nbx.kernels.softmax.rows.softmax_rows(n: i32/16, num_warps: 8) (specialization 2 of this "
+        "kernel in this process)"]
     import triton
-    installed = warmup.log_compiles(file=out)
-    assert triton.knobs.runtime.jit_post_compile_hook is installed
-    warmup.log_compiles(False)
-    assert triton.knobs.runtime.jit_post_compile_hook is None
+    saved = triton.knobs.compilation.listener
+    try:
+        installed = warmup.log_compiles(file=out)
+        assert triton.knobs.compilation.listener is installed
+        warmup.log_compiles(False)
+        assert triton.knobs.compilation.listener is None
+    finally:
+        triton.knobs.compilation.listener = saved
 
 
 def test_the_report_counts_the_compiles_and_names_what_each_recompiled_kernels_specializations_differ_in():
     from nbx.autotune import serving
     out = io.StringIO()
     log = warmup.CompileLog(out, quiet=True)
-    params = [type("P", (), {"name": n})() for n in ("x_ptr", "n", "BLOCK")]
-    fn = type("Fn", (), {"module": "nbx.kernels.softmax.kernel", "name": "softmax_rows",
-                         "jit_function": type("J", (), {"params": params})()})()
     for n_type, divisible in (("i32", False), ("i32", True), ("i32", True)):
-        log(key=None, repr="softmax_rows", fn=fn, is_manual_warmup=False, already_compiled=False,
-            compile={"signature": {"x_ptr": "*fp32", "n": n_type, "BLOCK": "constexpr"}, "constants": {(2,): 1024},
-                     "configs": [{(0,): [["tt.divisibility", 16]], **({(1,): [["tt.divisibility", 16]]} if divisible
-                                                                          else {})}], "num_warps": 8})
+        attrs = {(0,): [["tt.divisibility", 16]], **({(1,): [["tt.divisibility", 16]]} if divisible else {})}
+        log(src=_compiled(["x_ptr", "n", "BLOCK"], {"x_ptr": "*fp32", "n": n_type, "BLOCK": "constexpr"},
+                          {(2,): 1024}, attrs, module="nbx.kernels.softmax.kernel"),
+            metadata={"num_warps": 8}, metadata_group={}, times=None, cache_hit=False)
     assert out.getvalue() == ""   # quiet: counted for the report, not printed
     assert log.report_lines() == [
         "[autotune] compiles: 3 specialization(s) of 1 kernel(s) compiled or loaded from Triton's cache in this "
@@ -193,11 +200,11 @@ def test_the_report_counts_the_compiles_and_names_what_each_recompiled_kernels_s
         "[autotune] recompiled nbx.kernels.softmax.kernel.softmax_rows: 3 specializations, differing in "
         "n: i32 | i32/16"]
     import triton
-    saved = triton.knobs.runtime.jit_post_compile_hook
+    saved = triton.knobs.compilation.listener
     try:
         installed = warmup.log_compiles(quiet=True)
         assert warmup.installed_log() is installed and serving.report().lines()[-1].startswith("[autotune] compiles: 0")
     finally:
         warmup.log_compiles(False)
-        triton.knobs.runtime.jit_post_compile_hook = saved
+        triton.knobs.compilation.listener = saved
     assert warmup.installed_log() is None and not any("compiles:" in line for line in serving.report().lines())

@@ -72,21 +72,19 @@ class Counter:
 
     @staticmethod
     def _post_compile_hook(fn, key, bound, specialization, meta) -> None:
-        """Triton's jit_post_compile_hook, called as Triton's _do_compile calls it after a compile (the
-        autotune report's compile log sees the simulated run's compiles)."""
+        """Triton's compilation listener, called as triton.compile calls it after a compile (the autotune
+        report's compile log sees the simulated run's compiles)."""
         import triton
         from triton.backends.compiler import GPUTarget
-        from triton.compiler import make_backend
-        from triton.runtime.jit import JitFunctionInfo
-        hook = triton.knobs.runtime.jit_post_compile_hook
-        if hook is None:
+        from triton.compiler import ASTSource, make_backend
+        listener = triton.knobs.compilation.listener
+        if listener is None:
             return
         backend = make_backend(GPUTarget(*AS_TARGET))
         options, signature, constants, attrs = fn._pack_args(backend, dict(meta), bound, specialization,
                                                              backend.parse_options(dict(meta)))
-        hook(key=key[1], repr=key[0], fn=JitFunctionInfo(fn.module, fn.__name__, fn),
-             compile={"key": key[1], "signature": signature, "constants": constants, "configs": [attrs],
-                      "num_warps": options.num_warps}, is_manual_warmup=False, already_compiled=False)
+        listener(src=ASTSource(fn, signature, constants, attrs), metadata={"num_warps": options.num_warps},
+                 metadata_group={}, times=None, cache_hit=False)
 
     def install(self) -> Counter:
         import triton

@@ -107,7 +107,11 @@ def run_shards(command: list[str], jobs: int, flag: str = "--shard", env: dict |
 
 class CompileLog:
     """Counts Triton's compiles (and loads from its disk cache) per kernel function in this process, keeps
-    each one's specialization, and prints each one unless quiet (the autotune report then lists them)."""
+    each one's specialization, and prints each one unless quiet (the autotune report then lists them).
+
+    A compilation listener (triton.knobs.compilation.listener, called by triton.compile with the source it
+    compiled), not the JIT's post-compile hook: Triton 3.6 serializes a compile's constants to JSON before
+    it calls that hook, which fails on a kernel given a function as a constexpr (nbx's elementwise kernels)."""
 
     def __init__(self, file=None, quiet: bool = False):
         self.file, self.quiet = file, quiet
@@ -116,18 +120,21 @@ class CompileLog:
         self.screened = 0                   # compiles made while a neighbour's screen ran
         self._lock = threading.Lock()
 
-    def __call__(self, *, key, repr, fn, compile, is_manual_warmup, already_compiled, **_):
-        name = f"{getattr(fn, 'module', '?')}.{getattr(fn, 'name', '?')}"
+    def __call__(self, *, src, metadata, cache_hit=False, **_):
+        fn = getattr(src, "fn", None)
+        name = f"{getattr(fn, 'module', '?')}.{getattr(src, 'name', '?')}"
+        spec = specialization_of(src, metadata)
         from .serving import screening
         with self._lock:
             self.counts[name] += 1
             nth = self.counts[name]
-            self.specializations.setdefault(name, []).append(specialization_of(getattr(fn, "jit_function", None),
-                                                                               compile, repr))
+            self.specializations.setdefault(name, []).append(spec)
             self.screened += screening()
         if not self.quiet:
             again = f" (specialization {nth} of this kernel in this process)" if nth > 1 else ""
-            print(f"[nbx compile] {repr}{again}", file=self.file or sys.stderr, flush=True)
+            loaded = " (from Triton's cache)" if cache_hit else ""
+            text = ", ".join(f"{arg}: {kind}" for arg, kind in spec)
+            print(f"[nbx compile] {name}({text}){loaded}{again}", file=self.file or sys.stderr, flush=True)
         return None
 
     def report_lines(self) -> list[str]:
@@ -148,43 +155,40 @@ class CompileLog:
         return out
 
 
-def specialization_of(jit_function, compile: dict, fallback: str) -> tuple:
-    """(parameter, how Triton specialized it) for each parameter of a compile: its type, `=value` for a
-    constexpr, `/16` where Triton assumed it divisible by 16 (the hook's signature, constants, attrs)."""
-    params = getattr(jit_function, "params", None)
-    signature = compile.get("signature") or {}
-    if not params or not signature:
-        return (("repr", fallback),)
-    constants = compile.get("constants") or {}
-    configs = compile.get("configs") or [{}]
-    attrs = configs[0] if configs and isinstance(configs[0], dict) else {}
+def specialization_of(src, metadata: dict) -> tuple:
+    """(parameter, how Triton specialized it) for each parameter of a compiled source: its type, `=value`
+    for a constexpr, `/16` where Triton assumed it divisible by 16 (the source's signature, constants and
+    attrs), then the warps and stages."""
+    params = getattr(getattr(src, "fn", None), "params", None)
+    signature = getattr(src, "signature", None) or {}
+    constants, attrs = getattr(src, "constants", None) or {}, getattr(src, "attrs", None) or {}
     out = []
-    for i, p in enumerate(params):
+    for i, p in enumerate(params or ()):
         kind = str(signature.get(p.name, "?"))
         if (i,) in constants:
-            kind += f"={constants[(i,)]}"
+            kind += f"={getattr(constants[(i,)], '__name__', constants[(i,)])}"
         if any(a and a[0] == "tt.divisibility" for a in attrs.get((i,), ())):
             kind += "/16"
         out.append((p.name, kind))
-    return tuple(out) + tuple((o, str(compile[o])) for o in ("num_warps", "num_stages") if o in compile)
+    return tuple(out) + tuple((o, str(metadata[o])) for o in ("num_warps", "num_stages") if o in (metadata or {}))
 
 
 _installed: CompileLog | None = None
 
 
 def log_compiles(on: bool = True, file=None, quiet: bool = False) -> CompileLog | None:
-    """Log every kernel Triton compiles in this process (Triton's jit_post_compile_hook): printed as it
-    compiles, or only counted for the autotune report (quiet: what NBX_AUTOTUNE_REPORT=1 installs); off
-    again with False."""
+    """Log every kernel Triton compiles (or loads from its disk cache) in this process (Triton's compilation
+    listener): printed as it compiles, or only counted for the autotune report (quiet: what
+    NBX_AUTOTUNE_REPORT=1 installs); off again with False."""
     global _installed
     import triton
-    knobs = triton.knobs.runtime
+    knobs = triton.knobs.compilation
     if on:
-        if _installed is None or not quiet or knobs.jit_post_compile_hook is not _installed:
+        if _installed is None or not quiet or knobs.listener is not _installed:
             _installed = CompileLog(file, quiet)
-        knobs.jit_post_compile_hook = _installed
-    elif _installed is not None and knobs.jit_post_compile_hook is _installed:
-        knobs.jit_post_compile_hook = None
+        knobs.listener = _installed
+    elif _installed is not None and knobs.listener is _installed:
+        knobs.listener = None
         _installed = None
     return _installed
 
