@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import nbx.core as nbx
+from nbx.core.device import get_backend
 from nbx.core import random as nbx_random
 from nbx.kernels.cost import price
 from nbx.memory.allocator import get_allocator
@@ -25,6 +26,7 @@ def measured(call):
     """Bytes requested from the pool at the peak of call(), beyond what was live before it."""
     from nbx.devices import nvidia
     device = nbx.as_device("cuda:0")
+    get_backend("cuda").start()   # the allocator is registered when the backend starts (a worker's first test may be this)
     pool = get_allocator("cuda")
     nvidia.synchronize(0)
     before = pool.pool_stats(device).requested
@@ -93,22 +95,25 @@ def test_random_draws_declare_what_they_allocate(op):
 
 def descriptor_cases():
     """Launches whose programs make tensor descriptors (their global scratch asked of nbx's allocator at each
-    launch): a certified tma linear, a dense tma prefill, a channels-last conv reading its weight through one."""
+    launch): a certified tma linear, a dense tma prefill, a channels-last conv reading its weight through one.
+    (label, op, the priced arguments, the call)."""
     x, w = cuda((2048, 4096), "bfloat16"), cuda((14336, 4096), "bfloat16")
     q, k, v = (cuda((1, 32, 1024, 128), "bfloat16") for _ in range(3))
     image = cuda((2, 64, 64, 256), "bfloat16").permute(0, 3, 1, 2)
     weight = cuda((256, 3, 3, 256), "bfloat16").permute(0, 3, 1, 2)
-    return [("linear through the tma kernel", "linear", (x, w), {}),
-            ("prefill through descriptors", "scaled_dot_product_attention", (q, k, v), {}),
-            ("channels-last conv2d, weight through a descriptor", "conv2d", (image, weight), {"padding": 1})]
+    return [("linear through the tma kernel", "linear", (x, w), lambda: nbx.linear(x, w)),
+            ("prefill through descriptors", "scaled_dot_product_attention", (q, k, v),
+             lambda: nbx.scaled_dot_product_attention(q, k, v)),
+            # conv's cost is priced from its implementation's arguments (stride, pads a dim, dilation, groups)
+            ("channels-last conv2d, weight through a descriptor", "conv2d",
+             (image, weight, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1), lambda: nbx.conv2d(image, weight, None, 1, 1))]
 
 
 @pytest.mark.parametrize("index", range(3))
 def test_descriptor_kernels_declare_the_scratch_the_pool_measures(index):
-    label, op, args, kwargs = descriptor_cases()[index]
-    declared = price(op, *args, **kwargs)
+    label, op, priced, call = descriptor_cases()[index]
+    declared = price(op, *priced)
     assert "descriptor_scratch" in [b.name for b in declared.buffers], f"{label}: no descriptors served"
-    front_end = getattr(nbx, op)
-    front_end(*args, **kwargs)   # a neighbour's screen (its own buffers) is the first call's only
-    peak, _ = measured(lambda: front_end(*args, **kwargs))
+    call()   # a neighbour's screen (its own buffers) is the first call's only
+    peak, _ = measured(call)
     assert declared.allocated == peak, f"{label}: declared {declared.allocated} bytes, the pool saw {peak}"
