@@ -167,11 +167,11 @@ class Pool(RangeCarving):
         """Declare that stream uses block: its memory is reused only after that stream passes the free."""
         with self._lock:
             self._drain()
-            try:  # a live block of this pool holds its pool block until released
+            try:  # a live block of this pool holds its pool block until released (then its list is empty)
                 blk = block._release[0] if type(block) is _Handed and block._pool is self else None
-            except IndexError:
+            except IndexError:  # released: the one liveness test (block.alive reads the same list)
                 blk = None
-            if blk is None or not block.alive:
+            if blk is None:
                 raise ArgumentError(f"record_stream: {block!r} is not a live block of this pool")
             self._record_stream(blk, stream)
 
