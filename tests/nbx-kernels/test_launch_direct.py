@@ -89,7 +89,7 @@ def test_the_cuda_host_path_runs_end_to_end_on_the_simulated_cuda_of_tools_host_
 # embedding 75; after: 27, 27, 27, 41, 57. bench_conv's tiled_chain at 256^2 (16 band convolutions): 4487
 # before each layer's convolution was checked once a call and bands stored into the output (issue 21); 1066 after.
 # After the pool's one-frame allocation and free, the backend's kept route and empty()'s checked device
-# (seventh session): empty 13, a + b 17, softmax 17, x @ W.T 31, embedding 48, the chain 110.
+# (seventh session): empty 14, a + b 18, softmax 18, x @ W.T 32, embedding 49, the chain 112.
 CALL_BUDGET = {"empty((4096,))": 15, "a + b": 19, "a * 2.0": 19, "exp(a)": 19, "softmax": 19, "rms_norm": 19,
                "sum": 19, "x @ W.T": 33, "embedding (1 id)": 50, CHAIN: 116, TILED: 1100, BAND: 120}
 

@@ -103,10 +103,9 @@ class Pool(RangeCarving):
     def allocate(self, nbytes: int, stream=None) -> HandedBlock:
         """A block of at least nbytes on stream; freed when the returned Block is released or collected.
 
-        The steady state of an inference loop is served here in this one frame: an exact cached
-        block usable on the stream at once (take_exact's bisect, inline) or the held block of the
-        request's size with nothing best fit would meet first (_take_held's test, inline), then
-        _hand_out's figures. Anything else is _malloc's general path, which makes the same choices."""
+        The steady state of an inference loop is served here and in _hand_out (its figures): an exact
+        cached block usable on the stream at once (take_exact's bisect, inline) or the held block of
+        the request's size with nothing best fit would meet first (_take_held's test, inline). Anything else is _malloc's general path, which makes the same choices."""
         if type(nbytes) is not int or nbytes <= 0:
             return self._allocate_checked(nbytes, stream)
         g = self._granularity
@@ -137,19 +136,7 @@ class Pool(RangeCarving):
                             self._held = None
                             nxt.free_on = free_on
                             blk = held
-            if blk is None:
-                blk = self._malloc(nbytes, stream)
-            else:  # _hand_out, inline
-                self._serial += 1
-                blk.state, blk.requested, blk.stream, blk.serial = LIVE, nbytes, stream, self._serial
-                allocated = self._allocated = self._allocated + size
-                requested = self._requested = self._requested + nbytes
-                if allocated > self._allocated_peak:
-                    self._allocated_peak = allocated
-                if requested > self._requested_peak:
-                    self._requested_peak = requested
-                if self.recorder is not None:
-                    self.recorder.alloc(blk.serial, nbytes, stream)
+            blk = self._malloc(nbytes, stream) if blk is None else self._hand_out(blk, size, stream, nbytes)
         return _Handed(blk.ptr, nbytes, self.device, stream, self, blk)
 
     def _allocate_checked(self, nbytes, stream) -> HandedBlock:
