@@ -212,3 +212,20 @@ def test_a_host_sync_inside_an_op_is_refused_by_the_capture_itself(cuda, monkeyp
 
 
 MiB = 1 << 20
+
+
+def test_a_capture_after_eager_work_still_plans_its_private_pool_and_eager_work_returns_to_the_usual_one(cuda):
+    # the backend keeps the allocator's serving function per device: a capture's private routing,
+    # registered for the capture's time, must still serve every allocation made inside it
+    from nbx.memory.allocator import get_allocator
+    x = upload(np.zeros((4, 6), np.float32))
+    usual = get_allocator("cuda")
+    for _ in range(3):
+        copies_step(x)   # eager repeats: the backend's route to the usual pool is kept
+    before = usual.pool_stats(x.device).allocations
+    step = nbx.graph.capture(copies_step, x)
+    assert step.memory.reserved > 0 and step.memory.live_peak == 2 * 512
+    assert usual.pool_stats(x.device).allocations == before   # nothing of the capture came from the usual pool
+    copies_step(x)
+    assert get_allocator("cuda") is usual and usual.pool_stats(x.device).allocations == before + 2
+    step.close()

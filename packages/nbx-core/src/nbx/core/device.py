@@ -38,6 +38,10 @@ def as_device(value) -> Device:
     """A Device from 'cpu', 'cuda', 'cuda:1', a Device, or None (cpu)."""
     if value is None:
         return CPU
+    if type(value) is Device:
+        found = _CHECKED.get(value)
+        if found is not None and _BACKENDS.get(value.type) is found[0]:  # checked before, by this backend
+            return found[1]
     if isinstance(value, Device):
         return _with_index(value)
     if not isinstance(value, str):
@@ -54,12 +58,25 @@ def _with_index(device: Device, backend=None) -> Device:
     if not backend.indexed:
         if device.index not in (None, 0):
             raise DeviceError(f"device type {device.type!r} has no ordinal {device.index}")
-        return Device(device.type)
-    index = backend.current_device() if device.index is None else device.index
+        found = Device(device.type)
+        _CHECKED[device] = (backend, found)
+        return found
+    if device.index is None:
+        index = backend.current_device()
+    else:
+        index = device.index
     count = backend.device_count()
     if not 0 <= index < count:
         raise DeviceError(f"{device.type}:{index} does not exist: {count} {device.type} device(s) found")
-    return device if index is device.index else Device(device.type, index)   # a Device is immutable
+    if index is device.index:  # a Device is immutable; one naming its ordinal stays checked
+        _CHECKED[device] = (backend, device)
+        return device
+    return Device(device.type, index)
+
+
+# Devices naming their ordinal (or of a type without ordinals) -> (the backend that checked them, the
+# device): every empty() asks. A backend registered again (another device count) clears them.
+_CHECKED: dict = {}
 
 
 @runtime_checkable
@@ -93,6 +110,7 @@ def register_backend(backend: Backend) -> None:
     if not isinstance(backend, Backend):
         raise DeviceError(f"{backend!r} does not implement the Backend protocol")
     _BACKENDS[backend.name] = backend
+    _CHECKED.clear()
     from . import dispatch
     dispatch.forget_resolved()  # a backend running Triton kernels takes the TRITON registrations
 

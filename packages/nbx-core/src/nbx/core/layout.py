@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from math import prod
 
 from .errors import ShapeError, ViewError
@@ -40,6 +41,11 @@ def contiguous_strides(shape: Shape) -> Shape:
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
+
+
+# contiguous_strides of the shapes asked most recently (as_shape's: plain ints, so equal keys are
+# equal shapes): every allocation's lookup, made in C
+dense_strides = lru_cache(maxsize=4096)(contiguous_strides)
 
 
 def is_contiguous(shape: Shape, strides: Shape) -> bool:

@@ -11,7 +11,8 @@ import numpy as np
 
 from . import deferred_checks, dtypes, layout
 from .layout import as_c_contiguous
-from .device import CPU, Device, as_device, get_backend
+from .device import _BACKENDS, CPU, Device, as_device, get_backend
+from .dispatch import _OBSERVER
 from .dispatch import observer as work_observer
 from .dtypes import DType
 from .errors import IndexingError, NotSupportedError, ShapeError, UnknownDTypeError, ViewError
@@ -460,25 +461,13 @@ def empty(shape, dtype=None, device=None) -> Tensor:
     dt = dtype if type(dtype) is DType else dtypes.DEFAULT_FLOAT if dtype is None else dtypes.as_dtype(dtype)
     dev = as_device(device)
     shape = layout.as_shape(shape)
-    strides = _CONTIGUOUS.get(shape)  # a shape of plain ints (as_shape's), so equal keys are equal shapes
-    if strides is None:
-        strides = _contiguous(shape)
-    storage = get_backend(dev.type).allocate(prod(shape) * dt.itemsize, dev)
-    watching = work_observer()
+    strides = layout.dense_strides(shape)
+    backend = _BACKENDS.get(dev.type) or get_backend(dev.type)  # get_backend's lookup, inline
+    storage = backend.allocate(prod(shape) * dt.itemsize, dev)
+    watching = getattr(_OBSERVER, "current", None)  # work_observer(), inline: every allocation asks
     if watching is not None:  # a step being captured plans its memory (nbx.core.graph_memory)
         watching.allocated(storage)
     return Tensor._of(storage, dt, shape, strides)  # its layout checked above
-
-
-_CONTIGUOUS: dict = {}   # the shapes empty() has made and their strides: every repeat's lookup
-_MAX_SHAPES = 4096
-
-
-def _contiguous(shape: tuple) -> tuple:
-    if len(_CONTIGUOUS) >= _MAX_SHAPES:
-        del _CONTIGUOUS[next(iter(_CONTIGUOUS))]
-    strides = _CONTIGUOUS[shape] = layout.contiguous_strides(shape)
-    return strides
 
 
 def from_numpy(arr: np.ndarray, device=None, copy: bool | None = None) -> Tensor:

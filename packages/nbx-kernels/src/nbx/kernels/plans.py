@@ -210,8 +210,10 @@ def prepared(plan: LaunchPlan) -> Callable[[dict], dict] | None:
         for name, nbytes, dtype, shape, strides in buffers:
             if values.get(name) is None:
                 values[name] = make(allocate(nbytes, device), dtype, shape, strides)
-        for runner in runners:
-            runner.run(values)
+        for runner in runners:  # runner.run, its repeats' launch called here
+            bound = runner.bound
+            if not (bound and bound(values)):
+                runner.launch_unbound(values)
         return values
     return run
 
@@ -297,8 +299,12 @@ class _Runner:
 
     def run(self, values: dict) -> None:
         bound = self.bound
-        if bound and bound(values):
-            return
+        if not (bound and bound(values)):
+            self.launch_unbound(values)
+
+    def launch_unbound(self, values: dict) -> None:
+        """The launch by run's own loop: the first calls (the JIT's), a hook set, other kinds of slots."""
+        bound = self.bound
         one = self.launch
         if self.interp:  # numpy warns of NaNs in masked-off lanes; a GPU says nothing
             with np.errstate(all="ignore"), self.backend.device_guard(self.device):
@@ -352,8 +358,8 @@ def _bound_launch(runner: _Runner, values: dict):
     Not written (False) where a slot holds a kind run's loop keys the slow way (a numpy scalar, a
     Tensor subclass)."""
     names = {"Tensor": Tensor, "NoneType": type(None), "runner": runner, "compiled": runner.compiled,
-             "hooks_set": hooks_set, "stream_of": _stream_of, "I32": _I32, "I64": _I64,
-             "index": runner.device.index, "backend": runner.backend}
+             "hooks_set": hooks_set, "knobs": triton.knobs.runtime, "HookChain": _HOOK_CHAIN, "stream_of": _stream_of,
+             "I32": _I32, "I64": _I64, "index": runner.device.index, "backend": runner.backend}
     body, key, args = [], [], list(runner.template)
     for i, (pos, name, view, free) in enumerate(runner.slots):
         names[f"name{i}"], names[f"view{i}"] = name, view
@@ -390,7 +396,9 @@ def _bound_launch(runner: _Runner, values: dict):
         "def _other_kinds():\n    runner.bound = False\n    return False\n"
         "def launch(values):\n    " + "\n    ".join(body) + "\n"
         f"    fast = compiled.get(({''.join(k + ', ' for k in key)}))\n"
-        "    if fast is None or hooks_set(): return False\n"
+        "    enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook\n"  # hooks_set, inline for HookChains
+        "    if fast is None or (enter.calls or leave.calls if type(enter) is type(leave) is HookChain\n"
+        "                        else hooks_set()): return False\n"
         f"    {current}fast.run({g[0]}, {g[1]}, {g[2]}, stream_of(index), fast.function, fast.packed, None, None, None, "
         f"{', '.join(passed)}{', ' if passed else ''}*fast.tail)\n"
         "    return True\n")
@@ -409,6 +417,9 @@ def hooks_set() -> bool:
     enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
     return bool(enter is not None and getattr(enter, "calls", True)
                 or leave is not None and getattr(leave, "calls", True))
+
+
+_HOOK_CHAIN = getattr(triton.knobs, "HookChain", None)  # Triton >= 3.6 keeps its launch hooks in these
 
 
 class _Compiled:

@@ -41,6 +41,10 @@ class CachingAllocator:
         pool = self._pools.get((device.type, device.index))  # pool(device)'s lookup, inline: every allocation
         return (pool or self.pool(device)).allocate(nbytes, stream)
 
+    def serving(self, device: Device) -> Callable[[int, object], Block]:
+        """allocate(nbytes, device, stream) for device as f(nbytes, stream), for a backend to keep."""
+        return self.pool(device).allocate
+
     def record_stream(self, block: Block, stream) -> None:
         self.pool(block.device).record_stream(block, stream)
 

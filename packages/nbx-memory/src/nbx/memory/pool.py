@@ -33,13 +33,14 @@ for that comparison.
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left, insort
 from collections import deque
 from dataclasses import dataclass
 from nbx.core.errors import ArgumentError, DeviceOOMError, MissingFactError
 
 from .allocator import Block as HandedBlock
 from .carving import RangeCarving
-from .blocks import ANY, FREE, LIVE, PENDING, Block, Segment, SizeIndex, compatible
+from .blocks import _SIZE_SHIFT, ANY, FREE, LIVE, PENDING, Block, Segment, SizeIndex, compatible
 from .rules import NBX, RULE_SETS, PoolRules  # noqa: F401  (nbx.memory.pool.NBX, .RULE_SETS re-exported)
 from .stats import PoolStats, human
 from .stats import memory_summary as _summary
@@ -84,6 +85,7 @@ class Pool(RangeCarving):
         # the rules' rounding and class limit as plain ints: read by every request
         self._granularity = rules.granularity
         self._small_limit = rules.small_limit if rules.size_classes else -1
+        self._half_rule = rules.half_rule
         self._lock = threading.Lock()
         self._deferred: deque = deque()
         self.recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
@@ -99,12 +101,50 @@ class Pool(RangeCarving):
 
     # -- public interface (nbx.memory.allocator's Block) -----------------------------------------
     def allocate(self, nbytes: int, stream=None) -> HandedBlock:
-        """A block of at least nbytes on stream; freed when the returned Block is released or collected."""
+        """A block of at least nbytes on stream; freed when the returned Block is released or collected.
+
+        The steady state of an inference loop is served here and in _hand_out (its figures): an exact
+        cached block usable on the stream at once (take_exact's bisect, inline) or the held block of
+        the request's size with nothing best fit would meet first (_take_held's test, inline). Anything else is _malloc's general path, which makes the same choices."""
+        if type(nbytes) is not int or nbytes <= 0:
+            return self._allocate_checked(nbytes, stream)
+        g = self._granularity
+        size = -(-nbytes // g) * g   # rules.round, inline
+        with self._lock:
+            if self._deferred:
+                self._drain()
+            blk = None
+            if stream is self._last_stream and self._fast and not self._pending and (
+                    size <= self._small_limit or self._range is None):
+                index = self._small if size <= self._small_limit else self._large
+                keys, held = index.keys, self._held
+                lo = bisect_left(keys, size << _SIZE_SHIFT)
+                if held is None:  # take_exact
+                    if lo < len(keys) and keys[lo] >> _SIZE_SHIFT == size:
+                        found = index.blocks[keys[lo]]
+                        if not found.events and (found.free_on is ANY or found.free_on is stream):
+                            del index.blocks[keys.pop(lo)]
+                            blk = found
+                elif held.size == size:  # _take_held, when no other free block of at least size comes first
+                    nxt = held.next
+                    free_on = nxt.free_on if held.free_on is ANY else held.free_on
+                    if not nxt.events and (free_on is ANY or free_on is stream) and (
+                            held.seg.small or not self._half_rule
+                            or size + nxt.size <= self.rules.half_limit(size)):
+                        hi = bisect_left(keys, ((size + nxt.size) << _SIZE_SHIFT) + held.seg.order + held.ptr, lo)
+                        if hi == lo or (hi == lo + 1 and index.blocks[keys[lo]] is nxt):
+                            self._held = None
+                            nxt.free_on = free_on
+                            blk = held
+            blk = self._malloc(nbytes, stream) if blk is None else self._hand_out(blk, size, stream, nbytes)
+        return _Handed(blk.ptr, nbytes, self.device, stream, self, blk)
+
+    def _allocate_checked(self, nbytes, stream) -> HandedBlock:
         if not isinstance(nbytes, int) or nbytes < 0:
             raise ArgumentError(f"cannot allocate {nbytes!r} bytes: a byte count is a non-negative int")
         if nbytes == 0:  # no memory and nothing to free: a null pointer, as CUDA gives for size 0
             return HandedBlock(0, 0, self.device, stream, _nothing)
-        with self._lock:
+        with self._lock:  # an int subclass (a bool): the general path
             if self._deferred:
                 self._drain()
             blk = self._malloc(nbytes, stream)
@@ -114,11 +154,11 @@ class Pool(RangeCarving):
         """Declare that stream uses block: its memory is reused only after that stream passes the free."""
         with self._lock:
             self._drain()
-            try:  # a live block of this pool holds its pool block until released
+            try:  # a live block of this pool holds its pool block until released (then its list is empty)
                 blk = block._release[0] if type(block) is _Handed and block._pool is self else None
-            except IndexError:
+            except IndexError:  # released: the one liveness test (block.alive reads the same list)
                 blk = None
-            if blk is None or not block.alive:
+            if blk is None:
                 raise ArgumentError(f"record_stream: {block!r} is not a live block of this pool")
             self._record_stream(blk, stream)
 
@@ -283,16 +323,44 @@ class Pool(RangeCarving):
     # -- freeing ---------------------------------------------------------------------------------
     def _release(self, blk: Block) -> None:
         """A handed-out Block was released or collected. The collector may run inside the pool's own
-        work (or on another thread): then the free waits in a queue the pool drains before its next step."""
-        if self._lock.acquire(blocking=False):
-            try:
-                self._free(blk)
-                if self._deferred:
-                    self._drain()
-            finally:
-                self._lock.release()
-        else:
+        work (or on another thread): then the free waits in a queue the pool drains before its next step.
+
+        The steady state's free is served here in this one frame: one stream (no event to record), no
+        record_stream, no held block, not in the range, no free left neighbour; the block goes back to
+        its index (no free right neighbour either) or is held (_make_free's rules, inline). Anything
+        else is _free's general path."""
+        if not self._lock.acquire(blocking=False):
             self._deferred.append(blk)
+            return
+        try:
+            seg, prv = blk.seg, blk.prev
+            if (self._fast and not self._multi and blk.state == LIVE and blk.used_on is None and self._held is None
+                    and self.recorder is None and not seg.is_range and (prv is None or prv.state != FREE)):
+                size = blk.size
+                allocated = self._allocated = self._allocated - size
+                self._requested -= blk.requested
+                self._n_free += 1
+                stream = blk.stream
+                blk.state, blk.free_on, blk.events = FREE, stream, []
+                nxt = blk.next
+                if nxt is not None and nxt.state == FREE and (
+                        nxt.free_on is ANY or nxt.free_on is stream or nxt.free_on == stream):  # compatible
+                    self._held = blk  # its merge with nxt waits: the next request may be of its size
+                else:  # no neighbour to merge with: index.add, inline
+                    index = self._small if seg.small else self._large
+                    key = (size << _SIZE_SHIFT) + seg.order + blk.ptr
+                    insort(index.keys, key)
+                    index.blocks[key] = blk
+                limit = self._parked_limit  # _trim's test, inline: a free under the limit trims nothing
+                if limit is not None and (self._range is not None
+                                          or self._seg_bytes - allocated - self._pending_bytes > limit):
+                    self._trim()
+            else:
+                self._free(blk)
+            if self._deferred:
+                self._drain()
+        finally:
+            self._lock.release()
 
     def _drain(self) -> None:
         while self._deferred:

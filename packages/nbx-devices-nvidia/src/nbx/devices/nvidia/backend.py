@@ -12,7 +12,7 @@ import numpy as np
 from nbx.core.device import Device
 from nbx.core.errors import DLPackError
 from nbx.core.storage import Storage
-from nbx.memory.allocator import get_allocator  # imported once: an import per allocation costs host time
+from nbx.memory import allocator as _allocators  # imported once: an import per allocation costs host time
 
 from . import runtime
 from .errors import CopyOutOfBoundsError
@@ -34,6 +34,7 @@ class CudaBackend:
     def __init__(self):
         self._started = False
         self._start_lock = threading.Lock()
+        self._routes: dict = {}  # device index -> (the allocator registered, the function serving its requests)
 
     # ---- devices ---------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -112,9 +113,23 @@ class CudaBackend:
         count = runtime._count  # check_ordinal's test, inline (the count is read once per process)
         if count is None or type(index) is not int or not 0 <= index < count:
             runtime.check_ordinal(index)
-        # looked up per call: a graph capture registers its private routing for a while
-        block = get_allocator(self.name).allocate(nbytes, device, current_stream(index))
-        return Storage(device, nbytes, block.ptr, owner=block)
+        # the allocator looked up per call: a graph capture registers its private routing for a while
+        allocator = _allocators._ALLOCATORS.get(self.name)
+        route = self._routes.get(index)
+        if route is None or route[0] is not allocator:
+            route = self._route(allocator, device)
+        block = route[1](nbytes, current_stream(index))
+        return Storage(device, nbytes, block.ptr, None, block)
+
+    def _route(self, allocator, device: Device) -> tuple:
+        """(allocator, its function serving device's requests (nbytes, stream)): a caching pool's own
+        allocate, with no lookup of the device's pool per request."""
+        if allocator is None:
+            allocator = _allocators.get_allocator(self.name)  # raises, naming what is registered
+        serving = getattr(type(allocator), "serving", None)  # its class's own: a wrapper forwards attributes
+        route = self._routes[device.index] = (allocator, serving(allocator, device) if serving is not None else
+                                              lambda nbytes, stream: allocator.allocate(nbytes, device, stream))
+        return route
 
     def upload(self, storage: Storage, byte_offset: int, data: np.ndarray) -> None:
         flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
