@@ -163,7 +163,17 @@ def _compiled(params, signature, constants=None, attrs=None, module="nbx.kernels
                             "attrs": attrs or {}})()
 
 
-def test_the_compile_log_prints_each_compile_and_counts_a_kernels_specializations():
+@pytest.fixture
+def listener_kept():
+    """Triton's compilation listener as it was before the test, put back after it."""
+    import triton
+    saved = triton.knobs.compilation.listener
+    yield
+    warmup.log_compiles(False)
+    triton.knobs.compilation.listener = saved
+
+
+def test_the_compile_log_prints_each_compile_and_counts_a_kernels_specializations(listener_kept):
     out = io.StringIO()
     log = warmup.CompileLog(out)
     for attrs in ({}, {(0,): [["tt.divisibility", 16]]}):
@@ -174,17 +184,14 @@ def test_the_compile_log_prints_each_compile_and_counts_a_kernels_specialization
         "[nbx compile] nbx.kernels.softmax.rows.softmax_rows(n: i32/16, num_warps: 8) (specialization 2 of this "
         "kernel in this process)"]
     import triton
-    saved = triton.knobs.compilation.listener
-    try:
-        installed = warmup.log_compiles(file=out)
-        assert triton.knobs.compilation.listener is installed
-        warmup.log_compiles(False)
-        assert triton.knobs.compilation.listener is None
-    finally:
-        triton.knobs.compilation.listener = saved
+    installed = warmup.log_compiles(file=out)
+    assert triton.knobs.compilation.listener is installed
+    warmup.log_compiles(False)
+    assert triton.knobs.compilation.listener is None
 
 
-def test_the_report_counts_the_compiles_and_names_what_each_recompiled_kernels_specializations_differ_in():
+def test_the_report_counts_the_compiles_and_names_what_each_recompiled_kernels_specializations_differ_in(
+        listener_kept):
     from nbx.autotune import serving
     out = io.StringIO()
     log = warmup.CompileLog(out, quiet=True)
@@ -199,12 +206,7 @@ def test_the_report_counts_the_compiles_and_names_what_each_recompiled_kernels_s
         "process, 0 of them by neighbour screens",
         "[autotune] recompiled nbx.kernels.softmax.kernel.softmax_rows: 3 specializations, differing in "
         "n: i32 | i32/16"]
-    import triton
-    saved = triton.knobs.compilation.listener
-    try:
-        installed = warmup.log_compiles(quiet=True)
-        assert warmup.installed_log() is installed and serving.report().lines()[-1].startswith("[autotune] compiles: 0")
-    finally:
-        warmup.log_compiles(False)
-        triton.knobs.compilation.listener = saved
+    installed = warmup.log_compiles(quiet=True)
+    assert warmup.installed_log() is installed and serving.report().lines()[-1].startswith("[autotune] compiles: 0")
+    warmup.log_compiles(False)
     assert warmup.installed_log() is None and not any("compiles:" in line for line in serving.report().lines())
