@@ -96,14 +96,16 @@ def _certify(args) -> int:
     return 1 if done.refused else 0
 
 
-def _wanted(args, facts, tunables) -> list:
-    """The key records a command names: a keys file (--keys), or a model's census (--model and its plan)."""
+def _wanted(args, facts, tunables, config: dict | None = None) -> list:
+    """The key records a command names: a keys file (--keys), or a model's census (--model and its plan;
+    config: its config.json where the caller read it already)."""
     from . import census, records
     if getattr(args, "keys", None):
         return records.load(args.keys)
     if getattr(args, "model", None):
         plan = census.plan_from_args(args.batch, args.prompt, args.new_tokens, args.dtype)
-        return census.records_of(census.launches(census.read_config(args.model), plan), facts, tunables)
+        config = census.read_config(args.model) if config is None else config
+        return census.records_of(census.launches(config, plan), facts, tunables)
     from nbx.core.errors import ArgumentError
     raise ArgumentError("name the keys: --keys FILE (a recorded run, a census) or --model PATH (a checkpoint folder)")
 
@@ -200,8 +202,11 @@ def _coverage(args) -> int:
     certificates = store.CertificateStore(trees=trees, packaged=trees is None)
     if args.space:
         return _space_coverage(args, tunables, certificates)
+    facts = config = None
     if args.model:
-        wanted = _wanted(args, _arch_facts(args), tunables)
+        from . import census
+        facts, config = _arch_facts(args), census.read_config(args.model)
+        wanted = _wanted(args, facts, tunables, config)
     elif args.keys:
         wanted = records.load(args.keys)
     else:
@@ -209,13 +214,11 @@ def _coverage(args) -> int:
         raise ArgumentError("give --keys FILE, --model PATH or --space")
     result = certify.coverage(wanted, tunables=tunables, identity_of=lambda rec: _identity_from_args(args, rec),
                               certificates=certificates)
-    facts = _arch_facts(args) if args.model else None
     for kernel, key, cls, compiler, why in result.missing:
         near = _nearest(tunables.get(kernel), key, certificates, _identity_from_args(args), facts) if facts else ""
         print(f"missing  {kernel} {key} ({cls}, {compiler}): {why}{near}")
     if args.model:
-        from . import census
-        note = census.unlisted(census.read_config(args.model))
+        note = census.unlisted(config)
         if note:
             print(note)
     total = len(result.certified) + len(result.missing)
