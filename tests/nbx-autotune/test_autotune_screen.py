@@ -183,6 +183,21 @@ def test_a_tensor_workload_fills_launches_and_reads_an_nbx_tensor_by_rows(hopper
     assert result.verdicts[1].deviation == float("inf") and work.out_shape == (6, 4)
 
 
+def test_a_permuted_output_is_filled_whole_through_its_storage_order(monkeypatch):
+    """conv's and prefill's workloads lead with their rows (a permuted view): the fill runs on the dense storage
+    (a backend's fill of the strided view would copy through a dense buffer), and reaches every element."""
+    import nbx.core as nbx
+    from nbx.core import dispatch
+    storage = nbx.empty((2, 3, 4), dtype="float32", device="cpu")
+    work = screen.TensorWorkload(storage.permute(1, 0, 2), lambda setting: None, lambda rows: None)
+    filled = []
+    fill = dispatch.backend_implementation("fill_", storage.device)
+    monkeypatch.setattr(dispatch, "backend_implementation",
+                        lambda op, device: lambda t, v: (filled.append(t.is_contiguous()), fill(t, v)))
+    work.fill_output(float("nan"))
+    assert filled == [True] and np.isnan(storage.numpy()).all()
+
+
 def test_kept_inputs_draw_once_per_key_read_only_while_a_scope_is_open_and_are_forgotten_when_it_closes():
     from nbx import autotune
     draws = []

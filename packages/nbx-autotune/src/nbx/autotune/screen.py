@@ -56,9 +56,13 @@ class TensorWorkload:
 
     def fill_output(self, value) -> None:
         # the backend's own fill (a memset on cuda): a kernel's fill compiles a specialization of its own per
-        # dtype and size kind the screens meet, which no launch of the run reuses
+        # dtype and size kind the screens meet, which no launch of the run reuses. A fill ignores element
+        # order, so a permuted output (conv's and prefill's lead with their rows) is filled in its storage's
+        # order: dense, where the backend's fill of the view itself would copy through a dense buffer
         from nbx.core.dispatch import backend_implementation
-        backend_implementation("fill_", self.out.device)(self.out, value)
+        out = self.out
+        dense = out.permute(*sorted(range(out.ndim), key=lambda d: -out.strides[d]))
+        backend_implementation("fill_", out.device)(dense if dense.is_contiguous() else out, value)
 
     def launch(self, setting: Mapping) -> None:
         self.run(setting)

@@ -311,7 +311,7 @@ class Tuner:
             raise self._not_certified(tunable, text)
         if entry is None:
             entry, source = self._entries(self.cache, tunable).get(text), "local"
-        if entry is None and (_truthy(ENV_NO_SWEEP) or getattr(_screening, "active", False)):
+        if entry is None and (_truthy(ENV_NO_SWEEP) or screening()):
             # inside a neighbour's screen, the launches that make its inputs (uploads, fills) take the
             # device file's tile: screening them too would recurse, key after key
             entry, source = store.Entry(tunable.default(self.facts), {}), "defaults"

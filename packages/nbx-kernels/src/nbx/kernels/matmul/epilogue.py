@@ -391,8 +391,9 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
     buffers = [Buffer("out", out_bytes)]
     if out_bytes == 0:
         return Cost(tuple(buffers), 0, 0, launches=0)
-    p = plan(x, weight, bias, residual, up, activation, dtype, input_precision=input_precision, scales=scales,
-             norm_weight=norm_weight)
+    lp = launch_plan(x, weight, bias, residual, up, activation, dtype, input_precision=input_precision,
+                     scales=scales, norm_weight=norm_weight)
+    p = lp.detail
     copied = {"x": x, "bias": bias, "residual": residual}
     for name in p.copies:
         nbytes = (prod(shape) * copied[name].dtype.itemsize if name != "x" else x.nbytes)
@@ -411,11 +412,9 @@ def linear_cost(x, weight, bias=None, activation=None, residual=None, alpha=1.0,
     if rounded is not None:   # the weight read and its TF32 copy written once more
         buffers.append(Buffer("weight_tf32", 4 * _rounded_elements(rounded), LAUNCH))
         moved += 2 * weight.nbytes
-    if p.tma:   # the descriptors' global scratch, as the launch path declares it
-        scratch = plans.descriptor_scratch(launch_plan(x, weight, bias, residual, up, activation, dtype,
-                                                       input_precision=input_precision, scales=scales,
-                                                       norm_weight=norm_weight))
-        buffers += [scratch] if scratch else []
+    scratch = plans.descriptor_scratch(lp)   # the tma kernel's descriptors, as the launch path declares them
+    if scratch:
+        buffers.append(scratch)
     flops = 2 * p.batch * p.m * p.n * p.k * (2 if up is not None else 1) + (3 * x.size if p.norm else 0)
     return Cost(tuple(buffers), moved, flops, launches=2 if (p.split_k > 1 and not p.tma) or rounded else 1)
 

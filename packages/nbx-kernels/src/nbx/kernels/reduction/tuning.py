@@ -22,14 +22,13 @@ import numpy as np
 from nbx import autotune
 from nbx.core.reference import oracle
 
-from ..rows import ROW_KEY, pow2_at_least, representative_rows
+from ..rows import ROW_KEY, representative_rows, row_setting
 from .layout import Rows
 
 
 def setting(device, view: Rows, dtype):
     """The served setting of a reduction of view (rows x cols) of dtype."""
-    return autotune.setting(REDUCTION, device, {"width": view.cols}, width=pow2_at_least(view.cols),
-                            elements=view.rows * view.cols, dtype=dtype, strided=view.across)
+    return row_setting(REDUCTION, device, view.rows, view.cols, dtype, view.across)
 
 
 def sum_workload(rep, device):
