@@ -96,3 +96,27 @@ def test_a_backends_own_implementation_is_served_where_asked_for_and_the_triton_
     assert dispatch.implementation("dispatch_op_own", device)() == "kernel"
     assert dispatch.backend_implementation("dispatch_op_own", device)() == "own"
     assert dispatch.backend_implementation("dispatch_op_kernel_only", device)() == "kernel"
+
+
+def test_a_checked_device_is_remembered_only_under_a_plain_int_ordinal():
+    """as_device's memo of checked devices: Device("x", 1) after Device("x", True) or Device("x", np.int64(1))
+    (equal keys) is itself, not the other (a device printed as 'x:True', or a numpy ordinal every
+    allocation would check again)."""
+    import numpy as np
+
+    from nbx.core.device import as_device
+
+    class Numbered(HostMemoryBackend):
+        indexed = True
+
+        def device_count(self):
+            return 2
+
+        def current_device(self):
+            return 0
+
+    for name, odd in (("memo_bool", True), ("memo_numpy", np.int64(1))):
+        register_backend(Numbered(name))
+        as_device(Device(name, odd))   # checked first, under an ordinal equal to 1
+        found = as_device(Device(name, 1))
+        assert type(found.index) is int and str(found) == f"{name}:1"

@@ -69,7 +69,8 @@ def _with_index(device: Device, backend=None) -> Device:
     if not 0 <= index < count:
         raise DeviceError(f"{device.type}:{index} does not exist: {count} {device.type} device(s) found")
     if index is device.index:  # a Device is immutable; one naming its ordinal stays checked
-        _CHECKED[device] = (backend, device)
+        if type(index) is int:  # a bool or numpy index equals an int key: kept out of the memo
+            _CHECKED[device] = (backend, device)
         return device
     return Device(device.type, index)
 

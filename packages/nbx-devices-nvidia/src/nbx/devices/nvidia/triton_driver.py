@@ -26,9 +26,10 @@ class _Scratch:
     """Device memory handed to a Triton launch (global or profile scratch); data_ptr() aligned."""
 
     def __init__(self, size: int, alignment: int):
+        from nbx.core.device import Device
         from nbx.core.tensor import empty
-        alignment = max(int(alignment or 1), 1)
-        self.tensor = empty((size + alignment,), "uint8", f"cuda:{runtime.get_device()}")
+        alignment = max(int(alignment or 1), 1)   # a Device, not a string: as_device's memo serves it
+        self.tensor = empty((size + alignment,), "uint8", Device("cuda", runtime.get_device()))
         base = self.tensor.data_ptr()
         self.ptr = base + (-base % alignment)
 
