@@ -210,10 +210,8 @@ def prepared(plan: LaunchPlan) -> Callable[[dict], dict] | None:
         for name, nbytes, dtype, shape, strides in buffers:
             if values.get(name) is None:
                 values[name] = make(allocate(nbytes, device), dtype, shape, strides)
-        for runner in runners:  # runner.run, its repeats' launch called here
-            bound = runner.bound
-            if not (bound and bound(values)):
-                runner.launch_unbound(values)
+        for runner in runners:  # run: every launch's one entry (its repeats' bound launch, else the JIT's path)
+            runner.run(values)
         return values
     return run
 
