@@ -17,6 +17,7 @@ from nbx.core import device_files
 from nbx.core.dtypes import as_dtype
 from nbx.core.reference import oracle
 from nbx.kernels.conv import conv_plan
+import nbx.kernels.conv.tuning as conv_tuning
 from nbx.kernels.conv.tuning import (CONV, PHASE_STRIDE, conv_key, conv_workload, geometry, phase_plan,
                                      representative, representative_args, representative_phase)
 
@@ -128,6 +129,8 @@ def test_an_even_tap_1d_keys_representative_is_one_phase_of_a_transposed_convolu
     assert work.out_shape == (16, 1, 4) and position == PHASE_STRIDE * (4 if channels_last else 1)
     if not channels_last:
         assert one.meta["A_SHIFT"] and one.meta["DIL_W"] == -1 and one.meta["PAD_W"] == -1 and one.meta["TAPS_W"] == 2
+    split = {"block_m": 128, "block_n": 128, "block_k": 64, "num_stages": 4, "split_k": 2}
+    assert "phases run unsplit" in conv_tuning._split_fits(split, rep, HOPPER)   # what the phase launch would time
 
 
 @pytest.mark.parametrize("channels_last", [True, False], ids=["cl", "cf"])

@@ -44,7 +44,7 @@ candidates a key, so a key stays within ~20), where its tiles are fewer than SPL
 the device's multiprocessors (a device file without `compute.multiprocessors` keeps none), at the
 least split that fills those waves, each split keeping SPLIT_MIN_STEPS K steps or more (SD's
 16^2 x 1280 key: 40 tiles on 132 SMs, 184 steps: split_k 8). Certificates made before split_k
-existed ran unsplit: `implied`.
+existed ran unsplit: `implied`. A phase's key keeps none: the phases run unsplit.
 """
 from __future__ import annotations
 
@@ -314,6 +314,8 @@ def _split_fits(setting, rep, facts):
     split = setting["split_k"]
     if split == 1:
         return True
+    if geometry(rep, facts).is_phase:   # its launch would time the unsplit tile under a split's name
+        return f"split_k {split} on a transposed convolution's phase: the phases run unsplit (conv._transpose_plan)"
     tile = tuple(setting[b] for b in ("block_m", "block_n", "block_k"))
     if tile != SPLIT_TILE:
         return f"split_k {split} on a {' x '.join(map(str, tile))} tile: the split candidates are {SPLIT_TILE}'s"
