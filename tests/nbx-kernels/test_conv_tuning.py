@@ -16,10 +16,11 @@ from nbx.autotune import keys, screen, space
 from nbx.core import device_files
 from nbx.core.dtypes import as_dtype
 from nbx.core.reference import oracle
-from nbx.kernels.conv import conv_plan
+from nbx.kernels.conv import conv_plan, transpose_plan
 import nbx.kernels.conv.tuning as conv_tuning
 from nbx.kernels.conv.tuning import (CONV, PHASE_STRIDE, conv_key, conv_workload, geometry, phase_plan,
-                                     representative, representative_args, representative_phase)
+                                     representative, representative_args, representative_phase,
+                                     transposed_rows)
 
 ROOT = Path(__file__).resolve().parents[2]
 HOPPER = device_files.for_arch("sm_90")
@@ -146,6 +147,52 @@ def test_each_phase_window_is_the_transposed_oracle_of_its_own_inputs_equal_to_t
     assert whole.shape == work.out_shape
     for rows in (slice(0, 3), slice(5, 17), slice(23, 24), slice(0, 24)):
         np.testing.assert_allclose(work.reference_rows(rows), whole[rows], rtol=0, atol=1e-12)
+
+
+def _whole_transposed_workload(rep, device):
+    """The whole conv_transpose1d the phase representative is one launch of (all its phases, as a
+    vocoder runs it), positions leading, its oracle windowed as the phase's."""
+    from nbx.autotune import TensorWorkload
+    from nbx.kernels import plans
+    from nbx.kernels import launch
+    from nbx.kernels.conv import storage_layout
+    x, w, geo = representative(rep, device)
+    args = representative_args(geo)
+    shape, _, logical = storage_layout(1, rep["n"], (representative_phase(geo)[0],), rep["channels_last"])
+    storage = launch.output(shape, rep["dtype"], device)
+    out = storage.permute(*logical).permute(2, 0, 1)
+    x64, w64 = x.numpy().astype(np.float64), nbx.asarray(w.numpy().astype(np.float64))
+
+    def reference(rows):
+        start, stop, _ = rows.indices(out.shape[0])
+        return transposed_rows(x64, w64, args[0][0], args[1][0], start, stop - start, 1)
+
+    def run(setting):
+        plans.execute(transpose_plan(x, w, None, *args, setting=setting), {"x": x, "w": w, "bias": x, "out": storage})
+    return TensorWorkload(out, run, reference)
+
+
+@pytest.mark.parametrize("where", ["interp", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_phase_representative_screens_each_setting_as_its_whole_transposed_convolution_computes(where):
+    """cuda: HiFi-GAN's phase key m=65536,n=256,k=1024, the setting whose x8 upsampler at L = 65536 was
+    0.11 off torch on the H200 (128 x 256 x 64, 8 warps, 4 stages; its 2-tap conv1d representative
+    passed) and the 8192 key's (128 x 128): the phase's screen passes a setting exactly where the whole
+    transposed convolution's (all 8 phases into one output) does. interp: a small key, its tile."""
+    from nbx.kernels import launch
+    device = nbx.as_device(where)
+    facts = launch.facts(device)
+    if where == "cuda":
+        rep = _rep(65536, 256, 1024, False, 1, "bfloat16")
+        tile = dict(block_m=128, block_k=64, group_m=8, num_warps=8, num_stages=4, split_k=1)
+        settings = [{**tile, "block_n": 256}, {**tile, "block_n": 128}]
+    else:
+        rep, settings = _rep(8, 4, 2 * 64, False, 1), [CONV.default(facts)]
+    phase = screen.run(conv_workload(rep, device), settings, facts).verdicts
+    whole = screen.run(_whole_transposed_workload(rep, device), settings, facts).verdicts
+    for setting, one, every in zip(settings, phase, whole, strict=True):
+        print(f"{setting}: phase {one.passed} ({one.deviation}), whole {every.passed} ({every.deviation})")
+        assert one.passed == every.passed, (one.reason, every.reason)
+    assert where == "cuda" or all(v.passed for v in phase)
 
 
 @pytest.mark.parametrize("k", [2 * 64, 3 * 64], ids=["phase", "conv1d"])

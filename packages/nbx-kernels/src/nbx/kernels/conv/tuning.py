@@ -213,6 +213,19 @@ def phase_plan(x, w, geo: Geometry, setting=None):
     return LaunchPlan(whole.device, whole.launches[PHASE:PHASE + 1], whole.outputs, detail=whole.detail)
 
 
+def transposed_rows(x64: np.ndarray, w64, stride: int, padding: int, first: int, count: int, step: int):
+    """conv_transpose1d's float64 oracle (no bias, groups 1) at output positions first + step j, j < count,
+    as (positions, N, O): it transposes only the inputs that reach them (output o is position o + padding
+    of the unpadded output, which input i's tap j reaches at i stride + j)."""
+    kernel, length = w64.shape[2], x64.shape[2]
+    low, high = first + padding, first + step * (count - 1) + padding
+    lo, hi = max(0, -(-(low - kernel + 1) // stride)), min(length, high // stride + 1)
+    part = np.asarray(oracle("conv_transpose1d", asarray(np.ascontiguousarray(x64[:, :, lo:hi])), w64, None,
+                             stride, 0, 0, 1, 1))
+    at = low - lo * stride
+    return part[:, :, at:at + step * count:step].transpose(2, 0, 1)
+
+
 def _phase_workload(rep, device, x, w, geo: Geometry):
     """The phase launch into its strided view of the output; its oracle conv_transpose1d's at those
     positions, each window of them transposing only the inputs it reads."""
@@ -224,17 +237,10 @@ def _phase_workload(rep, device, x, w, geo: Geometry):
     view = storage.permute(*logical)[:, :, phase.o0::PHASE_STRIDE]
     x64, w64 = x.numpy().astype(np.float64), asarray(w.numpy().astype(np.float64))
     (stride,), (padding,), _, _, _ = representative_args(geo)
-    kernel, length = w.shape[2], x.shape[2]
 
     def reference(rows: slice) -> np.ndarray:
         start, stop, _ = rows.indices(view.shape[2])
-        # positions of the unpadded transposed output (+ padding), which input i's tap j reaches at i stride + j
-        first, last = phase.o0 + stride * start + padding, phase.o0 + stride * (stop - 1) + padding
-        lo, hi = max(0, -(-(first - kernel + 1) // stride)), min(length, last // stride + 1)
-        part = np.asarray(oracle("conv_transpose1d", asarray(np.ascontiguousarray(x64[:, :, lo:hi])), w64, None,
-                                 stride, 0, 0, 1, 1))
-        at = first - lo * stride
-        return part[:, :, at:at + stride * (stop - start):stride].transpose(2, 0, 1)
+        return transposed_rows(x64, w64, stride, padding, phase.o0 + stride * start, stop - start, stride)
 
     def run(setting):
         plans.execute(phase_plan(x, w, geo, setting), {"x": x, "w": w, "bias": x, "out": storage})
@@ -351,4 +357,4 @@ def conv_setting(device, m: int, n: int, k: int, dtype, channels_last: bool, spa
 
 
 __all__ = ["CONV", "PARAMS", "KEY", "SPATIAL", "conv_key", "conv_setting", "geometry", "representative",
-           "phase_plan", "representative_phase"]
+           "phase_plan", "representative_phase", "transposed_rows"]
