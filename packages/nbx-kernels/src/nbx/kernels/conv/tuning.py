@@ -9,16 +9,16 @@ reads A through A_SHIFT (a static shift a width tap), a channels-first 2-D/3-D o
 
 The representative launch (representative()): one sample, stride 1, 'same' padding (an even kernel:
 its extra pad after), the input laid out as the key says, the weight with its channels at unit
-stride (as a model converts it at load), whose GEMM is the key's: M positions (2-D: an isqrt(M) square; 3-D: an icbrt(M) cube; 1-D: a length M), N output
-channels, and K = taps x channels inside the key's K class. The taps: 3 a dim in 2-D and 3-D; in
-1-D the largest of 7, 3, 2, 1 dividing the K class's top into a multiple of 64 channels, else 3
-(HiFi-GAN's k 7 x 512 is K 3584: 7 taps; its upsampler's phases, 512 x 2: 2). An even 1-D key is a
-transposed convolution's phase (its keys' launches are): its representative is one phase launch of
-conv_transpose1d of stride PHASE_STRIDE, kernel taps x stride and padding stride / 2 (HiFi-GAN's x8
-upsampler: k 16, s 8, p 4), taken from the transposed plan (phase_plan): A_SHIFT with a negative
-dilation, its output every stride-th position, each phase's outputs M (the input M - taps + 2 long),
-the weight as the phases read their dense copy (taps `stride` apart, no descriptor: B_DESC off), so
-no copy a run. The channels: the
+stride (as a model converts it at load), whose GEMM is the key's: M positions (2-D: an isqrt(M)
+square; 3-D: an icbrt(M) cube; 1-D: a length M), N output channels, and K = taps x channels inside
+the key's K class. The taps: 3 a dim in 2-D and 3-D; in 1-D the largest of 7, 3, 2, 1 dividing the
+K class's top into a multiple of 64 channels, else 3 (HiFi-GAN's k 7 x 512 is K 3584: 7 taps; its
+upsampler's phases, 512 x 2: 2). An even 1-D key is a transposed convolution's phase (its keys'
+launches are): its representative is one phase launch of conv_transpose1d of stride PHASE_STRIDE,
+kernel taps x stride and padding stride / 2 (HiFi-GAN's x8 upsampler: k 16, s 8, p 4), taken from
+the transposed plan (phase_plan): A_SHIFT with a negative dilation, its output every stride-th
+position, each phase's outputs M (the input M - taps + 2 long), the weight as the phases read their
+dense copy (taps `stride` apart, no descriptor: B_DESC off), so no copy a run. The channels: the
 multiple of 64, else of 16, else of 8 nearest under top / taps whose K stays in the class (a
 channel count models have, so rows are 16-byte aligned and the weight's descriptor path B_DESC is
 taken where the launch takes it), else top // taps (a class of one value: K itself). A device file
