@@ -57,21 +57,24 @@ def test_triton_registrations_serve_only_backends_that_run_triton_kernels():
     assert not dispatch.has_implementation("dispatch_triton_only", "dispatch_plain_host")
 
 
+class _TwoDevices(HostMemoryBackend):
+    """A numbered backend of two devices, the second current."""
+    indexed = True
+
+    def device_count(self):
+        return 2
+
+    def current_device(self):
+        return 1
+
+
 def test_synchronize_without_a_device_waits_for_the_current_device_of_each_numbered_backend():
     from nbx.core import synchronize
     from nbx.core.errors import DeviceError
 
     waited = []
 
-    class Numbered(HostMemoryBackend):
-        indexed = True
-
-        def device_count(self):
-            return 2
-
-        def current_device(self):
-            return 1
-
+    class Numbered(_TwoDevices):
         def synchronize(self, device):
             waited.append(device)
 
@@ -106,17 +109,8 @@ def test_a_checked_device_is_remembered_only_under_a_plain_int_ordinal():
 
     from nbx.core.device import as_device
 
-    class Numbered(HostMemoryBackend):
-        indexed = True
-
-        def device_count(self):
-            return 2
-
-        def current_device(self):
-            return 0
-
     for name, odd in (("memo_bool", True), ("memo_numpy", np.int64(1))):
-        register_backend(Numbered(name))
+        register_backend(_TwoDevices(name))
         as_device(Device(name, odd))   # checked first, under an ordinal equal to 1
         found = as_device(Device(name, 1))
         assert type(found.index) is int and str(found) == f"{name}:1"
