@@ -115,21 +115,25 @@ def test_each_screen_window_is_the_oracle_of_its_own_input_with_the_halo_equal_t
 @pytest.mark.parametrize("channels_last", [True, False], ids=["cl", "cf"])
 def test_an_even_tap_1d_keys_representative_is_one_phase_of_a_transposed_convolution_of_the_keys_gemm(
         channels_last):
-    """HiFi-GAN's x8 upsampler's form (kernel 2 x stride, padding stride / 2): one launch of its
-    transposed plan, the key's M x N x K, a channels-first one through A_SHIFT with the phases' negative
-    dilation, storing every stride-th position of the output."""
+    """HiFi-GAN's x8 upsampler's form (kernel 2 x stride, padding stride / 2): two launches of its
+    transposed plan, each the key's M x N x K, a channels-first one through A_SHIFT with the phases'
+    negative dilation and each of the two paddings of its shift (-1: shifts +1, 0; 0: shifts 0, -1),
+    storing every stride-th position of the output, together every (stride / 2)-th."""
     interp = nbx.as_device("interp")
     rep = _rep(16, 4, 2 * 64, channels_last, 1)
-    (one,) = _plan(rep, interp).launches
-    batch, c_g, o_g, count, taps = (one.args[i] for i in (5, 6, 10, 13, 16))
-    assert (batch * count, o_g, c_g * taps) == (16, 4, 128)
-    size, phase = representative_phase(geometry(rep, device_files.for_arch("interp")))
-    assert size == 16 * PHASE_STRIDE and one.args[3].offset == phase.o0 * (4 if channels_last else 1)
+    launches = _plan(rep, interp).launches
+    size, phases = representative_phase(geometry(rep, device_files.for_arch("interp")))
+    assert size == 16 * PHASE_STRIDE and [p.o0 for p in phases] == [PHASE_STRIDE // 2, 0]
+    for one, phase, pad in zip(launches, phases, (-1, 0), strict=True):
+        batch, c_g, o_g, count, taps = (one.args[i] for i in (5, 6, 10, 13, 16))
+        assert (batch * count, o_g, c_g * taps) == (16, 4, 128)
+        assert one.args[3].offset == phase.o0 * (4 if channels_last else 1)
+        if not channels_last:
+            assert one.meta["A_SHIFT"] and one.meta["DIL_W"] == -1 and one.meta["PAD_W"] == pad
+            assert one.meta["TAPS_W"] == 2
     work = conv_workload(rep, interp)
     position = work.out.strides[0]
-    assert work.out_shape == (16, 1, 4) and position == PHASE_STRIDE * (4 if channels_last else 1)
-    if not channels_last:
-        assert one.meta["A_SHIFT"] and one.meta["DIL_W"] == -1 and one.meta["PAD_W"] == -1 and one.meta["TAPS_W"] == 2
+    assert work.out_shape == (32, 1, 4) and position == PHASE_STRIDE // 2 * (4 if channels_last else 1)
     split = {"block_m": 128, "block_n": 128, "block_k": 64, "num_stages": 4, "split_k": 2}
     assert "phases run unsplit" in conv_tuning._split_fits(split, rep, HOPPER)   # what the phase launch would time
 
@@ -141,16 +145,15 @@ def test_each_phase_window_is_the_transposed_oracle_of_its_own_inputs_equal_to_t
     rep = _rep(24, 4, 2 * 64, channels_last, 1)
     work = conv_workload(rep, interp)
     x, w, geo = representative(rep, interp)
-    _, phase = representative_phase(geo)
     whole = np.asarray(oracle("conv_transpose1d", x, w, None, *representative_args(geo)))
-    whole = whole[:, :, phase.o0::PHASE_STRIDE].transpose(2, 0, 1)
-    assert whole.shape == work.out_shape
-    for rows in (slice(0, 3), slice(5, 17), slice(23, 24), slice(0, 24)):
+    whole = whole[:, :, 0::PHASE_STRIDE // 2].transpose(2, 0, 1)   # the two phases' positions
+    assert whole.shape == work.out_shape == (48, 1, 4)
+    for rows in (slice(0, 3), slice(5, 17), slice(23, 24), slice(47, 48), slice(0, 48)):
         np.testing.assert_allclose(work.reference_rows(rows), whole[rows], rtol=0, atol=1e-12)
 
 
 def _whole_transposed_workload(rep, device):
-    """The whole conv_transpose1d the phase representative is one launch of (all its phases, as a
+    """The whole conv_transpose1d the phase representative is two launches of (all its phases, as a
     vocoder runs it), positions leading, its oracle windowed as the phase's."""
     from nbx.autotune import TensorWorkload
     from nbx.kernels import plans

@@ -14,10 +14,11 @@ square; 3-D: an icbrt(M) cube; 1-D: a length M), N output channels, and K = taps
 the key's K class. The taps: 3 a dim in 2-D and 3-D; in 1-D the largest of 7, 3, 2, 1 dividing the
 K class's top into a multiple of 64 channels, else 3 (HiFi-GAN's k 7 x 512 is K 3584: 7 taps; its
 upsampler's phases, 512 x 2: 2). An even 1-D key is a transposed convolution's phase (its keys'
-launches are): its representative is one phase launch of conv_transpose1d of stride PHASE_STRIDE,
+launches are): its representative is two phase launches of conv_transpose1d of stride PHASE_STRIDE,
 kernel taps x stride and padding stride / 2 (HiFi-GAN's x8 upsampler: k 16, s 8, p 4), taken from
-the transposed plan (phase_plan): A_SHIFT with a negative dilation, its output every stride-th
-position, each phase's outputs M (the input M - taps + 2 long), the weight as the phases read their
+the transposed plan (phase_plan): A_SHIFT with a negative dilation, each storing every stride-th
+position, the two kernel variants a phase key launches (PHASES: padding -1 and 0 in A_SHIFT's
+shift), each phase's outputs M (the input M - taps + 2 long), the weight as the phases read their
 dense copy (taps `stride` apart, no descriptor: B_DESC off), so no copy a run. The channels: the
 multiple of 64, else of 16, else of 8 nearest under top / taps whose K stays in the class (a
 channel count models have, so rows are 16-byte aligned and the weight's descriptor path B_DESC is
@@ -77,7 +78,11 @@ ONE_D_TAPS = (7, 3, 2, 1)   # a 1-D representative's taps, the first whose chann
 CHANNEL_ALIGN = (64, 16, 8)  # a representative's channels: a multiple of the first that keeps K in its class
 DIMS_LADDER = "autotune.buckets.dims"
 PHASE_STRIDE = 8            # an even 1-D representative's transposed stride (HiFi-GAN's x8 upsampler)
-PHASE = 0                   # the phase it runs: residue 0, o0 = stride / 2, PAD_W -1 (conv.phases)
+# the phases it runs (conv.phases' order): residue 0 (o0 = stride / 2, PAD_W -1: A_SHIFT's shifts +1, 0) and
+# residue stride / 2 (o0 = 0, PAD_W 0: shifts 0, -1, its loads from 8 positions before the row): the two kernel
+# variants of a phase key; together they store every (stride / 2)-th position of the output
+PHASES = (0, PHASE_STRIDE // 2)
+PHASE_STEP = PHASE_STRIDE // 2
 
 
 def conv_key(m: int, n: int, k: int, dtype, channels_last: bool, spatial: int) -> dict:
@@ -195,27 +200,28 @@ def representative_args(geo: Geometry) -> tuple:
 
 
 def representative_phase(geo: Geometry):
-    """(the transposed output's length, the conv.Phase PHASE) of a phase's representative."""
+    """(the transposed output's length, the conv.Phase's of PHASES) of a phase's representative."""
     from nbx.core.ops.conv import transpose_out_size
     from . import phases
     (stride,), (padding,), _, _, _ = representative_args(geo)
     kernel = geo.taps * stride
     size = transpose_out_size(geo.phase_input, padding, kernel, stride, 1, 0)
-    return size, phases(size, kernel, stride, padding, 1)[PHASE]
+    every = phases(size, kernel, stride, padding, 1)
+    return size, tuple(every[i] for i in PHASES)
 
 
 def phase_plan(x, w, geo: Geometry, setting=None):
-    """The plan of the one launch PHASE of the representative's transposed plan (its storage output,
-    which that phase writes every stride-th position of)."""
+    """The plan of the launches PHASES of the representative's transposed plan (its storage output, of
+    which those phases write every (stride / 2)-th position)."""
     from ..plans import LaunchPlan
     from . import transpose_plan
     whole = transpose_plan(x, w, None, *representative_args(geo), setting=setting)
-    return LaunchPlan(whole.device, whole.launches[PHASE:PHASE + 1], whole.outputs, detail=whole.detail)
+    return LaunchPlan(whole.device, tuple(whole.launches[i] for i in PHASES), whole.outputs, detail=whole.detail)
 
 
 def transposed_rows(x64: np.ndarray, w64, stride: int, padding: int, first: int, count: int, step: int):
-    """conv_transpose1d's float64 oracle (no bias, groups 1) at output positions first + step j, j < count,
-    as (positions, N, O): it transposes only the inputs that reach them (output o is position o + padding
+    """conv_transpose1d's float64 oracle (no bias, groups 1, kernel >= stride) at output positions
+    first + step j, j < count, as (positions, N, O): it transposes only the inputs that reach them (output o is position o + padding
     of the unpadded output, which input i's tap j reaches at i stride + j)."""
     kernel, length = w64.shape[2], x64.shape[2]
     low, high = first + padding, first + step * (count - 1) + padding
@@ -227,20 +233,21 @@ def transposed_rows(x64: np.ndarray, w64, stride: int, padding: int, first: int,
 
 
 def _phase_workload(rep, device, x, w, geo: Geometry):
-    """The phase launch into its strided view of the output; its oracle conv_transpose1d's at those
-    positions, each window of them transposing only the inputs it reads."""
+    """The phases' launches into their strided view of the output (every PHASE_STEP-th position, the
+    two phases interleaved); its oracle conv_transpose1d's at those positions, each window of them
+    transposing only the inputs it reads."""
     from .. import launch, plans
     from . import storage_layout
-    size, phase = representative_phase(geo)
+    size, _ = representative_phase(geo)
     shape, _, logical = storage_layout(1, rep["n"], (size,), rep["channels_last"])
     storage = launch.output(shape, rep["dtype"], device)
-    view = storage.permute(*logical)[:, :, phase.o0::PHASE_STRIDE]
+    view = storage.permute(*logical)[:, :, 0::PHASE_STEP]   # the two phases' positions, interleaved
     x64, w64 = x.numpy().astype(np.float64), asarray(w.numpy().astype(np.float64))
     (stride,), (padding,), _, _, _ = representative_args(geo)
 
     def reference(rows: slice) -> np.ndarray:
         start, stop, _ = rows.indices(view.shape[2])
-        return transposed_rows(x64, w64, stride, padding, phase.o0 + stride * start, stop - start, stride)
+        return transposed_rows(x64, w64, stride, padding, PHASE_STEP * start, stop - start, PHASE_STEP)
 
     def run(setting):
         plans.execute(phase_plan(x, w, geo, setting), {"x": x, "w": w, "bias": x, "out": storage})
