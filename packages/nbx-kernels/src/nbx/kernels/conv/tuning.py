@@ -327,7 +327,8 @@ def _split_fits(setting, rep, facts):
     split = setting["split_k"]
     if split == 1:
         return True
-    if geometry(rep, facts).is_phase:   # its launch would time the unsplit tile under a split's name
+    geo = geometry(rep, facts)
+    if geo.is_phase:   # its launch would time the unsplit tile under a split's name
         return f"split_k {split} on a transposed convolution's phase: the phases run unsplit (conv._transpose_plan)"
     tile = tuple(setting[b] for b in ("block_m", "block_n", "block_k"))
     if tile != SPLIT_TILE:
@@ -342,7 +343,6 @@ def _split_fits(setting, rep, facts):
     tiles = -(-rep["m"] // setting["block_m"]) * -(-rep["n"] // setting["block_n"])
     if tiles >= waves:
         return f"split_k {split} on {tiles} tiles: {SPLIT_WAVES} waves of the multiprocessors are filled unsplit"
-    geo = geometry(rep, facts)
     steps = geo.steps_a_block * -(-geo.channels // setting["block_k"])
     fills = next((s for s in PARAMS["split_k"] if tiles * s >= waves), max(PARAMS["split_k"]))
     if split != fills:
