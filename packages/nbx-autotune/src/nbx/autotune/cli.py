@@ -96,9 +96,9 @@ def _certify(args) -> int:
     return 1 if done.refused else 0
 
 
-def _wanted(args, facts, tunables, config: dict | None = None) -> list:
+def _wanted(args, facts, tunables, config=None) -> list:
     """The key records a command names: a keys file (--keys), or a model's census (--model and its plan;
-    config: its config.json where the caller read it already)."""
+    config: its census.Model where the caller read it already)."""
     from . import census, records
     if getattr(args, "keys", None):
         return records.load(args.keys)
