@@ -87,34 +87,15 @@ class Counter:
                  metadata_group={}, times=None, cache_hit=False)
 
     def install(self) -> Counter:
-        import triton
-
-        from nbx.kernels import plans
-
-        class Compiled:   # what _Runner keeps: a launcher that does nothing
-            function, packed_metadata = 0, None
-
-            @staticmethod
-            def run(*args):
-                return None
-        jit = triton.runtime.jit.JITFunction
-        self._saved = (jit.__getitem__, plans._stream_of)
-
-        def launcher(fn, grid):
-            def launch(*args, **meta):
-                self.bind(fn, args, meta)
-                return Compiled()
-            return launch
-        jit.__getitem__ = launcher
-        plans._stream_of = lambda index: 0
+        """Triton's launch stubbed (host_sim.stub_triton), each launch bound here."""
+        from host_sim import stub_triton
+        self._saved = stub_triton(self.bind)
         return self
 
     def restore(self) -> None:
-        import triton
-
-        from nbx.kernels import plans
+        from host_sim import restore_triton
         if self._saved is not None:
-            triton.runtime.jit.JITFunction.__getitem__, plans._stream_of = self._saved
+            restore_triton(self._saved)
             self._saved = None
 
     @contextlib.contextmanager

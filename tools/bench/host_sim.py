@@ -32,26 +32,46 @@ def simulated_cuda():
     return test_nvidia_simulated._install(pytest.MonkeyPatch(), 1)
 
 
-def stub_triton() -> None:
-    """kernel[grid](...) returns a compiled kernel whose launcher does nothing; no stream lookup."""
+class NoLaunch:
+    """What plans._Runner keeps of a stubbed launch: a compiled kernel whose launcher does nothing."""
+    function, packed_metadata = 0, None
+
+    @staticmethod
+    def run(*args):
+        return None
+
+
+def stub_triton(on_launch=None) -> tuple:
+    """kernel[grid](...) returns a NoLaunch; no stream lookup; on_launch(kernel, args, meta) sees each
+    launch (compile_count's binder). Returns what it replaced (restore_triton puts it back)."""
     import triton
 
     from nbx.kernels import plans
+    jit = triton.runtime.jit.JITFunction
+    saved = (jit.__getitem__, plans._stream_of)
 
-    class Compiled:
-        function, packed_metadata = 0, None
-
-        @staticmethod
-        def run(*args):
-            return None
-
-    triton.runtime.jit.JITFunction.__getitem__ = lambda self, grid: (lambda *args, **meta: Compiled())
+    def launcher(fn, grid):
+        def launch(*args, **meta):
+            if on_launch is not None:
+                on_launch(fn, args, meta)
+            return NoLaunch()
+        return launch
+    jit.__getitem__ = launcher
     plans._stream_of = lambda index: 0
     # the tests' fake serves copy_ by the backend's host round trip of a strided pair (it runs no Triton);
     # on a GPU the kernels' copy serves it (a band written into an output, a strided clone): its launch
     # here. fill_ stays the fake's memsets: what they zero (a kernel's check flags) is read back.
     from nbx.core import dispatch
     dispatch._IMPLEMENTATIONS.pop(("copy_", "cuda"), None)
+    return saved
+
+
+def restore_triton(saved: tuple) -> None:
+    """Triton's launch and plans' stream lookup as stub_triton found them."""
+    import triton
+
+    from nbx.kernels import plans
+    triton.runtime.jit.JITFunction.__getitem__, plans._stream_of = saved
 
 
 def stub_device_copies(fake) -> None:
