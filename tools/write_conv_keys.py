@@ -7,8 +7,9 @@ benchmark does not form, certified after it).
 A `conv` key is the implicit GEMM's M (output positions), N (output channels a group), K (input
 channels a group x taps), dtype, whether the input is channels-last and `spatial`, the convolution's
 spatial dims (nbx.kernels.conv.tuning.conv_key, classed by the device file's dims ladder): "2" for the
-UNet / VAE convolutions and the tiled chain's bands, "1" for HiFi-GAN's conv1d and its upsampler's
-phases (channels-first: certified on a conv1d, whose A tile takes A_SHIFT); a 1 x 1 convolution of a
+UNet / VAE convolutions and the tiled chain's bands, "1" for HiFi-GAN's conv1d (channels-first:
+certified on a conv1d, whose A tile takes A_SHIFT), "1t" for its upsampler's phases (certified on
+two phase launches of a transposed convolution); a 1 x 1 convolution of a
 channels-last input with stride 1 is nbx.linear of the (positions, C) rows by the [O, C] weight: a
 `linear` key (layout "nt", plain, descriptor-eligible). Depthwise convolutions and pooling run the window kernel (tiles.window, no key).
 
@@ -26,7 +27,7 @@ channels-last input with stride 1 is nbx.linear of the (positions, C) rows by th
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.kernels.conv.tuning import CONV, conv_key
+from nbx.kernels.conv.tuning import CONV, PHASE_LABEL, conv_key
 
 from keys_files import h200_facts, key_record, keys_path, save_keys
 from write_linear_keys import record as linear_record
@@ -102,7 +103,7 @@ def bench_records(facts) -> list[records.KeyRecord]:
     recs += [conv_record(facts, b, s, cin, cout, 1, 1) for b, s, cin, cout in BENCH_1X1]
     for length in HIFIGAN_LENGTHS:   # channels-first (1, 512, L)
         recs.append(key_record(facts, CONV, **conv_key(length, 512, 512 * 7, "bfloat16", False, 1)))
-        recs.append(key_record(facts, CONV, **conv_key(length, 256, 512 * 2, "bfloat16", False, 1)))
+        recs.append(key_record(facts, CONV, **conv_key(length, 256, 512 * 2, "bfloat16", False, PHASE_LABEL)))
     recs.append(conv_record(facts, 2, 64, 640, 640, 3, 1))   # conv_up2: the conv sees the upsampled 64^2
     recs += [key_record(facts, CONV, **conv_key(rows * 1024, 128, 128 * 9, "bfloat16", True, 2)) for rows in (128, 130)]
     return recs

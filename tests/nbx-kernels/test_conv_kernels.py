@@ -215,7 +215,7 @@ def test_the_hifigan_upsampler_is_one_conv_launch_a_phase_with_no_intermediate(d
     w = _transpose_weight(RNG.standard_normal((c_in, o, 16)), device, channels_first_weight)
     plan = conv.transpose_plan(x, w, None, (8,), (4,), (0,), 1, (1,))
     assert [one.kernel for one in plan.launches] == [conv_gemm_kernel] * 8 and not plan.workspace
-    assert asked == [(length, o, c_in * 2, 1)] * 8
+    assert asked == [(length, o, c_in * 2, "1t")] * 8   # the phases' own spatial label
     priced = cost.price("conv_transpose1d", x, w, None, (8,), (4,), (0,), 1, (1,))
     names = {buf.name: buf.nbytes for buf in priced.buffers}
     out_bytes = o * 8 * length * 4

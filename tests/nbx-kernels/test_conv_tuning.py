@@ -55,7 +55,7 @@ def test_the_representatives_weight_has_its_channels_at_unit_stride_and_an_even_
     """As a model converts a weight at load; a 2-tap 1-D key's is conv_transpose1d's (C, N, 2 x stride)
     laid out as the phases' dense copy: (N, K, C), so the phase reads taps `stride` apart (no descriptor)."""
     interp = nbx.as_device("interp")
-    _, w, geo = representative(_rep(16, 4, 2 * 64, channels_last, 1), interp)
+    _, w, geo = representative(_rep(16, 4, 2 * 64, channels_last, "1t"), interp)
     assert w.shape == (64, 4, 2 * PHASE_STRIDE) and w.strides == (1, 2 * PHASE_STRIDE * 64, 64)
     _, w, geo = representative(_rep(16, 4, 3 * 64, channels_last, 1), interp)
     assert w.strides == (192, 1, 64)
@@ -66,7 +66,7 @@ def test_the_representatives_weight_has_its_channels_at_unit_stride_and_an_even_
 def test_hifigans_keys_take_its_own_taps_and_512_channels_on_the_h200s_ladder():
     conv1d = geometry(_rep(8192, 512, 3584, False, 1), HOPPER)
     assert (conv1d.sizes, conv1d.taps, conv1d.channels) == ((8192,), 7, 512)
-    phases = geometry(_rep(8192, 256, 1024, False, 1), HOPPER)   # the x8 upsampler: 512 channels x 2 taps
+    phases = geometry(_rep(8192, 256, 1024, False, "1t"), HOPPER)   # the x8 upsampler: 512 channels x 2 taps
     assert (phases.taps, phases.channels) == (2, 512)
 
 
@@ -120,7 +120,7 @@ def test_an_even_tap_1d_keys_representative_is_one_phase_of_a_transposed_convolu
     negative dilation and each of the two paddings of its shift (-1: shifts +1, 0; 0: shifts 0, -1),
     storing every stride-th position of the output, together every (stride / 2)-th."""
     interp = nbx.as_device("interp")
-    rep = _rep(16, 4, 2 * 64, channels_last, 1)
+    rep = _rep(16, 4, 2 * 64, channels_last, "1t")
     launches = _plan(rep, interp).launches
     size, phases = representative_phase(geometry(rep, device_files.for_arch("interp")))
     assert size == 16 * PHASE_STRIDE and [p.o0 for p in phases] == [PHASE_STRIDE // 2, 0]
@@ -142,7 +142,7 @@ def test_an_even_tap_1d_keys_representative_is_one_phase_of_a_transposed_convolu
 def test_each_phase_window_is_the_transposed_oracle_of_its_own_inputs_equal_to_the_whole_oracle_there(
         channels_last):
     interp = nbx.as_device("interp")
-    rep = _rep(24, 4, 2 * 64, channels_last, 1)
+    rep = _rep(24, 4, 2 * 64, channels_last, "1t")
     work = conv_workload(rep, interp)
     x, w, geo = representative(rep, interp)
     whole = np.asarray(oracle("conv_transpose1d", x, w, None, *representative_args(geo)))
@@ -185,11 +185,11 @@ def test_the_phase_representative_screens_each_setting_as_its_whole_transposed_c
     device = nbx.as_device(where)
     facts = launch.facts(device)
     if where == "cuda":
-        rep = _rep(65536, 256, 1024, False, 1, "bfloat16")
+        rep = _rep(65536, 256, 1024, False, "1t", "bfloat16")
         tile = dict(block_m=128, block_k=64, group_m=8, num_warps=8, num_stages=4, split_k=1)
         settings = [{**tile, "block_n": 256}, {**tile, "block_n": 128}]
     else:
-        rep, settings = _rep(8, 4, 2 * 64, False, 1), [CONV.default(facts)]
+        rep, settings = _rep(8, 4, 2 * 64, False, "1t"), [CONV.default(facts)]
     phase = screen.run(conv_workload(rep, device), settings, facts).verdicts
     whole = screen.run(_whole_transposed_workload(rep, device), settings, facts).verdicts
     for setting, one, every in zip(settings, phase, whole, strict=True):
@@ -203,7 +203,7 @@ def test_a_1d_keys_smallest_launch_is_a_valid_screen_that_takes_the_a_shift_path
     """keys.smallest of a small 1-D key on the H200's ladder (m 48; K class 128: 2 taps x 64 channels,
     a transposed convolution's phase; 192: a 3-tap conv1d), launched on interp with its device file's
     tile: the screen passes against the oracle."""
-    key = keys.form("conv", CONV.key_fields, HOPPER, **conv_key(48, 16, k, "float32", False, 1))
+    key = keys.form("conv", CONV.key_fields, HOPPER, **conv_key(48, 16, k, "float32", False, "1t" if k == 128 else 1))
     small = keys.smallest(key, CONV.key, HOPPER, like=key.observed)
     interp = nbx.as_device("interp")
     facts = device_files.for_arch("interp")

@@ -38,7 +38,7 @@ from ..registry import implements
 from ..types import tl_type
 from .kernel import DEPTHWISE, conv_gemm_kernel, window_kernel
 from .split import SplitK
-from .tuning import conv_setting
+from .tuning import PHASE_LABEL, conv_setting
 
 KERNEL_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 
@@ -339,7 +339,7 @@ def _transpose_plan(x_shape, x_strides, w_shape, w_strides, has_bias, dtype, str
         aligned = reached and not copy and w_aligned and w_offset * dtype.itemsize % TMA_ALIGN == 0
         # a phase with no tap stores the bias alone: the device file's tile, no key to resolve
         one, phase_tile = _gemm_launch(xs, w_s, os_, geometry, has_bias, dtype, device,
-                                       setting if reached else (setting or {}), n,
+                                       setting if reached else (setting or {}), PHASE_LABEL if n == 1 else n,
                                        out_offset=out_offset, w_offset=w_offset, w_aligned=aligned)
         launches.append(one)
         tile = tile or phase_tile

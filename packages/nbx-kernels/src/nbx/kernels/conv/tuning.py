@@ -73,7 +73,10 @@ WIDE_M = 4096            # positions from which only 128-row tiles are kept
 SWIZZLE_ROW = 128        # bytes: a K step narrower than the widest shared-memory swizzle row
 WARPGROUP_ACC = 128 * 128   # the widest tile 4 warps (one warpgroup) hold in registers
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "channels_last": "flag", "spatial": "label"}
-SPATIAL = ("1", "2", "3")   # the key's spatial labels (the device file's autotune.key_space lists them)
+# the key's spatial labels (the device file's autotune.key_space lists them): "1t" is a 1-D transposed
+# convolution's phases (A_SHIFT with a negative dilation, a strided output: their own kernel variants)
+SPATIAL = ("1", "1t", "2", "3")
+PHASE_LABEL = "1t"
 ONE_D_TAPS = (7, 3, 2, 1)   # a 1-D representative's taps, the first whose channels are a multiple of 64
 CHANNEL_ALIGN = (64, 16, 8)  # a representative's channels: a multiple of the first that keeps K in its class
 DIMS_LADDER = "autotune.buckets.dims"
@@ -86,7 +89,8 @@ PHASE_STEP = PHASE_STRIDE // 2
 
 
 def conv_key(m: int, n: int, k: int, dtype, channels_last: bool, spatial: int) -> dict:
-    """spatial: the convolution's spatial dims (1, 2, 3; a transposed convolution's phases: its own)."""
+    """spatial: the convolution's spatial dims (1, 2, 3), or PHASE_LABEL for a 1-D transposed convolution's
+    phases."""
     return {"m": m, "n": n, "k": k, "dtype": dtype, "channels_last": bool(channels_last), "spatial": str(spatial)}
 
 
@@ -97,6 +101,7 @@ class Geometry:
     sizes: tuple[int, ...]
     taps: int
     channels: int
+    phase: bool = False   # a 1-D transposed convolution's phases (PHASE_LABEL)
 
     @property
     def kernel(self) -> tuple[int, ...]:
@@ -113,8 +118,8 @@ class Geometry:
 
     @property
     def is_phase(self) -> bool:
-        """An even 1-D kernel: a transposed convolution's phase (the module's docstring)."""
-        return len(self.sizes) == 1 and self.taps % 2 == 0
+        """A 1-D transposed convolution's phase key (PHASE_LABEL; the module's docstring)."""
+        return self.phase
 
     @property
     def phase_input(self) -> int:
@@ -152,15 +157,18 @@ def representative_channels(k: int, taps: int, class_of) -> int:
 
 
 def geometry(rep, facts) -> Geometry:
-    spatial, m, k = int(rep["spatial"]), rep["m"], rep["k"]
+    phase = rep["spatial"] == PHASE_LABEL
+    spatial, m, k = 1 if phase else int(rep["spatial"]), rep["m"], rep["k"]
     class_of = _class_of(facts)
-    if spatial == 1:
+    if phase:   # HiFi-GAN's form: kernel 2 x stride, 2 taps a phase
+        taps, sizes = 2, (max(1, m),)
+    elif spatial == 1:
         top = class_of(k)
         taps = next((t for t in ONE_D_TAPS if top % t == 0 and top // t % max(CHANNEL_ALIGN) == 0), 3)
         sizes = (max(1, m),)
     else:
         taps, sizes = 3, (_root(m, spatial),) * spatial
-    return Geometry(sizes, taps, representative_channels(k, taps ** spatial, class_of))
+    return Geometry(sizes, taps, representative_channels(k, taps ** spatial, class_of), phase)
 
 
 def representative(rep, device):
