@@ -100,7 +100,7 @@ class _Advanced:
         for k in key:
             if isinstance(k, list) and np.size(k) == 0:   # numpy reads an empty list as integer indices
                 k = np.asarray(k, dtype=np.int64)
-            if isinstance(k, (list, np.ndarray, bool, np.bool_)):
+            if isinstance(k, (list, np.ndarray, bool, np.bool_)) and _is_advanced(k):   # a 0-d int stays an int
                 k = asarray(k, device=t.device)
             if isinstance(k, Tensor) and k.device != t.device:
                 raise CrossDeviceError(f"index on {k.device} for a tensor on {t.device}")

@@ -178,7 +178,7 @@ class Tensor:
         if not (0 <= start <= size and 0 <= length <= size - start):
             raise IndexingError(f"narrow(dim={dim}, start={start}, length={length}) is outside size {size}")
         shape = list(self.shape)
-        shape[dim] = int(length)
+        shape[dim] = length if type(length) is int else layout.as_shape((length,))[0]   # a float refused by name
         return Tensor._of(self._storage, self.dtype, tuple(shape), self._strides,   # checked above
                           self._offset + int(start) * self._strides[dim])
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 
+from nbx.core.device import Device
 from nbx.core.errors import NotSupportedError
 
 from . import properties, runtime
@@ -26,7 +27,6 @@ class _Scratch:
     """Device memory handed to a Triton launch (global or profile scratch); data_ptr() aligned."""
 
     def __init__(self, size: int, alignment: int):
-        from nbx.core.device import Device
         from nbx.core.tensor import empty
         alignment = max(int(alignment or 1), 1)   # a Device, not a string: as_device's memo serves it
         self.tensor = empty((size + alignment,), "uint8", Device("cuda", runtime.get_device()))

@@ -144,7 +144,9 @@ def _gemm_launch(x_strides, w_strides, o_strides, geometry, bias: bool, dtype, d
     channels = (batch, c_g * groups)
     reaches = (reach((*channels, *sizes), x_strides), reach((groups, o_g, c_g, *kernel), w_strides),
                *(reach((batch, o_g * groups, *outs), st) for st in (o_strides, res_strides)))
-    meta.update(WIDE=max(reaches) - 1 > INT32_MAX // 2, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
+    # the split partials reach split_k outputs (their stores: n os_n + split split_stride)
+    wide = max(*reaches[:2], tile["split_k"] * max(reaches[2:])) - 1 > INT32_MAX // 2
+    meta.update(WIDE=wide, EVEN_C=c_g % tile["block_k"] == 0,   # margin: a tile's overreach
                 ONE_TAP=prod(kernel) == 1)
     divides = upsample != (1, 1, 1)
     shift = a_shift(x_strides, kernel, stride, outs, divides, tile)
