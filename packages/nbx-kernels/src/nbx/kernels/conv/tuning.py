@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nbx import autotune
+from nbx.autotune.keys import LADDERS
 from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
 
@@ -79,7 +80,7 @@ SPATIAL = ("1", "1t", "2", "3")
 PHASE_LABEL = "1t"
 ONE_D_TAPS = (7, 3, 2, 1)   # a 1-D representative's taps, the first whose channels are a multiple of 64
 CHANNEL_ALIGN = (64, 16, 8)  # a representative's channels: a multiple of the first that keeps K in its class
-DIMS_LADDER = "autotune.buckets.dims"
+DIMS_LADDER = LADDERS["dims"]
 PHASE_STRIDE = 8            # an even 1-D representative's transposed stride (HiFi-GAN's x8 upsampler)
 # the phases it runs (conv.phases' order): residue 0 (o0 = stride / 2, PAD_W -1: A_SHIFT's shifts +1, 0) and
 # residue stride / 2 (o0 = 0, PAD_W 0: shifts 0, -1, its loads from 8 positions before the row): the two kernel
@@ -317,10 +318,11 @@ def _fits(setting, rep, facts):
     itemsize = as_dtype(rep["dtype"]).itemsize
     if setting["block_k"] * itemsize < SWIZZLE_ROW and rep["k"] >= 16 * setting["block_k"]:
         return f"block_k {setting['block_k']} on k={rep['k']}: {setting['block_k'] * itemsize}-byte steps"
-    channels = geometry(rep, facts).channels
+    geo = geometry(rep, facts)
+    channels = geo.channels
     if setting["block_k"] > min(PARAMS["block_k"]) and setting["block_k"] // 2 >= channels:
         return f"block_k {setting['block_k']} covers the representative's {channels} channels a tap twice over"
-    split = _split_fits(setting, rep, facts)
+    split = _split_fits(setting, rep, facts, geo)
     if split is not True:
         return split
     limit = facts.value("memory.max_shared_memory_per_block")
@@ -331,11 +333,12 @@ def _fits(setting, rep, facts):
     return True
 
 
-def _split_fits(setting, rep, facts):
+def _split_fits(setting, rep, facts, geo=None):
+    """True, or why a split setting does not fit the key (geo: its representative's, computed where not given)."""
     split = setting["split_k"]
     if split == 1:
         return True
-    geo = geometry(rep, facts)
+    geo = geometry(rep, facts) if geo is None else geo
     if geo.is_phase:   # its launch would time the unsplit tile under a split's name
         return f"split_k {split} on a transposed convolution's phase: the phases run unsplit (conv._transpose_plan)"
     tile = tuple(setting[b] for b in ("block_m", "block_n", "block_k"))
