@@ -18,6 +18,7 @@ The front-end, the CPU implementation, the kernels and `price()` all read an op'
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from . import device_files, dispatch
 from .errors import ArgumentError, SignatureError
@@ -97,6 +98,7 @@ class OpSpec:
         self._names = tuple(p.name for p in self.params)
         self._alias = {a: p.name for p in self.params for a in (p.name, *p.aliases)}
         self.call_type = type(f"{name}_call", (Call,), {"__slots__": self._names})
+        self._repeats: dict[tuple[str, ...], Callable] = {}   # _repeat's functions by the fields they bind
 
     def __repr__(self):
         return f"OpSpec({self.name})"
@@ -148,21 +150,27 @@ class OpSpec:
     # ---- the front-end ---------------------------------------------------------------------
     def call(self, *args, **kwargs):
         """op(*args, **kwargs): checked once per signature, then dispatched with one Call."""
-        key = _signature(self, args, kwargs)
+        if kwargs:
+            key = _signature(self, args, kwargs)
+        else:  # _signature's positional loop, inline: every op call of a decode step builds its key
+            key = [self]
+            values = self._value_positions
+            for i, v in enumerate(args):
+                kind = type(v)
+                if kind is Tensor:
+                    key.append((v.dtype, v.shape, v._strides, v._storage.device))
+                elif kind in _BY_TYPE and i not in values:
+                    key.append(kind)
+                else:
+                    key.append((kind, v))
+            key = tuple(key)
         if getattr(dispatch._OBSERVER, "current", None) is None:
-            if device_files._generation != _seen[0]:
-                forget()
-            try:
+            try:  # the device facts' generation empties _FAST when it moves (forget, a listener)
                 found = _FAST.get(key)
             except TypeError:  # an unhashable argument (a list): no signature, checked every call
                 found = key = None
-            if found is not None:
-                fields, facts, run = found
-                call = self.call_type.__new__(self.call_type)
-                call.spec, call.facts = self, facts
-                for name, value in zip(fields, (*args, *kwargs.values()) if kwargs else args):
-                    setattr(call, name, value)
-                return run(call)
+            if found is not None:  # the repeat: its Call made and run by the signature's own function
+                return found(*args, *kwargs.values()) if kwargs else found(*args)
         call = self.bind(*args, **kwargs)
         impl = dispatch.implementation(self.name, call.facts.device)
         if key is not None and getattr(dispatch._OBSERVER, "current", None) is None:
@@ -170,16 +178,30 @@ class OpSpec:
             run = (prepare(call) if prepare is not None else None) or impl
             if len(_FAST) >= MAX_SIGNATURES:
                 del _FAST[next(iter(_FAST))]
-            _FAST[key] = (self._fields(len(args), kwargs), call.facts, run)
+            _FAST[key] = partial(self._repeat(self._fields(len(args), kwargs)), call.facts, run)
             return run(call)
         return impl(call)
+
+    def _repeat(self, fields: tuple[str, ...]) -> Callable:
+        """The function a repeat of a signature binding fields calls as (facts, run, *arguments):
+        its Call made with the arguments stored by name (no loop over the fields) and run. Written
+        once per spec and fields (signatures of one arity share it)."""
+        made = self._repeats.get(fields)
+        if made is None:
+            names = {"new": object.__new__, "call_type": self.call_type, "spec": self}
+            args = [f"a{i}" for i in range(len(fields))]
+            source = (f"def repeat(facts, run, {', '.join(args)}):\n    call = new(call_type)\n"
+                      "    call.spec, call.facts = spec, facts\n"
+                      + "".join(f"    call.{name} = {a}\n" for name, a in zip(fields, args)) + "    return run(call)\n")
+            exec(compile(source, f"<nbx repeat of {self.name}>", "exec"), names)
+            made = self._repeats[fields] = names["repeat"]
+        return made
 
 
 # ---- the per-signature fast path -------------------------------------------------------------
 
 MAX_SIGNATURES = 4096
 _FAST: dict = {}
-_seen = [device_files.generation()]
 _BY_TYPE = (float, complex)   # values a call may change freely: in the signature by type only
 
 
@@ -206,10 +228,10 @@ def forget() -> None:
     """Drop every signature's checks and prepared path (the device facts, the served settings, the
     registered implementations or the cached plans changed)."""
     _FAST.clear()
-    _seen[0] = device_files.generation()
 
 
 dispatch.on_change(forget)
+device_files.on_generation(forget)
 
 _SPECS: dict[str, OpSpec] = {}
 

@@ -92,7 +92,7 @@ class Pool(RangeCarving):
         self._serial = 0  # blocks handed out so far: each one's serial, and the stats' allocation count
         self._seg_bytes = self._allocated = self._requested = self._pending_bytes = 0
         self._allocated_peak = self._requested_peak = self._reserved_peak = 0
-        self._n_free = self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
+        self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
         if expandable is not None:
             seg = Segment(expandable.base, expandable.size, small=False, is_range=True)
             seg.head = Block(seg.address, seg.size, seg)
@@ -170,7 +170,7 @@ class Pool(RangeCarving):
                 self._requested_peak, self._reserved_peak,
                 sum(s.small for s in self._segments.values()), sum(not s.small for s in self._segments.values()),
                 self._range.mapped_chunks * self._range.chunk if self._range else 0, self._largest_free(),
-                self._serial, self._n_free, self._n_seg_alloc + (self._range.creates if self._range else 0),
+                self._serial, self._serial - self._live_blocks(), self._n_seg_alloc + (self._range.creates if self._range else 0),
                 self._n_seg_free + (self._range.releases if self._range else 0), self._refusals, self._ooms)
 
     def reset_peak(self) -> None:
@@ -339,7 +339,6 @@ class Pool(RangeCarving):
                 size = blk.size
                 allocated = self._allocated = self._allocated - size
                 self._requested -= blk.requested
-                self._n_free += 1
                 stream = blk.stream
                 blk.state, blk.free_on, blk.events = FREE, stream, []
                 nxt = blk.next
@@ -371,7 +370,6 @@ class Pool(RangeCarving):
             raise ArgumentError(f"{blk!r} freed twice")
         self._allocated -= blk.size
         self._requested -= blk.requested
-        self._n_free += 1
         if self.recorder is not None:
             self.recorder.free(blk.serial, blk.requested, blk.stream)
         if blk.used_on is None:  # no record_stream: free at once (the common case)
@@ -588,6 +586,17 @@ class Pool(RangeCarving):
     def _drop_events(self, events: list) -> None:
         for e in events:
             self._events.release(e)
+
+    def _live_blocks(self) -> int:
+        """How many handed-out blocks are live (the frees so far are the hand-outs less these: a free
+        counts nothing of its own)."""
+        live = 0
+        for seg in self._all_segments():
+            blk = seg.head
+            while blk is not None:
+                live += blk.state == LIVE
+                blk = blk.next
+        return live
 
     def _largest_free(self) -> int:
         self._merge_held()
