@@ -150,20 +150,24 @@ class OpSpec:
     # ---- the front-end ---------------------------------------------------------------------
     def call(self, *args, **kwargs):
         """op(*args, **kwargs): checked once per signature, then dispatched with one Call."""
+        # the key of the call's signature (unhashable where an argument is: then the call has none),
+        # built here rather than in a function of its own: every op call of a decode step builds one
+        key = [self]
+        values = self._value_positions
+        for i, v in enumerate(args):
+            kind = type(v)
+            if kind is Tensor:
+                key.append((v.dtype, v.shape, v._strides, v._storage.device))
+            elif kind in _BY_TYPE and i not in values:
+                key.append(kind)
+            else:
+                key.append((kind, v))
         if kwargs:
-            key = _signature(self, args, kwargs)
-        else:  # _signature's positional loop, inline: every op call of a decode step builds its key
-            key = [self]
-            values = self._value_positions
-            for i, v in enumerate(args):
+            for name, v in kwargs.items():
                 kind = type(v)
-                if kind is Tensor:
-                    key.append((v.dtype, v.shape, v._strides, v._storage.device))
-                elif kind in _BY_TYPE and i not in values:
-                    key.append(kind)
-                else:
-                    key.append((kind, v))
-            key = tuple(key)
+                key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
+                            else kind if kind in _BY_TYPE and name not in self.by_value else (kind, v)))
+        key = tuple(key)
         if getattr(dispatch._OBSERVER, "current", None) is None:
             try:  # the device facts' generation empties _FAST when it moves (forget, a listener)
                 found = _FAST.get(key)
@@ -203,25 +207,6 @@ class OpSpec:
 MAX_SIGNATURES = 4096
 _FAST: dict = {}
 _BY_TYPE = (float, complex)   # values a call may change freely: in the signature by type only
-
-
-def _signature(spec: OpSpec, args, kwargs) -> tuple | None:
-    """The key of a call's signature (unhashable where an argument is: then the call has none)."""
-    key = [spec]
-    for i, v in enumerate(args):
-        kind = type(v)
-        if kind is Tensor:
-            key.append((v.dtype, v.shape, v._strides, v._storage.device))
-        elif kind in _BY_TYPE and i not in spec._value_positions:
-            key.append(kind)
-        else:
-            key.append((kind, v))
-    if kwargs:
-        for name, v in kwargs.items():
-            kind = type(v)
-            key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
-                        else kind if kind in _BY_TYPE and name not in spec.by_value else (kind, v)))
-    return tuple(key)
 
 
 def forget() -> None:
