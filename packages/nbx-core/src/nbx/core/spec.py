@@ -182,7 +182,9 @@ class OpSpec:
             run = (prepare(call) if prepare is not None else None) or impl
             if len(_FAST) >= MAX_SIGNATURES:
                 del _FAST[next(iter(_FAST))]
-            _FAST[key] = partial(self._repeat(self._fields(len(args), kwargs)), call.facts, run)
+            fields = self._fields(len(args), kwargs)
+            _FAST[key] = (self._slots_repeat(fields, run, call) if type(run) is Slots else
+                          partial(self._repeat(fields), call.facts, run))
             return run(call)
         return impl(call)
 
@@ -200,6 +202,47 @@ class OpSpec:
             exec(compile(source, f"<nbx repeat of {self.name}>", "exec"), names)
             made = self._repeats[fields] = names["repeat"]
         return made
+
+    def _slots_repeat(self, fields: tuple[str, ...], slots: Slots, call: Call) -> Callable:
+        """A repeat of a signature binding fields whose prepared path is slots: a function of the
+        arguments building slots' dict from them (no Call), written once per spec, fields and slots'
+        layout; the fixed values (and the arguments left at their defaults) are bound to it."""
+        layout = tuple((name, v if type(v) is Arg and v in fields else None) for name, v in slots.slots.items())
+        made = self._repeats.get((fields, layout, slots.result is None))
+        if made is None:
+            fixed = [f"f{k}" for k in range(sum(arg is None for _, arg in layout))]
+            items, k = [], 0
+            for name, arg in layout:
+                items.append(f"{name!r}: a{fields.index(arg)}" if arg is not None else f"{name!r}: f{k}")
+                k += arg is None
+            result = "" if slots.result is None else "[result]"
+            source = (f"def repeat({', '.join(['run', 'result', *fixed, *(f'a{i}' for i in range(len(fields)))])}):\n"
+                      f"    return run({{{', '.join(items)}}}){result}\n")
+            names: dict = {}
+            exec(compile(source, f"<nbx repeat of {self.name}>", "exec"), names)
+            made = self._repeats[(fields, layout, slots.result is None)] = names["repeat"]
+        fixed = [getattr(call, v) if type(v) is Arg else v for (name, arg), v in zip(layout, slots.slots.values())
+                 if arg is None]
+        return partial(made, slots.run, slots.result, *fixed)
+
+
+class Arg(str):
+    """In a Slots' dict: the call's argument of this name (fixed values are anything else)."""
+
+
+class Slots:
+    """What an implementation's prepare(call) may return instead of a function of the Call:
+    run(values) over a fresh dict of its slots, each the call's argument named by an Arg or a fixed
+    value, giving values[result] (the dict itself where result is None). A repeat of the signature
+    then makes no Call: its function builds the dict from the arguments as they come."""
+    __slots__ = ("run", "slots", "result")
+
+    def __init__(self, run: Callable[[dict], dict], slots: dict, result: str | None):
+        self.run, self.slots, self.result = run, slots, result
+
+    def __call__(self, call: Call):
+        values = self.run({name: getattr(call, v) if type(v) is Arg else v for name, v in self.slots.items()})
+        return values if self.result is None else values[self.result]
 
 
 # ---- the per-signature fast path -------------------------------------------------------------
@@ -247,5 +290,5 @@ def front_end(spec: OpSpec) -> Callable:
     return op
 
 
-__all__ = ["OpSpec", "Param", "Call", "Facts", "params", "define", "spec_of", "specs", "front_end", "forget",
+__all__ = ["OpSpec", "Param", "Call", "Facts", "Slots", "Arg", "params", "define", "spec_of", "specs", "front_end", "forget",
            "REQUIRED", "MAX_SIGNATURES"]

@@ -66,20 +66,22 @@ class Pool(RangeCarving):
                                 f"got {parked_fraction!r}")
         self.rules, self.device = rules, device
         self._source, self._events, self._synchronize, self._range = source, events, synchronize, expandable
-        self._parked_limit = None
+        self._seg_bytes = self._pending_bytes = 0
+        self._limit = None
         if parked_fraction < 1:
             total = source.memory_info()[1]
             if total is None:
                 raise MissingFactError("the pool's parked fraction needs the device's total memory, "
                                        "which its segment source cannot give")
-            self._parked_limit = int(parked_fraction * total)
+            self._limit = int(parked_fraction * total)
         self._small, self._large, self._range_free = SizeIndex(), SizeIndex(), _AddressSet()
         self._segments: dict[int, Segment] = {}
         self._pending: list[Block] = []
         self._streams: set = set()
         self._last_stream = _NO_STREAM  # the stream of the last request: known without hashing it again
         self._multi = False
-        self._fast = True  # the exact-fit fast paths (off: the general path alone, for comparison)
+        self._fast_on = True  # the exact-fit fast paths (off: the general path alone, for comparison)
+        self._recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
         self._held: Block | None = None  # a freed block whose merge with its free right neighbour waits
         self._ranks = 0
         # the rules' rounding and class limit as plain ints: read by every request
@@ -88,16 +90,55 @@ class Pool(RangeCarving):
         self._half_rule = rules.half_rule
         self._lock = threading.Lock()
         self._deferred: deque = deque()
-        self.recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
+        self._plain = True  # _fast, one stream and no recorder: the steady state's free (_release)
         self._serial = 0  # blocks handed out so far: each one's serial, and the stats' allocation count
-        self._seg_bytes = self._allocated = self._requested = self._pending_bytes = 0
+        self._allocated = self._requested = 0
         self._allocated_peak = self._requested_peak = self._reserved_peak = 0
         self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
+        self._trim_line()
         if expandable is not None:
             seg = Segment(expandable.base, expandable.size, small=False, is_range=True)
             seg.head = Block(seg.address, seg.size, seg)
             self._range_seg = seg
             self._range_free.add(seg.head)
+
+    # the flags the steady state reads as one (_plain), and the free's trim test as one line (_trim_below)
+    @property
+    def _fast(self) -> bool:
+        return self._fast_on
+
+    @_fast.setter
+    def _fast(self, on: bool) -> None:
+        self._fast_on = on
+        self._plain = on and not self._multi and self._recorder is None
+
+    @property
+    def recorder(self):
+        """nbx.memory.trace.TraceRecorder (or anything with its methods) seeing every request, or None."""
+        return self._recorder
+
+    @recorder.setter
+    def recorder(self, recorder) -> None:
+        self._recorder = recorder
+        self._plain = self._fast_on and not self._multi and recorder is None
+
+    @property
+    def _parked_limit(self) -> int | None:
+        """The cached bytes above which a free gives wholly free segments back (None: no limit)."""
+        return self._limit
+
+    @_parked_limit.setter
+    def _parked_limit(self, limit: int | None) -> None:
+        self._limit = limit
+        self._trim_line()
+
+    def _trim_line(self) -> None:
+        """_trim's test as one comparison: a free trims when the live bytes fall below _trim_below
+        (the cached bytes then exceed the limit; with the range, every free trims). Kept with the
+        figures it reads: segment bytes, pending bytes, the limit."""
+        limit = self._limit
+        self._trim_below = (float("-inf") if limit is None else float("inf") if self._range is not None
+                            else self._seg_bytes - self._pending_bytes - limit)
 
     # -- public interface (nbx.memory.allocator's Block) -----------------------------------------
     def allocate(self, nbytes: int, stream=None) -> HandedBlock:
@@ -114,7 +155,7 @@ class Pool(RangeCarving):
             if self._deferred:
                 self._drain()
             blk = None
-            if stream is self._last_stream and self._fast and not self._pending and (
+            if stream is self._last_stream and self._fast_on and not self._pending and (
                     size <= self._small_limit or self._range is None):
                 index = self._small if size <= self._small_limit else self._large
                 keys, held = index.keys, self._held
@@ -222,7 +263,7 @@ class Pool(RangeCarving):
                 if blk is not None:
                     return blk
             self._merge_held()
-        if self._fast:
+        if self._fast_on:
             blk = index.take_exact(size, stream)
             if blk is not None:
                 return self._hand_out(blk, size, stream, nbytes)
@@ -261,6 +302,7 @@ class Pool(RangeCarving):
         seg.head = Block(address, seg_size, seg)
         self._segments[address] = seg
         self._seg_bytes += seg_size
+        self._trim_line()
         self._n_seg_alloc += 1
         self._reserved_peak = max(self._reserved_peak, self.reserved)
         self._index_of(seg.head).add(seg.head)
@@ -316,8 +358,8 @@ class Pool(RangeCarving):
             self._allocated_peak = allocated
         if requested > self._requested_peak:
             self._requested_peak = requested
-        if self.recorder is not None:
-            self.recorder.alloc(blk.serial, nbytes, stream)
+        if self._recorder is not None:
+            self._recorder.alloc(blk.serial, nbytes, stream)
         return blk
 
     # -- freeing ---------------------------------------------------------------------------------
@@ -334,8 +376,8 @@ class Pool(RangeCarving):
             return
         try:
             seg, prv = blk.seg, blk.prev
-            if (self._fast and not self._multi and blk.state == LIVE and blk.used_on is None and self._held is None
-                    and self.recorder is None and not seg.is_range and (prv is None or prv.state != FREE)):
+            if (self._plain and blk.state == LIVE and blk.used_on is None and self._held is None
+                    and not seg.is_range and (prv is None or prv.state != FREE)):
                 size = blk.size
                 allocated = self._allocated = self._allocated - size
                 self._requested -= blk.requested
@@ -350,9 +392,7 @@ class Pool(RangeCarving):
                     key = (size << _SIZE_SHIFT) + seg.order + blk.ptr
                     insort(index.keys, key)
                     index.blocks[key] = blk
-                limit = self._parked_limit  # _trim's test, inline: a free under the limit trims nothing
-                if limit is not None and (self._range is not None
-                                          or self._seg_bytes - allocated - self._pending_bytes > limit):
+                if allocated < self._trim_below:  # _trim's test: a free under the limit trims nothing
                     self._trim()
             else:
                 self._free(blk)
@@ -370,16 +410,14 @@ class Pool(RangeCarving):
             raise ArgumentError(f"{blk!r} freed twice")
         self._allocated -= blk.size
         self._requested -= blk.requested
-        if self.recorder is not None:
-            self.recorder.free(blk.serial, blk.requested, blk.stream)
+        if self._recorder is not None:
+            self._recorder.free(blk.serial, blk.requested, blk.stream)
         if blk.used_on is None:  # no record_stream: free at once (the common case)
             if self._multi and self._events is not None:  # another stream may want it: stamp the free
                 self._make_free(blk, blk.stream, [self._events.record(blk.stream)])
             else:
                 self._make_free(blk, blk.stream, [])
-            limit = self._parked_limit  # _trim's test, inline: a free under the limit trims nothing
-            if limit is not None and (self._range is not None
-                                      or self._seg_bytes - self._allocated - self._pending_bytes > limit):
+            if self._allocated < self._trim_below:  # _trim's test: a free under the limit trims nothing
                 self._trim()
             return
         extra = [s for s in blk.used_on if s != blk.stream]
@@ -390,6 +428,7 @@ class Pool(RangeCarving):
             blk.state = PENDING
             self._pending.append(blk)
             self._pending_bytes += blk.size
+            self._trim_line()
         else:
             cross = self._multi and self._events is not None  # another stream may want it: stamp the free
             self._make_free(blk, blk.stream, [self._events.record(blk.stream)] if cross else [])
@@ -402,7 +441,7 @@ class Pool(RangeCarving):
         nxt, prv = blk.next, blk.prev
         seg = blk.seg  # a segment's blocks all live in one index (_index_of, inline)
         index = self._range_free if seg.is_range else self._small if seg.small else self._large
-        if self._fast and (prv is None or prv.state != FREE):
+        if self._fast_on and (prv is None or prv.state != FREE):
             if nxt is None or nxt.state != FREE:
                 index.add(blk)  # the fast path: no free neighbour to merge with (blk sits between live blocks)
                 return
@@ -458,6 +497,7 @@ class Pool(RangeCarving):
                 self._drop_events(blk.waiting)
                 blk.waiting = []
                 self._pending_bytes -= blk.size
+                self._trim_line()
                 self._make_free(blk, blk.stream, blk.events)
             else:
                 waiting.append(blk)
@@ -473,14 +513,14 @@ class Pool(RangeCarving):
         blk.used_on.add(stream)
         if stream not in self._streams:
             self._new_stream(stream)
-        if self.recorder is not None:
-            self.recorder.record_stream(blk.serial, stream)
+        if self._recorder is not None:
+            self._recorder.record_stream(blk.serial, stream)
 
     def _new_stream(self, stream) -> None:
         """A second stream appears: blocks freed so far on the first get the event their free did not record."""
         self._streams.add(stream)
         if len(self._streams) == 2:
-            self._multi = True
+            self._multi, self._plain = True, False
             if self._events is not None:
                 for blk in self._free_blocks():
                     if blk.free_on is not ANY and not blk.events:
@@ -498,6 +538,7 @@ class Pool(RangeCarving):
             self._drop_events(blk.waiting)
             blk.waiting = []
             self._pending_bytes -= blk.size
+            self._trim_line()
             self._make_free(blk, blk.stream, blk.events)
         self._pending = []
         for blk in self._free_blocks():
@@ -529,6 +570,7 @@ class Pool(RangeCarving):
                 del self._segments[seg.address]
                 self._source.free(seg.address)
                 self._seg_bytes -= seg.size
+                self._trim_line()
                 self._n_seg_free += 1
                 released += seg.size
         return released
