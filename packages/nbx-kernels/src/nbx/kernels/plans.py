@@ -22,6 +22,7 @@ device tensor a launch reads (a pad's fill) in the same cache.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -364,15 +365,26 @@ def _bound_launch(runner: _Runner, values: dict):
              "hooks_set": hooks_set, "knobs": triton.knobs.runtime, "stream_of": _stream_of,
              "I32": _I32, "I64": _I64, "index": runner.device.index, "backend": runner.backend}
     body, key, args = [], [], list(runner.template)
+    tensors: dict[str, int] = {}  # a tensor slot's name (no view) -> the slot that reads it first
+    reads = Counter(name for _, name, view, _ in runner.slots if view is None)
     for i, (pos, name, view, free) in enumerate(runner.slots):
         names[f"name{i}"], names[f"view{i}"] = name, view
         v = values[name] if view is None else view(values[name])
-        body.append(f"v{i} = values[name{i}]" if view is None else f"v{i} = view{i}(values[name{i}])")
         kind = type(v)
+        if kind is Tensor and view is None and name in tensors:  # one value in several parameters
+            j = tensors[name]  # (a fused kernel's absent operands point at a present one): read it once
+            key += [f"d{j}", f"a{j}"]
+            args[pos] = _Arg(f"v{j}")
+            continue
+        body.append(f"v{i} = values[name{i}]" if view is None else f"v{i} = view{i}(values[name{i}])")
         if kind is Tensor:
+            if view is None:
+                tensors[name] = i
             body += [f"if type(v{i}) is not Tensor: return _other_kinds()",
                      f"d{i} = v{i}.dtype", f"v{i} = v{i}._storage._ptr + v{i}._offset * d{i}.itemsize"]
-            key += [f"d{i}", f"v{i} % 16 == 0"]
+            if reads[name] > 1:
+                body.append(f"a{i} = v{i} % 16 == 0")
+            key += [f"d{i}", f"a{i}" if reads[name] > 1 else f"v{i} % 16 == 0"]
         elif kind is int:
             body += [f"if type(v{i}) is not int: return _other_kinds()",
                      f"w{i} = 0 if -I32 <= v{i} < I32 else 1 if -I64 <= v{i} < I64 else 2"]
