@@ -90,19 +90,18 @@ class Pool(RangeCarving):
         self._half_rule = rules.half_rule
         self._lock = threading.Lock()
         self._deferred: deque = deque()
-        self._plain = True  # _fast, one stream and no recorder: the steady state's free (_release)
         self._serial = 0  # blocks handed out so far: each one's serial, and the stats' allocation count
         self._allocated = self._requested = 0
         self._allocated_peak = self._requested_peak = self._reserved_peak = 0
         self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
-        self._trim_line()
+        self._derive_tests()
         if expandable is not None:
             seg = Segment(expandable.base, expandable.size, small=False, is_range=True)
             seg.head = Block(seg.address, seg.size, seg)
             self._range_seg = seg
             self._range_free.add(seg.head)
 
-    # the flags the steady state reads as one (_plain), and the free's trim test as one line (_trim_below)
+    # the tests of the steady state, each one flag or comparison (_derive_tests)
     @property
     def _fast(self) -> bool:
         return self._fast_on
@@ -110,7 +109,7 @@ class Pool(RangeCarving):
     @_fast.setter
     def _fast(self, on: bool) -> None:
         self._fast_on = on
-        self._plain = on and not self._multi and self._recorder is None
+        self._derive_tests()
 
     @property
     def recorder(self):
@@ -120,7 +119,7 @@ class Pool(RangeCarving):
     @recorder.setter
     def recorder(self, recorder) -> None:
         self._recorder = recorder
-        self._plain = self._fast_on and not self._multi and recorder is None
+        self._derive_tests()
 
     @property
     def _parked_limit(self) -> int | None:
@@ -130,12 +129,16 @@ class Pool(RangeCarving):
     @_parked_limit.setter
     def _parked_limit(self, limit: int | None) -> None:
         self._limit = limit
-        self._trim_line()
+        self._derive_tests()
 
-    def _trim_line(self) -> None:
-        """_trim's test as one comparison: a free trims when the live bytes fall below _trim_below
-        (the cached bytes then exceed the limit; with the range, every free trims). Kept with the
-        figures it reads: segment bytes, pending bytes, the limit."""
+    def _derive_tests(self) -> None:
+        """The steady state's tests from what they read, made again whenever that changes: _quick
+        (the fast paths on, nothing pending: an allocation may take an exact block), _plain (the fast
+        paths on, one stream, no recorder: a free may go back in _release's frame) and _trim_below
+        (_trim's test as one comparison: a free trims when the live bytes fall below it, the cached
+        bytes then exceeding the limit; with the range, every free trims)."""
+        self._quick = self._fast_on and not self._pending
+        self._plain = self._fast_on and not self._multi and self._recorder is None
         limit = self._limit
         self._trim_below = (float("-inf") if limit is None else float("inf") if self._range is not None
                             else self._seg_bytes - self._pending_bytes - limit)
@@ -155,9 +158,9 @@ class Pool(RangeCarving):
             if self._deferred:
                 self._drain()
             blk = None
-            if stream is self._last_stream and self._fast_on and not self._pending and (
-                    size <= self._small_limit or self._range is None):
-                index = self._small if size <= self._small_limit else self._large
+            small = size <= self._small_limit
+            if stream is self._last_stream and self._quick and (small or self._range is None):
+                index = self._small if small else self._large
                 keys, held = index.keys, self._held
                 lo = bisect_left(keys, size << _SIZE_SHIFT)
                 if held is None:  # take_exact
@@ -302,7 +305,7 @@ class Pool(RangeCarving):
         seg.head = Block(address, seg_size, seg)
         self._segments[address] = seg
         self._seg_bytes += seg_size
-        self._trim_line()
+        self._derive_tests()
         self._n_seg_alloc += 1
         self._reserved_peak = max(self._reserved_peak, self.reserved)
         self._index_of(seg.head).add(seg.head)
@@ -428,7 +431,7 @@ class Pool(RangeCarving):
             blk.state = PENDING
             self._pending.append(blk)
             self._pending_bytes += blk.size
-            self._trim_line()
+            self._derive_tests()
         else:
             cross = self._multi and self._events is not None  # another stream may want it: stamp the free
             self._make_free(blk, blk.stream, [self._events.record(blk.stream)] if cross else [])
@@ -497,11 +500,11 @@ class Pool(RangeCarving):
                 self._drop_events(blk.waiting)
                 blk.waiting = []
                 self._pending_bytes -= blk.size
-                self._trim_line()
                 self._make_free(blk, blk.stream, blk.events)
             else:
                 waiting.append(blk)
         self._pending = waiting
+        self._derive_tests()
 
     def _record_stream(self, blk: Block, stream) -> None:
         if stream == blk.stream:
@@ -520,7 +523,8 @@ class Pool(RangeCarving):
         """A second stream appears: blocks freed so far on the first get the event their free did not record."""
         self._streams.add(stream)
         if len(self._streams) == 2:
-            self._multi, self._plain = True, False
+            self._multi = True
+            self._derive_tests()
             if self._events is not None:
                 for blk in self._free_blocks():
                     if blk.free_on is not ANY and not blk.events:
@@ -538,9 +542,9 @@ class Pool(RangeCarving):
             self._drop_events(blk.waiting)
             blk.waiting = []
             self._pending_bytes -= blk.size
-            self._trim_line()
             self._make_free(blk, blk.stream, blk.events)
         self._pending = []
+        self._derive_tests()
         for blk in self._free_blocks():
             self._drop_events(blk.events)
             blk.events, blk.free_on = [], ANY
@@ -570,7 +574,7 @@ class Pool(RangeCarving):
                 del self._segments[seg.address]
                 self._source.free(seg.address)
                 self._seg_bytes -= seg.size
-                self._trim_line()
+                self._derive_tests()
                 self._n_seg_free += 1
                 released += seg.size
         return released
