@@ -82,7 +82,8 @@ class Pool(RangeCarving):
         self._multi = False
         self._fast_on = True  # the exact-fit fast paths (off: the general path alone, for comparison)
         self._recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
-        self._held: Block | None = None  # a freed block whose merge with its free right neighbour waits
+        self._held: Block | None = None  # a freed block whose merge with a free neighbour waits
+        self._held_left = False  # that neighbour precedes it (else it follows it)
         self._ranks = 0
         # the rules' rounding and class limit as plain ints: read by every request
         self._granularity = rules.granularity
@@ -169,7 +170,7 @@ class Pool(RangeCarving):
                         if not found.events and (found.free_on is ANY or found.free_on is stream):
                             del index.blocks[keys.pop(lo)]
                             blk = found
-                elif held.size == size:  # _take_held, when no other free block of at least size comes first
+                elif held.size == size and not self._held_left:  # _take_held, when no other free block of at least size comes first
                     nxt = held.next
                     free_on = nxt.free_on if held.free_on is ANY else held.free_on
                     if not nxt.events and (free_on is ANY or free_on is stream) and (
@@ -261,7 +262,7 @@ class Pool(RangeCarving):
         index = self._small if small else self._large
         held = self._held
         if held is not None:
-            if held.size == size:
+            if (held.prev.size if self._held_left else held.size) == size:
                 blk = self._take_held(held, size, stream, nbytes)
                 if blk is not None:
                     return blk
@@ -389,7 +390,7 @@ class Pool(RangeCarving):
                 nxt = blk.next
                 if nxt is not None and nxt.state == FREE and (
                         nxt.free_on is ANY or nxt.free_on is stream or nxt.free_on == stream):  # compatible
-                    self._held = blk  # its merge with nxt waits: the next request may be of its size
+                    self._held, self._held_left = blk, False  # its merge with nxt waits: the next request may be of its size
                 else:  # no neighbour to merge with: index.add, inline
                     index = self._small if seg.small else self._large
                     key = (size << _SIZE_SHIFT) + seg.order + blk.ptr
@@ -450,8 +451,14 @@ class Pool(RangeCarving):
                 return
             if not events and not seg.is_range and (free_on is ANY or nxt.free_on is ANY or free_on is nxt.free_on
                                                     or free_on == nxt.free_on):  # compatible(blk, nxt)
-                self._held = blk  # its merge with nxt waits: the next request may be of its size
+                self._held, self._held_left = blk, False  # its merge with nxt waits: the next request may be of its size
                 return
+        elif (self._fast_on and (nxt is None or nxt.state != FREE) and not events and not prv.events
+              and not seg.is_range and compatible(prv, blk)):
+            # prv free before it, nothing free after it: its merge with prv waits, the next request may
+            # be of prv's size (a step's last output freed next to its first: the next step's first)
+            self._held, self._held_left = blk, True
+            return
         if nxt is not None and nxt.state == FREE and compatible(blk, nxt):
             index.remove(nxt)
             self._absorb(blk, nxt)
@@ -462,34 +469,44 @@ class Pool(RangeCarving):
         index.add(blk)
 
     def _merge_held(self) -> None:
-        """The held block merges with its free right neighbour, as its free would have merged them."""
+        """The held block merges with its free neighbour, as its free would have merged them."""
         blk = self._held
         if blk is None:
             return
         self._held = None
-        nxt, index = blk.next, self._index_of(blk)
-        index.remove(nxt)
-        self._absorb(blk, nxt)
-        index.add(blk)
+        first, index = blk, self._index_of(blk)
+        if self._held_left:
+            first = blk.prev
+            index.remove(first)
+        else:
+            index.remove(blk.next)
+        self._absorb(first, first.next)
+        index.add(first)
 
     def _take_held(self, blk: Block, size: int, stream, nbytes: int) -> Block | None:
-        """The held block blk, for a request of its size that best fit would serve by carving the front
-        of blk merged with its neighbour: the neighbour becomes what that split leaves (the merged
-        block's free stream). None where best fit would do anything else."""
-        nxt, seg = blk.next, blk.seg
+        """For a request of the size of the front of the held block blk merged with its neighbour, that
+        best fit would serve by carving that front: the front handed out as it is, the back becoming
+        what the split leaves (the merged block's free stream). None where best fit would do anything
+        else. Held before its free right neighbour, blk is the front; after its free left one, the back."""
+        left, seg = self._held_left, blk.seg
+        front, back = (blk.prev, blk) if left else (blk, blk.next)
+        indexed = front if left else back  # the one in its index
         index = self._small if seg.small else self._large  # a held block never lies in the range (_make_free)
-        free_on = nxt.free_on if blk.free_on is ANY else blk.free_on  # the merged block's (_absorb)
-        if nxt.events or not (free_on is ANY or free_on is stream or free_on == stream):
+        free_on = back.free_on if front.free_on is ANY else front.free_on  # the merged block's (_absorb)
+        if front.events or back.events or not (free_on is ANY or free_on is stream or free_on == stream):
             return None
-        merged = size + nxt.size
+        merged = size + back.size
         if self.rules.half_rule and not seg.small and merged > self.rules.half_limit(size):
             return None
-        for other in index.others_before(size, blk, merged, nxt):  # what best fit meets first
+        for other in index.others_before(size, front, merged, indexed):  # what best fit meets first
             if self._eligible(other, stream):
                 return None
         self._held = None
-        nxt.free_on = free_on
-        return self._hand_out(blk, size, stream, nbytes)
+        back.free_on = free_on
+        if left:
+            index.remove(front)
+            index.add(back)
+        return self._hand_out(front, size, stream, nbytes)
 
     def _process_pending(self) -> None:
         if not self._pending:
