@@ -153,22 +153,19 @@ class OpSpec:
         # the key of the call's signature (unhashable where an argument is: then the call has none),
         # built here rather than in a function of its own: every op call of a decode step builds one
         key = [self]
-        values = self._value_positions
-        for i, v in enumerate(args):
-            kind = type(v)
-            if kind is Tensor:
+        for v in args:
+            if type(v) is Tensor:
                 key.append((v.dtype, v.shape, v._strides, v._storage.device))
-            elif kind in _BY_TYPE and i not in values:
-                key.append(kind)
             else:
-                key.append((kind, v))
+                kind = type(v)
+                key.append(kind if kind in _BY_TYPE and len(key) - 1 not in self._value_positions else (kind, v))
         if kwargs:
             for name, v in kwargs.items():
                 kind = type(v)
                 key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
                             else kind if kind in _BY_TYPE and name not in self.by_value else (kind, v)))
         key = tuple(key)
-        if getattr(dispatch._OBSERVER, "current", None) is None:
+        if dispatch._OBSERVER.current is None:
             try:  # the device facts' generation empties _FAST when it moves (forget, a listener)
                 found = _FAST.get(key)
             except TypeError:  # an unhashable argument (a list): no signature, checked every call
