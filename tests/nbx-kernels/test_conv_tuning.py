@@ -1,7 +1,8 @@
 """The conv tunable's representative launch (conv/tuning.py): it takes the code path of the launches
-that form its key (a 1-D channels-first key: A_SHIFT; a 2-D one: A_TILE), with channel counts models
-have; its screen windows' oracle is the whole oracle at those rows; a 1-D key's smallest launch is a
-valid screen; 1-D and 2-D keys are no neighbours; the small-image keys keep their split-K candidates."""
+that form its key (a 1-D channels-first key: A_SHIFT; a 2-D one: A_TILE; an even-tap 1-D key: one phase
+of a transposed convolution, A_SHIFT with a negative dilation into a strided output view), with channel
+counts models have; its screen windows' oracle is the whole oracle at those rows; a 1-D key's smallest
+launch is a valid screen; 1-D and 2-D keys are no neighbours; the small-image keys keep their split-K candidates."""
 from __future__ import annotations
 
 import json
@@ -15,9 +16,11 @@ from nbx.autotune import keys, screen, space
 from nbx.core import device_files
 from nbx.core.dtypes import as_dtype
 from nbx.core.reference import oracle
-from nbx.kernels.conv import conv_plan
-from nbx.kernels.conv.tuning import (CONV, conv_key, conv_workload, geometry, representative,
-                                     representative_args)
+from nbx.kernels.conv import conv_plan, transpose_plan
+import nbx.kernels.conv.tuning as conv_tuning
+from nbx.kernels.conv.tuning import (CONV, PHASE_STRIDE, conv_key, conv_workload, geometry, phase_plan,
+                                     representative, representative_args, representative_phase,
+                                     transposed_rows)
 
 ROOT = Path(__file__).resolve().parents[2]
 HOPPER = device_files.for_arch("sm_90")
@@ -27,13 +30,17 @@ def _rep(m, n, k, channels_last, spatial, dtype="float32") -> dict:
     return {"m": m, "n": n, "k": k, "dtype": as_dtype(dtype), "channels_last": channels_last, "spatial": str(spatial)}
 
 
-def _meta(rep, device):
+def _plan(rep, device):
     x, w, geo = representative(rep, device)
-    return dict(conv_plan(x, w, None, *representative_args(geo)).launches[0].meta)
+    return phase_plan(x, w, geo) if geo.is_phase else conv_plan(x, w, None, *representative_args(geo))
+
+
+def _meta(rep, device):
+    return dict(_plan(rep, device).launches[0].meta)
 
 
 @pytest.mark.parametrize("k,taps", [(7 * 64, 7), (3 * 64, 3), (2 * 64, 2)])
-def test_a_channels_first_1d_keys_representative_is_a_conv1d_that_takes_the_a_shift_path(k, taps):
+def test_a_channels_first_1d_keys_representative_takes_the_a_shift_path(k, taps):
     interp = nbx.as_device("interp")
     meta = _meta(_rep(32, 8, k, False, 1), interp)
     assert meta["A_SHIFT"] and meta["TAPS_W"] == taps and not meta["A_TILE"]
@@ -43,13 +50,13 @@ def test_a_channels_first_1d_keys_representative_is_a_conv1d_that_takes_the_a_sh
 
 
 @pytest.mark.parametrize("channels_last", [True, False], ids=["cl", "cf"])
-def test_the_representatives_weight_has_its_channels_at_unit_stride_and_an_even_1d_one_a_phases_strided_taps(
+def test_the_representatives_weight_has_its_channels_at_unit_stride_and_an_even_1d_one_is_a_phases_copy(
         channels_last):
-    """As a model converts a weight at load; a 2-tap 1-D key is a transposed convolution's phase, whose
-    weight copy holds every stride-th tap (no dense [O, taps x C] matrix: no descriptor reads it)."""
+    """As a model converts a weight at load; a 2-tap 1-D key's is conv_transpose1d's (C, N, 2 x stride)
+    laid out as the phases' dense copy: (N, K, C), so the phase reads taps `stride` apart (no descriptor)."""
     interp = nbx.as_device("interp")
     _, w, geo = representative(_rep(16, 4, 2 * 64, channels_last, 1), interp)
-    assert w.shape == (4, 64, 2) and w.strides == (256, 1, 128)
+    assert w.shape == (64, 4, 2 * PHASE_STRIDE) and w.strides == (1, 2 * PHASE_STRIDE * 64, 64)
     _, w, geo = representative(_rep(16, 4, 3 * 64, channels_last, 1), interp)
     assert w.strides == (192, 1, 64)
     _, w, geo = representative(_rep(16, 4, 9 * 16, channels_last, 2), interp)
@@ -105,25 +112,100 @@ def test_each_screen_window_is_the_oracle_of_its_own_input_with_the_halo_equal_t
         np.testing.assert_allclose(work.reference_rows(rows), whole[rows], rtol=0, atol=1e-12)
 
 
-def test_an_even_1d_representative_pads_after_so_its_windows_hold_every_position():
+@pytest.mark.parametrize("channels_last", [True, False], ids=["cl", "cf"])
+def test_an_even_tap_1d_keys_representative_is_one_phase_of_a_transposed_convolution_of_the_keys_gemm(
+        channels_last):
+    """HiFi-GAN's x8 upsampler's form (kernel 2 x stride, padding stride / 2): one launch of its
+    transposed plan, the key's M x N x K, a channels-first one through A_SHIFT with the phases' negative
+    dilation, storing every stride-th position of the output."""
     interp = nbx.as_device("interp")
-    rep = _rep(16, 4, 2 * 64, False, 1)
+    rep = _rep(16, 4, 2 * 64, channels_last, 1)
+    (one,) = _plan(rep, interp).launches
+    batch, c_g, o_g, count, taps = (one.args[i] for i in (5, 6, 10, 13, 16))
+    assert (batch * count, o_g, c_g * taps) == (16, 4, 128)
+    size, phase = representative_phase(geometry(rep, device_files.for_arch("interp")))
+    assert size == 16 * PHASE_STRIDE and one.args[3].offset == phase.o0 * (4 if channels_last else 1)
+    work = conv_workload(rep, interp)
+    position = work.out.strides[0]
+    assert work.out_shape == (16, 1, 4) and position == PHASE_STRIDE * (4 if channels_last else 1)
+    if not channels_last:
+        assert one.meta["A_SHIFT"] and one.meta["DIL_W"] == -1 and one.meta["PAD_W"] == -1 and one.meta["TAPS_W"] == 2
+    split = {"block_m": 128, "block_n": 128, "block_k": 64, "num_stages": 4, "split_k": 2}
+    assert "phases run unsplit" in conv_tuning._split_fits(split, rep, HOPPER)   # what the phase launch would time
+
+
+@pytest.mark.parametrize("channels_last", [True, False], ids=["cl", "cf"])
+def test_each_phase_window_is_the_transposed_oracle_of_its_own_inputs_equal_to_the_whole_oracle_there(
+        channels_last):
+    interp = nbx.as_device("interp")
+    rep = _rep(24, 4, 2 * 64, channels_last, 1)
     work = conv_workload(rep, interp)
     x, w, geo = representative(rep, interp)
-    assert geo.taps == 2 and geo.pad == (0, 1) and work.out_shape == (16, 1, 4)
-    padded = nbx.asarray(np.pad(x.numpy().astype(np.float64), ((0, 0), (0, 0), (0, 1))))
-    whole = np.asarray(oracle("conv1d", padded, w, None, 1, 0, 1, 1)).transpose(2, 0, 1)
-    np.testing.assert_allclose(work.reference_rows(slice(5, 16)), whole[5:16], rtol=0, atol=1e-12)
+    _, phase = representative_phase(geo)
+    whole = np.asarray(oracle("conv_transpose1d", x, w, None, *representative_args(geo)))
+    whole = whole[:, :, phase.o0::PHASE_STRIDE].transpose(2, 0, 1)
+    assert whole.shape == work.out_shape
+    for rows in (slice(0, 3), slice(5, 17), slice(23, 24), slice(0, 24)):
+        np.testing.assert_allclose(work.reference_rows(rows), whole[rows], rtol=0, atol=1e-12)
 
 
-def test_a_1d_keys_smallest_launch_is_a_valid_screen_that_takes_the_a_shift_path():
-    """keys.smallest of a small 1-D key on the H200's ladder (m 48, K class 128: 2 taps x 64 channels),
-    launched on interp with its device file's tile: the screen passes against the oracle."""
-    key = keys.form("conv", CONV.key_fields, HOPPER, **conv_key(48, 16, 128, "float32", False, 1))
+def _whole_transposed_workload(rep, device):
+    """The whole conv_transpose1d the phase representative is one launch of (all its phases, as a
+    vocoder runs it), positions leading, its oracle windowed as the phase's."""
+    from nbx.autotune import TensorWorkload
+    from nbx.kernels import plans
+    from nbx.kernels import launch
+    from nbx.kernels.conv import storage_layout
+    x, w, geo = representative(rep, device)
+    args = representative_args(geo)
+    shape, _, logical = storage_layout(1, rep["n"], (representative_phase(geo)[0],), rep["channels_last"])
+    storage = launch.output(shape, rep["dtype"], device)
+    out = storage.permute(*logical).permute(2, 0, 1)
+    x64, w64 = x.numpy().astype(np.float64), nbx.asarray(w.numpy().astype(np.float64))
+
+    def reference(rows):
+        start, stop, _ = rows.indices(out.shape[0])
+        return transposed_rows(x64, w64, args[0][0], args[1][0], start, stop - start, 1)
+
+    def run(setting):
+        plans.execute(transpose_plan(x, w, None, *args, setting=setting), {"x": x, "w": w, "bias": x, "out": storage})
+    return TensorWorkload(out, run, reference)
+
+
+@pytest.mark.parametrize("where", ["interp", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_phase_representative_screens_each_setting_as_its_whole_transposed_convolution_computes(where):
+    """cuda: HiFi-GAN's phase key m=65536,n=256,k=1024, the setting whose x8 upsampler at L = 65536 was
+    0.11 off torch on the H200 (128 x 256 x 64, 8 warps, 4 stages; its 2-tap conv1d representative
+    passed) and the 8192 key's (128 x 128): the phase's screen passes a setting exactly where the whole
+    transposed convolution's (all 8 phases into one output) does. interp: a small key, its tile."""
+    from nbx.kernels import launch
+    device = nbx.as_device(where)
+    facts = launch.facts(device)
+    if where == "cuda":
+        rep = _rep(65536, 256, 1024, False, 1, "bfloat16")
+        tile = dict(block_m=128, block_k=64, group_m=8, num_warps=8, num_stages=4, split_k=1)
+        settings = [{**tile, "block_n": 256}, {**tile, "block_n": 128}]
+    else:
+        rep, settings = _rep(8, 4, 2 * 64, False, 1), [CONV.default(facts)]
+    phase = screen.run(conv_workload(rep, device), settings, facts).verdicts
+    whole = screen.run(_whole_transposed_workload(rep, device), settings, facts).verdicts
+    for setting, one, every in zip(settings, phase, whole, strict=True):
+        print(f"{setting}: phase {one.passed} ({one.deviation}), whole {every.passed} ({every.deviation})")
+        assert one.passed == every.passed, (one.reason, every.reason)
+    assert where == "cuda" or all(v.passed for v in phase)
+
+
+@pytest.mark.parametrize("k", [2 * 64, 3 * 64], ids=["phase", "conv1d"])
+def test_a_1d_keys_smallest_launch_is_a_valid_screen_that_takes_the_a_shift_path(k):
+    """keys.smallest of a small 1-D key on the H200's ladder (m 48; K class 128: 2 taps x 64 channels,
+    a transposed convolution's phase; 192: a 3-tap conv1d), launched on interp with its device file's
+    tile: the screen passes against the oracle."""
+    key = keys.form("conv", CONV.key_fields, HOPPER, **conv_key(48, 16, k, "float32", False, 1))
     small = keys.smallest(key, CONV.key, HOPPER, like=key.observed)
     interp = nbx.as_device("interp")
     facts = device_files.for_arch("interp")
-    assert _meta(small, interp)["A_SHIFT"]
+    meta = _meta(small, interp)
+    assert meta["A_SHIFT"] and meta["DIL_W"] == (-1 if k == 128 else 1)
     verdict = screen.run(conv_workload(small, interp), [CONV.default(facts)], facts).verdicts[0]
     assert verdict.passed, verdict.reason
 

@@ -9,12 +9,16 @@ reads A through A_SHIFT (a static shift a width tap), a channels-first 2-D/3-D o
 
 The representative launch (representative()): one sample, stride 1, 'same' padding (an even kernel:
 its extra pad after), the input laid out as the key says, the weight with its channels at unit
-stride (as a model converts it at load; an even 1-D kernel is a transposed convolution's phase, its
-taps strided as in the phases' weight copy), whose GEMM is the
-key's: M positions (2-D: an isqrt(M) square; 3-D: an icbrt(M) cube; 1-D: a length M), N output
-channels, and K = taps x channels inside the key's K class. The taps: 3 a dim in 2-D and 3-D; in
-1-D the largest of 7, 3, 2, 1 dividing the K class's top into a multiple of 64 channels, else 3
-(HiFi-GAN's k 7 x 512 is K 3584: 7 taps; its upsampler's phases, 512 x 2: 2). The channels: the
+stride (as a model converts it at load), whose GEMM is the key's: M positions (2-D: an isqrt(M)
+square; 3-D: an icbrt(M) cube; 1-D: a length M), N output channels, and K = taps x channels inside
+the key's K class. The taps: 3 a dim in 2-D and 3-D; in 1-D the largest of 7, 3, 2, 1 dividing the
+K class's top into a multiple of 64 channels, else 3 (HiFi-GAN's k 7 x 512 is K 3584: 7 taps; its
+upsampler's phases, 512 x 2: 2). An even 1-D key is a transposed convolution's phase (its keys'
+launches are): its representative is one phase launch of conv_transpose1d of stride PHASE_STRIDE,
+kernel taps x stride and padding stride / 2 (HiFi-GAN's x8 upsampler: k 16, s 8, p 4), taken from
+the transposed plan (phase_plan): A_SHIFT with a negative dilation, its output every stride-th
+position, each phase's outputs M (the input M - taps + 2 long), the weight as the phases read their
+dense copy (taps `stride` apart, no descriptor: B_DESC off), so no copy a run. The channels: the
 multiple of 64, else of 16, else of 8 nearest under top / taps whose K stays in the class (a
 channel count models have, so rows are 16-byte aligned and the weight's descriptor path B_DESC is
 taken where the launch takes it), else top // taps (a class of one value: K itself). A device file
@@ -40,7 +44,7 @@ candidates a key, so a key stays within ~20), where its tiles are fewer than SPL
 the device's multiprocessors (a device file without `compute.multiprocessors` keeps none), at the
 least split that fills those waves, each split keeping SPLIT_MIN_STEPS K steps or more (SD's
 16^2 x 1280 key: 40 tiles on 132 SMs, 184 steps: split_k 8). Certificates made before split_k
-existed ran unsplit: `implied`.
+existed ran unsplit: `implied`. A phase's key keeps none: the phases run unsplit.
 """
 from __future__ import annotations
 
@@ -72,6 +76,8 @@ SPATIAL = ("1", "2", "3")   # the key's spatial labels (the device file's autotu
 ONE_D_TAPS = (7, 3, 2, 1)   # a 1-D representative's taps, the first whose channels are a multiple of 64
 CHANNEL_ALIGN = (64, 16, 8)  # a representative's channels: a multiple of the first that keeps K in its class
 DIMS_LADDER = "autotune.buckets.dims"
+PHASE_STRIDE = 8            # an even 1-D representative's transposed stride (HiFi-GAN's x8 upsampler)
+PHASE = 0                   # the phase it runs: residue 0, o0 = stride / 2, PAD_W -1 (conv.phases)
 
 
 def conv_key(m: int, n: int, k: int, dtype, channels_last: bool, spatial: int) -> dict:
@@ -99,6 +105,16 @@ class Geometry:
     def steps_a_block(self) -> int:
         """Kernel taps (K steps per channel block)."""
         return self.taps ** len(self.sizes)
+
+    @property
+    def is_phase(self) -> bool:
+        """An even 1-D kernel: a transposed convolution's phase (the module's docstring)."""
+        return len(self.sizes) == 1 and self.taps % 2 == 0
+
+    @property
+    def phase_input(self) -> int:
+        """The transposed convolution's input length: each phase's outputs are sizes[0]."""
+        return max(1, self.sizes[0] - self.taps + 2)
 
 
 def _class_of(facts):
@@ -143,14 +159,17 @@ def geometry(rep, facts) -> Geometry:
 
 
 def representative(rep, device):
-    """(x, weight, geometry) of the key's representative convolution (the module's docstring)."""
+    """(x, weight, geometry) of the key's representative convolution (the module's docstring); a phase's
+    weight is conv_transpose1d's (C, N, taps x PHASE_STRIDE)."""
     from .. import launch
     geo = geometry(rep, launch.facts(device))
     s, channels, out_channels, dtype = len(geo.sizes), geo.channels, rep["n"], rep["dtype"]
-    taps = geo.steps_a_block
-    values = np.sin(0.37 * np.arange(channels * math.prod(geo.sizes)) + 0.5).reshape(1, channels, *geo.sizes)
-    w = (np.cos(0.21 * np.arange(out_channels * channels * taps)).reshape(out_channels, channels, *geo.kernel)
-         / math.sqrt(channels * taps)).astype(dtype.host)
+    taps = geo.steps_a_block * (PHASE_STRIDE if geo.is_phase else 1)
+    sizes = (geo.phase_input,) if geo.is_phase else geo.sizes
+    values = np.sin(0.37 * np.arange(channels * math.prod(sizes)) + 0.5).reshape(1, channels, *sizes)
+    kernel = (taps,) if geo.is_phase else geo.kernel
+    w = (np.cos(0.21 * np.arange(out_channels * channels * taps)).reshape(out_channels, channels, *kernel)
+         / math.sqrt(channels * geo.steps_a_block)).astype(dtype.host)
     last = (0, *range(2, s + 2), 1)   # channels at unit stride, the logical (N, C, *S) a view of it
     back = (0, s + 1, *range(1, s + 1))
     if rep["channels_last"]:
@@ -160,27 +179,81 @@ def representative(rep, device):
     # the weight laid out as a model converts it at load (docs/conv.md) and as a transposed convolution's
     # phases read their copy: channels at unit stride, so the B tile is read as the served call reads it (a
     # (O, C, 3, 3) weight is read scalar, on sm_90 334 SASS instructions a K step against 183)
-    dense = np.ascontiguousarray(w.transpose(last))
-    if s == 1 and geo.taps % 2 == 0:
-        # an even 1-D kernel is a phase (a vocoder's upsampler: kernel 2 x stride, 2 taps a phase): its taps
-        # every stride-th of the copy's (here 2), so its weight is no dense matrix and, as there, no
-        # descriptor reads it (B_DESC)
-        spread = np.zeros((out_channels, 2 * geo.taps, channels), dtype.host)
-        spread[:, ::2] = dense
-        return x, asarray(spread, device=device)[:, ::2].permute(*back), geo
-    return x, asarray(dense, device=device).permute(*back), geo
+    dense = asarray(np.ascontiguousarray(w.transpose(last)), device=device)
+    if geo.is_phase:   # (N, K, C) dense: conv_transpose1d's (C, N, K) a view, the phases' copy's layout
+        return x, dense.permute(2, 0, 1), geo
+    return x, dense.permute(*back), geo
 
 
 def representative_args(geo: Geometry) -> tuple:
-    """launch_conv's (stride, pads, dilation, groups) of the representative."""
+    """launch_conv's (stride, pads, dilation, groups) of the representative; a phase's: transpose_plan's
+    (stride, padding, output_padding, groups, dilation)."""
     s = len(geo.sizes)
+    if geo.is_phase:
+        return (PHASE_STRIDE,), (PHASE_STRIDE // 2,), (0,), 1, (1,)
     return (1,) * s, (geo.pad,) * s, (1,) * s, 1
+
+
+def representative_phase(geo: Geometry):
+    """(the transposed output's length, the conv.Phase PHASE) of a phase's representative."""
+    from nbx.core.ops.conv import transpose_out_size
+    from . import phases
+    (stride,), (padding,), _, _, _ = representative_args(geo)
+    kernel = geo.taps * stride
+    size = transpose_out_size(geo.phase_input, padding, kernel, stride, 1, 0)
+    return size, phases(size, kernel, stride, padding, 1)[PHASE]
+
+
+def phase_plan(x, w, geo: Geometry, setting=None):
+    """The plan of the one launch PHASE of the representative's transposed plan (its storage output,
+    which that phase writes every stride-th position of)."""
+    from ..plans import LaunchPlan
+    from . import transpose_plan
+    whole = transpose_plan(x, w, None, *representative_args(geo), setting=setting)
+    return LaunchPlan(whole.device, whole.launches[PHASE:PHASE + 1], whole.outputs, detail=whole.detail)
+
+
+def transposed_rows(x64: np.ndarray, w64, stride: int, padding: int, first: int, count: int, step: int):
+    """conv_transpose1d's float64 oracle (no bias, groups 1) at output positions first + step j, j < count,
+    as (positions, N, O): it transposes only the inputs that reach them (output o is position o + padding
+    of the unpadded output, which input i's tap j reaches at i stride + j)."""
+    kernel, length = w64.shape[2], x64.shape[2]
+    low, high = first + padding, first + step * (count - 1) + padding
+    lo, hi = max(0, -(-(low - kernel + 1) // stride)), min(length, high // stride + 1)
+    part = np.asarray(oracle("conv_transpose1d", asarray(np.ascontiguousarray(x64[:, :, lo:hi])), w64, None,
+                             stride, 0, 0, 1, 1))
+    at = low - lo * stride
+    return part[:, :, at:at + step * count:step].transpose(2, 0, 1)
+
+
+def _phase_workload(rep, device, x, w, geo: Geometry):
+    """The phase launch into its strided view of the output; its oracle conv_transpose1d's at those
+    positions, each window of them transposing only the inputs it reads."""
+    from .. import launch, plans
+    from . import storage_layout
+    size, phase = representative_phase(geo)
+    shape, _, logical = storage_layout(1, rep["n"], (size,), rep["channels_last"])
+    storage = launch.output(shape, rep["dtype"], device)
+    view = storage.permute(*logical)[:, :, phase.o0::PHASE_STRIDE]
+    x64, w64 = x.numpy().astype(np.float64), asarray(w.numpy().astype(np.float64))
+    (stride,), (padding,), _, _, _ = representative_args(geo)
+
+    def reference(rows: slice) -> np.ndarray:
+        start, stop, _ = rows.indices(view.shape[2])
+        return transposed_rows(x64, w64, stride, padding, phase.o0 + stride * start, stop - start, stride)
+
+    def run(setting):
+        plans.execute(phase_plan(x, w, geo, setting), {"x": x, "w": w, "bias": x, "out": storage})
+
+    return autotune.TensorWorkload(view.permute(2, 0, 1), run, reference)
 
 
 def conv_workload(rep, device):
     from .. import launch
     from . import launch_conv
     x, w, geo = representative(rep, device)
+    if geo.is_phase:
+        return _phase_workload(rep, device, x, w, geo)
     s, n, outs = len(geo.sizes), rep["n"], geo.sizes
     if rep["channels_last"]:  # the output keeps the input's layout
         storage = launch.output((1, *outs, n), rep["dtype"], device)
@@ -247,6 +320,8 @@ def _split_fits(setting, rep, facts):
     split = setting["split_k"]
     if split == 1:
         return True
+    if geometry(rep, facts).is_phase:   # its launch would time the unsplit tile under a split's name
+        return f"split_k {split} on a transposed convolution's phase: the phases run unsplit (conv._transpose_plan)"
     tile = tuple(setting[b] for b in ("block_m", "block_n", "block_k"))
     if tile != SPLIT_TILE:
         return f"split_k {split} on a {' x '.join(map(str, tile))} tile: the split candidates are {SPLIT_TILE}'s"
@@ -281,4 +356,5 @@ def conv_setting(device, m: int, n: int, k: int, dtype, channels_last: bool, spa
     return autotune.setting(CONV, device, **conv_key(m, n, k, dtype, channels_last, spatial))
 
 
-__all__ = ["CONV", "PARAMS", "KEY", "SPATIAL", "conv_key", "conv_setting", "geometry", "representative"]
+__all__ = ["CONV", "PARAMS", "KEY", "SPATIAL", "conv_key", "conv_setting", "geometry", "representative",
+           "phase_plan", "representative_phase", "transposed_rows"]
