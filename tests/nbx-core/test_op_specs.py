@@ -112,3 +112,29 @@ def test_the_hot_ops_have_one_spec_each_and_their_rules_come_from_it():
     assert spec.spec_of("add").bind(x, 2).out_dtype is nbx.float16
     with pytest.raises(ShapeError):
         nbx.add(x, nbx.asarray(np.ones(4, np.float16)))
+
+
+def test_a_repeat_through_slots_fills_them_from_each_calls_arguments_its_defaults_and_fixed_values():
+    def check(call, facts):
+        facts.device, facts.out_dtype = call.x.device, call.x.dtype
+
+    filled = []
+
+    def run(values):
+        filled.append(dict(values))
+        values["out"] = values["v"]
+        return values
+
+    op = spec.front_end(spec.define(spec.OpSpec("spec_slots_probe", spec.params("x", dim=-1, scale=1.0), check)))
+    impl = dispatch.register("spec_slots_probe", "cpu", provider="test_op_specs")(lambda call: None)
+    impl.prepare = lambda call: spec.Slots(run, {"v": spec.Arg("x"), "s": spec.Arg("scale"), "d": spec.Arg("dim"),
+                                                 "k": 7, "out": None}, "out")
+    try:
+        x, y = nbx.asarray(np.ones(3, np.float32)), nbx.asarray(np.zeros(3, np.float32))
+        assert op(x, scale=2.0) is x    # the first call: Slots over its Call
+        assert op(y, scale=5.0) is y    # the repeat: the generated function over the arguments
+        assert op(x, scale=3.0) is x
+        assert [(f["v"] is t, f["s"], f["d"], f["k"], f["out"]) for f, t in zip(filled, (x, y, x))] == [
+            (True, 2.0, -1, 7, None), (True, 5.0, -1, 7, None), (True, 3.0, -1, 7, None)]
+    finally:
+        spec.forget()

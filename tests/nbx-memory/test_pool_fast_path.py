@@ -288,3 +288,26 @@ def test_a_held_block_freed_on_one_stream_waits_for_its_event_before_another_str
         outcomes.append((other.ptr, pool.allocate(1 * MiB, "s1").ptr, pool.allocate(1 * MiB, "s1").ptr,
                          pool.stats(), streams.outstanding))
     assert outcomes[0] == outcomes[1]
+
+
+def test_a_block_freed_after_its_free_neighbour_gives_that_neighbour_again_without_a_split_or_merge():
+    pools = [Pool(FakeDevice().segments, NBX, parked_fraction=1.0) for _ in range(2)]
+    pools[1]._fast = False
+    seen = []
+    for pool in pools:
+        a, b, c = (pool.allocate(4 * KiB) for _ in range(3))   # c keeps b's right neighbour live
+        ptrs = a.ptr, b.ptr
+        for step in range(4):
+            a.release()   # between its segment's start and live b: back to its index
+            b.release()   # after free a, before live c: held by the fast pool
+            if pool._fast:
+                pool._find = pool._take = pool._absorb = None  # the general path would fail here
+            a = pool.allocate(4 * KiB)   # best fit carves a + b's front: a itself
+            if pool._fast:
+                del pool._find, pool._take, pool._absorb
+            b = pool.allocate(4 * KiB)
+            assert (a.ptr, b.ptr) == ptrs
+        stats = pool.stats()
+        seen.append((pool.snapshot(), stats.allocated, stats.requested, stats.allocations, stats.frees,
+                     stats.allocated_peak))
+    assert seen[0] == seen[1]

@@ -291,6 +291,17 @@ def advance_generation() -> None:
     """Mark every derived launch plan stale (forget() and the autotune serving reset call it)."""
     global _generation
     _generation += 1
+    for listener in _generation_listeners:
+        listener()
+
+
+_generation_listeners: list = []
+
+
+def on_generation(listener) -> None:
+    """Call listener() whenever the generation moves (nbx.core.spec drops its prepared signatures
+    then, so that a repeat tests no counter)."""
+    _generation_listeners.append(listener)
 
 
 def match(target: str) -> VendorFile:

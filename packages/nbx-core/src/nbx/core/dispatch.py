@@ -20,7 +20,13 @@ from .device import Device
 from .errors import DuplicateRegistrationError, NotSupportedError
 
 TRITON = "triton"   # the target of implementations that serve every backend running Triton kernels
-_OBSERVER = threading.local()  # .current: nbx.core.graph's recorder while one runs on this thread
+
+
+class _Observed(threading.local):
+    current = None  # nbx.core.graph's recorder while one runs on this thread (read by every op call)
+
+
+_OBSERVER = _Observed()
 
 
 @dataclass(frozen=True)

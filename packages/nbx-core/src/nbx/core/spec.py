@@ -18,6 +18,7 @@ The front-end, the CPU implementation, the kernels and `price()` all read an op'
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from . import device_files, dispatch
 from .errors import ArgumentError, SignatureError
@@ -97,6 +98,7 @@ class OpSpec:
         self._names = tuple(p.name for p in self.params)
         self._alias = {a: p.name for p in self.params for a in (p.name, *p.aliases)}
         self.call_type = type(f"{name}_call", (Call,), {"__slots__": self._names})
+        self._repeats: dict[tuple[str, ...], Callable] = {}   # _repeat's functions by the fields they bind
 
     def __repr__(self):
         return f"OpSpec({self.name})"
@@ -148,21 +150,28 @@ class OpSpec:
     # ---- the front-end ---------------------------------------------------------------------
     def call(self, *args, **kwargs):
         """op(*args, **kwargs): checked once per signature, then dispatched with one Call."""
-        key = _signature(self, args, kwargs)
-        if getattr(dispatch._OBSERVER, "current", None) is None:
-            if device_files._generation != _seen[0]:
-                forget()
-            try:
+        # the key of the call's signature (unhashable where an argument is: then the call has none),
+        # built here rather than in a function of its own: every op call of a decode step builds one
+        key = [self]
+        for v in args:
+            if type(v) is Tensor:
+                key.append((v.dtype, v.shape, v._strides, v._storage.device))
+            else:
+                kind = type(v)
+                key.append(kind if kind in _BY_TYPE and len(key) - 1 not in self._value_positions else (kind, v))
+        if kwargs:
+            for name, v in kwargs.items():
+                kind = type(v)
+                key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
+                            else kind if kind in _BY_TYPE and name not in self.by_value else (kind, v)))
+        key = tuple(key)
+        if dispatch._OBSERVER.current is None:
+            try:  # the device facts' generation empties _FAST when it moves (forget, a listener)
                 found = _FAST.get(key)
             except TypeError:  # an unhashable argument (a list): no signature, checked every call
                 found = key = None
-            if found is not None:
-                fields, facts, run = found
-                call = self.call_type.__new__(self.call_type)
-                call.spec, call.facts = self, facts
-                for name, value in zip(fields, (*args, *kwargs.values()) if kwargs else args):
-                    setattr(call, name, value)
-                return run(call)
+            if found is not None:  # the repeat: its Call made and run by the signature's own function
+                return found(*args, *kwargs.values()) if kwargs else found(*args)
         call = self.bind(*args, **kwargs)
         impl = dispatch.implementation(self.name, call.facts.device)
         if key is not None and getattr(dispatch._OBSERVER, "current", None) is None:
@@ -170,46 +179,84 @@ class OpSpec:
             run = (prepare(call) if prepare is not None else None) or impl
             if len(_FAST) >= MAX_SIGNATURES:
                 del _FAST[next(iter(_FAST))]
-            _FAST[key] = (self._fields(len(args), kwargs), call.facts, run)
+            fields = self._fields(len(args), kwargs)
+            _FAST[key] = (self._slots_repeat(fields, run, call) if type(run) is Slots else
+                          partial(self._repeat(fields), call.facts, run))
             return run(call)
         return impl(call)
+
+    def _repeat(self, fields: tuple[str, ...]) -> Callable:
+        """The function a repeat of a signature binding fields calls as (facts, run, *arguments):
+        its Call made with the arguments stored by name (no loop over the fields) and run. Written
+        once per spec and fields (signatures of one arity share it)."""
+        made = self._repeats.get(fields)
+        if made is None:
+            names = {"new": object.__new__, "call_type": self.call_type, "spec": self}
+            args = [f"a{i}" for i in range(len(fields))]
+            source = (f"def repeat(facts, run, {', '.join(args)}):\n    call = new(call_type)\n"
+                      "    call.spec, call.facts = spec, facts\n"
+                      + "".join(f"    call.{name} = {a}\n" for name, a in zip(fields, args)) + "    return run(call)\n")
+            exec(compile(source, f"<nbx repeat of {self.name}>", "exec"), names)
+            made = self._repeats[fields] = names["repeat"]
+        return made
+
+    def _slots_repeat(self, fields: tuple[str, ...], slots: Slots, call: Call) -> Callable:
+        """A repeat of a signature binding fields whose prepared path is slots: a function of the
+        arguments building slots' dict from them (no Call), written once per spec, fields and slots'
+        layout; the fixed values (and the arguments left at their defaults) are bound to it."""
+        layout = tuple((name, v if type(v) is Arg and v in fields else None) for name, v in slots.slots.items())
+        made = self._repeats.get((fields, layout, slots.result is None))
+        if made is None:
+            fixed = [f"f{k}" for k in range(sum(arg is None for _, arg in layout))]
+            items, k = [], 0
+            for name, arg in layout:
+                items.append(f"{name!r}: a{fields.index(arg)}" if arg is not None else f"{name!r}: f{k}")
+                k += arg is None
+            result = "" if slots.result is None else "[result]"
+            source = (f"def repeat({', '.join(['run', 'result', *fixed, *(f'a{i}' for i in range(len(fields)))])}):\n"
+                      f"    return run({{{', '.join(items)}}}){result}\n")
+            names: dict = {}
+            exec(compile(source, f"<nbx repeat of {self.name}>", "exec"), names)
+            made = self._repeats[(fields, layout, slots.result is None)] = names["repeat"]
+        fixed = [getattr(call, v) if type(v) is Arg else v for (name, arg), v in zip(layout, slots.slots.values())
+                 if arg is None]
+        return partial(made, slots.run, slots.result, *fixed)
+
+
+class Arg(str):
+    """In a Slots' dict: the call's argument of this name (fixed values are anything else)."""
+
+
+class Slots:
+    """What an implementation's prepare(call) may return instead of a function of the Call:
+    run(values) over a fresh dict of its slots, each the call's argument named by an Arg or a fixed
+    value, giving values[result] (the dict itself where result is None). A repeat of the signature
+    then makes no Call: its function builds the dict from the arguments as they come."""
+    __slots__ = ("run", "slots", "result")
+
+    def __init__(self, run: Callable[[dict], dict], slots: dict, result: str | None):
+        self.run, self.slots, self.result = run, slots, result
+
+    def __call__(self, call: Call):
+        values = self.run({name: getattr(call, v) if type(v) is Arg else v for name, v in self.slots.items()})
+        return values if self.result is None else values[self.result]
 
 
 # ---- the per-signature fast path -------------------------------------------------------------
 
 MAX_SIGNATURES = 4096
 _FAST: dict = {}
-_seen = [device_files.generation()]
 _BY_TYPE = (float, complex)   # values a call may change freely: in the signature by type only
-
-
-def _signature(spec: OpSpec, args, kwargs) -> tuple | None:
-    """The key of a call's signature (unhashable where an argument is: then the call has none)."""
-    key = [spec]
-    for i, v in enumerate(args):
-        kind = type(v)
-        if kind is Tensor:
-            key.append((v.dtype, v.shape, v._strides, v._storage.device))
-        elif kind in _BY_TYPE and i not in spec._value_positions:
-            key.append(kind)
-        else:
-            key.append((kind, v))
-    if kwargs:
-        for name, v in kwargs.items():
-            kind = type(v)
-            key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
-                        else kind if kind in _BY_TYPE and name not in spec.by_value else (kind, v)))
-    return tuple(key)
 
 
 def forget() -> None:
     """Drop every signature's checks and prepared path (the device facts, the served settings, the
     registered implementations or the cached plans changed)."""
     _FAST.clear()
-    _seen[0] = device_files.generation()
 
 
 dispatch.on_change(forget)
+device_files.on_generation(forget)
 
 _SPECS: dict[str, OpSpec] = {}
 
@@ -240,5 +287,5 @@ def front_end(spec: OpSpec) -> Callable:
     return op
 
 
-__all__ = ["OpSpec", "Param", "Call", "Facts", "params", "define", "spec_of", "specs", "front_end", "forget",
+__all__ = ["OpSpec", "Param", "Call", "Facts", "Slots", "Arg", "params", "define", "spec_of", "specs", "front_end", "forget",
            "REQUIRED", "MAX_SIGNATURES"]

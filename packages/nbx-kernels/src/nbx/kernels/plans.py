@@ -22,6 +22,7 @@ device tensor a launch reads (a pad's fill) in the same cache.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -204,16 +205,21 @@ def prepared(plan: LaunchPlan) -> Callable[[dict], dict] | None:
         return None
     backend, buffers = plan._allocations if plan._allocations else _allocations(plan)
     runners = tuple(l._runner[0] if l._runner else _make_runner(l, plan.device) for l in plan.launches)
-    allocate, device, make = backend.allocate, plan.device, Tensor._of
-
-    def run(values: dict) -> dict:
-        for name, nbytes, dtype, shape, strides in buffers:
-            if values.get(name) is None:
-                values[name] = make(allocate(nbytes, device), dtype, shape, strides)
-        for runner in runners:  # run: every launch's one entry (its repeats' bound launch, else the JIT's path)
-            runner.run(values)
-        return values
-    return run
+    # run's loops unrolled over this plan's buffers and launches (one source for every plan): each
+    # output not given allocated as empty() makes it, then every launch's one entry, its runner's run
+    names = {"allocate": backend.allocate, "device": plan.device, "make": Tensor._of}
+    body = []
+    for i, (name, nbytes, dtype, shape, strides) in enumerate(buffers):
+        names.update({f"name{i}": name, f"nbytes{i}": nbytes, f"dtype{i}": dtype, f"shape{i}": shape,
+                      f"strides{i}": strides})
+        body += [f"if values.get(name{i}) is None:",
+                 f"    values[name{i}] = make(allocate(nbytes{i}, device), dtype{i}, shape{i}, strides{i})"]
+    for i, runner in enumerate(runners):
+        names[f"runner{i}"] = runner
+        body.append(f"runner{i}.run(values)")
+    source = "def run(values):\n" + "".join(f"    {line}\n" for line in body) + "    return values\n"
+    exec(compile(source, f"<nbx prepared run of {len(buffers)} buffers, {len(runners)} launches>", "exec"), names)
+    return names["run"]
 
 
 def _allocations(plan: LaunchPlan) -> tuple:
@@ -356,18 +362,29 @@ def _bound_launch(runner: _Runner, values: dict):
     Not written (False) where a slot holds a kind run's loop keys the slow way (a numpy scalar, a
     Tensor subclass)."""
     names = {"Tensor": Tensor, "NoneType": type(None), "runner": runner, "compiled": runner.compiled,
-             "hooks_set": hooks_set, "knobs": triton.knobs.runtime, "HookChain": _HOOK_CHAIN, "stream_of": _stream_of,
+             "hooks_set": hooks_set, "knobs": triton.knobs.runtime, "stream_of": _stream_of,
              "I32": _I32, "I64": _I64, "index": runner.device.index, "backend": runner.backend}
     body, key, args = [], [], list(runner.template)
+    tensors: dict[str, int] = {}  # a tensor slot's name (no view) -> the slot that reads it first
+    reads = Counter(name for _, name, view, _ in runner.slots if view is None)
     for i, (pos, name, view, free) in enumerate(runner.slots):
         names[f"name{i}"], names[f"view{i}"] = name, view
         v = values[name] if view is None else view(values[name])
-        body.append(f"v{i} = values[name{i}]" if view is None else f"v{i} = view{i}(values[name{i}])")
         kind = type(v)
+        if kind is Tensor and view is None and name in tensors:  # one value in several parameters
+            j = tensors[name]  # (a fused kernel's absent operands point at a present one): read it once
+            key += [f"d{j}", f"a{j}"]
+            args[pos] = _Arg(f"v{j}")
+            continue
+        body.append(f"v{i} = values[name{i}]" if view is None else f"v{i} = view{i}(values[name{i}])")
         if kind is Tensor:
+            if view is None:
+                tensors[name] = i
             body += [f"if type(v{i}) is not Tensor: return _other_kinds()",
                      f"d{i} = v{i}.dtype", f"v{i} = v{i}._storage._ptr + v{i}._offset * d{i}.itemsize"]
-            key += [f"d{i}", f"v{i} % 16 == 0"]
+            if reads[name] > 1:
+                body.append(f"a{i} = v{i} % 16 == 0")
+            key += [f"d{i}", f"a{i}" if reads[name] > 1 else f"v{i} % 16 == 0"]
         elif kind is int:
             body += [f"if type(v{i}) is not int: return _other_kinds()",
                      f"w{i} = 0 if -I32 <= v{i} < I32 else 1 if -I64 <= v{i} < I64 else 2"]
@@ -389,14 +406,16 @@ def _bound_launch(runner: _Runner, values: dict):
             names[f"fixed{len(passed)}"] = tuple(group)
             passed.append(f"*fixed{len(passed)}")
     g = tuple(int(n) for n in runner.grid)
+    knobs = triton.knobs.runtime  # hooks_set, inline for the HookChains this launch was written under
+    names["enter"], names["leave"] = knobs.launch_enter_hook, knobs.launch_exit_hook
+    hooks = ("(enter.calls or leave.calls if knobs.launch_enter_hook is enter and knobs.launch_exit_hook is leave"
+             " else hooks_set())" if type(names["enter"]) is type(names["leave"]) is _HOOK_CHAIN else "hooks_set()")
     current = "" if runner.single else "if backend.current_device() != index: return False\n    "
     source = (
         "def _other_kinds():\n    runner.bound = False\n    return False\n"
         "def launch(values):\n    " + "\n    ".join(body) + "\n"
         f"    fast = compiled.get(({''.join(k + ', ' for k in key)}))\n"
-        "    enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook\n"  # hooks_set, inline for HookChains
-        "    if fast is None or (enter.calls or leave.calls if type(enter) is type(leave) is HookChain\n"
-        "                        else hooks_set()): return False\n"
+        f"    if fast is None or {hooks}: return False\n"
         f"    {current}fast.run({g[0]}, {g[1]}, {g[2]}, stream_of(index), fast.function, fast.packed, None, None, None, "
         f"{', '.join(passed)}{', ' if passed else ''}*fast.tail)\n"
         "    return True\n")

@@ -66,21 +66,24 @@ class Pool(RangeCarving):
                                 f"got {parked_fraction!r}")
         self.rules, self.device = rules, device
         self._source, self._events, self._synchronize, self._range = source, events, synchronize, expandable
-        self._parked_limit = None
+        self._seg_bytes = self._pending_bytes = 0
+        self._limit = None
         if parked_fraction < 1:
             total = source.memory_info()[1]
             if total is None:
                 raise MissingFactError("the pool's parked fraction needs the device's total memory, "
                                        "which its segment source cannot give")
-            self._parked_limit = int(parked_fraction * total)
+            self._limit = int(parked_fraction * total)
         self._small, self._large, self._range_free = SizeIndex(), SizeIndex(), _AddressSet()
         self._segments: dict[int, Segment] = {}
         self._pending: list[Block] = []
         self._streams: set = set()
         self._last_stream = _NO_STREAM  # the stream of the last request: known without hashing it again
         self._multi = False
-        self._fast = True  # the exact-fit fast paths (off: the general path alone, for comparison)
-        self._held: Block | None = None  # a freed block whose merge with its free right neighbour waits
+        self._fast_on = True  # the exact-fit fast paths (off: the general path alone, for comparison)
+        self._recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
+        self._held: Block | None = None  # a freed block whose merge with a free neighbour waits
+        self._held_left = False  # that neighbour precedes it (else it follows it)
         self._ranks = 0
         # the rules' rounding and class limit as plain ints: read by every request
         self._granularity = rules.granularity
@@ -88,16 +91,58 @@ class Pool(RangeCarving):
         self._half_rule = rules.half_rule
         self._lock = threading.Lock()
         self._deferred: deque = deque()
-        self.recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
         self._serial = 0  # blocks handed out so far: each one's serial, and the stats' allocation count
-        self._seg_bytes = self._allocated = self._requested = self._pending_bytes = 0
+        self._allocated = self._requested = 0
         self._allocated_peak = self._requested_peak = self._reserved_peak = 0
-        self._n_free = self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
+        self._n_seg_alloc = self._n_seg_free = self._refusals = self._ooms = 0
+        self._derive_tests()
         if expandable is not None:
             seg = Segment(expandable.base, expandable.size, small=False, is_range=True)
             seg.head = Block(seg.address, seg.size, seg)
             self._range_seg = seg
             self._range_free.add(seg.head)
+
+    # the tests of the steady state, each one flag or comparison (_derive_tests)
+    @property
+    def _fast(self) -> bool:
+        return self._fast_on
+
+    @_fast.setter
+    def _fast(self, on: bool) -> None:
+        self._fast_on = on
+        self._derive_tests()
+
+    @property
+    def recorder(self):
+        """nbx.memory.trace.TraceRecorder (or anything with its methods) seeing every request, or None."""
+        return self._recorder
+
+    @recorder.setter
+    def recorder(self, recorder) -> None:
+        self._recorder = recorder
+        self._derive_tests()
+
+    @property
+    def _parked_limit(self) -> int | None:
+        """The cached bytes above which a free gives wholly free segments back (None: no limit)."""
+        return self._limit
+
+    @_parked_limit.setter
+    def _parked_limit(self, limit: int | None) -> None:
+        self._limit = limit
+        self._derive_tests()
+
+    def _derive_tests(self) -> None:
+        """The steady state's tests from what they read, made again whenever that changes: _quick
+        (the fast paths on, nothing pending: an allocation may take an exact block), _plain (the fast
+        paths on, one stream, no recorder: a free may go back in _release's frame) and _trim_below
+        (_trim's test as one comparison: a free trims when the live bytes fall below it, the cached
+        bytes then exceeding the limit; with the range, every free trims)."""
+        self._quick = self._fast_on and not self._pending
+        self._plain = self._fast_on and not self._multi and self._recorder is None
+        limit = self._limit
+        self._trim_below = (float("-inf") if limit is None else float("inf") if self._range is not None
+                            else self._seg_bytes - self._pending_bytes - limit)
 
     # -- public interface (nbx.memory.allocator's Block) -----------------------------------------
     def allocate(self, nbytes: int, stream=None) -> HandedBlock:
@@ -114,9 +159,9 @@ class Pool(RangeCarving):
             if self._deferred:
                 self._drain()
             blk = None
-            if stream is self._last_stream and self._fast and not self._pending and (
-                    size <= self._small_limit or self._range is None):
-                index = self._small if size <= self._small_limit else self._large
+            small = size <= self._small_limit
+            if stream is self._last_stream and self._quick and (small or self._range is None):
+                index = self._small if small else self._large
                 keys, held = index.keys, self._held
                 lo = bisect_left(keys, size << _SIZE_SHIFT)
                 if held is None:  # take_exact
@@ -125,7 +170,7 @@ class Pool(RangeCarving):
                         if not found.events and (found.free_on is ANY or found.free_on is stream):
                             del index.blocks[keys.pop(lo)]
                             blk = found
-                elif held.size == size:  # _take_held, when no other free block of at least size comes first
+                elif held.size == size and not self._held_left:  # _take_held, when no other free block of at least size comes first
                     nxt = held.next
                     free_on = nxt.free_on if held.free_on is ANY else held.free_on
                     if not nxt.events and (free_on is ANY or free_on is stream) and (
@@ -170,7 +215,7 @@ class Pool(RangeCarving):
                 self._requested_peak, self._reserved_peak,
                 sum(s.small for s in self._segments.values()), sum(not s.small for s in self._segments.values()),
                 self._range.mapped_chunks * self._range.chunk if self._range else 0, self._largest_free(),
-                self._serial, self._n_free, self._n_seg_alloc + (self._range.creates if self._range else 0),
+                self._serial, self._serial - self._live_blocks(), self._n_seg_alloc + (self._range.creates if self._range else 0),
                 self._n_seg_free + (self._range.releases if self._range else 0), self._refusals, self._ooms)
 
     def reset_peak(self) -> None:
@@ -217,12 +262,12 @@ class Pool(RangeCarving):
         index = self._small if small else self._large
         held = self._held
         if held is not None:
-            if held.size == size:
+            if (held.prev.size if self._held_left else held.size) == size:
                 blk = self._take_held(held, size, stream, nbytes)
                 if blk is not None:
                     return blk
             self._merge_held()
-        if self._fast:
+        if self._fast_on:
             blk = index.take_exact(size, stream)
             if blk is not None:
                 return self._hand_out(blk, size, stream, nbytes)
@@ -261,6 +306,7 @@ class Pool(RangeCarving):
         seg.head = Block(address, seg_size, seg)
         self._segments[address] = seg
         self._seg_bytes += seg_size
+        self._derive_tests()
         self._n_seg_alloc += 1
         self._reserved_peak = max(self._reserved_peak, self.reserved)
         self._index_of(seg.head).add(seg.head)
@@ -316,8 +362,8 @@ class Pool(RangeCarving):
             self._allocated_peak = allocated
         if requested > self._requested_peak:
             self._requested_peak = requested
-        if self.recorder is not None:
-            self.recorder.alloc(blk.serial, nbytes, stream)
+        if self._recorder is not None:
+            self._recorder.alloc(blk.serial, nbytes, stream)
         return blk
 
     # -- freeing ---------------------------------------------------------------------------------
@@ -334,26 +380,23 @@ class Pool(RangeCarving):
             return
         try:
             seg, prv = blk.seg, blk.prev
-            if (self._fast and not self._multi and blk.state == LIVE and blk.used_on is None and self._held is None
-                    and self.recorder is None and not seg.is_range and (prv is None or prv.state != FREE)):
+            if (self._plain and blk.state == LIVE and blk.used_on is None and self._held is None
+                    and not seg.is_range and (prv is None or prv.state != FREE)):
                 size = blk.size
                 allocated = self._allocated = self._allocated - size
                 self._requested -= blk.requested
-                self._n_free += 1
                 stream = blk.stream
                 blk.state, blk.free_on, blk.events = FREE, stream, []
                 nxt = blk.next
                 if nxt is not None and nxt.state == FREE and (
                         nxt.free_on is ANY or nxt.free_on is stream or nxt.free_on == stream):  # compatible
-                    self._held = blk  # its merge with nxt waits: the next request may be of its size
+                    self._held, self._held_left = blk, False  # its merge with nxt waits: the next request may be of its size
                 else:  # no neighbour to merge with: index.add, inline
                     index = self._small if seg.small else self._large
                     key = (size << _SIZE_SHIFT) + seg.order + blk.ptr
                     insort(index.keys, key)
                     index.blocks[key] = blk
-                limit = self._parked_limit  # _trim's test, inline: a free under the limit trims nothing
-                if limit is not None and (self._range is not None
-                                          or self._seg_bytes - allocated - self._pending_bytes > limit):
+                if allocated < self._trim_below:  # _trim's test: a free under the limit trims nothing
                     self._trim()
             else:
                 self._free(blk)
@@ -371,17 +414,14 @@ class Pool(RangeCarving):
             raise ArgumentError(f"{blk!r} freed twice")
         self._allocated -= blk.size
         self._requested -= blk.requested
-        self._n_free += 1
-        if self.recorder is not None:
-            self.recorder.free(blk.serial, blk.requested, blk.stream)
+        if self._recorder is not None:
+            self._recorder.free(blk.serial, blk.requested, blk.stream)
         if blk.used_on is None:  # no record_stream: free at once (the common case)
             if self._multi and self._events is not None:  # another stream may want it: stamp the free
                 self._make_free(blk, blk.stream, [self._events.record(blk.stream)])
             else:
                 self._make_free(blk, blk.stream, [])
-            limit = self._parked_limit  # _trim's test, inline: a free under the limit trims nothing
-            if limit is not None and (self._range is not None
-                                      or self._seg_bytes - self._allocated - self._pending_bytes > limit):
+            if self._allocated < self._trim_below:  # _trim's test: a free under the limit trims nothing
                 self._trim()
             return
         extra = [s for s in blk.used_on if s != blk.stream]
@@ -392,6 +432,7 @@ class Pool(RangeCarving):
             blk.state = PENDING
             self._pending.append(blk)
             self._pending_bytes += blk.size
+            self._derive_tests()
         else:
             cross = self._multi and self._events is not None  # another stream may want it: stamp the free
             self._make_free(blk, blk.stream, [self._events.record(blk.stream)] if cross else [])
@@ -404,14 +445,20 @@ class Pool(RangeCarving):
         nxt, prv = blk.next, blk.prev
         seg = blk.seg  # a segment's blocks all live in one index (_index_of, inline)
         index = self._range_free if seg.is_range else self._small if seg.small else self._large
-        if self._fast and (prv is None or prv.state != FREE):
+        if self._fast_on and (prv is None or prv.state != FREE):
             if nxt is None or nxt.state != FREE:
                 index.add(blk)  # the fast path: no free neighbour to merge with (blk sits between live blocks)
                 return
             if not events and not seg.is_range and (free_on is ANY or nxt.free_on is ANY or free_on is nxt.free_on
                                                     or free_on == nxt.free_on):  # compatible(blk, nxt)
-                self._held = blk  # its merge with nxt waits: the next request may be of its size
+                self._held, self._held_left = blk, False  # its merge with nxt waits: the next request may be of its size
                 return
+        elif (self._fast_on and (nxt is None or nxt.state != FREE) and not events and not prv.events
+              and not seg.is_range and compatible(prv, blk)):
+            # prv free before it, nothing free after it: its merge with prv waits, the next request may
+            # be of prv's size (a step's last output freed next to its first: the next step's first)
+            self._held, self._held_left = blk, True
+            return
         if nxt is not None and nxt.state == FREE and compatible(blk, nxt):
             index.remove(nxt)
             self._absorb(blk, nxt)
@@ -422,34 +469,44 @@ class Pool(RangeCarving):
         index.add(blk)
 
     def _merge_held(self) -> None:
-        """The held block merges with its free right neighbour, as its free would have merged them."""
+        """The held block merges with its free neighbour, as its free would have merged them."""
         blk = self._held
         if blk is None:
             return
         self._held = None
-        nxt, index = blk.next, self._index_of(blk)
-        index.remove(nxt)
-        self._absorb(blk, nxt)
-        index.add(blk)
+        first, index = blk, self._index_of(blk)
+        if self._held_left:
+            first = blk.prev
+            index.remove(first)
+        else:
+            index.remove(blk.next)
+        self._absorb(first, first.next)
+        index.add(first)
 
     def _take_held(self, blk: Block, size: int, stream, nbytes: int) -> Block | None:
-        """The held block blk, for a request of its size that best fit would serve by carving the front
-        of blk merged with its neighbour: the neighbour becomes what that split leaves (the merged
-        block's free stream). None where best fit would do anything else."""
-        nxt, seg = blk.next, blk.seg
+        """For a request of the size of the front of the held block blk merged with its neighbour, that
+        best fit would serve by carving that front: the front handed out as it is, the back becoming
+        what the split leaves (the merged block's free stream). None where best fit would do anything
+        else. Held before its free right neighbour, blk is the front; after its free left one, the back."""
+        left, seg = self._held_left, blk.seg
+        front, back = (blk.prev, blk) if left else (blk, blk.next)
+        indexed = front if left else back  # the one in its index
         index = self._small if seg.small else self._large  # a held block never lies in the range (_make_free)
-        free_on = nxt.free_on if blk.free_on is ANY else blk.free_on  # the merged block's (_absorb)
-        if nxt.events or not (free_on is ANY or free_on is stream or free_on == stream):
+        free_on = back.free_on if front.free_on is ANY else front.free_on  # the merged block's (_absorb)
+        if front.events or back.events or not (free_on is ANY or free_on is stream or free_on == stream):
             return None
-        merged = size + nxt.size
+        merged = size + back.size
         if self.rules.half_rule and not seg.small and merged > self.rules.half_limit(size):
             return None
-        for other in index.others_before(size, blk, merged, nxt):  # what best fit meets first
+        for other in index.others_before(size, front, merged, indexed):  # what best fit meets first
             if self._eligible(other, stream):
                 return None
         self._held = None
-        nxt.free_on = free_on
-        return self._hand_out(blk, size, stream, nbytes)
+        back.free_on = free_on
+        if left:
+            index.remove(front)
+            index.add(back)
+        return self._hand_out(front, size, stream, nbytes)
 
     def _process_pending(self) -> None:
         if not self._pending:
@@ -464,6 +521,7 @@ class Pool(RangeCarving):
             else:
                 waiting.append(blk)
         self._pending = waiting
+        self._derive_tests()
 
     def _record_stream(self, blk: Block, stream) -> None:
         if stream == blk.stream:
@@ -475,14 +533,15 @@ class Pool(RangeCarving):
         blk.used_on.add(stream)
         if stream not in self._streams:
             self._new_stream(stream)
-        if self.recorder is not None:
-            self.recorder.record_stream(blk.serial, stream)
+        if self._recorder is not None:
+            self._recorder.record_stream(blk.serial, stream)
 
     def _new_stream(self, stream) -> None:
         """A second stream appears: blocks freed so far on the first get the event their free did not record."""
         self._streams.add(stream)
         if len(self._streams) == 2:
             self._multi = True
+            self._derive_tests()
             if self._events is not None:
                 for blk in self._free_blocks():
                     if blk.free_on is not ANY and not blk.events:
@@ -502,6 +561,7 @@ class Pool(RangeCarving):
             self._pending_bytes -= blk.size
             self._make_free(blk, blk.stream, blk.events)
         self._pending = []
+        self._derive_tests()
         for blk in self._free_blocks():
             self._drop_events(blk.events)
             blk.events, blk.free_on = [], ANY
@@ -531,6 +591,7 @@ class Pool(RangeCarving):
                 del self._segments[seg.address]
                 self._source.free(seg.address)
                 self._seg_bytes -= seg.size
+                self._derive_tests()
                 self._n_seg_free += 1
                 released += seg.size
         return released
@@ -588,6 +649,17 @@ class Pool(RangeCarving):
     def _drop_events(self, events: list) -> None:
         for e in events:
             self._events.release(e)
+
+    def _live_blocks(self) -> int:
+        """How many handed-out blocks are live (the frees so far are the hand-outs less these: a free
+        counts nothing of its own)."""
+        live = 0
+        for seg in self._all_segments():
+            blk = seg.head
+            while blk is not None:
+                live += blk.state == LIVE
+                blk = blk.next
+        return live
 
     def _largest_free(self) -> int:
         self._merge_held()

@@ -107,19 +107,28 @@ class CudaBackend:
 
     # ---- memory ----------------------------------------------------------------------------
     def allocate(self, nbytes: int, device: Device) -> Storage:
+        index = device.index
+        # the allocator looked up per call: a graph capture registers its private routing for a while.
+        # A route is made only for a checked ordinal of a started backend (_checked_route): finding
+        # it for this allocator is that check.
+        route = self._routes.get(index)
+        if route is None or route[0] is not _allocators._ALLOCATORS.get(self.name) or type(index) is not int:
+            route = self._checked_route(device)
+        block = route[1](nbytes, current_stream(index))
+        return Storage(device, nbytes, block.ptr, None, block)
+
+    def _checked_route(self, device: Device) -> tuple:
         if not self._started:
             self.start()
         index = device.index
         count = runtime._count  # check_ordinal's test, inline (the count is read once per process)
         if count is None or type(index) is not int or not 0 <= index < count:
             runtime.check_ordinal(index)
-        # the allocator looked up per call: a graph capture registers its private routing for a while
         allocator = _allocators._ALLOCATORS.get(self.name)
         route = self._routes.get(index)
         if route is None or route[0] is not allocator:
             route = self._route(allocator, device)
-        block = route[1](nbytes, current_stream(index))
-        return Storage(device, nbytes, block.ptr, None, block)
+        return route
 
     def _route(self, allocator, device: Device) -> tuple:
         """(allocator, its function serving device's requests (nbytes, stream)): a caching pool's own

@@ -158,11 +158,15 @@ def _destroy_event(index: int, handle: int) -> None:
 
 
 # ---- the current stream of each device, per thread --------------------------------------------
-_local = threading.local()
+class _PerThread(threading.local):
+    stacks = None  # device index -> the streams entered on this thread (use_stream), innermost last
+
+
+_local = _PerThread()
 
 
 def _stack(device: int) -> list[Stream]:
-    stacks = getattr(_local, "stacks", None)
+    stacks = _local.stacks
     if stacks is None:
         stacks = _local.stacks = {}
     return stacks.setdefault(device, [])
@@ -185,7 +189,7 @@ _defaults: dict[int, Stream] = {}
 def current_stream(device: int | None = None) -> Stream:
     """The stream nbx's work (and every Triton launch) on device goes to; asked once per launch."""
     index = runtime.get_device() if device is None else device
-    stacks = getattr(_local, "stacks", None)  # _stack(index), without making an empty one
+    stacks = _local.stacks  # _stack(index), without making an empty one
     if stacks:
         stack = stacks.get(index)
         if stack:

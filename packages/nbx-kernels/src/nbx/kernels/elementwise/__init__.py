@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from math import prod
 
+from nbx.core.spec import Arg, Slots
 from nbx.core import dtypes, layout as core_layout
 from nbx.core.dtypes import DType
 from nbx.core.errors import NotSupportedError
@@ -82,8 +83,8 @@ def _prepare(call):
     if run is None:
         return None
     if len(call.spec.params) == 1:
-        return lambda c: run({"a": c.x, "out": None})["out"]
-    return lambda c: run({"a": c.x1, "b": c.x2, "out": None})["out"]
+        return Slots(run, {"a": Arg("x"), "out": None}, "out")
+    return Slots(run, {"a": Arg("x1"), "b": Arg("x2"), "out": None}, "out")
 
 
 _elementwise.prepare = _prepare

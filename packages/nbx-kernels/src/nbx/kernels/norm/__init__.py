@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+from nbx.core.spec import Arg, Slots
 from nbx.core.dtypes import DType, statistics_dtype
 from nbx.core.errors import ArgumentError
 from nbx.core.tensor import Tensor
@@ -251,11 +252,8 @@ def _trailing_norm(rms: bool, residual: bool = False):
                                   "weight": c.weight, "bias": None, "eps_bits": bits})
                 return values["out"], values["new_residual"]
             return added
-        if rms:
-            return lambda c: execute({"x": c.x, "residual": None, "out": None, "weight": c.weight, "bias": None,
-                                      "eps_bits": bits})["out"]
-        return lambda c: execute({"x": c.x, "residual": None, "out": None, "weight": c.weight, "bias": c.bias,
-                                  "eps_bits": bits})["out"]
+        return Slots(execute, {"x": Arg("x"), "residual": None, "out": None, "weight": Arg("weight"),
+                               "bias": None if rms else Arg("bias"), "eps_bits": bits}, "out")
     run.prepare = prepare
     return run
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from nbx.core.spec import Arg, Slots
 from nbx.core import dtypes
 from nbx.core import layout as core_layout
 from nbx.core.dtypes import DType, computes_in
@@ -91,7 +92,7 @@ def _accumulating_call(name: str):
         execute = plans.prepared(lp) if lp.launches and lp.detail.view.copy is None else None
         if execute is None:
             return None
-        return lambda c: execute({"x": c.x, "out": None, "power": 0.0})["out"]
+        return Slots(execute, {"x": Arg("x"), "out": None, "power": 0.0}, "out")
     one = _accumulating(name)
     run.prepare = prepare
     return run

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nbx.core.spec import Arg, Slots
 from nbx.core import layout as core_layout
 from nbx.core.dtypes import DType, statistics_dtype
 from nbx.core.ops.nn import operand
@@ -151,7 +152,7 @@ def _softmax_op(log: bool):
         execute = plans.prepared(launch_plan(call.x, call.row_dim, log))
         if execute is None:
             return None
-        return lambda c: execute({"x": c.x, "out": None, "mask": None, "scale_bits": _ONE_BITS})["out"]
+        return Slots(execute, {"x": Arg("x"), "out": None, "mask": None, "scale_bits": _ONE_BITS}, "out")
     run.prepare = prepare
     return run
 
