@@ -1,0 +1,89 @@
+"""Where a decode token's time goes: every kernel of nbx's captured decode step, timed by CUPTI
+(torch.profiler, the peer here, traces every context of the process: nbx's launches and graph
+replays included), summed by kernel name per token, against the step's wall time.
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') TRITON_INTERPRET=0 python3 tools/bench/profile_decode.py
+    ... profile_decode.py --shape 8b --layers 2    # Llama-3-8B's shape cut to 2 layers
+
+Printed: per kernel name, its launches a token, its GPU time a token and the bytes it must read
+where the weight it streams is known (HBM time at the copy bandwidth measured here); then the
+token's wall time, the sum of its kernels' times and the rest (the gaps between kernels in the
+replay and the host's share). nbx's choices do not depend on this tool; it tells which kernel or
+which gap to work on next.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from nbx import models
+from bench_models import copy_bandwidth, read_bytes_per_step, with_layers
+from model_shapes import NAMES, config_of
+
+
+def kernel_events(prof):
+    """(name, microseconds) of every GPU kernel the profiler saw."""
+    out = []
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
+            out.append((event.name, event.device_time))
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", choices=["1b", "8b", "qwen7b"], default="1b")
+    parser.add_argument("--layers", type=int, default=0, help="cut the checkpoint to this many layers (0: all)")
+    parser.add_argument("--prompt", type=int, default=512)
+    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    bandwidth = copy_bandwidth()
+    config = config_of(args.shape)
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, config["vocab_size"], (args.prompt,), generator=gen).tolist()
+    with tempfile.TemporaryDirectory(prefix="nbx-profile-", dir="/tmp") as tmp:
+        (Path(tmp) / "full").mkdir()
+        folder = models.write_checkpoint(Path(tmp) / "full", config, seed=0, dtype="bfloat16", shards=2, device="cuda")
+        if args.layers:
+            folder = with_layers(folder, args.layers, Path(tmp) / "cut")
+            config = dict(config, num_hidden_layers=args.layers)
+        model = models.load(folder, device="cuda")
+        model.eos = ()
+        model.generate(prompt, args.new)   # compiled, screened, the decode step captured
+        started = []
+        model.generate(prompt, args.new, on_token=lambda token: started.append(time.perf_counter()))
+        wall_us = (started[-1] - started[0]) * 1e6 / (len(started) - 1)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            model.generate(prompt, args.new)
+        torch.cuda.synchronize()
+    events = kernel_events(prof)
+    per_name = collections.defaultdict(lambda: [0, 0.0])
+    for name, us in events:
+        per_name[name][0] += 1
+        per_name[name][1] += us
+    # The profiled generate ran the prompt's forward once and args.new - 1 decode steps; the
+    # prompt's kernels are those launched a number of times that is not a multiple of the steps.
+    steps = args.new - 1
+    decode = {n: (c, t) for n, (c, t) in per_name.items() if c >= steps}
+    total = sum(t for c, t in decode.values()) / steps
+    step_bytes = read_bytes_per_step(model, config, 1, args.prompt, args.new)
+    print(f"{NAMES[args.shape]} shape, {config['num_hidden_layers']} layers, bf16, prompt {args.prompt}, "
+          f"{args.new} new; copy bandwidth {bandwidth / 1e12:.2f} TB/s; a step reads {step_bytes / 2**20:,.1f} MiB: "
+          f"roofline {step_bytes / bandwidth * 1e6:.1f} us a token")
+    print(f"{'kernel':<72} {'a token':>8} {'us/token':>9} {'us each':>8} {'share':>6}")
+    for name, (count, us) in sorted(decode.items(), key=lambda kv: -kv[1][1])[:args.top]:
+        print(f"{name[:72]:<72} {count / steps:>8.1f} {us / steps:>9.1f} {us / count:>8.2f} {us / steps / total:>6.1%}")
+    launches = sum(c for c, _ in decode.values()) / steps
+    print(f"wall {wall_us:.1f} us a token (unprofiled run); kernels {total:.1f} us a token in {launches:.0f} "
+          f"launches; the rest {wall_us - total:.1f} us (gaps between the replay's kernels and the host's share)")
+
+
+if __name__ == "__main__":
+    main()
