@@ -200,14 +200,19 @@ ROPE = ("nbx.kernels.attention.rope", "rope_kernel", {
 
 
 def test_the_decode_steps_fused_product_norm_and_rope_lower_for_sm90():
-    """The GEMV with and without its norm (normed_k_steps), plain, gated and split, the split
-    epilogue's rstd, and the rope kernel alone, with the cache write and with q: one child process."""
+    """The decode product with and without its norm (normed_k_steps), plain, gated and split, its gemv
+    form (gemv_k_steps), the split epilogue's rstd, and the rope kernel alone, with the cache write
+    and with q: one child process."""
     product = dict(DOT="tl.bfloat16", ACC="tl.float32", PRECISION=None, WIDE=False, BLOCK_M=16, BLOCK_N=64,
                    BLOCK_K=128, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=True, SCALED=False,
-                   BLOCK_SCALED=False)
+                   BLOCK_SCALED=False, GEMV=False)
     cases = [(*FUSED_MATMUL, {**product, "EVEN_K": even, "SPLIT_K": split, "GATED": gated, "NORM": norm,
                               "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated})
              for norm in (False, True) for split in (1, 4) for gated in (False, True) for even in (True, False)]
+    cases += [(*FUSED_MATMUL, {**product, "GEMV": True, "BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 512, "EVEN_K": even,
+                               "SPLIT_K": 1, "GATED": gated, "NORM": norm, "ACTIVATION": "silu" if gated else None,
+                               "HAS_RES": not gated})
+              for norm, gated, even in ((False, False, True), (True, True, False))]
     cases += [(*SPLIT_EPILOGUE, {"ACC": "tl.float32", "SPLIT_K": 4, "BLOCK": 1024, "HAS_BIAS": False,
                                  "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated, "GATED": gated,
                                  "NORM": norm}) for norm in (False, True) for gated in (False, True)]
@@ -247,7 +252,8 @@ def test_the_float32_float8_and_batched_products_lower_for_sm90():
                 "WARP_SPECIALIZE": ws, "B_ROUNDED": False, "HALF_STORE": False}) for ws in (False, True)]
     cases.append((*FUSED_MATMUL, {**epilogue, "DOT": "tl.bfloat16", "ACC": "tl.float32", "PRECISION": None,
                                   "EVEN_K": True, "WIDE": False, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64,
-                                  "GROUP_M": 8, "SPLIT_K": 1, "SCALED": False, "BLOCK_SCALED": False, "NORM": False}))
+                                  "GROUP_M": 8, "SPLIT_K": 1, "SCALED": False, "BLOCK_SCALED": False, "NORM": False,
+                                  "GEMV": False}))
     assert lowering_failures(cases) == []
 
 

@@ -157,7 +157,8 @@ def test_decode_keys_keep_split_k_candidates_and_large_keys_prune_them():
     decode = {"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True,
               "precision": "none"}
     kept, pruned = LINEAR.candidates(_hopper(), decode)
-    assert {s["block_m"] for s in kept} == {16} and {s["split_k"] for s in kept} == {1, 2, 4, 8}
+    tiles = [s for s in kept if s["kernel"] != "gemv"]   # the gemv kernel's: test_matmul_gemv.py
+    assert {s["block_m"] for s in tiles} == {16} and {s["split_k"] for s in tiles} == {1, 2, 4, 8}
     large = {**decode, "m": 4096, "n": 14336}
     kept, pruned = LINEAR.candidates(_hopper(), large)
     assert {s["split_k"] for s in kept} == {1} and any("decode rows (m <= 64) only" in why for _, why in pruned)

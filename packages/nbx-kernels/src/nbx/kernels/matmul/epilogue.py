@@ -10,7 +10,8 @@ launch constants out) is kept per call layout.
 
 Decode rows: the certified setting of the key decides the tile and split_k; with split_k > 1 the
 products land in float32 (float64) partials, workspace of the call, and a second launch sums them
-in a fixed order and applies the epilogue. K == 0 runs the same launch (no K steps): the epilogue
+in a fixed order and applies the epilogue; the gemv kernel (kernel.gemv_k_steps) sums on the CUDA
+cores, unsplit, in one launch. K == 0 runs the same launch (no K steps): the epilogue
 of a zero product.
 
 norm (weight, eps): the product of rms_norm(x, weight, eps), the norm fused into the pointer kernel's
@@ -164,7 +165,13 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
     s = dict(setting if setting is not None else linear_setting(device, m, n, k, dtype, a[1:], b[1:],
                                                                  _form(gated, scale_strides, batched), tma, precision))
     facts = launch.facts(device)
-    s["block_k"] = block_k_that_fits(s["block_k"], operands.itemsize, facts)   # the dots' operands are of operands
+    gemv = s["kernel"] == "gemv"
+    if gemv and (scale_strides is not None or operands is dtypes.int8 or precision not in (None, "ieee")
+                 or s["split_k"] > 1):
+        raise NotSupportedError(f"the gemv kernel sums 16-bit or IEEE float operands unsplit: not {operands.name} with "
+                                f"precision {precision}, scales {scale_strides is not None}, split_k {s['split_k']}")
+    if not gemv:   # the dots' operands are of operands (the gemv kernel has no dot)
+        s["block_k"] = block_k_that_fits(s["block_k"], operands.itemsize, facts)
     if s["kernel"] == "tma" and norm is not None:
         raise NotSupportedError(f"a normed product (norm=) runs the pointer kernel, whose A loads take the norm; the "
                                 f"setting served for m={m}, n={n}, k={k} is the tma kernel's: norm x first")
@@ -189,10 +196,10 @@ def _decide(x_shape, x_strides, w_shape, w_strides, bias_layout, res_layout, ope
                 DOT=tl_type(operands), ACC=acc, PRECISION=precision, EVEN_K=k % s["block_k"] == 0, WIDE=wide,
                 BLOCK_M=s["block_m"], BLOCK_N=s["block_n"],
                 BLOCK_K=s["block_k"], GROUP_M=s["group_m"], SPLIT_K=s["split_k"], **epilogue,
-                NORM=norm is not None, num_warps=s["num_warps"], num_stages=stages)
+                NORM=norm is not None, GEMV=gemv, num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=acc, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, **epilogue, NORM=norm is not None)
     if s["kernel"] == "tma":
-        for name in ("EVEN_K", "WIDE", "SPLIT_K", "BLOCK_SCALED", "NORM"):
+        for name in ("EVEN_K", "WIDE", "SPLIT_K", "BLOCK_SCALED", "NORM", "GEMV"):
             del meta[name]
         meta.update(B_KMAJOR=b[1] == 1, PROGRAMS=s["programs"], WARP_SPECIALIZE=bool(s["warp_specialize"]),
                     B_ROUNDED=precision == "tf32" and not gated

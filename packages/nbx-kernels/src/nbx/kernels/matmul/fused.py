@@ -20,7 +20,7 @@ import triton.language as tl
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
 from ..rows import float_argument
-from .kernel import SCALE_BLOCK, _grouped_tile, k_steps, normed_k_steps, rms_scale, tile_offsets
+from .kernel import SCALE_BLOCK, _grouped_tile, gemv_k_steps, k_steps, normed_k_steps, rms_scale, tile_offsets
 
 
 ROW_BIAS = tl.constexpr("row")   # HAS_BIAS of a bias whose row stride is 0 (epilogue)
@@ -94,8 +94,10 @@ def fused_matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
     GATED: tl.constexpr, SCALED: tl.constexpr, BLOCK_SCALED: tl.constexpr, NORM: tl.constexpr,
+    GEMV: tl.constexpr,
 ):
-    """Grid: (batch * tiles of M x N, SPLIT_K). C is contiguous (batch, M, N); the partials are
+    """Grid: (batch * tiles of M x N, SPLIT_K). GEMV: the decode rows' form, sums on the CUDA cores
+    (gemv_k_steps; unsplit, not SCALED nor BLOCK_SCALED: the tuner offers it so). C is contiguous (batch, M, N); the partials are
     (2 if GATED else 1, batch, SPLIT_K, M, N) of ACC. NORM: A is rms_norm(A, weight nw [K], eps)
     (normed_k_steps: the rows' rstd applied to the accumulators once K is summed; split, each
     split's sums of squares go to sq [SPLIT_K, M], written by the tiles of column 0, for the split
@@ -124,7 +126,14 @@ def fused_matmul_kernel(
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     xs_ptrs = xs_ptr + rm[:, None] * sxs                 # block-scaled: x's scales [rows, K blocks]
     ws_ptrs = ws_ptr + (rn[None, :] // SCALE_BLOCK) * sws  # and the weight's [N blocks, K blocks]
-    if NORM:
+    if GEMV:
+        acc, acc_g, squares = gemv_k_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rm, rn, rk, M, N, K, first, steps, sam, sak,
+                                           sbk, sbn, ACC, EVEN_K, GATED, NORM, BLOCK_M, BLOCK_N, BLOCK_K)
+        if NORM:
+            rstd = rms_scale(squares, K, float_argument(eps_bits).to(ACC))[:, None]
+            acc = acc * rstd
+            acc_g = acc_g * rstd
+    elif NORM:
         acc, acc_g, squares = normed_k_steps(acc, acc_g, a_ptrs, nw_ptr + rk, b_ptrs, g_ptrs, in_m, in_n, rk, first,
                                              steps, K, sak, sbk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_M,
                                              BLOCK_K)

@@ -193,6 +193,45 @@ def normed_k_steps(acc, acc_g, a_ptrs, nw_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, 
 
 
 @triton.jit
+def gemv_k_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rm, rn, rk, M, N, K, first, steps, sam, sak, sbk, sbn,
+                 ACC: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr, NORM: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The GEMV form of k_steps for decode rows: (acc, acc_g) [BLOCK_M, BLOCK_N] and the rows' sums
+    of x**2 (NORM) over K steps first .. first + steps, on the CUDA cores. The weight's tile is read
+    [BLOCK_N, BLOCK_K] (K fastest: a linear weight's rows, 16-byte loads) and the products are kept
+    per (row, column, k) in registers, summed over k once after the loop: no per-step reduction
+    across threads, so each step is loads and FMAs only (on the H200 this streams a 1 x 2048 x 2048
+    bf16 weight at 1.5 TB/s where the split-K dot tiles and their epilogue launch reach 1.0)."""
+    x_ptrs = a_ptr + rm[:, None] * sam + (first * BLOCK_K + rk)[None, :] * sak
+    w_at = rn[:, None] * sbn + (first * BLOCK_K + rk)[None, :] * sbk
+    in_m = (rm < M)[:, None]
+    in_n = (rn < N)[:, None]
+    acc3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=ACC)
+    acc3_g = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=ACC)
+    squares = tl.zeros((BLOCK_M, BLOCK_K), dtype=ACC)
+    for k in tl.range(first, first + steps):
+        if EVEN_K:
+            x_mask = in_m
+            w_mask = in_n
+        else:
+            k_left = K - k * BLOCK_K
+            x_mask = in_m & (rk[None, :] < k_left)
+            w_mask = in_n & (rk[None, :] < k_left)
+        x = widen(tl.load(x_ptrs, mask=x_mask, other=0.0), ACC)
+        if NORM:   # rms_norm(x) @ B = rstd * ((x * w) @ B), as normed_k_steps
+            squares += x * x
+            nw = widen(tl.load(nw_ptr + k * BLOCK_K + rk, mask=rk < K - k * BLOCK_K, other=0.0), ACC)
+            x = widen(narrow(x * nw[None, :], a_ptr.dtype.element_ty), ACC)
+        w = widen(tl.load(b_ptr + w_at, mask=w_mask, other=0.0), ACC)
+        acc3 += x[:, None, :] * w[None, :, :]
+        if GATED:
+            acc3_g += x[:, None, :] * widen(tl.load(g_ptr + w_at, mask=w_mask, other=0.0), ACC)[None, :, :]
+        x_ptrs += BLOCK_K * sak
+        w_at += BLOCK_K * sbk
+    return tl.sum(acc3, 2), tl.sum(acc3_g, 2), tl.sum(squares, 1)
+
+
+@triton.jit
 def rms_scale(squares, K, eps):
     """1 / sqrt(mean(x**2) + eps) of rows whose sums of squares over all of K are squares."""
     return 1 / tl.sqrt(squares / K + eps)

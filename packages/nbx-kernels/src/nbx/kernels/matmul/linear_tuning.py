@@ -3,7 +3,13 @@
 Tuned: the tile (block_m x block_n stepping K by block_k, block_m down to 16 for decode rows),
 split_k (how many programs share one tile's K: 1 is the plain tiled product; more lets a few tiles
 of decode rows keep every SM streaming the weight), warps and stages; group_m has one value.
-Whether decode rows take a split-K launch is this certified parameter, never an `if` on M.
+Whether decode rows take a split-K launch is this certified parameter, never an `if` on M. The
+kernel parameter picks the tiles (`tl.dot`), tma (hopper.py) or gemv kernel: decode rows
+(m <= 16) of the plain, gated and batched forms may run the fused kernel's GEMV form, whose sums
+are on the CUDA cores over tiles of 1-4 rows of x, 4-16 weight rows and K steps of 256-512
+(GEMV), unsplit, one launch; on the H200 it streamed the Llama-3.2-1B shape's decode weights at
+1.3-1.6x the split dot tiles' speed (their partials' epilogue is a second launch). Each kernel
+keeps its own tile values (TILES, GEMV); eight warps over a gemv tile are pruned as over any small tile.
 
 The launch key: M, N, K classed on the dims ladder, the output dtype, the operands' layout (as
 matmul's: a linear weight [N, K] is B = weight.T, layout "nt"), and the form, "plain" or "gated"
@@ -35,8 +41,11 @@ from nbx.core.dtypes import as_dtype
 
 from .tuning import _warps_for_tile, dot_k_fits, epilogue_bytes, representative_operands, stage_bytes, stages_that_fit
 
-PARAMS = {"kernel": ("tiles", "tma"), "block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256),
-          "block_k": (16, 32, 64, 128), "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
+TILES = {"block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256), "block_k": (16, 32, 64, 128)}
+# the gemv kernel's tiles: a few rows of x, a few weight rows, long K steps (gemv_k_steps)
+GEMV = {"block_m": (1, 2, 4), "block_n": (4, 8, 16), "block_k": (256, 512)}
+PARAMS = {"kernel": ("tiles", "tma", "gemv"), **{name: GEMV[name] + TILES[name] for name in TILES},
+          "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (3, 4),
           "programs": (132,), "warp_specialize": (0, 1)}
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label", "form": "label", "tma": "flag",
        "precision": "label"}
@@ -51,6 +60,9 @@ NARROWEST = 1        # bytes: float8 and int8 operands, the narrowest linear tak
 SWIZZLE_ROW = 128    # bytes: a K step narrower than the widest shared-memory swizzle row is too short a step
 FMA_MAX_K = 32       # an IEEE float32/float64 product (FMA, no tensor cores): the longest K step it keeps
 FMA_MAX_ACC = 64     # and the most accumulators a thread holds beside the step's operands
+GEMV_ROWS = 16       # the gemv kernel serves decode rows up to this many (each tile of x streams the weight)
+GEMV_PRODUCTS = 8192  # the most (row, column, k) products a gemv tile keeps in registers (64 a thread at 4 warps)
+GEMV_FORMS = ("plain", "gated", "batched")   # float8's scales and int8's exact sums run in the tiles
 
 
 def _gated_stage_bytes(setting, itemsize: int) -> int:
@@ -64,13 +76,13 @@ def tile_fits(setting, rep) -> str | bool:
     pipeline, and split K outside decode rows or where it leaves a program too few steps."""
     for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
         value = setting[block]
-        if value > min(PARAMS[block]) and value // 2 >= rep[size]:
+        if value > min(TILES[block]) and value // 2 >= rep[size]:
             return f"{block} {value} covers {size}={rep[size]} twice over"
     if setting["block_m"] < WGMMA_ROWS and rep["m"] >= 2 * WGMMA_ROWS:
         return f"block_m {setting['block_m']} on m={rep['m']} reuses each B tile too little"
     if rep["m"] >= PREFILL_M and (setting["block_m"] < max(PARAMS["block_m"]) or setting["block_n"] < 128):
         return f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: prefill takes 128 x 128 or wider"
-    if setting["block_n"] == min(PARAMS["block_n"]) and rep["n"] >= WIDE_N:
+    if setting["block_n"] == min(TILES["block_n"]) and rep["n"] >= WIDE_N:
         return f"block_n {setting['block_n']} on n={rep['n']} reads each A tile too often"
     return steps_fit(setting, rep)
 
@@ -107,8 +119,20 @@ def steps_fit(setting, rep) -> str | bool:
 
 
 def _kernel_fits(setting, facts):
-    """The tma kernel only where the device has descriptor copies, unsplit, on wgmma-sized tiles;
-    warp specialisation is the tma kernel's alone."""
+    """Each kernel on its own tiles (TILES, GEMV); the tma kernel only where the device has
+    descriptor copies, unsplit, on wgmma-sized tiles; warp specialisation is the tma kernel's
+    alone; the gemv kernel unsplit, on tiles whose products pass no registers."""
+    tiles = GEMV if setting["kernel"] == "gemv" else TILES
+    for name, values in tiles.items():
+        if setting[name] not in values:
+            return f"{name} {setting[name]} is not one of the {setting['kernel']} kernel's {values}"
+    if setting["kernel"] == "gemv":
+        if setting["split_k"] > 1 or setting["warp_specialize"]:
+            return "the gemv kernel runs unsplit and unspecialised"
+        if setting["block_m"] * setting["block_n"] * setting["block_k"] > GEMV_PRODUCTS:
+            return (f"a {setting['block_m']} x {setting['block_n']} x {setting['block_k']} gemv tile keeps more than "
+                    f"{GEMV_PRODUCTS} products in registers")
+        return True
     if setting["kernel"] == "tiles":
         return True if not setting["warp_specialize"] else "warp_specialize is a parameter of the tma kernel"
     if not facts.value("matrix_unit.tma"):
@@ -125,6 +149,8 @@ def _fits(setting, rep, facts):
     form's second B tile included) in shared memory."""
     if setting["kernel"] == "tma" and not rep["tma"]:
         return "the key's operands cannot be read through tensor descriptors"
+    if setting["kernel"] == "gemv":
+        return _gemv_fits(setting, rep)
     found = tile_fits(setting, rep)
     if found is not True:
         return found
@@ -139,6 +165,24 @@ def _fits(setting, rep, facts):
                 f"epilogue pass memory.max_shared_memory_per_block {limit}")
     if rep["form"] == "gated" and setting["num_stages"] * _gated_stage_bytes(setting, itemsize) > limit:
         return f"{setting['num_stages']} stages of a gated tile pass memory.max_shared_memory_per_block {limit}"
+    return True
+
+
+def _gemv_fits(setting, rep) -> str | bool:
+    """The gemv kernel on decode rows of the plain, gated and batched forms with 16-bit or IEEE
+    operands; tiles no larger than the key needs; the gated form's two weights hold twice the
+    products."""
+    if rep["m"] > GEMV_ROWS:
+        return f"the gemv kernel on m={rep['m']}: it serves decode rows (m <= {GEMV_ROWS})"
+    if rep["form"] not in GEMV_FORMS or as_dtype(rep["dtype"]).name == "int32":
+        return f"the gemv kernel multiplies 16-bit or IEEE float operands: not the {rep['form']} form of {rep['dtype']}"
+    if rep["precision"] not in ("none", "ieee"):
+        return f"the gemv kernel's sums are IEEE: not {rep['precision']}"
+    for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
+        if setting[block] > min(GEMV[block]) and setting[block] // 2 >= rep[size]:
+            return f"{block} {setting[block]} covers {size}={rep[size]} twice over"
+    if rep["form"] == "gated" and 2 * setting["block_m"] * setting["block_n"] * setting["block_k"] > GEMV_PRODUCTS:
+        return f"a gated {setting['block_m']} x {setting['block_n']} x {setting['block_k']} gemv tile: two weights' products"
     return True
 
 
@@ -250,4 +294,4 @@ def linear_setting(device, m, n, k, dtype, a_strides, b_strides, form: str, tma:
     return autotune.setting(LINEAR, device, **launch_key(m, n, k, dtype, a_strides, b_strides, form, tma, precision))
 
 
-__all__ = ["LINEAR", "PARAMS", "KEY", "FORMS", "launch_key", "linear_setting", "SPLIT_TILES_MAX"]
+__all__ = ["LINEAR", "PARAMS", "TILES", "GEMV", "KEY", "FORMS", "launch_key", "linear_setting", "SPLIT_TILES_MAX"]
