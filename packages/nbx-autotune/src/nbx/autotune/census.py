@@ -72,7 +72,7 @@ DECODE_TOKENS, DECODE_ROWS = 8, 128
 LENGTH_LADDER = "graphs.length_buckets"   # nbx.core.graph's: a captured decode step's length buckets
 WORDS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}   # a copy's words (nbx.kernels.gather.as_bits)
 # kernels a decoder's run may launch that the census lists no key of, and why
-NOT_LISTED = ("sampling (nbx.sample, and the top-k and sort under it: the census plans greedy decoding)",)
+NOT_LISTED = ("sampling (nbx.sample's launches: a census plans greedy decoding, whose argmax it lists)",)
 
 
 @dataclass(frozen=True)
