@@ -85,7 +85,9 @@ def _run_decoder_step(launch, device) -> None:
     import nbx.core as nbx
     from nbx.core import device_files
     shapes, dtype, op = launch.shapes, launch.dtype, launch.op
-    host = lambda shape, dt=dtype: nbx.asarray(np.zeros(shape, dtype=nbx.as_dtype(dt).host), device=device)  # noqa: E731
+
+    def host(shape, dt=dtype):
+        return nbx.asarray(np.zeros(shape, dtype=nbx.as_dtype(dt).host), device=device)
     if op == "concat":
         nbx.concat([host(s) for s in shapes], axis=0)
     elif op == "add":
