@@ -9,9 +9,9 @@ import sys
 import pytest
 from nbx.autotune import Identity, Tuner, census, declared, install, records, serving, warmup
 from nbx.autotune.store import CertificateStore
-from nbx.core import deferred_checks
+from nbx.core import deferred_checks, device_files
 from nbx.core.device import as_device, discover_plugins
-from nbx.core.errors import FileFormatError, NotSupportedError
+from nbx.core.errors import ArgumentError, FileFormatError, NotSupportedError
 
 LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
             "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -40,8 +40,10 @@ def test_a_decoders_config_gives_its_shapes_and_an_unknown_model_is_refused_by_n
         census.read_config({k: v for k, v in LLAMA_8B.items() if k != "intermediate_size"})
 
 
-def test_a_llama_8b_census_lists_its_projections_norms_embedding_and_argmax_at_prefill_and_decode(hopper, kernels):
-    found = census.launches(census.read_config(LLAMA_8B), census.Plan(batch=(1,), prompt=(512,), new_tokens=1))
+def test_a_llama_8b_census_lists_its_projections_norms_attention_cache_and_argmax_at_prefill_and_decode(hopper,
+                                                                                                      kernels):
+    found = census.launches(census.read_config(LLAMA_8B), census.Plan(batch=(1,), prompt=(512,), new_tokens=1),
+                            hopper)
     listed = {(r.kernel, r.key): r.observed for r in census.records_of(found, hopper, kernels)}
     tail = ",dtype=bf16,layout=nt,form={},tma=1,precision=none"                         # x @ W.T: the fused product
     assert ("linear", "m=512,n=6144,k=4096" + tail.format("plain")) in listed            # q, k, v stacked
@@ -53,8 +55,27 @@ def test_a_llama_8b_census_lists_its_projections_norms_embedding_and_argmax_at_p
     assert ("take", "row_bytes=8192,ids=1024") in listed                                 # 512 embedding rows
     assert ("reduction", "width=131072,elements=1048576,dtype=bf16,strided=0") in listed  # greedy argmax
     assert ("rope", "elements=8388608,head_dim=128,dtype=bf16") in listed              # k's 8 heads and q's 32
-    assert not {k for k, _ in listed} & {"elementwise", "softmax"}   # residuals inside the products; no softmax
-    assert len(listed) == 16
+    # the prompt's flash prefill over the paged cache (no descriptors), the decode step's split-K over 513 keys
+    # (a length bucket of 640, the layout's power of two 1024)
+    assert ("attention", "q_len=512,k_len=512,head_dim=128,v_dim=128,group=4,dtype=bf16,causal=1,tma=0") in listed
+    assert ("attention_decode", "k_len=1024,rows=4,head_dim=128,dtype=bf16,paged=1") in listed
+    assert listed[("datamove", "n=68719476736,inner=16777216,dtype=u16,mapped=0,transposed=0")] == {
+        "n": 6144 * 4096, "inner": 4096 * 4096}                                          # q, k, v stacked at load
+    # the cache's 33 blocks of 16 tokens zeroed (8 KV heads x 128), the step's positions + 1 and int32 lengths
+    assert listed[("elementwise", "n=1048576,dtype=bf16,strided=0")] == {"n": 33 * 16 * 8 * 128}
+    assert {("elementwise", f"n=65536,dtype={t},strided=0") for t in ("i64", "i32")} <= set(listed)
+    assert "softmax" not in {k for k, _ in listed}   # residuals inside the products; softmax inside attention
+    assert len(listed) == 22
+
+
+def test_the_decode_steps_attention_is_listed_by_the_classes_of_their_contexts_not_by_length(hopper):
+    # hopper's buckets: 128 apart to 1024, 256 to 2048, ...; each the layout's power of two, at most the capacity
+    assert census.decode_contexts(512, 256, hopper) == [1024]
+    assert census.decode_contexts(100, 2000, hopper) == [128, 256, 512, 1024, 2048, 4096]
+    assert census.decode_contexts(5, 2, hopper) == [8]            # lengths 6, 7: the capacity 8 caps bucket 128
+    assert census.decode_contexts(5, 0, hopper) == []
+    with pytest.raises(ArgumentError, match="a decoder's census needs the device file it runs on"):
+        census.launches(census.read_config(LLAMA_8B), census.Plan())
 
 
 def test_a_sparse_decoder_is_refused_by_name_rather_than_listed_as_a_dense_one():
@@ -65,10 +86,19 @@ def test_a_sparse_decoder_is_refused_by_name_rather_than_listed_as_a_dense_one()
             census.read_config(config)
 
 
-@pytest.mark.parametrize("architecture", ["Qwen3ForCausalLM", "Qwen2ForCausalLM"])
-def test_a_models_census_lists_the_keys_its_generate_forms_leaving_out_only_the_kernels_it_names(
-        architecture, hopper, kernels, tmp_path, monkeypatch):
+@pytest.mark.parametrize("architecture, batch, prompt, steps", [
+    ("LlamaForCausalLM", 2, 12, 5),   # flash prefill (16 queries), last rows joined, decode contexts 16 and 32
+    ("Qwen2ForCausalLM", 1, 4, 1),    # q, k, v biases stacked; a prompt of 4 through the split-K decode path
+    ("Qwen3ForCausalLM", 1, 9, 2),    # q and k normed per head
+])
+def test_a_decoders_generate_forms_exactly_the_keys_and_sizes_its_census_lists(architecture, batch, prompt, steps,
+                                                                               hopper, kernels, tmp_path,
+                                                                               monkeypatch):
+    """Recorded as `nbx autotune record` records (NBX_AUTOTUNE_RECORD): load, prefill and the captured decode
+    steps of a seeded checkpoint on the interpreter (its cache blocks and length buckets, hopper's key ladders)
+    form the census's keys, each at the largest size the census lists: a change on either side fails."""
     from nbx import models
+    from nbx.core import device_files
     from nbx.models.writer import small_config
     monkeypatch.setenv("NBX_AUTOTUNE_RECORD", str(tmp_path / "recorded.json"))
     monkeypatch.setenv("NBX_AUTOTUNE_NO_SWEEP", "1")
@@ -79,16 +109,18 @@ def test_a_models_census_lists_the_keys_its_generate_forms_leaving_out_only_the_
     # widths apart (q 64, k/v 32 each, stacked 128, intermediate 96) so a projection listed wrong forms another key
     folder = models.write_checkpoint(tmp_path / "m", small_config(architecture, num_hidden_layers=1,
                                                                   intermediate_size=96), seed=3)
-    models.load(folder, device=device).generate([1, 17, 42, 5], 2)
+    model = models.load(folder, device=device)
+    model.generate_batch([[(7 * i + j) % 120 + 3 for j in range(prompt)] for i in range(batch)], steps + 1)
+    assert model.last_decode == "graph"   # the decode steps a GPU captures
     serving._flush_recorder()
-    formed = {(r.kernel, r.key) for r in records.load(tmp_path / "recorded.json")}
-    plan = census.Plan(batch=(1,), prompt=(4,), new_tokens=2)
-    listed = {(r.kernel, r.key) for r in census.records_of(census.launches(census.read_config(folder), plan), hopper,
-                                                           kernels)}
-    assert listed <= formed and {k for k, _ in listed} == {"take", "norm", "linear", "rope", "reduction"}
-    named = {name.split()[0] for name in census.NOT_LISTED}
-    assert {k for k, _ in formed - listed} <= named, formed - listed
-    assert census.unlisted(census.read_config(folder)).startswith("note: the census lists no key of attention_decode")
+    formed = {(r.kernel, r.key): r.observed for r in records.load(tmp_path / "recorded.json")}
+    plan = census.Plan(batch=(batch,), prompt=(prompt,), new_tokens=steps)
+    found = census.launches(census.read_config(folder), plan, device_files.in_force(device))
+    listed = {(r.kernel, r.key): r.observed for r in census.records_of(found, hopper, kernels)}
+    assert formed == listed
+    assert {"attention_decode", "datamove", "elementwise"} <= {k for k, _ in listed}
+    assert (prompt > 8) == ("attention" in {k for k, _ in listed})
+    assert census.unlisted(census.read_config(folder)).startswith("note: the census lists no key of sampling")
 
 
 def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_launches_run(hopper, kernels, tmp_path,
@@ -101,16 +133,17 @@ def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_la
     tuner = Tuner(hopper, Identity("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda"), device=device,
                   certificates=CertificateStore([], False), cache=CertificateStore([], False))
     install(device, tuner)
-    plan = census.Plan(batch=(2,), prompt=(3,), new_tokens=1)
+    plan = census.Plan(batch=(2,), prompt=(3, 12), new_tokens=1)
     listed = set()
     for config in (TINY_DECODER, TINY_ENCODER):
-        found = census.launches(census.read_config(config), plan)
+        found = census.launches(census.read_config(config), plan, device_files.in_force(device))
         listed |= {(r.kernel, r.key) for r in census.records_of(found, hopper, kernels)}
         assert warmup.warm(found, lambda launch: warmup.run_launch(launch, device), progress=None) == len(found)
     serving._flush_recorder()
     formed = {(r.kernel, r.key) for r in records.load(tmp_path / "recorded.json")}
     assert formed == listed and {k for k, _ in formed} == {"linear", "norm", "elementwise", "elementwise_heavy",
-                                                           "take", "rope", "reduction"}
+                                                           "take", "rope", "reduction", "attention",
+                                                           "attention_decode", "datamove"}
 
 
 def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certified_neighbour(tmp_path, capsys):
@@ -119,8 +152,8 @@ def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certifie
     assert cli.main(["autotune", "coverage", "--model", str(tmp_path), "--batch", "1", "--prompt", "512", "--arch",
                      "sm_90", "--device-class", "nvidia-h200-140gb", "--compiler", "triton-3.6.0-cuda"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 16 key(s) certified")
-    assert lines[-2].startswith("note: the census lists no key of attention_decode, datamove, sampling")
+    assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 22 key(s) certified")
+    assert lines[-2].startswith("note: the census lists no key of sampling")
     assert ("missing  norm width=4096,elements=8388608,dtype=bf16,strided=0 (nvidia-h200-140gb, triton-3.6.0-cuda): "
             "not certified; nearest certified neighbour width=4096,elements=16777216,dtype=bf16,strided=0 "
             "(1.00 weighted octave(s) away)") in lines

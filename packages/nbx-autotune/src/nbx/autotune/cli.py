@@ -105,7 +105,7 @@ def _wanted(args, facts, tunables, config=None) -> list:
     if getattr(args, "model", None):
         plan = census.plan_from_args(args.batch, args.prompt, args.new_tokens, args.dtype)
         config = census.read_config(args.model) if config is None else config
-        return census.records_of(census.launches(config, plan), facts, tunables)
+        return census.records_of(census.launches(config, plan, facts), facts, tunables)
     from nbx.core.errors import ArgumentError
     raise ArgumentError("name the keys: --keys FILE (a recorded run, a census) or --model PATH (a checkpoint folder)")
 
@@ -126,7 +126,8 @@ def _add_source(parser, required: bool = True) -> None:
     parser.add_argument("--batch", default="1", help="census: batch sizes, comma-separated (default 1)")
     parser.add_argument("--prompt", default="128", help="census: prompt lengths, comma-separated (default 128)")
     parser.add_argument("--new-tokens", type=int, default=1, help="census: decode steps after the prompt (a "
-                                                                  "decoder; 0 for none; default 1)")
+                                                                  "decoder's generate of N + 1 tokens; 0 for "
+                                                                  "none; default 1)")
     parser.add_argument("--dtype", help="census: the dtype the model runs in (default: its torch_dtype)")
 
 
@@ -320,7 +321,7 @@ def _warmup(args) -> int:
     if args.model:
         plan = census.plan_from_args(args.batch, args.prompt, args.new_tokens, args.dtype)
         model = census.read_config(args.model)
-        items = census.launches(model, plan)
+        items = census.launches(model, plan, device_files.in_force(device))
         note = census.unlisted(model)
         if note:
             print(note)

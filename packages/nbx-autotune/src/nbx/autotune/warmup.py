@@ -44,8 +44,13 @@ def run_launch(launch, device) -> None:
             table = nbx.zeros(1, dim, dtype="float32", device=device)
             nbx.rotary_embedding(nbx.zeros(*shapes[0], dtype=dtype, device=device), table, table, ids)
         return
+    if op in ("paged_attention", "concat", "cast") or (op == "add" and len(shapes) == 1):
+        _run_decoder_step(launch, device)
+        return
     operands = [nbx.zeros(*s, dtype=dtype, device=device) for s in shapes]
-    if op == "matmul":
+    if op == "zeros":
+        pass   # the launch is the zero fill itself (a KV cache's blocks, the deferred bounds flag)
+    elif op == "matmul":
         nbx.matmul(operands[0], operands[1].mT)
     elif op == "gated_linear":
         nbx.gated_linear(operands[0], operands[1], operands[1], activation="silu")
@@ -68,6 +73,37 @@ def run_launch(launch, device) -> None:
             nbx.layer_norm(operands[0], (n,), weight, nbx.zeros(n, dtype=dtype, device=device), EPS)
     else:
         raise ArgumentError(f"nbx warmup: the census op {op!r} has no launch here")
+
+
+def _run_decoder_step(launch, device) -> None:
+    """A decoder's launches beyond its layers' products and norms, on operands copied from the host (no
+    fill launch of their own): paged_attention of (batch, queries, heads, dim) queries a sequence over a
+    context of (batch, keys, kv_heads, dim) in the device file's cache blocks, with the bounds a step
+    passes; a concat of parts along their first dim; a step's positions + 1 and its int32 cast."""
+    import numpy as np
+
+    import nbx.core as nbx
+    from nbx.core import device_files
+    shapes, dtype, op = launch.shapes, launch.dtype, launch.op
+
+    def host(shape, dt=dtype):
+        return nbx.asarray(np.zeros(shape, dtype=nbx.as_dtype(dt).host), device=device)
+    if op == "concat":
+        nbx.concat([host(s) for s in shapes], axis=0)
+    elif op == "add":
+        host(shapes[0]) + 1
+    elif op == "cast":
+        host(shapes[0], "int64").to(dtype=dtype)
+    else:
+        (batch, queries, heads, dim), (_, context, kv_heads, _) = shapes
+        block = int(device_files.in_force(device).value("tiles.kv_cache")["block_tokens"])
+        width = -(-context // block)
+        cache = (batch * width, block, kv_heads, dim)
+        table = nbx.asarray(np.arange(batch * width, dtype=np.int32).reshape(batch, width), device=device)
+        lens = nbx.asarray(np.full(batch, context, dtype=np.int32), device=device)
+        cu = nbx.asarray(np.arange(0, batch * queries + 1, queries, dtype=np.int32), device=device)
+        nbx.paged_attention(host((batch * queries, heads, dim)), host(cache), host(cache), table, lens, cu,
+                            is_causal=True, max_seq_len=context, max_q_len=queries)
 
 
 def run_record(record, tunables: dict, facts, device) -> None:
