@@ -28,12 +28,24 @@ from model_shapes import NAMES, config_of
 
 
 def kernel_events(prof):
-    """(name, microseconds) of every GPU kernel the profiler saw."""
+    """(name, microseconds) of every GPU kernel the profiler saw, in the order they started."""
     out = []
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
-            out.append((event.name, event.device_time))
-    return out
+            out.append((event.time_range.start, event.name, event.device_time))
+    return [(name, us) for _, name, us in sorted(out)]
+
+
+def step_sequence(events, first: str):
+    """Each decode step's kernels by position (a step begins with `first`, the embedding's take),
+    averaged over the steps of the most common length: [(name, mean us)]."""
+    starts = [i for i, (name, _) in enumerate(events) if name == first]
+    steps = [events[a:b] for a, b in zip(starts, starts[1:])]
+    if not steps:
+        return []
+    length = collections.Counter(len(s) for s in steps).most_common(1)[0][0]
+    steps = [s for s in steps if len(s) == length]
+    return [(steps[0][i][0], sum(s[i][1] for s in steps) / len(steps)) for i in range(length)]
 
 
 def main():
@@ -64,6 +76,7 @@ def main():
             model.generate(prompt, args.new)
         torch.cuda.synchronize()
     events = kernel_events(prof)
+    sequence = step_sequence(events, "take_rows_kernel")
     per_name = collections.defaultdict(lambda: [0, 0.0])
     for name, us in events:
         per_name[name][0] += 1
@@ -80,6 +93,12 @@ def main():
     print(f"{'kernel':<72} {'a token':>8} {'us/token':>9} {'us each':>8} {'share':>6}")
     for name, (count, us) in sorted(decode.items(), key=lambda kv: -kv[1][1])[:args.top]:
         print(f"{name[:72]:<72} {count / steps:>8.1f} {us / steps:>9.1f} {us / count:>8.2f} {us / steps / total:>6.1%}")
+    if sequence:
+        print(f"one decode step in order (mean over the steps; the first layer, then what follows the last):")
+        layer = (len(sequence) - 8) // config["num_hidden_layers"]
+        for i, (name, us) in enumerate(sequence):
+            if i < layer + 3 or i >= len(sequence) - 8:
+                print(f"  {i:>4} {name[:60]:<60} {us:8.2f} us")
     launches = sum(c for c, _ in decode.values()) / steps
     print(f"wall {wall_us:.1f} us a token (unprofiled run); kernels {total:.1f} us a token in {launches:.0f} "
           f"launches; the rest {wall_us - total:.1f} us (gaps between the replay's kernels and the host's share)")
