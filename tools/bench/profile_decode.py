@@ -23,6 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from nbx import models
+from nbx.models import decoder
 from bench_models import copy_bandwidth, read_bytes_per_step, with_layers
 from model_shapes import NAMES, config_of
 
@@ -55,7 +56,11 @@ def main():
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--norm-rows", type=int, help="decoder.NORM_FUSED_ROWS for this run (the rows up to which "
+                                                      "an RMS norm rides in its product's loads): compare the two")
     args = parser.parse_args()
+    if args.norm_rows is not None:
+        decoder.NORM_FUSED_ROWS = args.norm_rows
     bandwidth = copy_bandwidth()
     config = config_of(args.shape)
     gen = torch.Generator().manual_seed(0)
@@ -88,6 +93,7 @@ def main():
     total = sum(t for c, t in decode.values()) / steps
     step_bytes = read_bytes_per_step(model, config, 1, args.prompt, args.new)
     print(f"{NAMES[args.shape]} shape, {config['num_hidden_layers']} layers, bf16, prompt {args.prompt}, "
+          f"norms fused up to {decoder.NORM_FUSED_ROWS} rows, "
           f"{args.new} new; copy bandwidth {bandwidth / 1e12:.2f} TB/s; a step reads {step_bytes / 2**20:,.1f} MiB: "
           f"roofline {step_bytes / bandwidth * 1e6:.1f} us a token")
     print(f"{'kernel':<72} {'a token':>8} {'us/token':>9} {'us each':>8} {'share':>6}")
