@@ -209,10 +209,10 @@ def test_the_decode_steps_fused_product_norm_and_rope_lower_for_sm90():
     cases = [(*FUSED_MATMUL, {**product, "EVEN_K": even, "SPLIT_K": split, "GATED": gated, "NORM": norm,
                               "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated})
              for norm in (False, True) for split in (1, 4) for gated in (False, True) for even in (True, False)]
-    cases += [(*FUSED_MATMUL, {**product, "GEMV": True, "BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 512, "EVEN_K": even,
+    cases += [(*FUSED_MATMUL, {**product, "GEMV": True, "BLOCK_M": rows, "BLOCK_N": 4, "BLOCK_K": 512, "EVEN_K": even,
                                "SPLIT_K": 1, "GATED": gated, "NORM": norm, "ACTIVATION": "silu" if gated else None,
                                "HAS_RES": not gated})
-              for norm, gated, even in ((False, False, True), (True, True, False))]
+              for norm, gated, even, rows in ((False, False, True, 1), (True, True, False, 1), (True, False, True, 2))]
     cases += [(*SPLIT_EPILOGUE, {"ACC": "tl.float32", "SPLIT_K": 4, "BLOCK": 1024, "HAS_BIAS": False,
                                  "ACTIVATION": "silu" if gated else None, "HAS_RES": not gated, "GATED": gated,
                                  "NORM": norm}) for norm in (False, True) for gated in (False, True)]

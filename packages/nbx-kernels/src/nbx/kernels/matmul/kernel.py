@@ -193,6 +193,38 @@ def normed_k_steps(acc, acc_g, a_ptrs, nw_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, 
 
 
 @triton.jit
+def _gemv_row_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rn, rk, N, K, first, steps, sak, sbk, sbn,
+                    ACC: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr, NORM: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """gemv_k_steps of one row of x (a_ptr at it): products kept [BLOCK_N, BLOCK_K], x a vector, so
+    each step's tiles keep the layout they are loaded in (no 3-D broadcast to convert into)."""
+    x_ptrs = a_ptr + (first * BLOCK_K + rk) * sak
+    w_at = rn[:, None] * sbn + (first * BLOCK_K + rk)[None, :] * sbk
+    in_n = (rn < N)[:, None]
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=ACC)
+    acc_g = tl.zeros((BLOCK_N, BLOCK_K), dtype=ACC)
+    squares = tl.zeros((BLOCK_K,), dtype=ACC)
+    for k in tl.range(first, first + steps):
+        if EVEN_K:
+            x_mask = rk < BLOCK_K
+            w_mask = in_n
+        else:
+            x_mask = rk < K - k * BLOCK_K
+            w_mask = in_n & x_mask[None, :]
+        x = widen(tl.load(x_ptrs, mask=x_mask, other=0.0), ACC)
+        if NORM:   # rms_norm(x) @ B = rstd * ((x * w) @ B), as normed_k_steps
+            squares += x * x
+            nw = widen(tl.load(nw_ptr + k * BLOCK_K + rk, mask=rk < K - k * BLOCK_K, other=0.0), ACC)
+            x = widen(narrow(x * nw, a_ptr.dtype.element_ty), ACC)
+        acc += widen(tl.load(b_ptr + w_at, mask=w_mask, other=0.0), ACC) * x[None, :]
+        if GATED:
+            acc_g += widen(tl.load(g_ptr + w_at, mask=w_mask, other=0.0), ACC) * x[None, :]
+        x_ptrs += BLOCK_K * sak
+        w_at += BLOCK_K * sbk
+    return tl.sum(acc, 1)[None, :], tl.sum(acc_g, 1)[None, :], tl.sum(squares[None, :], 1)
+
+
+@triton.jit
 def gemv_k_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rm, rn, rk, M, N, K, first, steps, sam, sak, sbk, sbn,
                  ACC: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr, NORM: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -202,6 +234,10 @@ def gemv_k_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rm, rn, rk, M, N, K, first, steps,
     per (row, column, k) in registers, summed over k once after the loop: no per-step reduction
     across threads, so each step is loads and FMAs only (on the H200 this streams a 1 x 2048 x 2048
     bf16 weight at 1.5 TB/s where the split-K dot tiles and their epilogue launch reach 1.0)."""
+    if BLOCK_M == 1:
+        acc, acc_g, squares = _gemv_row_steps(a_ptr + rm * sam, b_ptr, g_ptr, nw_ptr, rn, rk, N, K, first, steps,
+                                              sak, sbk, sbn, ACC, EVEN_K, GATED, NORM, BLOCK_N, BLOCK_K)
+        return acc, acc_g, squares
     x_ptrs = a_ptr + rm[:, None] * sam + (first * BLOCK_K + rk)[None, :] * sak
     w_at = rn[:, None] * sbn + (first * BLOCK_K + rk)[None, :] * sbk
     in_m = (rm < M)[:, None]
@@ -218,7 +254,7 @@ def gemv_k_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rm, rn, rk, M, N, K, first, steps,
             x_mask = in_m & (rk[None, :] < k_left)
             w_mask = in_n & (rk[None, :] < k_left)
         x = widen(tl.load(x_ptrs, mask=x_mask, other=0.0), ACC)
-        if NORM:   # rms_norm(x) @ B = rstd * ((x * w) @ B), as normed_k_steps
+        if NORM:
             squares += x * x
             nw = widen(tl.load(nw_ptr + k * BLOCK_K + rk, mask=rk < K - k * BLOCK_K, other=0.0), ACC)
             x = widen(narrow(x * nw[None, :], a_ptr.dtype.element_ty), ACC)
