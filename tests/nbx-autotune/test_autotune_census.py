@@ -243,3 +243,28 @@ def test_the_report_counts_the_compiles_and_names_what_each_recompiled_kernels_s
     assert warmup.installed_log() is installed and serving.report().lines()[-1].startswith("[autotune] compiles: 0")
     warmup.log_compiles(False)
     assert warmup.installed_log() is None and not any("compiles:" in line for line in serving.report().lines())
+
+
+def test_certify_of_a_model_for_some_kernels_forms_every_key_then_certifies_only_theirs(tmp_path, monkeypatch):
+    """--kernel picks from the census's keys: the census still forms every kernel's (the 8B's datamove
+    among them) and only the named kernels' keys and Tunables reach the certifier."""
+    from nbx.autotune import certify, device_class, timing
+
+    class timing_stub:
+        description = "no timing: certify is stubbed"
+    from nbx.core import cli
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    identity = Identity("nvidia", "nvidia-h200-140gb", "triton-3.6.0-cuda")
+    monkeypatch.setattr(device_class, "identify", lambda device: identity)
+    monkeypatch.setattr(device_files, "in_force", lambda device: device_files.for_arch("sm_90"))
+    monkeypatch.setattr(timing, "timer_for", lambda device: timing_stub())
+    seen = {}
+
+    def certified(wanted, tunables, **kwargs):
+        seen.update(kernels={r.kernel for r in wanted}, tunables=set(tunables))
+        return certify.Outcome()
+    monkeypatch.setattr(certify, "certify", certified)
+    assert cli.main(["autotune", "certify", "--device-class", "nvidia-h200-140gb", "--model", str(tmp_path),
+                     "--prompt", "512", "--new-tokens", "4", "--kernel", "attention", "--kernel", "attention_decode",
+                     "--out", str(tmp_path / "out"), "--device", "interp"]) == 0
+    assert seen == {"kernels": {"attention", "attention_decode"}, "tunables": {"attention", "attention_decode"}}

@@ -62,8 +62,6 @@ def _certify(args) -> int:
 
     from . import certify, device_class, records
     tunables = _load_kernels()
-    if args.kernel:
-        tunables = {k: v for k, v in tunables.items() if k in args.kernel}
     device = as_device(args.device)
     identity = device_class.identify(device)
     if identity.device_class != device_class.check_class(args.device_class):
@@ -72,6 +70,8 @@ def _certify(args) -> int:
         return 2
     facts = device_files.in_force(device)
     wanted = [r for r in _wanted(args, facts, tunables) if not args.kernel or r.kernel in args.kernel]
+    if args.kernel:   # after the census: it forms every kernel's keys before --kernel picks some
+        tunables = {k: v for k, v in tunables.items() if k in args.kernel}
     if args.compile_shard is not None:
         launched = certify.compile_ahead(wanted, tunables=tunables, facts=facts, identity=identity, device=device,
                                          out=args.out, shard=args.compile_shard, shards=args.compile_jobs,
