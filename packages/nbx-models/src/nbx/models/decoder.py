@@ -32,7 +32,10 @@ from .sampling import pick, pick_tokens
 # own. 0: on the H200 (2026-12-01, bench_models.py) the normed products at decode rows made the step
 # slower, not faster (1B shape 838.9 -> 800.5 tok/s, 8B shape's 2 layers 1,723 -> 1,372): the normed
 # GEMV holds twice the registers (128 against 63 at the split decode tile) under tiles certified for
-# the plain one. Raise it once the normed keys are certified and measured faster.
+# the plain one. Again on 2026-12-02 with the gemv form certified for qkv and o (tools/bench/profile_decode.py
+# --norm-rows 16): 1289 against 1154 us a token (the normed qkv gemv 7.57 us against 6.71 plus a 1.8 us
+# norm launch; the normed gated tiles 22.84 against 18.59). Raise it once the normed keys are certified
+# and measured faster.
 NORM_FUSED_ROWS = 0
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
                "gelu_new": "gelu_tanh", "relu": "relu"}
