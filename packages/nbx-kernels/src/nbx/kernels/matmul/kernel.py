@@ -193,6 +193,17 @@ def normed_k_steps(acc, acc_g, a_ptrs, nw_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, 
 
 
 @triton.jit
+def _within_k(mask, rk, K, k, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """mask ([rows, 1]) over K step k's BLOCK_K columns, those past K off (all on where K divides into
+    whole steps)."""
+    if EVEN_K:
+        out = mask
+    else:
+        out = mask & (rk[None, :] < K - k * BLOCK_K)
+    return out
+
+
+@triton.jit
 def _gemv_row_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rn, rk, N, K, first, steps, sak, sbk, sbn,
                     ACC: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr, NORM: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -246,14 +257,8 @@ def gemv_k_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rm, rn, rk, M, N, K, first, steps,
     acc3_g = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=ACC)
     squares = tl.zeros((BLOCK_M, BLOCK_K), dtype=ACC)
     for k in tl.range(first, first + steps):
-        if EVEN_K:
-            x_mask = in_m
-            w_mask = in_n
-        else:
-            k_left = K - k * BLOCK_K
-            x_mask = in_m & (rk[None, :] < k_left)
-            w_mask = in_n & (rk[None, :] < k_left)
-        x = widen(tl.load(x_ptrs, mask=x_mask, other=0.0), ACC)
+        x = widen(tl.load(x_ptrs, mask=_within_k(in_m, rk, K, k, EVEN_K, BLOCK_K), other=0.0), ACC)
+        w_mask = _within_k(in_n, rk, K, k, EVEN_K, BLOCK_K)
         if NORM:
             squares += x * x
             nw = widen(tl.load(nw_ptr + k * BLOCK_K + rk, mask=rk < K - k * BLOCK_K, other=0.0), ACC)
