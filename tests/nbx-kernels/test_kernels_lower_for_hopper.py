@@ -401,11 +401,12 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
                                  "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
                                  "ACTIVATION": "silu", "HAS_RES": True}))
-    # the gemv kernel (decode rows on the CUDA cores): its word conversion's two forms, one and 16 rows
+    # the gemv kernel (decode rows on the CUDA cores): its word conversion's two forms, one row (its products
+    # kept per column and k: _gemv_row_sums), 4 and 16 rows
     cases += [(*INT4_LINEAR, {**base, "GEMV": True, "DOT": dot, "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": True,
                        "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 128, "SPLIT_K": split})
-              for dot, signed, block_m, block_n, split in (("tl.bfloat16", False, 1, 128, 8), ("tl.float16", True, 16, 32, 1),
-                                                          ("tl.float32", False, 4, 64, 2))]
+              for dot, signed, block_m, block_n, split in (("tl.bfloat16", False, 1, 64, 8), ("tl.float16", True, 16, 32, 1),
+                                                          ("tl.float32", False, 4, 64, 2), ("tl.bfloat16", True, 1, 32, 1))]
     assert lowering_failures(cases) == []
 
 

@@ -57,6 +57,7 @@ def test_wide_tiles_that_dequantize_each_weight_element_before_the_dot_match_the
 
 
 @pytest.mark.parametrize("rows,block_m,split_k,scheme,dtype", [(1, 1, 1, "asymmetric", "bfloat16"),
+                                                                (1, 1, 2, "symmetric", "float16"),
                                                                 (3, 4, 2, "symmetric", "float16"),
                                                                 (2, 2, 4, "asymmetric", "float32")])
 def test_the_gemv_kernel_matches_the_oracle_at_decode_rows_with_split_k_and_the_epilogue(device, check, rows, block_m,

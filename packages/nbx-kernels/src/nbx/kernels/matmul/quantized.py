@@ -303,6 +303,9 @@ def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, 
     x_at = 8 * rw[:, None] + tl.arange(0, 8)[None, :]           # (BLOCK_K / 8, 8): K offsets of a step's x
     bias: tl.constexpr = 24.0 if SIGNED else 16.0
 
+    if BLOCK_M == 1:
+        return _gemv_row_sums(a_ptr, w_ptrs, s_ptrs, z_ptrs, rw, x_at, in_n, tile_m, sam, sak, first, steps, bias,
+                              GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     # the next step's words are loaded before this step's are used (the pipeliner stages no loads of
     # a loop without a dot): two steps of weight in flight a thread, not one
@@ -327,3 +330,31 @@ def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, 
                 part += minimum * x_sum
             acc += tl.where(columns == r, part[:, None], 0.0)
     return acc
+
+
+@triton.jit
+def _gemv_row_sums(a_ptr, w_ptrs, s_ptrs, z_ptrs, rw, x_at, in_n, row, sam, sak, first, steps, bias,
+                   GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
+    """_gemv_sums of one row of x: each weight element dequantized in place, w = (16 v - C) scale
+    (+ minimum), two FMAs with its product by x, and the products kept per (column, k) in registers,
+    summed once after the loop (the bf16 gemv's lesson, kernel.gemv_k_steps: no reduction across
+    threads a step). (BLOCK_N, 1)."""
+    acc = tl.zeros((BLOCK_N, BLOCK_K // 8, 8), dtype=tl.float32)
+    none = 0 * rw[None, :]                     # makes a scalar test a tensor mask (the interpreter's need)
+    upcoming = tl.load(w_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
+    for k in range(first, first + steps):
+        words = upcoming
+        upcoming = tl.load(w_ptrs + (k + 1) * (BLOCK_K // 8), mask=in_n[:, None] & (none + k + 1 < first + steps),
+                           other=0)
+        scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
+        offset = -bias * scale
+        if ASYMMETRIC:
+            offset += minimum
+        v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
+        v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
+                       (BLOCK_N, BLOCK_K // 8, 8))
+        x = tl.load(a_ptr + row * sam + (k * BLOCK_K + x_at) * sak).to(tl.float32)
+        acc += (v * (16.0 * scale)[:, None, None] + offset[:, None, None]) * x[None, :, :]
+    return tl.sum(tl.sum(acc, 2), 1)[:, None]
+
