@@ -11,7 +11,7 @@ from nbx.autotune import keys, neighbours, serving, store, sweep, verdicts
 from nbx.autotune.candidates import Tunable
 from nbx.autotune.serving import Tuner
 from nbx.autotune.store import CertificateStore, Entry
-from nbx.core.errors import ArgumentError, KeyNotCertified, ScreenRefusal
+from nbx.core.errors import ArgumentError, KeyNotCertified, LaunchKeyError, ScreenRefusal
 
 LINE = ("[autotune] certified: {} key(s) served without a sweep, {} swept at runtime (kept locally), {} from the "
         "local cache, {} from a neighbour")
@@ -269,15 +269,19 @@ def test_a_tunable_screened_at_launch_is_screened_on_the_launch_itself_so_its_co
                                          like={"n": big})["n"], "float32")]
 
 
-def test_the_launch_as_its_keys_instance_takes_the_observed_sizes_and_the_rounded_fields_own_sizes(hopper):
-    spec = {"width": "exact", "elements": "elements", "dtype": "dtype", "strided": "flag"}
-    key = keys.form("rows", spec, hopper, width=1024, elements=3000, dtype="bfloat16", strided=False)
-    own = keys.launched(key, spec, {"width": 1000})
+def test_the_launch_as_its_keys_instance_takes_the_observed_sizes_and_a_pow2_fields_own_size(hopper):
+    spec = {"width": "pow2", "elements": "elements", "dtype": "dtype", "strided": "flag"}
+    key = keys.form("rows", spec, hopper, width=1000, elements=3000, dtype="bfloat16", strided=False)
+    assert str(key).startswith("width=1024,") and key.observed == {"width": 1000, "elements": 3000}
+    own = keys.launched(key, spec)
     assert (own["width"], own["elements"], own["dtype"].name, own["strided"]) == (1000, 3000, "bfloat16", False)
-    assert keys.launched(key, spec)["width"] == 1024      # no size given: the exact field's value
+    again = keys.parse("rows", spec, str(key), hopper, observed=key.observed)   # as a keys file gives it back
+    assert again == key and keys.launched(again, spec) == own
     assert keys.launched(keys.parse("rows", spec, str(key), hopper), spec) is None   # nothing observed
-    with pytest.raises(Exception, match="exact fields only"):
-        keys.launched(key, spec, {"elements": 3000})
+    with pytest.raises(LaunchKeyError, match="not in its class 1024"):
+        keys.parse("rows", spec, str(key), hopper, observed={"width": 1500, "elements": 3000})
+    with pytest.raises(LaunchKeyError, match="is a power of two"):
+        keys.parse("rows", spec, "width=1000,elements=65536,dtype=bf16,strided=0", hopper)
     with pytest.raises(ArgumentError, match="screen_at_launch"):
         Tunable("rows", params={"num_warps": (4,)}, key=spec, screen_at_launch="width")
 
