@@ -11,7 +11,7 @@ from nbx.autotune import keys, neighbours, serving, store, sweep, verdicts
 from nbx.autotune.candidates import Tunable
 from nbx.autotune.serving import Tuner
 from nbx.autotune.store import CertificateStore, Entry
-from nbx.core.errors import ArgumentError, KeyNotCertified, ScreenRefusal
+from nbx.core.errors import ArgumentError, KeyNotCertified, LaunchKeyError, ScreenRefusal
 
 LINE = ("[autotune] certified: {} key(s) served without a sweep, {} swept at runtime (kept locally), {} from the "
         "local cache, {} from a neighbour")
@@ -269,14 +269,84 @@ def test_a_tunable_screened_at_launch_is_screened_on_the_launch_itself_so_its_co
                                          like={"n": big})["n"], "float32")]
 
 
-def test_the_launch_as_its_keys_instance_takes_the_observed_sizes_and_the_rounded_fields_own_sizes(hopper):
-    spec = {"width": "exact", "elements": "elements", "dtype": "dtype", "strided": "flag"}
-    key = keys.form("rows", spec, hopper, width=1024, elements=3000, dtype="bfloat16", strided=False)
-    own = keys.launched(key, spec, {"width": 1000})
+def test_the_launch_as_its_keys_instance_takes_the_observed_sizes_and_a_pow2_fields_own_size(hopper):
+    spec = {"width": "pow2", "elements": "elements", "dtype": "dtype", "strided": "flag"}
+    key = keys.form("rows", spec, hopper, width=1000, elements=3000, dtype="bfloat16", strided=False)
+    assert str(key).startswith("width=1024,") and key.observed == {"width": 1000, "elements": 3000}
+    own = keys.launched(key, spec)
     assert (own["width"], own["elements"], own["dtype"].name, own["strided"]) == (1000, 3000, "bfloat16", False)
-    assert keys.launched(key, spec)["width"] == 1024      # no size given: the exact field's value
+    again = keys.parse("rows", spec, str(key), hopper, observed=key.observed)   # as a keys file gives it back
+    assert again == key and keys.launched(again, spec) == own
     assert keys.launched(keys.parse("rows", spec, str(key), hopper), spec) is None   # nothing observed
-    with pytest.raises(Exception, match="exact fields only"):
-        keys.launched(key, spec, {"elements": 3000})
+    with pytest.raises(LaunchKeyError, match="not in its class 1024"):
+        keys.parse("rows", spec, str(key), hopper, observed={"width": 1500, "elements": 3000})
+    with pytest.raises(LaunchKeyError, match="is a power of two"):
+        keys.parse("rows", spec, "width=1000,elements=65536,dtype=bf16,strided=0", hopper)
     with pytest.raises(ArgumentError, match="screen_at_launch"):
         Tunable("rows", params={"num_warps": (4,)}, key=spec, screen_at_launch="width")
+
+
+ROWS_RUN = ((3, 1000), (24, 5120))   # widths no power of two: the key holds 1024 and 8192, the launch its own
+
+
+def _softmax_rows(device):
+    """The run: a float32 softmax of each ROWS_RUN shape on device, with the inputs (to check outputs against)."""
+    import nbx.core as nbx
+    ran = []
+    for rows, cols in ROWS_RUN:
+        x = nbx.asarray((np.sin(0.1 * np.arange(rows * cols)) * 3).reshape(rows, cols).astype(np.float32),
+                        device=device)
+        ran.append((x, nbx.softmax(x, dim=-1)))
+    return ran
+
+
+def test_a_warmup_of_a_recorded_run_keeps_the_verdicts_that_run_then_reads_on_rows_of_no_power_of_two(
+        bench, hopper, tmp_path, monkeypatch):
+    """`nbx autotune record` of a softmax on (3, 1000) and (24, 5120) rows, `nbx warmup --keys` of that file
+    (warmup.run_record), then the same run in a later process: every neighbour's verdict is read from what the
+    warm-up kept, none screened again (the report's "screen verdicts N read, 0 kept"), and the outputs are the
+    oracle's. The warm-up screens the launch the run makes (its width, not the key's power of two)."""
+    from nbx.autotune import records, warmup
+    from nbx.autotune.candidates import declared
+    from nbx.core.device import as_device
+    from nbx.core.device import discover_plugins
+    from nbx.core.reference import deviation, oracle
+    from nbx.kernels import launch
+    from nbx.kernels.softmax.tuning import SOFTMAX
+    discover_plugins()
+    device = as_device("interp")
+    path = store.path_in(tmp_path / "certs" / "nvidia", bench.fakes.IDENTITY, "softmax")
+    neighbours_of = {f"width={w},elements={e},dtype=f32,strided=0": Entry({"num_warps": 8, "max_block_n": 8192},
+                                                                        dict(bench.proof, dtype="float32"))
+                     for w, e in ((1024, 1048576), (8192, 8388608))}   # the keys' widths, other element classes
+    store.write(path, store.header(SOFTMAX, bench.fakes.IDENTITY), neighbours_of, SOFTMAX)
+
+    def process():
+        serving.reset()
+        tuner = bench.tuner()
+        tuner.device = device
+        serving.install(device, tuner)
+        return tuner
+
+    monkeypatch.setenv("NBX_AUTOTUNE_RECORD", str(tmp_path / "keys.json"))   # what `nbx autotune record` sets
+    monkeypatch.setenv("NBX_AUTOTUNE_NO_SWEEP", "1")
+    process()
+    _softmax_rows(device)
+    serving._flush_recorder()
+    monkeypatch.delenv("NBX_AUTOTUNE_RECORD")
+    monkeypatch.delenv("NBX_AUTOTUNE_NO_SWEEP")
+    recorded = records.load(tmp_path / "keys.json")
+    assert sorted(r.key for r in recorded) == ["width=1024,elements=65536,dtype=f32,strided=0",
+                                               "width=8192,elements=1048576,dtype=f32,strided=0"]
+
+    ahead = process()                                                        # nbx warmup --keys keys.json
+    for record in recorded:
+        warmup.run_record(record, declared(), hopper, device)
+    assert ahead._verdicts()[0].written == 2 and serving.report().neighbour == 2
+
+    later = process()                                                        # the run again, a later process
+    for x, out in _softmax_rows(device):
+        expected = oracle("softmax", x, -1)
+        assert deviation(out.numpy(), expected) <= launch.screen_tolerance(out.dtype, device)
+    kept = later._verdicts()[0]
+    assert (kept.read, kept.written, serving.report().neighbour) == (2, 0, 2)   # read, 0 kept: nothing screened

@@ -65,7 +65,7 @@ def jobs(identity, facts, families, per_family: int, rungs: int, max_elements: i
         for text, entry in usable[::step][:per_family]:
             key = keys.parse(family, tunable.key, text, facts)
             for index, (name, kind) in enumerate(tunable.key_fields):
-                if kind not in keys.LADDERS and kind != "exact":
+                if kind not in keys.LADDERS and kind not in keys.OCTAVE_SIZES:
                     continue
                 ladder = facts.value(keys.LADDERS[kind]) if kind in keys.LADDERS else None
                 for d in range(1, rungs + 1):
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
         spent[family] += time.monotonic() - pair_began
         kind = dict(tunable.key_fields)[name]
         value = dict(other.fields)[name]
-        row = "pow2" if kind == "exact" else "up_to {up_to} step {step}".format(
+        row = "pow2" if kind in keys.OCTAVE_SIZES else "up_to {up_to} step {step}".format(
             **space.row_of(facts.value(keys.LADDERS[kind]), value))
         group = (family, name, row, abs(signed))
         if tunable.refusal(setting, facts, rep) is not None or not times:

@@ -91,7 +91,7 @@ class Tunable:
                                 f"not an `elements` field of its key {dict(self.key_fields)}")
 
     def _checked_weights(self) -> dict:
-        sizes = [n for n, kind in self.key_fields if kind in keys.LADDERS or kind == "exact"]
+        sizes = [n for n, kind in self.key_fields if kind in keys.LADDERS or kind in keys.OCTAVE_SIZES]
         given = dict(self.weights or {})
         for name, weight in given.items():
             if name not in sizes:

@@ -210,7 +210,7 @@ def decode_contexts(prompt: int, steps: int, facts) -> list[int]:
     graphs.length_buckets, at most the cache's capacity): one attention key each."""
     capacity = prompt + steps + 1
     ladder = facts.value(LENGTH_LADDER) if LENGTH_LADDER in facts else None
-    return sorted({_pow2_at_least(min(n if ladder is None else device_files.bucket(ladder, n), capacity))
+    return sorted({keys.pow2_at_least(min(n if ladder is None else device_files.bucket(ladder, n), capacity))
                    for n in range(prompt + 1, prompt + steps + 1)})
 
 
@@ -253,12 +253,8 @@ def _encoder_forward(m: Model, batch: int, tokens: int, dtype: str) -> list:
     return out
 
 
-def _pow2_at_least(v: int) -> int:
-    return 1 << (max(v, 1) - 1).bit_length()
-
-
 def _pow4_at_least(v: int) -> int:
-    octave = _pow2_at_least(v).bit_length() - 1
+    octave = keys.pow2_at_least(v).bit_length() - 1
     return 1 << (octave + (octave & 1))
 
 
@@ -266,7 +262,7 @@ def _attention_key(shapes, dtype: str) -> tuple[str, dict]:
     """paged_attention's key as its layout forms it (nbx.kernels.attention: lengths rounded up to a
     power of two; the split-K decode path for a few query tokens whose group's rows fit a program)."""
     (_, queries, heads, dim), (_, context, kv_heads, _) = shapes
-    q_len, k_len, group = _pow2_at_least(queries), _pow2_at_least(context), heads // kv_heads
+    q_len, k_len, group = keys.pow2_at_least(queries), keys.pow2_at_least(context), heads // kv_heads
     if q_len <= DECODE_TOKENS and q_len * group <= DECODE_ROWS:
         return "attention_decode", {"k_len": k_len, "rows": q_len * group, "head_dim": dim, "dtype": dtype,
                                     "paged": True}
@@ -295,7 +291,7 @@ def key_inputs(op: str, shapes, dtype: str) -> tuple[str, dict]:
                           "form": "gated" if op == "gated_linear" else "plain", "tma": tma, "precision": "ieee" if dtype in ("float32", "float64") else "none"}
     if op == "embedding":   # the take of an embedding table's rows (nbx.kernels.gather.tuning.take_key)
         (ids, width), = shapes
-        return "take", {"row_bytes": _pow2_at_least(width * as_dtype(dtype).itemsize), "ids": _pow4_at_least(ids)}
+        return "take", {"row_bytes": keys.pow2_at_least(width * as_dtype(dtype).itemsize), "ids": _pow4_at_least(ids)}
     if op == "rope":        # one launch ropes k's heads and q's (nbx.kernels.attention.rope)
         (tokens, heads, dim), = shapes
         return "rope", {"elements": tokens * heads * dim, "head_dim": dim, "dtype": dtype}
@@ -305,7 +301,7 @@ def key_inputs(op: str, shapes, dtype: str) -> tuple[str, dict]:
         for r in rows:
             count *= r
         kernel = {"softmax": "softmax", "argmax": "reduction", "sum": "reduction"}.get(op, "norm")
-        return kernel, {"width": _pow2_at_least(n), "elements": count * n, "dtype": dtype,
+        return kernel, {"width": n, "elements": count * n, "dtype": dtype,
                         "strided": False}
     out_shape = shapes[0]
     n = 1

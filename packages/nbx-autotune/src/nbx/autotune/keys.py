@@ -5,6 +5,8 @@ A kernel declares its key's fields in order, each with a kind:
     elements   an element count, classed on the device file's `autotune.buckets.elements` ladder
     dims       a dimension (rows, columns, a length), classed on `autotune.buckets.dims`
     exact      an integer kept as it is (a head dim, a group count)
+    pow2       a size classed to the power of two at or above it (a row's width: its tile is chosen
+               for the power of two, the launch keeps its own width)
     dtype      a dtype, written with the dtype table's `key` spelling (f16, bf16, i64, ...)
     flag       a bool, written 1 or 0
     label      a short word (an op name, a layout): letters, digits, '_', '.', '+', '-'
@@ -13,6 +15,11 @@ A kernel declares its key's fields in order, each with a kind:
                n=1000, dtype="float32", dense=True)
     str(key)            # 'n=65536,dtype=f32,dense=1'
     key.observed        # {'n': 1000}: the sizes launched, outside the key's identity
+
+`observed` holds the launch's own size of every classed field (elements, dims, pow2): the one way a
+launch's sizes are said, so a key formed by a run, written by `nbx autotune record` into a keys file
+and parsed back by `nbx warmup` stands for the same launch (keys.launched: the instance a neighbour's
+screen runs, and the text its verdict is kept under).
 
 A key that cannot be formed is a LaunchKeyError naming the kernel and the field, never an empty key.
 The representative of a key is its classes' top values (the sizes the certifier screens and times);
@@ -27,8 +34,11 @@ from dataclasses import dataclass, field
 from nbx.core import device_files, dtypes
 from nbx.core.errors import LaunchKeyError, MissingFactError, NbxError
 
-KINDS = ("elements", "dims", "exact", "dtype", "flag", "label")
+KINDS = ("elements", "dims", "exact", "pow2", "dtype", "flag", "label")
 LADDERS = {"elements": "autotune.buckets.elements", "dims": "autotune.buckets.dims"}
+POW2 = "pow2"
+CLASSED = (*LADDERS, POW2)        # a launch's size classed into the key: observed keeps the size itself
+OCTAVE_SIZES = ("exact", POW2)    # sizes the key holds as such: their neighbours lie octaves apart
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _LABEL = re.compile(r"[A-Za-z0-9_.+-]+")
 _BY_KEY_SPELLING = {dt.key: dt for dt in dtypes.TABLE.values()}
@@ -92,9 +102,19 @@ def _size(kernel: str, name: str, value) -> int:
     return value
 
 
+def pow2_at_least(value: int) -> int:
+    return 1 << (max(value, 1) - 1).bit_length()
+
+
+def _classed(kernel: str, name: str, kind: str, value, facts) -> int:
+    """The class of a launch's size in a classed field (a ladder's class, or its power of two)."""
+    size = _size(kernel, name, value)
+    return pow2_at_least(size) if kind == POW2 else device_files.bucket(_ladder(kernel, name, kind, facts), size)
+
+
 def _field(kernel: str, name: str, kind: str, value, facts) -> object:
-    if kind in LADDERS:
-        return device_files.bucket(_ladder(kernel, name, kind, facts), _size(kernel, name, value))
+    if kind in CLASSED:
+        return _classed(kernel, name, kind, value, facts)
     if kind == "exact":
         return _size(kernel, name, value)
     if kind == "dtype":
@@ -123,7 +143,7 @@ def form(kernel: str, spec, facts, **inputs) -> LaunchKey:
     for name, kind in fields:
         value = inputs[name]
         formed.append((name, _field(kernel, name, kind, value, facts)))
-        if kind in LADDERS:
+        if kind in CLASSED:
             observed[name] = value
     return LaunchKey(kernel, tuple(formed), observed)
 
@@ -146,10 +166,10 @@ def parse(kernel: str, spec, text: str, facts, observed: Mapping | None = None) 
     seen = {k: v for k, v in (observed or {}).items()}
     for name, value in seen.items():
         kind = dict(fields).get(name)
-        if kind not in LADDERS:
+        if kind not in CLASSED:
             raise LaunchKeyError(f"kernel {kernel!r}: key {text!r} records an observed size for {name!r}, "
                                  f"which is not a classed field")
-        if device_files.bucket(_ladder(kernel, name, kind, facts), _size(kernel, name, value)) != dict(values)[name]:
+        if _classed(kernel, name, kind, value, facts) != dict(values)[name]:
             raise LaunchKeyError(f"kernel {kernel!r}: key {text!r} records {name}={value}, which is not in "
                                  f"its class {dict(values)[name]}")
     return LaunchKey(kernel, tuple(values), seen)
@@ -157,10 +177,12 @@ def parse(kernel: str, spec, text: str, facts, observed: Mapping | None = None) 
 
 def _parse_value(kernel, name, kind, raw, text, facts):
     where = f"kernel {kernel!r}: key {text!r}: field {name!r}"
-    if kind in LADDERS or kind == "exact":
+    if kind in LADDERS or kind in OCTAVE_SIZES:
         if not raw.isdigit():
             raise LaunchKeyError(f"{where} is a size, got {raw!r}")
         value = int(raw)
+        if kind == POW2 and pow2_at_least(value) != value:
+            raise LaunchKeyError(f"{where} is a power of two, got {value}")
         if kind in LADDERS and device_files.bucket(_ladder(kernel, name, kind, facts), value) != value:
             file = getattr(facts, "name", "the device file")
             raise LaunchKeyError(f"{where}: {value} is not a class of {LADDERS[kind]!r} in {file}; the key was "
@@ -243,30 +265,24 @@ def smallest(key: LaunchKey, spec, facts, like: Mapping[str, int] | None = None)
     return rep
 
 
-def launched(key: LaunchKey, spec, sizes: Mapping[str, int] | None = None) -> dict | None:
-    """The launch itself as an instance of its key: each classed size at the size observed (key.observed),
-    each exact field at the size the launch had before the caller rounded it into the key (sizes: a
-    row's own width, where the key holds its power of two), else the field's value; dtypes as DType
-    objects. None where a classed size was not observed (a key parsed from a file without one).
+def launched(key: LaunchKey, spec) -> dict | None:
+    """The launch itself as an instance of its key: each classed size (elements, dims, pow2) at the size
+    observed (key.observed: a row's own width, where the key holds its power of two), each exact field at
+    its value; dtypes as DType objects. None where a classed size was not observed (a key parsed from a
+    file without one).
 
     A neighbour's screen on this instance compiles exactly the specialization the launch then loads
     (the same constexprs, integer and pointer specializations): its compile is the launch's, not one
     more (Tunable.screen_at_launch).
     """
     kinds = dict(check_spec(key.kernel, spec))
-    sizes = sizes or {}
-    unknown = sorted(set(sizes) - {n for n, k in kinds.items() if k == "exact"})
-    if unknown:
-        raise LaunchKeyError(f"kernel {key.kernel!r}: launch sizes are given for exact fields only; got {unknown}")
     instance = {}
     for name, value in key.fields:
         kind = kinds[name]
-        if kind in LADDERS:
+        if kind in CLASSED:
             if name not in key.observed:
                 return None
             value = key.observed[name]
-        elif kind == "exact":
-            value = _size(key.kernel, name, sizes.get(name, value))
         elif kind == "dtype":
             value = _BY_KEY_SPELLING[value]
         instance[name] = value

@@ -66,31 +66,34 @@ class Screener:
     """Screens settings on one key's small launch: a kept verdict where one holds (verdicts.py), else the
     screen, whose workload is made at the first setting that needs it and whose verdict is kept.
 
-    The instance screened: the launch's own sizes (keys.launched) where the tunable declares
+    The instance screened: the launch's own sizes (keys.launched: key.observed) where the tunable declares
     screen_at_launch and the launch reads at most autotune.neighbour_screen_max_bytes, so that the screen
     compiles the very specialization the launch then loads; else the key's smallest launch of the
     launch's own kinds of sizes (keys.smallest's like)."""
 
     def __init__(self, tunable, key: keys.LaunchKey, facts, device, kept: verdicts.VerdictCache | None = None,
-                 where: dict | None = None, launch_sizes: Mapping[str, int] | None = None):
+                 where: dict | None = None):
         self.tunable, self.key, self.facts, self.device = tunable, key, facts, device
         self.kept = kept
         self.where = where if where is not None or kept is None else verdicts.context(facts, MAX_BYTES_FACT)
-        self.instance, self.text = self._instance(launch_sizes)
+        self.instance, self.text = self._instance()
         self.work = None
 
-    def _instance(self, launch_sizes) -> tuple[dict, str]:
-        """(the instance screened, the text its verdict is kept under)."""
+    def _instance(self) -> tuple[dict, str]:
+        """(the instance screened, the text its verdict is kept under): a pure function of the key and its
+        observed sizes, so a key parsed from a keys file (`nbx warmup --keys`) keeps the verdict its run reads."""
         tunable, key = self.tunable, self.key
         at = tunable.screen_at_launch
-        own = keys.launched(key, tunable.key_fields, launch_sizes) if at is not None else None
+        own = keys.launched(key, tunable.key_fields) if at is not None else None
         if own is not None:
             itemsize = max((v.itemsize for v in own.values() if isinstance(v, DType)), default=8)
             if own[at] * itemsize <= self.facts.value(MAX_BYTES_FACT):
                 sizes = ",".join(f"{name}={v}" for name, v in own.items() if not isinstance(v, (DType, bool)))
                 return own, f"{key} at {sizes}"
         # the instance takes the observed launch's specializations (keys.smallest's like): kept per kind
-        kinds = ",".join(f"{name}:{keys.specialization(v)}" for name, v in sorted(key.observed.items()))
+        laddered = {name for name, kind in tunable.key_fields if kind in keys.LADDERS}
+        kinds = ",".join(f"{name}:{keys.specialization(v)}" for name, v in sorted(key.observed.items())
+                         if name in laddered)
         return (keys.smallest(key, tunable.key_fields, self.facts, like=key.observed),
                 f"{key} like {kinds}" if kinds else str(key))
 
@@ -109,12 +112,11 @@ class Screener:
 
 def choose(tunable, key: keys.LaunchKey, certified: Mapping[str, Entry], facts, device,
            kept: verdicts.VerdictCache | None = None, where: dict | None = None,
-           parsed_keys: list | None = None, launch_sizes: Mapping[str, int] | None = None
-           ) -> tuple[Choice, Screener]:
+           parsed_keys: list | None = None) -> tuple[Choice, Screener]:
     """The nearest neighbour whose setting passes this key's screen, and the screener that judged it (its
-    verdicts kept in `kept` where given; launch_sizes: the launch's own sizes of exact fields, keys.launched)."""
+    verdicts kept in `kept` where given)."""
     choice, failed = Choice(), []
-    screener = Screener(tunable, key, facts, device, kept, where, launch_sizes)
+    screener = Screener(tunable, key, facts, device, kept, where)
     try:
         top = keys.representative(key, tunable.key, facts)
     except LaunchKeyError:

@@ -6,7 +6,9 @@
 
 `device_file` names the file whose ladders classed the key; `device_class` and `compiler` are those
 of the device that launched it (null in a census made without one). `observed` keeps the largest
-size launched per classed field: the certifier's stand-in where a ladder's last row has no top.
+size launched per classed field (keys.CLASSED: a row's own width too, where the key holds its power
+of two): the certifier's stand-in where a ladder's last row has no top, and the launch `nbx warmup
+--keys` runs and screens, so that the verdict it keeps is the one a run of that launch reads.
 `nbx autotune certify` and `coverage` read these files; `record` and NBX_AUTOTUNE_RECORD write them,
 merged with what the file already holds.
 """

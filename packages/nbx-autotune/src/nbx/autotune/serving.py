@@ -262,10 +262,9 @@ class Tuner:
             self._identity = self._identity()
         return self._identity
 
-    def setting(self, tunable, launch_sizes=None, **inputs):
-        """The setting (a read-only mapping of the kernel's parameters) for this launch. launch_sizes: the
-        launch's own sizes of exact key fields the caller rounded (a row's width before its power of two),
-        so that a neighbour's screen runs the launch itself (keys.launched); not part of the key."""
+    def setting(self, tunable, **inputs):
+        """The setting (a read-only mapping of the kernel's parameters) for this launch (inputs: the launch's
+        own sizes; the key classes them and keeps them as key.observed, which a neighbour's screen runs)."""
         if not self.sweeps:
             found = self._defaults.get(tunable.name)
             if found is None:
@@ -288,7 +287,7 @@ class Tuner:
         with self._lock:
             found = self._memo.get(key)
             if found is None:
-                found = self._memo[key] = self._resolve(tunable, key, launch_sizes)
+                found = self._memo[key] = self._resolve(tunable, key)
             return found
 
     def _record(self, key: keys.LaunchKey) -> None:
@@ -303,7 +302,7 @@ class Tuner:
             warnings.warn(f"nbx.autotune refused {refusal}", AutotuneWarning, stacklevel=4)
         return found
 
-    def _resolve(self, tunable, key: keys.LaunchKey, launch_sizes=None):
+    def _resolve(self, tunable, key: keys.LaunchKey):
         text = str(key)
         entry = self._entries(self.certificates, tunable).get(text)
         source = "certified"
@@ -318,11 +317,11 @@ class Tuner:
         if entry is None and sweeps_asked():
             entry, source = self._sweep(tunable, key), "swept"
         if entry is None:
-            entry, source = self._from_neighbour(tunable, key, launch_sizes)
+            entry, source = self._from_neighbour(tunable, key)
         _process.report.count(source)
         return MappingProxyType(dict(entry.setting))
 
-    def _from_neighbour(self, tunable, key: keys.LaunchKey, launch_sizes=None):
+    def _from_neighbour(self, tunable, key: keys.LaunchKey):
         """The nearest certified neighbour's setting that passes this key's screen; else the device file's
         tile, screened alike (neighbours.py). The screen's launches are the tuner's own: a step being
         recorded (nbx.core.graph) does not see them, and their own keys are not screened in turn."""
@@ -336,7 +335,7 @@ class Tuner:
                     known = self._parsed[tunable.name] = (certified, len(certified),
                                                           neighbours.parsed(tunable, certified, self.facts))
                 choice, screener = neighbours.choose(tunable, key, certified, self.facts, self.device, kept, where,
-                                                     known[2], launch_sizes)
+                                                     known[2])
                 with _process.report._lock:
                     _process.report.neighbours_refused += sum(1 for _, why in choice.refused if "screen:" in why)
                 if choice.entry is not None:
@@ -412,11 +411,11 @@ def install(device, tuner_: Tuner) -> None:
     _process.tuners[device] = tuner_
 
 
-def setting(tunable, device, launch_sizes=None, **inputs):
+def setting(tunable, device, **inputs):
     """The kernel's setting for this launch on device: certified, from the local cache, a certified
-    neighbour's (screened on this key: on the launch itself, launch_sizes its sizes of exact fields the
-    caller rounded, where the tunable says so), or swept once when asked."""
-    return tuner(device).setting(tunable, launch_sizes, **inputs)
+    neighbour's (screened on this key: on the launch itself, key.observed, where the tunable says so), or
+    swept once when asked."""
+    return tuner(device).setting(tunable, **inputs)
 
 
 if _truthy(ENV_REPORT):

@@ -89,7 +89,7 @@ def distance(spec, a: keys.LaunchKey, b: keys.LaunchKey, weights=None) -> tuple[
     apart = above = 0.0
     weights = weights or {}
     for (name, kind), (_, va), (_, vb) in zip(keys.check_spec(a.kernel, spec), a.fields, b.fields, strict=True):
-        if kind in keys.LADDERS or kind == "exact":
+        if kind in keys.LADDERS or kind in keys.OCTAVE_SIZES:
             far = octaves(va, vb) * weights.get(name, 1.0)
             apart += far
             above += far if vb > va else -far if vb < va else 0.0
@@ -114,7 +114,7 @@ class Space:
 
     def _holds_a_row(self, fields: dict) -> bool:
         kinds = dict(self.kinds)
-        exact = [fields[n] for n, k in kinds.items() if k == "exact"]
+        exact = [fields[n] for n, k in kinds.items() if k in keys.OCTAVE_SIZES]
         tops = [self.stand_ins[n][1] if n in self.stand_ins and fields[n] == self.stand_ins[n][0] else fields[n]
                 for n, k in kinds.items() if k == "elements"]
         return not (exact and tops) or all(t >= max(exact) for t in tops)
@@ -122,7 +122,7 @@ class Space:
     def size(self) -> int:
         """The number of keys; counted without listing them where no row rule applies (a matmul's millions)."""
         kinds = {k for _, k in self.kinds}
-        if not {"exact", "elements"} <= kinds:
+        if not _row_rule(kinds):
             return math.prod(len(v) for _, v in self.values)
         return sum(1 for _ in self.keys())
 
@@ -152,7 +152,7 @@ def key_space(tunable, facts) -> Space:
             found = tuple(classes(ladder, bound))
             if keys.unbounded(ladder, found[-1]):
                 stand_ins[name] = (found[-1], bound)
-        elif kind == "exact":
+        elif kind in keys.OCTAVE_SIZES:
             found = tuple(1 << i for i in range(stated["exact_up_to"].bit_length()))
         elif kind == "dtype":
             found = tuple(dtypes.as_dtype(d).key for d in stated["dtypes"])
@@ -180,8 +180,13 @@ class SpaceCoverage:
         return self.size - self.certified - self.by_neighbour
 
 
+def _row_rule(kinds: set) -> bool:
+    """Whether a key's space holds only rows: an element count and a width (an exact or pow2 size) in one key."""
+    return "elements" in kinds and bool(kinds & set(keys.OCTAVE_SIZES))
+
+
 def _size_field(kind: str) -> bool:
-    return kind in keys.LADDERS or kind == "exact"
+    return kind in keys.LADDERS or kind in keys.OCTAVE_SIZES
 
 
 def space_coverage(tunable, facts, certified_keys) -> SpaceCoverage:
@@ -209,7 +214,7 @@ def _with_a_neighbour(space: Space, signatures: set) -> int:
     fixed = [(n, v) for n, v in space.values if not _size_field(kinds[n])]
     sized = [v for n, v in space.values if _size_field(kinds[n])]
     held = sum(1 for combo in itertools.product(*(v for _, v in fixed)) if combo in signatures)
-    if not {"exact", "elements"} <= set(kinds.values()):
+    if not _row_rule(set(kinds.values())):
         return held * math.prod(len(v) for v in sized)
     names = [n for n, _ in space.values]
     count = 0
@@ -231,7 +236,7 @@ def row_of(ladder, value: int) -> dict:
 def neighbour_value(kind: str, ladder, value: int, rungs: int) -> int | None:
     """The class `rungs` rungs above (below, when negative) a class; an exact size that many octaves away.
     None below the first class above 0."""
-    if kind == "exact":
+    if kind in keys.OCTAVE_SIZES:
         moved = value * 2 ** rungs if rungs >= 0 else value // 2 ** -rungs
         return moved if moved >= 1 and (rungs >= 0 or moved * 2 ** -rungs == value) else None
     index = class_index(ladder, value) + rungs

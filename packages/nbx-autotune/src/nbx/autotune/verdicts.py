@@ -12,9 +12,10 @@ setting, the device class and compiler (the folder), the tolerance and the bytes
 file facts), the nbx version and a fingerprint of the sources of nbx.core, nbx.kernels and
 nbx.autotune (each file's path, size and modification time: the kernels' code, the oracle and the
 screen itself). Why that is safe: the screen is deterministic. Its inputs are a pure function of the
-key (keys.smallest, fixed values), its oracle a pure function of the inputs, its kernel the
-compiled code of that source under that compiler for that device class, and its verdict a pure
-function of the output and the oracle. A verdict whose record differs in any of these is not read
+key and its observed sizes (keys.launched or keys.smallest, fixed values: a key parsed from a keys
+file by `nbx warmup` names the same verdict as the run that recorded it), its oracle a pure function
+of the inputs, its kernel the compiled code of that source under that compiler for that device
+class, and its verdict a pure function of the output and the oracle. A verdict whose record differs in any of these is not read
 (it is screened again, and the new verdict replaces it). A failed verdict is kept too: that setting
 is never served to that key, in this process or a later one.
 """

@@ -166,7 +166,8 @@ def float_bits(value: float) -> int:
 
 # 16 warps at 8192 is the device file's tile; fewer than 8 warps over a full tile spill registers
 ROW_PARAMS = {"num_warps": (8, 16, 32), "max_block_n": (8192, 16384)}
-ROW_KEY = {"width": "exact", "elements": "elements", "dtype": "dtype", "strided": "flag"}
+# the width keyed as its power of two (the tile follows it), observed as the row's own (the launch a screen runs)
+ROW_KEY = {"width": "pow2", "elements": "elements", "dtype": "dtype", "strided": "flag"}
 # What a row kernel's setting depends on, for serving a key its nearest certified neighbour's
 # setting (nbx.autotune.space.distance): the tile (max_block_n, num_warps) follows the row's width;
 # the element count only moves a launch between launch-bound and bandwidth-bound. A width octave
@@ -179,9 +180,9 @@ ROW_WEIGHTS = {"width": 4, "elements": 1}
 
 def row_setting(tunable, device, rows: int, n: int, dtype, strided: bool):
     """The served setting for rows x n of dtype (strided: rows read across the reduced dim's stride); the
-    row's own width given too, so that a neighbour's screen runs these very rows (screen_at_launch)."""
-    return autotune.setting(tunable, device, {"width": n}, width=pow2_at_least(n), elements=rows * n, dtype=dtype,
-                            strided=strided)
+    key holds the width's power of two and observes n, so that a neighbour's screen runs these very rows
+    (screen_at_launch)."""
+    return autotune.setting(tunable, device, width=n, elements=rows * n, dtype=dtype, strided=strided)
 
 
 def representative_rows(rep, device, positive: bool = False):
