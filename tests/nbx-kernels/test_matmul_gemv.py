@@ -12,7 +12,7 @@ from nbx.core.errors import NotSupportedError
 from nbx.kernels import plans
 from nbx.kernels.cost import price
 from nbx.kernels.matmul import epilogue
-from nbx.kernels.matmul.linear_tuning import GEMV, LINEAR
+from nbx.kernels.matmul.linear_tuning import GEMV, GEMV_PRODUCTS, LINEAR, gemv_products
 
 rng = np.random.default_rng(90)
 GEMV_TILE = {"kernel": "gemv", "block_m": 1, "block_n": 8, "block_k": 256, "split_k": 1, "group_m": 8,
@@ -36,10 +36,11 @@ def test_the_gemv_form_with_every_epilogue_matches_the_oracle_at_sizes_no_tile_d
     check(out, nbx.oracle("linear", x, w, b, "gelu", r, 1.5, 0.5), device)
 
 
-def test_the_gemv_form_of_the_swiglu_pair_of_a_normed_row_and_of_a_batch_matches_the_oracle(device, check):
+@pytest.mark.parametrize("block_m", [1, 2])
+def test_the_gemv_form_of_the_swiglu_pair_of_a_normed_row_and_of_a_batch_matches_the_oracle(device, check, block_m):
     x, nw = on(device, (2, 512), "bfloat16", 3.0), on(device, (512,), "bfloat16", 0.1, 1.0)
     wg, wu = on(device, (20, 512), "bfloat16", 0.05), on(device, (20, 512), "bfloat16", 0.05)
-    setting = {**GEMV_TILE, "block_m": 2, "block_n": 4, "block_k": 512}
+    setting = {**GEMV_TILE, "block_m": block_m, "block_n": 4, "block_k": 512}
     out = epilogue.launch_linear(x, wg, activation="silu", up=wu, setting=setting)
     check(out, nbx.oracle("gated_linear", x, wg, wu, "silu"), device)
     normed = epilogue.launch_linear(x, wg, activation="silu", up=wu, setting=setting, norm=(nw, 1e-5))
@@ -81,8 +82,9 @@ def test_decode_keys_offer_the_gemv_kernel_and_prefill_scaled_and_tf32_keys_do_n
     assert gemv and {s["block_m"] for s in gemv} == {1} and {s["split_k"] for s in gemv} == {1}
     assert {s["block_n"] for s in gemv} == set(GEMV["block_n"]) and {s["num_warps"] for s in gemv} == {4}
     assert all(s["block_n"] >= 32 and s["block_k"] <= 128 for s in kept if s["kernel"] != "gemv")
+    assert {s["num_stages"] for s in gemv} == {3}
     gated = [s for s in LINEAR.candidates(hopper, {**decode, "form": "gated"})[0] if s["kernel"] == "gemv"]
-    assert gated and all(2 * s["block_m"] * s["block_n"] * s["block_k"] <= 8192 for s in gated)
+    assert gated and all(2 * gemv_products(s) <= GEMV_PRODUCTS for s in gated) and len(gated) < len(gemv)
     for other in ({"m": 64}, {"form": "scaled"}, {"dtype": "float32", "precision": "tf32"}):
         kept, pruned = LINEAR.candidates(hopper, {**decode, **other})
         assert kept and not any(s["kernel"] == "gemv" for s in kept), other

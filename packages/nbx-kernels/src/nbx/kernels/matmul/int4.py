@@ -51,7 +51,7 @@ from ..types import tl_type
 from . import INT32_MAX
 from .epilogue import SPLIT_BLOCK, _addend_strides, _rows
 from .fused import bias_form, split_epilogue_kernel
-from .linear_tuning import PREFILL_M, steps_fit
+from .linear_tuning import GEMV_PRODUCTS, GEMV_ROWS, PREFILL_M, gemv_products, steps_fit
 from .quantized import int4_linear_kernel
 from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stage_bytes, stages_that_fit
 
@@ -62,10 +62,8 @@ KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "group": "exact"
 FOLD_ROWS = 32       # tiles of at most this many rows of x scale the dot's sums, wider ones each weight element
 REUSE_M = 128        # from here on, tiles of under 64 rows of x dequantize each weight tile too often
 DOT_ROWS = 16        # the tiles kernel's least block_m: the matrix unit's least dot
-GEMV_ROWS = 16       # the gemv kernel serves up to this many rows of x (decode), each in its own FMAs
 GEMV_STAGES = 2      # the gemv kernel's one depth (its loop has no dot: the pipeliner stages nothing)
 GEMV_TILE = 512      # rows of x times weight rows of a gemv tile of several rows of x
-GEMV_PRODUCTS = 64   # a one-row gemv tile's (weight row, k) products a thread keeps (quantized._gemv_row_sums)
 DECODE_TILE_N = 128  # the tiles kernel's decode tiles (16 rows of x) take this many weight rows
 
 
@@ -88,10 +86,9 @@ def _kernel_fits(setting, rep) -> str | bool:
     if setting["block_m"] > 1 and setting["block_m"] * setting["block_n"] > GEMV_TILE:
         return (f"a {setting['block_m']} x {setting['block_n']} gemv tile: its weight values, held for every row of x, "
                 f"pass the registers (ptxas spilled 16 x 64 on sm_90; one row streams them)")
-    per_thread = setting["block_n"] * setting["block_k"] // (32 * setting["num_warps"])
-    if setting["block_m"] == 1 and per_thread > GEMV_PRODUCTS:
-        return (f"a 1 x {setting['block_n']} x {setting['block_k']} gemv tile keeps {per_thread} products a thread "
-                f"(at most {GEMV_PRODUCTS}: with the words in flight they pass the registers)")
+    if setting["block_m"] == 1 and gemv_products(setting) > GEMV_PRODUCTS:   # quantized._gemv_row_sums's
+        return (f"a 1 x {setting['block_n']} x {setting['block_k']} gemv tile keeps {gemv_products(setting)} products "
+                f"a thread (at most {GEMV_PRODUCTS}: with the words in flight they pass the registers)")
     if setting["num_stages"] != GEMV_STAGES:
         return f"{setting['num_stages']} stages in the gemv kernel: its loop runs at {GEMV_STAGES} (no dot to feed)"
     return True

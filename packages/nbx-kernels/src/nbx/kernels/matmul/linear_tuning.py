@@ -60,8 +60,9 @@ NARROWEST = 1        # bytes: float8 and int8 operands, the narrowest linear tak
 SWIZZLE_ROW = 128    # bytes: a K step narrower than the widest shared-memory swizzle row is too short a step
 FMA_MAX_K = 32       # an IEEE float32/float64 product (FMA, no tensor cores): the longest K step it keeps
 FMA_MAX_ACC = 64     # and the most accumulators a thread holds beside the step's operands
-GEMV_ROWS = 16       # the gemv kernel serves decode rows up to this many (each tile of x streams the weight)
-GEMV_PRODUCTS = 8192  # the most (row, column, k) products a gemv tile keeps in registers (64 a thread at 4 warps)
+GEMV_ROWS = 16       # the gemv kernels (this and linear_int4's) serve decode rows up to this many
+GEMV_PRODUCTS = 64   # the most (row, column, k) products a thread of a gemv tile keeps in registers
+GEMV_STAGES = 3      # the gemv kernel's one depth: its loop has no dot, whose operands the pipeliner stages
 GEMV_FORMS = ("plain", "gated", "batched")   # float8's scales and int8's exact sums run in the tiles
 
 
@@ -129,9 +130,11 @@ def _kernel_fits(setting, facts):
     if setting["kernel"] == "gemv":
         if setting["split_k"] > 1 or setting["warp_specialize"]:
             return "the gemv kernel runs unsplit and unspecialised"
-        if setting["block_m"] * setting["block_n"] * setting["block_k"] > GEMV_PRODUCTS:
-            return (f"a {setting['block_m']} x {setting['block_n']} x {setting['block_k']} gemv tile keeps more than "
-                    f"{GEMV_PRODUCTS} products in registers")
+        if gemv_products(setting) > GEMV_PRODUCTS:
+            return (f"a {setting['block_m']} x {setting['block_n']} x {setting['block_k']} gemv tile keeps "
+                    f"{gemv_products(setting)} products a thread (at most {GEMV_PRODUCTS})")
+        if setting["num_stages"] != GEMV_STAGES:
+            return f"{setting['num_stages']} stages in the gemv kernel: it runs at {GEMV_STAGES} (no dot to feed)"
         return True
     if setting["kernel"] == "tiles":
         return True if not setting["warp_specialize"] else "warp_specialize is a parameter of the tma kernel"
@@ -168,6 +171,11 @@ def _fits(setting, rep, facts):
     return True
 
 
+def gemv_products(setting) -> int:
+    """The (row of x, weight row, k) products a thread of a gemv tile keeps (quantized's too)."""
+    return setting["block_m"] * setting["block_n"] * setting["block_k"] // (32 * setting["num_warps"])
+
+
 def _gemv_fits(setting, rep) -> str | bool:
     """The gemv kernel on decode rows of the plain, gated and batched forms with 16-bit or IEEE
     operands; tiles no larger than the key needs; the gated form's two weights hold twice the
@@ -181,7 +189,7 @@ def _gemv_fits(setting, rep) -> str | bool:
     for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
         if setting[block] > min(GEMV[block]) and setting[block] // 2 >= rep[size]:
             return f"{block} {setting[block]} covers {size}={rep[size]} twice over"
-    if rep["form"] == "gated" and 2 * setting["block_m"] * setting["block_n"] * setting["block_k"] > GEMV_PRODUCTS:
+    if rep["form"] == "gated" and 2 * gemv_products(setting) > GEMV_PRODUCTS:
         return f"a gated {setting['block_m']} x {setting['block_n']} x {setting['block_k']} gemv tile: two weights' products"
     return True
 
