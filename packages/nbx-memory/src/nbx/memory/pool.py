@@ -171,25 +171,27 @@ class Pool(RangeCarving):
             if stream is self._last_stream and self._quick and (small or self._range is None):
                 index = self._small if small else self._large
                 keys, held = index.keys, self._held
+                lo = bisect_left(keys, size << _SIZE_SHIFT)
                 if held is not None and held.seg.small == small:
-                    # the held block, when best fit would carve the request from its merge with its free
-                    # right neighbour's block: the front handed out, that block the split's rest (unchanged)
+                    # the index holds the key of the held block's free right neighbour's block, not of
+                    # their merge: best fit's block is the first other key or the merged block's key
                     nxt = held.next
                     last = self._runs.get(nxt, nxt)
                     merged = last.ptr + last.size - held.ptr
-                    lo = bisect_left(keys, size << _SIZE_SHIFT)
-                    hi = bisect_left(keys, (merged << _SIZE_SHIFT) + held.seg.order + held.ptr, lo)
-                    if (held.size == size and (hi == lo or (hi == lo + 1 and index.blocks[keys[lo]] is nxt))
-                            and held.free_on is stream and not nxt.events
-                            and (small or not self._half_rule or merged <= self.rules.half_limit(size))):
+                    if lo < len(keys) and index.blocks[keys[lo]] is nxt:
+                        lo += 1
+                    if lo == len(keys) or keys[lo] > (merged << _SIZE_SHIFT) + held.seg.order + held.ptr:
                         self._held = None
-                        nxt.free_on = stream  # the merged block's (_absorb: the held block's own)
-                        blk = held
-                    else:  # its joining first: the index then holds every free block's key
-                        self._held = None
-                        self._join(held)
+                        if (held.size == size and held.free_on is stream and not nxt.events
+                                and (small or not self._half_rule or merged <= self.rules.half_limit(size))):
+                            # carved from the merge's front: the held block itself, the neighbour's block
+                            # the split's rest with the merged block's stream (_absorb: the held block's)
+                            nxt.free_on = stream
+                            blk = held
+                        else:  # its joining first: the index then holds every free block's key
+                            self._join(held)
+                            lo = bisect_left(keys, size << _SIZE_SHIFT)
                 if blk is None:
-                    lo = bisect_left(keys, size << _SIZE_SHIFT)
                     if lo < len(keys):  # best fit's block (the first one of at least size), when usable at once
                         key = keys[lo]
                         found = index.blocks[key]
