@@ -88,7 +88,9 @@ class Pool(RangeCarving):
         self._recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
         # the runs of unmerged free neighbours: each run's first piece -> its last, and last -> first
         self._runs: dict[Block, Block] = {}
-        self._held: Block | None = None  # freed before a free neighbour, its joining deferred (not indexed)
+        # freed next to free blocks, its joining deferred (not indexed): FREE before a free block, HELD
+        # after a free block alone (the merge starting there)
+        self._held: Block | None = None
         self._ranks = 0
         # the rules' rounding and class limit as plain ints: read by every request
         self._granularity = rules.granularity
@@ -172,7 +174,11 @@ class Pool(RangeCarving):
                 index = self._small if small else self._large
                 keys, held = index.keys, self._held
                 lo = bisect_left(keys, size << _SIZE_SHIFT)
-                if held is not None and held.seg.small == small:
+                # (a held block of the other class meets keys of this one: best fit's block may seem to be its
+                # merge, which is never of the request's size: joined, no harm but the time)
+                if held is None:
+                    pass
+                elif held.state == FREE:
                     # the index holds the key of the held block's free right neighbour's block, not of
                     # their merge: best fit's block is the first other key or the merged block's key
                     nxt = held.next
@@ -191,6 +197,39 @@ class Pool(RangeCarving):
                         else:  # its joining first: the index then holds every free block's key
                             self._join(held)
                             lo = bisect_left(keys, size << _SIZE_SHIFT)
+                else:
+                    # held after a free block alone (prv) and maybe before a free one (nxt): the index holds
+                    # their keys, not their merge's; its front is prv
+                    blocks, prv, nxt = index.blocks, held.prev, held.next
+                    if nxt is not None and nxt.state == FREE:
+                        last = self._runs.get(nxt, nxt)
+                        end = last.ptr + last.size
+                    else:
+                        nxt, end = None, held.ptr + held.size
+                    while lo < len(keys) and (blocks[keys[lo]] is prv or blocks[keys[lo]] is nxt):
+                        lo += 1
+                    start, order = prv.ptr, prv.seg.order
+                    self._held = None
+                    if ((lo == len(keys) or keys[lo] > ((end - start) << _SIZE_SHIFT) + order + start)
+                            and prv.size == size and held.free_on is stream and not prv.events
+                            and (nxt is None or not nxt.events)
+                            and (small or not self._half_rule or end - start <= self.rules.half_limit(size))):
+                        # carved from the merge's front: prv itself; the rest (held onwards) keeps the
+                        # merged block's stream, the held block's (_absorb)
+                        key = (size << _SIZE_SHIFT) + order + start
+                        del blocks[key]
+                        del keys[bisect_left(keys, key)]
+                        blk = prv
+                        if nxt is None:  # nothing free beside it now: index.add
+                            key = (held.size << _SIZE_SHIFT) + order + held.ptr
+                            insort(keys, key)
+                            blocks[key] = held
+                        else:  # before its free neighbour alone: held so
+                            held.state = FREE
+                            self._held = held
+                    else:
+                        self._join(held)
+                        lo = bisect_left(keys, size << _SIZE_SHIFT)
                 if blk is None:
                     if lo < len(keys):  # best fit's block (the first one of at least size), when usable at once
                         key = keys[lo]
@@ -424,9 +463,12 @@ class Pool(RangeCarving):
                         key = (size << _SIZE_SHIFT) + seg.order + blk.ptr
                         insort(index.keys, key)
                         index.blocks[key] = blk
-                    else:  # before a free block alone: held, the next request may be of its size
+                    else:  # before a free block: held, the next request may be of its size
                         self._held = blk
-                else:
+                elif prv.state == FREE:  # after a free block alone: held, the next request may be of prv's size
+                    blk.state = HELD
+                    self._held = blk
+                else:  # after a run's last piece
                     self._join(blk)
                 if allocated < self._trim_below:  # _trim's test: a free under the limit trims nothing
                     self._trim()
