@@ -23,13 +23,13 @@ Rules (nbx.memory.rules holds them as data; docs/memory.md gives the measurement
 The fast path (the steady state of an inference loop): a request whose rounded size has a cached
 free block of exactly that size, usable on its stream at once, takes it with a bisect and two
 deletions; a freed block with no free neighbour goes back with one insertion. A block freed next to
-free neighbours on one stream is not merged with them: the free index takes the merged block's key
-(its size and first address, what best fit compares) while the pieces stay apart as a run (_runs:
-the first piece is FREE and indexed, the later ones HELD). When best fit would carve a request from
-that merged block and its first piece is of the request's size, that piece is handed out as it is
-and the rest of the run takes the split's key: a decode chain's same-size outputs, freed in an
-interleaved order, come and go with no split and no merge. Anything that reads the blocks
-themselves (the general path, a second stream, trim, a snapshot) merges the runs first. All of
+free blocks on one stream is not merged with them (nbx.memory.runs): the last such block is held
+out of the index, the others joined as runs whose merged block's key the index holds while the
+pieces stay apart. When best fit would carve a request from such a merged block and its front piece
+is of the request's size, that piece is handed out as it is and the rest keeps the split's key: a
+decode chain's same-size outputs, freed in an interleaved order, come and go with no split and no
+merge. Anything that reads the blocks themselves (the general path, a second stream, trim, a
+snapshot, the stats) makes the merges first. All of
 these are the blocks and figures the general best-fit/split/merge path gives
 (tests/nbx-memory/test_pool_fast_path.py runs both side by side); `_fast = False` turns them off
 for that comparison.
@@ -44,6 +44,7 @@ from nbx.core.errors import ArgumentError, DeviceOOMError, MissingFactError
 
 from .allocator import Block as HandedBlock
 from .carving import RangeCarving
+from .runs import HeldRuns
 from .blocks import _SIZE_SHIFT, ANY, FREE, HELD, LIVE, PENDING, Block, Segment, SizeIndex, compatible
 from .rules import NBX, RULE_SETS, PoolRules  # noqa: F401  (nbx.memory.pool.NBX, .RULE_SETS re-exported)
 from .stats import PoolStats, human
@@ -60,7 +61,7 @@ class _AddressSet(dict):
         del self[blk.ptr]
 
 
-class Pool(RangeCarving):
+class Pool(RangeCarving, HeldRuns):
     """One device's caching pool over a segment source (see nbx.memory.sources)."""
 
     def __init__(self, source, rules: PoolRules, *, parked_fraction: float, events=None, synchronize=None,
@@ -159,8 +160,8 @@ class Pool(RangeCarving):
 
         The steady state of an inference loop is served here and in _hand_out (its figures): best fit's
         block usable on the stream at once, when it is of exactly the request's size (take_exact's
-        bisect, inline) or a run's merged block whose first piece is. Anything else is _malloc's
-        general path, which makes the same choices."""
+        bisect, inline), a run's merged block whose first piece is, or the held block's merge whose
+        front is. Anything else is _malloc's general path, which makes the same choices."""
         if type(nbytes) is not int or nbytes <= 0:
             return self._allocate_checked(nbytes, stream)
         g = self._granularity
@@ -209,27 +210,27 @@ class Pool(RangeCarving):
                     while lo < len(keys) and (blocks[keys[lo]] is prv or blocks[keys[lo]] is nxt):
                         lo += 1
                     start, order = prv.ptr, prv.seg.order
-                    self._held = None
-                    if ((lo == len(keys) or keys[lo] > ((end - start) << _SIZE_SHIFT) + order + start)
-                            and prv.size == size and held.free_on is stream and not prv.events
-                            and (nxt is None or not nxt.events)
-                            and (small or not self._half_rule or end - start <= self.rules.half_limit(size))):
-                        # carved from the merge's front: prv itself; the rest (held onwards) keeps the
-                        # merged block's stream, the held block's (_absorb)
-                        key = (size << _SIZE_SHIFT) + order + start
-                        del blocks[key]
-                        del keys[bisect_left(keys, key)]
-                        blk = prv
-                        if nxt is None:  # nothing free beside it now: index.add
-                            key = (held.size << _SIZE_SHIFT) + order + held.ptr
-                            insort(keys, key)
-                            blocks[key] = held
-                        else:  # before its free neighbour alone: held so
-                            held.state = FREE
-                            self._held = held
-                    else:
-                        self._join(held)
-                        lo = bisect_left(keys, size << _SIZE_SHIFT)
+                    if lo == len(keys) or keys[lo] > ((end - start) << _SIZE_SHIFT) + order + start:
+                        self._held = None
+                        if (prv.size == size and held.free_on is stream and not prv.events
+                                and (nxt is None or not nxt.events)
+                                and (small or not self._half_rule or end - start <= self.rules.half_limit(size))):
+                            # carved from the merge's front: prv itself; the rest (held onwards) keeps the
+                            # merged block's stream, the held block's (_absorb)
+                            key = (size << _SIZE_SHIFT) + order + start
+                            del blocks[key]
+                            del keys[bisect_left(keys, key)]
+                            blk = prv
+                            if nxt is None:  # nothing free beside it now: index.add
+                                key = (held.size << _SIZE_SHIFT) + order + held.ptr
+                                insort(keys, key)
+                                blocks[key] = held
+                            else:  # before its free neighbour: held so
+                                held.state = FREE
+                                self._held = held
+                        else:
+                            self._join(held)
+                            lo = bisect_left(keys, size << _SIZE_SHIFT)
                 if blk is None:
                     if lo < len(keys):  # best fit's block (the first one of at least size), when usable at once
                         key = keys[lo]
@@ -527,59 +528,6 @@ class Pool(RangeCarving):
             self._absorb(prv, blk)
             blk = prv
         index.add(blk)
-
-    def _join(self, blk: Block) -> None:
-        """blk, freed on the one stream and not in its index, joins its free neighbours: the index takes
-        the merged block's key (what best fit compares) and the pieces wait as a run, their merges
-        deferred to _merge_held. On one stream every free block is free on it (or fresh) with no
-        events: free neighbours always merge."""
-        seg = blk.seg
-        index = self._small if seg.small else self._large
-        keys, blocks, order, runs = index.keys, index.blocks, seg.order, self._runs
-        start = blk.ptr
-        end = start + blk.size
-        first = last = blk
-        blk.state = FREE
-        prv, nxt = blk.prev, blk.next
-        if prv is not None and (prv.state == FREE or prv.state == HELD):  # alone, or its run's last piece
-            first = runs.pop(prv) if prv.state == HELD else prv
-            key = ((start - first.ptr) << _SIZE_SHIFT) + order + first.ptr  # its merged block's
-            del blocks[key]  # (a bookkeeping fault raises here, before the keys change)
-            del keys[bisect_left(keys, key)]
-            start = first.ptr
-            if first.free_on is ANY:  # _absorb's
-                first.free_on = blk.free_on
-            blk.state = HELD
-        if nxt is not None and nxt.state == FREE:  # alone, or its run's first piece
-            last = runs.pop(nxt, nxt)
-            key = ((last.ptr + last.size - end) << _SIZE_SHIFT) + order + end
-            del blocks[key]
-            del keys[bisect_left(keys, key)]
-            end = last.ptr + last.size
-            nxt.state = HELD
-        if first is not last:
-            runs[first], runs[last] = last, first
-        key = ((end - start) << _SIZE_SHIFT) + order + start
-        insort(keys, key)
-        blocks[key] = first
-
-    def _merge_held(self) -> None:
-        """The deferred merges made: the held block joins its neighbours, and each run's pieces become
-        its first piece's one block, as their frees would have merged them (the free index holds that
-        block's key already)."""
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._join(held)
-        runs = self._runs
-        if not runs:
-            return
-        self._runs = {}
-        for first, last in runs.items():
-            if first.state == FREE:  # a first piece's entry (a last piece's maps back to its first)
-                end = last.next
-                while first.next is not end:
-                    self._absorb(first, first.next)
 
     def _process_pending(self) -> None:
         if not self._pending:
