@@ -23,31 +23,28 @@ class HeldRuns:
         events: free neighbours always merge."""
         seg = blk.seg
         index = self._small if seg.small else self._large
-        keys, blocks, order, runs = index.keys, index.blocks, seg.order, self._runs
-        start = blk.ptr
-        end = start + blk.size
+        keys, blocks, runs = index.keys, index.blocks, self._runs
         first = last = blk
-        blk.state = FREE
         prv, nxt = blk.prev, blk.next
         if prv is not None and (prv.state == FREE or prv.state == HELD):  # alone, or its run's last piece
             first = runs.pop(prv) if prv.state == HELD else prv
-            key = ((start - first.ptr) << _SIZE_SHIFT) + order + first.ptr  # its merged block's
+            key = ((blk.ptr - first.ptr) << _SIZE_SHIFT) + seg.order + first.ptr  # its merged block's
             del blocks[key]  # (a bookkeeping fault raises here, before the keys change)
             del keys[bisect_left(keys, key)]
-            start = first.ptr
             if first.free_on is ANY:  # _absorb's
                 first.free_on = blk.free_on
             blk.state = HELD
+        else:
+            blk.state = FREE
         if nxt is not None and nxt.state == FREE:  # alone, or its run's first piece
             last = runs.pop(nxt, nxt)
-            key = ((last.ptr + last.size - end) << _SIZE_SHIFT) + order + end
+            key = ((last.ptr + last.size - nxt.ptr) << _SIZE_SHIFT) + seg.order + nxt.ptr
             del blocks[key]
             del keys[bisect_left(keys, key)]
-            end = last.ptr + last.size
             nxt.state = HELD
         if first is not last:
             runs[first], runs[last] = last, first
-        key = ((end - start) << _SIZE_SHIFT) + order + start
+        key = ((last.ptr + last.size - first.ptr) << _SIZE_SHIFT) + seg.order + first.ptr
         insort(keys, key)
         blocks[key] = first
 
