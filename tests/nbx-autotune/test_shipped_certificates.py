@@ -32,3 +32,17 @@ def test_every_shipped_proof_was_timed_after_a_read_flush_without_the_hosts_queu
             timing = entry["proof"]["timing"]
             assert timing["flush"] == flush.METHOD, (path.name, key, timing)
             assert timing["held_ms"] > 0 and timing["host_bound"] is False, (path.name, key, timing)
+
+
+def test_every_shipped_setting_passes_its_kernels_rules_at_its_representative():
+    """A rule added to a Tunable (a tile that spills, a depth a loop cannot use) leaves no shipped
+    certificate serving a setting the certifier would now prune: serving does not check again."""
+    from nbx.autotune.cli import _load_kernels
+    from nbx.core import device_files
+    declared, facts = _load_kernels(), device_files.for_arch("sm_90")
+    for path in sorted((NVIDIA / "nvidia-h200-140gb").glob("*/*.json")):
+        doc = json.loads(path.read_text())
+        tunable = declared[doc["kernel"]]
+        for key, entry in doc["entries"].items():
+            reason = tunable.refusal(entry["setting"], facts, entry["proof"]["representative"])
+            assert reason is None, (path.name, key, reason)
