@@ -8,7 +8,7 @@ from nbx.memory.pool import NBX, Pool
 from nbx.memory.trace import shipped_trace
 
 KiB, MiB = 1 << 10, 1 << 20
-POOL_FILES = ("pool.py", "blocks.py", "carving.py")
+POOL_FILES = ("pool.py", "blocks.py", "carving.py", "runs.py")
 
 
 def pool_frames(fn) -> list[str]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
-FREE, LIVE, PENDING = 0, 1, 2
+FREE, LIVE, PENDING, HELD = 0, 1, 2, 3  # HELD: free, its merge with the free block before it waiting
+# (a later piece of the pool's run of unmerged free blocks: nbx.memory.pool's _runs)
 
 
 class _AnyStream:
@@ -62,7 +63,7 @@ class Block:
         return self.state == FREE and self.prev is None and self.next is None
 
     def __repr__(self) -> str:
-        state = ("free", "live", "pending")[self.state]
+        state = ("free", "live", "pending", "held")[self.state]
         return f"<block {self.size} B at 0x{self.ptr:x} {state} stream={self.stream!r} free_on={self.free_on!r}>"
 
 
@@ -123,17 +124,6 @@ class SizeIndex:
         keys, blocks = self.keys, self.blocks
         for i in range(bisect_left(keys, size << _SIZE_SHIFT), len(keys)):
             yield blocks[keys[i]]
-
-    def others_before(self, size: int, blk: Block, merged: int, besides: Block) -> list[Block]:
-        """The free blocks but besides of at least size bytes placed before blk were it free and of merged
-        bytes (key(blk, merged)), smallest first: two bisects alone when besides is all there is (the held
-        block's check, every request of its size)."""
-        keys, blocks = self.keys, self.blocks
-        lo = bisect_left(keys, size << _SIZE_SHIFT)
-        hi = bisect_left(keys, (merged << _SIZE_SHIFT) + blk.seg.order + blk.ptr, lo)
-        if hi == lo or (hi == lo + 1 and blocks[keys[lo]] is besides):
-            return []
-        return [b for b in (blocks[keys[j]] for j in range(lo, hi)) if b is not besides]
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -22,10 +22,14 @@ Rules (nbx.memory.rules holds them as data; docs/memory.md gives the measurement
 
 The fast path (the steady state of an inference loop): a request whose rounded size has a cached
 free block of exactly that size, usable on its stream at once, takes it with a bisect and two
-deletions; a freed block with no free neighbour goes back with one insertion. A freed block whose
-only free neighbour follows it (an output carved from the front of a free block, say) is held
-unmerged: when the next request is of its size and best fit would carve it from that merge again,
-it is handed out as it is, with no split and no merge; anything else makes the merge first. All of
+deletions; a freed block with no free neighbour goes back with one insertion. A block freed next to
+free blocks on one stream is not merged with them (nbx.memory.runs): the last such block is held
+out of the index, the others joined as runs whose merged block's key the index holds while the
+pieces stay apart. When best fit would carve a request from such a merged block and its front piece
+is of the request's size, that piece is handed out as it is and the rest keeps the split's key: a
+decode chain's same-size outputs, freed in an interleaved order, come and go with no split and no
+merge. Anything that reads the blocks themselves (the general path, a second stream, trim, a
+snapshot, the stats) makes the merges first. All of
 these are the blocks and figures the general best-fit/split/merge path gives
 (tests/nbx-memory/test_pool_fast_path.py runs both side by side); `_fast = False` turns them off
 for that comparison.
@@ -40,7 +44,8 @@ from nbx.core.errors import ArgumentError, DeviceOOMError, MissingFactError
 
 from .allocator import Block as HandedBlock
 from .carving import RangeCarving
-from .blocks import _SIZE_SHIFT, ANY, FREE, LIVE, PENDING, Block, Segment, SizeIndex, compatible
+from .runs import HeldRuns
+from .blocks import _SIZE_SHIFT, ANY, FREE, HELD, LIVE, PENDING, Block, Segment, SizeIndex, compatible
 from .rules import NBX, RULE_SETS, PoolRules  # noqa: F401  (nbx.memory.pool.NBX, .RULE_SETS re-exported)
 from .stats import PoolStats, human
 from .stats import memory_summary as _summary
@@ -56,7 +61,7 @@ class _AddressSet(dict):
         del self[blk.ptr]
 
 
-class Pool(RangeCarving):
+class Pool(RangeCarving, HeldRuns):
     """One device's caching pool over a segment source (see nbx.memory.sources)."""
 
     def __init__(self, source, rules: PoolRules, *, parked_fraction: float, events=None, synchronize=None,
@@ -82,8 +87,11 @@ class Pool(RangeCarving):
         self._multi = False
         self._fast_on = True  # the exact-fit fast paths (off: the general path alone, for comparison)
         self._recorder = None  # nbx.memory.trace.TraceRecorder, or anything with its methods
-        self._held: Block | None = None  # a freed block whose merge with a free neighbour waits
-        self._held_left = False  # that neighbour precedes it (else it follows it)
+        # the runs of unmerged free neighbours: each run's first piece -> its last, and last -> first
+        self._runs: dict[Block, Block] = {}
+        # freed next to free blocks, its joining deferred (not indexed): FREE before a free block, HELD
+        # after a free block alone (the merge starting there)
+        self._held: Block | None = None
         self._ranks = 0
         # the rules' rounding and class limit as plain ints: read by every request
         self._granularity = rules.granularity
@@ -109,6 +117,8 @@ class Pool(RangeCarving):
 
     @_fast.setter
     def _fast(self, on: bool) -> None:
+        with self._lock:
+            self._merge_held()
         self._fast_on = on
         self._derive_tests()
 
@@ -148,9 +158,10 @@ class Pool(RangeCarving):
     def allocate(self, nbytes: int, stream=None) -> HandedBlock:
         """A block of at least nbytes on stream; freed when the returned Block is released or collected.
 
-        The steady state of an inference loop is served here and in _hand_out (its figures): an exact
-        cached block usable on the stream at once (take_exact's bisect, inline) or the held block of
-        the request's size with nothing best fit would meet first (_take_held's test, inline). Anything else is _malloc's general path, which makes the same choices."""
+        The steady state of an inference loop is served here and in _hand_out (its figures): best fit's
+        block usable on the stream at once, when it is of exactly the request's size (take_exact's
+        bisect, inline), a run's merged block whose first piece is, or the held block's merge whose
+        front is. Anything else is _malloc's general path, which makes the same choices."""
         if type(nbytes) is not int or nbytes <= 0:
             return self._allocate_checked(nbytes, stream)
         g = self._granularity
@@ -164,23 +175,85 @@ class Pool(RangeCarving):
                 index = self._small if small else self._large
                 keys, held = index.keys, self._held
                 lo = bisect_left(keys, size << _SIZE_SHIFT)
-                if held is None:  # take_exact
-                    if lo < len(keys) and keys[lo] >> _SIZE_SHIFT == size:
-                        found = index.blocks[keys[lo]]
-                        if not found.events and (found.free_on is ANY or found.free_on is stream):
-                            del index.blocks[keys.pop(lo)]
-                            blk = found
-                elif held.size == size and not self._held_left:  # _take_held, when no other free block of at least size comes first
+                # (a held block of the other class meets keys of this one: best fit's block may seem to be its
+                # merge, which is never of the request's size: joined, no harm but the time)
+                if held is None:
+                    pass
+                elif held.state == FREE:
+                    # the index holds the key of the held block's free right neighbour's block, not of
+                    # their merge: best fit's block is the first other key or the merged block's key
                     nxt = held.next
-                    free_on = nxt.free_on if held.free_on is ANY else held.free_on
-                    if not nxt.events and (free_on is ANY or free_on is stream) and (
-                            held.seg.small or not self._half_rule
-                            or size + nxt.size <= self.rules.half_limit(size)):
-                        hi = bisect_left(keys, ((size + nxt.size) << _SIZE_SHIFT) + held.seg.order + held.ptr, lo)
-                        if hi == lo or (hi == lo + 1 and index.blocks[keys[lo]] is nxt):
-                            self._held = None
-                            nxt.free_on = free_on
+                    last = self._runs.get(nxt, nxt)
+                    merged = last.ptr + last.size - held.ptr
+                    if lo < len(keys) and index.blocks[keys[lo]] is nxt:
+                        lo += 1
+                    if lo == len(keys) or keys[lo] > (merged << _SIZE_SHIFT) + held.seg.order + held.ptr:
+                        self._held = None
+                        if (held.size == size and held.free_on is stream and not nxt.events
+                                and (small or not self._half_rule or merged <= self.rules.half_limit(size))):
+                            # carved from the merge's front: the held block itself, the neighbour's block
+                            # the split's rest with the merged block's stream (_absorb: the held block's)
+                            nxt.free_on = stream
                             blk = held
+                        else:  # its joining first: the index then holds every free block's key
+                            self._join(held)
+                            lo = bisect_left(keys, size << _SIZE_SHIFT)
+                else:
+                    # held after a free block alone (prv) and maybe before a free one (nxt): the index holds
+                    # their keys, not their merge's; its front is prv
+                    blocks, prv, nxt = index.blocks, held.prev, held.next
+                    if nxt is not None and nxt.state == FREE:
+                        last = self._runs.get(nxt, nxt)
+                        end = last.ptr + last.size
+                    else:
+                        nxt, end = None, held.ptr + held.size
+                    while lo < len(keys) and (blocks[keys[lo]] is prv or blocks[keys[lo]] is nxt):
+                        lo += 1
+                    start, order = prv.ptr, prv.seg.order
+                    if lo == len(keys) or keys[lo] > ((end - start) << _SIZE_SHIFT) + order + start:
+                        self._held = None
+                        if (prv.size == size and held.free_on is stream and not prv.events
+                                and (nxt is None or not nxt.events)
+                                and (small or not self._half_rule or end - start <= self.rules.half_limit(size))):
+                            # carved from the merge's front: prv itself; the rest (held onwards) keeps the
+                            # merged block's stream, the held block's (_absorb)
+                            key = (size << _SIZE_SHIFT) + order + start
+                            del blocks[key]
+                            del keys[bisect_left(keys, key)]
+                            blk = prv
+                            if nxt is None:  # nothing free beside it now: index.add
+                                key = (held.size << _SIZE_SHIFT) + order + held.ptr
+                                insort(keys, key)
+                                blocks[key] = held
+                            else:  # before its free neighbour: held so
+                                held.state = FREE
+                                self._held = held
+                        else:
+                            self._join(held)
+                            lo = bisect_left(keys, size << _SIZE_SHIFT)
+                if blk is None:
+                    if lo < len(keys):  # best fit's block (the first one of at least size), when usable at once
+                        key = keys[lo]
+                        found = index.blocks[key]
+                        if found.size == size and not found.events and (found.free_on is ANY or found.free_on is stream):
+                            if key >> _SIZE_SHIFT == size:  # take_exact
+                                del index.blocks[keys.pop(lo)]
+                                blk = found
+                            elif small or not self._half_rule or key >> _SIZE_SHIFT <= self.rules.half_limit(size):
+                                # a run's first piece, of the request's size: best fit would split the merged
+                                # block there. The rest of the run takes the split's key; its next piece heads it.
+                                del index.blocks[keys.pop(lo)]
+                                runs, rest = self._runs, found.next
+                                last = runs.pop(found)
+                                rest.state, rest.free_on = FREE, found.free_on
+                                if rest is last:
+                                    del runs[last]
+                                else:
+                                    runs[rest], runs[last] = last, rest
+                                key += size - (size << _SIZE_SHIFT)  # rest's: size less, address size more
+                                insort(keys, key)
+                                index.blocks[key] = rest
+                                blk = found
             blk = self._malloc(nbytes, stream) if blk is None else self._hand_out(blk, size, stream, nbytes)
         return _Handed(blk.ptr, nbytes, self.device, stream, self, blk)
 
@@ -260,13 +333,7 @@ class Pool(RangeCarving):
             blk, at_end = self._from_range(size, stream, nbytes)
             return self._take(blk, size, stream, nbytes, at_end)
         index = self._small if small else self._large
-        held = self._held
-        if held is not None:
-            if (held.prev.size if self._held_left else held.size) == size:
-                blk = self._take_held(held, size, stream, nbytes)
-                if blk is not None:
-                    return blk
-            self._merge_held()
+        self._merge_held()  # best fit reads the blocks themselves
         if self._fast_on:
             blk = index.take_exact(size, stream)
             if blk is not None:
@@ -371,31 +438,39 @@ class Pool(RangeCarving):
         """A handed-out Block was released or collected. The collector may run inside the pool's own
         work (or on another thread): then the free waits in a queue the pool drains before its next step.
 
-        The steady state's free is served here in this one frame: one stream (no event to record), no
-        record_stream, no held block, not in the range, no free left neighbour; the block goes back to
-        its index (no free right neighbour either) or is held (_make_free's rules, inline). Anything
-        else is _free's general path."""
+        The steady state's free is served here in this one frame: one stream, no record_stream, not in
+        the range. On one stream every free block is free on that stream (or fresh) with no events, so
+        free neighbours always merge: the block goes back to its index alone, or joins its free
+        neighbours' runs, the index taking the merged block's key (_make_free's merges, deferred).
+        Anything else is _free's general path."""
         if not self._lock.acquire(blocking=False):
             self._deferred.append(blk)
             return
         try:
-            seg, prv = blk.seg, blk.prev
-            if (self._plain and blk.state == LIVE and blk.used_on is None and self._held is None
-                    and not seg.is_range and (prv is None or prv.state != FREE)):
+            seg = blk.seg
+            if self._plain and blk.state == LIVE and blk.used_on is None and not seg.is_range:
                 size = blk.size
                 allocated = self._allocated = self._allocated - size
                 self._requested -= blk.requested
-                stream = blk.stream
-                blk.state, blk.free_on, blk.events = FREE, stream, []
-                nxt = blk.next
-                if nxt is not None and nxt.state == FREE and (
-                        nxt.free_on is ANY or nxt.free_on is stream or nxt.free_on == stream):  # compatible
-                    self._held, self._held_left = blk, False  # its merge with nxt waits: the next request may be of its size
-                else:  # no neighbour to merge with: index.add, inline
-                    index = self._small if seg.small else self._large
-                    key = (size << _SIZE_SHIFT) + seg.order + blk.ptr
-                    insort(index.keys, key)
-                    index.blocks[key] = blk
+                blk.free_on = blk.stream
+                if self._held is not None:  # the last free's joining, first
+                    self._join(self._held)
+                    self._held = None
+                prv, nxt = blk.prev, blk.next
+                if prv is None or prv.state == LIVE:
+                    blk.state = FREE
+                    if nxt is None or nxt.state != FREE:  # no free neighbour: index.add, inline
+                        index = self._small if seg.small else self._large
+                        key = (size << _SIZE_SHIFT) + seg.order + blk.ptr
+                        insort(index.keys, key)
+                        index.blocks[key] = blk
+                    else:  # before a free block: held, the next request may be of its size
+                        self._held = blk
+                elif prv.state == FREE:  # after a free block alone: held, the next request may be of prv's size
+                    blk.state = HELD
+                    self._held = blk
+                else:  # after a run's last piece
+                    self._join(blk)
                 if allocated < self._trim_below:  # _trim's test: a free under the limit trims nothing
                     self._trim()
             else:
@@ -439,26 +514,12 @@ class Pool(RangeCarving):
             self._trim()
 
     def _make_free(self, blk: Block, free_on, events: list) -> None:
-        if self._held is not None:
+        seg = blk.seg  # a segment's blocks all live in one index (_index_of, inline)
+        if not seg.is_range:  # its neighbours may be a run's pieces or the held block (the range has none)
             self._merge_held()
         blk.state, blk.free_on, blk.events = FREE, free_on, events
         nxt, prv = blk.next, blk.prev
-        seg = blk.seg  # a segment's blocks all live in one index (_index_of, inline)
         index = self._range_free if seg.is_range else self._small if seg.small else self._large
-        if self._fast_on and (prv is None or prv.state != FREE):
-            if nxt is None or nxt.state != FREE:
-                index.add(blk)  # the fast path: no free neighbour to merge with (blk sits between live blocks)
-                return
-            if not events and not seg.is_range and (free_on is ANY or nxt.free_on is ANY or free_on is nxt.free_on
-                                                    or free_on == nxt.free_on):  # compatible(blk, nxt)
-                self._held, self._held_left = blk, False  # its merge with nxt waits: the next request may be of its size
-                return
-        elif (self._fast_on and (nxt is None or nxt.state != FREE) and not events and not prv.events
-              and not seg.is_range and compatible(prv, blk)):
-            # prv free before it, nothing free after it: its merge with prv waits, the next request may
-            # be of prv's size (a step's last output freed next to its first: the next step's first)
-            self._held, self._held_left = blk, True
-            return
         if nxt is not None and nxt.state == FREE and compatible(blk, nxt):
             index.remove(nxt)
             self._absorb(blk, nxt)
@@ -467,46 +528,6 @@ class Pool(RangeCarving):
             self._absorb(prv, blk)
             blk = prv
         index.add(blk)
-
-    def _merge_held(self) -> None:
-        """The held block merges with its free neighbour, as its free would have merged them."""
-        blk = self._held
-        if blk is None:
-            return
-        self._held = None
-        first, index = blk, self._index_of(blk)
-        if self._held_left:
-            first = blk.prev
-            index.remove(first)
-        else:
-            index.remove(blk.next)
-        self._absorb(first, first.next)
-        index.add(first)
-
-    def _take_held(self, blk: Block, size: int, stream, nbytes: int) -> Block | None:
-        """For a request of the size of the front of the held block blk merged with its neighbour, that
-        best fit would serve by carving that front: the front handed out as it is, the back becoming
-        what the split leaves (the merged block's free stream). None where best fit would do anything
-        else. Held before its free right neighbour, blk is the front; after its free left one, the back."""
-        left, seg = self._held_left, blk.seg
-        front, back = (blk.prev, blk) if left else (blk, blk.next)
-        indexed = front if left else back  # the one in its index
-        index = self._small if seg.small else self._large  # a held block never lies in the range (_make_free)
-        free_on = back.free_on if front.free_on is ANY else front.free_on  # the merged block's (_absorb)
-        if front.events or back.events or not (free_on is ANY or free_on is stream or free_on == stream):
-            return None
-        merged = size + back.size
-        if self.rules.half_rule and not seg.small and merged > self.rules.half_limit(size):
-            return None
-        for other in index.others_before(size, front, merged, indexed):  # what best fit meets first
-            if self._eligible(other, stream):
-                return None
-        self._held = None
-        back.free_on = free_on
-        if left:
-            index.remove(front)
-            index.add(back)
-        return self._hand_out(front, size, stream, nbytes)
 
     def _process_pending(self) -> None:
         if not self._pending:
@@ -542,6 +563,7 @@ class Pool(RangeCarving):
         if len(self._streams) == 2:
             self._multi = True
             self._derive_tests()
+            self._merge_held()  # runs are made on one stream only (_release)
             if self._events is not None:
                 for blk in self._free_blocks():
                     if blk.free_on is not ANY and not blk.events:
