@@ -376,3 +376,24 @@ def test_the_decode_chains_outputs_come_and_go_with_no_split_or_merge():
     assert stats.allocated == 3 * 8 * KiB and stats.allocations == 3 + 6 * 4 and len(inputs) == 3
     (segment,) = pool.snapshot()
     assert segment.blocks[3:] == ((inputs[2].ptr + 8 * KiB, 2 * MiB - 3 * 8 * KiB, "free"),)
+
+
+def test_the_rest_of_a_carved_merge_is_a_plain_free_block_its_right_neighbours_free_joins():
+    """The held block whose free left neighbour was handed out goes back to its index as a free block:
+    the free of its right neighbour then joins it as the general path merges them (the H200 found it
+    kept its held state, which the next join took for a run's last piece: a KeyError in a finalizer)."""
+    pools = [Pool(FakeDevice().segments, NBX, parked_fraction=1.0) for _ in range(2)]
+    pools[1]._fast = False
+    seen = []
+    for pool in pools:
+        a, b, c, d = (pool.allocate(4 * KiB) for _ in range(4))   # d keeps c's right neighbour live
+        a.release()
+        b.release()            # after free a, before live c: held by the fast pool
+        a = pool.allocate(4 * KiB)   # carved from a + b's front: a; b alone in the index
+        c.release()            # after free b: b and c merge
+        e = pool.allocate(8 * KiB)   # their merge, exactly
+        stats = pool.stats()
+        seen.append((a.ptr, e.ptr, pool.snapshot(), stats.allocated, stats.requested, stats.allocations,
+                     stats.frees))
+        del d
+    assert seen[0] == seen[1]

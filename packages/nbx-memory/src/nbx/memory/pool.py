@@ -221,7 +221,8 @@ class Pool(RangeCarving, HeldRuns):
                             del blocks[key]
                             del keys[bisect_left(keys, key)]
                             blk = prv
-                            if nxt is None:  # nothing free beside it now: index.add
+                            if nxt is None:  # nothing free beside it now: index.add, a plain free block
+                                held.state = FREE
                                 key = (held.size << _SIZE_SHIFT) + order + held.ptr
                                 insort(keys, key)
                                 blocks[key] = held
