@@ -288,6 +288,21 @@ def _word_values(words, SIGNED: tl.constexpr):
 
 
 @triton.jit
+def _gemv_step(upcoming, w_ptrs, s_ptrs, z_ptrs, in_n, none, k, first, steps, GROUP: tl.constexpr,
+               SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """K step k of the gemv kernels: its words (loaded a step ahead: upcoming) as the values v
+    (BLOCK_N, BLOCK_K / 8, 8), nibble j of word w at [:, w, j] in K order (the joins stay in a thread's
+    registers), the next step's words loaded, and the step's group scale (and minimum)."""
+    words = upcoming
+    upcoming = tl.load(w_ptrs + (k + 1) * (BLOCK_K // 8), mask=in_n[:, None] & (none + k + 1 < first + steps), other=0)
+    scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
+    v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
+    v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
+                   (BLOCK_N, BLOCK_K // 8, 8))
+    return v, upcoming, scale, minimum
+
+
+@triton.jit
 def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, sqn, first, steps,
                GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -312,14 +327,8 @@ def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, 
     none = 0 * rw[None, :]                     # makes a scalar test a tensor mask (the interpreter's need)
     upcoming = tl.load(w_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
     for k in range(first, first + steps):
-        words = upcoming
-        upcoming = tl.load(w_ptrs + (k + 1) * (BLOCK_K // 8), mask=in_n[:, None] & (none + k + 1 < first + steps),
-                           other=0)
-        scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
-        v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
-        # (BLOCK_N, BLOCK_K / 8, 8): nibble j of word w at [:, w, j], K order (joins stay in a thread's registers)
-        v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
-                       (BLOCK_N, BLOCK_K // 8, 8))
+        v, upcoming, scale, minimum = _gemv_step(upcoming, w_ptrs, s_ptrs, z_ptrs, in_n, none, k, first, steps, GROUP,
+                                                 SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
         for r in tl.static_range(BLOCK_M):
             row = tile_m * BLOCK_M + r
             ok = row + 0 * x_at < M          # a tensor mask: the interpreter takes no scalar one
@@ -344,16 +353,11 @@ def _gemv_row_sums(a_ptr, w_ptrs, s_ptrs, z_ptrs, rw, x_at, in_n, row, sam, sak,
     none = 0 * rw[None, :]                     # makes a scalar test a tensor mask (the interpreter's need)
     upcoming = tl.load(w_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
     for k in range(first, first + steps):
-        words = upcoming
-        upcoming = tl.load(w_ptrs + (k + 1) * (BLOCK_K // 8), mask=in_n[:, None] & (none + k + 1 < first + steps),
-                           other=0)
-        scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
+        v, upcoming, scale, minimum = _gemv_step(upcoming, w_ptrs, s_ptrs, z_ptrs, in_n, none, k, first, steps, GROUP,
+                                                 SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
         offset = -bias * scale
         if ASYMMETRIC:
             offset += minimum
-        v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
-        v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
-                       (BLOCK_N, BLOCK_K // 8, 8))
         x = tl.load(a_ptr + row * sam + (k * BLOCK_K + x_at) * sak).to(tl.float32)
         acc += (v * (16.0 * scale)[:, None, None] + offset[:, None, None]) * x[None, :, :]
     return tl.sum(tl.sum(acc, 2), 1)[:, None]
