@@ -268,3 +268,21 @@ def test_certify_of_a_model_for_some_kernels_forms_every_key_then_certifies_only
                      "--prompt", "512", "--new-tokens", "4", "--kernel", "attention", "--kernel", "attention_decode",
                      "--out", str(tmp_path / "out"), "--device", "interp"]) == 0
     assert seen == {"kernels": {"attention", "attention_decode"}, "tunables": {"attention", "attention_decode"}}
+
+
+def test_a_batch_of_one_token_prompts_lists_the_prefills_join_and_the_decode_step_none(hopper):
+    """The last positions' rows are joined after every batch's prefill, a one-token prompt's too; a decode
+    step's rows are one a sequence already (nbx.models.decoder's forward, last_only)."""
+    model = census.read_config(LLAMA_8B)
+    found = census.launches(model, census.Plan(batch=(2,), prompt=(1,), new_tokens=1), hopper)
+    assert [launch.shapes for launch in found if launch.op == "concat"][-1] == ((1, 4096), (1, 4096))
+    single = census.launches(model, census.Plan(batch=(1,), prompt=(1,), new_tokens=1), hopper)
+    assert [launch for launch in single if launch.op == "concat" and launch.shapes[0] == (1, 4096)] == []
+
+
+def test_merged_records_of_one_key_keep_the_sizes_of_its_largest_launch_as_a_pair():
+    small, large = ({"width": 1000, "elements": 1000}, {"width": 600, "elements": 1800})
+    recs = [records.KeyRecord("norm", "width=1024,elements=65536", "nvidia/hopper", None, None, o)
+            for o in (small, large)]
+    assert records.merge(recs)[0].observed == large
+    assert records.merge(recs[::-1])[0].observed == large

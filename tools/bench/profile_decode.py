@@ -77,19 +77,23 @@ def main():
         started = []
         model.generate(prompt, args.new, on_token=lambda token: started.append(time.perf_counter()))
         wall_us = (started[-1] - started[0]) * 1e6 / (len(started) - 1)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            model.generate(prompt, args.new)
+        prof, tracing = profile(activities=[ProfilerActivity.CUDA]), []
+
+        def start_at_the_first_token(token):   # the prompt's forward done (its token read back): decode only
+            if not tracing:
+                tracing.append(prof.start())
+        model.generate(prompt, args.new, on_token=start_at_the_first_token)
         torch.cuda.synchronize()
+        prof.stop()
     events = kernel_events(prof)
     sequence = step_sequence(events, "take_rows_kernel")
     per_name = collections.defaultdict(lambda: [0, 0.0])
     for name, us in events:
         per_name[name][0] += 1
         per_name[name][1] += us
-    # The profiled generate ran the prompt's forward once and args.new - 1 decode steps; the
-    # prompt's kernels are those launched a number of times that is not a multiple of the steps.
+    # traced from the first token on: the args.new - 1 decode steps alone (the last token's read included)
     steps = args.new - 1
-    decode = {n: (c, t) for n, (c, t) in per_name.items() if c >= steps}
+    decode = dict(per_name)
     total = sum(t for c, t in decode.values()) / steps
     step_bytes = read_bytes_per_step(model, config, 1, args.prompt, args.new)
     print(f"{NAMES[args.shape]} shape, {config['num_hidden_layers']} layers, bf16, prompt {args.prompt}, "

@@ -176,7 +176,7 @@ def _linear(out: list, tokens: int, inputs: int, outputs: int, dtype: str, bias:
         out.append(("add", ((tokens, outputs), (outputs,)), dtype))
 
 
-def _decoder_forward(m: Model, batch: int, tokens: int, dtype: str, attention: list) -> list:
+def _decoder_forward(m: Model, batch: int, tokens: int, dtype: str, attention: list, prefill: bool) -> list:
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
     out = [("embedding", ((tokens, m.hidden),), dtype), ("rms_norm", ((tokens, m.hidden),), dtype)]
     _linear(out, tokens, m.hidden, q + 2 * kv, dtype)          # q, k, v stacked: one product
@@ -189,7 +189,7 @@ def _decoder_forward(m: Model, batch: int, tokens: int, dtype: str, attention: l
     out += [("rms_norm", ((tokens, m.hidden),), dtype),
             ("gated_linear", ((tokens, m.hidden), (m.intermediate, m.hidden)), dtype)]
     _linear(out, tokens, m.intermediate, m.hidden, dtype)      # down, the residual added inside
-    if tokens > batch and batch > 1:                           # prefill: the last positions' rows joined
+    if prefill and batch > 1:                                  # prefill: the last positions' rows joined
         out.append(("concat", ((1, m.hidden),) * batch, dtype))
     out.append(("rms_norm", ((batch, m.hidden),), dtype))      # the last positions' rows only
     _linear(out, batch, m.hidden, m.vocab, dtype)
@@ -220,11 +220,11 @@ def _decoder_run(m: Model, batch: int, prompt: int, steps: int, facts, dtype: st
     block = facts.value("tiles.kv_cache")["block_tokens"]
     blocks = batch * -(-(prompt + steps + 1) // block)
     out = [("zeros", ((blocks, block, m.kv_heads, m.head_dim),), dtype)]   # each layer's K and V, zeroed
-    out += _decoder_forward(m, batch, batch * prompt, dtype, [_attention(m, batch, prompt, prompt, dtype)])
+    out += _decoder_forward(m, batch, batch * prompt, dtype, [_attention(m, batch, prompt, prompt, dtype)], True)
     if steps:   # the captured step: positions + 1 (the next positions, and the lengths as int32)
         out += [("add", ((batch,),), "int64"), ("cast", ((batch,),), "int32")]
         out += _decoder_forward(m, batch, batch, dtype,
-                                [_attention(m, batch, 1, k, dtype) for k in decode_contexts(prompt, steps, facts)])
+                                [_attention(m, batch, 1, k, dtype) for k in decode_contexts(prompt, steps, facts)], False)
     return out
 
 

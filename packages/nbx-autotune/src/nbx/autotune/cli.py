@@ -321,7 +321,7 @@ def _warmup(args) -> int:
     if args.model:
         plan = census.plan_from_args(args.batch, args.prompt, args.new_tokens, args.dtype)
         model = census.read_config(args.model)
-        items = census.launches(model, plan, device_files.in_force(device))
+        items = census.launches(model, plan, device_files.in_force(device) if model.kind == "decoder" else None)
         note = census.unlisted(model)
         if note:
             print(note)

@@ -103,7 +103,8 @@ def _size(kernel: str, name: str, value) -> int:
 
 
 def pow2_at_least(value: int) -> int:
-    return 1 << (max(value, 1) - 1).bit_length()
+    """The power of two at or above value (at least 1); nbx.kernels' row and tile sizes take it too."""
+    return 1 << (max(int(value), 1) - 1).bit_length()
 
 
 def _classed(kernel: str, name: str, kind: str, value, facts) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 import threading
@@ -84,19 +85,21 @@ def load(path) -> list[KeyRecord]:
     return parse(doc, path)
 
 
+def _launch_size(observed) -> tuple:
+    """The order merge keeps the largest launch by: its sizes' product, then the sizes."""
+    return math.prod(observed.values()), tuple(sorted(observed.items()))
+
+
 def merge(*groups) -> list[KeyRecord]:
-    """One record per identity, the largest observed size per field; in first-seen order."""
+    """One record per identity, the observed sizes of its largest launch (all of one launch: a row
+    kernel's width and elements stay a pair some launch had, which warmup's screen runs and keeps its
+    verdict under); in first-seen order."""
     merged: dict[tuple, KeyRecord] = {}
     for group in groups:
         for rec in group:
             known = merged.get(rec.identity)
-            if known is None:
-                merged[rec.identity] = rec
-                continue
-            observed = dict(known.observed)
-            for name, value in rec.observed.items():
-                observed[name] = max(value, observed.get(name, value))
-            merged[rec.identity] = KeyRecord(*rec.identity, observed=observed)
+            if known is None or _launch_size(rec.observed) > _launch_size(known.observed):
+                merged[rec.identity] = KeyRecord(*rec.identity, observed=dict(rec.observed)) if known else rec
     return list(merged.values())
 
 

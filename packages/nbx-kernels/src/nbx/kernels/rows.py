@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from nbx import autotune
+from nbx.autotune.keys import pow2_at_least
 from nbx.core.layout import collapse_dims, contiguous_strides
 
 MAX_BATCH_DIMS = 3
@@ -68,8 +69,6 @@ def wide_columns(layout: Rows) -> bool:
     return (layout.n - 1) * max((abs(s[3]) for s in layout.strides), default=1) >= 2**31 - 1
 
 
-def pow2_at_least(v: int) -> int:
-    return 1 << (max(int(v), 1) - 1).bit_length()
 
 
 def pow2_at_most(v: int) -> int:
