@@ -397,3 +397,22 @@ def test_the_rest_of_a_carved_merge_is_a_plain_free_block_its_right_neighbours_f
                      stats.frees))
         del d
     assert seen[0] == seen[1]
+
+
+def test_a_held_block_of_the_other_size_class_is_left_held_by_a_request_of_this_one():
+    """A large segment's held block, whose free left neighbour (a split's rest) has a small request's size:
+    the small request is served from the small class as the general path serves it (a reviewer's fuzzer
+    found the fast path took that neighbour out of the small index: a KeyError, then one in every join)."""
+    pools = [Pool(FakeDevice().segments, NBX, parked_fraction=1.0) for _ in range(2)]
+    pools[1]._fast = False
+    seen = []
+    for pool in pools:
+        x, y = pool.allocate(2 * MiB), pool.allocate(2 * MiB)
+        x.release()
+        rest_before_y = pool.allocate(MiB + MiB // 2)   # carved from x: a 512 KiB free piece before y
+        y.release()                                      # after that free piece: held by the fast pool
+        small = pool.allocate(512 * KiB)
+        stats = pool.stats()
+        seen.append((rest_before_y.ptr, small.ptr, pool.snapshot(), stats.allocated, stats.reserved))
+        del rest_before_y, small
+    assert seen[0] == seen[1]

@@ -175,9 +175,9 @@ class Pool(RangeCarving, HeldRuns):
                 index = self._small if small else self._large
                 keys, held = index.keys, self._held
                 lo = bisect_left(keys, size << _SIZE_SHIFT)
-                # (a held block of the other class meets keys of this one: best fit's block may seem to be its
-                # merge, which is never of the request's size: joined, no harm but the time)
-                if held is None:
+                # a held block of the other size class is left held: its neighbours' keys are in that class's
+                # index, and its free left neighbour (a split's rest, a merge) may be of this request's size
+                if held is None or held.seg.small is not small:
                     pass
                 elif held.state == FREE:
                     # the index holds the key of the held block's free right neighbour's block, not of
