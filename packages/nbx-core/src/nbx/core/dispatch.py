@@ -123,7 +123,7 @@ def implementation(op: str, device: Device) -> Callable:
         raise NotSupportedError(
             f"{op} is not implemented on {device.type} yet "
             f"(backends implementing it: {sorted(b for o, b in _REGISTRATIONS if o == op)})")
-    observer = getattr(_OBSERVER, "current", None)
+    observer = _OBSERVER.current
     return fn if observer is None else partial(observer.record, op, fn)
 
 
@@ -135,7 +135,7 @@ def observed(observer):
     - every storage tensor.empty makes is passed to observer.allocated(storage);
     - every host read (Tensor.numpy and what uses it) and upload is passed to
       observer.host_access(tensor, what) before it happens."""
-    outer = getattr(_OBSERVER, "current", None)
+    outer = _OBSERVER.current
     _OBSERVER.current = observer
     try:
         yield
@@ -145,7 +145,7 @@ def observed(observer):
 
 def observer():
     """The observer of this thread's work (dispatch.observed), or None."""
-    return getattr(_OBSERVER, "current", None)
+    return _OBSERVER.current
 
 
 def provider(op: str, device_type: str) -> str:

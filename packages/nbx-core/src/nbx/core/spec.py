@@ -165,7 +165,8 @@ class OpSpec:
                 key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
                             else kind if kind in _BY_TYPE and name not in self.by_value else (kind, v)))
         key = tuple(key)
-        if dispatch._OBSERVER.current is None:
+        free = dispatch._OBSERVER.current is None   # no step recording: a signature may be kept
+        if free:
             try:  # the device facts' generation empties _FAST when it moves (forget, a listener)
                 found = _FAST.get(key)
             except TypeError:  # an unhashable argument (a list): no signature, checked every call
@@ -174,7 +175,7 @@ class OpSpec:
                 return found(*args, *kwargs.values()) if kwargs else found(*args)
         call = self.bind(*args, **kwargs)
         impl = dispatch.implementation(self.name, call.facts.device)
-        if key is not None and getattr(dispatch._OBSERVER, "current", None) is None:
+        if key is not None and free:
             prepare = getattr(impl, "prepare", None)
             run = (prepare(call) if prepare is not None else None) or impl
             if len(_FAST) >= MAX_SIGNATURES:

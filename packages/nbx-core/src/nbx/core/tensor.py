@@ -464,7 +464,7 @@ def empty(shape, dtype=None, device=None) -> Tensor:
     strides = layout.dense_strides(shape)
     backend = _BACKENDS.get(dev.type) or get_backend(dev.type)  # get_backend's lookup, inline
     storage = backend.allocate(prod(shape) * dt.itemsize, dev)
-    watching = getattr(_OBSERVER, "current", None)  # work_observer(), inline: every allocation asks
+    watching = _OBSERVER.current  # work_observer(), inline: every allocation asks
     if watching is not None:  # a step being captured plans its memory (nbx.core.graph_memory)
         watching.allocated(storage)
     return Tensor._of(storage, dt, shape, strides)  # its layout checked above

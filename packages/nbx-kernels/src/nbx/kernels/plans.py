@@ -103,8 +103,10 @@ def descriptor_scratch(plan: LaunchPlan) -> Buffer | None:
     launch's scratch is freed when it returns, so the largest is what the call holds at once. None where
     the device's launcher asks for none (no such fact: the interpreter's descriptors are host objects)."""
     wanted = [prod(one.grid) * one.descriptors for one in plan.launches if one.descriptors]
-    in_force = device_files.in_force(plan.device) if wanted else None
-    if not wanted or "matrix_unit.descriptor_scratch_bytes" not in in_force:
+    if not wanted:
+        return None
+    in_force = device_files.in_force(plan.device)
+    if "matrix_unit.descriptor_scratch_bytes" not in in_force:
         return None
     each = int(in_force.value("matrix_unit.descriptor_scratch_bytes"))
     return Buffer("descriptor_scratch", max(wanted) * each + each, LAUNCH)

@@ -221,13 +221,12 @@ class Pool(RangeCarving, HeldRuns):
                             del blocks[key]
                             del keys[bisect_left(keys, key)]
                             blk = prv
+                            held.state = FREE   # no longer after a free block
                             if nxt is None:  # nothing free beside it now: index.add, a plain free block
-                                held.state = FREE
                                 key = (held.size << _SIZE_SHIFT) + order + held.ptr
                                 insort(keys, key)
                                 blocks[key] = held
                             else:  # before its free neighbour: held so
-                                held.state = FREE
                                 self._held = held
                         else:
                             self._join(held)
@@ -614,9 +613,10 @@ class Pool(RangeCarving, HeldRuns):
                 del self._segments[seg.address]
                 self._source.free(seg.address)
                 self._seg_bytes -= seg.size
-                self._derive_tests()
                 self._n_seg_free += 1
                 released += seg.size
+        if released:
+            self._derive_tests()
         return released
 
     def _release_cached(self) -> int:
