@@ -93,7 +93,7 @@ def main():
         per_name[name][1] += us
     # traced from the first token on: the args.new - 1 decode steps alone (the last token's read included)
     steps = args.new - 1
-    decode = dict(per_name)
+    decode = per_name
     total = sum(t for c, t in decode.values()) / steps
     step_bytes = read_bytes_per_step(model, config, 1, args.prompt, args.new)
     print(f"{NAMES[args.shape]} shape, {config['num_hidden_layers']} layers, bf16, prompt {args.prompt}, "

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbx.core import device_files
+from nbx.core.graph import LENGTH_LADDER   # a captured decode step's length buckets
 from nbx.core.dtypes import as_dtype
 from nbx.core.errors import ArgumentError, FileFormatError, NotSupportedError
 
@@ -69,7 +70,6 @@ SPARSE_ARCHITECTURES = frozenset({"MixtralForCausalLM", "Qwen2MoeForCausalLM", "
 SPARSE_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2"})
 # nbx.kernels.attention's bounds of the split-K decode path (DECODE_TOKENS, DECODE_ROWS)
 DECODE_TOKENS, DECODE_ROWS = 8, 128
-LENGTH_LADDER = "graphs.length_buckets"   # nbx.core.graph's: a captured decode step's length buckets
 WORDS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}   # a copy's words (nbx.kernels.gather.as_bits)
 # kernels a decoder's run may launch that the census lists no key of, and why
 NOT_LISTED = ("sampling (nbx.sample's launches: a census plans greedy decoding, whose argmax it lists)",)

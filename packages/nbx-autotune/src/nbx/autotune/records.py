@@ -99,7 +99,7 @@ def merge(*groups) -> list[KeyRecord]:
         for rec in group:
             known = merged.get(rec.identity)
             if known is None or _launch_size(rec.observed) > _launch_size(known.observed):
-                merged[rec.identity] = KeyRecord(*rec.identity, observed=dict(rec.observed)) if known else rec
+                merged[rec.identity] = rec
     return list(merged.values())
 
 

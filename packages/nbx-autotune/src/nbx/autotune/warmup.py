@@ -96,7 +96,8 @@ def _run_decoder_step(launch, device) -> None:
         host(shapes[0], "int64").to(dtype=dtype)
     else:
         (batch, queries, heads, dim), (_, context, kv_heads, _) = shapes
-        block = int(device_files.in_force(device).value("tiles.kv_cache")["block_tokens"])
+        from nbx.memory.kv_cache import block_tokens_of
+        block = block_tokens_of(device)
         width = -(-context // block)
         cache = (batch * width, block, kv_heads, dim)
         table = nbx.asarray(np.arange(batch * width, dtype=np.int32).reshape(batch, width), device=device)

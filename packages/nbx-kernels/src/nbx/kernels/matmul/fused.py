@@ -129,23 +129,20 @@ def fused_matmul_kernel(
     if GEMV:
         acc, acc_g, squares = gemv_k_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rm, rn, rk, M, N, K, first, steps, sam, sak,
                                            sbk, sbn, ACC, EVEN_K, GATED, NORM, BLOCK_M, BLOCK_N, BLOCK_K)
-        if NORM:
-            rstd = rms_scale(squares, K, float_argument(eps_bits).to(ACC))[:, None]
-            acc = acc * rstd
-            acc_g = acc_g * rstd
     elif NORM:
         acc, acc_g, squares = normed_k_steps(acc, acc_g, a_ptrs, nw_ptr + rk, b_ptrs, g_ptrs, in_m, in_n, rk, first,
                                              steps, K, sak, sbk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_M,
                                              BLOCK_K)
+    else:
+        acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
+                             xs_ptrs, ws_ptrs, sxk, swk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K, BLOCK_SCALED)
+    if NORM:   # the rows' rstd once K is summed (the gemv form runs unsplit)
         if SPLIT_K == 1:
             rstd = rms_scale(squares, K, float_argument(eps_bits).to(ACC))[:, None]
             acc = acc * rstd
             acc_g = acc_g * rstd
         elif tile_n == 0:
             tl.store(sq_ptr + split * M + rm, squares, mask=rm < M)
-    else:
-        acc, acc_g = k_steps(acc, acc_g, a_ptrs, b_ptrs, g_ptrs, in_m, in_n, rk, first, steps, K, sak, sbk,
-                             xs_ptrs, ws_ptrs, sxk, swk, DOT, ACC, PRECISION, EVEN_K, GATED, BLOCK_K, BLOCK_SCALED)
     acc = scaled(acc, xs_ptr, ws_ptr, rm, rn, M, N, sxs, sws, SCALED)  # per split: the scales distribute
 
     mask = in_m & in_n

@@ -75,10 +75,9 @@ def tile_fits(setting, rep) -> str | bool:
     """The rules on the tile and the split a key's sizes decide (shared with linear_int4):
     a tile dimension twice the key's size, tiles too small for their M or N, K steps too short to
     pipeline, and split K outside decode rows or where it leaves a program too few steps."""
-    for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
-        value = setting[block]
-        if value > min(TILES[block]) and value // 2 >= rep[size]:
-            return f"{block} {value} covers {size}={rep[size]} twice over"
+    found = covers_twice(setting, rep, TILES)
+    if found is not True:
+        return found
     if setting["block_m"] < WGMMA_ROWS and rep["m"] >= 2 * WGMMA_ROWS:
         return f"block_m {setting['block_m']} on m={rep['m']} reuses each B tile too little"
     if rep["m"] >= PREFILL_M and (setting["block_m"] < max(PARAMS["block_m"]) or setting["block_n"] < 128):
@@ -171,6 +170,14 @@ def _fits(setting, rep, facts):
     return True
 
 
+def covers_twice(setting, rep, tiles) -> str | bool:
+    """A tile dimension above its kernel's least (tiles: its values) twice the key's size or more."""
+    for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
+        if setting[block] > min(tiles[block]) and setting[block] // 2 >= rep[size]:
+            return f"{block} {setting[block]} covers {size}={rep[size]} twice over"
+    return True
+
+
 def gemv_products(setting) -> int:
     """The (row of x, weight row, k) products a thread of a gemv tile keeps (quantized's too)."""
     return setting["block_m"] * setting["block_n"] * setting["block_k"] // (32 * setting["num_warps"])
@@ -186,9 +193,9 @@ def _gemv_fits(setting, rep) -> str | bool:
         return f"the gemv kernel multiplies 16-bit or IEEE float operands: not the {rep['form']} form of {rep['dtype']}"
     if rep["precision"] not in ("none", "ieee"):
         return f"the gemv kernel's sums are IEEE: not {rep['precision']}"
-    for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
-        if setting[block] > min(GEMV[block]) and setting[block] // 2 >= rep[size]:
-            return f"{block} {setting[block]} covers {size}={rep[size]} twice over"
+    found = covers_twice(setting, rep, GEMV)
+    if found is not True:
+        return found
     if rep["form"] == "gated" and 2 * gemv_products(setting) > GEMV_PRODUCTS:
         return f"a gated {setting['block_m']} x {setting['block_n']} x {setting['block_k']} gemv tile: two weights' products"
     return True
