@@ -391,7 +391,7 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     weight element dequantized), asymmetric and symmetric, bfloat16 and float16 (the inline PTX's
     two forms) and float32 activations, split and unsplit."""
     base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False,
-                GEMV=False)
+                GEMV=False, STAGES=3)
     cases = [(*INT4_LINEAR, {**base, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
                              "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": block_m <= 32, "BLOCK_M": block_m,
                              "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
@@ -401,12 +401,14 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
                                  "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
                                  "ACTIVATION": "silu", "HAS_RES": True}))
-    # the gemv kernel (decode rows on the CUDA cores): its word conversion's two forms, one row (its products
-    # kept per column and k: _gemv_row_sums), 4 and 16 rows
+    # the gemv kernel (decode rows on the CUDA cores): one row (_gemv_row_sums: the paired conversion of 16-bit
+    # activations, the word one of float32, K steps in a group and of eight or four groups), 4 and 16 rows
     cases += [(*INT4_LINEAR, {**base, "GEMV": True, "DOT": dot, "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": True,
-                       "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 128, "SPLIT_K": split})
-              for dot, signed, block_m, block_n, split in (("tl.bfloat16", False, 1, 64, 8), ("tl.float16", True, 16, 32, 1),
-                                                          ("tl.float32", False, 4, 64, 2), ("tl.bfloat16", True, 1, 32, 1))]
+                       "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
+              for dot, signed, block_m, block_n, block_k, split in (
+                  ("tl.bfloat16", False, 1, 64, 128, 8), ("tl.float16", True, 16, 32, 128, 1),
+                  ("tl.float32", False, 4, 64, 128, 2), ("tl.bfloat16", True, 1, 32, 1024, 1),
+                  ("tl.float32", True, 1, 16, 512, 1))]
     assert lowering_failures(cases) == []
 
 
