@@ -143,7 +143,9 @@ def row_dims(dims) -> int:
     return 1 if dims[0].out == dims[1].out == 1 else (2 if dims[0].out == 1 else 3)
 
 
-def _plan(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, setting, aligned: bool) -> LaunchPlan:
+def plan_dims(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, setting, aligned: bool) -> LaunchPlan:
+    """The launch of a call reduced to RANK dims (pure in its layouts and tile: the sm_90 lowering
+    tests compile the benchmark's launches from it)."""
     if setting is None:  # certified for the launch key (the device file's tile on interp)
         setting = tuning.setting(device, **key_inputs(mode, dims, word))
     rows, inner = prod(d.out for d in dims[:-1]), dims[-1].out
@@ -192,7 +194,7 @@ def _plan_of_words(out_bits: Tensor, src_bits: Tensor, words: int, mode: int, pa
     def build() -> LaunchPlan:
         dims = call_dims(mode, out_bits.shape, out_bits.strides, src_bits.shape, src_bits.strides, params)
         return (LaunchPlan(device, ()) if dims is None
-                else _plan(mode, dims, out_bits.dtype, words, device, setting, aligned))
+                else plan_dims(mode, dims, out_bits.dtype, words, device, setting, aligned))
     plan = plans.cached("remap", signature, build)
     return plan if plan.launches else None
 
@@ -262,4 +264,4 @@ def host_index(i: int, a: int, n: int, mode: int) -> tuple[int, bool]:
     return j % n, True
 
 
-__all__ = ["remap_copy", "rows_copy", "plan_for", "call_dims", "transposed", "reduced", "tile", "key_inputs", "flip_vector", "flat_output", "shift_vector", "row_dims", "host_index", "Dim", "MODES", "RANK"]
+__all__ = ["remap_copy", "rows_copy", "plan_for", "plan_dims", "call_dims", "transposed", "reduced", "tile", "key_inputs", "flip_vector", "flat_output", "shift_vector", "row_dims", "host_index", "Dim", "MODES", "RANK"]
