@@ -114,14 +114,19 @@ def test_a_pad_of_three_dims_shifts_its_rows_and_writes_whole_fill_rows_and_plan
             same(got, nbx.pad(c, amounts, mode=mode, value=3 if mode == "constant" else None))
 
 
-def test_sources_or_outputs_off_16_bytes_stay_on_the_element_path_and_match(device):
+def test_sources_or_outputs_off_16_bytes_take_the_element_path_of_the_same_launch_and_match(device):
+    """The plan is of layouts; the kernel checks the pointers (kernel.on_16_bytes) and moves a view
+    starting off 16 bytes element by element."""
     c = host((4, 70), "bfloat16")
     d = c.to(device)
     got, vec = remapped(d[:, 3:], (4, 67), ROLL, (0, 5))
-    assert vec == 1
+    assert vec == 8 and d[:, 3:].data_ptr() % 16 == 6
     same(got, nbx.roll(c[:, 3:], 5, axis=1))
+    got, vec = remapped(d[:, 3:], (4 + 2, 67 + 2), rm.MODES["reflect"], (1, 1))
+    assert vec == 8
+    same(got, nbx.pad(c[:, 3:], (1, 1, 1, 1), mode="reflect"))
     wide = empty((4, 72), d.dtype, d.device)
-    out = wide[:, 1:71]   # an output view starting 2 bytes in
-    assert rm.plan_for(out, d, ROLL, (0, 5), setting=SMALL).launches[0].meta["SHIFT_VEC"] == 1
+    out = wide[:, 1:71]   # an output view starting 2 bytes in, rows of 144 bytes
+    assert rm.plan_for(out, d, ROLL, (0, 5), setting=SMALL).launches[0].meta["SHIFT_VEC"] == 8
     rm.remap_copy(out, d, ROLL, (0, 5), setting=SMALL)
     same(out.contiguous(), nbx.roll(c, 5, axis=1))

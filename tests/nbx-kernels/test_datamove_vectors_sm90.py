@@ -54,7 +54,7 @@ def launch_of(case):
     src_strides = tuple(case["src_strides"]) if case.get("src_strides") else contiguous_strides(tuple(case["src"]))
     dims = remap.call_dims(mode, tuple(case["out"]), contiguous_strides(tuple(case["out"])), tuple(case["src"]),
                            src_strides, tuple(case["params"]))
-    return remap.plan_dims(mode, dims, WORD, 1, None, tiles, aligned=True).launches[0]
+    return remap.plan_dims(mode, dims, WORD, 1, None, tiles).launches[0]
 
 target = GPUTarget("cuda", 90, 32)
 backend = make_backend(target)

@@ -36,6 +36,9 @@ import triton.language as tl
 COPY, CONSTANT, REFLECT, REPLICATE, CIRCULAR, FLIP, ROLL = 0, 1, 2, 3, 4, 5, 6   # MODE, as the host names it
 # the same, as the kernels read them: Triton's compiler takes a global only as a tl.constexpr
 _COPY, _CONSTANT, _REFLECT, _REPLICATE, _CIRCULAR, _FLIP, _ROLL = (tl.constexpr(m) for m in range(7))
+# positions a seam's element path takes at a time: its per-element addresses and masks bound the registers of
+# the whole kernel (a pad's 8192-position block held 255 and spilled in one piece)
+SEAM_PART = tl.constexpr(1024)
 
 
 @triton.jit
@@ -201,16 +204,13 @@ def _fill_words(fill_ptr, MODE: tl.constexpr):
 
 
 @triton.jit
-def shifted_rows(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, live_r, col_block, o3, n3, a3, MODE: tl.constexpr,
+def shifted_rows(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, live_r, c0, o3, n3, a3, MODE: tl.constexpr,
                  FILL_WORDS: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """SHIFT_VEC of the row tile: rows of a unit-stride last dim whose output rows start on 16 bytes."""
     src_words = src_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
     out_words = out_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
     fill = _fill_words(fill_ptr, MODE)
-    word = tl.arange(0, 4)[None, None, :]
     g = tl.arange(0, BLOCK_C // VEC)
-    c0 = col_block * BLOCK_C
-    out_chunk = ((out_r + c0) // VEC)[:, None] + g[None, :]
     j0, run = run_of(c0, c0 + BLOCK_C - 1, a3, n3, MODE)
     if run & (c0 + BLOCK_C <= o3):   # every group a run, each row's shift worked out once
         q = src_r + j0
@@ -218,8 +218,10 @@ def shifted_rows(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, live_r, col_blo
         chunk = ((q - m) // VEC)[:, None] + g[None, :]
         words = shifted_words(src_words, chunk, m[:, None], (live_r & in_r)[:, None] & (g >= 0)[None, :], fill, VEC,
                               BLOCK_R, BLOCK_C // VEC, MODE == _CONSTANT)
-        tl.store(out_words + out_chunk[:, :, None] * 4 + word, words, mask=live_r[:, None, None])
-    else:   # a seam: the groups that are runs as above, each its own shift; the others element by element
+        out_chunk = ((out_r + c0) // VEC)[:, None] + g[None, :]
+        tl.store(out_words + out_chunk[:, :, None] * 4 + tl.arange(0, 4)[None, None, :], words,
+                 mask=live_r[:, None, None])
+    else:   # a seam: the groups that are runs, each its own shift; then the others element by element
         cg = c0 + g * VEC
         jg, fast = run_of(cg, cg + VEC - 1, a3, n3, MODE)
         fast = fast & (cg + VEC <= o3)
@@ -227,16 +229,32 @@ def shifted_rows(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, live_r, col_blo
         mg = qg & (VEC - 1)
         words = shifted_words(src_words, (qg - mg) // VEC, mg, (live_r & in_r)[:, None] & fast[None, :], fill, VEC,
                               BLOCK_R, BLOCK_C // VEC, MODE == _CONSTANT)
-        tl.store(out_words + out_chunk[:, :, None] * 4 + word, words, mask=(live_r[:, None] & fast[None, :])[:, :, None])
-        c = c0 + tl.arange(0, BLOCK_C)
-        cs = c - (c & (VEC - 1))
-        _, fast_c = run_of(cs, cs + VEC - 1, a3, n3, MODE)
-        slow = ((fast_c & (cs + VEC <= o3)) == 0) & (c < o3)
-        j3, in3 = source_index(c, a3, n3, MODE)
-        mask = live_r[:, None] & slow[None, :]
-        values = element_values(src_ptr + src_r[:, None] + j3[None, :], mask, in_r[:, None] & in3[None, :], c[None, :],
-                                fill_ptr, MODE, FILL_WORDS)
-        tl.store(out_ptr + out_r[:, None] + c[None, :], values, mask=mask)
+        out_g = ((out_r + c0) // VEC)[:, None] + g[None, :]
+        tl.store(out_words + out_g[:, :, None] * 4 + tl.arange(0, 4)[None, None, :], words,
+                 mask=(live_r[:, None] & fast[None, :])[:, :, None])
+        if BLOCK_R * BLOCK_C > SEAM_PART and SEAM_PART // BLOCK_R >= VEC:   # in parts of columns (registers)
+            for k in range(0, BLOCK_C // (SEAM_PART // BLOCK_R)):
+                rows_seam_elements(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, live_r,
+                                   c0 + k * (SEAM_PART // BLOCK_R), o3, n3, a3, MODE, FILL_WORDS, VEC,
+                                   SEAM_PART // BLOCK_R)
+        else:
+            rows_seam_elements(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, live_r, c0, o3, n3, a3, MODE,
+                               FILL_WORDS, VEC, BLOCK_C)
+
+
+@triton.jit
+def rows_seam_elements(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, live_r, c0, o3, n3, a3, MODE: tl.constexpr,
+                       FILL_WORDS: tl.constexpr, VEC: tl.constexpr, PART_C: tl.constexpr):
+    """The elements of PART_C columns from c0 whose groups are no runs, one by one."""
+    c = c0 + tl.arange(0, PART_C)
+    cs = c - (c & (VEC - 1))
+    _, fast = run_of(cs, cs + VEC - 1, a3, n3, MODE)
+    slow = ((fast & (cs + VEC <= o3)) == 0) & (c < o3)
+    j3, in3 = source_index(c, a3, n3, MODE)
+    mask = live_r[:, None] & slow[None, :]
+    values = element_values(src_ptr + src_r[:, None] + j3[None, :], mask, in_r[:, None] & in3[None, :], c[None, :],
+                            fill_ptr, MODE, FILL_WORDS)
+    tl.store(out_ptr + out_r[:, None] + c[None, :], values, mask=mask)
 
 
 @triton.jit
@@ -260,9 +278,7 @@ def shifted_flat(out_ptr, src_ptr, fill_ptr, start, total, r_first, o3, n3, a3, 
     src_words = src_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
     out_words = out_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
     fill = _fill_words(fill_ptr, MODE)
-    word = tl.arange(0, 4)[None, None, :]
     g = tl.arange(0, BLOCK // VEC)
-    out_at = out_words + ((start // VEC + g) * 4)[None, :, None] + word
     c0 = start - r_first * o3
     j0, run = run_of(c0, c0 + BLOCK - 1, a3, n3, MODE)
     if (c0 + BLOCK <= o3) & (run | (in_a == 0)):   # inside one row, one run (or a fill row): one shift
@@ -271,26 +287,86 @@ def shifted_flat(out_ptr, src_ptr, fill_ptr, start, total, r_first, o3, n3, a3, 
         chunk = (q - m) // VEC + g
         words = shifted_words(src_words, chunk[None, :], m, in_a & (g >= 0)[None, :], fill, VEC, 1, BLOCK // VEC,
                               MODE == _CONSTANT)
-        tl.store(out_at, words)
+        tl.store(out_words + ((start // VEC + g) * 4)[None, :, None] + tl.arange(0, 4)[None, None, :], words)
     else:   # a row's end or a pad's edge in the block: the groups that are runs, then the others' elements
         qg, in_row, fast = flat_groups(start + g * VEC, r_first, total, o3, n3, a3, src_a, in_a, src_b, in_b, MODE,
-                                       VEC)
+                                       VEC)   # (names of their own: a branch's values must match the other's types)
         mg = qg & (VEC - 1)
         words = shifted_words(src_words, ((qg - mg) // VEC)[None, :], mg[None, :], (fast & in_row)[None, :], fill, VEC,
                               1, BLOCK // VEC, MODE == _CONSTANT)
-        tl.store(out_at, words, mask=fast[None, :, None])
-        lin = start + tl.arange(0, BLOCK)
-        _, _, fast_e = flat_groups(lin - (lin & (VEC - 1)), r_first, total, o3, n3, a3, src_a, in_a, src_b, in_b,
-                                   MODE, VEC)
-        c = lin - r_first * o3
-        over = c >= o3
-        c = tl.where(over, c - o3, c)
-        src_row = tl.where(over, src_b, src_a)
-        in_row_e = tl.where(over, in_b.to(tl.int32), in_a.to(tl.int32)) != 0
+        tl.store(out_words + ((start // VEC + g) * 4)[None, :, None] + tl.arange(0, 4)[None, None, :], words,
+                 mask=fast[None, :, None])
+        if BLOCK > SEAM_PART:   # in parts: a part's per-element addresses and masks alone take registers
+            for k in range(0, BLOCK // SEAM_PART):
+                flat_seam_elements(out_ptr, src_ptr, fill_ptr, start + k * SEAM_PART, total, r_first, o3, n3, a3,
+                                   src_a, in_a, src_b, in_b, MODE, FILL_WORDS, VEC, SEAM_PART)
+        else:
+            flat_seam_elements(out_ptr, src_ptr, fill_ptr, start, total, r_first, o3, n3, a3, src_a, in_a, src_b, in_b,
+                               MODE, FILL_WORDS, VEC, BLOCK)
+
+
+@triton.jit
+def flat_seam_elements(out_ptr, src_ptr, fill_ptr, start, total, r_first, o3, n3, a3, src_a, in_a, src_b, in_b,
+                       MODE: tl.constexpr, FILL_WORDS: tl.constexpr, VEC: tl.constexpr, PART: tl.constexpr):
+    """The elements of PART flat positions from start whose groups are no runs, one by one."""
+    lin = start + tl.arange(0, PART)
+    _, _, fast = flat_groups(lin - (lin & (VEC - 1)), r_first, total, o3, n3, a3, src_a, in_a, src_b, in_b, MODE, VEC)
+    c = lin - r_first * o3
+    over = c >= o3
+    c = tl.where(over, c - o3, c)
+    src_row = tl.where(over, src_b, src_a)
+    in_row = tl.where(over, in_b.to(tl.int32), in_a.to(tl.int32)) != 0
+    j3, in3 = source_index(c, a3, n3, MODE)
+    mask = (lin < total) & (fast == 0)
+    values = element_values(src_ptr + src_row + j3, mask, in_row & in3, c, fill_ptr, MODE, FILL_WORDS)
+    tl.store(out_ptr + lin, values, mask=mask)
+
+
+@triton.jit
+def on_16_bytes(out_ptr, src_ptr):
+    """Whether both pointers start on 16 bytes: the shifted path's condition (a group's two chunk
+    loads then stay inside 16-byte blocks that hold source elements; its 4-byte words are aligned).
+    Checked here, not in the plan: a plan is of layouts, and a call's host path stays as short."""
+    return ((out_ptr.to(tl.int64) | src_ptr.to(tl.int64)) & 15) == 0
+
+
+@triton.jit
+def flat_elements(out_ptr, src_ptr, fill_ptr, start, total, r_first, o3, n3, a3, s3, src_a, in_a, src_b, in_b,
+                  MODE: tl.constexpr, MAP_INNER: tl.constexpr, FILL_WORDS: tl.constexpr, BLOCK: tl.constexpr):
+    """BLOCK flat positions from start element by element: a program's block spans at most two rows
+    (o3 >= its size), whose source offsets were worked out once (scalars) and are selected per element."""
+    lin = start + tl.arange(0, BLOCK)
+    c = lin - r_first * o3
+    over = c >= o3
+    c = tl.where(over, c - o3, c)
+    src_row = tl.where(over, src_b, src_a)
+    in_row = tl.where(over, in_b.to(tl.int32), in_a.to(tl.int32)) != 0   # (the interpreter's bool where is int)
+    mask = lin < total
+    if MAP_INNER:
         j3, in3 = source_index(c, a3, n3, MODE)
-        mask = (lin < total) & (fast_e == 0)
-        values = element_values(src_ptr + src_row + j3, mask, in_row_e & in3, c, fill_ptr, MODE, FILL_WORDS)
+    else:
+        j3, in3 = c, c >= 0
+    values = element_values(src_ptr + src_row + j3 * s3, mask, in_row & in3, c, fill_ptr, MODE, FILL_WORDS)
+    # a block wholly inside stores unmasked: a mask is no proof of 16-byte runs past an odd total
+    if start + BLOCK <= total:
+        tl.store(out_ptr + lin, values)
+    else:
         tl.store(out_ptr + lin, values, mask=mask)
+
+
+@triton.jit
+def row_elements(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, live_r, c0, o3, n3, a3, s3, t3,
+                 MODE: tl.constexpr, MAP_INNER: tl.constexpr, FILL_WORDS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """BLOCK_C columns from c0 of the row tile element by element."""
+    c = (c0 + tl.arange(0, BLOCK_C))[None, :]
+    mask = live_r[:, None] & (c < o3)
+    if MAP_INNER:
+        j3, in3 = source_index(c, a3, n3, MODE)
+    else:
+        j3, in3 = c, c >= 0
+    values = element_values(src_ptr + src_r[:, None] + j3 * s3, mask, in_r[:, None] & in3, c, fill_ptr, MODE,
+                            FILL_WORDS)
+    tl.store(out_ptr + out_r[:, None] + c * t3, values, mask=mask)
 
 
 @triton.jit
@@ -304,8 +380,7 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
         pid = pid.to(tl.int64)
     if FLAT_OUT:
         # a dense output of rows o3 >= BLOCK_R * BLOCK_C wide whose row stride is no multiple of 16 bytes
-        # (a pad's o3 = n3 + 2): its flat positions, so the stores stay 16-byte vectors; a block spans
-        # at most two rows, whose source offsets are worked out once (scalars) and selected per element
+        # (a pad's o3 = n3 + 2): its flat positions, so the stores stay 16-byte vectors
         start = pid * (BLOCK_R * BLOCK_C)
         total = (pid * 0 + rows) * o3   # in pid's width: rows * o3 of two int32 arguments overflows past 2**31
         r_first = start // o3
@@ -314,45 +389,41 @@ def remap_kernel(out_ptr, src_ptr, fill_ptr, rows, col_blocks, o1, o2, o3,
         src_b, _, in_b = row_source(r_first + 1, o1, o2, n0, n1, n2, a0, a1, a2, s0, s1, s2, t0, t1, t2, MODE,
                                     FLAT_ROWS, ROW_DIMS)
         if SHIFT_VEC > 1:
-            shifted_flat(out_ptr, src_ptr, fill_ptr, start, total, r_first, o3, n3, a3, src_a, in_a, src_b, in_b,
-                         MODE, FILL_WORDS, SHIFT_VEC, BLOCK_R * BLOCK_C)
+            if on_16_bytes(out_ptr, src_ptr):
+                shifted_flat(out_ptr, src_ptr, fill_ptr, start, total, r_first, o3, n3, a3, src_a, in_a, src_b, in_b,
+                             MODE, FILL_WORDS, SHIFT_VEC, BLOCK_R * BLOCK_C)
+            elif BLOCK_R * BLOCK_C > SEAM_PART:   # (in parts, as a seam: the kernel's registers are its widest path's)
+                for k in range(0, BLOCK_R * BLOCK_C // SEAM_PART):
+                    flat_elements(out_ptr, src_ptr, fill_ptr, start + k * SEAM_PART, total, r_first, o3, n3, a3, s3,
+                                  src_a, in_a, src_b, in_b, MODE, MAP_INNER, FILL_WORDS, SEAM_PART)
+            else:
+                flat_elements(out_ptr, src_ptr, fill_ptr, start, total, r_first, o3, n3, a3, s3, src_a, in_a, src_b,
+                              in_b, MODE, MAP_INNER, FILL_WORDS, BLOCK_R * BLOCK_C)
         else:
-            lin = start + tl.arange(0, BLOCK_R * BLOCK_C)
-            c = lin - r_first * o3
-            over = c >= o3
-            c = tl.where(over, c - o3, c)
-            src_row = tl.where(over, src_b, src_a)
-            in_row = tl.where(over, in_b.to(tl.int32), in_a.to(tl.int32)) != 0   # (the interpreter's bool where is int)
-            mask = lin < total
-            if MAP_INNER:
-                j3, in3 = source_index(c, a3, n3, MODE)
-            else:
-                j3, in3 = c, c >= 0
-            values = element_values(src_ptr + src_row + j3 * s3, mask, in_row & in3, c, fill_ptr, MODE, FILL_WORDS)
-            # a block wholly inside stores unmasked: a mask is no proof of 16-byte runs past an odd total
-            if start + BLOCK_R * BLOCK_C <= total:
-                tl.store(out_ptr + lin, values)
-            else:
-                tl.store(out_ptr + lin, values, mask=mask)
+            flat_elements(out_ptr, src_ptr, fill_ptr, start, total, r_first, o3, n3, a3, s3, src_a, in_a, src_b, in_b,
+                          MODE, MAP_INNER, FILL_WORDS, BLOCK_R * BLOCK_C)
     else:
         r = (pid // col_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
         src_r, out_r, in_r = row_source(r, o1, o2, n0, n1, n2, a0, a1, a2, s0, s1, s2, t0, t1, t2, MODE, FLAT_ROWS,
                                         ROW_DIMS)
+        c0 = (pid % col_blocks) * BLOCK_C
         if SHIFT_VEC > 1:
-            shifted_rows(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, r < rows, pid % col_blocks, o3, n3, a3, MODE,
-                         FILL_WORDS, SHIFT_VEC, BLOCK_R, BLOCK_C)
+            if on_16_bytes(out_ptr, src_ptr):
+                shifted_rows(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, r < rows, c0, o3, n3, a3, MODE,
+                             FILL_WORDS, SHIFT_VEC, BLOCK_R, BLOCK_C)
+            elif BLOCK_R * BLOCK_C > SEAM_PART and SEAM_PART // BLOCK_R >= 1:   # (in parts of columns, as a seam)
+                for k in range(0, BLOCK_C // (SEAM_PART // BLOCK_R)):
+                    row_elements(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, r < rows,
+                                 c0 + k * (SEAM_PART // BLOCK_R), o3, n3, a3, s3, t3, MODE, MAP_INNER, FILL_WORDS,
+                                 SEAM_PART // BLOCK_R)
+            else:
+                row_elements(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, r < rows, c0, o3, n3, a3, s3, t3, MODE,
+                             MAP_INNER, FILL_WORDS, BLOCK_C)
         elif FLIP_VEC > 1:  # a flip of a unit-stride last dim, VEC words (16 bytes) a group: see flip_tile
             flip_tile(out_ptr, src_ptr, src_r, out_r, r < rows, pid % col_blocks, n3, FLIP_VEC, BLOCK_R, BLOCK_C)
         else:
-            c = ((pid % col_blocks) * BLOCK_C + tl.arange(0, BLOCK_C))[None, :]
-            mask = (r < rows)[:, None] & (c < o3)
-            if MAP_INNER:
-                j3, in3 = source_index(c, a3, n3, MODE)
-            else:
-                j3, in3 = c, c >= 0
-            values = element_values(src_ptr + src_r[:, None] + j3 * s3, mask, in_r[:, None] & in3, c, fill_ptr, MODE,
-                                    FILL_WORDS)
-            tl.store(out_ptr + out_r[:, None] + c * t3, values, mask=mask)
+            row_elements(out_ptr, src_ptr, fill_ptr, src_r, out_r, in_r, r < rows, c0, o3, n3, a3, s3, t3, MODE,
+                         MAP_INNER, FILL_WORDS, BLOCK_C)
 
 
 @triton.jit

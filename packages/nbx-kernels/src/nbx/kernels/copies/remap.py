@@ -117,15 +117,15 @@ def flat_output(dims, word: DType, block: int) -> bool:
     return inner >= block and (inner * word.itemsize) % 16 != 0
 
 
-def shift_vector(mode: int, dims, word: DType, block_r: int, block_c: int, flat: bool, aligned: bool) -> int:
+def shift_vector(mode: int, dims, word: DType, block_r: int, block_c: int, flat: bool) -> int:
     """Elements a 16-byte group of the shifted path (SHIFT_VEC: kernel.shifted_words), or 1. It
     takes a last dim of unit stride on both sides whose map reads ascending runs of the source (a
     pad, a roll, a copy) where 16-byte groups of the output (its flat positions, or rows starting on
     16 bytes) would read the source off its 16-byte boundaries: a shift the plain tile loads word by
-    word. Both pointers on 16 bytes (the plan's signature holds it): a group's two chunk loads then
-    stay inside 16-byte blocks that hold source elements, and 4-byte words are aligned."""
+    word. The kernel takes it where both pointers start on 16 bytes (kernel.on_16_bytes), else the
+    element path."""
     vec, inner = 16 // word.itemsize, dims[-1]
-    if (vec < 2 or not aligned or mode == FLIP or transposed(dims) or inner.src_stride != 1
+    if (vec < 2 or mode == FLIP or transposed(dims) or inner.src_stride != 1
             or inner.out_stride != 1 or any(d.out_stride < 0 for d in dims)):
         return 1
     if flat:
@@ -143,7 +143,7 @@ def row_dims(dims) -> int:
     return 1 if dims[0].out == dims[1].out == 1 else (2 if dims[0].out == 1 else 3)
 
 
-def plan_dims(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, setting, aligned: bool) -> LaunchPlan:
+def plan_dims(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, setting) -> LaunchPlan:
     """The launch of a call reduced to RANK dims (pure in its layouts and tile: the sm_90 lowering
     tests compile the benchmark's launches from it)."""
     if setting is None:  # certified for the launch key (the device file's tile on interp)
@@ -153,7 +153,7 @@ def plan_dims(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device,
     col_blocks = triton.cdiv(inner, block_c)
     flip_vec = flip_vector(mode, dims[-1], word, block_c)
     flat = flip_vec == 1 and not transposed(dims) and flat_output(dims, word, block_r * block_c)  # (a transpose's tile stays)
-    shift_vec = shift_vector(mode, dims, word, block_r, block_c, flat, aligned)
+    shift_vec = shift_vector(mode, dims, word, block_r, block_c, flat)
     scale = max(1, word.itemsize // 4) if shift_vec > 1 else 1   # the shifted path indexes 4-byte words
     wide = (max(reach([d.out for d in dims], [d.out_stride for d in dims]),
                 reach([d.n for d in dims], [d.src_stride for d in dims]),
@@ -184,17 +184,14 @@ def plan_for(out: Tensor, src: Tensor, mode: int, params, setting=None) -> Launc
 
 
 def _plan_of_words(out_bits: Tensor, src_bits: Tensor, words: int, mode: int, params, device, setting):
-    """Cached by the raw layouts and whether both start on 16 bytes (the shifted path's condition;
-    the reduction runs once a layout); a plan of no launch: split the call."""
+    """Cached by the raw layouts (the reduction runs once a layout); a plan of no launch: split the call."""
     params = tuple(params) + (0,) * (words - 1)
-    aligned = out_bits.data_ptr() % 16 == 0 and src_bits.data_ptr() % 16 == 0
     signature = (mode, out_bits.shape, out_bits.strides, src_bits.shape, src_bits.strides, params, out_bits.dtype,
-                 words, device, plans.setting_key(setting), aligned)
+                 words, device, plans.setting_key(setting))
 
     def build() -> LaunchPlan:
         dims = call_dims(mode, out_bits.shape, out_bits.strides, src_bits.shape, src_bits.strides, params)
-        return (LaunchPlan(device, ()) if dims is None
-                else plan_dims(mode, dims, out_bits.dtype, words, device, setting, aligned))
+        return LaunchPlan(device, ()) if dims is None else plan_dims(mode, dims, out_bits.dtype, words, device, setting)
     plan = plans.cached("remap", signature, build)
     return plan if plan.launches else None
 
