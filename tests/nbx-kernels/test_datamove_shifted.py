@@ -130,3 +130,29 @@ def test_sources_or_outputs_off_16_bytes_take_the_element_path_of_the_same_launc
     assert rm.plan_for(out, d, ROLL, (0, 5), setting=SMALL).launches[0].meta["SHIFT_VEC"] == 8
     rm.remap_copy(out, d, ROLL, (0, 5), setting=SMALL)
     same(out.contiguous(), nbx.roll(c, 5, axis=1))
+
+
+def test_the_kernel_takes_the_shifted_path_on_16_bytes_and_the_element_path_off_them(device, monkeypatch):
+    """Which path a launch ran, counted through the interpreter (it calls the kernel's helpers by name)."""
+    if device.type != "interp":
+        pytest.skip("counts the interpreter's calls of the kernel's helpers (compiled kernels inline them)")
+    from nbx.kernels.copies import kernel
+    calls = {"shifted_words": 0, "row_elements": 0}
+
+    def counted(name):
+        inner = getattr(kernel, name)
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return inner(*args, **kwargs)
+        return call
+    for name in calls:
+        monkeypatch.setattr(kernel, name, counted(name))
+    c = host((4, 56), "float32")
+    d = c.to(device)
+    got, vec = remapped(d[:, :48], (4, 48), ROLL, (0, 3))   # 3 programs of 4 rows x 16 columns
+    assert vec == 4 and calls == {"shifted_words": 3, "row_elements": 0}
+    same(got, nbx.roll(c[:, :48], 3, axis=1))
+    got, vec = remapped(d[:, 1:49], (4, 48), ROLL, (0, 3))   # 4 bytes off 16: the same plan, element by element
+    assert vec == 4 and calls == {"shifted_words": 3, "row_elements": 3}
+    same(got, nbx.roll(c[:, 1:49], 3, axis=1))
