@@ -168,7 +168,7 @@ def shifted_words(src_words, chunk, m, live, fill, VEC: tl.constexpr, R: tl.cons
     x2 = tl.where(by8, b0, a2)
     x3 = tl.where(by8, b1, a3)
     x4 = tl.where(by8, b2, b0)
-    if VEC > 2:   # 8-byte words shift by whole 8-byte halves
+    if VEC > 2:   # (8-byte elements shift by 0 or 8 bytes alone)
         x5 = tl.where(by8, b3, b1)
         by4 = (shift & 4) != 0
         x0 = tl.where(by4, x1, x0)
@@ -188,8 +188,9 @@ def shifted_words(src_words, chunk, m, live, fill, VEC: tl.constexpr, R: tl.cons
 @triton.jit
 def run_of(c_first, c_last, a, n, MODE: tl.constexpr):
     """(j, run): where column c_first reads, and whether columns c_first..c_last read one ascending
-    run of the source, all inside. Every map here steps by at most +1 a column (a mirror -1, an edge
-    0, a wrap back), so the ends' sources c_last - c_first apart are a run."""
+    run of the source, all inside. Every map the shifted path takes (not FLIP's) steps by at most +1
+    a column (a mirror -1, an edge 0, a wrap back), so ends whose sources lie c_last - c_first apart
+    bound a run."""
     j_first, in_first = source_index(c_first, a, n, MODE)
     j_last, in_last = source_index(c_last, a, n, MODE)
     return j_first, in_first & in_last & (j_last - j_first == c_last - c_first)

@@ -2,9 +2,9 @@
 
 Key: the output's element count class, its last dim's class (a head transpose's 128-wide rows want
 another tile than a 16384-wide image row), the word the kernel moves (the dtype's size: bf16 and
-f16 share u16) and whether the last dim is mapped (gathered loads, no 16-byte vectors). Not exact
-shapes; and whether it is a transpose (`datamove_transpose`: its own tunable, so its square-ish
-default tile). The representative launch: a roll of the last dim by one element (mapped: the
+f16 share u16) and whether the last dim is mapped (its groups shifted or reversed in registers,
+its seams element by element). Not exact shapes; and whether it is a transpose
+(`datamove_transpose`: its own tunable, so its square-ish default tile). The representative launch: a roll of the last dim by one element (mapped: the
 shifted 16-byte path a pad and a roll take, over the flat output where rows are no multiple of 16
 bytes, as a pad's; a flip's register-reversed groups cost alike), a copy from every other row of a
 twice-as-tall source (unmapped: rows apart, as a concat's) or a transpose, of words, bit for bit.
