@@ -99,6 +99,7 @@ class OpSpec:
         self._alias = {a: p.name for p in self.params for a in (p.name, *p.aliases)}
         self.call_type = type(f"{name}_call", (Call,), {"__slots__": self._names})
         self._repeats: dict[tuple[str, ...], Callable] = {}   # _repeat's functions by the fields they bind
+        self.call = self._front_end()
 
     def __repr__(self):
         return f"OpSpec({self.name})"
@@ -148,34 +149,45 @@ class OpSpec:
         return call
 
     # ---- the front-end ---------------------------------------------------------------------
-    def call(self, *args, **kwargs):
-        """op(*args, **kwargs): checked once per signature, then dispatched with one Call."""
-        # the key of the call's signature (unhashable where an argument is: then the call has none),
-        # built here rather than in a function of its own: every op call of a decode step builds one
-        key = [self]
-        for v in args:
-            if type(v) is Tensor:
-                key.append((v.dtype, v.shape, v._strides, v._storage.device))
-            else:
-                kind = type(v)
-                key.append(kind if kind in _BY_TYPE and len(key) - 1 not in self._value_positions else (kind, v))
-        if kwargs:
-            for name, v in kwargs.items():
-                kind = type(v)
-                key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
-                            else kind if kind in _BY_TYPE and name not in self.by_value else (kind, v)))
-        key = tuple(key)
-        free = dispatch._OBSERVER.current is None   # no step recording: a signature may be kept
-        if free:
-            try:  # the device facts' generation empties _FAST when it moves (forget, a listener)
-                found = _FAST.get(key)
-            except TypeError:  # an unhashable argument (a list): no signature, checked every call
-                found = key = None
-            if found is not None:  # the repeat: its Call made and run by the signature's own function
-                return found(*args, *kwargs.values()) if kwargs else found(*args)
+    def _front_end(self) -> Callable:
+        """spec.call: op(*args, **kwargs), checked once per signature, then dispatched with one Call.
+        A function of this spec's own rather than a method: an operator (Tensor.__add__) and a front-end
+        are it, with no frame of their own between the caller and the signature's lookup."""
+        spec, value_positions, by_value, observed = self, self._value_positions, self.by_value, dispatch._OBSERVER
+
+        def call(*args, **kwargs):
+            # the key of the call's signature (unhashable where an argument is: then the call has none),
+            # built here rather than in a function of its own: every op call of a decode step builds one
+            key = [spec]
+            for v in args:
+                if type(v) is Tensor:
+                    key.append((v.dtype, v.shape, v._strides, v._storage.device))
+                else:
+                    kind = type(v)
+                    key.append(kind if kind in _BY_TYPE and len(key) - 1 not in value_positions else (kind, v))
+            if kwargs:
+                for name, v in kwargs.items():
+                    kind = type(v)
+                    key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
+                                else kind if kind in _BY_TYPE and name not in by_value else (kind, v)))
+            key = tuple(key)
+            if observed.current is None:  # no step recording: a signature may be kept
+                try:  # the device facts' generation empties _FAST when it moves (forget, a listener)
+                    found = _FAST.get(key)
+                except TypeError:  # an unhashable argument (a list): no signature, checked every call
+                    return spec._checked(None, args, kwargs)
+                if found is not None:  # the repeat: its Call made and run by the signature's own function
+                    return found(*args, *kwargs.values()) if kwargs else found(*args)
+                return spec._checked(key, args, kwargs)
+            return spec._checked(None, args, kwargs)
+        return call
+
+    def _checked(self, key: tuple | None, args: tuple, kwargs: dict):
+        """A call not seen before (or one that keeps no signature: key None): checked, dispatched, and
+        under key its repeat's function kept."""
         call = self.bind(*args, **kwargs)
         impl = dispatch.implementation(self.name, call.facts.device)
-        if key is not None and free:
+        if key is not None:
             prepare = getattr(impl, "prepare", None)
             run = (prepare(call) if prepare is not None else None) or impl
             if len(_FAST) >= MAX_SIGNATURES:
@@ -206,6 +218,9 @@ class OpSpec:
         arguments building slots' dict from them (no Call), written once per spec, fields and slots'
         layout; the fixed values (and the arguments left at their defaults) are bound to it."""
         layout = tuple((name, v if type(v) is Arg and v in fields else None) for name, v in slots.slots.items())
+        written = self._written_repeat(fields, layout, slots, call)
+        if written is not None:
+            return written
         made = self._repeats.get((fields, layout, slots.result is None))
         if made is None:
             fixed = [f"f{k}" for k in range(sum(arg is None for _, arg in layout))]
@@ -222,6 +237,33 @@ class OpSpec:
         fixed = [getattr(call, v) if type(v) is Arg else v for (name, arg), v in zip(layout, slots.slots.values())
                  if arg is None]
         return partial(made, slots.run, slots.result, *fixed)
+
+
+    def _written_repeat(self, fields: tuple[str, ...], layout: tuple, slots: Slots, call: Call) -> Callable | None:
+        """_slots_repeat's function with slots.run's own work written into it, where slots.run offers to
+        write it (`write`: nbx.kernels.plans.prepared's runs do): one function of the arguments, made for
+        this signature, which goes to slots.run with the dict of its slots wherever run's written work
+        cannot serve a call. None where run does not write (or declines)."""
+        write = getattr(slots.run, "write", None)
+        if write is None:
+            return None
+        exprs, sample, fixed = {}, {}, []
+        for (name, arg), v in zip(layout, slots.slots.values()):
+            if arg is not None:
+                exprs[name], sample[name] = f"a{fields.index(arg)}", getattr(call, arg)
+            else:
+                value = getattr(call, v) if type(v) is Arg else v
+                exprs[name], sample[name] = f"f{len(fixed)}", value
+                fixed.append(value)
+        # every call of the signature repeats each value's kind, and an int's value (the key holds them)
+        written = write(exprs, sample, slots.result)
+        if written is None:
+            return None
+        body, names = written
+        params = ["run", "result", *(f"f{k}" for k in range(len(fixed))), *(f"a{i}" for i in range(len(fields)))]
+        source = f"def repeat({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
+        exec(compile(source, f"<nbx written repeat of {self.name}>", "exec"), names)
+        return partial(names["repeat"], slots.run, slots.result, *fixed)
 
 
 class Arg(str):
@@ -277,11 +319,8 @@ def specs() -> list[str]:
 
 
 def front_end(spec: OpSpec) -> Callable:
-    """A plain function calling spec (a name, a docstring and a signature a reader sees)."""
-    call = spec.call
-
-    def op(*args, **kwargs):
-        return call(*args, **kwargs)
+    """The op's public function: spec.call itself (a plain function), named and documented as the op."""
+    op = spec.call
     op.__name__ = op.__qualname__ = spec.name
     op.__doc__ = spec.doc
     op.spec = spec

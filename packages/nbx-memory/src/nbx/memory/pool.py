@@ -254,8 +254,23 @@ class Pool(RangeCarving, HeldRuns):
                                 insort(keys, key)
                                 index.blocks[key] = rest
                                 blk = found
-            blk = self._malloc(nbytes, stream) if blk is None else self._hand_out(blk, size, stream, nbytes)
-        return _Handed(blk.ptr, nbytes, self.device, stream, self, blk)
+            if blk is None:
+                blk = self._malloc(nbytes, stream)
+            else:  # _hand_out's figures, inline (a frame less on every steady-state request)
+                serial = self._serial = self._serial + 1
+                blk.state, blk.requested, blk.stream, blk.serial = LIVE, nbytes, stream, serial
+                allocated = self._allocated = self._allocated + size
+                requested = self._requested = self._requested + nbytes
+                if allocated > self._allocated_peak:
+                    self._allocated_peak = allocated
+                if requested > self._requested_peak:
+                    self._requested_peak = requested
+                if self._recorder is not None:
+                    self._recorder.alloc(serial, nbytes, stream)
+        handed = _new(_Handed)  # _Handed(blk.ptr, nbytes, self.device, stream, self, blk), with no __init__ frame
+        handed.ptr, handed.nbytes, handed.device, handed.stream, handed._pool, handed._release = (
+            blk.ptr, nbytes, self.device, stream, self, [blk])
+        return handed
 
     def _allocate_checked(self, nbytes, stream) -> HandedBlock:
         if not isinstance(nbytes, int) or nbytes < 0:
@@ -749,6 +764,7 @@ class _Handed(HandedBlock):
 
 
 _NO_STREAM = object()  # no request seen yet (None is a stream: the default one)
+_new = object.__new__
 
 
 def simulate(trace, rules: PoolRules, **options):
