@@ -8,11 +8,11 @@ from nbx.memory.pool import NBX, Pool
 from nbx.memory.trace import shipped_trace
 
 KiB, MiB = 1 << 10, 1 << 20
-POOL_FILES = ("pool.py", "blocks.py", "carving.py", "runs.py")
+POOL_FILES = ("pool.py", "general.py", "blocks.py", "carving.py", "runs.py")
 
 
 def pool_frames(fn) -> list[str]:
-    """The pool's own Python functions fn's call enters (nbx.memory's pool, blocks, carving), by name."""
+    """The pool's own Python functions fn's call enters (nbx.memory's pool, its general path, blocks, carving, runs), by name."""
     entered = []
 
     def profile(frame, event, arg):

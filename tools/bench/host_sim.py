@@ -48,6 +48,7 @@ def triton_launcher():
     launcher.global_scratch_size = launcher.profile_scratch_size = 0
     launcher.global_scratch_align = launcher.profile_scratch_align = 1
     launcher.launch_cooperative_grid = launcher.launch_pdl = False
+    launcher.gsan_enabled, launcher.arg_annotations, launcher.kernel_signature = False, (), ()  # later Tritons'
     return launcher
 
 
@@ -177,14 +178,20 @@ def tiled_chain_ops(nbx, device) -> dict:
 
 
 def host_work(op, repeats: int = 20) -> tuple[float, float]:
-    """(Python function calls, bytecodes) of one repeat of op, its first calls made: what a repeat
-    costs the host on any machine (the clock of a shared machine moves by 2x, these do not)."""
+    """(Python function calls, bytecodes) of nbx's own in one repeat of op, its first calls made: what a
+    repeat costs the host on any machine (the clock of a shared machine moves by 2x, these do not).
+    Triton's own Python (its launcher object's __call__, which differs between Triton versions) is timed,
+    not counted."""
     for _ in range(3):
         op()
     counts = [0, 0]
+    import triton
+    tritons = str(Path(triton.__file__).parent)
 
     def trace(frame, event, arg):
         if event == "call":
+            if frame.f_code.co_filename.startswith(tritons):
+                return None
             counts[0] += 1
             frame.f_trace_opcodes = True
         elif event == "opcode":

@@ -152,35 +152,42 @@ class OpSpec:
     def _front_end(self) -> Callable:
         """spec.call: op(*args, **kwargs), checked once per signature, then dispatched with one Call.
         A function of this spec's own rather than a method: an operator (Tensor.__add__) and a front-end
-        are it, with no frame of their own between the caller and the signature's lookup."""
-        spec, value_positions, by_value, observed = self, self._value_positions, self.by_value, dispatch._OBSERVER
-
-        def call(*args, **kwargs):
-            # the key of the call's signature (unhashable where an argument is: then the call has none),
-            # built here rather than in a function of its own: every op call of a decode step builds one
-            key = [spec]
-            for v in args:
-                if type(v) is Tensor:
-                    key.append((v.dtype, v.shape, v._strides, v._storage.device))
-                else:
-                    kind = type(v)
-                    key.append(kind if kind in _BY_TYPE and len(key) - 1 not in value_positions else (kind, v))
-            if kwargs:
-                for name, v in kwargs.items():
-                    kind = type(v)
-                    key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
-                                else kind if kind in _BY_TYPE and name not in by_value else (kind, v)))
-            key = tuple(key)
-            if observed.current is None:  # no step recording: a signature may be kept
-                try:  # the device facts' generation empties _FAST when it moves (forget, a listener)
-                    found = _FAST.get(key)
-                except TypeError:  # an unhashable argument (a list): no signature, checked every call
-                    return spec._checked(None, args, kwargs)
-                if found is not None:  # the repeat: its Call made and run by the signature's own function
-                    return found(*args, *kwargs.values()) if kwargs else found(*args)
-                return spec._checked(key, args, kwargs)
-            return spec._checked(None, args, kwargs)
-        return call
+        are it, with no frame of their own between the caller and the signature's lookup. The key of the
+        call's signature is written out for each number of positional arguments (every op call of a decode
+        step builds one): a tensor by its layout, a float or complex by its type (its value where the
+        spec reads it, by_value), anything else by its value; keywords by name, after them. Unhashable
+        where an argument is (a list): then the call has none and is checked every time."""
+        tensor = "(v{i}.dtype, v{i}.shape, v{i}._strides, v{i}._storage.device) if (k := type(v{i})) is Tensor else "
+        lines = ["def call(*args, **kwargs):", "    n = len(args)"]
+        for n in (*range(1, len(self.params) + 1), 0):  # the usual counts first
+            elements = "".join(("(" + tensor + ("(k, v{i})), " if i in self._value_positions else
+                                                "k if k in _BY_TYPE else (k, v{i})), ")).format(i=i) for i in range(n))
+            lines += [f"    {'if' if n == 1 or not self.params else 'elif'} n == {n}:"]
+            lines += [f"        {''.join(f'v{i}, ' for i in range(n))}= args"] if n else []
+            lines += ["        if kwargs:",
+                      f"            key = [spec, {elements}]",
+                      "            for name, v in kwargs.items():",
+                      "                kind = type(v)",
+                      "                key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor",
+                      "                            else kind if kind in _BY_TYPE and name not in by_value else (kind, v)))",
+                      "            key = tuple(key)",
+                      "        else:",
+                      f"            key = (spec, {elements})"]
+        lines += ["    else:  # more than the signature takes: refused by name",
+                  "        return spec._checked(None, args, kwargs)",
+                  "    if observed.current is None:  # no step recording: a signature may be kept",
+                  "        try:  # the device facts' generation empties _FAST when it moves (forget, a listener)",
+                  "            found = _FAST.get(key)",
+                  "        except TypeError:  # an unhashable argument: no signature, checked every call",
+                  "            return spec._checked(None, args, kwargs)",
+                  "        if found is not None:  # the repeat: the signature's own function",
+                  "            return found(*args, *kwargs.values()) if kwargs else found(*args)",
+                  "        return spec._checked(key, args, kwargs)",
+                  "    return spec._checked(None, args, kwargs)"]
+        names = {"spec": self, "by_value": self.by_value, "observed": dispatch._OBSERVER, "_FAST": _FAST,
+                 "_BY_TYPE": _BY_TYPE, "Tensor": Tensor}
+        exec(compile("\n".join(lines) + "\n", f"<nbx front-end of {self.name}>", "exec"), names)
+        return names["call"]
 
     def _checked(self, key: tuple | None, args: tuple, kwargs: dict):
         """A call not seen before (or one that keeps no signature: key None): checked, dispatched, and
@@ -260,10 +267,12 @@ class OpSpec:
         if written is None:
             return None
         body, names = written
-        params = ["run", "result", *(f"f{k}" for k in range(len(fixed))), *(f"a{i}" for i in range(len(fields)))]
-        source = f"def repeat({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
+        # made for this signature alone: its prepared run, result slot and fixed values are the function's
+        # globals (no partial between the lookup and it)
+        names.update({"run": slots.run, "result": slots.result}, **{f"f{k}": v for k, v in enumerate(fixed)})
+        source = f"def repeat({', '.join(f'a{i}' for i in range(len(fields)))}):\n" + "".join(f"    {line}\n" for line in body)
         exec(compile(source, f"<nbx written repeat of {self.name}>", "exec"), names)
-        return partial(names["repeat"], slots.run, slots.result, *fixed)
+        return names["repeat"]
 
 
 class Arg(str):

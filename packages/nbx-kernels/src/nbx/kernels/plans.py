@@ -13,6 +13,11 @@ slot on, read from the kernel's own signature: a pointer by its element type and
 alignment, an int by its width and (unless the kernel lists it in `do_not_specialize`) by being 1
 or a multiple of 16, any other scalar by its type. A family never restates those rules.
 
+`prepared(plan)` is execute for a signature's repeats (nbx.core.spec's fast path): generated once
+per plan, and able to write a signature's whole repeat with its work (`write`, _write_repeat): no
+values dict, each launch keyed and called as its runner's bound launch would (_launch_source, the
+one writer of both).
+
 `cached(op, signature, build)` keeps plans in one bounded cache keyed by (op, signature,
 generation). The signature is the family's: everything `build` reads (the tensors' shapes,
 strides and dtypes, the device, flags, an overriding setting). The generation moves when the
@@ -22,6 +27,7 @@ device tensor a launch reads (a pad's fill) in the same cache.
 """
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -555,12 +561,22 @@ class _Compiled:
 
 
 def _calls_its_c_launch_alone(launcher) -> bool:
-    """Whether launcher is Triton's own CudaLauncher (not a subclass) for a kernel that declares no scratch."""
+    """Whether launcher is Triton's own CudaLauncher (not a subclass) of 3.6's form (its __call__ takes the
+    grid, stream and function, then passes the rest on as they come: later Triton versions pass more) for
+    a kernel that declares no scratch."""
     try:
         from triton.backends.nvidia.driver import CudaLauncher
     except ImportError:  # a Triton without its NVIDIA backend
         return False
-    return type(launcher) is CudaLauncher and not launcher.global_scratch_size and not launcher.profile_scratch_size
+    return (type(launcher) is CudaLauncher and _direct_form(CudaLauncher) and not launcher.global_scratch_size
+            and not launcher.profile_scratch_size)
+
+
+def _direct_form(cls) -> bool:
+    """Whether cls.__call__ is (self, gridX, gridY, gridZ, stream, function, *args), Triton 3.6's."""
+    code = getattr(cls.__call__, "__code__", None)
+    return (code is not None and code.co_flags & inspect.CO_VARARGS and code.co_kwonlyargcount == 0
+            and code.co_varnames[:code.co_argcount] == ("self", "gridX", "gridY", "gridZ", "stream", "function"))
 
 
 def _stream_of(index: int) -> int:

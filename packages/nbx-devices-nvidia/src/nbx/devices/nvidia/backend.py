@@ -15,6 +15,7 @@ from nbx.core.storage import Storage
 from nbx.memory import allocator as _allocators  # imported once: an import per allocation costs host time
 
 from . import runtime
+from . import streams as _streams
 from .errors import CopyOutOfBoundsError
 from .streams import LEGACY_DEFAULT, Event, Stream, current_handle, current_stream
 
@@ -121,7 +122,10 @@ class CudaBackend:
         route = self._routes.get(index)
         if route is None or route[0] is not _allocators._ALLOCATORS.get(self.name) or type(index) is not int:
             route = self._checked_route(device)
-        block = route[1](nbytes, current_stream(index))
+        stacks = _streams._local.stacks   # current_stream(index), inline: every allocation asks
+        stack = stacks.get(index) if stacks else None
+        stream = stack[-1] if stack else _streams._defaults.get(index) or current_stream(index)
+        block = route[1](nbytes, stream)
         storage = _new(Storage)  # Storage(device, nbytes, block.ptr, None, block), with no __init__ frame
         storage.device, storage.nbytes, storage._ptr, storage.host, storage.owner, storage.readonly = (
             device, nbytes, block.ptr, None, block, False)
