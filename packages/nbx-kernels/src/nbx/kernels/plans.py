@@ -249,7 +249,10 @@ def _write_repeat(device: Device, backend, buffers: tuple, runners: tuple, exprs
     bound launch is (_launch_source); where one cannot go that way (no compiled launcher yet, a hook
     set, another device current) the values made so far go to run's own path, from that launch on
     (`run` and `result` name the repeat's prepared run and result slot). None where a slot is not in
-    exprs or reads a buffer through a view (run's path then serves every repeat)."""
+    exprs or reads a buffer through a view, and on the interpreter (whose launches are all the JIT's):
+    run's path then serves every repeat."""
+    if any(runner.interp for runner in runners):
+        return None
     names = {"_allocate": backend.allocate, "_device": device, "_new": object.__new__, "Tensor": Tensor}
     body, local = [], dict(exprs)  # slot -> its expression (outputs: their local)
     made = {}  # a buffer allocated here -> (its dtype, its address) as expressions
