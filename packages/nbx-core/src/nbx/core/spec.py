@@ -164,19 +164,19 @@ class OpSpec:
                                                 "k if k in _BY_TYPE else (k, v{i})), ")).format(i=i) for i in range(n))
             lines += [f"    {'if' if n == 1 or not self.params else 'elif'} n == {n}:"]
             lines += [f"        {''.join(f'v{i}, ' for i in range(n))}= args"] if n else []
-            lines += ["        if len(kwargs) == 1:  # one keyword (dim=): its element written out too",
+            lines += ["        if not kwargs:",
+                      f"            key = (spec, {elements})",
+                      "        elif len(kwargs) == 1:  # one keyword (dim=): its element written out too",
                       "            (name, v), = kwargs.items()",
                       f"            key = (spec, {elements}(name, (v.dtype, v.shape, v._strides, v._storage.device) if "
                       "(k := type(v)) is Tensor else k if k in _BY_TYPE and name not in by_value else (k, v)))",
-                      "        elif kwargs:",
+                      "        else:",
                       f"            key = [spec, {elements}]",
                       "            for name, v in kwargs.items():",
                       "                kind = type(v)",
                       "                key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor",
                       "                            else kind if kind in _BY_TYPE and name not in by_value else (kind, v)))",
-                      "            key = tuple(key)",
-                      "        else:",
-                      f"            key = (spec, {elements})"]
+                      "            key = tuple(key)"]
         lines += ["    else:  # more than the signature takes: refused by name",
                   "        return spec._checked(None, args, kwargs)",
                   "    if observed.current is None:  # no step recording: a signature may be kept",
