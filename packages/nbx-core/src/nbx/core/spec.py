@@ -158,7 +158,7 @@ class OpSpec:
         spec reads it, by_value), anything else by its value; keywords by name, after them. Unhashable
         where an argument is (a list): then the call has none and is checked every time."""
         tensor = "(v{i}.dtype, v{i}.shape, v{i}._strides, v{i}._storage.device) if (k := type(v{i})) is Tensor else "
-        lines = ["def call(*args, **kwargs):", "    n = len(args)"]
+        lines = ["def call(*args, **kwargs):", "    n = len(args)"]  # (inside make(), below)
         for n in (*range(1, len(self.params) + 1), 0):  # the usual counts first
             elements = "".join(("(" + tensor + ("(k, v{i})), " if i in self._value_positions else
                                                 "k if k in _BY_TYPE else (k, v{i})), ")).format(i=i) for i in range(n))
@@ -188,10 +188,12 @@ class OpSpec:
                   "            return found(*args, *kwargs.values()) if kwargs else found(*args)",
                   "        return spec._checked(key, args, kwargs)",
                   "    return spec._checked(None, args, kwargs)"]
-        names = {"spec": self, "by_value": self.by_value, "observed": dispatch._OBSERVER, "_FAST": _FAST,
-                 "_BY_TYPE": _BY_TYPE, "Tensor": Tensor}
-        exec(compile("\n".join(lines) + "\n", f"<nbx front-end of {self.name}>", "exec"), names)
-        return names["call"]
+        # made inside a function of this module's globals: the spec's facts are its closure's, _FAST is read
+        # as the module holds it when called (a tool may put another dict there)
+        source = "def make(spec, by_value, observed):\n" + "".join(f"    {line}\n" for line in lines) + "    return call\n"
+        names: dict = {}
+        exec(compile(source, f"<nbx front-end of {self.name}>", "exec"), globals(), names)
+        return names["make"](self, self.by_value, dispatch._OBSERVER)
 
     def _checked(self, key: tuple | None, args: tuple, kwargs: dict):
         """A call not seen before (or one that keeps no signature: key None): checked, dispatched, and
