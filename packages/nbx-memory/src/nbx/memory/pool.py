@@ -343,7 +343,7 @@ class Pool(GeneralPath, RangeCarving, HeldRuns):
         free neighbours always merge: the block goes back to its index alone, or joins its free
         neighbours' runs, the index taking the merged block's key (_make_free's merges, deferred).
         Anything else is _free's general path."""
-        if not self._lock.acquire(blocking=False):
+        if not self._lock.acquire(False):  # not blocking (positional: a keyword costs the call more)
             self._deferred.append(blk)
             return
         try:
@@ -487,10 +487,10 @@ class _Handed(HandedBlock):
         self._pool._release(blk)
 
     def __del__(self) -> None:  # HandedBlock's, with release inline: every tensor's storage pays it
-        if self._release and not self._exiting:
+        if not self._exiting:
             try:
                 blk = self._release.pop()
-            except IndexError:
+            except IndexError:  # released already
                 return
             self._pool._release(blk)
 
