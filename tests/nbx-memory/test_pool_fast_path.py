@@ -13,7 +13,7 @@ from nbx.memory.expandable import ExpandableRange
 from nbx.memory.fakes import FakeDevice, FakeStreams
 from nbx.memory.pool import NBX, Pool, simulate
 from nbx.memory.rules import ONE_CLASS, TORCH_LIKE
-from nbx.memory.trace import shipped_trace
+from nbx.memory.trace import TraceRecorder, shipped_trace
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -23,28 +23,38 @@ streams = st.sampled_from(["s0", "s1"])
 
 
 class Twin:
-    def __init__(self, capacity, chunk, rules, parked, fast):
+    def __init__(self, capacity, chunk, rules, parked, fast, recorded=False):
         self.device = FakeDevice(capacity)
         self.streams = FakeStreams()
         rng = ExpandableRange(self.device.physical, chunk, capacity or 256 * MiB) if chunk else None
         self.pool = Pool(self.device.segments, rules, parked_fraction=parked, events=self.streams,
-                         synchronize=self.streams.synchronize, expandable=rng)
+                         synchronize=self.streams.synchronize, expandable=rng, device="fake:0")
         self.pool._fast = fast
+        if recorded:  # the allocations' and frees' record (the fast path's hand-out writes it too)
+            self.pool.recorder = TraceRecorder()
         self.blocks = []
 
     def state(self):
         s = self.pool.stats()
-        return self.pool.snapshot(), s, s.fragmentation, self.device.segments.requests, self.streams.outstanding
+        recorded = self.pool.recorder and [(e.event, e.nbytes, e.stream, e.block) for e in self.pool.recorder.events]
+        return (self.pool.snapshot(), s, s.fragmentation, self.device.segments.requests, self.streams.outstanding,
+                recorded)
+
+
+def handed(blk):
+    """What a handed-out block shows its user, by either path."""
+    return type(blk), blk.ptr, blk.nbytes, blk.device, blk.stream, blk.alive, blk.data_ptr()
 
 
 class FastAgainstGeneral(RuleBasedStateMachine):
     """The same random run through a pool with its fast paths and one without: identical after every step."""
 
     @initialize(capacity=st.sampled_from([None, 40 * MiB]), chunk=st.sampled_from([None, 2 * MiB]),
-                rules=st.sampled_from([NBX, ONE_CLASS, TORCH_LIKE]), parked=st.sampled_from([1.0, 0.25]))
-    def build(self, capacity, chunk, rules, parked):
+                rules=st.sampled_from([NBX, ONE_CLASS, TORCH_LIKE]), parked=st.sampled_from([1.0, 0.25]),
+                recorded=st.sampled_from([False, False, True]))
+    def build(self, capacity, chunk, rules, parked, recorded=False):
         parked = 1.0 if capacity is None else parked
-        self.twins = [Twin(capacity, chunk, rules, parked, fast) for fast in (True, False)]
+        self.twins = [Twin(capacity, chunk, rules, parked, fast, recorded) for fast in (True, False)]
 
     @rule(nbytes=sizes, stream=streams)
     def allocate(self, nbytes, stream):
@@ -56,7 +66,9 @@ class FastAgainstGeneral(RuleBasedStateMachine):
                 outcomes.append(("oom", err.requested, err.live, err.cached, err.free, err.segment))
                 continue
             t.blocks.append(blk)
-            outcomes.append(("block", blk.ptr))
+            outcomes.append(("block", *handed(blk)))
+            # as _Handed's own __init__ makes one (the general path of a request of an int subclass)
+            assert handed(blk)[2:] == (nbytes, "fake:0", stream, True, blk.ptr) and blk._pool is t.pool
         assert outcomes[0] == outcomes[1]
 
     @precondition(lambda self: self.twins[0].blocks)
@@ -100,9 +112,9 @@ class FastAgainstGeneralUnobserved(FastAgainstGeneral):
 
     @initialize(capacity=st.sampled_from([None, 40 * MiB]), chunk=st.sampled_from([None, 2 * MiB]),
                 rules=st.sampled_from([NBX, ONE_CLASS, TORCH_LIKE]), parked=st.sampled_from([1.0, 0.25]),
-                one_stream=st.booleans())
-    def build(self, capacity, chunk, rules, parked, one_stream):
-        FastAgainstGeneral.build(self, capacity, chunk, rules, parked)
+                one_stream=st.booleans(), recorded=st.sampled_from([False, False, True]))
+    def build(self, capacity, chunk, rules, parked, one_stream, recorded):
+        FastAgainstGeneral.build(self, capacity, chunk, rules, parked, recorded)
         self.one_stream = one_stream
 
     def both_pools_hold_the_same_blocks_and_figures(self):  # not an invariant here: a rule

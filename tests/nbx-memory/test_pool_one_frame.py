@@ -1,4 +1,4 @@
-"""The pool's steady state in two frames to allocate (Pool.allocate, _hand_out) and one to free (Pool._release), with the general path's
+"""The pool's steady state in one frame to allocate (Pool.allocate) and one to free (Pool._release), with the general path's
 choices: stream order, record_stream and the peak figures are those of a pool without the fast path."""
 import sys
 from pathlib import Path
@@ -8,11 +8,11 @@ from nbx.memory.pool import NBX, Pool
 from nbx.memory.trace import shipped_trace
 
 KiB, MiB = 1 << 10, 1 << 20
-POOL_FILES = ("pool.py", "blocks.py", "carving.py", "runs.py")
+POOL_FILES = ("pool.py", "general.py", "blocks.py", "carving.py", "runs.py")
 
 
 def pool_frames(fn) -> list[str]:
-    """The pool's own Python functions fn's call enters (nbx.memory's pool, blocks, carving), by name."""
+    """The pool's own Python functions fn's call enters (nbx.memory's pool, its general path, blocks, carving, runs), by name."""
     entered = []
 
     def profile(frame, event, arg):
@@ -33,18 +33,18 @@ def streams_pool(fast: bool = True) -> tuple[Pool, FakeStreams]:
     return pool, streams
 
 
-def test_a_repeat_of_an_exact_hole_or_the_held_block_is_two_frames_to_allocate_and_one_to_free():
+def test_a_repeat_of_an_exact_hole_or_the_held_block_is_one_frame_to_allocate_and_one_to_free():
     pool = Pool(FakeDevice().segments, NBX, parked_fraction=1.0)
     a, b, c = (pool.allocate(4 * KiB) for _ in range(3))
     b.release()                                   # a hole between live blocks
     held = []
-    assert pool_frames(lambda: held.append(pool.allocate(4 * KiB))) == ["allocate", "_hand_out", "__init__"]  # + _Handed's
+    assert pool_frames(lambda: held.append(pool.allocate(4 * KiB))) == ["allocate"]  # _Handed made with no __init__
     assert held[0].ptr == b.ptr
     assert pool_frames(held.pop().release) == ["release", "_release"]
     refilled = pool.allocate(4 * KiB)             # the hole again (best fit would take it before the held block)
     c.release()                                   # before the segment's free rest: the held block
     again = []
-    assert pool_frames(lambda: again.append(pool.allocate(4 * KiB))) == ["allocate", "_hand_out", "__init__"]
+    assert pool_frames(lambda: again.append(pool.allocate(4 * KiB))) == ["allocate"]
     assert again[0].ptr == c.ptr
     assert pool_frames(again.pop().release) == ["release", "_release"] and refilled.ptr == b.ptr
 

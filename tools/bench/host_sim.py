@@ -1,8 +1,9 @@
 """Host microseconds per call of small ops on any machine: nbx's cuda path over the simulated CUDA
 of the tests, with Triton's JIT and launcher stubbed out. Everything else runs as on a GPU host:
-front-end, promotion, plans, the caching pool and plans.execute. The stubs skip
-Triton's own launcher (about 6-9 us a launch on the H200 host, tools/bench/host_parts.py) and the
-kernels themselves.
+front-end, promotion, plans, the caching pool, plans.execute, the stream lookup and the Python of
+Triton's launcher object (CudaLauncher.__call__, where a launch goes through it). The stubs skip the
+C launcher (cuLaunchKernelEx: most of the 6-9 us a launch of the H200 host, tools/bench/host_parts.py)
+and the kernels themselves.
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') TRITON_INTERPRET=0 python3 tools/bench/host_sim.py [--profile OP]
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import os
 import pstats
 import sys
@@ -29,26 +31,42 @@ def simulated_cuda():
     import pytest
     sys.path.insert(0, str(ROOT / "tests" / "nbx-devices"))
     import test_nvidia_simulated
-    return test_nvidia_simulated._install(pytest.MonkeyPatch(), 1)
+    fake = test_nvidia_simulated._install(pytest.MonkeyPatch(), 1)
+    from nbx.devices.nvidia import triton_driver
+    triton_driver.install()  # Triton's active driver nbx's, as the backend's start makes it on a GPU host
+    return fake
+
+
+def triton_launcher():
+    """What a compiled kernel's `run` is on the GPU host: Triton's CudaLauncher (its Python __call__ runs
+    as there, scratch asked for none), its C launch a no-op that takes any arguments (itertools.chain:
+    no Python frame, as the C launcher's)."""
+    from triton.backends.nvidia.driver import CudaLauncher
+    launcher = object.__new__(CudaLauncher)   # its __init__ compiles the C launcher: not here
+    launcher.launch = itertools.chain
+    launcher.num_ctas = 1
+    launcher.global_scratch_size = launcher.profile_scratch_size = 0
+    launcher.global_scratch_align = launcher.profile_scratch_align = 1
+    launcher.launch_cooperative_grid = launcher.launch_pdl = False
+    launcher.gsan_enabled, launcher.arg_annotations, launcher.kernel_signature = False, (), ()  # later Tritons'
+    return launcher
 
 
 class NoLaunch:
-    """What plans._Runner keeps of a stubbed launch: a compiled kernel whose launcher does nothing."""
-    function, packed_metadata = 0, None
-
-    @staticmethod
-    def run(*args):
-        return None
+    """What plans._Runner keeps of a stubbed launch: a compiled kernel whose launcher launches nothing."""
+    function, packed_metadata = 0, (4, 1, 0)
+    run = None   # triton_launcher(), set by stub_triton
 
 
 def stub_triton(on_launch=None) -> tuple:
-    """kernel[grid](...) returns a NoLaunch; no stream lookup; on_launch(kernel, args, meta) sees each
-    launch (compile_count's binder). Returns what it replaced (restore_triton puts it back)."""
+    """kernel[grid](...) returns a NoLaunch; on_launch(kernel, args, meta) sees each launch (compile_count's
+    binder). The stream lookup and Triton's launcher object run as on the GPU host. Returns what it
+    replaced (restore_triton puts it back)."""
     import triton
 
-    from nbx.kernels import plans
     jit = triton.runtime.jit.JITFunction
-    saved = (jit.__getitem__, plans._stream_of)
+    saved = (jit.__getitem__,)
+    NoLaunch.run = triton_launcher()
 
     def launcher(fn, grid):
         def launch(*args, **meta):
@@ -57,7 +75,6 @@ def stub_triton(on_launch=None) -> tuple:
             return NoLaunch()
         return launch
     jit.__getitem__ = launcher
-    plans._stream_of = lambda index: 0
     # the tests' fake serves copy_ by the backend's host round trip of a strided pair (it runs no Triton);
     # on a GPU the kernels' copy serves it (a band written into an output, a strided clone): its launch
     # here. fill_ stays the fake's memsets: what they zero (a kernel's check flags) is read back.
@@ -67,11 +84,9 @@ def stub_triton(on_launch=None) -> tuple:
 
 
 def restore_triton(saved: tuple) -> None:
-    """Triton's launch and plans' stream lookup as stub_triton found them."""
+    """Triton's launch as stub_triton found it."""
     import triton
-
-    from nbx.kernels import plans
-    triton.runtime.jit.JITFunction.__getitem__, plans._stream_of = saved
+    triton.runtime.jit.JITFunction.__getitem__, = saved
 
 
 def stub_device_copies(fake) -> None:
@@ -163,14 +178,20 @@ def tiled_chain_ops(nbx, device) -> dict:
 
 
 def host_work(op, repeats: int = 20) -> tuple[float, float]:
-    """(Python function calls, bytecodes) of one repeat of op, its first calls made: what a repeat
-    costs the host on any machine (the clock of a shared machine moves by 2x, these do not)."""
+    """(Python function calls, bytecodes) of nbx's own in one repeat of op, its first calls made: what a
+    repeat costs the host on any machine (the clock of a shared machine moves by 2x, these do not).
+    Triton's own Python (its launcher object's __call__, which differs between Triton versions) is timed,
+    not counted."""
     for _ in range(3):
         op()
     counts = [0, 0]
+    import triton
+    tritons = str(Path(triton.__file__).parent)
 
     def trace(frame, event, arg):
         if event == "call":
+            if frame.f_code.co_filename.startswith(tritons):
+                return None
             counts[0] += 1
             frame.f_trace_opcodes = True
         elif event == "opcode":

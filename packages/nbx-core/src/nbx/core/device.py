@@ -90,7 +90,9 @@ class Backend(Protocol):
     name: str
     indexed: bool           # devices are numbered (cuda:0, cuda:1) or not (cpu, interp)
     host_accessible: bool   # storage is host memory numpy can view without a copy
-    # optional: runs_triton_kernels = True takes the implementations registered for dispatch.TRITON
+    # optional: runs_triton_kernels = True takes the implementations registered for dispatch.TRITON;
+    # launch_stream(index) -> int, the handle of the stream its Triton launches go to (nbx.kernels asks it per
+    # launch; without it, Triton's active driver is asked)
 
     def device_count(self) -> int: ...
     def current_device(self) -> int: ...

@@ -21,10 +21,6 @@ _COMPARISONS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equa
 _UNARY = {"neg": "negative", "pos": "positive", "abs": "abs", "invert": "bitwise_invert"}
 
 
-def _forward(fn):
-    return lambda self, other: fn(self, other)
-
-
 def _reflected(fn):
     return lambda self, other: fn(other, self)
 
@@ -42,26 +38,23 @@ def _in_place(fn, name):
 
 
 def _spec_call(name: str):
-    """The elementwise op's spec call: its front-end, given a Tensor operand, only forwards to it, and
-    an operator's self is one (a frame less on every `a + b`)."""
+    """The elementwise op's spec call (a plain function): its front-end, given a Tensor operand, only
+    forwards to it, and an operator's self is one. Installed as the operator itself (self, other in
+    order): no frame between `a + b` and the signature's lookup."""
     return getattr(elementwise, name).spec.call
-
-
-def _unary(call):
-    return lambda self: call(self)
 
 
 def _install() -> None:
     for dunder, name in _BINARY.items():
         fn, call = getattr(elementwise, name), _spec_call(name)
-        setattr(Tensor, f"__{dunder}__", _forward(call))
+        setattr(Tensor, f"__{dunder}__", call)
         setattr(Tensor, f"__r{dunder}__", _reflected(call))
         setattr(Tensor, f"__i{dunder}__", _in_place(fn, name))
     for dunder, name in _COMPARISONS.items():
-        setattr(Tensor, f"__{dunder}__", _forward(_spec_call(name)))
+        setattr(Tensor, f"__{dunder}__", _spec_call(name))
     for dunder, name in _UNARY.items():
-        setattr(Tensor, f"__{dunder}__", _unary(_spec_call(name)))
-    Tensor.__matmul__ = _forward(ops.matmul)
+        setattr(Tensor, f"__{dunder}__", _spec_call(name))
+    Tensor.__matmul__ = ops.matmul   # its spec's call, as the elementwise operators
     Tensor.__rmatmul__ = _reflected(ops.matmul)
     Tensor.__imatmul__ = _in_place(ops.matmul, "matmul")
     # method forms: x.exp(), x.sum(dim), x.softmax(-1), x.astype(dtype), ...

@@ -99,6 +99,7 @@ class OpSpec:
         self._alias = {a: p.name for p in self.params for a in (p.name, *p.aliases)}
         self.call_type = type(f"{name}_call", (Call,), {"__slots__": self._names})
         self._repeats: dict[tuple[str, ...], Callable] = {}   # _repeat's functions by the fields they bind
+        self.call = self._front_end()
 
     def __repr__(self):
         return f"OpSpec({self.name})"
@@ -148,34 +149,58 @@ class OpSpec:
         return call
 
     # ---- the front-end ---------------------------------------------------------------------
-    def call(self, *args, **kwargs):
-        """op(*args, **kwargs): checked once per signature, then dispatched with one Call."""
-        # the key of the call's signature (unhashable where an argument is: then the call has none),
-        # built here rather than in a function of its own: every op call of a decode step builds one
-        key = [self]
-        for v in args:
-            if type(v) is Tensor:
-                key.append((v.dtype, v.shape, v._strides, v._storage.device))
-            else:
-                kind = type(v)
-                key.append(kind if kind in _BY_TYPE and len(key) - 1 not in self._value_positions else (kind, v))
-        if kwargs:
-            for name, v in kwargs.items():
-                kind = type(v)
-                key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor
-                            else kind if kind in _BY_TYPE and name not in self.by_value else (kind, v)))
-        key = tuple(key)
-        free = dispatch._OBSERVER.current is None   # no step recording: a signature may be kept
-        if free:
-            try:  # the device facts' generation empties _FAST when it moves (forget, a listener)
-                found = _FAST.get(key)
-            except TypeError:  # an unhashable argument (a list): no signature, checked every call
-                found = key = None
-            if found is not None:  # the repeat: its Call made and run by the signature's own function
-                return found(*args, *kwargs.values()) if kwargs else found(*args)
+    def _front_end(self) -> Callable:
+        """spec.call: op(*args, **kwargs), checked once per signature, then dispatched with one Call.
+        A function of this spec's own rather than a method: an operator (Tensor.__add__) and a front-end
+        are it, with no frame of their own between the caller and the signature's lookup. The key of the
+        call's signature is written out for each number of positional arguments (every op call of a decode
+        step builds one): a tensor by its layout, a float or complex by its type (its value where the
+        spec reads it, by_value), anything else by its value; keywords by name, after them. Unhashable
+        where an argument is (a list): then the call has none and is checked every time."""
+        tensor = "(v{i}.dtype, v{i}.shape, v{i}._strides, v{i}._storage.device) if (k := type(v{i})) is Tensor else "
+        lines = ["def call(*args, **kwargs):", "    n = len(args)"]  # (inside make(), below)
+        for n in (*range(1, len(self.params) + 1), 0):  # the usual counts first
+            elements = "".join(("(" + tensor + ("(k, v{i})), " if i in self._value_positions else
+                                                "k if k in _BY_TYPE else (k, v{i})), ")).format(i=i) for i in range(n))
+            lines += [f"    {'if' if n == 1 or not self.params else 'elif'} n == {n}:"]
+            lines += [f"        {''.join(f'v{i}, ' for i in range(n))}= args"] if n else []
+            lines += ["        if not kwargs:",
+                      f"            key = (spec, {elements})",
+                      "        elif len(kwargs) == 1:  # one keyword (dim=): its element written out too",
+                      "            (name, v), = kwargs.items()",
+                      f"            key = (spec, {elements}(name, (v.dtype, v.shape, v._strides, v._storage.device) if "
+                      "(k := type(v)) is Tensor else k if k in _BY_TYPE and name not in by_value else (k, v)))",
+                      "        else:",
+                      f"            key = [spec, {elements}]",
+                      "            for name, v in kwargs.items():",
+                      "                kind = type(v)",
+                      "                key.append((name, (v.dtype, v.shape, v._strides, v._storage.device) if kind is Tensor",
+                      "                            else kind if kind in _BY_TYPE and name not in by_value else (kind, v)))",
+                      "            key = tuple(key)"]
+        lines += ["    else:  # more than the signature takes: refused by name",
+                  "        return spec._checked(None, args, kwargs)",
+                  "    if observed.current is None:  # no step recording: a signature may be kept",
+                  "        try:  # the device facts' generation empties _FAST when it moves (forget, a listener)",
+                  "            found = _FAST.get(key)",
+                  "        except TypeError:  # an unhashable argument: no signature, checked every call",
+                  "            return spec._checked(None, args, kwargs)",
+                  "        if found is not None:  # the repeat: the signature's own function",
+                  "            return found(*args, *kwargs.values()) if kwargs else found(*args)",
+                  "        return spec._checked(key, args, kwargs)",
+                  "    return spec._checked(None, args, kwargs)"]
+        # made inside a function of this module's globals: the spec's facts are its closure's, _FAST is read
+        # as the module holds it when called (a tool may put another dict there)
+        source = "def make(spec, by_value, observed):\n" + "".join(f"    {line}\n" for line in lines) + "    return call\n"
+        names: dict = {}
+        exec(compile(source, f"<nbx front-end of {self.name}>", "exec"), globals(), names)
+        return names["make"](self, self.by_value, dispatch._OBSERVER)
+
+    def _checked(self, key: tuple | None, args: tuple, kwargs: dict):
+        """A call not seen before (or one that keeps no signature: key None): checked, dispatched, and
+        under key its repeat's function kept."""
         call = self.bind(*args, **kwargs)
         impl = dispatch.implementation(self.name, call.facts.device)
-        if key is not None and free:
+        if key is not None:
             prepare = getattr(impl, "prepare", None)
             run = (prepare(call) if prepare is not None else None) or impl
             if len(_FAST) >= MAX_SIGNATURES:
@@ -206,6 +231,9 @@ class OpSpec:
         arguments building slots' dict from them (no Call), written once per spec, fields and slots'
         layout; the fixed values (and the arguments left at their defaults) are bound to it."""
         layout = tuple((name, v if type(v) is Arg and v in fields else None) for name, v in slots.slots.items())
+        written = self._written_repeat(fields, layout, slots, call)
+        if written is not None:
+            return written
         made = self._repeats.get((fields, layout, slots.result is None))
         if made is None:
             fixed = [f"f{k}" for k in range(sum(arg is None for _, arg in layout))]
@@ -222,6 +250,35 @@ class OpSpec:
         fixed = [getattr(call, v) if type(v) is Arg else v for (name, arg), v in zip(layout, slots.slots.values())
                  if arg is None]
         return partial(made, slots.run, slots.result, *fixed)
+
+
+    def _written_repeat(self, fields: tuple[str, ...], layout: tuple, slots: Slots, call: Call) -> Callable | None:
+        """_slots_repeat's function with slots.run's own work written into it, where slots.run offers to
+        write it (`write`: nbx.kernels.plans.prepared's runs do): one function of the arguments, made for
+        this signature, which goes to slots.run with the dict of its slots wherever run's written work
+        cannot serve a call. None where run does not write (or declines)."""
+        write = getattr(slots.run, "write", None)
+        if write is None:
+            return None
+        exprs, sample, fixed = {}, {}, []
+        for (name, arg), v in zip(layout, slots.slots.values()):
+            if arg is not None:
+                exprs[name], sample[name] = f"a{fields.index(arg)}", getattr(call, arg)
+            else:
+                value = getattr(call, v) if type(v) is Arg else v
+                exprs[name], sample[name] = f"f{len(fixed)}", value
+                fixed.append(value)
+        # every call of the signature repeats each value's kind, and an int's value (the key holds them)
+        written = write(exprs, sample, slots.result)
+        if written is None:
+            return None
+        body, names = written
+        # made for this signature alone: its prepared run, result slot and fixed values are the function's
+        # globals (no partial between the lookup and it)
+        names.update({"run": slots.run, "result": slots.result}, **{f"f{k}": v for k, v in enumerate(fixed)})
+        source = f"def repeat({', '.join(f'a{i}' for i in range(len(fields)))}):\n" + "".join(f"    {line}\n" for line in body)
+        exec(compile(source, f"<nbx written repeat of {self.name}>", "exec"), names)
+        return names["repeat"]
 
 
 class Arg(str):
@@ -277,11 +334,8 @@ def specs() -> list[str]:
 
 
 def front_end(spec: OpSpec) -> Callable:
-    """A plain function calling spec (a name, a docstring and a signature a reader sees)."""
-    call = spec.call
-
-    def op(*args, **kwargs):
-        return call(*args, **kwargs)
+    """The op's public function: spec.call itself (a plain function), named and documented as the op."""
+    op = spec.call
     op.__name__ = op.__qualname__ = spec.name
     op.__doc__ = spec.doc
     op.spec = spec

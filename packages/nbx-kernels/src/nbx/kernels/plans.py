@@ -13,6 +13,11 @@ slot on, read from the kernel's own signature: a pointer by its element type and
 alignment, an int by its width and (unless the kernel lists it in `do_not_specialize`) by being 1
 or a multiple of 16, any other scalar by its type. A family never restates those rules.
 
+`prepared(plan)` is execute for a signature's repeats (nbx.core.spec's fast path): generated once
+per plan, and able to write a signature's whole repeat with its work (`write`, _write_repeat): no
+values dict, each launch keyed and called as its runner's bound launch would (_launch_source, the
+one writer of both).
+
 `cached(op, signature, build)` keeps plans in one bounded cache keyed by (op, signature,
 generation). The signature is the family's: everything `build` reads (the tensors' shapes,
 strides and dtypes, the device, flags, an overriding setting). The generation moves when the
@@ -22,9 +27,11 @@ device tensor a launch reads (a pad's fill) in the same cache.
 """
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import groupby
 from math import prod
 
@@ -209,19 +216,76 @@ def prepared(plan: LaunchPlan) -> Callable[[dict], dict] | None:
     runners = tuple(l._runner[0] if l._runner else _make_runner(l, plan.device) for l in plan.launches)
     # run's loops unrolled over this plan's buffers and launches (one source for every plan): each
     # output not given allocated as empty() makes it, then every launch's one entry, its runner's run
-    names = {"allocate": backend.allocate, "device": plan.device, "make": Tensor._of}
+    # (Tensor._of inline: no frame of its a call)
+    names = {"allocate": backend.allocate, "device": plan.device, "new": object.__new__, "Tensor": Tensor}
     body = []
     for i, (name, nbytes, dtype, shape, strides) in enumerate(buffers):
         names.update({f"name{i}": name, f"nbytes{i}": nbytes, f"dtype{i}": dtype, f"shape{i}": shape,
                       f"strides{i}": strides})
         body += [f"if values.get(name{i}) is None:",
-                 f"    values[name{i}] = make(allocate(nbytes{i}, device), dtype{i}, shape{i}, strides{i})"]
+                 "    t = new(Tensor)",
+                 f"    t._storage, t.dtype, t.shape, t._strides, t._offset = allocate(nbytes{i}, device), dtype{i}, "
+                 f"shape{i}, strides{i}, 0",
+                 f"    values[name{i}] = t"]
     for i, runner in enumerate(runners):
         names[f"runner{i}"] = runner
         body.append(f"runner{i}.run(values)")
     source = "def run(values):\n" + "".join(f"    {line}\n" for line in body) + "    return values\n"
     exec(compile(source, f"<nbx prepared run of {len(buffers)} buffers, {len(runners)} launches>", "exec"), names)
-    return names["run"]
+    run = names["run"]
+    run.write = partial(_write_repeat, plan.device, backend, buffers, runners)
+    return run
+
+
+def _write_repeat(device: Device, backend, buffers: tuple, runners: tuple, exprs: dict, sample: dict,
+                  result: str | None) -> tuple[list, dict] | None:
+    """The prepared run's `write` (nbx.core.spec's repeat of a signature, Slots.run.write): the source of
+    run(values)[result] written out for one signature, with no values dict and no frame of run's, of its
+    runners' or of their bound launches. exprs gives each slot's value as an expression of the repeat
+    (a call's argument, a value fixed for the signature), sample its value in this call, whose kind
+    (and, for an int, whose value) every call of the signature repeats: nbx.core.spec keys a signature
+    by its tensors' layouts, its floats' types and its other arguments' values, so no kind is checked
+    again. Each output not given is allocated as run allocates it, then each launch is written as its
+    bound launch is (_launch_source); where one cannot go that way (no compiled launcher yet, a hook
+    set, another device current) the values made so far go to run's own path, from that launch on
+    (`run` and `result` name the repeat's prepared run and result slot). None where a slot is not in
+    exprs or reads a buffer through a view, and on the interpreter (whose launches are all the JIT's):
+    run's path then serves every repeat."""
+    if any(runner.interp for runner in runners):
+        return None
+    names = {"_allocate": backend.allocate, "_device": device, "_new": object.__new__, "Tensor": Tensor}
+    body, local = [], dict(exprs)  # slot -> its expression (outputs: their local)
+    made = {}  # a buffer allocated here -> (its dtype, its address) as expressions
+    for i, (name, nbytes, dtype, shape, strides) in enumerate(buffers):
+        if sample.get(name) is not None:  # given (a tensor on every call of the signature)
+            continue
+        names.update({f"_nbytes{i}": nbytes, f"_dtype{i}": dtype, f"_shape{i}": shape, f"_strides{i}": strides})
+        body += [f"_s{i} = _allocate(_nbytes{i}, _device)", f"_o{i} = _new(Tensor)",
+                 f"_o{i}._storage, _o{i}.dtype, _o{i}.shape, _o{i}._strides, _o{i}._offset = "
+                 f"_s{i}, _dtype{i}, _shape{i}, _strides{i}, 0"]
+        local[name], made[name] = f"_o{i}", (f"_dtype{i}", f"_s{i}._ptr")
+    for k, runner in enumerate(runners):
+        if any(slot not in local or (view is not None and slot in made) for _, slot, view, _ in runner.slots):
+            return None
+        values = "{" + ", ".join(f"{name!r}: {x}" for name, x in local.items()) + "}"
+        rest = f"return run_from{k}({values})" + ("" if result is None else "[result]")
+        names[f"run_from{k}"] = partial(_run_from, runners[k:])
+        written = _launch_source(runner, local.__getitem__, lambda slot: _A_TENSOR if slot in made else sample[slot],
+                                 rest, rest, f"_l{k}_", checked=lambda slot: False, made=made)
+        if written is None:
+            return None
+        body += written[0]
+        names.update(written[1])
+    body.append("return " + ("{" + ", ".join(f"{name!r}: {x}" for name, x in local.items()) + "}"
+                             if result is None else local[result]))
+    return body, names
+
+
+def _run_from(runners: tuple, values: dict) -> dict:
+    """The launches of runners over values, each through its runner's run (a written repeat's way out)."""
+    for runner in runners:
+        runner.run(values)
+    return values
 
 
 def _allocations(plan: LaunchPlan) -> tuple:
@@ -281,10 +345,12 @@ class _Runner:
     parameters, and its compiled launchers by the slots' specialisation. Written for few Python
     calls a launch: an eager decode step runs thousands of them."""
 
-    __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp", "single", "grid", "bound")
+    __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp", "single", "grid", "bound",
+                 "stream_of")
 
     def __init__(self, one: Launch, device: Device):
         self.launch, self.device, self.backend = one, device, get_backend(device.type)
+        self.stream_of = _stream_lookup(self.backend)
         self.interp = device.type == "interp"
         self.single = self.interp or self.backend.device_count() == 1   # one device: it is always current
         self.template = list(one.args)
@@ -347,12 +413,10 @@ class _Runner:
             self.bound = _bound_launch(self, values)
         grid, index = self.grid, self.device.index
         if self.single or self.backend.current_device() == index:
-            fast.run(grid[0], grid[1], grid[2], _stream_of(index), fast.function, fast.packed, None, None, None,
-                     *args, *fast.tail)
+            fast.run(grid[0], grid[1], grid[2], self.stream_of(index), *fast.head, None, None, None, *args, *fast.tail)
             return
         with self.backend.device_guard(self.device):
-            fast.run(grid[0], grid[1], grid[2], _stream_of(index), fast.function, fast.packed, None, None, None,
-                     *args, *fast.tail)
+            fast.run(grid[0], grid[1], grid[2], self.stream_of(index), *fast.head, None, None, None, *args, *fast.tail)
 
 
 def _bound_launch(runner: _Runner, values: dict):
@@ -363,66 +427,100 @@ def _bound_launch(runner: _Runner, values: dict):
     is set, the device is not current, or a slot holds another kind (then runner keeps run's loop).
     Not written (False) where a slot holds a kind run's loop keys the slow way (a numpy scalar, a
     Tensor subclass)."""
-    names = {"Tensor": Tensor, "NoneType": type(None), "runner": runner, "compiled": runner.compiled,
-             "hooks_set": hooks_set, "knobs": triton.knobs.runtime, "stream_of": _stream_of,
-             "I32": _I32, "I64": _I64, "index": runner.device.index, "backend": runner.backend}
+    written = _launch_source(runner, lambda name: f"values[{name!r}]", values.__getitem__, "return _other_kinds()",
+                             "return False", "")
+    if written is None:
+        return False
+    lines, names = written
+    names["runner"] = runner
+    source = ("def _other_kinds():\n    runner.bound = False\n    return False\n"
+              "def launch(values):\n" + "".join(f"    {line}\n" for line in lines) + "    return True\n")
+    exec(compile(source, f"<nbx launch of {getattr(runner.launch.kernel, '__name__', 'a kernel')}>", "exec"), names)
+    return names["launch"]
+
+
+def _launch_source(runner: _Runner, read: Callable[[str], str], sample: Callable[[str], object], other: str,
+                   miss: str, p: str, checked: Callable[[str], bool] = lambda name: True,
+                   made: dict | None = None) -> tuple[list, dict] | None:
+    """The source of a repeat of runner's launch, written for the kinds its slots hold now (sample(name)
+    gives a slot's value): each slot's value read by the expression read(name), checked to hold its kind
+    (else the statement `other`; not where checked(name) says it always holds that kind: an output the
+    repeat allocates, a value fixed for the signature, whose int class is then fixed too), keyed as run's
+    loop keys it, its compiled launcher found and called (else, where none is found, a hook is set or
+    the device is not current, the statement `miss`). made: tensors the repeat itself made, by slot, with
+    their dtype and address as expressions (read from there, not from the tensor).
+    Local and global names start with p (several launches in one function). Returns (lines, the globals
+    they read), or None where a slot holds a kind run's loop keys the slow way (a numpy scalar, a Tensor
+    subclass)."""
+    names = {"Tensor": Tensor, "NoneType": type(None), f"{p}compiled": runner.compiled, "hooks_set": hooks_set, "knobs": triton.knobs.runtime,
+             f"{p}stream_of": runner.stream_of, "I32": _I32, "I64": _I64, f"{p}index": runner.device.index,
+             f"{p}backend": runner.backend}
     body, key, args = [], [], list(runner.template)
     tensors: dict[str, int] = {}  # a tensor slot's name (no view) -> the slot that reads it first
+    dtypes_of: dict[int, str] = {}  # a tensor slot -> its dtype's expression
     reads = Counter(name for _, name, view, _ in runner.slots if view is None)
     for i, (pos, name, view, free) in enumerate(runner.slots):
-        names[f"name{i}"], names[f"view{i}"] = name, view
-        v = values[name] if view is None else view(values[name])
+        v, x = sample(name), f"{p}v{i}"
+        if view is not None:
+            names[f"{p}view{i}"], v = view, view(v)
         kind = type(v)
         if kind is Tensor and view is None and name in tensors:  # one value in several parameters
             j = tensors[name]  # (a fused kernel's absent operands point at a present one): read it once
-            key += [f"d{j}", f"a{j}"]
-            args[pos] = _Arg(f"v{j}")
+            key += [dtypes_of[j], f"{p}a{j}"]
+            args[pos] = _Arg(f"{p}v{j}")
             continue
-        body.append(f"v{i} = values[name{i}]" if view is None else f"v{i} = view{i}(values[name{i}])")
+        body.append(f"{x} = {read(name)}" if view is None else f"{x} = {p}view{i}({read(name)})")
+        check = checked(name)
         if kind is Tensor:
             if view is None:
                 tensors[name] = i
-            body += [f"if type(v{i}) is not Tensor: return _other_kinds()",
-                     f"d{i} = v{i}.dtype", f"v{i} = v{i}._storage._ptr + v{i}._offset * d{i}.itemsize"]
+            if made and name in made and view is None:  # its dtype known, its address its storage's
+                dtypes_of[i], body[-1] = made[name][0], f"{x} = {made[name][1]}"
+            else:
+                dtypes_of[i] = f"{p}d{i}"
+                body += [f"if type({x}) is not Tensor: {other}"] * check + [
+                    f"{p}d{i} = {x}.dtype", f"{x} = {x}._storage._ptr + {x}._offset * {p}d{i}.itemsize"]
             if reads[name] > 1:
-                body.append(f"a{i} = v{i} % 16 == 0")
-            key += [f"d{i}", f"a{i}" if reads[name] > 1 else f"v{i} % 16 == 0"]
+                body.append(f"{p}a{i} = {x} % 16 == 0")
+            key += [dtypes_of[i], f"{p}a{i}" if reads[name] > 1 else f"{x} % 16 == 0"]
+        elif kind is int and not check:  # fixed: its class too
+            names[f"{p}k{i}"] = int_class(v, free)
+            key.append(f"{p}k{i}")
         elif kind is int:
-            body += [f"if type(v{i}) is not int: return _other_kinds()",
-                     f"w{i} = 0 if -I32 <= v{i} < I32 else 1 if -I64 <= v{i} < I64 else 2"]
-            key.append(f"w{i}" if free else f"(w{i}, v{i} == 1, v{i} % 16 == 0)")
+            body += [f"if type({x}) is not int: {other}",
+                     f"{p}w{i} = 0 if -I32 <= {x} < I32 else 1 if -I64 <= {x} < I64 else 2"]
+            key.append(f"{p}w{i}" if free else f"({p}w{i}, {x} == 1, {x} % 16 == 0)")
         elif kind is float or kind is bool:
-            body.append(f"if type(v{i}) is not {kind.__name__}: return _other_kinds()")
+            body += [f"if type({x}) is not {kind.__name__}: {other}"] * check
             key.append(kind.__name__)
         elif v is None:
-            body.append(f"if v{i} is not None: return _other_kinds()")
+            body += [f"if {x} is not None: {other}"] * check
             key.append("NoneType")
         else:
-            return False
-        args[pos] = _Arg(f"v{i}")
+            return None
+        args[pos] = _Arg(x)
     passed = []  # the template's fixed values in runs, each run one tuple unpacked
     for is_slot, group in groupby(args, key=lambda a: type(a) is _Arg):
         if is_slot:
             passed += group
         else:
-            names[f"fixed{len(passed)}"] = tuple(group)
-            passed.append(f"*fixed{len(passed)}")
+            names[f"{p}fixed{len(passed)}"] = tuple(group)
+            passed.append(f"*{p}fixed{len(passed)}")
     g = tuple(int(n) for n in runner.grid)
     knobs = triton.knobs.runtime  # hooks_set, inline for the HookChains this launch was written under
-    names["enter"], names["leave"] = knobs.launch_enter_hook, knobs.launch_exit_hook
-    hooks = ("(enter.calls or leave.calls if knobs.launch_enter_hook is enter and knobs.launch_exit_hook is leave"
-             " else hooks_set())" if type(names["enter"]) is type(names["leave"]) is _HOOK_CHAIN else "hooks_set()")
-    current = "" if runner.single else "if backend.current_device() != index: return False\n    "
-    source = (
-        "def _other_kinds():\n    runner.bound = False\n    return False\n"
-        "def launch(values):\n    " + "\n    ".join(body) + "\n"
-        f"    fast = compiled.get(({''.join(k + ', ' for k in key)}))\n"
-        f"    if fast is None or {hooks}: return False\n"
-        f"    {current}fast.run({g[0]}, {g[1]}, {g[2]}, stream_of(index), fast.function, fast.packed, None, None, None, "
-        f"{', '.join(passed)}{', ' if passed else ''}*fast.tail)\n"
-        "    return True\n")
-    exec(compile(source, f"<nbx launch of {getattr(runner.launch.kernel, '__name__', 'a kernel')}>", "exec"), names)
-    return names["launch"]
+    enter, leave = names[f"{p}enter"], names[f"{p}leave"] = knobs.launch_enter_hook, knobs.launch_exit_hook
+    hooks = (f"({p}enter.calls or {p}leave.calls if knobs.launch_enter_hook is {p}enter and knobs.launch_exit_hook is "
+             f"{p}leave else hooks_set())" if type(enter) is type(leave) is _HOOK_CHAIN else "hooks_set()")
+    body += [f"{p}fast = {p}compiled.get(({''.join(k + ', ' for k in key)}))",
+             f"if {p}fast is None or {hooks}: {miss}"]
+    if not runner.single:
+        body.append(f"if {p}backend.current_device() != {p}index: {miss}")
+    body.append(f"{p}fast.run({g[0]}, {g[1]}, {g[2]}, {p}stream_of({p}index), *{p}fast.head, None, None, None, "
+                f"{', '.join(passed)}{', ' if passed else ''}*{p}fast.tail)")
+    return body, names
+
+
+_A_TENSOR = Tensor._of(None, None, (), ())  # an output's kind, as _launch_source reads kinds
 
 
 class _Arg(str):
@@ -442,19 +540,57 @@ _HOOK_CHAIN = getattr(triton.knobs, "HookChain", None)  # Triton >= 3.6 keeps it
 
 
 class _Compiled:
-    """A compiled kernel's launcher and what follows the positional arguments (constants, in the
-    kernel's signature order)."""
+    """A compiled kernel's launcher, called as run(grid x, y, z, stream, *head, launch metadata, enter and
+    exit hooks (None: no hook set), *the kernel's arguments, *tail (its constants, in signature order)).
 
-    __slots__ = ("run", "function", "packed", "tail")
+    Triton's CudaLauncher.__call__ (3.6) only asks nbx's allocator for the global and profile scratch
+    the kernel declares, then calls its C launch with them after the grid, stream and function, with the
+    kernel's cooperative-grid and PDL flags. Where the kernel declares no scratch, run is that C launch
+    itself, head those arguments: no Python frame of Triton's a launch (tests/nbx-kernels/test_launch_direct.py
+    reads __call__ for it). Any other launcher is called as Triton's JIT calls it."""
+
+    __slots__ = ("run", "head", "tail")
 
     def __init__(self, kernel, compiled, n_args: int, meta: dict):
-        self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
+        launcher = compiled.run
+        if _calls_its_c_launch_alone(launcher):
+            self.run = launcher.launch
+            self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                         compiled.packed_metadata)
+        else:
+            self.run, self.head = launcher, (compiled.function, compiled.packed_metadata)
         params = kernel.params[n_args:]
         self.tail = tuple(meta[p.name] if p.name in meta else p.default for p in params)
 
 
+def _calls_its_c_launch_alone(launcher) -> bool:
+    """Whether launcher is Triton's own CudaLauncher (not a subclass) of 3.6's form (its __call__ takes the
+    grid, stream and function, then passes the rest on as they come: later Triton versions pass more) for
+    a kernel that declares no scratch."""
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+    except ImportError:  # a Triton without its NVIDIA backend
+        return False
+    return (type(launcher) is CudaLauncher and _direct_form(CudaLauncher) and not launcher.global_scratch_size
+            and not launcher.profile_scratch_size)
+
+
+def _direct_form(cls) -> bool:
+    """Whether cls.__call__ is (self, gridX, gridY, gridZ, stream, function, *args), Triton 3.6's."""
+    code = getattr(cls.__call__, "__code__", None)
+    return (code is not None and code.co_flags & inspect.CO_VARARGS and code.co_kwonlyargcount == 0
+            and code.co_varnames[:code.co_argcount] == ("self", "gridX", "gridY", "gridZ", "stream", "function"))
+
+
 def _stream_of(index: int) -> int:
     return triton.runtime.driver.active.get_current_stream(index)
+
+
+def _stream_lookup(backend) -> Callable[[int], int]:
+    """The function giving the handle of the stream a launch on device index goes to: the backend's own
+    where it declares one (launch_stream: nbx's current stream, with no Triton driver between), else the
+    current stream of Triton's active driver (which nbx's backends answer from that same stream)."""
+    return getattr(backend, "launch_stream", None) or _stream_of
 
 
 def _make_runner(one: Launch, device: Device) -> _Runner:

@@ -15,8 +15,12 @@ from nbx.core.storage import Storage
 from nbx.memory import allocator as _allocators  # imported once: an import per allocation costs host time
 
 from . import runtime
+from . import streams as _streams
 from .errors import CopyOutOfBoundsError
-from .streams import LEGACY_DEFAULT, Event, Stream, current_stream
+from .streams import LEGACY_DEFAULT, Event, Stream, current_handle, current_stream
+
+
+_new = object.__new__
 
 
 def check_range(storage: Storage, byte_offset: int, nbytes: int, what: str) -> None:
@@ -35,6 +39,10 @@ class CudaBackend:
         self._started = False
         self._start_lock = threading.Lock()
         self._routes: dict = {}  # device index -> (the allocator registered, the function serving its requests)
+
+    # the handle of device index's current stream, where nbx.kernels launches go (nbx.kernels.plans
+    # asks it per launch: a plain function, no Triton driver between)
+    launch_stream = staticmethod(current_handle)
 
     # ---- devices ---------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -114,8 +122,14 @@ class CudaBackend:
         route = self._routes.get(index)
         if route is None or route[0] is not _allocators._ALLOCATORS.get(self.name) or type(index) is not int:
             route = self._checked_route(device)
-        block = route[1](nbytes, current_stream(index))
-        return Storage(device, nbytes, block.ptr, None, block)
+        stacks = _streams._local.stacks   # current_stream(index), inline: every allocation asks
+        stack = stacks.get(index) if stacks else None
+        stream = stack[-1] if stack else _streams._defaults.get(index) or current_stream(index)
+        block = route[1](nbytes, stream)
+        storage = _new(Storage)  # Storage(device, nbytes, block.ptr, None, block), with no __init__ frame
+        storage.device, storage.nbytes, storage._ptr, storage.host, storage.owner, storage.readonly = (
+            device, nbytes, block.ptr, None, block, False)
+        return storage
 
     def _checked_route(self, device: Device) -> tuple:
         if not self._started:

@@ -200,6 +200,17 @@ def current_stream(device: int | None = None) -> Stream:
     return default
 
 
+def current_handle(device: int) -> int:
+    """current_stream(device).handle in one frame: the stream handle every kernel launch on device asks for."""
+    stacks = _local.stacks
+    if stacks:
+        stack = stacks.get(device)
+        if stack:
+            return stack[-1].handle
+    default = _defaults.get(device)
+    return (current_stream(device) if default is None else default).handle
+
+
 @contextmanager
 def use_stream(stream: Stream):
     """Run the block with stream as its device's current stream."""

@@ -17,7 +17,7 @@ from nbx.core.device import Device
 from nbx.core.errors import NotSupportedError
 
 from . import properties, runtime
-from .streams import current_stream
+from .streams import current_handle, current_stream
 
 _lock = threading.Lock()
 _installed = None
@@ -73,7 +73,7 @@ def driver_class():
             runtime.set_device(device)
 
         def get_current_stream(self, device: int | None = None) -> int:
-            return current_stream(device).handle
+            return current_stream(device).handle if device is None else current_handle(device)
 
         def get_device_capability(self, device: int | None = None) -> tuple[int, int]:
             return properties.compute_capability(runtime.get_device() if device is None else device)
