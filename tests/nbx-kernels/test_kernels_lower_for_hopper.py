@@ -102,7 +102,7 @@ def test_the_onesweep_sort_and_the_candidate_select_lower_for_sm90():
     candidates = {**rows, "cand_ptr": "*i32", "taken_ptr": "*i32"}
     cases = [(radix, "radix_histogram_kernel", {"x_ptr": "*fp32", "state_ptr": "*i32", "n": "i32", "chunk": "i32",
                                                 "digit_at": "i32"}, {"DESCENDING": False, "BLOCK": 4096})]
-    tile = {"BLOCK": 4096, "WARPS": 8, "WINDOW": 8}
+    tile = {"BLOCK": 4096, "WARPS": 8, "WINDOW": 16}
     cases += [(radix, "radix_pass_kernel", {k: v for k, v in passes.items() if k not in unused},
                {**{k: None for k in unused}, "DESCENDING": True, "HAS_NEXT": has_next, "VECTOR": vector, **tile})
               for unused, has_next, vector in ((("w_in", "v_out", "i_out"), True, 4), (("v_out", "i_out"), True, 2),

@@ -222,7 +222,7 @@ def test_the_radix_sort_candidates_keep_a_threads_keys_in_registers_and_keep_the
     assert len(kept) == 8 and facts.value("tiles.radix") in kept
     assert all(s["block"] // (32 * s["num_warps"]) <= 32 for s in kept)
     assert [s for s, _ in pruned] == [{"block": 8192, "num_warps": 4}]
-    assert [look_back_window(10 ** 4), look_back_window(3)] == [8, 4]
+    assert [look_back_window(10 ** 4), look_back_window(3)] == [16, 4]
 
 
 def requested_bytes(device, monkeypatch):

@@ -54,7 +54,7 @@ from .topk import served_plan, split
 BINS = tl.constexpr(256)   # 8-bit digits
 DIGIT_BITS = 8
 COUNTERS = tl.constexpr(16)  # the state's first words: the passes' virtual tile counters (padded)
-LOOK_BACK_WINDOW = 8       # tiles a look-back step reads for each digit (2,048 status words)
+LOOK_BACK_WINDOW = 16      # tiles a look-back step reads for each digit (one load of each a thread)
 MAX_TILE = 1 << 15         # a tile's places are 16-bit fields of its sort words
 # the bits of a dtype's order key that vary: the others are functions of the higher ones (the sign
 # decides them), so a digit of none of these bits needs no pass
@@ -162,31 +162,28 @@ def _digit_starts(digits, BLOCK: tl.constexpr):
 
 @triton.jit
 def _look_back(status_ptr, t, groups, WINDOW: tl.constexpr):
-    """The keys of each digit in the row's tiles before t, from their status words ([BINS, groups],
-    a digit's tiles contiguous), WINDOW tiles a step (one round trip covers them; CUB walks one at a
-    time, a thread a digit). A digit's step adds the words back to the nearest inclusive one if all
-    between are published (then it is done), all WINDOW aggregates if no inclusive is among them
-    (then it steps back), nothing if an unpublished word comes first (then it polls again). Tile 0
-    always publishes an inclusive word and places before it read as inclusive zeros, so every
-    digit's walk ends; a digit's window lies in one warp's lanes, so a step's reductions are
-    shuffles."""
-    bins = tl.arange(0, BINS)[:, None]
-    slot = tl.arange(0, WINDOW)[None, :]               # WINDOW - 1: the nearest tile
+    """The keys of each digit in the row's tiles before t, from their status words ([BINS, groups]:
+    a digit's tiles contiguous, a thread's digit its own). A step reads each digit's WINDOW nearest
+    tiles not yet added (loads issued together: one round trip) and walks them nearest first in
+    registers, adding aggregates until an inclusive word (added: that digit is done) or an
+    unpublished one (the walk resumes there at the next step, which polls it again); tile 0 always
+    publishes an inclusive word and places before it read as inclusive zeros, so every walk ends.
+    CUB walks a tile a step, a thread a digit, likewise."""
+    bins = tl.arange(0, BINS)
     prefix = tl.zeros((BINS,), tl.int32)
-    end = tl.zeros((BINS,), tl.int64) + t              # each digit's tiles before `end` are not yet added
+    end = tl.zeros((BINS,), tl.int64) + t        # each digit's tiles before `end` are not yet added
     pending = end > 0
     while tl.max(pending.to(tl.int32), 0) > 0:
-        tile = end[:, None] - WINDOW + slot
-        word = tl.load(status_ptr + bins * groups + tile, mask=pending[:, None] & (tile >= 0), other=-1,
-                       volatile=True)
-        inclusive = tl.max(tl.where(word < 0, slot, -1), 1)      # the nearest inclusive word, -1: none
-        unpublished = tl.max(tl.where(word == 0, slot, -1), 1)   # the nearest unpublished one
-        ready = pending & ((unpublished < inclusive) | (unpublished < 0))
-        done = ready & (inclusive >= 0)
-        taken = (slot >= inclusive[:, None]) & ready[:, None]
-        prefix += tl.sum(tl.where(taken, tl.where(word < 0, -word - 1, word - 1), 0), 1)
-        end -= tl.where(ready & ~done, WINDOW, 0).to(tl.int64)
-        pending = pending & ~done
+        nearest = end - 1
+        walking = pending
+        for k in tl.static_range(WINDOW):        # the loads depend on no earlier word: issued together
+            tile = nearest - k
+            word = tl.load(status_ptr + bins * groups + tile, mask=pending & (tile >= 0), other=-1, volatile=True)
+            taken = walking & (word != 0)
+            prefix += tl.where(taken, tl.where(word < 0, -word - 1, word - 1), 0)
+            end -= taken.to(tl.int64)
+            pending = pending & ~(taken & (word < 0))
+            walking = taken & (word > 0)
     return prefix
 
 
