@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from .kernel import order_key
+from .network import sort_network
 
 DIGITS = tl.constexpr(4)   # 8-bit digits of a 32-bit key
 BINS = tl.constexpr(256)
@@ -208,7 +209,7 @@ def sort_words_kernel(x_ptr, words_ptr, vals_ptr, idx_ptr, n, count, n_out, BLOC
     r = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     words = tl.load(words_ptr + r * count + cols, mask=cols < count)
-    words = tl.sort(tl.where(cols < count, words, _last_word(BLOCK)))
+    words = sort_network(tl.where(cols < count, words, _last_word(BLOCK)), BLOCK.bit_length() - 1)
     pos = (words & 0xFFFFFFFF).to(tl.int64)
     written = cols < n_out
     tl.store(vals_ptr + r * n_out + cols, tl.load(x_ptr + r * n + pos, mask=written), mask=written)
