@@ -175,10 +175,11 @@ def _look_back(status_ptr, t, groups, WINDOW: tl.constexpr):
     pending = end > 0
     while tl.max(pending.to(tl.int32), 0) > 0:
         nearest = end - 1
+        reading = pending
         walking = pending
-        for k in tl.static_range(WINDOW):        # the loads depend on no earlier word: issued together
+        for k in tl.static_range(WINDOW):        # the loads depend on no word of this step: issued together
             tile = nearest - k
-            word = tl.load(status_ptr + bins * groups + tile, mask=pending & (tile >= 0), other=-1, volatile=True)
+            word = tl.load(status_ptr + bins * groups + tile, mask=reading & (tile >= 0), other=-1, volatile=True)
             taken = walking & (word != 0)
             prefix += tl.where(taken, tl.where(word < 0, -word - 1, word - 1), 0)
             end -= taken.to(tl.int64)
