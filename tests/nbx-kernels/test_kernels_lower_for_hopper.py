@@ -309,14 +309,25 @@ SCATTER_ADD = ("nbx.kernels.gather.kernel", "scatter_add_kernel", {
 
 
 def test_the_remap_copy_in_every_mode_path_and_the_grouped_concat_and_atomic_scatter_lower_for_sm90():
-    """The remap's row tile, its flat-output walk (a pad's odd rows) and its 16-byte flip groups; the
-    concat of four parts a launch; the relaxed atomic scatter, its index checked per element or per row."""
-    base = dict(FILL_WORDS=1, INDEX64=False, BLOCK_R=2, BLOCK_C=1024)
+    """The remap's row tile, its flat-output walk (a pad's odd rows), its 16-byte flip groups and its
+    shifted 16-byte groups (every word size, both walks, every mode but the flip's); the concat of
+    four parts a launch; the relaxed atomic scatter, its index checked per element or per row."""
+    base = dict(FILL_WORDS=1, INDEX64=False, BLOCK_R=2, BLOCK_C=1024, SHIFT_VEC=1)
     cases = [(*REMAP, {**base, "MODE": mode, "MAP_INNER": mode != 0, "FLAT_ROWS": flat_rows, "FLAT_OUT": flat_out,
-                       "FLIP_VEC": 1, "INDEX64": wide})
+                       "FLIP_VEC": 1, "INDEX64": wide, "ROW_DIMS": 1 if flat_rows else row_dims})
              for mode in range(7) for flat_rows in (False, True) for flat_out in (False, True)
-             for wide in ((False, True) if mode < 2 else (False,))]
-    cases += [(*REMAP, {**base, "MODE": 5, "MAP_INNER": True, "FLAT_ROWS": False, "FLAT_OUT": False, "FLIP_VEC": 8})]
+             for wide in ((False, True) if mode < 2 else (False,)) for row_dims in ((2, 3) if mode < 2 else (3,))]
+    cases += [(*REMAP, {**base, "MODE": 5, "MAP_INNER": True, "FLAT_ROWS": False, "FLAT_OUT": False, "FLIP_VEC": 8,
+                        "ROW_DIMS": 3})]
+    cases += [(REMAP[0], REMAP[1], {**REMAP[2], **_typed("out_ptr src_ptr fill_ptr", word)},
+               {**base, "MODE": mode, "MAP_INNER": mode != 0, "FLAT_ROWS": True, "FLAT_OUT": flat_out, "FLIP_VEC": 1,
+                "SHIFT_VEC": 16 // size, "ROW_DIMS": 1, "INDEX64": wide})
+              for mode in (0, 1, 2, 3, 4, 6) for flat_out in (False, True) for size, word in ((2, "*u16"), (1, "*u8"))
+              for wide in ((False, True) if mode == 1 else (False,))]
+    cases += [(REMAP[0], REMAP[1], {**REMAP[2], **_typed("out_ptr src_ptr fill_ptr", word)},
+               {**base, "MODE": 1, "MAP_INNER": True, "FLAT_ROWS": False, "FLAT_OUT": False, "FLIP_VEC": 1,
+                "SHIFT_VEC": 16 // size, "ROW_DIMS": 3, "FILL_WORDS": 1})
+              for size, word in ((4, "*u32"), (8, "*u64"))]
     cases += [(*CONCAT, {"INDEX64": wide, "BLOCK_R": 2, "BLOCK_C": 1024}) for wide in (False, True)]
     cases += [(*SCATTER_ADD, {"ROWS": 1, "COLS": 1024, "CLEAR": clear, "TAG": 1 << 40, "ROW_INDEX": row_index})
               for clear in (False, True) for row_index in (False, True)]
@@ -393,7 +404,7 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     weight element dequantized), asymmetric and symmetric, bfloat16 and float16 (the inline PTX's
     two forms) and float32 activations, split and unsplit."""
     base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False,
-                GEMV=False)
+                GEMV=False, STAGES=3)
     cases = [(*INT4_LINEAR, {**base, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
                              "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": block_m <= 32, "BLOCK_M": block_m,
                              "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
@@ -403,12 +414,14 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
                                  "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
                                  "ACTIVATION": "silu", "HAS_RES": True}))
-    # the gemv kernel (decode rows on the CUDA cores): its word conversion's two forms, one row (its products
-    # kept per column and k: _gemv_row_sums), 4 and 16 rows
+    # the gemv kernel (decode rows on the CUDA cores): one row (_gemv_row_sums: the paired conversion of 16-bit
+    # activations, the word one of float32, K steps in a group and of eight or four groups), 4 and 16 rows
     cases += [(*INT4_LINEAR, {**base, "GEMV": True, "DOT": dot, "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": True,
-                       "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": 128, "SPLIT_K": split})
-              for dot, signed, block_m, block_n, split in (("tl.bfloat16", False, 1, 64, 8), ("tl.float16", True, 16, 32, 1),
-                                                          ("tl.float32", False, 4, 64, 2), ("tl.bfloat16", True, 1, 32, 1))]
+                       "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
+              for dot, signed, block_m, block_n, block_k, split in (
+                  ("tl.bfloat16", False, 1, 64, 128, 8), ("tl.float16", True, 16, 32, 128, 1),
+                  ("tl.float32", False, 4, 64, 128, 2), ("tl.bfloat16", True, 1, 32, 1024, 1),
+                  ("tl.float32", True, 1, 16, 512, 1))]
     assert lowering_failures(cases) == []
 
 

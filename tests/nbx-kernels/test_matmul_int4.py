@@ -75,6 +75,23 @@ def test_the_gemv_kernel_matches_the_oracle_at_decode_rows_with_split_k_and_the_
         check(out, nbx.oracle("linear_int4", x, w, b, "silu", r, 0.5, 2.0), device)
 
 
+@pytest.mark.parametrize("k,block_k,served,scheme,dtype", [(512, 256, 256, "asymmetric", "bfloat16"),
+                                                            (512, 512, 512, "symmetric", "float16"),
+                                                            (320, 256, 64, "asymmetric", "float32"),
+                                                            (256, 32, 32, "symmetric", "bfloat16")])
+def test_the_one_row_gemv_takes_k_steps_of_several_groups_and_falls_back_to_the_group(device, check, k, block_k, served,
+                                                                                       scheme, dtype):
+    """One row of x (_gemv_row_sums): a K step of four or eight groups of 64 (their scales and minima
+    per group of the step), a K of 320 that 256 does not divide (served a step of the group), a step
+    inside a group; a weight tile past N (rows clamped, the store masked)."""
+    w = weight(device, 40, k, 64, scheme)
+    x = on(device, (1, k), dtype)
+    setting = {**TILE, "kernel": "gemv", "block_m": 1, "block_n": 16, "block_k": block_k, "split_k": 1,
+               "num_warps": 1, "num_stages": 3}
+    assert dict(int4.plan(x, w, setting=setting).meta)["BLOCK_K"] == served
+    check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)
+
+
 def test_the_gemv_kernel_refuses_groups_that_are_not_whole_words(device):
     w = weight(device, 8, 48, 4)
     with pytest.raises(nbx.errors.NotSupportedError, match="groups of 4 are not whole words"):
@@ -100,9 +117,15 @@ def test_the_int4_tunable_prunes_block_k_that_does_not_divide_the_group():
     hopper = device_files.for_arch("sm_90")
     kept, pruned = int4.LINEAR_INT4.candidates(hopper, {"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16",
                                                         "group": 64})
+    # one row of x: the one-row gemv alone, its K steps whole groups (of 64: block_k 256 on)
+    assert kept and {s["kernel"] for s in kept} == {"gemv"} and {s["block_m"] for s in kept} == {1}
+    assert {s["block_k"] for s in kept} <= {256, 512, 1024, 2048} and {s["split_k"] for s in kept} == {1}
+    assert any("its K steps take 256 or more" in why for _, why in pruned)
+    kept, pruned = int4.LINEAR_INT4.candidates(hopper, {"m": 4, "n": 4096, "k": 4096, "dtype": "bfloat16",
+                                                        "group": 64})
     assert kept and {s["block_k"] for s in kept} <= {32, 64}
     assert {s["block_m"] for s in kept if s["kernel"] == "tiles"} == {16}
-    assert {s["block_m"] for s in kept if s["kernel"] == "gemv"} == {1}
+    assert {s["block_m"] for s in kept if s["kernel"] == "gemv"} == {4}
     assert any("does not divide the group size 64" in why for _, why in pruned)
     assert {s["split_k"] for s in kept if s["kernel"] == "tiles"} == {s["split_k"] for s in kept} == {1, 2, 4, 8}
     kept, _ = int4.LINEAR_INT4.candidates(hopper, {"m": 16, "n": 4096, "k": 4096, "dtype": "bfloat16", "group": 128})
@@ -136,7 +159,9 @@ def test_the_shipped_int4_keys_are_the_writers_each_with_a_short_sweep_of_decode
         rep = keys.representative(keys.parse("linear_int4", int4.KEY, rec.key, hopper, rec.observed), int4.KEY, hopper)
         kept, _ = int4.LINEAR_INT4.candidates(hopper, rep)
         assert 16 <= len(kept) <= 66, (rec.key, len(kept))
-        if rep["m"] <= 16:
+        if rep["m"] == 1:   # the one-row gemv alone, unsplit
+            assert {(s["kernel"], s["block_m"], s["split_k"]) for s in kept} == {("gemv", 1, 1)}, rec.key
+        elif rep["m"] <= 16:
             tiles = [s for s in kept if s["kernel"] == "tiles"]
             assert {s["block_m"] for s in tiles} == {16} and {s["split_k"] for s in tiles} >= {1, 2, 4}, rec.key
             assert {s["split_k"] for s in kept if s["kernel"] == "gemv"} >= {1, 2}, rec.key
@@ -163,11 +188,13 @@ gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.
     ("tiles", 1, 4, "asymmetric", "bfloat16"), ("tiles", 16, 2, "symmetric", "bfloat16"),
     ("tiles", 3, 1, "asymmetric", "float16"), ("tiles", 512, 1, "asymmetric", "bfloat16"),
     ("tiles", 200, 1, "symmetric", "float16"), ("gemv", 1, 8, "asymmetric", "bfloat16"),
-    ("gemv", 16, 2, "symmetric", "bfloat16"), ("gemv", 3, 1, "asymmetric", "float16")])
+    ("gemv", 16, 2, "symmetric", "bfloat16"), ("gemv", 3, 1, "asymmetric", "float16"),
+    ("row", 1, 1, "asymmetric", "bfloat16"), ("row", 1, 1, "symmetric", "float16"), ("row", 1, 1, "asymmetric", "float32")])
 def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, kernel, rows, split_k, scheme, dtype):
     """Decode tiles (the scales on the dot's sums) and prefill tiles (each element scaled), both
     nibble conversions of the inline PTX (bfloat16 and float16, unsigned and signed); the gemv
-    kernel's word conversion (unsigned and signed) at one, three and sixteen rows."""
+    kernel's word conversion (unsigned and signed) at one, three and sixteen rows; the one-row gemv
+    at K steps of eight groups, its paired conversion (16-bit activations) and its word one (float32)."""
     w = weight(device, 4096, 4096, 128, scheme)
     x = on(device, (rows, 4096), dtype)
     setting = {"kernel": kernel, "block_m": 16 if rows <= 16 else 128, "block_n": 128,
@@ -175,6 +202,8 @@ def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, 
                "num_warps": 4 if rows <= 16 else 8, "num_stages": 3}
     if kernel == "gemv":
         setting.update(block_m=1 << (rows - 1).bit_length(), block_n=32 if rows > 4 else 128, num_stages=2)
+    if kernel == "row":
+        setting.update(kernel="gemv", block_m=1, block_n=32, block_k=1024, num_warps=4)
     check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)
 
 

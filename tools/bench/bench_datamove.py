@@ -7,8 +7,9 @@ Timing as bench_softmax_norm.py (peer_timing.both): GPU us a call back to back b
 us a call, and the cold single call after an L2 flush. TB/s counts the bytes an op must move once.
 ratio = torch time / nbx time (above 1: nbx faster). The first line is the copy ceiling: a clone of
 256 MiB; "copy %" is each side's TB/s against the faster clone of the same run (issue 17 asks >= 90
-for copies, concat, pad, flip, roll and transposes). Ops nbx refuses (a named error: e.g. a full sort
-of rows longer than tiles.sort) print FAILED with the error and the run goes on.
+for copies, concat, pad, flip, roll and transposes; "clone heads" is the same clone at the 64 MiB
+the head transpose and the KV append move, their ceiling at that size). Ops nbx refuses (a named
+error: e.g. a full sort of rows longer than tiles.sort) print FAILED with the error and the run goes on.
 
 Each case prints when timed; a side whose single call takes longer than SLOW_MS is timed with fewer
 calls (one repeat of MIN_ITERS_SLOW, no cold figure), the others with REPEATS repeats of ~20 ms of
@@ -66,6 +67,9 @@ def cases():
     heads = (32, 4096, 128)
     hs, nh, ch = copies_of(lambda: torch.randn(heads, device="cuda", dtype=bf, generator=gen), 32 * 4096 * 128 * 2)
     hb = 32 * 4096 * 128 * 2
+    # the copy ceiling at the model shapes' size: a clone moving the head transpose's and the KV
+    # append's 64 MiB (a launch's ramp and tail weigh more on it than on the 256 MiB clone's 512 MiB)
+    yield "clone heads", f"{heads} bf16", 2 * hb, ch, lambda i: nh[i].clone(), lambda i: hs[i].clone()
     yield "head transpose", f"{heads} bf16 (1,0,2)", 2 * hb, ch, lambda i: nh[i].permute(1, 0, 2).contiguous(), \
         lambda i: hs[i].permute(1, 0, 2).contiguous()
     cache = torch.randn((32, 4096, 128), device="cuda", dtype=bf, generator=gen)
@@ -203,7 +207,7 @@ def main(argv=None) -> int:
           f"{'copy % nbx/torch':>16} {'host us nbx/torch':>18} {'cold us nbx/torch':>18}", flush=True)
     ceiling = None   # TB/s of the faster clone of this run
     for op, case, nbytes, copies, nbx_fn, torch_fn in cases():
-        if args.ops and op not in args.ops and op != "clone":
+        if args.ops and op not in args.ops and not op.startswith("clone"):
             continue
         try:
             ours, peer = timed(nbx_fn, copies, cycles), timed(torch_fn, copies, cycles)

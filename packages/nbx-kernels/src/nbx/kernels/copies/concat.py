@@ -73,7 +73,7 @@ def launches(parts: list[Rows | None]) -> int:
     return -(-len(parts) // PARTS) if grouped(parts) else len(parts)
 
 
-def _group(parts: tuple[Rows, ...], first: int, word, total: int, device, setting) -> tuple[Launch, tuple]:
+def group_launch(parts: tuple[Rows, ...], first: int, word, total: int, device, setting) -> tuple[Launch, tuple]:
     """The launch of parts first.. (slots src<first>..) and its (BLOCK_R, BLOCK_C)."""
     rows, widest = parts[0].rows, max(p.width for p in parts)
     if setting is None:
@@ -109,7 +109,7 @@ def plan_for(out: Tensor, arrays: list[Tensor], axis: int, setting=None) -> Laun
         parts = parts_of(out_bits.shape, out_bits.strides, [(w.shape, w.strides) for w in words], axis)
         if parts and not grouped(parts):
             return LaunchPlan(out.device, (), detail=None)
-        groups = [_group(tuple(parts[k:k + PARTS]), k, out_bits.dtype, out_bits.size, out.device, setting)
+        groups = [group_launch(tuple(parts[k:k + PARTS]), k, out_bits.dtype, out_bits.size, out.device, setting)
                   for k in range(0, len(parts), PARTS)]
         return LaunchPlan(out.device, tuple(g[0] for g in groups), detail=tuple(g[1] for g in groups))
     return plans.cached("concat", signature, build)
@@ -127,4 +127,4 @@ def concat_rows(out: Tensor, arrays: list[Tensor], axis: int, setting=None) -> b
     return True
 
 
-__all__ = ["concat_rows", "plan_for", "parts_of", "part_rows", "grouped", "launches", "Rows", "PARTS"]
+__all__ = ["concat_rows", "plan_for", "parts_of", "part_rows", "grouped", "launches", "group_launch", "Rows", "PARTS"]

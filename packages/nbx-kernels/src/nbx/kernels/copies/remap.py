@@ -117,23 +117,53 @@ def flat_output(dims, word: DType, block: int) -> bool:
     return inner >= block and (inner * word.itemsize) % 16 != 0
 
 
-def _plan(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, setting) -> LaunchPlan:
+def shift_vector(mode: int, dims, word: DType, block_r: int, block_c: int, flat: bool) -> int:
+    """Elements a 16-byte group of the shifted path (SHIFT_VEC: kernel.shifted_words), or 1. It
+    takes a last dim of unit stride on both sides whose map reads ascending runs of the source (a
+    pad, a roll, a copy) where 16-byte groups of the output (its flat positions, or rows starting on
+    16 bytes) would read the source off its 16-byte boundaries: a shift the plain tile loads word by
+    word. The kernel takes it where both pointers start on 16 bytes (kernel.on_16_bytes), else the
+    element path."""
+    vec, inner = 16 // word.itemsize, dims[-1]
+    if (vec < 2 or mode == FLIP or transposed(dims) or inner.src_stride != 1
+            or inner.out_stride != 1 or any(d.out_stride < 0 for d in dims)):
+        return 1
+    if flat:
+        return vec if block_r * block_c >= vec else 1
+    rows_aligned = all(d.out_stride % vec == 0 for d in dims[:-1] if d.out > 1)
+    if not rows_aligned or block_c < vec or inner.out < vec:
+        return 1
+    if unmapped(mode, inner) and all(d.src_stride % vec == 0 for d in dims[:-1] if d.out > 1):
+        return 1   # a copy whose source rows start on 16 bytes too: the plain tile's loads are vectors already
+    return vec
+
+
+def row_dims(dims) -> int:
+    """How many of the three row dims the kernel decomposes a row index into (ROW_DIMS)."""
+    return 1 if dims[0].out == dims[1].out == 1 else (2 if dims[0].out == 1 else 3)
+
+
+def plan_dims(mode: int, dims: tuple[Dim, ...], word: DType, words: int, device, setting) -> LaunchPlan:
+    """The launch of a call reduced to RANK dims (pure in its layouts and tile: the sm_90 lowering
+    tests compile the benchmark's launches from it)."""
     if setting is None:  # certified for the launch key (the device file's tile on interp)
         setting = tuning.setting(device, **key_inputs(mode, dims, word))
     rows, inner = prod(d.out for d in dims[:-1]), dims[-1].out
     block_r, block_c = tile(rows, inner, setting)
     col_blocks = triton.cdiv(inner, block_c)
-    wide = max(reach([d.out for d in dims], [d.out_stride for d in dims]),
-               reach([d.n for d in dims], [d.src_stride for d in dims]),
-               rows * inner) + block_r * block_c >= _INT32
+    flip_vec = flip_vector(mode, dims[-1], word, block_c)
+    flat = flip_vec == 1 and not transposed(dims) and flat_output(dims, word, block_r * block_c)  # (a transpose's tile stays)
+    shift_vec = shift_vector(mode, dims, word, block_r, block_c, flat)
+    scale = max(1, word.itemsize // 4) if shift_vec > 1 else 1   # the shifted path indexes 4-byte words
+    wide = (max(reach([d.out for d in dims], [d.out_stride for d in dims]),
+                reach([d.n for d in dims], [d.src_stride for d in dims]),
+                rows * inner) + block_r * block_c) * scale >= _INT32
     args = (Slot("out"), Slot("src"), Slot("fill") if mode == CONSTANT else None, rows, col_blocks,
             *(d.out for d in dims[1:]), *(d.n for d in dims), *(d.a for d in dims),
             *(d.src_stride for d in dims), *(d.out_stride for d in dims))
-    flip_vec = flip_vector(mode, dims[-1], word, block_c)
-    flat = flip_vec == 1 and not transposed(dims) and flat_output(dims, word, block_r * block_c)  # (a transpose's tile stays)
     meta = dict(MODE=mode, MAP_INNER=not unmapped(mode, dims[-1]), FLAT_ROWS=dims[0].out == dims[1].out == 1,
                 FILL_WORDS=words, INDEX64=wide, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=setting["num_warps"],
-                FLIP_VEC=flip_vec, FLAT_OUT=flat)
+                FLIP_VEC=flip_vec, FLAT_OUT=flat, SHIFT_VEC=shift_vec, ROW_DIMS=row_dims(dims))
     grid = (triton.cdiv(rows * inner, block_r * block_c) if flat else triton.cdiv(rows, block_r) * col_blocks,)
     return LaunchPlan(device, (Launch(remap_kernel, grid, args, meta),), detail=Remapped(dims, block_r, block_c))
 
@@ -161,7 +191,7 @@ def _plan_of_words(out_bits: Tensor, src_bits: Tensor, words: int, mode: int, pa
 
     def build() -> LaunchPlan:
         dims = call_dims(mode, out_bits.shape, out_bits.strides, src_bits.shape, src_bits.strides, params)
-        return LaunchPlan(device, ()) if dims is None else _plan(mode, dims, out_bits.dtype, words, device, setting)
+        return LaunchPlan(device, ()) if dims is None else plan_dims(mode, dims, out_bits.dtype, words, device, setting)
     plan = plans.cached("remap", signature, build)
     return plan if plan.launches else None
 
@@ -177,9 +207,15 @@ def rows_copy(dst: Tensor, src: Tensor) -> bool:
     return dims[-1].out_stride == 1 and (dims[-1].src_stride == 1 or transposed(dims))
 
 
-def _fill(value, dtype: DType, device) -> Tensor:
-    """A kept one-element device tensor of value (no upload a call: CONSTANT reads it through a pointer)."""
-    return plans.constant(np.asarray([value]).astype(dtype.host), dtype, device)
+def _fill(value, dtype: DType, device, count: int = 1) -> Tensor:
+    """A kept device tensor of count elements of value (no upload a call: CONSTANT reads it through a pointer)."""
+    return plans.constant(np.asarray([value] * count).astype(dtype.host), dtype, device)
+
+
+def fill_pattern(value, dtype: DType, device) -> Tensor:
+    """The fill slot's tensor: 16 bytes of value (the shifted path loads them as 4-byte words; the
+    element path reads the first element)."""
+    return _fill(value, dtype, device, max(1, 16 // dtype.itemsize))
 
 
 def remap_copy(out: Tensor, src: Tensor, mode: int, params, value=0, setting=None) -> Tensor:
@@ -201,7 +237,7 @@ def remap_copy(out: Tensor, src: Tensor, mode: int, params, value=0, setting=Non
         return out
     values = {"out": out_bits, "src": src_bits}
     if mode == CONSTANT:
-        values["fill"] = as_bits(_fill(value, out.dtype, out.device))[0]
+        values["fill"] = as_bits(fill_pattern(value, out.dtype, out.device))[0]
     plans.execute(plan, values)
     return out
 
@@ -225,4 +261,4 @@ def host_index(i: int, a: int, n: int, mode: int) -> tuple[int, bool]:
     return j % n, True
 
 
-__all__ = ["remap_copy", "rows_copy", "plan_for", "call_dims", "transposed", "reduced", "tile", "key_inputs", "flip_vector", "flat_output", "host_index", "Dim", "MODES", "RANK"]
+__all__ = ["remap_copy", "rows_copy", "plan_for", "plan_dims", "call_dims", "transposed", "reduced", "tile", "key_inputs", "flip_vector", "flat_output", "shift_vector", "row_dims", "host_index", "Dim", "MODES", "RANK"]

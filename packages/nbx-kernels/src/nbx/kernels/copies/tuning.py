@@ -2,11 +2,12 @@
 
 Key: the output's element count class, its last dim's class (a head transpose's 128-wide rows want
 another tile than a 16384-wide image row), the word the kernel moves (the dtype's size: bf16 and
-f16 share u16) and whether the last dim is mapped (gathered loads, no 16-byte vectors). Not exact
-shapes; and whether it is a transpose (`datamove_transpose`: its own tunable, so its square-ish
-default tile). The representative launch: a flip of the last dim (mapped), a copy from every other
-row of a twice-as-tall source (unmapped: rows apart, as a concat's) or a transpose, of words, bit
-for bit.
+f16 share u16) and whether the last dim is mapped (its groups shifted or reversed in registers,
+its seams element by element). Not exact shapes; and whether it is a transpose
+(`datamove_transpose`: its own tunable, so its square-ish default tile). The representative launch: a roll of the last dim by one element (mapped: the
+shifted 16-byte path a pad and a roll take, over the flat output where rows are no multiple of 16
+bytes, as a pad's; a flip's register-reversed groups cost alike), a copy from every other row of a
+twice-as-tall source (unmapped: rows apart, as a concat's) or a transpose, of words, bit for bit.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def _fits_rows(setting, rep, facts):
 
 
 def workload(rep, device):
-    from .kernel import COPY, FLIP
+    from .kernel import COPY, ROLL
     from .remap import remap_copy
     inner, word, mapped = rep["inner"], rep["dtype"], rep["mapped"]
     rows = max(1, rep["n"] // inner)
@@ -59,8 +60,8 @@ def workload(rep, device):
         launch = lambda setting: remap_copy(out, flat.T, COPY, (0, 0), setting=setting)   # noqa: E731
     elif mapped:
         src = asarray(bits.reshape(rows, inner), device=device)
-        reference = np.ascontiguousarray(np.flip(bits.reshape(rows, inner), axis=1))
-        launch = lambda setting: remap_copy(out, src, FLIP, (0, 1), setting=setting)   # noqa: E731
+        reference = np.roll(bits.reshape(rows, inner), 1, axis=1)
+        launch = lambda setting: remap_copy(out, src, ROLL, (0, 1 % inner), setting=setting)   # noqa: E731
     else:
         # from every other row of a twice-as-tall source into a dense output: rows apart, as a concat's
         # part's are, and the screen downloads the output's bytes alone (a strided output's span is twice)

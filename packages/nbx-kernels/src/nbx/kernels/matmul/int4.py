@@ -10,21 +10,24 @@ element, which decode rows, reading each weight element for one or a few rows, a
 wider ones dequantize each element before the dot (its cost shared by the tile's rows).
 
 Decode rows have a second form, kernel = gemv (the kernel's GEMV constexpr): the sums on the CUDA
-cores, any block_m from 1, no matrix unit (quantized._gemv_sums); the certificate picks it or the
+cores, any block_m from 1, no matrix unit (quantized._gemv_sums; one row of x: _gemv_row_sums, whose
+loads the pipeliner stages and whose K step may span whole groups); the certificate picks it or the
 tiles form per key. The tunable `linear_int4`: kernel (tiles | gemv), block_m (rows of x), block_n
-(weight rows), block_k, split_k, warps and stages, keyed by M, N, K, the activations' dtype and the group size; its default is the
-device file's tiles.linear. block_k must divide the group (a K step lies in one group): larger
-candidates are pruned, and a served tile whose block_k does not divide the group runs with
-block_k = the group. A decode tile's K step is two dots of block_k / 2 (even and odd K), held to
-the device's matrix_unit.min_dot_k (wide tiles, one dot of block_k, keep the same bound). Whether
-a tile folds the scales is a function of its certified block_m, never of the call's M. Pruned besides (_fits): a tile twice the key's size, tiles of
-under 64 rows of x from m = 128 on (each weight tile dequantized too often), prefill (m >= 1024)
-on tiles under 128 x 64, 16-bit K steps of 32 on long K, split K outside decode rows (m <= 64),
-splits leaving a program under two K steps or passing SPLIT_TILES_MAX programs, stages deeper
-than half a program's K steps, and stages whose x and weight tiles pass a block's shared memory;
-the tiles form under 16 rows of x, or on decode keys under block_n 128 (every H200 decode winner);
-the gemv form outside decode rows (m <= 16), under the key's m, past 512 block_m x block_n, or at
-other than one stage count (no dot: nothing to pipeline)."""
+(weight rows), block_k, split_k, warps and stages, keyed by M, N, K, the activations' dtype and the
+group size; its default is the device file's tiles.linear. block_k divides the group (a K step lies
+in one group; the one-row gemv may take a multiple of it): others are pruned, and a served tile whose
+block_k fits neither the group nor K runs with block_k = the group. A decode tile's K step is two
+dots of block_k / 2 (even and odd K), held to the device's matrix_unit.min_dot_k (wide tiles, one dot
+of block_k, keep the same bound). Whether a tile folds the scales is a function of its certified
+block_m, never of the call's M. Pruned besides (_fits): a tile twice the key's size, tiles of under
+64 rows of x from m = 128 on (each weight tile dequantized too often), prefill (m >= 1024) on tiles
+under 128 x 64, 16-bit K steps of 32 on long K, split K outside decode rows (m <= 64), splits leaving
+a program under two K steps or passing SPLIT_TILES_MAX programs, stages deeper than half a program's
+K steps, and stages whose x and weight tiles pass a block's shared memory; narrow tiles (WIDE_TILE)
+outside the one-row gemv; the tiles form under 16 rows of x, or on decode keys under block_n 128
+(every H200 decode winner); the gemv form outside decode rows (m <= 16), under the key's m, past 512
+block_m x block_n on several rows (at other than GEMV_STAGES there), and the one-row gemv past
+GEMV_PRODUCTS word sums a thread or under one 16-byte load a thread a step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,23 +59,41 @@ from .quantized import int4_linear_kernel
 from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stage_bytes, stages_that_fit
 
 ACTIVATIONS_DTYPES = ("float16", "bfloat16", "float32")
-PARAMS = {"kernel": ("tiles", "gemv"), "block_m": (1, 2, 4, 8, 16, 32, 64, 128, 256), "block_n": (32, 64, 128), "block_k": (32, 64, 128),
-          "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (4, 8), "num_stages": (2, 3, 4)}
+PARAMS = {"kernel": ("tiles", "gemv"), "block_m": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+          "block_n": (4, 8, 16, 32, 64, 128), "block_k": (32, 64, 128, 256, 512, 1024, 2048),
+          "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (1, 2, 4, 8), "num_stages": (2, 3, 4)}
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "group": "exact"}
 FOLD_ROWS = 32       # tiles of at most this many rows of x scale the dot's sums, wider ones each weight element
 REUSE_M = 128        # from here on, tiles of under 64 rows of x dequantize each weight tile too often
 DOT_ROWS = 16        # the tiles kernel's least block_m: the matrix unit's least dot
-GEMV_STAGES = 2      # the gemv kernel's one depth (its loop has no dot: the pipeliner stages nothing)
+GEMV_STAGES = 2      # the gemv kernel's depth on several rows of x (its words prefetched a step by hand)
+ROW_GEMV_K = 256                 # the one-row gemv's least K step (128 bytes of a packed row)
+ROW_GEMV_NIBBLES = (64, 256)     # the nibbles a thread of a one-row gemv tile takes a step
+ROW_GEMV_STAGES = (3, 4)         # its staged depths
+WIDE_TILE = dict(block_n=32, num_warps=4)   # the least weight rows and warps of the tiles and several-row gemv tiles
 GEMV_TILE = 512      # rows of x times weight rows of a gemv tile of several rows of x
 DECODE_TILE_N = 128  # the tiles kernel's decode tiles (16 rows of x) take this many weight rows
 
 
 def _kernel_fits(setting, rep) -> str | bool:
     """The tiles kernel on tiles of 16 rows of x or more; the gemv kernel on decode rows, one tile of
-    x (each tile of x streams the weight again), its loads not staged through shared memory."""
+    x (each tile of x streams the weight again). Narrow tiles (under WIDE_TILE's rows or warps) and
+    K steps of several groups are the one-row gemv's (_gemv_row_sums)."""
+    row_gemv = setting["kernel"] == "gemv" and setting["block_m"] == 1
+    if not row_gemv:
+        for name, least in WIDE_TILE.items():
+            if setting[name] < least:
+                return f"{name} {setting[name]} outside the one-row gemv: its tiles take {least} or more"
+        if rep["group"] % setting["block_k"]:
+            return f"block_k {setting['block_k']} does not divide the group size {rep['group']}"
+    elif rep["group"] % setting["block_k"] and setting["block_k"] % rep["group"]:
+        return f"block_k {setting['block_k']} is neither a part nor a multiple of the group size {rep['group']}"
     if setting["kernel"] == "tiles":
         if setting["block_m"] < DOT_ROWS:
             return f"block_m {setting['block_m']} in the tiles kernel: its dot takes {DOT_ROWS} rows of x or more"
+        if rep["m"] == 1:
+            return ("the tiles kernel on one row of x: the gemv won every m=1 key of the H200 (certificates of "
+                    "2026-12-02), and the one-row gemv's space takes the sweep's room")
         if rep["m"] <= GEMV_ROWS and setting["block_n"] < DECODE_TILE_N:
             return (f"block_n {setting['block_n']} on a decode tile of the tiles kernel: {DECODE_TILE_N} won on every "
                     f"decode key of the H200 (certificate of 2026-12-01); the sweep's room goes to the gemv kernel")
@@ -83,14 +104,25 @@ def _kernel_fits(setting, rep) -> str | bool:
         return f"the gemv kernel on m={rep['m']}: it serves decode rows (m <= {GEMV_ROWS})"
     if setting["block_m"] < rep["m"]:
         return f"block_m {setting['block_m']} in the gemv kernel on m={rep['m']}: the weight streamed once per tile of x"
-    if setting["block_m"] > 1 and setting["block_m"] * setting["block_n"] > GEMV_TILE:
-        return (f"a {setting['block_m']} x {setting['block_n']} gemv tile: its weight values, held for every row of x, "
-                f"pass the registers (ptxas spilled 16 x 64 on sm_90; one row streams them)")
-    if setting["block_m"] == 1 and gemv_products(setting) > GEMV_PRODUCTS:   # quantized._gemv_row_sums's
-        return (f"a 1 x {setting['block_n']} x {setting['block_k']} gemv tile keeps {gemv_products(setting)} products "
-                f"a thread (at most {GEMV_PRODUCTS}: with the words in flight they pass the registers)")
-    if setting["num_stages"] != GEMV_STAGES:
-        return f"{setting['num_stages']} stages in the gemv kernel: its loop runs at {GEMV_STAGES} (no dot to feed)"
+    if not row_gemv:
+        if setting["block_m"] * setting["block_n"] > GEMV_TILE:
+            return (f"a {setting['block_m']} x {setting['block_n']} gemv tile: its weight values, held for every row "
+                    f"of x, pass the registers (ptxas spilled 16 x 64 on sm_90; one row streams them)")
+        if setting["num_stages"] != GEMV_STAGES:
+            return f"{setting['num_stages']} stages in the gemv kernel on several rows: it runs at {GEMV_STAGES}"
+        return True
+    # the one-row gemv's space, from its exploration on the H200 (2026-12-02, nine decode shapes of the
+    # Llama 1B and 8B layers, 151 tiles each): every best tile streamed K steps of 128 bytes a row or
+    # more, gave a thread 64-256 nibbles a step, ran unsplit at 3 or 4 stages
+    nibbles = gemv_products(setting)
+    if setting["block_k"] < ROW_GEMV_K:
+        return f"block_k {setting['block_k']} in the one-row gemv: its K steps take {ROW_GEMV_K} or more"
+    if not ROW_GEMV_NIBBLES[0] <= nibbles <= ROW_GEMV_NIBBLES[1]:
+        return (f"a 1 x {setting['block_n']} x {setting['block_k']} gemv tile over {setting['num_warps']} warps gives a "
+                f"thread {nibbles} nibbles a step (the one-row gemv takes {ROW_GEMV_NIBBLES[0]}-{ROW_GEMV_NIBBLES[1]})")
+    if setting["split_k"] != 1 or setting["num_stages"] not in ROW_GEMV_STAGES:
+        return (f"split {setting['split_k']} at {setting['num_stages']} stages in the one-row gemv: it runs unsplit "
+                f"at {' or '.join(map(str, ROW_GEMV_STAGES))}")
     return True
 
 
@@ -105,14 +137,13 @@ def _tile_fits(setting, rep) -> str | bool:
     if rep["m"] >= PREFILL_M and (setting["block_m"] < 128 or setting["block_n"] < 64):
         return f"a {setting['block_m']} x {setting['block_n']} tile on m={rep['m']}: prefill takes 128 x 64 or wider"
     steps = rep["k"] // (setting["block_k"] * setting["split_k"])
-    if setting["num_stages"] > max(2, steps // 2):
+    row_gemv = setting["kernel"] == "gemv" and setting["block_m"] == 1   # its stages were measured (ROW_GEMV_STAGES)
+    if setting["num_stages"] > max(2, steps // 2) and not row_gemv:
         return f"{setting['num_stages']} stages over {steps} K steps a program: deeper than the loop pays for"
     return steps_fit(setting, rep)
 
 
 def _fits(setting, rep, facts):
-    if rep["group"] % setting["block_k"]:
-        return f"block_k {setting['block_k']} does not divide the group size {rep['group']}"
     found = _kernel_fits(setting, rep)
     if found is not True or setting["kernel"] == "gemv":
         return found if found is not True else _tile_fits(setting, rep)
@@ -188,13 +219,15 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
                                                                   dtype=operands, group=group))
     facts = launch.facts(device)
     gemv = s["kernel"] == "gemv"
-    block_k = s["block_k"] if group % s["block_k"] == 0 else group
+    # a K step lies in one group, or (the one-row gemv) spans whole groups and divides K
+    whole_groups = gemv and s["block_m"] == 1 and s["block_k"] % group == 0 and k % s["block_k"] == 0
+    block_k = s["block_k"] if group % s["block_k"] == 0 or whole_groups else group
     if not gemv:
         block_k = block_k_that_fits(block_k, operands.itemsize, facts, 2)
     elif group % 8:
         raise NotSupportedError(f"the gemv kernel reads the packed weight in words of 8 nibbles: groups of {group} "
                                 f"are not whole words")
-    if group % block_k:
+    if group % block_k and not whole_groups:
         raise NotSupportedError(f"groups of {group} are under the K tile of {block_k} that two dots of "
                                 f"{operands.name} need on {device.type} (matrix_unit.min_dot_k)")
     s["block_k"] = block_k
@@ -205,7 +238,7 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
     meta = dict(DOT=tl_type(operands), PRECISION="ieee" if operands is dtypes.float32 else None, GROUP=group,
                 SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric", FOLD=s["block_m"] <= FOLD_ROWS,
                 WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"],
-                SPLIT_K=s["split_k"], GEMV=gemv, **epilogue,
+                SPLIT_K=s["split_k"], GEMV=gemv, STAGES=stages, **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
     split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=False, **epilogue, NORM=False)
     p = Int4Plan(m, n, k, a, addends[0], addends[1], tuple(copies), s["split_k"], tuple(meta.items()),

@@ -203,35 +203,40 @@ def _within_k(mask, rk, K, k, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
     return out
 
 
+GEMV_DEPTH = tl.constexpr(3)   # the gemv kernel's staged depth (linear_tuning.GEMV_STAGES)
+
+
 @triton.jit
 def _gemv_row_steps(a_ptr, b_ptr, g_ptr, nw_ptr, rn, rk, N, K, first, steps, sak, sbk, sbn,
                     ACC: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr, NORM: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """gemv_k_steps of one row of x (a_ptr at it): products kept [BLOCK_N, BLOCK_K], x a vector, so
-    each step's tiles keep the layout they are loaded in (no 3-D broadcast to convert into)."""
-    x_ptrs = a_ptr + (first * BLOCK_K + rk) * sak
-    w_at = rn[:, None] * sbn + (first * BLOCK_K + rk)[None, :] * sbk
+    each step's tiles keep the layout they are loaded in (no 3-D broadcast to convert into). A step's
+    addresses are worked out from k, not carried through the loop (a carried offset lost its
+    contiguity: 2-byte loads on sm_90), and tl.range stages the loads GEMV_DEPTH deep (Triton takes a
+    dot-less loop's depth from tl.range alone, not from the launch's num_stages)."""
+    x_ptrs = a_ptr + rk * sak
+    w_at = rn[:, None] * sbn + rk[None, :] * sbk
     in_n = (rn < N)[:, None]
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=ACC)
     acc_g = tl.zeros((BLOCK_N, BLOCK_K), dtype=ACC)
     squares = tl.zeros((BLOCK_K,), dtype=ACC)
-    for k in tl.range(first, first + steps):
+    for k in tl.range(first, first + steps, num_stages=GEMV_DEPTH):
         if EVEN_K:
             x_mask = rk < BLOCK_K
             w_mask = in_n
         else:
             x_mask = rk < K - k * BLOCK_K
             w_mask = in_n & x_mask[None, :]
-        x = widen(tl.load(x_ptrs, mask=x_mask, other=0.0), ACC)
+        x = widen(tl.load(x_ptrs + k * BLOCK_K * sak, mask=x_mask, other=0.0), ACC)
         if NORM:   # rms_norm(x) @ B = rstd * ((x * w) @ B), as normed_k_steps
             squares += x * x
             nw = widen(tl.load(nw_ptr + k * BLOCK_K + rk, mask=rk < K - k * BLOCK_K, other=0.0), ACC)
             x = widen(narrow(x * nw, a_ptr.dtype.element_ty), ACC)
-        acc += widen(tl.load(b_ptr + w_at, mask=w_mask, other=0.0), ACC) * x[None, :]
+        step_at = w_at + k * BLOCK_K * sbk
+        acc += widen(tl.load(b_ptr + step_at, mask=w_mask, other=0.0), ACC) * x[None, :]
         if GATED:
-            acc_g += widen(tl.load(g_ptr + w_at, mask=w_mask, other=0.0), ACC) * x[None, :]
-        x_ptrs += BLOCK_K * sak
-        w_at += BLOCK_K * sbk
+            acc_g += widen(tl.load(g_ptr + step_at, mask=w_mask, other=0.0), ACC) * x[None, :]
     return tl.sum(acc, 1)[None, :], tl.sum(acc_g, 1)[None, :], tl.sum(squares[None, :], 1)
 
 

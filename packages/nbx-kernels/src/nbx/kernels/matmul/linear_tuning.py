@@ -40,6 +40,7 @@ from nbx.core.reference import oracle
 from nbx.core.dtypes import as_dtype
 
 from .tuning import _warps_for_tile, dot_k_fits, epilogue_bytes, representative_operands, stage_bytes, stages_that_fit
+from .kernel import GEMV_DEPTH
 
 TILES = {"block_m": (16, 32, 64, 128), "block_n": (32, 64, 128, 256), "block_k": (16, 32, 64, 128)}
 # the gemv kernel's tiles: a few rows of x, a few weight rows, long K steps (gemv_k_steps)
@@ -62,7 +63,7 @@ FMA_MAX_K = 32       # an IEEE float32/float64 product (FMA, no tensor cores): t
 FMA_MAX_ACC = 64     # and the most accumulators a thread holds beside the step's operands
 GEMV_ROWS = 16       # the gemv kernels (this and linear_int4's) serve decode rows up to this many
 GEMV_PRODUCTS = 64   # the most (row, column, k) products a thread of a gemv tile keeps in registers
-GEMV_STAGES = 3      # the gemv kernel's one depth: its loop has no dot, whose operands the pipeliner stages
+GEMV_STAGES = GEMV_DEPTH.value   # the gemv kernel's one depth, staged by its tl.range (kernel.GEMV_DEPTH)
 GEMV_FORMS = ("plain", "gated", "batched")   # float8's scales and int8's exact sums run in the tiles
 
 

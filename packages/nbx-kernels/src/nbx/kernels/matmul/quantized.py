@@ -153,7 +153,7 @@ def int4_linear_kernel(
     ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
-    GEMV: tl.constexpr = False,
+    GEMV: tl.constexpr = False, STAGES: tl.constexpr = 2,
 ):
     """C^T = W @ x^T by tiles of (BLOCK_N weight rows, BLOCK_M rows of x): the dequantized weight
     is the dot's first operand, which the matrix unit takes from registers (Hopper's wgmma), and
@@ -162,7 +162,8 @@ def int4_linear_kernel(
     that every SM streams the weight; prefill rows take wide tiles. FOLD: the dot sums x * q and
     the group's scale (and minimum, times the sum of x) multiply the sums once a K step (fewer
     ops per weight element: decode); else each element is dequantized before the dot. GEMV: the
-    sums on the CUDA cores instead (_gemv_sums: decode rows, any BLOCK_M; DOT, PRECISION, FOLD unused).
+    sums on the CUDA cores instead (_gemv_sums: decode rows, any BLOCK_M; DOT, PRECISION, FOLD unused;
+    STAGES: the one-row gemv's pipelined depth, which Triton takes from tl.range alone in a loop with no dot).
     Grid: (tiles of M x N, SPLIT_K). sqn, ssn: the row strides of qweight (bytes) and of the
     scales and minima (groups); both are read at unit stride along K."""
     pid = tl.program_id(0)
@@ -195,8 +196,12 @@ def int4_linear_kernel(
     first = split * per
     steps = tl.minimum(per, total - first)
     if GEMV:
-        acc = _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, sqn, first, steps, GROUP,
-                         SIGNED, ASYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K)
+        if BLOCK_M == 1:
+            acc = _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, rn, in_n, tile_m, sam, sak, sqn, ssn, first, steps, DOT,
+                                 GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K, STAGES)
+        else:
+            acc = _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, sqn, first, steps, GROUP,
+                             SIGNED, ASYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K)
     else:
         acc = _dot_sums(q_ptrs, s_ptrs, z_ptrs, x_ptrs, pair_ptrs, in_m, in_n, sak, first, steps, DOT,
                         PRECISION, GROUP, SIGNED, ASYMMETRIC, FOLD, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -290,7 +295,7 @@ def _word_values(words, SIGNED: tl.constexpr):
 @triton.jit
 def _gemv_step(upcoming, w_ptrs, s_ptrs, z_ptrs, in_n, none, k, first, steps, GROUP: tl.constexpr,
                SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """K step k of the gemv kernels: its words (loaded a step ahead: upcoming) as the values v
+    """K step k of the several-row gemv (_gemv_sums): its words (loaded a step ahead: upcoming) as the values v
     (BLOCK_N, BLOCK_K / 8, 8), nibble j of word w at [:, w, j] in K order (the joins stay in a thread's
     registers), the next step's words loaded, and the step's group scale (and minimum)."""
     words = upcoming
@@ -318,12 +323,9 @@ def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, 
     x_at = 8 * rw[:, None] + tl.arange(0, 8)[None, :]           # (BLOCK_K / 8, 8): K offsets of a step's x
     bias: tl.constexpr = 24.0 if SIGNED else 16.0
 
-    if BLOCK_M == 1:
-        return _gemv_row_sums(a_ptr, w_ptrs, s_ptrs, z_ptrs, rw, x_at, in_n, tile_m, sam, sak, first, steps, bias,
-                              GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    # the next step's words are loaded before this step's are used (the pipeliner stages no loads of
-    # a loop without a dot): two steps of weight in flight a thread, not one
+    # the next step's words are loaded before this step's are used: two steps of weight in flight a
+    # thread (the one-row form lets the pipeliner stage its loads instead: _gemv_row_sums)
     none = 0 * rw[None, :]                     # makes a scalar test a tensor mask (the interpreter's need)
     upcoming = tl.load(w_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
     for k in range(first, first + steps):
@@ -341,24 +343,89 @@ def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, 
     return acc
 
 
+# One word of packed weight (nibbles 0..7 = K 8w .. 8w + 7, low first) to eight float32 v_j = C + q_j + e_j
+# in 11 integer ops (the integer pipe is half the FMA pipe's rate, and bound the word form's 16): nibbles
+# j and j + 4 lie 16 bits apart, so one lop3 puts both into a bfloat16 pair 128 + n (signed: n ^ 8, as
+# _PAIRS_ASM); the pair's high half read as a float32 is 128 + n + low / 65536 (low: the other half's
+# bits, 0x4300 + its nibble), and a prmt moves each low half up. C = 128 + 0x4300 / 65536 (+ 8 signed) is
+# taken off through the sum of x; e_j < 16 / 65536 is the paired nibble's leftover, under half an ulp of
+# a 16-bit result's worth of the product, so only 16-bit activations take this form.
+_PAIRED_ASM = """{
+.reg .b32 t1, t2, t3, p0, p1, p2, p3, mask, magic;
+mov.b32 mask, 0x000F000F;
+mov.b32 magic, MAGIC;
+shr.u32 t1, $8, 4;
+shr.u32 t2, $8, 8;
+shr.u32 t3, $8, 12;
+lop3.b32 p0, $8, mask, magic, LUT;
+lop3.b32 p1, t1, mask, magic, LUT;
+lop3.b32 p2, t2, mask, magic, LUT;
+lop3.b32 p3, t3, mask, magic, LUT;
+prmt.b32 $0, p0, p1, 0x1054;
+prmt.b32 $1, p1, p0, 0x1054;
+prmt.b32 $2, p2, p3, 0x1054;
+prmt.b32 $3, p3, p2, 0x1054;
+mov.b32 $4, p0;
+mov.b32 $5, p1;
+mov.b32 $6, p2;
+mov.b32 $7, p3;
+}"""
+PAIRED_VALUES = tl.constexpr(_PAIRED_ASM.replace("MAGIC", "0x43004300").replace("LUT", "0xEA"))
+PAIRED_VALUES_SIGNED = tl.constexpr(_PAIRED_ASM.replace("MAGIC", "0x43084308").replace("LUT", "0x6A"))
+PAIRED_BIAS = tl.constexpr(128.0 + 0x4300 / 65536)     # C, unsigned (signed: 8 more)
+
+
 @triton.jit
-def _gemv_row_sums(a_ptr, w_ptrs, s_ptrs, z_ptrs, rw, x_at, in_n, row, sam, sak, first, steps, bias,
+def _paired_values(words, SIGNED: tl.constexpr):
+    """The eight v_j = C + q_j + e_j of each word (_PAIRED_ASM), float32; compiled only."""
+    return tl.inline_asm_elementwise(
+        PAIRED_VALUES_SIGNED if SIGNED else PAIRED_VALUES, "=r,=r,=r,=r,=r,=r,=r,=r,r", [words],
+        dtype=(tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32, tl.float32),
+        is_pure=True, pack=1)
+
+
+@triton.jit
+def _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, rn, in_n, row, sam, sak, sqn, ssn, first, steps, DOT: tl.constexpr,
                    GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr):
-    """_gemv_sums of one row of x: each weight element dequantized in place, w = (16 v - C) scale
-    (+ minimum), two FMAs with its product by x, and the products kept per (column, k) in registers,
-    summed once after the loop (the bf16 gemv's lesson, kernel.gemv_k_steps: no reduction across
-    threads a step). (BLOCK_N, 1)."""
-    acc = tl.zeros((BLOCK_N, BLOCK_K // 8, 8), dtype=tl.float32)
-    none = 0 * rw[None, :]                     # makes a scalar test a tensor mask (the interpreter's need)
-    upcoming = tl.load(w_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
-    for k in range(first, first + steps):
-        v, upcoming, scale, minimum = _gemv_step(upcoming, w_ptrs, s_ptrs, z_ptrs, in_n, none, k, first, steps, GROUP,
-                                                 SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+                   BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
+    """_gemv_sums of one row of x, (BLOCK_N, 1). A K step spans G = BLOCK_K / GROUP whole groups (or lies in
+    one); its words are loaded (BLOCK_N, BLOCK_K / 8), so that the threads spread along K and a thread's x
+    serves all its weight rows, and the loop's loads are staged by the pipeliner (tl.range's STAGES,
+    cp.async through shared memory: on the H200 the manual one-step prefetch held 188 registers a
+    thread and kept too little in flight). Rows past N are clamped to row 0 rather than masked (the
+    store masks them), so that the scale loads stay unmasked vectors the pipeliner can stage. Each step sums v * x over a word's eight nibbles
+    in a thread, then applies the word's group scale: sum(q x) s + m sum(x) = s (sum(v x) - C sum(x)) +
+    m sum(x), kept per word, summed once after the loop."""
+    G: tl.constexpr = BLOCK_K // GROUP if BLOCK_K >= GROUP else 1
+    WPG: tl.constexpr = BLOCK_K // 8 // G
+    PAIRED: tl.constexpr = COMPILED and (DOT == tl.bfloat16 or DOT == tl.float16)
+    if PAIRED:
+        bias: tl.constexpr = PAIRED_BIAS + (8.0 if SIGNED else 0.0)
+        unit: tl.constexpr = 1.0
+    else:   # _word_values: v = 1 + n / 16
+        bias: tl.constexpr = 24.0 if SIGNED else 16.0
+        unit: tl.constexpr = 16.0
+    rows = tl.where(in_n, rn, 0)
+    rg = tl.arange(0, G)
+    w_ptrs = q_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None] * (sqn // 4) + tl.arange(0, BLOCK_K // 8)[None, :]
+    s_ptrs = s_ptr + rows[:, None] * ssn + rg[None, :]                       # (BLOCK_N, G)
+    z_ptrs = z_ptr + rows[:, None] * ssn + rg[None, :]
+    x_at = 8 * (rg[:, None, None] * WPG + tl.arange(0, WPG)[None, :, None]) + tl.arange(0, 8)[None, None, :]
+    x_ptrs = a_ptr + row * sam + x_at * sak                                   # (G, WPG, 8)
+    acc = tl.zeros((BLOCK_N, G, WPG), dtype=tl.float32)
+    for k in tl.range(first, first + steps, num_stages=STAGES):
+        words = tl.reshape(tl.load(w_ptrs + k * (BLOCK_K // 8)), (BLOCK_N, G, WPG))
+        group = (k * BLOCK_K) // GROUP
+        scale = widen(tl.load(s_ptrs + group), tl.float32)
         offset = -bias * scale
         if ASYMMETRIC:
-            offset += minimum
-        x = tl.load(a_ptr + row * sam + (k * BLOCK_K + x_at) * sak).to(tl.float32)
-        acc += (v * (16.0 * scale)[:, None, None] + offset[:, None, None]) * x[None, :, :]
+            offset += widen(tl.load(z_ptrs + group), tl.float32)
+        x = widen(tl.load(x_ptrs + k * BLOCK_K * sak), tl.float32)
+        if PAIRED:
+            v0, v1, v2, v3, v4, v5, v6, v7 = _paired_values(words, SIGNED)
+        else:
+            v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
+        v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
+                       (BLOCK_N, G, WPG, 8))
+        acc += tl.sum(v * x[None, :, :, :], 3) * (unit * scale)[:, :, None] + offset[:, :, None] * tl.sum(x, 2)[None, :, :]
     return tl.sum(tl.sum(acc, 2), 1)[:, None]
-
