@@ -4,6 +4,7 @@ tensors and scalars; anything the kernels specialise on (a shape, a stride, eps'
 presence and width, a flag) makes a record of its own, so no stale record is replayed."""
 import numpy as np
 import pytest
+import triton
 
 import nbx.core as nbx
 from nbx.kernels import plans
@@ -14,7 +15,9 @@ rng = np.random.default_rng(5)
 
 @pytest.fixture
 def launches(monkeypatch):
-    """Every planned launch run, as (its runner, its arguments); the launch itself still happens."""
+    """Every planned launch run, as (its runner, its arguments); the launch itself still happens. A
+    launch hook is set (a no-op) where Triton keeps them in chains, so that a signature's written
+    repeat (plans._write_repeat, compiled devices) hands its launches to the prepared run spied on."""
     seen = []
     run = plans._Runner.run
 
@@ -22,7 +25,14 @@ def launches(monkeypatch):
         seen.append((runner, runner.arguments(values)))
         run(runner, values)
     monkeypatch.setattr(plans._Runner, "run", spy)
-    return seen
+    hook = triton.knobs.runtime.launch_enter_hook
+    if hasattr(hook, "add"):
+        watch = lambda metadata: None  # noqa: E731
+        hook.add(watch)
+        yield seen
+        hook.remove(watch)
+    else:
+        yield seen
 
 
 def _softmax(host, scale=1.0, mask=None):

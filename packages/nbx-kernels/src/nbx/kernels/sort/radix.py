@@ -269,7 +269,7 @@ def radix_sort(rows, descending: bool, setting=None, values=None):
 
 def state_words(rows: int, groups: int, passes: int) -> int:
     """The int32 state: the counters, then per pass the rows' digit counts and each tile's status words."""
-    return COUNTERS + passes * rows * (1 << DIGIT_BITS) * (1 + groups)
+    return COUNTERS.value + passes * rows * (1 << DIGIT_BITS) * (1 + groups)
 
 
 def load_vector(itemsize: int, block: int, warps: int) -> int:
