@@ -6,9 +6,7 @@ certificates/keys/nvidia-h200-140gb-sort.json.
 The keys of tools/bench/bench_datamove.py's sort and top-k cases (a key is the row length
 to a power of two, the element count's class and the dtype, classed by the device file's ladders):
 `select` (top-k's radix select) on [1|64, 151936] float32, `radix_sort` on 2^24 and 2^26 float32
-keys and [64, 151936] float32 rows, and the word sorts of the 64-bit rows (sort/wide.py sorts
-uint32 words: 2^24 for the int64 sort, 2^20 for unique's ids, whose inverse is an int32 argsort).
-(The sampling step's keys: tools/write_sampling_keys.py.)
+keys and [64, 151936] float32 rows. (The sampling step's keys: tools/write_sampling_keys.py.)
 """
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ from nbx.kernels.sort.topk import SELECT
 from keys_files import h200_facts, key_record, keys_path, save_keys
 VOCAB = 151936
 CALLS = [(SELECT, 1, VOCAB, "float32"), (SELECT, 64, VOCAB, "float32"),
-         (RADIX_SORT, 1, 1 << 24, "float32"), (RADIX_SORT, 1, 1 << 26, "float32"), (RADIX_SORT, 64, VOCAB, "float32"),
-         (RADIX_SORT, 1, 1 << 24, "uint32"), (RADIX_SORT, 1, 1 << 20, "uint32"), (RADIX_SORT, 1, 1 << 20, "int32")]
+         (RADIX_SORT, 1, 1 << 24, "float32"), (RADIX_SORT, 1, 1 << 26, "float32"), (RADIX_SORT, 64, VOCAB, "float32")]
 
 
 def record(facts, tunable, rows: int, n: int, dtype: str) -> records.KeyRecord:

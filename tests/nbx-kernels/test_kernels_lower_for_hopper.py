@@ -96,17 +96,15 @@ def test_the_fft_row_tiles_lower_for_sm90_at_every_load_mode_width_and_precision
 def test_the_onesweep_sort_and_the_candidate_select_lower_for_sm90():
     """Their loops carry values the interpreter never types (a reused `_` across a loop was one)."""
     radix, select = "nbx.kernels.sort.radix", "nbx.kernels.sort.select"
-    passes = {"x_ptr": "*fp32", "w_in": "*u64", "w_out": "*u64", "v_out": "*fp32", "i_out": "*i64", "state_ptr": "*i32",
-              "n": "i32", "groups": "i32", "digit_at": "i32", "next_at": "i32", "pass_at": "i32"}
+    scatter = {"v_ptr": "*fp32", "i_ptr": "*i32", "v_out": "*fp32", "i_out": "*i64", "state_ptr": "*i32", "n": "i32",
+               "groups": "i32", "digit_at": "i32", "pass_at": "i32"}
     rows = {"x_ptr": "*fp32", "hist_ptr": "*i32"}
     candidates = {**rows, "cand_ptr": "*i32", "taken_ptr": "*i32"}
-    cases = [(radix, "radix_histogram_kernel", {"x_ptr": "*fp32", "state_ptr": "*i32", "n": "i32", "chunk": "i32",
-                                                "digit_at": "i32"}, {"DESCENDING": False, "BLOCK": 4096})]
-    tile = {"BLOCK": 4096, "WARPS": 8, "WINDOW": 16}
-    cases += [(radix, "radix_pass_kernel", {k: v for k, v in passes.items() if k not in unused},
-               {**{k: None for k in unused}, "DESCENDING": True, "HAS_NEXT": has_next, "VECTOR": vector, **tile})
-              for unused, has_next, vector in ((("w_in", "v_out", "i_out"), True, 4), (("v_out", "i_out"), True, 2),
-                                               (("w_out",), False, 2))]
+    cases = [(radix, "radix_histogram_kernel", {"v_ptr": "*fp32", "state_ptr": "*i32", "n": "i32", "chunk": "i32"},
+              {"DESCENDING": False, "BITS": bits, "BLOCK": 2048}) for bits in (4, 8)]
+    cases += [(radix, "radix_scatter_kernel", scatter,
+               {"DESCENDING": True, "BITS": bits, "BLOCK": 2048, "GROUP": group, "WINDOW": 8})
+              for bits in (4, 8) for group in (1, 4)]
     common = {"LARGEST": True, "BLOCK": 2048}
     cases += [(select, "select_histogram_kernel", {**rows, "n": "i32", "chunk": "i32"}, common),
               (select, "select_filter_kernel", {**rows, "words_ptr": "*u64", "cand_ptr": "*i32", "taken_ptr": "*i32",

@@ -11,7 +11,6 @@ from nbx.core.ops.sorting import take_sorted
 from nbx.kernels import launch
 from nbx.kernels.cost import price
 from nbx.kernels.sort.radix import _look_back, radix_plan
-from nbx.kernels.sort.network import sort_network
 from nbx.kernels.sort.topk import select_plan, split
 
 rng = np.random.default_rng(31)
@@ -54,14 +53,8 @@ def test_topk_beyond_one_programs_sort_takes_the_radix_sorts_first_k_and_k_may_b
 
 
 @triton.jit
-def look_back_probe(status_ptr, out_ptr, t, tiles, WINDOW: tl.constexpr):
-    tl.store(out_ptr + tl.arange(0, 256), _look_back(status_ptr, t, tiles, WINDOW))
-
-
-@triton.jit
-def network_probe(x_ptr, out_ptr, LOG: tl.constexpr):
-    at = tl.arange(0, 1 << LOG)
-    tl.store(out_ptr + at, sort_network(tl.load(x_ptr + at), LOG))
+def look_back_probe(status_ptr, out_ptr, r, t, tiles, WINDOW: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, 256), _look_back(status_ptr, r, t, tiles, 256, WINDOW))
 
 
 SORTED_DTYPES = ["float32", "float16", "bfloat16", "int32", "uint32", "int16", "uint16", "int8", "uint8", "bool"]
@@ -95,44 +88,34 @@ def test_the_onesweep_sort_of_every_dtype_is_numpys_stable_sort_both_ways_across
         same(values, ref_values)
 
 
-@pytest.mark.parametrize("block, warps", [(16, 4), (256, 2)])
-def test_every_tile_size_and_layout_gives_numpys_stable_order(device, block, warps):
-    """Tiles of 16 keys (a row of five tiles, the last partly past it), and tiles of 256 whose
-    network runs in the register-major layout (its reshape needs block >= the warps' lanes x 2)."""
+@pytest.mark.parametrize("bits, group, block", [(8, 2, 16), (8, 1, 16), (4, 1, 16), (4, 3, 16)])
+def test_every_digit_width_and_group_of_tiles_gives_numpys_stable_order(device, bits, group, block):
+    """8-bit digits ranked by one bitonic sort, 4-bit ones by packed cumsums; one tile a program or
+    a group of them (counted at once, written tile by tile) whose last group is partly past the row."""
     from nbx.kernels.sort.radix import radix_sort
-    c = keys_of((1, 4 * block + 5), "bfloat16")   # 2 passes of 8-bit digits
-    setting = {"block": block, "num_warps": warps}
+    c = keys_of((1, 4 * block + 5), "bfloat16")   # 5 tiles: 2 passes of 8-bit digits, 4 of 4-bit
+    setting = {**launch.tiles("radix", device), "block": block, "digit_bits": bits, "group": group}
     values, indices = radix_sort(c.to(device), True, setting=setting)
     ref_values, ref_indices = take_sorted(c, 1, True)
     same(indices, ref_indices)
     same(values, ref_values)
 
 
-@pytest.mark.parametrize("log", [1, 4, 7])
-def test_the_bitonic_network_sorts_unsigned_words_of_every_width(device, log):
-    """The family's network (complemented descending blocks, min/max layers) on words with ties."""
-    for dtype, high in ((np.uint32, 1 << 32), (np.uint64, 1 << 63), (np.uint8, 4)):
-        a = rng.integers(0, high, 1 << log, dtype=np.uint64).astype(dtype)
-        got = nbx.zeros(1 << log, dtype=getattr(nbx, dtype.__name__)).to(device)
-        network_probe[(1,)](nbx.asarray(a).to(device), got, log)
-        np.testing.assert_array_equal(got.numpy(), np.sort(a))
-
-
 @pytest.mark.parametrize("window", [1, 2, 4])
 def test_a_look_back_walks_earlier_tiles_aggregates_until_an_inclusive_word_per_digit(device, window):
     """The GPU's case interp's order never makes: earlier tiles that published only their own
     counts (a step adds them and goes on back), an inclusive word for some digits only, tile 0's
-    inclusive word ending the walk, windows that reach past tile 0. Status words are [digit, tile]."""
+    inclusive word ending the walk, windows that reach past tile 0."""
     tiles = 7
-    status = np.zeros((256, tiles), np.int32)
-    own = rng.integers(0, 50, (256, tiles)).astype(np.int32)
-    status[:] = own + 1                               # aggregates ...
-    status[:, 0] = -(own[:, 0] + 1)                   # ... tile 0's inclusive
-    status[:128, 3] = -(own[:128, :4].sum(1) + 1)     # tile 3 inclusive for the low digits only
-    status[:, 6] = 0                                  # the tile looking back has not published
+    status = np.zeros((2, tiles, 256), np.int32)
+    own = rng.integers(0, 50, (tiles, 256)).astype(np.int32)
+    status[1, :] = own + 1                            # aggregates ...
+    status[1, 0] = -(own[0] + 1)                      # ... tile 0's inclusive
+    status[1, 3, :128] = -(own[:4, :128].sum(0) + 1)  # tile 3 inclusive for the low digits only
+    status[1, 6] = 0                                  # the tile looking back has not published
     got = nbx.zeros(256, dtype=nbx.int32).to(device)
-    look_back_probe[(1,)](nbx.asarray(status.reshape(-1)).to(device), got, 6, tiles, window)
-    np.testing.assert_array_equal(got.numpy(), own[:, :6].sum(1))
+    look_back_probe[(1,)](nbx.asarray(status.reshape(-1)).to(device), got, 1, 6, tiles, window)
+    np.testing.assert_array_equal(got.numpy(), own[:6].sum(0))
 
 
 def test_the_launch_counts_of_top_k_and_the_radix_sort_do_not_grow_with_the_row(device):
@@ -140,7 +123,7 @@ def test_the_launch_counts_of_top_k_and_the_radix_sort_do_not_grow_with_the_row(
     for k, launches in ((1, 2), (50, 8)):
         counts = {len(select_plan((4, n), nbx.float32, k, True, device, setting).launches) for n in (10 ** 3, 10 ** 6)}
         assert counts == {launches}
-    assert {len(radix_plan((2, n), nbx.float32, False, device).launches) for n in (10 ** 3, 10 ** 7)} == {6}  # zero, histogram, 4 passes of 8-bit digits
+    assert {len(radix_plan((2, n), nbx.float32, False, device).launches) for n in (10 ** 3, 10 ** 7)} == {10}  # zero, histogram, 8 passes of 4-bit digits
     per_row, chunk = split(1, 151936, 2048, 1056)  # a long row keeps many programs busy
     assert per_row > 64 and per_row * chunk >= 151936
 
@@ -185,14 +168,14 @@ def test_the_benchmarks_sort_of_two_to_the_24_keys_matches_numpys_stable_sort_on
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block, warps", [(2048, 4), (8192, 16)])
-def test_other_tiles_sort_two_to_the_22_keys_stably_on_the_gpu(block, warps):
-    """Tiles other than the default under the GPU's concurrency (look-backs over many tiles), with
-    ties in a long row, both ways."""
+@pytest.mark.parametrize("bits", [4, 8])
+def test_groups_of_four_tiles_sort_two_to_the_22_keys_stably_on_the_gpu(bits):
+    """The grouped scatter (a group's keys counted at once, its tiles written one after another)
+    under the GPU's concurrency, in both digit widths, with ties in a long row."""
     from nbx.kernels.sort.radix import radix_sort
     device = nbx.as_device("cuda")
     keys = nbx.asarray(rng.integers(-(1 << 20), 1 << 20, (1, 1 << 22)).astype(np.float32))
-    setting = {"block": block, "num_warps": warps}
+    setting = {"block": 2048, "num_warps": 8, "digit_bits": bits, "group": 4}
     for descending in (False, True):
         values, indices = radix_sort(keys.to(device), descending, setting=setting)
         ref_values, ref_indices = take_sorted(keys, 1, descending)
@@ -212,17 +195,19 @@ def test_the_sampling_step_draws_the_references_tokens_at_vocabulary_size_on_the
         assert got.tolist() == expected.tolist(), options
 
 
-def test_the_radix_sort_candidates_keep_a_threads_keys_in_registers_and_keep_the_device_default():
-    """The certifier compiles every candidate: more than 32 keys a thread (8192 over 4 warps) are
-    refused (the network's words and the tile's spill)."""
+def test_the_radix_sort_candidates_are_those_whose_compile_is_bounded_and_keep_the_device_default():
+    """The certifier compiles every candidate: 32 or more keys a thread (255 registers, 105 s for
+    64) and 8-bit tiles above 4096 keys (a bitonic ranking of 400+ barriers) are refused."""
     from nbx.core import device_files
     from nbx.kernels.sort.radix import RADIX_SORT, look_back_window
     facts = device_files.for_arch("sm_90")
     kept, pruned = RADIX_SORT.candidates(facts)
-    assert len(kept) == 8 and facts.value("tiles.radix") in kept
-    assert all(s["block"] // (32 * s["num_warps"]) <= 32 for s in kept)
-    assert [s for s, _ in pruned] == [{"block": 8192, "num_warps": 4}]
-    assert [look_back_window(10 ** 4), look_back_window(3)] == [16, 4]
+    assert len(kept) == 33 and facts.value("tiles.radix") in kept
+    assert all(s["block"] // (32 * s["num_warps"]) <= 16 for s in kept)
+    assert not any(s["digit_bits"] == 8 and s["block"] > 4096 for s in kept)
+    assert {"block": 8192, "num_warps": 4, "digit_bits": 4, "group": 1} in [s for s, _ in pruned]
+    assert not any(s["group"] > 1 and s["block"] * s["group"] > 16384 for s in kept)
+    assert [look_back_window(4, 10 ** 4), look_back_window(8, 10 ** 4), look_back_window(4, 3)] == [32, 8, 4]
 
 
 def requested_bytes(device, monkeypatch):

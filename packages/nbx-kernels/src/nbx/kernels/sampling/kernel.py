@@ -31,7 +31,6 @@ import triton.language as tl
 from nbx.core.ops.sampling import EXP2_Q30, LOG2E_Q30, WEIGHT_BITS
 
 from ..sort.kernel import order_key
-from ..sort.network import sort_network
 from ..sort.select import _found, digit_counts
 
 C0, C1, C2, C3, C4, C5, C6, C7, C8 = (tl.constexpr(c) for c in EXP2_Q30)
@@ -265,7 +264,7 @@ def _sorted_threshold(cand_ptr, r, CAP, count, above, goal, WIDTH: tl.constexpr)
     the band): the copies sorted, their mass from each one up a reverse cumsum (at the first of
     equal weights it holds them all)."""
     lanes = tl.arange(0, WIDTH)
-    held = sort_network(tl.load(cand_ptr + r * CAP + lanes, mask=lanes < count, other=0), WIDTH.bit_length() - 1)
+    held = tl.sort(tl.load(cand_ptr + r * CAP + lanes, mask=lanes < count, other=0))
     mass = (above + tl.cumsum(held, 0, reverse=True)).to(tl.float64)
     return tl.max(tl.where((held > 0) & (mass >= goal), held, 0), axis=0)
 

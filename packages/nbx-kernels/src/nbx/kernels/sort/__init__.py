@@ -2,8 +2,8 @@
 
 A row of up to max_block_n keys is sorted by one program (sort/kernel.py). A longer row (up to
 2**31 keys) is sorted by a onesweep LSD radix sort (sort/radix.py: one histogram launch, then one
-launch a pass of 8-bit digits over rows x tiles, each tile sorted by the family's bitonic network,
-sort/network.py), and its top-k is a radix select (sort/select.py, sort/topk.py). 64-bit
+scatter launch a pass of 4- or 8-bit digits, over rows x groups of tiles), and its top-k is a radix select
+(sort/select.py, sort/topk.py). 64-bit
 keys (int64, uint64, float64) are sorted as two 32-bit words by those kernels (sort/wide.py).
 """
 from __future__ import annotations
@@ -111,17 +111,15 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
     if shape[-1] <= launch.tiles("sort", x.device)["max_block_n"]:  # one program a row
         plan = _sort_rows_plan(shape, x.dtype, shape[-1], descending, x.device)
         return Cost(buffers=plan.buffers(), bytes_moved=3 * x.nbytes + x.size * 8, launches=len(plan.launches))
-    # the onesweep radix sort: the histogram reads the keys, the first pass reads them and writes 8-byte
-    # words (value bits and column), each later pass reads and writes the words, the last writes the
-    # values and int64 indices; the state is zeroed, then its counts and status words read and written
+    # the onesweep radix sort: one histogram read of the keys, then per pass one read and one write
+    # of keys and int32 indices (the first pass reads no indices, the last writes int64 ones: even)
     plan = radix_sort_plan(shape, x.dtype, descending, x.device)
-    passes = len(plan.launches) - 2   # the zeroing, the histogram, the passes
+    passes, bits = len(plan.launches) - 2, plan.launches[-1].meta["BITS"]   # the zeroing, the histogram, the scatters
     state = next(b.nbytes for b in plan.workspace if b.name == "state")
-    words = 8 * x.size
-    moved = 2 * x.nbytes + (x.nbytes + x.size * 8) + (2 * passes - 2) * words + 3 * state
+    moved = x.nbytes + passes * 2 * (x.nbytes + x.size * 4) + 2 * state  # the state zeroed, then read and written
     return Cost(buffers=plan.buffers(), bytes_moved=moved, launches=len(plan.launches),
-                notes=(f"a onesweep LSD radix sort: {passes} passes of 8-bit digits, one launch each after one "
-                       "histogram launch",))
+                notes=(f"a onesweep LSD radix sort: {passes} passes of {bits}-bit digits, one scatter launch each "
+                       "after one histogram launch",))
 
 
 @declares("topk")

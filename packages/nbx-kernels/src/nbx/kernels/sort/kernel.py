@@ -1,12 +1,10 @@
 """Row sorts in one program: each key becomes an order-preserving uint32 (NaN largest, -0.0 equal
-to 0.0), packed above its position into a uint64, and the row of packed words goes through the
-family's bitonic network (sort/network.py). The low half of a sorted word says where its element came from, so
+to 0.0), packed above its position into a uint64, and the row of packed words goes through
+tl.sort's bitonic network. The low half of a sorted word says where its element came from, so
 ties keep input order (a stable sort, descending too: the key is complemented, not the position)
 and the values are re-read from their own bits rather than rebuilt from keys."""
 import triton
 import triton.language as tl
-
-from .network import sort_network
 
 
 @triton.jit
@@ -38,7 +36,7 @@ def sort_rows_kernel(x_ptr, vals_ptr, idx_ptr, n, n_out, DESCENDING: tl.constexp
     if DESCENDING:
         key = ~key
     key = tl.where(inside, key, 0xFFFFFFFF)
-    packed = sort_network((key.to(tl.uint64) << 32) | cols.to(tl.uint64), BLOCK.bit_length() - 1)
+    packed = tl.sort((key.to(tl.uint64) << 32) | cols.to(tl.uint64))
     pos = (packed & 0xFFFFFFFF).to(tl.int64)
     written = cols < n_out
     tl.store(vals_ptr + r * n_out + cols, tl.load(x_ptr + r * n + pos, mask=written), mask=written)

@@ -20,7 +20,6 @@ import triton
 import triton.language as tl
 
 from .kernel import order_key
-from .network import sort_network
 
 DIGITS = tl.constexpr(4)   # 8-bit digits of a 32-bit key
 BINS = tl.constexpr(256)
@@ -83,32 +82,26 @@ def select_filter_kernel(x_ptr, hist_ptr, words_ptr, cand_ptr, taken_ptr, n, k, 
                          BLOCK: tl.constexpr):
     """The sure winners of program p's chunk into the row's words (after the others', by an atomic
     counter after the histograms), the columns of its candidates into cand[row, p * chunk:] in
-    index order (taken[row, p]: how many), then their second digits into hist[row, 1], read back
-    from that region: a histogram of the candidates only (a few percent of a row of logits), where
-    one of every key with a candidate mask took a 256-bin histogram's work a key (sm_90: ~70
-    instructions a key, 2x the rest of the filter)."""
+    index order (taken[row, p]: how many), their second digits into hist[row, 1]."""
     r, p = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     top, _ = _found(hist_ptr, r, k, 1)
     sure_count = hist_ptr + tl.num_programs(0) * DIGITS * BINS + r
+    counts = tl.zeros((BINS,), tl.int32)
     taken = tl.zeros((), tl.int32)
     for start in range(p * chunk, p * chunk + chunk, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         u, inside = _keys(x_ptr, r, cols, n, LARGEST)
-        # a sure winner counts 1 << 16, a candidate 1: one scan and one sum place both (BLOCK < 2**16)
-        flags = tl.where(inside & ((u >> 24) < top), 1 << 16, tl.where(inside & ((u >> 24) == top), 1, 0))
-        totals = tl.sum(flags, 0)
-        places = tl.cumsum(flags, 0)
-        if totals >= (1 << 16):
-            at = tl.atomic_add(sure_count, totals >> 16, sem="relaxed") + (places >> 16) - 1
-            tl.store(words_ptr + r * k + at, (u.to(tl.uint64) << 32) | cols.to(tl.uint64), mask=flags == (1 << 16))
-        tl.store(cand_ptr + r * n + p * chunk + taken + (places & 0xFFFF) - 1, cols.to(tl.int32), mask=flags == 1)
-        taken += totals & 0xFFFF
+        sure = inside & ((u >> 24) < top)
+        candidate = inside & ((u >> 24) == top)
+        sure_n = tl.sum(sure.to(tl.int32), 0)
+        if sure_n > 0:
+            at = tl.atomic_add(sure_count, sure_n, sem="relaxed") + tl.cumsum(sure.to(tl.int32), 0) - 1
+            tl.store(words_ptr + r * k + at, (u.to(tl.uint64) << 32) | cols.to(tl.uint64), mask=sure)
+        place = taken + tl.cumsum(candidate.to(tl.int32), 0) - 1
+        tl.store(cand_ptr + r * n + p * chunk + place, cols.to(tl.int32), mask=candidate)
+        taken += tl.sum(candidate.to(tl.int32), 0)
+        counts += tl.histogram(((u >> 16) & 0xFF).to(tl.int32), BINS, mask=candidate)
     tl.store(taken_ptr + r * tl.num_programs(1) + p, taken)
-    tl.debug_barrier()   # the region's columns, stored by this program's threads, visible to all of them
-    counts = tl.zeros((BINS,), tl.int32)
-    for start in range(0, taken, BLOCK):
-        u, cols, inside = _candidates(x_ptr, cand_ptr, r, p, start, taken, n, chunk, LARGEST, BLOCK)
-        counts += tl.histogram(((u >> 16) & 0xFF).to(tl.int32), BINS, mask=inside)
     tl.atomic_add(hist_ptr + (r * DIGITS + 1) * BINS + tl.arange(0, BINS), counts, sem="relaxed")
 
 
@@ -209,7 +202,7 @@ def sort_words_kernel(x_ptr, words_ptr, vals_ptr, idx_ptr, n, count, n_out, BLOC
     r = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     words = tl.load(words_ptr + r * count + cols, mask=cols < count)
-    words = sort_network(tl.where(cols < count, words, _last_word(BLOCK)), BLOCK.bit_length() - 1)
+    words = tl.sort(tl.where(cols < count, words, _last_word(BLOCK)))
     pos = (words & 0xFFFFFFFF).to(tl.int64)
     written = cols < n_out
     tl.store(vals_ptr + r * n_out + cols, tl.load(x_ptr + r * n + pos, mask=written), mask=written)
