@@ -121,6 +121,10 @@ def test_the_int4_tunable_prunes_block_k_that_does_not_divide_the_group():
     assert kept and {s["kernel"] for s in kept} == {"gemv"} and {s["block_m"] for s in kept} == {1}
     assert {s["block_k"] for s in kept} <= {256, 512, 1024, 2048} and {s["split_k"] for s in kept} == {1}
     assert any("its K steps take 256 or more" in why for _, why in pruned)
+    kept, pruned = int4.LINEAR_INT4.candidates(hopper, {"m": 1, "n": 4096, "k": 3072, "dtype": "bfloat16",
+                                                        "group": 128})
+    assert kept and all(3072 % s["block_k"] == 0 for s in kept)   # steps of 2048 would run as the group's
+    assert any("does not divide k=3072" in why for _, why in pruned)
     kept, pruned = int4.LINEAR_INT4.candidates(hopper, {"m": 4, "n": 4096, "k": 4096, "dtype": "bfloat16",
                                                         "group": 64})
     assert kept and {s["block_k"] for s in kept} <= {32, 64}

@@ -26,12 +26,14 @@ a program under two K steps or passing SPLIT_TILES_MAX programs, stages deeper t
 K steps, and stages whose x and weight tiles pass a block's shared memory; narrow tiles (WIDE_TILE)
 outside the one-row gemv; the tiles form under 16 rows of x, or on decode keys under block_n 128
 (every H200 decode winner); the gemv form outside decode rows (m <= 16), under the key's m, past 512
-block_m x block_n on several rows (at other than GEMV_STAGES there), and the one-row gemv past
-GEMV_PRODUCTS word sums a thread or under one 16-byte load a thread a step."""
+block_m x block_n on several rows (at other than GEMV_STAGES there); the tiles form on m = 1 (the
+gemv won every such key); the one-row gemv on K steps under ROW_GEMV_K, outside ROW_GEMV_NIBBLES a
+thread a step, split or at other than ROW_GEMV_STAGES, and on steps of several groups that do not
+divide K."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
+from math import gcd, prod
 
 import numpy as np
 import triton.language as tl
@@ -54,7 +56,7 @@ from ..types import tl_type
 from . import INT32_MAX
 from .epilogue import SPLIT_BLOCK, _addend_strides, _rows
 from .fused import bias_form, split_epilogue_kernel
-from .linear_tuning import GEMV_PRODUCTS, GEMV_ROWS, PREFILL_M, gemv_products, steps_fit
+from .linear_tuning import GEMV_ROWS, PREFILL_M, gemv_products, steps_fit
 from .quantized import int4_linear_kernel
 from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stage_bytes, stages_that_fit
 
@@ -88,6 +90,8 @@ def _kernel_fits(setting, rep) -> str | bool:
             return f"block_k {setting['block_k']} does not divide the group size {rep['group']}"
     elif rep["group"] % setting["block_k"] and setting["block_k"] % rep["group"]:
         return f"block_k {setting['block_k']} is neither a part nor a multiple of the group size {rep['group']}"
+    elif setting["block_k"] > rep["group"] and _whole_k(rep) % setting["block_k"]:
+        return f"block_k {setting['block_k']} does not divide k={_whole_k(rep)} (its K steps would run as the group's)"
     if setting["kernel"] == "tiles":
         if setting["block_m"] < DOT_ROWS:
             return f"block_m {setting['block_m']} in the tiles kernel: its dot takes {DOT_ROWS} rows of x or more"
@@ -124,6 +128,11 @@ def _kernel_fits(setting, rep) -> str | bool:
         return (f"split {setting['split_k']} at {setting['num_stages']} stages in the one-row gemv: it runs unsplit "
                 f"at {' or '.join(map(str, ROW_GEMV_STAGES))}")
     return True
+
+
+def _whole_k(rep) -> int:
+    """The key's K as whole groups (its workload's: a class's representative need not be)."""
+    return max(rep["group"], round(rep["k"] / rep["group"]) * rep["group"])
 
 
 def _tile_fits(setting, rep) -> str | bool:
@@ -219,9 +228,11 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
                                                                   dtype=operands, group=group))
     facts = launch.facts(device)
     gemv = s["kernel"] == "gemv"
-    # a K step lies in one group, or (the one-row gemv) spans whole groups and divides K
-    whole_groups = gemv and s["block_m"] == 1 and s["block_k"] % group == 0 and k % s["block_k"] == 0
-    block_k = s["block_k"] if group % s["block_k"] == 0 or whole_groups else group
+    # a K step lies in one group, or (the one-row gemv) spans whole groups and divides K: the
+    # served block_k's largest part that is whole groups and divides K
+    spans = gcd(s["block_k"], k)
+    whole_groups = gemv and s["block_m"] == 1 and s["block_k"] > group and spans % group == 0
+    block_k = s["block_k"] if group % s["block_k"] == 0 else spans if whole_groups else group
     if not gemv:
         block_k = block_k_that_fits(block_k, operands.itemsize, facts, 2)
     elif group % 8:
