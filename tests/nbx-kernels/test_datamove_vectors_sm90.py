@@ -13,30 +13,21 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("triton.backends.nvidia.compiler")
 
-_PTX = r'''
+_PTX = Path(__file__).with_name("sm90_jit.py").read_text() + r'''
 import json, re, sys
 from math import prod
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import create_function_from_signature
-from triton._C.libtriton import ir
 from nbx.core import device_files, dtypes
 from nbx.core.layout import contiguous_strides
 from nbx.kernels.copies import remap
 from nbx.kernels.copies.concat import group_launch, parts_of
 from nbx.kernels.copies.kernel import CONSTANT, COPY, FLIP, REFLECT, ROLL
 from nbx.kernels.plans import Slot
-
-class Pointer:   # what Triton reads of a pointer argument: a 16-byte aligned data_ptr() and str(dtype)
-    def __init__(self, dtype):
-        self.dtype = dtype
-    def data_ptr(self):
-        return 1 << 20
 
 WORD = dtypes.uint16
 tiles = device_files.for_arch("sm_90").value("tiles.datamove")
@@ -56,26 +47,12 @@ def launch_of(case):
                            src_strides, tuple(case["params"]))
     return remap.plan_dims(mode, dims, WORD, 1, None, tiles).launches[0]
 
-target = GPUTarget("cuda", 90, 32)
-backend = make_backend(target)
 found = []
 for case in json.loads(sys.argv[1]):
     launch = launch_of(case)
     meta = {**launch.meta, **case.get("meta", {}), "ptx_version": 87}   # (a PTX version given: no ptxas asked)
     args = [Pointer("uint16") if a is None or isinstance(a, Slot) else a for a in launch.args]
-    kernel = launch.kernel
-    bound, specialization, options = create_function_from_signature(kernel.signature, kernel.params, backend)(*args, **meta)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, meta, bound, specialization, options)
-    source = ASTSource(kernel, signature, constexprs, attrs)
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    stages, metadata = {}, {}
-    backend.add_stages(stages, options, source.language)
-    module = source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
-                            context)
-    for stage in ("ttir", "ttgir", "llir", "ptx"):
-        module = stages[stage](module, metadata)
+    module, _ = jit_stages(launch.kernel, args, meta, "ptx")
     accesses = {}
     for m in re.finditer(r"\b(ld|st)\.global((?:\.v[24])?)\.(b\d+)", module):
         key = m.group(1) + (m.group(2) or ".v1") + "." + m.group(3)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -423,43 +424,19 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     assert lowering_failures(cases) == []
 
 
-_SHARED = r'''
+_SHARED = (Path(__file__).with_name("sm90_jit.py").read_text() + r'''
 import json, sys, importlib
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import create_function_from_signature
-from triton._C.libtriton import ir
 import triton.language as tl
 
-class Pointer:   # what Triton reads of a pointer argument: a 16-byte aligned data_ptr() and str(dtype)
-    def __init__(self, dtype):
-        self.dtype = dtype
-    def data_ptr(self):
-        return 1 << 20
-
-target = GPUTarget("cuda", 90, 32)
-backend = make_backend(target)
 found = []
 for module, name, args, meta in json.loads(sys.argv[1]):
     kernel = getattr(importlib.import_module(module), name)
     args = [Pointer(a[1:]) if isinstance(a, str) and a.startswith("*") else a for a in args]
     meta = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v for k, v in meta.items()}
-    # the JIT's own specialization of the arguments (an int of 1 becomes a constexpr, multiples of 16 are marked)
-    bound, specialization, options = create_function_from_signature(kernel.signature, kernel.params, backend)(*args, **meta)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, meta, bound, specialization, options)
-    source = ASTSource(kernel, signature, constexprs, attrs)
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    stages, metadata = {}, {}
-    backend.add_stages(stages, options, source.language)
-    module_ir = source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
-                               context)
-    for stage in ("ttir", "ttgir", "llir"):   # the shared memory is allocated before LLVM IR; no ptxas
-        module_ir = stages[stage](module_ir, metadata)
+    _, metadata = jit_stages(kernel, args, meta, "llir")   # the shared memory is allocated before LLVM IR; no ptxas
     found.append(metadata["shared"])
 print(json.dumps(found))
-'''
+''')
 
 
 def shared_memory_asked(cases) -> list[int]:
