@@ -393,9 +393,10 @@ def _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, rn, in_n, row, sam, sak, sqn, ssn
     serves all its weight rows, and the loop's loads are staged by the pipeliner (tl.range's STAGES,
     cp.async through shared memory: on the H200 the manual one-step prefetch held 188 registers a
     thread and kept too little in flight). Rows past N are clamped to row 0 rather than masked (the
-    store masks them), so that the scale loads stay unmasked vectors the pipeliner can stage. Each step sums v * x over a word's eight nibbles
-    in a thread, then applies the word's group scale: sum(q x) s + m sum(x) = s (sum(v x) - C sum(x)) +
-    m sum(x), kept per word, summed once after the loop."""
+    store masks them), so that the scale loads stay unmasked vectors the pipeliner can stage. Each
+    step sums v * x over a word's eight nibbles in a thread, then applies the word's group scale:
+    sum(q x) s + m sum(x) = s (sum(v x) - C sum(x)) + m sum(x), kept per word, summed once after the
+    loop."""
     G: tl.constexpr = BLOCK_K // GROUP if BLOCK_K >= GROUP else 1
     WPG: tl.constexpr = BLOCK_K // 8 // G
     PAIRED: tl.constexpr = COMPILED and (DOT == tl.bfloat16 or DOT == tl.float16)
