@@ -458,6 +458,18 @@ def test_a_capture_begins_on_a_side_stream_ends_instantiates_and_replays_on_the_
     assert len(cuda.destroyed) == 2
 
 
+def test_a_replay_asks_the_current_device_only_where_several_are_visible(cuda, monkeypatch):
+    x = nbx.zeros(256, dtype="float32", device="cuda")
+    graph = memory_graphs.capture(_step(x), "cuda:0")
+    asked = cuda.count("cudaGetDevice")
+    graph.replay()  # one device: always current, so the replay is the launch alone
+    assert cuda.count("cudaGetDevice") == asked and cuda.count("cudaGraphLaunch") == 1
+    monkeypatch.setattr(runtime, "_count", 2)
+    graph.replay()  # several: the stream's device is checked to be current before the launch
+    assert cuda.count("cudaGetDevice") == asked + 1 and cuda.count("cudaGraphLaunch") == 2
+    graph.close()
+
+
 def test_a_host_sync_in_the_capture_is_a_graph_capture_error_naming_the_call(cuda):
     x = nbx.zeros(256, dtype="float32", device="cuda")
 

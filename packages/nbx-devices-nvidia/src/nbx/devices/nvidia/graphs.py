@@ -161,8 +161,14 @@ class CudaCapture:
 
     def launch(self, executable, stream: Stream) -> None:
         # a replay's host cost is the point of a graph: no context manager and no new ctypes objects
-        # on the common path (the stream's device already current), the guard only otherwise
+        # on the common path (the stream's device already current), the guard only otherwise. With one
+        # device visible it is always current: the query (1.1 us of the H200 host's 3.1) is skipped.
         rt = _rt()
+        if runtime.device_count() == 1:
+            code = rt.lib.cudaGraphLaunch(executable, stream.handle)
+            if code != runtime.SUCCESS:
+                raise rt.error("cudaGraphLaunch", code)
+            return
         device = _LAUNCH.__dict__.get("device")
         if device is None:
             device = _LAUNCH.device = c_int()
