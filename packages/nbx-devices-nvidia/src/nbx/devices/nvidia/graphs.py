@@ -164,16 +164,7 @@ class CudaCapture:
         # on the common path (the stream's device already current), the guard only otherwise. With one
         # device visible it is always current: the query (1.1 us of the H200 host's 3.1) is skipped.
         rt = _rt()
-        if runtime.device_count() == 1:
-            code = rt.lib.cudaGraphLaunch(executable, stream.handle)
-            if code != runtime.SUCCESS:
-                raise rt.error("cudaGraphLaunch", code)
-            return
-        device = _LAUNCH.__dict__.get("device")
-        if device is None:
-            device = _LAUNCH.device = c_int()
-        rt.lib.cudaGetDevice(byref(device))
-        if device.value != stream.device:
+        if runtime.device_count() > 1 and not _is_current(rt, stream.device):
             with runtime.device_guard(stream.device):
                 rt.call("cudaGraphLaunch", executable, stream.handle)
             return
@@ -201,6 +192,14 @@ class CudaCapture:
 
 
 _LAUNCH = threading.local()  # .device: the c_int cudaGetDevice writes, one per thread
+
+
+def _is_current(rt, index: int) -> bool:
+    device = _LAUNCH.__dict__.get("device")
+    if device is None:
+        device = _LAUNCH.device = c_int()
+    rt.lib.cudaGetDevice(byref(device))
+    return device.value == index
 CAPTURE = CudaCapture()
 
 
