@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("triton.backends.nvidia.compiler")
 
 _LOWER = r'''
-import json, sys
+import inspect, json, re, sys
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.compiler import ASTSource
@@ -33,10 +33,16 @@ for module, name, signature, constexprs, *more in json.loads(sys.argv[1]):
     # a fifth item: launch options (num_warps), and "through": "ttgir" to run the layout passes too
     extra = dict(more[0]) if more else {}
     through = extra.pop("through", "ttir")
+    # "dependent": True, the PTX must wait (griddepcontrol.wait) before its first global memory access;
+    # False, it must hold no griddepcontrol at all (a plain launch's kernel)
+    dependent = extra.pop("dependent", None)
     kernel = getattr(importlib.import_module(module), name)
     # a constexpr spelled "tl.<name>" is Triton's dtype of that name
     constexprs = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
                   for k, v in constexprs.items()}
+    # a constexpr the case leaves out takes its default, as the JIT gives it (PDL: a plain launch)
+    constexprs = {p.name: p.default for p in kernel.params if p.is_constexpr and p.name not in constexprs
+                  and p.default is not inspect.Parameter.empty} | constexprs
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
@@ -45,10 +51,20 @@ for module, name, signature, constexprs, *more in json.loads(sys.argv[1]):
     try:
         module_ir = source.make_ir(target, options, backend.get_codegen_implementation(options),
                                    backend.get_module_map(), context)
-        if through == "ttgir":
+        if through == "ttgir" or dependent is not None:
             stages, metadata = {}, {}
             backend.add_stages(stages, options, source.language)
-            stages["ttgir"](stages["ttir"](module_ir, metadata), metadata)
+            module_ir = stages["ttgir"](stages["ttir"](module_ir, metadata), metadata)
+        if dependent is not None:
+            ptx = stages["ptx"](stages["llir"](module_ir, metadata), metadata)
+            # an L2 prefetch may come first (it changes no memory: dependent_launch.prefetch_rows)
+            memory = re.search(r"\b(ld|st)\.global|\bcp\.async|\batom\.|\bred\.|\bprefetch(?!\.global\.L2 )", ptx)
+            wait = ptx.find("griddepcontrol.wait")
+            if dependent and not (0 <= wait and (memory is None or wait < memory.start())):
+                failures.append(f"{name} {constexprs}: touches memory before griddepcontrol.wait ({wait}, "
+                                f"{memory and memory.group(0)} at {memory and memory.start()})")
+            if not dependent and "griddepcontrol" in ptx:
+                failures.append(f"{name} {constexprs}: griddepcontrol in a plain launch's kernel")
     except Exception as exc:
         failures.append(f"{name} {constexprs}: {type(exc).__name__}: {str(exc).splitlines()[-1] if str(exc) else ''}")
 print(json.dumps(failures))
@@ -487,3 +503,34 @@ def test_every_kept_candidate_of_the_1x1_convolutions_products_fits_the_shared_m
     checked = [(*ONE_BY_ONE[0], served), widest]
     asked = shared_memory_asked([_tma_launch(*c) for c in checked])
     assert all(found <= shared_bytes(c[3], 2, 2) <= limit for found, c in zip(asked, checked)), (asked, checked)
+
+
+TAKE_ROWS = ("nbx.kernels.gather.kernel", "take_rows_kernel", {
+    "x_ptr": "*bf16", "idx_ptr": "*i64", "out_ptr": "*bf16", "flag_ptr": "*i32", **_typed("n m rows inner", "i32")})
+
+
+def test_the_decode_steps_kernels_wait_for_their_predecessor_before_touching_memory_when_launched_dependent():
+    """Programmatic dependent launch (nbx.kernels.dependent_launch): with PDL each decode-path kernel's PTX
+    waits (griddepcontrol.wait) before its first global load, store or atomic (a buffer the pool handed
+    on may still be read by the kernel before it); without, its PTX holds no griddepcontrol."""
+    product = dict(DOT="tl.bfloat16", ACC="tl.float32", PRECISION=None, WIDE=False, BLOCK_M=1, BLOCK_N=4,
+                   BLOCK_K=512, GROUP_M=8, HAS_BIAS=False, ACTIVATION="silu", HAS_RES=False, SCALED=False,
+                   BLOCK_SCALED=False, GEMV=True, EVEN_K=True, SPLIT_K=1, GATED=True, NORM=True)
+    int4 = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False,
+                GEMV=True, STAGES=3, DOT="tl.bfloat16", SIGNED=False, ASYMMETRIC=True, FOLD=True, BLOCK_M=1,
+                BLOCK_N=64, BLOCK_K=128, SPLIT_K=1)
+    norm = dict(RMS=True, ADD=True, HAS_W=True, HAS_B=False, GROUPED=False, COMPUTE="tl.float32", BLOCK_ROWS=1,
+                BLOCK_N=4096, ONE_PASS=True, WIDE=False, INNER=0, TWO_D=False, ACTIVATION=None)
+    rope = dict(DIM=128, V_DIM=128, BLOCK_TOKENS=2, BLOCK_H=8, BLOCK_QH=32, BLOCK_V=128, HALF=64, INTERLEAVED=False,
+                SLOTS=True, COPY_V=True, ROTATE_Q=True, BLOCK_R=64, BLOCK_P=1)
+    split = _flash(SPLIT=True, TMA=False, BLOCK_M=16, WRITE_LSE=True, KV_MODE=2, GROUP=4)
+    kernels = [(*FUSED_MATMUL, product), (*FUSED_MATMUL, {**product, "GEMV": False, "BLOCK_M": 16, "BLOCK_N": 64,
+                                                           "BLOCK_K": 128, "SPLIT_K": 4}),
+               (*SPLIT_EPILOGUE, {"ACC": "tl.float32", "SPLIT_K": 4, "BLOCK": 1024, "HAS_BIAS": False,
+                                  "ACTIVATION": None, "HAS_RES": True, "GATED": False, "NORM": True}),
+               (*INT4_LINEAR, int4), (*NORM_ROWS, norm), (*ROPE, rope), (*FLASH_PREFILL, split),
+               (*FLASH_COMBINE, dict(V_DIM=128, BLOCK_S=16, BLOCK_DV=128, WRITE_LSE=False)),
+               (*TAKE_ROWS, dict(ROWS=1, COLS=2048, TAG=0))]
+    cases = [(module, name, signature, {**constexprs, "PDL": pdl}, {"dependent": pdl})
+             for module, name, signature, constexprs in kernels for pdl in (True, False)]
+    assert lowering_failures(cases) == []

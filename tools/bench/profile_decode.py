@@ -23,6 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from nbx import models
+from nbx.kernels import dependent_launch
 from nbx.models import decoder
 from bench_models import copy_bandwidth, read_bytes_per_step, with_layers
 from model_shapes import NAMES, config_of
@@ -58,7 +59,11 @@ def main():
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--norm-rows", type=int, help="decoder.NORM_FUSED_ROWS for this run (the rows up to which "
                                                       "an RMS norm rides in its product's loads): compare the two")
+    parser.add_argument("--plain-launches", action="store_true", help="launch every kernel plainly, not dependent "
+                                                                       "(nbx.kernels.dependent_launch): compare the two")
     args = parser.parse_args()
+    if args.plain_launches:
+        dependent_launch.allowed = lambda device: False
     if args.norm_rows is not None:
         decoder.NORM_FUSED_ROWS = args.norm_rows
     bandwidth = copy_bandwidth()

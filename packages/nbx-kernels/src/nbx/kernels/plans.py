@@ -45,6 +45,7 @@ from nbx.core.dispatch import observer
 from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor
 
+from . import dependent_launch
 from .cost import LAUNCH, RESULT, Buffer
 
 
@@ -346,7 +347,7 @@ class _Runner:
     calls a launch: an eager decode step runs thousands of them."""
 
     __slots__ = ("launch", "device", "backend", "template", "slots", "compiled", "interp", "single", "grid", "bound",
-                 "stream_of")
+                 "stream_of", "meta")
 
     def __init__(self, one: Launch, device: Device):
         self.launch, self.device, self.backend = one, device, get_backend(device.type)
@@ -355,6 +356,7 @@ class _Runner:
         self.single = self.interp or self.backend.device_count() == 1   # one device: it is always current
         self.template = list(one.args)
         self.grid = (*one.grid, 1, 1)[:3]
+        self.meta = dependent_launch.launch_meta(one.kernel, device, one.meta)  # the plan's, PDL where allowed
         params = getattr(one.kernel, "params", None) or []
         free = {p.num for p in params if getattr(p, "do_not_specialize", False)}
         self.slots = tuple((pos, a.name, _view(a), pos in free) for pos, a in enumerate(one.args) if isinstance(a, Slot))
@@ -380,7 +382,7 @@ class _Runner:
         one = self.launch
         if self.interp:  # numpy warns of NaNs in masked-off lanes; a GPU says nothing
             with np.errstate(all="ignore"), self.backend.device_guard(self.device):
-                one.kernel[one.grid](*self.arguments(values), **one.meta)
+                one.kernel[one.grid](*self.arguments(values), **self.meta)
             return
         args, key = self.template.copy(), []
         for pos, name, view, free in self.slots:
@@ -405,9 +407,9 @@ class _Runner:
         fast = self.compiled.get(tuple(key))
         if fast is None or hooks_set():
             with self.backend.device_guard(self.device):
-                compiled = one.kernel[one.grid](*self.arguments(values), **one.meta)
+                compiled = one.kernel[one.grid](*self.arguments(values), **self.meta)
             if hasattr(compiled, "packed_metadata"):
-                self.compiled[tuple(key)] = _Compiled(one.kernel, compiled, len(args), one.meta)
+                self.compiled[tuple(key)] = _Compiled(one.kernel, compiled, len(args), self.meta)
             return
         if bound is None:
             self.bound = _bound_launch(self, values)

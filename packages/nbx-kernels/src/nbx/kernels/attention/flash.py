@@ -26,6 +26,7 @@ and log-sum-exp (float32); combine_kernel merges a row's partials in split order
 import triton
 import triton.language as tl
 
+from ..dependent_launch import wait_for_predecessor
 from ..elementwise.casts import narrow
 from .common import LOG2E, dot_operand, finish, key_rows, online_step, prob_operand, scores
 
@@ -129,13 +130,14 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
                    KV_MODE: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_LEFT: tl.constexpr,
                    HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, MASK_KIND: tl.constexpr,
                    WRITE_LSE: tl.constexpr, SPLIT: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr,
-                   WIDE: tl.constexpr, TMA: tl.constexpr, FOLD: tl.constexpr):
+                   WIDE: tl.constexpr, TMA: tl.constexpr, FOLD: tl.constexpr, PDL: tl.constexpr = False):
     """Grid: (cdiv(longest q_len * GROUP, BLOCK_M), batch * kv_heads), or (splits, batch * kv_heads)
     with SPLIT (q_len * GROUP <= BLOCK_M; o_ptr, lse_ptr the partials, split s at s * sos, s * sls).
     window_right already holds causality (0, or the smaller bound); kv_len_ptr is cu_k (PACKED)
     or the lengths (PAGED). WIDE: a key's offset in K or V may pass int32 (64-bit offsets). TMA: K
     and V through descriptors (DENSE or PACKED, 16-byte aligned: the wrapper decides). FOLD: the
     scale applied in the softmax step (no softcap, ALiBi or additive mask; scale > 0)."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     pid_m = tl.program_id(0)
     split = 0
     if SPLIT:
@@ -248,9 +250,10 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr, slope_ptr, cu_
 @triton.jit
 def combine_kernel(part_ptr, part_lse_ptr, o_ptr, lse_ptr, rows_per_batch, heads, splits,
                    sob, soh, sol, slb, slh, sll,
-                   V_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_DV: tl.constexpr, WRITE_LSE: tl.constexpr):
+                   V_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_DV: tl.constexpr, WRITE_LSE: tl.constexpr, PDL: tl.constexpr = False):
     """Grid: (rows,), a row per (batch, head, token) in that order. The partials are (splits, rows,
     V_DIM) and (splits, rows) float32: out = sum_s exp(lse_s - max) o_s / sum_s exp(lse_s - max)."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     r = tl.program_id(0)
     s = tl.arange(0, BLOCK_S)
     dv = tl.arange(0, BLOCK_DV)

@@ -20,6 +20,7 @@ from nbx.core.tensor import Tensor
 
 from .. import launch, plans, rows
 from ..cost import Buffer, Cost, declares
+from ..dependent_launch import wait_for_predecessor
 from ..plans import Launch, LaunchPlan, Slot
 from ..elementwise.casts import narrow, widen
 from ..registry import implements
@@ -65,12 +66,13 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, slot_ptr, v_ptr, v_ou
                 HALF: tl.constexpr, DIM: tl.constexpr, V_DIM: tl.constexpr, INTERLEAVED: tl.constexpr,
                 SLOTS: tl.constexpr, COPY_V: tl.constexpr, ROTATE_Q: tl.constexpr, BLOCK_TOKENS: tl.constexpr,
                 BLOCK_H: tl.constexpr, BLOCK_QH: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr,
-                BLOCK_V: tl.constexpr):
+                BLOCK_V: tl.constexpr, PDL: tl.constexpr = False):
     """Grid: (cdiv(tokens, BLOCK_TOKENS),). SLOTS: out row of token t is slot[t] (a paged cache's
     row), else t; a slot outside 0 .. out_rows - 1 (-1: padding) is not written. COPY_V: v's row t
     copied to v_out's row of the same slot. ROTATE_Q: q's row t (q_heads heads) rotated too, into
     q_out's row t, with the same table rows (the decode step's q and k in one launch). HALF 0:
     nothing rotated (a plain cache write)."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     pid = tl.program_id(0)
     t = pid * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
     i = tl.arange(0, BLOCK_R)

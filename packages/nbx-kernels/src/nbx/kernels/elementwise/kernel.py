@@ -17,6 +17,7 @@ pass 2**31 (int32 division is several times cheaper on GPUs).
 import triton
 import triton.language as tl
 
+from ..dependent_launch import wait_for_predecessor
 from .casts import narrow, widen
 
 DENSE, STRIDED, VALUE, SPLAT = 0, 1, 2, 3
@@ -57,7 +58,9 @@ def elementwise_kernel(
     OP: tl.constexpr, ARITY: tl.constexpr, COMPUTE: tl.constexpr,
     A: tl.constexpr, B: tl.constexpr, C: tl.constexpr, D: tl.constexpr, OUT: tl.constexpr,
     INDEX64: tl.constexpr, BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     if INDEX64:
         lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     else:

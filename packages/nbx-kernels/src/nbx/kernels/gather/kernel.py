@@ -6,6 +6,7 @@ costs no extra pass over the indices (it rides on the load the gather does anywa
 import triton
 import triton.language as tl
 
+from ..dependent_launch import wait_for_predecessor
 from ..reduction import combine
 
 
@@ -20,11 +21,12 @@ def _wrap(i, n, flag_ptr, mask, TAG: tl.constexpr):
 
 @triton.jit
 def take_rows_kernel(x_ptr, idx_ptr, out_ptr, flag_ptr, n, m, rows, inner, ROWS: tl.constexpr, COLS: tl.constexpr,
-                     TAG: tl.constexpr):
+                     TAG: tl.constexpr, PDL: tl.constexpr = False):
     """out[o, j, :] = x[o, idx[j], :] over x viewed as [outer, n, inner] and out as [rows = outer * m,
     inner]: a program moves ROWS output rows of COLS columns (column block program_id(1)). Each
     row's index is loaded once, so its columns are one contiguous run the compiler moves in
     16-byte vectors (inner a multiple of 16 keeps every row aligned)."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     live = r < rows
     o = r // m

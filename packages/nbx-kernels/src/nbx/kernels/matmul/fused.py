@@ -17,6 +17,7 @@ the order s = 0, 1, ... (no atomics: the same bits every run) and applies the ep
 import triton
 import triton.language as tl
 
+from ..dependent_launch import prefetch_rows, wait_for_predecessor
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
 from ..rows import float_argument
@@ -95,6 +96,7 @@ def fused_matmul_kernel(
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
     GATED: tl.constexpr, SCALED: tl.constexpr, BLOCK_SCALED: tl.constexpr, NORM: tl.constexpr,
     GEMV: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Grid: (batch * tiles of M x N, SPLIT_K). GEMV: the decode rows' form, sums on the CUDA cores
     (gemv_k_steps; unsplit, not SCALED nor BLOCK_SCALED: the tuner offers it so). C is contiguous (batch, M, N); the partials are
@@ -112,6 +114,11 @@ def fused_matmul_kernel(
     g_ptr += batch * sb0
 
     rm, rn, rk = tile_offsets(tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WIDE)
+    if GEMV and PDL:  # the weight streams while the predecessor finishes (it writes none of it)
+        prefetch_rows(b_ptr, rn, rn < N, K, sbn, sbk, 32)
+        if GATED:
+            prefetch_rows(g_ptr, rn, rn < N, K, sbn, sbk, 32)
+    wait_for_predecessor(PDL)  # no memory read or written before but the L2 prefetch: nbx.kernels.dependent_launch
     in_m = (rm < M)[:, None]
     in_n = (rn < N)[None, :]
     a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
@@ -165,9 +172,11 @@ def split_epilogue_kernel(
     sbias0, sbias_m, sbias_n, sres0, sres_m, sres_n, alpha_bits, beta_bits, eps_bits,
     ACC: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr, GATED: tl.constexpr, NORM: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Grid: (cdiv(BATCH * M * N, BLOCK),): the partials of each element summed in split order
     (NORM: its row's sums of squares too, in the same order, then scaled by the row's rstd)."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mn = M * N
     mask = i < BATCH * mn

@@ -16,6 +16,7 @@ fixed-order partials are those of the float kernel (fused.py).
 import triton
 import triton.language as tl
 
+from ..dependent_launch import prefetch_rows, wait_for_predecessor
 from ..elementwise.casts import COMPILED, narrow, widen
 from ..rows import float_argument
 from .fused import epilogue
@@ -154,6 +155,7 @@ def int4_linear_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
     GEMV: tl.constexpr = False, STAGES: tl.constexpr = 2,
+    PDL: tl.constexpr = False,
 ):
     """C^T = W @ x^T by tiles of (BLOCK_N weight rows, BLOCK_M rows of x): the dequantized weight
     is the dot's first operand, which the matrix unit takes from registers (Hopper's wgmma), and
@@ -195,6 +197,14 @@ def int4_linear_kernel(
     per = tl.cdiv(total, SPLIT_K)
     first = split * per
     steps = tl.minimum(per, total - first)
+    if GEMV and PDL:  # this split's packed rows and scales stream while the predecessor finishes
+        prefetch_rows(q_ptr + first * (BLOCK_K // 2), rn, in_n, steps * (BLOCK_K // 2), sqn, 1, 32)
+        g0 = first * BLOCK_K // GROUP
+        groups = tl.cdiv((first + steps) * BLOCK_K, GROUP) - g0
+        prefetch_rows(s_ptr + g0, rn, in_n, groups, ssn, 1, 2)
+        if ASYMMETRIC:
+            prefetch_rows(z_ptr + g0, rn, in_n, groups, ssn, 1, 2)
+    wait_for_predecessor(PDL)  # no memory read or written before but the L2 prefetch: nbx.kernels.dependent_launch
     if GEMV:
         if BLOCK_M == 1:
             acc = _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, rn, in_n, tile_m, sam, sak, sqn, ssn, first, steps, DOT,

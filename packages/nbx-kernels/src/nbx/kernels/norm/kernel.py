@@ -19,6 +19,7 @@ the half types are fp32.
 import triton
 import triton.language as tl
 
+from ..dependent_launch import wait_for_predecessor
 from ..elementwise.casts import narrow
 from ..matmul.fused import _activate
 from ..rows import columns, float_argument, row_offsets
@@ -92,7 +93,9 @@ def norm_rows_kernel(
     RMS: tl.constexpr, ADD: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, GROUPED: tl.constexpr,
     COMPUTE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr,
     WIDE: tl.constexpr, INNER: tl.constexpr, TWO_D: tl.constexpr, ACTIVATION: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     row = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_ok = row < rows
     eps = float_argument(eps_bits).to(COMPUTE)

@@ -12,6 +12,7 @@ col_stride further. Partials are contiguous [rows, splits].
 import triton
 import triton.language as tl
 
+from ..dependent_launch import wait_for_predecessor
 from .combine import (
     MAX,
     PARTIAL,
@@ -70,12 +71,13 @@ def extreme_index_kernel(x_ptr, index_in_ptr, values_ptr, index_ptr, n_rows, n_c
                          col_stride, split_len, n_splits,
                          OP: tl.constexpr, IDENTITY: tl.constexpr, ACC: tl.constexpr, FROM_PARTIALS: tl.constexpr,
                          WRITE_VALUES: tl.constexpr, INDEX: tl.constexpr, LAST: tl.constexpr,
-                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr = False):
     """max / min with the first index of the extreme (argmax, argmin, max_with_indices, ...).
 
     Lanes keep their indices as INDEX (int32 when every index of the reduced dim fits: half the
     registers and instructions of int64); LAST, the type's largest value, is no element's index
     and loses every tie."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     rows, row_ok, base = _rows(BLOCK_R, n_rows, inner, stride0, stride1)
     start, end = _range(n_cols, split_len)
     best = tl.full([BLOCK_R, BLOCK_C], IDENTITY, ACC)
