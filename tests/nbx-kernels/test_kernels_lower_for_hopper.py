@@ -57,8 +57,7 @@ for module, name, signature, constexprs, *more in json.loads(sys.argv[1]):
             module_ir = stages["ttgir"](stages["ttir"](module_ir, metadata), metadata)
         if dependent is not None:
             ptx = stages["ptx"](stages["llir"](module_ir, metadata), metadata)
-            # an L2 prefetch may come first (it changes no memory: dependent_launch.prefetch_rows)
-            memory = re.search(r"\b(ld|st)\.global|\bcp\.async|\batom\.|\bred\.|\bprefetch(?!\.global\.L2 )", ptx)
+            memory = re.search(r"\b(ld|st)\.global|\bcp\.async|\batom\.|\bred\.|\bprefetch", ptx)
             wait = ptx.find("griddepcontrol.wait")
             if dependent and not (0 <= wait and (memory is None or wait < memory.start())):
                 failures.append(f"{name} {constexprs}: touches memory before griddepcontrol.wait ({wait}, "

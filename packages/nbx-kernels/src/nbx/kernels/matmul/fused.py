@@ -17,7 +17,7 @@ the order s = 0, 1, ... (no atomics: the same bits every run) and applies the ep
 import triton
 import triton.language as tl
 
-from ..dependent_launch import prefetch_rows, wait_for_predecessor
+from ..dependent_launch import wait_for_predecessor
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
 from ..rows import float_argument
@@ -114,11 +114,7 @@ def fused_matmul_kernel(
     g_ptr += batch * sb0
 
     rm, rn, rk = tile_offsets(tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WIDE)
-    if GEMV and PDL:  # the weight streams while the predecessor finishes (it writes none of it)
-        prefetch_rows(b_ptr, rn, rn < N, K, sbn, sbk, 32)
-        if GATED:
-            prefetch_rows(g_ptr, rn, rn < N, K, sbn, sbk, 32)
-    wait_for_predecessor(PDL)  # no memory read or written before but the L2 prefetch: nbx.kernels.dependent_launch
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     in_m = (rm < M)[:, None]
     in_n = (rn < N)[None, :]
     a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak

@@ -16,7 +16,7 @@ fixed-order partials are those of the float kernel (fused.py).
 import triton
 import triton.language as tl
 
-from ..dependent_launch import prefetch_rows, wait_for_predecessor
+from ..dependent_launch import wait_for_predecessor
 from ..elementwise.casts import COMPILED, narrow, widen
 from ..rows import float_argument
 from .fused import epilogue
@@ -197,14 +197,7 @@ def int4_linear_kernel(
     per = tl.cdiv(total, SPLIT_K)
     first = split * per
     steps = tl.minimum(per, total - first)
-    if GEMV and PDL:  # this split's packed rows and scales stream while the predecessor finishes
-        prefetch_rows(q_ptr + first * (BLOCK_K // 2), rn, in_n, steps * (BLOCK_K // 2), sqn, 1, 32)
-        g0 = first * BLOCK_K // GROUP
-        groups = tl.cdiv((first + steps) * BLOCK_K, GROUP) - g0
-        prefetch_rows(s_ptr + g0, rn, in_n, groups, ssn, 1, 2)
-        if ASYMMETRIC:
-            prefetch_rows(z_ptr + g0, rn, in_n, groups, ssn, 1, 2)
-    wait_for_predecessor(PDL)  # no memory read or written before but the L2 prefetch: nbx.kernels.dependent_launch
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     if GEMV:
         if BLOCK_M == 1:
             acc = _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, rn, in_n, tile_m, sam, sak, sqn, ssn, first, steps, DOT,
