@@ -8,12 +8,15 @@
 #            CERTIFY_LIMIT_S; the candidates are compiled first in COMPILE_JOBS processes (default 8);
 #            what was proven stays (--missing resumes; MISSING_FLAG= certifies again); then check and coverage
 #                                                                     -> certify.log, certificates.tgz
+#   models   the launch keys of the model shapes' censuses (MODELS, default "1b 8b qwen7b": tools/bench/
+#            model_shapes.py; PROMPTS, default 512; NEW_TOKENS, default 256; BATCHES, default 1), the keys
+#            not certified yet, until CERTIFY_LIMIT_S; then check and each census's coverage -> certificates.tgz
 #   bench    the benchmarks (BENCH_FILES="a.py b.py" picks some) in certified-only mode over those
 #            certificates, with the report line
 #                                                                      -> bench_*.txt
 #   times    every certified key timed again (the certifier's method, other flushes, back to back)
 #            against its best_ms (tools/bench/certified_times.py)       -> certified_times.txt
-# Usage: tools/gpu_certify.sh [record-bench] [record-tests] [certify] [bench] [times]  (no argument: all, in order)
+# Usage: tools/gpu_certify.sh [record-bench] [record-tests] [certify] [models] [bench] [times]  (no argument: all, in order)
 # At most 8 files come back from the GPU machine and none deeper than two folders: the certificate
 # tree travels as certificates.tgz (unpack it into certificates/ of the repository). Changes no GPU setting.
 set -uo pipefail
@@ -74,6 +77,29 @@ for step in "${STEPS[@]}"; do
     rm -f "$OUT/coverage.tmp"
     tar czf "$OUT/certificates.tgz" -C "$CERTS" .
     ;;
+  models)
+    echo "== certify the model shapes' censuses $(date -u +%T)" | tee -a "$LOG"
+    deadline=${CERTIFY_DEADLINE:-$(( $(date +%s) + ${CERTIFY_LIMIT_S:-300} ))}
+    for shape in ${MODELS:-1b 8b qwen7b}; do
+      left=$(( deadline - $(date +%s) ))
+      [ "$left" -le 5 ] && { echo "certify $shape: no time left" | tee -a "$LOG"; continue; }
+      config="/tmp/nbx-census-$shape"; mkdir -p "$config"
+      (cd tools/bench && "$PY" model_shapes.py "$shape") > "$config/config.json"
+      PYTHONPATH="$PWD/tools/torch_blocker:$PYTHONPATH" timeout "$left" "$PY" -c \
+        "import nbx_block_torch, runpy; runpy.run_module('nbx.core.cli', run_name='__main__')" \
+        autotune certify --device-class "$CLASS" --model "$config" --prompt "${PROMPTS:-512}" \
+        --new-tokens "${NEW_TOKENS:-256}" --batch "${BATCHES:-1}" --out "$CERTS" --missing \
+        --compile-jobs "${COMPILE_JOBS:-8}" >> "$LOG" 2>&1
+      echo "certify $shape: exit $?" | tee -a "$LOG"
+    done
+    nbx autotune check "$CERTS" 2>&1 | tail -n 3 | tee -a "$LOG"
+    for shape in ${MODELS:-1b 8b qwen7b}; do
+      echo "coverage $shape: $(nbx autotune coverage --model "/tmp/nbx-census-$shape" --prompt "${PROMPTS:-512}" \
+        --new-tokens "${NEW_TOKENS:-256}" --batch "${BATCHES:-1}" --arch sm_90 --device-class "$CLASS" \
+        --certificates "$CERTS" 2>&1 | tail -n 1)" | tee -a "$LOG"
+    done
+    tar czf "$OUT/certificates.tgz" -C "$CERTS" .
+    ;;
   bench)
     echo "== certified-only benchmarks $(date -u +%T)" | tee -a "$LOG"
     for bench in "${BENCHES[@]}"; do
@@ -88,6 +114,6 @@ for step in "${STEPS[@]}"; do
     NBX_AUTOTUNE_CERTIFICATES="$CERTS" "$PY" tools/bench/certified_times.py > "$OUT/certified_times.txt" 2>&1
     echo "certified_times: exit $?; $(grep '^#' "$OUT/certified_times.txt")" | tee -a "$LOG"
     ;;
-  *) echo "unknown step $step (record-bench, record-tests, certify, bench, times)"; exit 2;;
+  *) echo "unknown step $step (record-bench, record-tests, certify, models, bench, times)"; exit 2;;
   esac
 done

@@ -28,3 +28,9 @@ def config_of(shape: str) -> dict:
                             bos_token_id=151643, eos_token_id=151643)
     return small_config("LlamaForCausalLM", **SHAPES[shape], max_position_embeddings=131072, rms_norm_eps=1e-5,
                         bos_token_id=128000, eos_token_id=128001)
+
+
+if __name__ == "__main__":   # tools/gpu_certify.sh's models step: the config.json a census of a shape reads
+    import json
+    import sys
+    print(json.dumps(config_of(sys.argv[1]), indent=1))
