@@ -96,6 +96,7 @@ for step in "${STEPS[@]}"; do
     for shape in ${MODELS:-1b 8b qwen7b}; do
       echo "coverage $shape: $(nbx autotune coverage --model "/tmp/nbx-census-$shape" --prompt "${PROMPTS:-512}" \
         --new-tokens "${NEW_TOKENS:-256}" --batch "${BATCHES:-1}" --arch sm_90 --device-class "$CLASS" \
+        --compiler "triton-$("$PY" -c "import triton; print(triton.__version__)")-cuda" \
         --certificates "$CERTS" 2>&1 | tail -n 1)" | tee -a "$LOG"
     done
     tar czf "$OUT/certificates.tgz" -C "$CERTS" .

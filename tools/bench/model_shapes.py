@@ -33,4 +33,5 @@ def config_of(shape: str) -> dict:
 if __name__ == "__main__":   # tools/gpu_certify.sh's models step: the config.json a census of a shape reads
     import json
     import sys
-    print(json.dumps(config_of(sys.argv[1]), indent=1))
+    # the benchmarks write bfloat16 checkpoints of these shapes; a census reads the dtype from torch_dtype
+    print(json.dumps({**config_of(sys.argv[1]), "torch_dtype": "bfloat16"}, indent=1))
