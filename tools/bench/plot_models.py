@@ -20,6 +20,7 @@ def main(argv: list[str]) -> int:
     import matplotlib
     matplotlib.use("Agg")   # no display on the GPU machine
     import matplotlib.pyplot as plt
+    from model_shapes import NAMES
 
     rows = json.loads(Path(argv[0]).read_text())
     target = Path(argv[1]) if len(argv) == 2 else DEFAULT
@@ -36,7 +37,7 @@ def main(argv: list[str]) -> int:
             if metric == "decode_tokens_s":
                 ax.bar_label(bars, labels=[f"{r['roofline_pct']:.0f}%" if r is not None else "" for r in found],
                              fontsize=8)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shapes))], [f"Llama {s} shape" for s in shapes])
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shapes))], [f"{NAMES.get(s, s)} shape" for s in shapes])
         ax.set_title(title.format(p=rows[0]["prompt"]))
         ax.legend(fontsize=7)
     fig.suptitle("nbx.models against torch (eager, CUDA graphs) and nbx int4 against its bfloat16, H200")
