@@ -11,7 +11,7 @@ from nbx.core.device import as_device
 from nbx.core.dtypes import TABLE
 from nbx.core.storage import Storage
 from nbx.core.tensor import Tensor
-from nbx.kernels import plans
+from nbx.kernels import compiled_launch, plans
 
 
 def _simulated_cuda():
@@ -57,7 +57,7 @@ class _Kernel:
 @pytest.fixture
 def cuda(monkeypatch):
     _simulated_cuda()._install(monkeypatch, 1)
-    monkeypatch.setattr(plans, "_stream_of", lambda index: 0)
+    monkeypatch.setattr(compiled_launch, "_stream_of", lambda index: 0)
     return as_device("cuda:0")
 
 
@@ -130,7 +130,7 @@ def test_a_slot_of_another_kind_sends_a_runner_back_to_its_loop_for_good(cuda):
 def test_on_two_devices_a_bound_launch_runs_only_while_its_device_is_current(monkeypatch):
     from nbx.devices.nvidia import runtime
     _simulated_cuda()._install(monkeypatch, 2)
-    monkeypatch.setattr(plans, "_stream_of", lambda index: 0)
+    monkeypatch.setattr(compiled_launch, "_stream_of", lambda index: 0)
     second = as_device("cuda:1")
     kernel = _Kernel(len(TEMPLATE))
     runner = plans._Runner(plans.Launch(kernel, (5, 2), TEMPLATE, {"BLOCK": 64}), second)

@@ -8,7 +8,7 @@ import numpy as np
 import nbx.core as nbx
 from nbx.core import device_files
 from nbx.core.device import Device
-from nbx.kernels import plans
+from nbx.kernels import compiled_launch, plans
 from nbx.kernels.cost import price
 from nbx.kernels.plans import Launch, LaunchPlan, Slot
 
@@ -44,7 +44,7 @@ class _Backend:
 
 def _gpu_plan(monkeypatch, kernel, template):
     monkeypatch.setattr(plans, "get_backend", lambda kind: _Backend())
-    monkeypatch.setattr(plans, "_stream_of", lambda index: 99)
+    monkeypatch.setattr(compiled_launch, "_stream_of", lambda index: 99)
     return LaunchPlan(Device("cuda", 0), (Launch(kernel, (4,), template, {"BLOCK": 16}),))
 
 

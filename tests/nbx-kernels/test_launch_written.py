@@ -18,7 +18,7 @@ from nbx.core.dtypes import TABLE
 from nbx.core.spec import Arg, OpSpec, Slots, params
 from nbx.core.storage import Storage
 from nbx.core.tensor import Tensor
-from nbx.kernels import plans
+from nbx.kernels import compiled_launch, plans
 
 
 def _simulated_cuda():
@@ -194,19 +194,19 @@ def test_launches_go_to_the_backends_current_stream(cuda):
 def test_the_c_launch_is_called_directly_only_for_the_launcher_form_it_reads():
     """Triton 3.6's CudaLauncher.__call__ only allocates the scratch a kernel declares, then calls its C
     launch with the grid, stream and function, the kernel's flags, the scratch and the rest as given:
-    plans._Compiled calls that launch so where no scratch is declared. Another form (later Tritons pass
+    compiled_launch.Compiled calls that launch so where no scratch is declared. Another form (later Tritons pass
     more) is called through __call__."""
     from triton.backends.nvidia.driver import CudaLauncher
     launcher = object.__new__(CudaLauncher)
     launcher.global_scratch_size = launcher.profile_scratch_size = 0
-    if plans._direct_form(CudaLauncher):
+    if compiled_launch.direct_form(CudaLauncher):
         source = inspect.getsource(CudaLauncher.__call__)
         assert ("self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,"
                 in source and "global_scratch, profile_scratch, *args)" in source)
         reads = ("self.launch", "self.num_ctas", "self.global_scratch", "self.profile_scratch")
         assert source.count("self.") == sum(source.count(r) for r in reads)   # nothing else of its own
-        assert plans._calls_its_c_launch_alone(launcher)
+        assert compiled_launch.calls_its_c_launch_alone(launcher)
         launcher.global_scratch_size = 128
-        assert not plans._calls_its_c_launch_alone(launcher)
+        assert not compiled_launch.calls_its_c_launch_alone(launcher)
     else:
-        assert not plans._calls_its_c_launch_alone(launcher)
+        assert not compiled_launch.calls_its_c_launch_alone(launcher)

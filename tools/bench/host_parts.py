@@ -20,7 +20,7 @@ import numpy as np
 import nbx.core as nbx
 from nbx.core import spec
 from nbx.core.device import get_backend
-from nbx.kernels import plans
+from nbx.kernels import compiled_launch, plans
 from host_timing import per_call_us
 
 
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     print(f"{'nbx.empty((4096,))':48s} {per_call_us(lambda: nbx.empty((4096,), device=device), args.calls):7.2f}")
     print(f"{'backend.current_device()':48s} {per_call_us(backend.current_device, args.calls):7.2f}")
     print(f"{'stream lookup (backend.launch_stream(0))':48s} {per_call_us(lambda: backend.launch_stream(0), args.calls):7.2f}")
-    print(f"{'  through the Triton driver (plans._stream_of(0))':48s} {per_call_us(lambda: plans._stream_of(0), args.calls):7.2f}")
+    print(f"{'  through the Triton driver (compiled_launch._stream_of(0))':48s} {per_call_us(lambda: compiled_launch._stream_of(0), args.calls):7.2f}")
     print(f"{'plans.hooks_set()':48s} {per_call_us(plans.hooks_set, args.calls):7.2f}")
     found = ops(device)
     if args.prefill:
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
                 direct = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in runner.arguments(filled)]
                 g = (*one.grid, 1, 1)
 
-                def bare():  # as the runner calls it (Triton's C launch itself where plans._Compiled may)
+                def bare():  # as the runner calls it (Triton's C launch itself where compiled_launch.Compiled may)
                     fast.run(g[0], g[1], g[2], runner.stream_of(0), *fast.head, None, None, None, *direct, *fast.tail)
                 print(f"  {'  its compiled launcher alone (+ stream lookup)':46s} {per_call_us(bare, args.calls):7.2f}")
         backend.synchronize(device)

@@ -27,7 +27,6 @@ device tensor a launch reads (a pad's fill) in the same cache.
 """
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from nbx.core.dtypes import DType
 from nbx.core.tensor import Tensor
 
 from . import dependent_launch
+from .compiled_launch import HOOK_CHAIN, Compiled, hooks_set, stream_lookup
 from .cost import LAUNCH, RESULT, Buffer
 
 
@@ -351,7 +351,7 @@ class _Runner:
 
     def __init__(self, one: Launch, device: Device):
         self.launch, self.device, self.backend = one, device, get_backend(device.type)
-        self.stream_of = _stream_lookup(self.backend)
+        self.stream_of = stream_lookup(self.backend)
         self.interp = device.type == "interp"
         self.single = self.interp or self.backend.device_count() == 1   # one device: it is always current
         self.template = list(one.args)
@@ -409,7 +409,7 @@ class _Runner:
             with self.backend.device_guard(self.device):
                 compiled = one.kernel[one.grid](*self.arguments(values), **self.meta)
             if hasattr(compiled, "packed_metadata"):
-                self.compiled[tuple(key)] = _Compiled(one.kernel, compiled, len(args), self.meta)
+                self.compiled[tuple(key)] = Compiled(one.kernel, compiled, len(args), self.meta)
             return
         if bound is None:
             self.bound = _bound_launch(self, values)
@@ -512,7 +512,7 @@ def _launch_source(runner: _Runner, read: Callable[[str], str], sample: Callable
     knobs = triton.knobs.runtime  # hooks_set, inline for the HookChains this launch was written under
     enter, leave = names[f"{p}enter"], names[f"{p}leave"] = knobs.launch_enter_hook, knobs.launch_exit_hook
     hooks = (f"({p}enter.calls or {p}leave.calls if knobs.launch_enter_hook is {p}enter and knobs.launch_exit_hook is "
-             f"{p}leave else hooks_set())" if type(enter) is type(leave) is _HOOK_CHAIN else "hooks_set()")
+             f"{p}leave else hooks_set())" if type(enter) is type(leave) is HOOK_CHAIN else "hooks_set()")
     body += [f"{p}fast = {p}compiled.get(({''.join(k + ', ' for k in key)}))",
              f"if {p}fast is None or {hooks}: {miss}"]
     if not runner.single:
@@ -527,72 +527,6 @@ _A_TENSOR = Tensor._of(None, None, (), ())  # an output's kind, as _launch_sourc
 
 class _Arg(str):
     """A slot's value in _bound_launch's source (a name, not a fixed value of the template)."""
-
-
-def hooks_set() -> bool:
-    """Whether Triton's launch hooks want to see launches (3.6 keeps them in HookChains, empty
-    unless someone registered a hook): every launch then goes through the JIT."""
-    runtime = triton.knobs.runtime
-    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-    return bool(enter is not None and getattr(enter, "calls", True)
-                or leave is not None and getattr(leave, "calls", True))
-
-
-_HOOK_CHAIN = getattr(triton.knobs, "HookChain", None)  # Triton >= 3.6 keeps its launch hooks in these
-
-
-class _Compiled:
-    """A compiled kernel's launcher, called as run(grid x, y, z, stream, *head, launch metadata, enter and
-    exit hooks (None: no hook set), *the kernel's arguments, *tail (its constants, in signature order)).
-
-    Triton's CudaLauncher.__call__ (3.6) only asks nbx's allocator for the global and profile scratch
-    the kernel declares, then calls its C launch with them after the grid, stream and function, with the
-    kernel's cooperative-grid and PDL flags. Where the kernel declares no scratch, run is that C launch
-    itself, head those arguments: no Python frame of Triton's a launch (tests/nbx-kernels/test_launch_direct.py
-    reads __call__ for it). Any other launcher is called as Triton's JIT calls it."""
-
-    __slots__ = ("run", "head", "tail")
-
-    def __init__(self, kernel, compiled, n_args: int, meta: dict):
-        launcher = compiled.run
-        if _calls_its_c_launch_alone(launcher):
-            self.run = launcher.launch
-            self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
-                         compiled.packed_metadata)
-        else:
-            self.run, self.head = launcher, (compiled.function, compiled.packed_metadata)
-        params = kernel.params[n_args:]
-        self.tail = tuple(meta[p.name] if p.name in meta else p.default for p in params)
-
-
-def _calls_its_c_launch_alone(launcher) -> bool:
-    """Whether launcher is Triton's own CudaLauncher (not a subclass) of 3.6's form (its __call__ takes the
-    grid, stream and function, then passes the rest on as they come: later Triton versions pass more) for
-    a kernel that declares no scratch."""
-    try:
-        from triton.backends.nvidia.driver import CudaLauncher
-    except ImportError:  # a Triton without its NVIDIA backend
-        return False
-    return (type(launcher) is CudaLauncher and _direct_form(CudaLauncher) and not launcher.global_scratch_size
-            and not launcher.profile_scratch_size)
-
-
-def _direct_form(cls) -> bool:
-    """Whether cls.__call__ is (self, gridX, gridY, gridZ, stream, function, *args), Triton 3.6's."""
-    code = getattr(cls.__call__, "__code__", None)
-    return (code is not None and code.co_flags & inspect.CO_VARARGS and code.co_kwonlyargcount == 0
-            and code.co_varnames[:code.co_argcount] == ("self", "gridX", "gridY", "gridZ", "stream", "function"))
-
-
-def _stream_of(index: int) -> int:
-    return triton.runtime.driver.active.get_current_stream(index)
-
-
-def _stream_lookup(backend) -> Callable[[int], int]:
-    """The function giving the handle of the stream a launch on device index goes to: the backend's own
-    where it declares one (launch_stream: nbx's current stream, with no Triton driver between), else the
-    current stream of Triton's active driver (which nbx's backends answer from that same stream)."""
-    return getattr(backend, "launch_stream", None) or _stream_of
 
 
 def _make_runner(one: Launch, device: Device) -> _Runner:
