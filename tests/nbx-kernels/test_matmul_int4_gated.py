@@ -166,7 +166,8 @@ gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.
     ("tiles", 3, 1, "asymmetric", "float16"), ("tiles", 512, 1, "asymmetric", "bfloat16"),
     ("tiles", 200, 1, "symmetric", "float16"), ("gemv", 1, 8, "asymmetric", "bfloat16"),
     ("gemv", 16, 2, "symmetric", "bfloat16"), ("gemv", 3, 1, "asymmetric", "float16"),
-    ("row", 1, 1, "asymmetric", "bfloat16"), ("row", 1, 1, "symmetric", "float16"), ("row", 1, 1, "asymmetric", "float32")])
+    ("row", 1, 1, "asymmetric", "bfloat16"), ("row", 1, 1, "symmetric", "float16"),
+    ("row", 1, 1, "asymmetric", "float32")])
 def test_the_gated_int4_pair_at_a_4096_wide_layer_on_the_gpu(device, check, kernel, rows, split_k, scheme, dtype):
     """Every compiled form (the inline PTX conversions) with two weights, as the plain GPU test's settings."""
     gate, up = weight(device, 4096, 4096, 128, scheme), weight(device, 4096, 4096, 128, scheme)
