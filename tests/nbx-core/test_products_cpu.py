@@ -189,7 +189,7 @@ def test_linear_with_an_int4_weight_is_linear_with_the_dequantized_weight():
         nbx.linear(t(3, 32), w)
 
 
-def test_an_int4_weight_refuses_an_input_precision_it_would_ignore_and_a_gated_pair_by_name():
+def test_an_int4_weight_refuses_an_input_precision_it_would_ignore_and_a_mixed_gated_pair_by_name():
     from nbx.core.quant import QuantizedTensor
     w = QuantizedTensor.quantize(rng.standard_normal((6, 64)), 32)
     x = t(3, 64)

@@ -441,14 +441,15 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
 
 def test_the_gated_int4_linear_kernel_lowers_for_sm90_in_every_form_split_and_unsplit():
     """GATED (two weights from the same loads of x, the gated epilogue or both halves of the
-    partials): decode tiles folding the scales, prefill tiles dequantizing each element, the
+    partials), through the layout passes and the pipeliner: decode tiles folding the scales, prefill tiles dequantizing each element, the
     several-row gemv and the one-row gemv (the paired conversion of 16-bit activations, the word one
     of float32, K steps of several groups), both schemes, the three activation dtypes."""
     base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION="silu", HAS_RES=False,
                 STAGES=3, GATED=True)
     cases = [(*INT4_LINEAR, {**base, "GEMV": gemv, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
                              "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": block_m <= 32, "BLOCK_M": block_m,
-                             "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split})
+                             "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split},
+              {"num_warps": 8 if block_m == 128 else 4, "num_stages": 3, "through": "ttgir"})   # the pipeliner too
              for gemv, dot, signed, block_m, block_n, block_k, split in (
                  (False, "tl.bfloat16", False, 16, 128, 128, 4), (False, "tl.float16", True, 16, 128, 128, 1),
                  (False, "tl.bfloat16", True, 128, 128, 64, 1), (False, "tl.float32", False, 64, 64, 32, 1),
