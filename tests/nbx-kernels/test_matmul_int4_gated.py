@@ -124,7 +124,7 @@ def test_the_declared_cost_of_the_gated_pair_is_what_its_plan_allocates(device, 
 
 def test_the_gated_int4_tunable_prunes_the_tiles_that_hold_two_weights_past_the_plain_limits():
     """Same space and key as linear_int4, certified apart: the several-row gemv's tile, the one-row
-    gemv's nibbles a thread and the tiles' shared memory count both weights."""
+    gemv's nibbles a thread, the tiles' accumulators and shared memory count both weights."""
     hopper = device_files.for_arch("sm_90")
     for rep in ({"m": 1, "n": 14336, "k": 4096, "dtype": "bfloat16", "group": 128},
                 {"m": 16, "n": 14336, "k": 4096, "dtype": "bfloat16", "group": 128},
@@ -140,7 +140,10 @@ def test_the_gated_int4_tunable_prunes_the_tiles_that_hold_two_weights_past_the_
             assert all(2 * s["block_m"] * s["block_n"] <= int4.GEMV_TILE for s in gated if s["kernel"] == "gemv")
             assert any("of two weights" in why for _, why in pruned)
         else:
-            assert any("shared memory" in why for _, why in pruned)
+            held = [2 * s["block_m"] * s["block_n"] // (32 * s["num_warps"]) for s in gated]
+            assert max(held) <= int4.GATED_ACC_MAX < max(2 * s["block_m"] * s["block_n"] // (32 * s["num_warps"])
+                                                         for s in plain)
+            assert any("accumulators a thread" in why for _, why in pruned)
     assert int4.GATED_LINEAR_INT4.key_fields == int4.LINEAR_INT4.key_fields
 
 

@@ -29,7 +29,14 @@ outside the one-row gemv; the tiles form under 16 rows of x, or on decode keys u
 block_m x block_n on several rows (at other than GEMV_STAGES there); the tiles form on m = 1 (the
 gemv won every such key); the one-row gemv on K steps under ROW_GEMV_K, outside ROW_GEMV_NIBBLES a
 thread a step, split or at other than ROW_GEMV_STAGES, and on steps of several groups that do not
-divide K."""
+divide K.
+
+The gated pair (`launch_gated_linear_int4`, gated_linear of two int4 weights of one layout:
+check_pair) is the same kernel's GATED form, Tunable `gated_linear_int4`: linear_int4's space and
+key, certified apart, where the rules count both weights: the several-row gemv's tile and the
+one-row gemv's nibbles a thread, the tiles' stages (a second weight tile) and their two
+accumulators a thread (at most GATED_ACC_MAX). A form field in linear_int4's key would refuse
+every certificate made before it (store.validate checks a file's key_fields)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,6 +82,7 @@ ROW_GEMV_STAGES = (3, 4)         # its staged depths
 WIDE_TILE = dict(block_n=32, num_warps=4)   # the least weight rows and warps of the tiles and several-row gemv tiles
 GEMV_TILE = 512      # rows of x times weight rows of a gemv tile of several rows of x
 DECODE_TILE_N = 128  # the tiles kernel's decode tiles (16 rows of x) take this many weight rows
+GATED_ACC_MAX = 128  # the gated tiles' two accumulators a thread: past it every tile spilled (ptxas sm_90)
 
 
 def _kernel_fits(setting, rep, gated=False) -> str | bool:
@@ -93,6 +101,10 @@ def _kernel_fits(setting, rep, gated=False) -> str | bool:
     elif setting["block_k"] > rep["group"] and _whole_k(rep) % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide k={_whole_k(rep)} (its K steps would run as the group's)"
     if setting["kernel"] == "tiles":
+        held = 2 * setting["block_m"] * setting["block_n"] // (32 * setting["num_warps"])
+        if gated and held > GATED_ACC_MAX:
+            return (f"a gated {setting['block_m']} x {setting['block_n']} tile over {setting['num_warps']} warps holds "
+                    f"{held} accumulators a thread (two weights'): above {GATED_ACC_MAX} every such tile spilled")
         if setting["block_m"] < DOT_ROWS:
             return f"block_m {setting['block_m']} in the tiles kernel: its dot takes {DOT_ROWS} rows of x or more"
         if rep["m"] == 1:
