@@ -189,7 +189,7 @@ def test_linear_with_an_int4_weight_is_linear_with_the_dequantized_weight():
         nbx.linear(t(3, 32), w)
 
 
-def test_an_int4_weight_refuses_an_input_precision_it_would_ignore_and_a_gated_pair_by_name():
+def test_an_int4_weight_refuses_an_input_precision_it_would_ignore_and_a_mixed_gated_pair_by_name():
     from nbx.core.quant import QuantizedTensor
     w = QuantizedTensor.quantize(rng.standard_normal((6, 64)), 32)
     x = t(3, 64)
@@ -198,5 +198,9 @@ def test_an_int4_weight_refuses_an_input_precision_it_would_ignore_and_a_gated_p
         nbx.linear(x, w, input_precision="tf32")
     with pytest.raises(ArgumentError, match="bfloat16 operands take none"):
         nbx.linear(x.astype("bfloat16"), w, input_precision="ieee")
-    with pytest.raises(NotSupportedError, match="gated_linear with int4"):
-        nbx.gated_linear(x, w, w)
+    up = QuantizedTensor.quantize(rng.standard_normal((6, 64)), 32)
+    g, u = (q.dequantize().numpy().astype(np.float64) for q in (w, up))
+    y = x.numpy() @ g.T
+    close(nbx.gated_linear(x, w, up), y / (1 + np.exp(-y)) * (x.numpy() @ u.T), 1e-5)
+    with pytest.raises(NotSupportedError, match="one int4 .* and one Tensor"):
+        nbx.gated_linear(x, w, t(6, 64))

@@ -410,7 +410,7 @@ def test_the_float8_expert_kernel_lowers_for_sm90_gated_and_down_over_both_float
 
 INT4_LINEAR = ("nbx.kernels.matmul.quantized", "int4_linear_kernel", {
     **_typed("a_ptr c_ptr bias_ptr res_ptr", "*bf16"), "q_ptr": "*u8", "s_ptr": "*bf16", "z_ptr": "*bf16",
-    "part_ptr": "*fp32", **_typed("M N K sam sak sqn ssn sbias_m sbias_n sres_m sres_n alpha_bits beta_bits", "i32")})
+    "q2_ptr": "*u8", "s2_ptr": "*bf16", "z2_ptr": "*bf16", "part_ptr": "*fp32", **_typed("M N K sam sak sqn ssn sbias_m sbias_n sres_m sres_n alpha_bits beta_bits", "i32")})
 
 
 def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_every_scheme():
@@ -436,6 +436,26 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
                   ("tl.bfloat16", False, 1, 64, 128, 8), ("tl.float16", True, 16, 32, 128, 1),
                   ("tl.float32", False, 4, 64, 128, 2), ("tl.bfloat16", True, 1, 32, 1024, 1),
                   ("tl.float32", True, 1, 16, 512, 1))]
+    assert lowering_failures(cases) == []
+
+
+def test_the_gated_int4_linear_kernel_lowers_for_sm90_in_every_form_split_and_unsplit():
+    """GATED (two weights from the same loads of x, the gated epilogue or both halves of the
+    partials), through the layout passes and the pipeliner: decode tiles folding the scales, prefill tiles dequantizing each element, the
+    several-row gemv and the one-row gemv (the paired conversion of 16-bit activations, the word one
+    of float32, K steps of several groups), both schemes, the three activation dtypes."""
+    base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION="silu", HAS_RES=False,
+                STAGES=3, GATED=True)
+    cases = [(*INT4_LINEAR, {**base, "GEMV": gemv, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
+                             "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": block_m <= 32, "BLOCK_M": block_m,
+                             "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split},
+              {"num_warps": 8 if block_m == 128 else 4, "num_stages": 3, "through": "ttgir"})   # the pipeliner too
+             for gemv, dot, signed, block_m, block_n, block_k, split in (
+                 (False, "tl.bfloat16", False, 16, 128, 128, 4), (False, "tl.float16", True, 16, 128, 128, 1),
+                 (False, "tl.bfloat16", True, 128, 128, 64, 1), (False, "tl.float32", False, 64, 64, 32, 1),
+                 (True, "tl.bfloat16", False, 4, 32, 128, 2), (True, "tl.float16", True, 16, 16, 128, 1),
+                 (True, "tl.bfloat16", False, 1, 32, 512, 1), (True, "tl.float16", True, 1, 16, 1024, 1),
+                 (True, "tl.float32", False, 1, 16, 512, 1))]
     assert lowering_failures(cases) == []
 
 

@@ -174,6 +174,7 @@ def test_int4_projections_load_as_quantized_tensors_and_give_the_dequantized_mod
     model = models.load(folder, device=device)
     assert isinstance(model.layers[0].up, nbx.QuantizedTensor) and model.layers[0].up.group_size == 32
     assert isinstance(model.layers[0].wqkv, nbx.QuantizedTensor)   # q, k and v stacked by their words
+    assert model.mlp_fused(model.layers[0])   # gate and up: one gated_linear of two int4 weights
     weights = dequantized(read_weights_bf16_aware(folder))
     assert_close(model.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT, weights=weights), dtype, device)
     if device.type == "interp":   # a forward is seconds there; the decode path is the same code

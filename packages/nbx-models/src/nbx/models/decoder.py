@@ -148,6 +148,11 @@ def layer_windows(config: dict) -> list[int | None]:
     return [int(window) if t == "sliding_attention" and window is not None else None for t in types]
 
 
+# an int4 MLP's gate and up as one gated_linear launch (the int4 kernel's GATED form, x read once)
+# instead of two int4 launches and a multiply; False reverts to those
+INT4_PAIR_FUSED = True
+
+
 def _quantized(*weights) -> bool:
     return any(isinstance(w, nbx.QuantizedTensor) for w in weights)
 
@@ -409,8 +414,12 @@ class Decoder:
 
     @staticmethod
     def mlp_fused(layer: _Layer) -> bool:
-        """The SwiGLU pair runs as one gated_linear (dense weights, no biases); else as two products."""
-        return layer.gate_bias is None and layer.up_bias is None and not _quantized(layer.gate, layer.up)
+        """The SwiGLU pair runs as one gated_linear (no biases; dense weights, or both int4 while
+        INT4_PAIR_FUSED); else as two products."""
+        if layer.gate_bias is not None or layer.up_bias is not None:
+            return False
+        int4 = [isinstance(w, nbx.QuantizedTensor) for w in (layer.gate, layer.up)]
+        return not any(int4) or INT4_PAIR_FUSED and all(int4)
 
     @staticmethod
     def norm_fused(x, weight) -> bool:

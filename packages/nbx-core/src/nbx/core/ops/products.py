@@ -263,12 +263,34 @@ def gated_linear(x: Tensor, w_gate: Tensor, w_up: Tensor, activation="silu", out
     instead of x, as linear's."""
     from ..quant import QuantizedTensor
     if isinstance(w_gate, QuantizedTensor) or isinstance(w_up, QuantizedTensor):
-        from ..errors import NotSupportedError
-        raise NotSupportedError("gated_linear with int4 (QuantizedTensor) weights is not supported yet: no kernel "
-                                "fuses the pair; call linear on each weight and multiply")
+        return _gated_int4(x, w_gate, w_up, activation, out_dtype, norm)
     if norm is None:
         return _gated_call(x, w_gate, w_up, activation, out_dtype)
     return _gated_call(x, w_gate, w_up, activation, out_dtype, *_split_norm("gated_linear", norm))
+
+
+def _gated_int4(x, w_gate, w_up, activation, out_dtype, norm) -> Tensor:
+    """The pair of two grouped int4 weights (W4A16), one launch over x on the kernel devices."""
+    from ..errors import NotSupportedError
+    from ..quant import QuantizedTensor
+    if not (isinstance(w_gate, QuantizedTensor) and isinstance(w_up, QuantizedTensor)):
+        dense = w_up if isinstance(w_gate, QuantizedTensor) else w_gate
+        raise NotSupportedError(f"gated_linear of one int4 (QuantizedTensor) weight and one {type(dense).__name__}: "
+                                f"both weights are int4 or both dense")
+    if norm is not None:
+        raise NotSupportedError("gated_linear's fused norm (norm=) with int4 weights is not done: rms_norm x first")
+    _tensors("gated_linear", x=x)
+    if tuple(w_gate.shape) != tuple(w_up.shape):
+        raise ShapeError(f"gated_linear's weights are two [out, in] matrices of one shape, got {tuple(w_gate.shape)} "
+                         f"and {tuple(w_up.shape)}")
+    if x.ndim < 1 or x.shape[-1] != w_gate.shape[1]:
+        raise ShapeError(f"gated_linear of x {x.shape} with weights {tuple(w_gate.shape)}: x's last dim must be "
+                         f"in={w_gate.shape[1]}")
+    if activation is None:
+        raise ArgumentError("gated_linear's activation names the gate's function (silu for SwiGLU); None is not one")
+    device = common_device(x, w_gate.qweight, w_up.qweight)
+    dtype = _out_dtype("gated_linear", [x], out_dtype)
+    return implementation("gated_linear_int4", device)(x, w_gate, w_up, _activation("gated_linear", activation), dtype)
 
 
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
@@ -413,6 +435,12 @@ def _linear_int4_reference(x, weight, bias=None, activation=None, residual=None,
     return _linear_reference(x, dense, bias, activation, residual, alpha, beta, precision=precision)
 
 
+def _gated_int4_reference(x, w_gate, w_up, activation="silu", out_dtype=None, precision=reference.NATIVE):
+    """Both int4 weights dequantized (float64 for the oracle, else x's compute dtype), then gated_linear."""
+    dense = "float64" if precision == reference.FLOAT64 else compute_dtype(x.dtype)
+    return _gated_reference(x, w_gate.dequantize(dense), w_up.dequantize(dense), activation, precision=precision)
+
+
 def _scaled_reference(x, weight, scale_x, scale_w, bias=None, activation=None, residual=None, out_dtype=None,
                       precision=reference.NATIVE):
     compute = np.float64 if precision == reference.FLOAT64 else np.float32
@@ -452,6 +480,7 @@ def _bmm_reference(x1, x2, precision=reference.NATIVE):
 reference.register("linear", _linear_reference)
 reference.register("gated_linear", _gated_reference)
 reference.register("linear_int4", _linear_int4_reference)
+reference.register("gated_linear_int4", _gated_int4_reference)
 reference.register("scaled_linear", _scaled_reference)
 reference.register("addmm", _addmm_reference)
 reference.register("baddbmm", _addmm_reference)
@@ -476,6 +505,11 @@ def _scaled_cpu(x, weight, scale_x, scale_w, bias, activation, residual, dtype) 
 @register("linear_int4", "cpu")
 def _linear_int4_cpu(x, weight, bias, activation, residual, alpha, beta, dtype) -> Tensor:
     return wrap(_linear_int4_reference(x, weight, bias, activation, residual, alpha, beta), dtype)
+
+
+@register("gated_linear_int4", "cpu")
+def _gated_int4_cpu(x, w_gate, w_up, activation, dtype) -> Tensor:
+    return wrap(_gated_int4_reference(x, w_gate, w_up, activation), dtype)
 
 
 @register("gated_linear", "cpu")

@@ -29,7 +29,14 @@ outside the one-row gemv; the tiles form under 16 rows of x, or on decode keys u
 block_m x block_n on several rows (at other than GEMV_STAGES there); the tiles form on m = 1 (the
 gemv won every such key); the one-row gemv on K steps under ROW_GEMV_K, outside ROW_GEMV_NIBBLES a
 thread a step, split or at other than ROW_GEMV_STAGES, and on steps of several groups that do not
-divide K."""
+divide K.
+
+The gated pair (`launch_gated_linear_int4`, gated_linear of two int4 weights of one layout:
+check_pair) is the same kernel's GATED form, Tunable `gated_linear_int4`: linear_int4's space and
+key, certified apart, where the rules count both weights: the several-row gemv's tile and the
+one-row gemv's nibbles a thread, the tiles' stages (a second weight tile) and their two
+accumulators a thread (at most GATED_ACC_MAX). A form field in linear_int4's key would refuse
+every certificate made before it (store.validate checks a file's key_fields)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,7 +48,7 @@ import triton.language as tl
 from nbx import autotune
 from nbx.core import dtypes
 from nbx.core.dtypes import DType, as_dtype
-from nbx.core.errors import NotSupportedError
+from nbx.core.errors import NotSupportedError, ShapeError
 from nbx.core.quant import QuantizedTensor
 from nbx.core.reference import oracle
 from nbx.core.tensor import Tensor
@@ -75,9 +82,10 @@ ROW_GEMV_STAGES = (3, 4)         # its staged depths
 WIDE_TILE = dict(block_n=32, num_warps=4)   # the least weight rows and warps of the tiles and several-row gemv tiles
 GEMV_TILE = 512      # rows of x times weight rows of a gemv tile of several rows of x
 DECODE_TILE_N = 128  # the tiles kernel's decode tiles (16 rows of x) take this many weight rows
+GATED_ACC_MAX = 128  # the gated tiles' two accumulators a thread: past it every tile spilled (ptxas sm_90)
 
 
-def _kernel_fits(setting, rep) -> str | bool:
+def _kernel_fits(setting, rep, gated=False) -> str | bool:
     """The tiles kernel on tiles of 16 rows of x or more; the gemv kernel on decode rows, one tile of
     x (each tile of x streams the weight again). Narrow tiles (under WIDE_TILE's rows or warps) and
     K steps of several groups are the one-row gemv's (_gemv_row_sums)."""
@@ -93,6 +101,10 @@ def _kernel_fits(setting, rep) -> str | bool:
     elif setting["block_k"] > rep["group"] and _whole_k(rep) % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide k={_whole_k(rep)} (its K steps would run as the group's)"
     if setting["kernel"] == "tiles":
+        held = 2 * setting["block_m"] * setting["block_n"] // (32 * setting["num_warps"])
+        if gated and held > GATED_ACC_MAX:
+            return (f"a gated {setting['block_m']} x {setting['block_n']} tile over {setting['num_warps']} warps holds "
+                    f"{held} accumulators a thread (two weights'): above {GATED_ACC_MAX} every such tile spilled")
         if setting["block_m"] < DOT_ROWS:
             return f"block_m {setting['block_m']} in the tiles kernel: its dot takes {DOT_ROWS} rows of x or more"
         if rep["m"] == 1:
@@ -109,16 +121,18 @@ def _kernel_fits(setting, rep) -> str | bool:
     if setting["block_m"] < rep["m"]:
         return f"block_m {setting['block_m']} in the gemv kernel on m={rep['m']}: the weight streamed once per tile of x"
     if not row_gemv:
-        if setting["block_m"] * setting["block_n"] > GEMV_TILE:
-            return (f"a {setting['block_m']} x {setting['block_n']} gemv tile: its weight values, held for every row "
-                    f"of x, pass the registers (ptxas spilled 16 x 64 on sm_90; one row streams them)")
+        weights = 2 if gated else 1   # the gated form holds both weights' values
+        if weights * setting["block_m"] * setting["block_n"] > GEMV_TILE:
+            return (f"a {setting['block_m']} x {setting['block_n']} gemv tile{' of two weights' if gated else ''}: its "
+                    f"weight values, held for every row of x, pass the registers (ptxas spilled 16 x 64 on sm_90; one "
+                    f"row streams them)")
         if setting["num_stages"] != GEMV_STAGES:
             return f"{setting['num_stages']} stages in the gemv kernel on several rows: it runs at {GEMV_STAGES}"
         return True
     # the one-row gemv's space, from its exploration on the H200 (2026-12-02, nine decode shapes of the
     # Llama 1B and 8B layers, 151 tiles each): every best tile streamed K steps of 128 bytes a row or
     # more, gave a thread 64-256 nibbles a step, ran unsplit at 3 or 4 stages
-    nibbles = gemv_products(setting)
+    nibbles = gemv_products(setting) * (2 if gated else 1)   # the gated form: both weights' nibbles
     if setting["block_k"] < ROW_GEMV_K:
         return f"block_k {setting['block_k']} in the one-row gemv: its K steps take {ROW_GEMV_K} or more"
     if not ROW_GEMV_NIBBLES[0] <= nibbles <= ROW_GEMV_NIBBLES[1]:
@@ -152,22 +166,22 @@ def _tile_fits(setting, rep) -> str | bool:
     return steps_fit(setting, rep)
 
 
-def _fits(setting, rep, facts):
-    found = _kernel_fits(setting, rep)
+def _fits(setting, rep, facts, gated=False):
+    found = _kernel_fits(setting, rep, gated)
     if found is not True or setting["kernel"] == "gemv":
         return found if found is not True else _tile_fits(setting, rep)
     itemsize = as_dtype(rep["dtype"]).itemsize
     found = dot_k_fits(setting, itemsize, facts, per_dot=2)   # even and odd K: two dots
     if found is not True:
         return found
-    need, have = setting["num_stages"] * stage_bytes(setting, itemsize, 1), \
+    need, have = setting["num_stages"] * stage_bytes(setting, itemsize, 2 if gated else 1), \
         facts.value("memory.max_shared_memory_per_block")
     if need > have:
         return f"{setting['num_stages']} stages of x and weight tiles need {need} bytes of shared memory, above {have}"
     return _tile_fits(setting, rep)
 
 
-def int4_workload(rep, device):
+def int4_workload(rep, device, gated=False):
     from nbx.core.ops.creation import asarray
     m, n, k, dtype = rep["m"], rep["n"], rep["k"], as_dtype(rep["dtype"])
     # a class's representative K (3984 in the (3968, 4096] class) need not be a whole number of
@@ -177,6 +191,12 @@ def int4_workload(rep, device):
     dense = (np.sin(0.21 * np.arange(n * k) + 0.5) / np.sqrt(k)).reshape(n, k)
     weight = QuantizedTensor.quantize(dense, rep["group"], "asymmetric", "bfloat16").to(device)
     out = launch.output((m, n), dtype, device)
+    if gated:   # two weights of the key's shape (the gate and the up), silu as SwiGLU's
+        up = QuantizedTensor.quantize(np.cos(dense * np.sqrt(k)) / np.sqrt(k), rep["group"], "asymmetric",
+                                      "bfloat16").to(device)
+        return autotune.TensorWorkload(
+            out, lambda setting: launch_gated_linear_int4(x, weight, up, "silu", out=out, setting=setting),
+            lambda rows: np.asarray(oracle("gated_linear_int4", x[rows], weight, up, "silu")))
     return autotune.TensorWorkload(
         out, lambda setting: launch_linear_int4(x, weight, out=out, setting=setting),
         lambda rows: np.asarray(oracle("linear_int4", x[rows], weight)))
@@ -185,6 +205,13 @@ def int4_workload(rep, device):
 LINEAR_INT4 = autotune.declare(autotune.Tunable(
     "linear_int4", params=PARAMS, key=KEY, default_from="tiles.linear", workload=int4_workload,
     constraint=_warps_for_tile, fits=_fits))
+# the gated pair (gated_linear of two int4 weights): the same kernel, space and key, certified apart
+# (its tiles hold two weights: twice the registers and shared memory, its own winners); a form field in
+# linear_int4's key would refuse the certificates made before it (store.validate checks key_fields)
+GATED_LINEAR_INT4 = autotune.declare(autotune.Tunable(
+    "gated_linear_int4", params=PARAMS, key=KEY, default_from="tiles.linear",
+    workload=lambda rep, device: int4_workload(rep, device, gated=True), constraint=_warps_for_tile,
+    fits=lambda setting, rep, facts: _fits(setting, rep, facts, gated=True)))
 
 
 @dataclass(frozen=True)
@@ -207,8 +234,8 @@ class Int4Plan:
 
 
 def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, res_layout, operands: DType,
-            dtype: DType, activation, device, setting) -> LaunchPlan:
-    """The tile, the copies and the launches of one call layout."""
+            dtype: DType, activation, device, setting, gated: bool = False) -> LaunchPlan:
+    """The tile, the copies and the launches of one call layout (gated: of the pair's, gated_linear)."""
     n, k = w_shape
     m = prod(x_shape[:-1])
     shape = tuple(x_shape[:-1]) + (n,)
@@ -224,8 +251,9 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
             copies.append(name)
             strides = (0, n, 1)
         addends.append(strides)
-    s = dict(setting if setting is not None else autotune.setting(LINEAR_INT4, device, m=m, n=n, k=k,
-                                                                  dtype=operands, group=group))
+    tunable = GATED_LINEAR_INT4 if gated else LINEAR_INT4
+    s = dict(setting if setting is not None else autotune.setting(tunable, device, m=m, n=n, k=k, dtype=operands,
+                                                                  group=group))
     facts = launch.facts(device)
     gemv = s["kernel"] == "gemv"
     # a K step lies in one group, or (the one-row gemv) spans whole groups and divides K: the
@@ -242,16 +270,17 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
         raise NotSupportedError(f"groups of {group} are under the K tile of {block_k} that two dots of "
                                 f"{operands.name} need on {device.type} (matrix_unit.min_dot_k)")
     s["block_k"] = block_k
-    stages = stages_that_fit(s, operands.itemsize, 1, facts) if COMPILED and not gemv else s["num_stages"]
+    weights = 2 if gated else 1
+    stages = stages_that_fit(s, operands.itemsize, weights, facts) if COMPILED and not gemv else s["num_stages"]
     wide = max((m + s["block_m"]) * abs(a[0]) + (k + block_k) * abs(a[1]), (n + s["block_n"]) * (k // 2 + 1),
                (m + s["block_m"]) * n) > INT32_MAX
     epilogue = dict(HAS_BIAS=bias_form(addends[0]), ACTIVATION=activation, HAS_RES=addends[1] is not None)
     meta = dict(DOT=tl_type(operands), PRECISION="ieee" if operands is dtypes.float32 else None, GROUP=group,
                 SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric", FOLD=s["block_m"] <= FOLD_ROWS,
                 WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"],
-                SPLIT_K=s["split_k"], GEMV=gemv, STAGES=stages, **epilogue,
+                SPLIT_K=s["split_k"], GEMV=gemv, STAGES=stages, GATED=gated, **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)
-    split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=False, **epilogue, NORM=False)
+    split_meta = dict(ACC=tl.float32, SPLIT_K=s["split_k"], BLOCK=SPLIT_BLOCK, GATED=gated, **epilogue, NORM=False)
     p = Int4Plan(m, n, k, a, addends[0], addends[1], tuple(copies), s["split_k"], tuple(meta.items()),
                  tuple(split_meta.items()))
     x = Slot("x")
@@ -259,7 +288,9 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
     bias_s, res_s = p.bias or (0, 0, 0), p.residual or (0, 0, 0)
     scalars = (Slot("alpha"), Slot("beta"))
     part = Slot("part") if p.split_k > 1 else Slot("out")
-    args = (x, Slot("qweight"), Slot("scales"), Slot("zeros"), Slot("out"), part, bias, residual, m, n, k, *a,
+    up = ("qweight2", "scales2", "zeros2") if gated else ("qweight", "scales", "zeros")
+    args = (x, Slot("qweight"), Slot("scales"), Slot("zeros"), *map(Slot, up), Slot("out"), part, bias, residual,
+            m, n, k, *a,
             Slot("q_stride"), Slot("s_stride"), *bias_s[1:], *res_s[1:], *scalars)
     launches = (Launch(int4_linear_kernel, p.grid, args, dict(p.meta)),)
     work = ()
@@ -268,7 +299,7 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
                             (Slot("part"), Slot("out"), bias, residual, Slot("part"), m, n, p.k, 1, *bias_s, *res_s,
                              *scalars, 0),
                             dict(p.split_meta)),)
-        work = (plans.workspace("part", (p.split_k, m, n), dtypes.float32),)
+        work = (plans.workspace("part", (weights * p.split_k, m, n), dtypes.float32),)   # gated: the up's half
     return LaunchPlan(device, launches, (plans.output("out", shape, dtype),), work, p.copies, detail=p)
 
 
@@ -282,12 +313,13 @@ def _check(x: Tensor, weight: QuantizedTensor, dtype: DType) -> DType:
 
 
 def launch_plan(x, weight: QuantizedTensor, bias=None, residual=None, activation=None, dtype=None,
-                setting=None) -> LaunchPlan:
+                setting=None, gated: bool = False) -> LaunchPlan:
     dtype = x.dtype if dtype is None else dtype
     operands = _check(x, weight, dtype)
     layout = lambda t: None if t is None else (tuple(t.shape), tuple(t.strides))  # noqa: E731
     signature = (tuple(x.shape), tuple(x.strides), tuple(weight.shape), weight.group_size, weight.scheme,
-                 layout(bias), layout(residual), operands, dtype, activation, x.device, plans.setting_key(setting))
+                 layout(bias), layout(residual), operands, dtype, activation, x.device, plans.setting_key(setting),
+                 gated)
     return plans.cached("linear_int4", signature, lambda: _decide(*signature))
 
 
@@ -335,11 +367,69 @@ def linear_int4_cost(x, weight, bias=None, activation=None, residual=None, alpha
     return Cost(tuple(buffers), moved, 2 * p.m * p.n * p.k, launches=2 if p.split_k > 1 else 1)
 
 
+def check_pair(w_gate: QuantizedTensor, w_up: QuantizedTensor) -> None:
+    """The gated kernel reads both weights through one set of strides, group and scheme: refused otherwise."""
+    if tuple(w_gate.shape) != tuple(w_up.shape):
+        raise ShapeError(f"gated_linear's int4 weights are of one shape, got {tuple(w_gate.shape)} and "
+                         f"{tuple(w_up.shape)}")
+    gate = (w_gate.group_size, w_gate.scheme, w_gate.qweight.strides, w_gate.scales.strides)
+    up = (w_up.group_size, w_up.scheme, w_up.qweight.strides, w_up.scales.strides)
+    if gate != up:
+        raise NotSupportedError(f"gated_linear's int4 weights share one layout (group size, scheme, strides of the "
+                                f"packed words and the scales): the gate's is {gate}, the up's {up}")
+
+
+def launch_gated_linear_int4(x: Tensor, w_gate: QuantizedTensor, w_up: QuantizedTensor, activation="silu",
+                             dtype: DType | None = None, out: Tensor | None = None, setting=None) -> Tensor:
+    """activation(x @ w_gate.T) * (x @ w_up.T) in one launch (split: and its epilogue's), x read once."""
+    check_pair(w_gate, w_up)
+    device = x.device
+    dtype = x.dtype if dtype is None else dtype
+    shape = tuple(x.shape[:-1]) + (w_gate.shape[0],)
+    out = launch.output(shape, dtype, device, out)
+    if out.size == 0:
+        return out
+    lp = launch_plan(x, w_gate, None, None, activation, dtype, setting, gated=True)
+    slots = {"x": x, "out": out, "alpha": float_bits(1.0), "beta": float_bits(1.0),
+             "q_stride": w_gate.qweight.strides[0], "s_stride": w_gate.scales.strides[0]}
+    for suffix, w in (("", w_gate), ("2", w_up)):
+        slots.update({f"qweight{suffix}": w.qweight, f"scales{suffix}": w.scales,
+                      f"zeros{suffix}": w.scales if w.zeros is None else w.zeros})
+    plans.execute(lp, slots)
+    return out
+
+
+def gated_linear_int4_cost(x, w_gate, w_up, activation="silu", dtype=None) -> Cost:
+    """linear_int4_cost's, both weights read once and x once; split, the partials of both weights."""
+    dtype = x.dtype if dtype is None else dtype
+    _check(x, w_gate, dtype)
+    check_pair(w_gate, w_up)
+    shape = tuple(x.shape[:-1]) + (w_gate.shape[0],)
+    out_bytes = prod(shape) * dtype.itemsize
+    buffers = [Buffer("out", out_bytes)]
+    if out_bytes == 0:
+        return Cost(tuple(buffers), 0, 0, launches=0)
+    p = plan(x, w_gate, None, None, activation, dtype, gated=True)
+    buffers += [Buffer("x_contiguous", x.nbytes, LAUNCH) for _ in p.copies]
+    moved = x.nbytes + w_gate.nbytes + w_up.nbytes + out_bytes
+    if p.split_k > 1:
+        buffers.append(Buffer("partials", 2 * p.split_k * p.m * p.n * 4, LAUNCH))
+        moved += 2 * 2 * p.split_k * p.m * p.n * 4
+    return Cost(tuple(buffers), moved, 2 * 2 * p.m * p.n * p.k, launches=2 if p.split_k > 1 else 1)
+
+
 @implements("linear_int4")
 def _linear_int4(x, weight, bias, activation, residual, alpha, beta, dtype):
     return launch_linear_int4(x, weight, bias, activation, residual, alpha, beta, dtype)
 
 
-declares("linear_int4")(linear_int4_cost)
+@implements("gated_linear_int4")
+def _gated_linear_int4(x, w_gate, w_up, activation, dtype):
+    return launch_gated_linear_int4(x, w_gate, w_up, activation, dtype)
 
-__all__ = ["launch_linear_int4", "linear_int4_cost", "plan", "LINEAR_INT4"]
+
+declares("linear_int4")(linear_int4_cost)
+declares("gated_linear_int4")(gated_linear_int4_cost)
+
+__all__ = ["launch_linear_int4", "launch_gated_linear_int4", "linear_int4_cost", "gated_linear_int4_cost", "plan",
+           "check_pair", "LINEAR_INT4", "GATED_LINEAR_INT4"]

@@ -12,6 +12,11 @@ the dequantized nibbles back into K order (tl.join) and take x^T as it lies, str
 memory. int4_step: the K step of a (x rows, weight columns) tile (two half-K dots over x read at
 stride 2, float32 dequantization), which the MoE kernels share. Split K, the epilogue and its
 fixed-order partials are those of the float kernel (fused.py).
+
+GATED (SwiGLU's pair, activation(x @ Wg.T) * (x @ Wu.T)): a second packed weight of the first's
+shape, group, scheme and strides (q2, s2, z2) summed in the same K loop from the same loads of x,
+in every form; the epilogue (or, split, the split epilogue over both halves of the partials) is
+the float kernel's gated one.
 """
 import triton
 import triton.language as tl
@@ -148,13 +153,13 @@ def _scaled(q, scale, minimum, ASYMMETRIC: tl.constexpr, DOT: tl.constexpr):
 
 @triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
 def int4_linear_kernel(
-    a_ptr, q_ptr, s_ptr, z_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, K,
+    a_ptr, q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, K,
     sam, sak, sqn, ssn, sbias_m, sbias_n, sres_m, sres_n, alpha_bits, beta_bits,
     DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr,
     ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
-    GEMV: tl.constexpr = False, STAGES: tl.constexpr = 2,
+    GEMV: tl.constexpr = False, STAGES: tl.constexpr = 2, GATED: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
     """C^T = W @ x^T by tiles of (BLOCK_N weight rows, BLOCK_M rows of x): the dequantized weight
@@ -167,7 +172,8 @@ def int4_linear_kernel(
     sums on the CUDA cores instead (_gemv_sums: decode rows, any BLOCK_M; DOT, PRECISION, FOLD unused;
     STAGES: the one-row gemv's pipelined depth, which Triton takes from tl.range alone in a loop with no dot).
     Grid: (tiles of M x N, SPLIT_K). sqn, ssn: the row strides of qweight (bytes) and of the
-    scales and minima (groups); both are read at unit stride along K."""
+    scales and minima (groups); both are read at unit stride along K. GATED: q2, s2, z2 the up
+    weight's (the same strides), C = activation(x @ W.T) * (x @ W2.T)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     tile_m, tile_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -189,9 +195,7 @@ def int4_linear_kernel(
     # rows in registers, to multiply the low and high nibbles as they are (for 16 rows of x the cheaper)
     x_ptrs = a_ptr + rm[None, :] * sam + rk[:, None] * sak
     pair_ptrs = a_ptr + rm[None, :, None] * sam + (2 * rh[:, None, None] + tl.arange(0, 2)[None, None, :]) * sak
-    q_ptrs = q_ptr + rn[:, None] * sqn + rh[None, :]                      # (BLOCK_N, BLOCK_K / 2) bytes
-    s_ptrs = s_ptr + rn * ssn
-    z_ptrs = z_ptr + rn * ssn
+    q_at = rn[:, None] * sqn + rh[None, :]                                # (BLOCK_N, BLOCK_K / 2) bytes
 
     total = K // BLOCK_K
     per = tl.cdiv(total, SPLIT_K)
@@ -200,60 +204,101 @@ def int4_linear_kernel(
     wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     if GEMV:
         if BLOCK_M == 1:
-            acc = _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, rn, in_n, tile_m, sam, sak, sqn, ssn, first, steps, DOT,
-                                 GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K, STAGES)
+            acc, acc_u = _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, rn, in_n, tile_m, sam, sak,
+                                        sqn, ssn, first, steps, DOT, GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K,
+                                        STAGES, GATED)
         else:
-            acc = _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, sqn, first, steps, GROUP,
-                             SIGNED, ASYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K)
+            acc, acc_u = _gemv_sums(a_ptr, q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, rn, rw, in_n, tile_m, M, sam,
+                                    sak, sqn, ssn, first, steps, GROUP, SIGNED, ASYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
+                                    GATED)
     else:
-        acc = _dot_sums(q_ptrs, s_ptrs, z_ptrs, x_ptrs, pair_ptrs, in_m, in_n, sak, first, steps, DOT,
-                        PRECISION, GROUP, SIGNED, ASYMMETRIC, FOLD, BLOCK_M, BLOCK_N, BLOCK_K)
-    _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
-                    sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K, HAS_BIAS, ACTIVATION, HAS_RES)
+        acc, acc_u = _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, rn * ssn, x_ptrs, pair_ptrs, in_m,
+                               in_n, sak, first, steps, DOT, PRECISION, GROUP, SIGNED, ASYMMETRIC, FOLD, BLOCK_M,
+                               BLOCK_N, BLOCK_K, GATED)
+    _transposed_out(acc, acc_u, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m,
+                    sbias_n, sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K, HAS_BIAS, ACTIVATION, HAS_RES, GATED)
 
 
 @triton.jit
-def _dot_sums(q_ptrs, s_ptrs, z_ptrs, x_ptrs, pair_ptrs, in_m, in_n, sak, first, steps, DOT: tl.constexpr,
-              PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
-              FOLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The tiles form's (BLOCK_N, BLOCK_M) sums of C^T over K steps first .. first + steps, on the matrix unit."""
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    ones = _dot_operand(tl.full((BLOCK_N, BLOCK_K // 2), 1, DOT), DOT)
-    for k in range(first, first + steps):
-        packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
-        scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
-        low, high = _nibble_pairs(packed, SIGNED, DOT)
-        if FOLD:
-            x_even, x_odd = tl.split(tl.load(pair_ptrs + k * BLOCK_K * sak, mask=in_m[None, :, None], other=0))
-            a_even, a_odd = _dot_operand(x_even, DOT), _dot_operand(x_odd, DOT)
-            sums = tl.dot(_dot_operand(low, DOT), a_even, input_precision=PRECISION)
-            sums = tl.dot(_dot_operand(high, DOT), a_odd, sums, input_precision=PRECISION)
-            acc += sums * scale[:, None]
-            if ASYMMETRIC:  # the step's sums of x, on the matrix unit (a sum across threads costs more)
-                x_sums = tl.dot(ones, a_even, input_precision=PRECISION)
-                acc += minimum[:, None] * tl.dot(ones, a_odd, x_sums, input_precision=PRECISION)
-        else:
-            w = tl.reshape(tl.join(_scaled(low, scale, minimum, ASYMMETRIC, DOT),
-                                   _scaled(high, scale, minimum, ASYMMETRIC, DOT)), (BLOCK_N, BLOCK_K))
-            x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
-            acc = tl.dot(w, x_t, acc, input_precision=PRECISION)
+def _fold_step(acc, q_ptrs, s_ptrs, z_ptrs, in_n, k, a_even, a_odd, x_sums, DOT: tl.constexpr,
+               PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """acc += one weight's K step k on x's even and odd columns, the scales on the dot's sums
+    (x_sums: the step's sums of x, which the minima multiply)."""
+    packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
+    scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
+    low, high = _nibble_pairs(packed, SIGNED, DOT)
+    sums = tl.dot(_dot_operand(low, DOT), a_even, input_precision=PRECISION)
+    sums = tl.dot(_dot_operand(high, DOT), a_odd, sums, input_precision=PRECISION)
+    acc += sums * scale[:, None]
+    if ASYMMETRIC:
+        acc += minimum[:, None] * x_sums
     return acc
 
 
 @triton.jit
-def _transposed_out(acc, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
+def _wide_step(acc, q_ptrs, s_ptrs, z_ptrs, in_n, k, x_t, DOT: tl.constexpr, PRECISION: tl.constexpr,
+               GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """acc += one weight's K step k on x^T, each element dequantized before the dot."""
+    packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
+    scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
+    low, high = _nibble_pairs(packed, SIGNED, DOT)
+    w = tl.reshape(tl.join(_scaled(low, scale, minimum, ASYMMETRIC, DOT),
+                           _scaled(high, scale, minimum, ASYMMETRIC, DOT)), (BLOCK_N, BLOCK_K))
+    return tl.dot(w, x_t, acc, input_precision=PRECISION)
+
+
+@triton.jit
+def _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, s_at, x_ptrs, pair_ptrs, in_m, in_n, sak, first,
+              steps, DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr,
+              ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, GATED: tl.constexpr):
+    """The tiles form's (BLOCK_N, BLOCK_M) sums of C^T over K steps first .. first + steps, on the
+    matrix unit (GATED: the second weight's too, from the same x tiles)."""
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    ones = _dot_operand(tl.full((BLOCK_N, BLOCK_K // 2), 1, DOT), DOT)
+    for k in range(first, first + steps):
+        if FOLD:
+            x_even, x_odd = tl.split(tl.load(pair_ptrs + k * BLOCK_K * sak, mask=in_m[None, :, None], other=0))
+            a_even, a_odd = _dot_operand(x_even, DOT), _dot_operand(x_odd, DOT)
+            x_sums = acc    # unread unless ASYMMETRIC
+            if ASYMMETRIC:  # the step's sums of x, on the matrix unit (a sum across threads costs more)
+                x_sums = tl.dot(ones, a_odd, tl.dot(ones, a_even, input_precision=PRECISION),
+                                input_precision=PRECISION)
+            acc = _fold_step(acc, q_ptr + q_at, s_ptr + s_at, z_ptr + s_at, in_n, k, a_even, a_odd, x_sums, DOT,
+                             PRECISION, GROUP, SIGNED, ASYMMETRIC, BLOCK_K)
+            if GATED:
+                acc_u = _fold_step(acc_u, q2_ptr + q_at, s2_ptr + s_at, z2_ptr + s_at, in_n, k, a_even, a_odd, x_sums,
+                                   DOT, PRECISION, GROUP, SIGNED, ASYMMETRIC, BLOCK_K)
+        else:
+            x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
+            acc = _wide_step(acc, q_ptr + q_at, s_ptr + s_at, z_ptr + s_at, in_n, k, x_t, DOT, PRECISION, GROUP,
+                             SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+            if GATED:
+                acc_u = _wide_step(acc_u, q2_ptr + q_at, s2_ptr + s_at, z2_ptr + s_at, in_n, k, x_t, DOT, PRECISION,
+                                   GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+    return acc, acc_u
+
+
+@triton.jit
+def _transposed_out(acc, acc_u, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m, sbias_n,
                     sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr):
-    """A (BLOCK_N, BLOCK_M) tile of C^T to C through the epilogue, or to its split's partials."""
+                    ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr, GATED: tl.constexpr):
+    """A (BLOCK_N, BLOCK_M) tile of C^T to C through the epilogue, or to its split's partials
+    (GATED: the up sums in the partials' second half, as split_epilogue_kernel reads them)."""
     mask = in_n[:, None] & in_m[None, :]
     at = rm[None, :] * N + rn[:, None]
     if SPLIT_K == 1:
-        y = epilogue(acc, acc, 0, rm[None, :], rn[:, None], mask, N, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0, sres_m,
-                     sres_n, float_argument(alpha_bits).to(tl.float32), float_argument(beta_bits).to(tl.float32),
-                     tl.float32, HAS_BIAS, ACTIVATION, HAS_RES, False)
+        y = epilogue(acc, acc_u, 0, rm[None, :], rn[:, None], mask, N, bias_ptr, 0, sbias_m, sbias_n, res_ptr, 0,
+                     sres_m, sres_n, float_argument(alpha_bits).to(tl.float32),
+                     float_argument(beta_bits).to(tl.float32), tl.float32, HAS_BIAS, ACTIVATION, HAS_RES, GATED)
         tl.store(c_ptr + at, narrow(y, c_ptr.dtype.element_ty), mask=mask)
     else:
         tl.store(part_ptr + split * M * N + at, acc, mask=mask)
+        if GATED:
+            tl.store(part_ptr + (SPLIT_K + split) * M * N + at, acc_u, mask=mask)
 
 
 # One 32-bit word of packed weight (nibbles 0..7 = K 8w .. 8w + 7, low first) to eight float32
@@ -311,39 +356,60 @@ def _gemv_step(upcoming, w_ptrs, s_ptrs, z_ptrs, in_n, none, k, first, steps, GR
 
 
 @triton.jit
-def _gemv_sums(a_ptr, q_ptr, s_ptrs, z_ptrs, rn, rw, in_n, tile_m, M, sam, sak, sqn, first, steps,
-               GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _gemv_part(v, x, x_sum, scale, minimum, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr):
+    """One row of x's (BLOCK_N,) sums of a K step over one weight's values v (_gemv_step)."""
+    bias: tl.constexpr = 24.0 if SIGNED else 16.0
+    part = (16.0 * tl.sum(tl.sum(v * x[None, :, :], axis=2), axis=1) - bias * x_sum) * scale
+    if ASYMMETRIC:
+        part += minimum * x_sum
+    return part
+
+
+@triton.jit
+def _gemv_sums(a_ptr, q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, rn, rw, in_n, tile_m, M, sam, sak, sqn, ssn, first,
+               steps, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GATED: tl.constexpr):
     """The GEMV form's (BLOCK_N, BLOCK_M) sums of C^T over K steps first .. first + steps, on the
     CUDA cores (no matrix unit: no 16-row tile for one row, no trip of the weight through shared
     memory). The weight rows' packed bytes stream as 32-bit words (16-byte loads of four words a
     thread, the next step's loaded before this one's are used); each word becomes eight float32
     values in eight ops (_WORD_ASM), multiplied into each of the BLOCK_M rows of x (read from the
     caches, in float32); the scale (and minimum) apply once a K step to the row sums. sqn, the
-    packed row stride in bytes, is a multiple of 4."""
-    w_ptrs = q_ptr.to(tl.pointer_type(tl.int32)) + rn[:, None] * (sqn // 4) + rw[None, :]   # (BLOCK_N, BLOCK_K / 8)
+    packed row stride in bytes, is a multiple of 4. GATED: the second weight's sums too, from the
+    same loads of x."""
+    w_at = rn[:, None] * (sqn // 4) + rw[None, :]                                            # (BLOCK_N, BLOCK_K / 8)
+    w_ptrs = q_ptr.to(tl.pointer_type(tl.int32)) + w_at
+    w2_ptrs = q2_ptr.to(tl.pointer_type(tl.int32)) + w_at
     columns = tl.arange(0, BLOCK_M)[None, :]
     x_at = 8 * rw[:, None] + tl.arange(0, 8)[None, :]           # (BLOCK_K / 8, 8): K offsets of a step's x
-    bias: tl.constexpr = 24.0 if SIGNED else 16.0
 
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     # the next step's words are loaded before this step's are used: two steps of weight in flight a
     # thread (the one-row form lets the pipeliner stage its loads instead: _gemv_row_sums)
     none = 0 * rw[None, :]                     # makes a scalar test a tensor mask (the interpreter's need)
     upcoming = tl.load(w_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
+    upcoming_u = upcoming
+    if GATED:
+        upcoming_u = tl.load(w2_ptrs + first * (BLOCK_K // 8), mask=in_n[:, None] & (none + steps > 0), other=0)
     for k in range(first, first + steps):
-        v, upcoming, scale, minimum = _gemv_step(upcoming, w_ptrs, s_ptrs, z_ptrs, in_n, none, k, first, steps, GROUP,
-                                                 SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+        v, upcoming, scale, minimum = _gemv_step(upcoming, w_ptrs, s_ptr + rn * ssn, z_ptr + rn * ssn, in_n, none, k,
+                                                 first, steps, GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+        v_u, scale_u, minimum_u = v, scale, minimum
+        if GATED:
+            v_u, upcoming_u, scale_u, minimum_u = _gemv_step(upcoming_u, w2_ptrs, s2_ptr + rn * ssn, z2_ptr + rn * ssn,
+                                                             in_n, none, k, first, steps, GROUP, SIGNED, ASYMMETRIC,
+                                                             BLOCK_N, BLOCK_K)
         for r in tl.static_range(BLOCK_M):
             row = tile_m * BLOCK_M + r
             ok = row + 0 * x_at < M          # a tensor mask: the interpreter takes no scalar one
             x = tl.load(a_ptr + row * sam + (k * BLOCK_K + x_at) * sak, mask=ok, other=0).to(tl.float32)
             x_sum = tl.sum(tl.sum(x, axis=1), axis=0)
-            part = (16.0 * tl.sum(tl.sum(v * x[None, :, :], axis=2), axis=1) - bias * x_sum) * scale
-            if ASYMMETRIC:
-                part += minimum * x_sum
-            acc += tl.where(columns == r, part[:, None], 0.0)
-    return acc
+            acc += tl.where(columns == r, _gemv_part(v, x, x_sum, scale, minimum, SIGNED, ASYMMETRIC)[:, None], 0.0)
+            if GATED:
+                acc_u += tl.where(columns == r,
+                                  _gemv_part(v_u, x, x_sum, scale_u, minimum_u, SIGNED, ASYMMETRIC)[:, None], 0.0)
+    return acc, acc_u
 
 
 # One word of packed weight (nibbles 0..7 = K 8w .. 8w + 7, low first) to eight float32 v_j = C + q_j + e_j
@@ -388,9 +454,28 @@ def _paired_values(words, SIGNED: tl.constexpr):
 
 
 @triton.jit
-def _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, rn, in_n, row, sam, sak, sqn, ssn, first, steps, DOT: tl.constexpr,
-                   GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
+def _row_step(w_ptrs, s_ptrs, z_ptrs, k, group, x, x_sums, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+              PAIRED: tl.constexpr, BIAS: tl.constexpr, UNIT: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr,
+              WPG: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One weight's (BLOCK_N, G, WPG) per-word sums of K step k of the one-row gemv (_gemv_row_sums)."""
+    words = tl.reshape(tl.load(w_ptrs + k * (BLOCK_K // 8)), (BLOCK_N, G, WPG))
+    scale = widen(tl.load(s_ptrs + group), tl.float32)
+    offset = -BIAS * scale
+    if ASYMMETRIC:
+        offset += widen(tl.load(z_ptrs + group), tl.float32)
+    if PAIRED:
+        v0, v1, v2, v3, v4, v5, v6, v7 = _paired_values(words, SIGNED)
+    else:
+        v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
+    v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
+                   (BLOCK_N, G, WPG, 8))
+    return tl.sum(v * x[None, :, :, :], 3) * (UNIT * scale)[:, :, None] + offset[:, :, None] * x_sums[None, :, :]
+
+
+@triton.jit
+def _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, rn, in_n, row, sam, sak, sqn, ssn, first, steps,
+                   DOT: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, GATED: tl.constexpr):
     """_gemv_sums of one row of x, (BLOCK_N, 1). A K step spans G = BLOCK_K / GROUP whole groups (or lies in
     one); its words are loaded (BLOCK_N, BLOCK_K / 8), so that the threads spread along K and a thread's x
     serves all its weight rows, and the loop's loads are staged by the pipeliner (tl.range's STAGES,
@@ -399,7 +484,7 @@ def _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, rn, in_n, row, sam, sak, sqn, ssn
     store masks them), so that the scale loads stay unmasked vectors the pipeliner can stage. Each
     step sums v * x over a word's eight nibbles in a thread, then applies the word's group scale:
     sum(q x) s + m sum(x) = s (sum(v x) - C sum(x)) + m sum(x), kept per word, summed once after the
-    loop."""
+    loop. GATED: the second weight's sums too, from the same loads of x."""
     G: tl.constexpr = BLOCK_K // GROUP if BLOCK_K >= GROUP else 1
     WPG: tl.constexpr = BLOCK_K // 8 // G
     PAIRED: tl.constexpr = COMPILED and (DOT == tl.bfloat16 or DOT == tl.float16)
@@ -411,25 +496,19 @@ def _gemv_row_sums(a_ptr, q_ptr, s_ptr, z_ptr, rn, in_n, row, sam, sak, sqn, ssn
         unit: tl.constexpr = 16.0
     rows = tl.where(in_n, rn, 0)
     rg = tl.arange(0, G)
-    w_ptrs = q_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None] * (sqn // 4) + tl.arange(0, BLOCK_K // 8)[None, :]
-    s_ptrs = s_ptr + rows[:, None] * ssn + rg[None, :]                       # (BLOCK_N, G)
-    z_ptrs = z_ptr + rows[:, None] * ssn + rg[None, :]
+    w_at = rows[:, None] * (sqn // 4) + tl.arange(0, BLOCK_K // 8)[None, :]
+    s_at = rows[:, None] * ssn + rg[None, :]                                  # (BLOCK_N, G)
     x_at = 8 * (rg[:, None, None] * WPG + tl.arange(0, WPG)[None, :, None]) + tl.arange(0, 8)[None, None, :]
     x_ptrs = a_ptr + row * sam + x_at * sak                                   # (G, WPG, 8)
     acc = tl.zeros((BLOCK_N, G, WPG), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N, G, WPG), dtype=tl.float32)
     for k in tl.range(first, first + steps, num_stages=STAGES):
-        words = tl.reshape(tl.load(w_ptrs + k * (BLOCK_K // 8)), (BLOCK_N, G, WPG))
         group = (k * BLOCK_K) // GROUP
-        scale = widen(tl.load(s_ptrs + group), tl.float32)
-        offset = -bias * scale
-        if ASYMMETRIC:
-            offset += widen(tl.load(z_ptrs + group), tl.float32)
         x = widen(tl.load(x_ptrs + k * BLOCK_K * sak), tl.float32)
-        if PAIRED:
-            v0, v1, v2, v3, v4, v5, v6, v7 = _paired_values(words, SIGNED)
-        else:
-            v0, v1, v2, v3, v4, v5, v6, v7 = _word_values(words, SIGNED)
-        v = tl.reshape(tl.join(tl.join(tl.join(v0, v4), tl.join(v2, v6)), tl.join(tl.join(v1, v5), tl.join(v3, v7))),
-                       (BLOCK_N, G, WPG, 8))
-        acc += tl.sum(v * x[None, :, :, :], 3) * (unit * scale)[:, :, None] + offset[:, :, None] * tl.sum(x, 2)[None, :, :]
-    return tl.sum(tl.sum(acc, 2), 1)[:, None]
+        x_sums = tl.sum(x, 2)
+        acc += _row_step(q_ptr.to(tl.pointer_type(tl.int32)) + w_at, s_ptr + s_at, z_ptr + s_at, k, group, x, x_sums,
+                         SIGNED, ASYMMETRIC, PAIRED, bias, unit, BLOCK_N, G, WPG, BLOCK_K)
+        if GATED:
+            acc_u += _row_step(q2_ptr.to(tl.pointer_type(tl.int32)) + w_at, s2_ptr + s_at, z2_ptr + s_at, k, group, x,
+                               x_sums, SIGNED, ASYMMETRIC, PAIRED, bias, unit, BLOCK_N, G, WPG, BLOCK_K)
+    return tl.sum(tl.sum(acc, 2), 1)[:, None], tl.sum(tl.sum(acc_u, 2), 1)[:, None]
