@@ -8,9 +8,9 @@ the group size (nbx.kernels.matmul.int4.KEY), so it is listed from the shapes:
 - tools/bench/bench_matmul.py's int4 rows (INT4_SHAPES);
 - the projections of tools/bench/bench_models.py's Llama-3.2-1B and Llama-3-8B shapes (SHAPES) as
   nbx.models ran them with int4 weights: the fused qkv, o, gate and up apart, down; at one decode
-  row and at the 512-token prompt (bench_models --prompt's default). The decoder now runs an int4
-  gate and up as one gated_linear (Tunable gated_linear_int4, the same key fields): those keys are
-  not listed here yet (certificates/keys is written on the lead's word). The lm_head and embeddings stay bfloat16 (bench_models quantizes the projections).
+  row and at the 512-token prompt (bench_models --prompt's default). With
+  decoder.INT4_PAIR_FUSED the decoder runs an int4 gate and up as one gated_linear (Tunable
+  gated_linear_int4, the same key fields): those keys are not listed here yet. The lm_head and embeddings stay bfloat16 (bench_models quantizes the projections).
 Every call is bfloat16 activations, group 128 (the benchmarks' quantization).
 """
 from __future__ import annotations

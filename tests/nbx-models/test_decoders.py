@@ -11,7 +11,7 @@ from model_reference import decoder_logits, dequantized, read_weights_bf16_aware
 
 import nbx.core as nbx
 from nbx import models
-from nbx.models import kv_cache
+from nbx.models import decoder, kv_cache
 from nbx.models.writer import small_config
 
 PROMPT = [1, 17, 42, 5, 99, 23, 64, 8]    # longer than Mistral's small window (5)
@@ -162,8 +162,10 @@ def test_a_tensor_missing_from_the_checkpoint_and_a_wrong_shape_are_named(tmp_pa
         models.load(folder)
 
 
+@pytest.mark.parametrize("pair_fused", [False, True], ids=["two-launches", "gated-pair"])
 def test_int4_projections_load_as_quantized_tensors_and_give_the_dequantized_models_logits_and_tokens(tmp_path,
-                                                                                                    device):
+                                                                                                    device, pair_fused,
+                                                                                                    monkeypatch):
     # W4A16: every projection through linear's int4 path (the linear_int4 kernel on interp and cuda)
     layers = {"num_hidden_layers": 1} if device.type == "interp" else {}
     dtype = model_dtype(device)
@@ -174,7 +176,8 @@ def test_int4_projections_load_as_quantized_tensors_and_give_the_dequantized_mod
     model = models.load(folder, device=device)
     assert isinstance(model.layers[0].up, nbx.QuantizedTensor) and model.layers[0].up.group_size == 32
     assert isinstance(model.layers[0].wqkv, nbx.QuantizedTensor)   # q, k and v stacked by their words
-    assert model.mlp_fused(model.layers[0])   # gate and up: one gated_linear of two int4 weights
+    monkeypatch.setattr(decoder, "INT4_PAIR_FUSED", pair_fused)
+    assert model.mlp_fused(model.layers[0]) == pair_fused   # gate and up: one gated_linear of two int4 weights
     weights = dequantized(read_weights_bf16_aware(folder))
     assert_close(model.logits(PROMPT).numpy(), decoder_logits(folder, PROMPT, weights=weights), dtype, device)
     if device.type == "interp":   # a forward is seconds there; the decode path is the same code

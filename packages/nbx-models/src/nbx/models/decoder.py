@@ -149,8 +149,10 @@ def layer_windows(config: dict) -> list[int | None]:
 
 
 # an int4 MLP's gate and up as one gated_linear launch (the int4 kernel's GATED form, x read once)
-# instead of two int4 launches and a multiply; False reverts to those
-INT4_PAIR_FUSED = True
+# instead of two int4 launches and a multiply. False until the gated_linear_int4 tunable is certified
+# for the H200 and timed there against the two launches (built 2026-12-03 without device time: an
+# uncertified key would run the device file's prefill tile at decode rows)
+INT4_PAIR_FUSED = False
 
 
 def _quantized(*weights) -> bool:
