@@ -1,10 +1,15 @@
-"""top-k plans: one program a row for rows up to tiles.sort's max_block_n (sort_rows_kernel), a
-radix select (select.py) over rows x P programs for longer ones, k = 1 as a two-launch reduction.
+"""top-k plans: one program a row for rows up to tiles.sort's max_block_n (sort_rows_kernel); for
+longer ones a radix select (select.py) over rows x P programs or chunk candidates (chunks.py:
+rows x chunks programs, then merge rounds), k = 1 as a two-launch reduction.
 
 The launch setting (tiles.select of the device file, or the certified one of the `select`
-tunable): `block`, the keys a program reads a step; `programs`, the programs a launch aims for
-(a row gets about programs / rows of them, at least one block each, at most MAX_PROGRAMS); and
-num_warps. The key: the row length to a power of two, the element count's class, the dtype.
+tunable): `method`, "radix" or "chunks"; for the radix select `block`, the keys a program reads
+a step, and `programs`, the programs a launch aims for (a row gets about programs / rows of them,
+at least one block each, at most MAX_PROGRAMS); for the chunks `chunk`, the keys a program keeps
+k of (and the most candidates a merge program reads); num_warps for both. The chunks serve k up
+to chunk / 2 (a chunk holds two runs of k to a power of two), the radix select larger k and
+k = 1. The key: the row length to a power of two, the element count's class, the dtype (not k:
+the workload's k is 50).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from nbx.core import dtypes
 from .. import launch, plans
 from ..plans import Launch, LaunchPlan, Slot
 from ..rows import pow2_at_least
+from .chunks import chunk_candidates_kernel, merge_candidates_kernel
 from .select import (best_word_kernel, candidate_histogram_kernel, select_compact_kernel, select_counts_kernel,
                      select_filter_kernel, select_histogram_kernel, sort_words_kernel, zero_kernel)
 
@@ -56,17 +62,24 @@ def served_plan(op: str, shape, dtype, device, flags: tuple, setting, lookup, ma
     return plans.cached(op, signature, build)
 
 
+def takes_chunks(setting, k: int) -> bool:
+    """Whether the chunk candidates serve this k under setting (else the radix select)."""
+    return setting["method"] == "chunks" and 1 < k <= setting["chunk"] // 2
+
+
 def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchPlan:
     """values, indices [..., k] of the k largest (smallest) of rows [..., n], n > max_block_n."""
     n = shape[-1]
     rows = prod(shape) // n
     s = {**launch.tiles("select", device), **dict(setting)}
+    out_shape = tuple(shape[:-1]) + (k,)
+    outputs = (plans.output("values", out_shape, dtype), plans.output("indices", out_shape, dtypes.INDEX))
+    if takes_chunks(s, k):
+        return chunks_plan(rows, n, k, largest, device, s, outputs)
     block, warps = s["block"], s["num_warps"]
     per_row, chunk = split(rows, n, block, s["programs"])
     grid = (rows, per_row)
     common = dict(LARGEST=largest, BLOCK=block, num_warps=warps)
-    out_shape = tuple(shape[:-1]) + (k,)
-    outputs = (plans.output("values", out_shape, dtype), plans.output("indices", out_shape, dtypes.INDEX))
     if k == 1:
         launches = (Launch(best_word_kernel, grid, (Slot("x"), Slot("words"), n, chunk), common),
                     Launch(sort_words_kernel, (rows,), (Slot("x"), Slot("words"), Slot("values"), Slot("indices"),
@@ -93,6 +106,33 @@ def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchP
         plans.workspace("taken", (rows * per_row,), dtypes.int32),
         plans.workspace("counts", (rows * per_row * 2,), dtypes.int32),
         plans.workspace("words", (rows * k,), dtypes.uint64)))
+
+
+def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outputs) -> LaunchPlan:
+    """Stage 1 over rows x chunks, then merge rounds of `group` lists a program until one list a
+    row is left (the last writes the outputs); the rounds' lists alternate between two workspaces.
+    detail: the candidate words the launches write (each read once by the next), for the cost."""
+    chunk, warps, K = s["chunk"], s["num_warps"], lanes(k)
+    lists = triton.cdiv(n, chunk)
+    x, values, indices = Slot("x"), Slot("values"), Slot("indices")
+    launches = [Launch(chunk_candidates_kernel, (rows, lists), (x, Slot("candidates"), values, indices, n, k),
+                       dict(LARGEST=largest, FINAL=lists == 1, CHUNK=chunk, K=K, num_warps=warps))]
+    group = max(2, chunk // k)
+    written, source, target = rows * lists * k, "candidates", "merged"
+    merged = triton.cdiv(lists, group)
+    while lists > 1:
+        groups = triton.cdiv(lists, group)
+        launches.append(Launch(merge_candidates_kernel, (rows, groups),
+                               (x, Slot(source), Slot(source if groups == 1 else target), values, indices, n, k,
+                                lists, group),
+                               dict(FINAL=groups == 1, BLOCK=lanes(min(group, lists) * k), K=K, num_warps=warps)))
+        written += 0 if groups == 1 else rows * groups * k
+        lists, source, target = groups, target, source
+    workspace = [plans.workspace("candidates", (rows * triton.cdiv(n, chunk) * k,), dtypes.uint64)]
+    if merged > 1:
+        workspace.append(plans.workspace("merged", (rows * merged * k,), dtypes.uint64))
+    return LaunchPlan(device, tuple(launches), outputs, workspace=tuple(workspace),
+                      detail={"method": "chunks", "candidate_words": written})
 
 
 def select_rows_plan(shape, dtype, k: int, largest: bool, device, setting=None) -> LaunchPlan:
@@ -122,6 +162,16 @@ def select_workload(rep, device):
                                    lambda r: np.asarray(reference)[r])
 
 
+def one_of_its_kind(setting, facts) -> bool | str:
+    """The parameters a method does not read take the device file's values, so no two candidates
+    launch the same plan (the chunks read no block nor programs, the radix select no chunk)."""
+    default = facts.value("tiles.select")
+    unread = ("chunk",) if setting["method"] == "radix" else ("block", "programs")
+    return all(setting[p] == default[p] for p in unread) or f"the {setting['method']} method reads no {unread}"
+
+
 SELECT = autotune.declare(autotune.Tunable(
-    "select", params={"block": (1024, 2048, 4096), "num_warps": (4, 8), "programs": (264, 1056, 2112)},
-    key=SELECT_KEY, default_from="tiles.select", workload=select_workload))
+    "select", params={"method": ("radix", "chunks"), "chunk": (2048, 4096, 8192), "block": (1024, 2048, 4096),
+                      "num_warps": (4, 8), "programs": (264, 1056, 2112)},
+    key=SELECT_KEY, default_from="tiles.select", workload=select_workload, constraint=one_of_its_kind,
+    implied={"method": "radix", "chunk": 4096}))

@@ -1,0 +1,71 @@
+"""Top-k by chunk candidates, for many rows and a small k: the radix select's eight launches and
+two passes over each row cost more than one read of the row when every row has few programs.
+
+Stage 1 (grid rows x chunks): a program reads CHUNK keys of its row, packs each as the radix
+select's word (select key << 32 | column: the smallest words are the winners, ties to the lower
+column, NaN the largest value) and keeps the k smallest words of its chunk in the workspace
+[rows, chunks, k]. A word that wins the row wins its chunk (fewer than k words of the row, so of
+the chunk, are smaller), so the row's winners are among these candidates. Merge rounds (grid
+rows x groups): a program takes `group` consecutive lists of k candidates (group * k <= CHUNK
+words) and keeps their k smallest, until one list a row is left; the last round (or stage 1, for
+a row of one chunk) writes the values and the indices instead, in word order: ascending words are
+descending values for the largest, ascending for the smallest, and equal values in index order.
+
+A program selects with tl.topk, the bitonic top-k (Triton's standard library): it sorts runs of
+K = k to a power of two, then halves the words log2(CHUNK / K) times keeping the larger of each
+pair of runs, so it spends about log2(K)**2 / 2 compare-exchanges a word rather than a full
+sort's log2(CHUNK)**2 / 2, with no shared-memory histogram nor atomics, and every word stays in
+registers. The words are unique (their columns differ), so the result does not depend on how a
+network breaks ties. tl.topk keeps the largest: it runs on the words' complements.
+"""
+import triton
+import triton.language as tl
+
+from .select import _keys, _last_word
+
+
+@triton.jit
+def _smallest_words(words, K: tl.constexpr):
+    """The K smallest of a power-of-two block of words, ascending."""
+    return ~tl.topk(~words, K)
+
+
+@triton.jit
+def _keep(best, x_ptr, out_ptr, vals_ptr, idx_ptr, r, at, n, k, FINAL: tl.constexpr, K: tl.constexpr):
+    """The first k of best (ascending words): into list `at` of row r's candidates, or (FINAL) as
+    row r's values and indices."""
+    slots = tl.arange(0, K)
+    kept = slots < k
+    if FINAL:
+        pos = (best & 0xFFFFFFFF).to(tl.int64)
+        tl.store(vals_ptr + r * k + slots, tl.load(x_ptr + r * n + pos, mask=kept), mask=kept)
+        tl.store(idx_ptr + r * k + slots, pos, mask=kept)
+    else:
+        tl.store(out_ptr + at * k + slots, best, mask=kept)
+
+
+@triton.jit
+def chunk_candidates_kernel(x_ptr, out_ptr, vals_ptr, idx_ptr, n, k, LARGEST: tl.constexpr, FINAL: tl.constexpr,
+                            CHUNK: tl.constexpr, K: tl.constexpr):
+    """out[row, c] = the k smallest words of chunk c of the row (K: k to a power of two, <= CHUNK)."""
+    r, c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    cols = c * CHUNK + tl.arange(0, CHUNK)
+    u, inside = _keys(x_ptr, r, cols, n, LARGEST)
+    words = tl.where(inside, (u.to(tl.uint64) << 32) | cols.to(tl.uint64), _last_word(CHUNK))
+    best = _smallest_words(words, K)
+    _keep(best, x_ptr, out_ptr, vals_ptr, idx_ptr, r, r * tl.num_programs(1) + c, n, k, FINAL, K)
+
+
+@triton.jit
+def merge_candidates_kernel(x_ptr, in_ptr, out_ptr, vals_ptr, idx_ptr, n, k, lists, group,
+                            FINAL: tl.constexpr, BLOCK: tl.constexpr, K: tl.constexpr):
+    """out[row, g] = the k smallest words of lists g * group .. of the row's `lists` lists of k
+    (group * k <= BLOCK, a power of two)."""
+    r, g = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    first = g * group * k
+    slots = tl.arange(0, BLOCK)
+    inside = (slots < group * k) & (first + slots < lists * k)
+    words = tl.load(in_ptr + r * lists * k + first + slots, mask=inside)
+    words = tl.where(inside, words, _last_word(BLOCK))
+    best = _smallest_words(words, K)
+    _keep(best, x_ptr, out_ptr, vals_ptr, idx_ptr, r, r * tl.num_programs(1) + g, n, k, FINAL, K)
