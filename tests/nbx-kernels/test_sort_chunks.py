@@ -1,0 +1,134 @@
+"""top-k by chunk candidates (sort/chunks.py, the `chunks` method of the select tunable) against
+nbx's numpy reference (values and indices: ties to the lower index, NaN the largest value), on
+interp with small chunks: several chunks a row, a last chunk shorter than k, merge rounds of
+several lists and the last of fewer; the plan's shape at the H200's sizes; its candidates."""
+import sys
+
+import numpy as np
+import pytest
+
+import nbx.core as nbx
+from nbx.kernels import launch
+from nbx.kernels.cost import price
+from nbx.kernels.sort.chunks import chunk_candidates_kernel, merge_candidates_kernel
+from nbx.kernels.sort.topk import select_plan, select_rows
+
+from test_sort_select import requested_bytes
+
+rng = np.random.default_rng(17)
+
+
+def rows_with_ties_and_nans(shape, dtype):
+    a = rng.integers(-6, 6, shape).astype(np.float32) + rng.choice([0.0, 0.5], shape).astype(np.float32)
+    a[0, 3] = a[0, 170] = a[-1, -2] = np.nan           # NaNs in two chunks of a row, one in its last
+    a[-1, 0], a[-1, 1] = -0.0, 0.0
+    a[1 % shape[0], -40:] = 7.0                          # ties at the top, across a chunk boundary
+    return nbx.asarray(a).to(dtype=getattr(nbx, dtype))
+
+
+def chunks_setting(chunk: int) -> dict:
+    return {"method": "chunks", "chunk": chunk}
+
+
+def check(c, device, k, largest, chunk):
+    values, indices = select_rows(c.to(device), k, largest, setting=chunks_setting(chunk))
+    ref = nbx.topk(c, k, largest=largest)
+    assert values.dtype is c.dtype and values.shape == ref.values.shape and indices.dtype is ref.indices.dtype
+    np.testing.assert_array_equal(indices.numpy(), ref.indices.numpy())
+    np.testing.assert_array_equal(values.numpy().astype(np.float64), ref.values.numpy().astype(np.float64))
+
+
+@pytest.mark.parametrize("k, largest", [(2, True), (13, False), (32, True)])
+def test_chunk_candidates_keep_the_references_values_and_indices_in_float32(device, k, largest):
+    """300 keys in chunks of 64: 5 chunks, the last of 44 (fewer than k = 32 real keys); k = 13
+    and 32 take merge rounds (lists 5 -> 2 -> 1, 5 -> 3 -> 2 -> 1), k = 2 one."""
+    check(rows_with_ties_and_nans((3, 300), "float32"), device, k, largest, 64)
+
+
+@pytest.mark.parametrize("dtype, largest", [("bfloat16", True), ("float16", False)])
+def test_chunk_candidates_of_half_precision_rows_keep_the_references_order(device, dtype, largest):
+    check(rows_with_ties_and_nans((2, 300), dtype), device, 9, largest, 64)
+
+
+def test_a_row_of_one_chunk_is_written_by_stage_1_itself(device):
+    plan = select_plan((3, 300), nbx.float32, 7, True, device, chunks_setting(512))
+    assert [l.grid for l in plan.launches] == [(3, 1)] and plan.launches[0].meta["FINAL"]
+    check(rows_with_ties_and_nans((3, 300), "float32"), device, 7, True, 512)
+
+
+def test_a_k_of_half_the_chunk_merges_pairs_of_lists_over_three_rounds(device):
+    """k = chunk / 2, the largest the chunks serve: a merge program takes two lists (6 -> 3 -> 2 -> 1)."""
+    plan = select_plan((2, 700), nbx.float32, 64, True, device, chunks_setting(128))
+    assert [l.grid for l in plan.launches] == [(2, 6), (2, 3), (2, 2), (2, 1)]
+    check(rows_with_ties_and_nans((2, 700), "float32"), device, 64, True, 128)
+
+
+def test_the_chunks_plan_at_the_h200s_vocabulary_rows_and_where_the_radix_select_serves(device):
+    """[64, 151936] in chunks of 4096: 38 lists of k a row; k = 50 merges them in one round (81
+    lists a program), k = 1024 in three (4 lists a program); k = 1 and k above chunk / 2 take the
+    radix select; the workspace holds every list of stage 1 and of the first round."""
+    shape, setting = (64, 151936), chunks_setting(4096)
+    small = select_plan(shape, nbx.float32, 50, True, device, setting)
+    assert [(l.kernel, l.grid) for l in small.launches] == [(chunk_candidates_kernel, (64, 38)),
+                                                            (merge_candidates_kernel, (64, 1))]
+    assert small.launches[1].meta["BLOCK"] == 2048 and [b.name for b in small.workspace] == ["candidates"]
+    big = select_plan(shape, nbx.float32, 1024, True, device, setting)
+    assert [l.grid for l in big.launches] == [(64, 38), (64, 10), (64, 3), (64, 1)]
+    assert {b.name: b.shape for b in big.workspace} == {"candidates": (64 * 38 * 1024,), "merged": (64 * 10 * 1024,)}
+    assert big.detail["candidate_words"] == 64 * (38 + 10 + 3) * 1024
+    assert len(select_plan(shape, nbx.float32, 1, True, device, setting).launches) == 2
+    assert len(select_plan(shape, nbx.float32, 2049, True, device, setting).launches) == 8
+
+
+def test_served_chunks_run_topk_and_its_declared_cost_allocates_what_the_call_does(device, monkeypatch):
+    """nbx.topk with the chunks served (the certifier's pick, here patched in): the reference's
+    result, and the cost's buffers are those the call allocates."""
+    served = {**launch.tiles("select", device), **chunks_setting(64)}
+    # the module (nbx.kernels.sort's `topk` attribute is the op)
+    monkeypatch.setattr(sys.modules["nbx.kernels.sort.topk"], "select_setting", lambda *_: served)
+    c = rows_with_ties_and_nans((2, 333), "float32")   # a shape no other test's cached plan holds
+    d = c.to(device)
+    asked = requested_bytes(device, monkeypatch)
+    got = nbx.topk(d, 20, largest=False)
+    cost = price("topk", d, 20, largest=False)
+    assert sum(asked) == cost.allocated and len(asked) == len(cost.buffers)
+    assert cost.launches == 3 and "chunk candidates" in cost.notes[0]   # lists 6 -> 2 -> 1: stage 1, 2 rounds
+    ref = nbx.topk(c, 20, largest=False)
+    np.testing.assert_array_equal(got.indices.numpy(), ref.indices.numpy())
+    np.testing.assert_array_equal(got.values.numpy(), ref.values.numpy())
+
+
+def test_the_select_candidates_are_the_radix_settings_and_the_chunks_of_each_size_and_warps():
+    """A method's unread parameters take the device file's values (no two candidates run one plan);
+    certificates made before the method existed read as the radix select."""
+    from nbx.core import device_files
+    from nbx.kernels.sort.topk import SELECT
+    facts = device_files.for_arch("sm_90")
+    kept, pruned = SELECT.candidates(facts)
+    default = facts.value("tiles.select")
+    assert default in kept and len(kept) == 18 + 6
+    assert {(s["chunk"], s["num_warps"]) for s in kept if s["method"] == "chunks"} == {
+        (c, w) for c in (2048, 4096, 8192) for w in (4, 8)}
+    assert all(s["block"] == default["block"] and s["programs"] == default["programs"]
+               for s in kept if s["method"] == "chunks")
+    assert {s["chunk"] for s in kept if s["method"] == "radix"} == {default["chunk"]}
+    assert SELECT.implied["method"] == "radix"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_chunk_candidates_of_vocabulary_rows_match_the_reference_on_the_gpu(dtype):
+    """The H200's shapes under every chunk size: [64, 151936] (and one row), k = 50 and 1024."""
+    device = nbx.as_device("cuda")
+    logits = (nbx.randn(64, 151936, generator=nbx.Generator(seed=4)) * 3.0).to(dtype=getattr(nbx, dtype))
+    on_gpu = logits.to(device)
+    for k in (50, 1024):
+        refs = {largest: nbx.topk(logits, k, largest=largest) for largest in (True, False)}
+        for chunk in (2048, 4096, 8192):
+            for largest in (True, False):
+                values, indices = select_rows(on_gpu, k, largest, setting=chunks_setting(chunk))
+                np.testing.assert_array_equal(indices.numpy(), refs[largest].indices.numpy())
+                np.testing.assert_array_equal(values.numpy().astype(np.float64),
+                                              refs[largest].values.numpy().astype(np.float64))
+        one_row, expected = on_gpu[:1].contiguous(), refs[True].indices.numpy()[:1]
+        np.testing.assert_array_equal(select_rows(one_row, k, True, setting=chunks_setting(4096))[1].numpy(), expected)
