@@ -164,10 +164,11 @@ def select_workload(rep, device):
 
 def one_of_its_kind(setting, facts) -> bool | str:
     """The parameters a method does not read take the device file's values, so no two candidates
-    launch the same plan (the chunks read no block nor programs, the radix select no chunk)."""
-    default = facts.value("tiles.select")
-    unread = ("chunk",) if setting["method"] == "radix" else ("block", "programs")
-    return all(setting[p] == default[p] for p in unread) or f"the {setting['method']} method reads no {unread}"
+    launch the same plan (the chunks read no block nor programs, the radix select no chunk). A
+    certificate's setting made before the method existed lacks both: the radix select's."""
+    default, method = facts.value("tiles.select"), setting.get("method", "radix")
+    unread = ("chunk",) if method == "radix" else ("block", "programs")
+    return all(setting.get(p, default[p]) == default[p] for p in unread) or f"the {method} method reads no {unread}"
 
 
 SELECT = autotune.declare(autotune.Tunable(
