@@ -50,6 +50,20 @@ def test_chunk_candidates_of_half_precision_rows_keep_the_references_order(devic
     check(rows_with_ties_and_nans((2, 300), dtype), device, 9, largest, 64)
 
 
+@pytest.mark.parametrize("largest", [True, False])
+def test_the_bound_compacts_few_survivors_and_ties_take_the_whole_chunk(device, largest):
+    """Chunks of 512 for k = 16 (16 groups, 128 words of scratch): iid keys leave ~50 words under
+    the bound (compacted), a constant row all 512 (the whole chunk's top-k), small integers a
+    tie class of ~85 (compacted, the ties in index order); a NaN in the constant row."""
+    a = rng.standard_normal((3, 1500)).astype(np.float32)
+    a[1] = 1.0
+    a[1, 700] = np.nan
+    a[2] = rng.integers(-3, 3, 1500)
+    plan = select_plan((3, 1500), nbx.float32, 16, largest, device, chunks_setting(512))
+    assert plan.launches[0].meta["CAP"] == 128 and [l.grid for l in plan.launches] == [(3, 3), (3, 1)]
+    check(nbx.asarray(a), device, 16, largest, 512)
+
+
 def test_a_row_of_one_chunk_is_written_by_stage_1_itself(device):
     plan = select_plan((3, 300), nbx.float32, 7, True, device, chunks_setting(512))
     assert [l.grid for l in plan.launches] == [(3, 1)] and plan.launches[0].meta["FINAL"]
@@ -58,9 +72,9 @@ def test_a_row_of_one_chunk_is_written_by_stage_1_itself(device):
 
 def test_a_k_of_half_the_chunk_merges_pairs_of_lists_over_three_rounds(device):
     """k = chunk / 2, the largest the chunks serve: a merge program takes two lists (6 -> 3 -> 2 -> 1)."""
-    plan = select_plan((2, 700), nbx.float32, 64, True, device, chunks_setting(128))
+    plan = select_plan((2, 350), nbx.float32, 32, False, device, chunks_setting(64))
     assert [l.grid for l in plan.launches] == [(2, 6), (2, 3), (2, 2), (2, 1)]
-    check(rows_with_ties_and_nans((2, 700), "float32"), device, 64, True, 128)
+    check(rows_with_ties_and_nans((2, 350), "float32"), device, 32, False, 64)
 
 
 def test_the_chunks_plan_at_the_h200s_vocabulary_rows_and_where_the_radix_select_serves(device):
@@ -71,10 +85,12 @@ def test_the_chunks_plan_at_the_h200s_vocabulary_rows_and_where_the_radix_select
     small = select_plan(shape, nbx.float32, 50, True, device, setting)
     assert [(l.kernel, l.grid) for l in small.launches] == [(chunk_candidates_kernel, (64, 38)),
                                                             (merge_candidates_kernel, (64, 1))]
-    assert small.launches[1].meta["BLOCK"] == 2048 and [b.name for b in small.workspace] == ["candidates"]
+    assert small.launches[1].meta["BLOCK"] == 2048 and small.launches[0].meta["CAP"] == 512
+    assert {b.name: b.shape for b in small.workspace} == {"candidates": (64 * 38 * 50,), "scratch": (64 * 38 * 512,)}
     big = select_plan(shape, nbx.float32, 1024, True, device, setting)
     assert [l.grid for l in big.launches] == [(64, 38), (64, 10), (64, 3), (64, 1)]
     assert {b.name: b.shape for b in big.workspace} == {"candidates": (64 * 38 * 1024,), "merged": (64 * 10 * 1024,)}
+    assert big.launches[0].meta["CAP"] == 0   # 8 runs of 1024 would be the whole chunk: no bound
     assert big.detail["candidate_words"] == 64 * (38 + 10 + 3) * 1024
     assert len(select_plan(shape, nbx.float32, 1, True, device, setting).launches) == 2
     assert len(select_plan(shape, nbx.float32, 2049, True, device, setting).launches) == 8

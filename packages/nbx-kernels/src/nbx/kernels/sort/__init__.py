@@ -125,7 +125,8 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
 @declares("topk")
 def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
     """The buffers and launches of the plan that runs: one program a row (rows up to
-    tiles.sort.max_block_n, or k = 0), the radix select (k up to max_block_n), else the full sort's
+    tiles.sort.max_block_n, or k = 0), the radix select or the chunk candidates (k up to
+    max_block_n, the served setting's method), else the full sort's
     (its outputs the call's workspace) and the copies of its first k (their sum bounds that path's
     peak: the sort's workspace is freed before the copies)."""
     dim %= max(x.ndim, 1)
@@ -154,7 +155,8 @@ def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
     plan = select_rows_plan(shape, x.dtype, k, largest, x.device)
     if plan.detail is not None and plan.detail["method"] == "chunks":
         # one read of each row; each candidate word written once and read once by the next round;
-        # the outputs written and their values re-read from the row
+        # the outputs written and their values re-read from the row (the words a stage-1 program
+        # compacts under its bound depend on the data: counted as none, as the radix's candidates)
         words = plan.detail["candidate_words"]
         return Cost(buffers=plan.buffers(), bytes_moved=x.nbytes + 2 * 8 * words + out * (8 + 2 * x.dtype.itemsize),
                     launches=len(plan.launches),

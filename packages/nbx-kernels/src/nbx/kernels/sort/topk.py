@@ -108,6 +108,13 @@ def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchP
         plans.workspace("words", (rows * k,), dtypes.uint64)))
 
 
+def survivors_cap(chunk: int, K: int) -> int:
+    """The words a stage-1 program compacts under its bound (chunks._few_smallest_words): 8 K
+    holds iid keys' K (ln K + 0.6) survivors with room (k = 50: 512 for ~300), worth it where that
+    is at most a quarter of the chunk; 0: no bound."""
+    return 8 * K if 8 * K <= chunk // 4 else 0
+
+
 def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outputs) -> LaunchPlan:
     """Stage 1 over rows x chunks, then merge rounds of `group` lists a program until one list a
     row is left (the last writes the outputs); the rounds' lists alternate between two workspaces.
@@ -115,8 +122,10 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
     chunk, warps, K = s["chunk"], s["num_warps"], lanes(k)
     lists = triton.cdiv(n, chunk)
     x, values, indices = Slot("x"), Slot("values"), Slot("indices")
-    launches = [Launch(chunk_candidates_kernel, (rows, lists), (x, Slot("candidates"), values, indices, n, k),
-                       dict(LARGEST=largest, FINAL=lists == 1, CHUNK=chunk, K=K, num_warps=warps))]
+    cap = survivors_cap(chunk, K)
+    launches = [Launch(chunk_candidates_kernel, (rows, lists),
+                       (x, Slot("candidates"), values, indices, Slot("scratch" if cap else "candidates"), n, k),
+                       dict(LARGEST=largest, FINAL=lists == 1, CHUNK=chunk, K=K, CAP=cap, num_warps=warps))]
     group = max(2, chunk // k)
     written, source, target = rows * lists * k, "candidates", "merged"
     merged = triton.cdiv(lists, group)
@@ -131,6 +140,8 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
     workspace = [plans.workspace("candidates", (rows * triton.cdiv(n, chunk) * k,), dtypes.uint64)]
     if merged > 1:
         workspace.append(plans.workspace("merged", (rows * merged * k,), dtypes.uint64))
+    if cap:
+        workspace.append(plans.workspace("scratch", (rows * triton.cdiv(n, chunk) * cap,), dtypes.uint64))
     return LaunchPlan(device, tuple(launches), outputs, workspace=tuple(workspace),
                       detail={"method": "chunks", "candidate_words": written})
 
