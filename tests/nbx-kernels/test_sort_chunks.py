@@ -54,13 +54,15 @@ def test_chunk_candidates_of_half_precision_rows_keep_the_references_order(devic
 def test_the_bound_compacts_few_survivors_and_ties_take_the_whole_chunk(device, largest):
     """Chunks of 512 for k = 16 (16 groups, 128 words of scratch): iid keys leave ~50 words under
     the bound (compacted), a constant row all 512 (the whole chunk's top-k), small integers a
-    tie class of ~85 (compacted, the ties in index order); a NaN in the constant row."""
-    a = rng.standard_normal((3, 1500)).astype(np.float32)
+    tie class of ~85 (compacted, the ties in index order); a NaN in the constant row; one winner
+    in each group of 32 of the first chunk, so the bound is itself the 16th winner."""
+    a = rng.standard_normal((4, 1500)).astype(np.float32)
     a[1] = 1.0
     a[1, 700] = np.nan
     a[2] = rng.integers(-3, 3, 1500)
-    plan = select_plan((3, 1500), nbx.float32, 16, largest, device, chunks_setting(512))
-    assert plan.launches[0].meta["CAP"] == 128 and [l.grid for l in plan.launches] == [(3, 3), (3, 1)]
+    a[3, 5:512:32] = (100.0 + rng.permutation(16)) * (1 if largest else -1)
+    plan = select_plan((4, 1500), nbx.float32, 16, largest, device, chunks_setting(512))
+    assert plan.launches[0].meta["CAP"] == 128 and [l.grid for l in plan.launches] == [(4, 3), (4, 1)]
     check(nbx.asarray(a), device, 16, largest, 512)
 
 
