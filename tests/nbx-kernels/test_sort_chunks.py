@@ -19,6 +19,10 @@ rng = np.random.default_rng(17)
 
 
 def rows_with_ties_and_nans(shape, dtype):
+    if dtype.startswith("int"):
+        a = rng.integers(-100, 100, shape).astype(dtype)
+        a[1 % shape[0], -40:] = 120                      # ties at the top, across a chunk boundary
+        return nbx.asarray(a)
     a = rng.integers(-6, 6, shape).astype(np.float32) + rng.choice([0.0, 0.5], shape).astype(np.float32)
     a[0, 3] = a[0, 170] = a[-1, -2] = np.nan           # NaNs in two chunks of a row, one in its last
     a[-1, 0], a[-1, 1] = -0.0, 0.0
@@ -45,8 +49,8 @@ def test_chunk_candidates_keep_the_references_values_and_indices_in_float32(devi
     check(rows_with_ties_and_nans((3, 300), "float32"), device, k, largest, 64)
 
 
-@pytest.mark.parametrize("dtype, largest", [("bfloat16", True), ("float16", False)])
-def test_chunk_candidates_of_half_precision_rows_keep_the_references_order(device, dtype, largest):
+@pytest.mark.parametrize("dtype, largest", [("bfloat16", True), ("float16", False), ("int8", True)])
+def test_chunk_candidates_of_half_precision_and_integer_rows_keep_the_references_order(device, dtype, largest):
     check(rows_with_ties_and_nans((2, 300), dtype), device, 9, largest, 64)
 
 
