@@ -151,8 +151,8 @@ def test_the_chunk_candidates_of_top_k_lower_for_sm90_through_the_layout_passes(
                                                         ("*fp32", True, False, 8192, 1024, 0))]
     cases += [(chunks, "merge_candidates_kernel", {"x_ptr": "*fp32", "in_ptr": "*u64", "out_ptr": "*u64", **outs,
                                                    "lists": "i32", "group": "i32"},
-               {"FINAL": final, "BLOCK": block, "K": big}, {"num_warps": 8, "through": "ttgir"})
-              for final, block, big in ((True, 2048, 64), (False, 4096, 1024), (True, 4096, 1024))]
+               {"FINAL": final, "LOG_RUNS": runs, "LOG_K": big}, {"num_warps": 8, "through": "ttgir"})
+              for final, runs, big in ((True, 6, 6), (False, 2, 10), (True, 2, 10), (True, 1, 4))]
     assert lowering_failures(cases) == []
 
 

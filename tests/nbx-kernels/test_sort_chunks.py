@@ -44,8 +44,9 @@ def check(c, device, k, largest, chunk):
 
 @pytest.mark.parametrize("k, largest", [(2, True), (13, False), (32, True)])
 def test_chunk_candidates_keep_the_references_values_and_indices_in_float32(device, k, largest):
-    """300 keys in chunks of 64: 5 chunks, the last of 44 (fewer than k = 32 real keys); k = 13
-    and 32 take merge rounds (lists 5 -> 2 -> 1, 5 -> 3 -> 2 -> 1), k = 2 one."""
+    """300 keys in chunks of 64: 5 chunks, the last of 44 (fewer than k = 32 real keys); merge
+    rounds of 4 lists a program for k = 2 and 13 (5 -> 2 -> 1: the last round's second program
+    holds one list, padded), of 2 for k = 32 (5 -> 3 -> 2 -> 1)."""
     check(rows_with_ties_and_nans((3, 300), "float32"), device, k, largest, 64)
 
 
@@ -84,14 +85,15 @@ def test_a_k_of_half_the_chunk_merges_pairs_of_lists_over_three_rounds(device):
 
 
 def test_the_chunks_plan_at_the_h200s_vocabulary_rows_and_where_the_radix_select_serves(device):
-    """[64, 151936] in chunks of 4096: 38 lists of k a row; k = 50 merges them in one round (81
-    lists a program), k = 1024 in three (4 lists a program); k = 1 and k above chunk / 2 take the
-    radix select; the workspace holds every list of stage 1 and of the first round."""
+    """[64, 151936] in chunks of 4096: 38 lists of k a row; k = 50 merges them in one round (64
+    runs of 64 words a program), k = 1024 in three (4 lists a program); k = 1 and k above
+    chunk / 2 take the radix select; the workspace holds every list of stage 1 and of the first
+    round, and stage 1's scratch where its bound applies."""
     shape, setting = (64, 151936), chunks_setting(4096)
     small = select_plan(shape, nbx.float32, 50, True, device, setting)
     assert [(l.kernel, l.grid) for l in small.launches] == [(chunk_candidates_kernel, (64, 38)),
                                                             (merge_candidates_kernel, (64, 1))]
-    assert small.launches[1].meta["BLOCK"] == 2048 and small.launches[0].meta["CAP"] == 512
+    assert small.launches[1].meta["LOG_RUNS"] == 6 and small.launches[0].meta["CAP"] == 512
     assert {b.name: b.shape for b in small.workspace} == {"candidates": (64 * 38 * 50,), "scratch": (64 * 38 * 512,)}
     big = select_plan(shape, nbx.float32, 1024, True, device, setting)
     assert [l.grid for l in big.launches] == [(64, 38), (64, 10), (64, 3), (64, 1)]
@@ -114,7 +116,7 @@ def test_served_chunks_run_topk_and_its_declared_cost_allocates_what_the_call_do
     got = nbx.topk(d, 20, largest=False)
     cost = price("topk", d, 20, largest=False)
     assert sum(asked) == cost.allocated and len(asked) == len(cost.buffers)
-    assert cost.launches == 3 and "chunk candidates" in cost.notes[0]   # lists 6 -> 2 -> 1: stage 1, 2 rounds
+    assert cost.launches == 4 and "chunk candidates" in cost.notes[0]   # lists 6 -> 3 -> 2 -> 1: stage 1, 3 rounds
     ref = nbx.topk(c, 20, largest=False)
     np.testing.assert_array_equal(got.indices.numpy(), ref.indices.numpy())
     np.testing.assert_array_equal(got.values.numpy(), ref.values.numpy())

@@ -6,8 +6,9 @@ select's word (select key << 32 | column: the smallest words are the winners, ti
 column, NaN the largest value) and keeps the k smallest words of its chunk in the workspace
 [rows, chunks, k]. A word that wins the row wins its chunk (fewer than k words of the row, so of
 the chunk, are smaller), so the row's winners are among these candidates. Merge rounds (grid
-rows x groups): a program takes `group` consecutive lists of k candidates (group * k <= CHUNK
-words) and keeps their k smallest, until one list a row is left; the last round (or stage 1, for
+rows x groups): a program takes `group` consecutive sorted lists of k candidates (group * K <=
+CHUNK words, K = k to a power of two) and keeps their k smallest by the halvings of a bitonic
+top-k alone (the lists are its sorted runs already), until one list a row is left; the last round (or stage 1, for
 a row of one chunk) writes the values and the indices instead, in word order: ascending words are
 descending values for the largest, ascending for the smallest, and equal values in index order.
 
@@ -22,6 +23,7 @@ for k = 50 of iid logits, so stage 1 costs about one read of the row and a 512-w
 """
 import triton
 import triton.language as tl
+from triton.language.standard import _bitonic_merge_hypercube   # tl.topk's merge step (both Triton 3.6 and 3.9)
 
 from .select import _keys, _last_word
 
@@ -87,15 +89,32 @@ def chunk_candidates_kernel(x_ptr, out_ptr, vals_ptr, idx_ptr, scratch_ptr, n, k
 
 
 @triton.jit
+def _smallest_of_runs(words, LOG_N: tl.constexpr, LOG_K: tl.constexpr):
+    """The 2**LOG_K smallest of 2**LOG_N words in runs of 2**LOG_K, each run sorted, even runs
+    descending and odd ones ascending: the second half of tl.topk (its first half sorts such runs)
+    on the complements: log2(runs) halvings, each keeping the smaller word of each pair of runs
+    and merging the bitonic result (LOG_K compare-exchange stages), the last one ascending."""
+    h = tl.reshape(~words, [2] * LOG_N)
+    for i in tl.static_range(LOG_K + 1, LOG_N + 1):
+        h = tl.max(h, axis=LOG_N - i)
+        h = _bitonic_merge_hypercube(h, LOG_K, 2 if i < LOG_N else 1)
+    return ~tl.reshape(h, [2 ** LOG_K])
+
+
+@triton.jit
 def merge_candidates_kernel(x_ptr, in_ptr, out_ptr, vals_ptr, idx_ptr, n, k, lists, group,
-                            FINAL: tl.constexpr, BLOCK: tl.constexpr, K: tl.constexpr):
+                            FINAL: tl.constexpr, LOG_RUNS: tl.constexpr, LOG_K: tl.constexpr):
     """out[row, g] = the k smallest words of lists g * group .. of the row's `lists` lists of k
-    (group * k <= BLOCK, a power of two)."""
+    ascending words (group <= 2**LOG_RUNS >= 2 lists a program, K = 2**LOG_K >= k): each list read
+    as a run of K, padded with the last word, even runs reversed, so only the halvings remain."""
     r, g = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    first = g * group * k
-    slots = tl.arange(0, BLOCK)
-    inside = (slots < group * k) & (first + slots < lists * k)
-    words = tl.load(in_ptr + r * lists * k + first + slots, mask=inside)
-    words = tl.where(inside, words, _last_word(BLOCK))
-    best = _smallest_words(words, K)
+    K: tl.constexpr = 2 ** LOG_K
+    run = tl.arange(0, 2 ** LOG_RUNS)[:, None]
+    slot = tl.arange(0, K)[None, :]
+    src = tl.where(run % 2 == 0, K - 1 - slot, slot)
+    listed = g * group + run
+    inside = (run < group) & (listed < lists) & (src < k)
+    words = tl.load(in_ptr + (r * lists + listed) * k + src, mask=inside)
+    words = tl.where(inside, words, _last_word(K)[None, :])
+    best = _smallest_of_runs(tl.reshape(words, [2 ** (LOG_RUNS + LOG_K)]), LOG_RUNS + LOG_K, LOG_K)
     _keep(best, x_ptr, out_ptr, vals_ptr, idx_ptr, r, r * tl.num_programs(1) + g, n, k, FINAL, K)

@@ -108,6 +108,10 @@ def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchP
         plans.workspace("words", (rows * k,), dtypes.uint64)))
 
 
+def log2(power: int) -> int:
+    return power.bit_length() - 1
+
+
 def survivors_cap(chunk: int, K: int) -> int:
     """The words a stage-1 program compacts under its bound (chunks._few_smallest_words): 8 K
     holds iid keys' K (ln K + 0.6) survivors with room (k = 50: 512 for ~300), worth it where that
@@ -116,8 +120,9 @@ def survivors_cap(chunk: int, K: int) -> int:
 
 
 def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outputs) -> LaunchPlan:
-    """Stage 1 over rows x chunks, then merge rounds of `group` lists a program until one list a
-    row is left (the last writes the outputs); the rounds' lists alternate between two workspaces.
+    """Stage 1 over rows x chunks, then merge rounds of `group` lists a program (runs of K words,
+    group * K <= chunk) until one list a row is left (the last writes the outputs); the rounds'
+    lists alternate between two workspaces.
     detail: the candidate words the launches write (each read once by the next), for the cost."""
     chunk, warps, K = s["chunk"], s["num_warps"], lanes(k)
     lists = triton.cdiv(n, chunk)
@@ -126,7 +131,7 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
     launches = [Launch(chunk_candidates_kernel, (rows, lists),
                        (x, Slot("candidates"), values, indices, Slot("scratch" if cap else "candidates"), n, k),
                        dict(LARGEST=largest, FINAL=lists == 1, CHUNK=chunk, K=K, CAP=cap, num_warps=warps))]
-    group = max(2, chunk // k)
+    group = max(2, chunk // K)
     written, source, target = rows * lists * k, "candidates", "merged"
     merged = triton.cdiv(lists, group)
     while lists > 1:
@@ -134,7 +139,8 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
         launches.append(Launch(merge_candidates_kernel, (rows, groups),
                                (x, Slot(source), Slot(source if groups == 1 else target), values, indices, n, k,
                                 lists, group),
-                               dict(FINAL=groups == 1, BLOCK=lanes(min(group, lists) * k), K=K, num_warps=warps)))
+                               dict(FINAL=groups == 1, LOG_RUNS=log2(min(group, pow2_at_least(lists))),
+                                    LOG_K=log2(K), num_warps=warps)))
         written += 0 if groups == 1 else rows * groups * k
         lists, source, target = groups, target, source
     workspace = [plans.workspace("candidates", (rows * triton.cdiv(n, chunk) * k,), dtypes.uint64)]
