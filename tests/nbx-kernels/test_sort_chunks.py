@@ -10,7 +10,7 @@ import pytest
 import nbx.core as nbx
 from nbx.kernels import launch
 from nbx.kernels.cost import price
-from nbx.kernels.sort.chunks import chunk_candidates_kernel, merge_candidates_kernel
+from nbx.kernels.sort.chunks import chunk_candidates_kernel, merge_candidates_kernel, row_bound_kernel
 from nbx.kernels.sort.topk import select_plan, select_rows
 
 from test_sort_select import requested_bytes
@@ -44,9 +44,10 @@ def check(c, device, k, largest, chunk):
 
 @pytest.mark.parametrize("k, largest", [(2, True), (13, False), (32, True)])
 def test_chunk_candidates_keep_the_references_values_and_indices_in_float32(device, k, largest):
-    """300 keys in chunks of 64: 5 chunks, the last of 44 (fewer than k = 32 real keys); merge
-    rounds of 4 lists a program for k = 2 and 13 (5 -> 2 -> 1: the last round's second program
-    holds one list, padded), of 2 for k = 32 (5 -> 3 -> 2 -> 1)."""
+    """300 keys in chunks of 64 (too few for a chunk's own bound: the row's): 5 chunks, the last
+    of 44 (fewer than k = 32 real keys); merge rounds of 4 lists a program for k = 2 and 13
+    (5 -> 2 -> 1: the last round's second program holds one list, padded), of 2 for k = 32
+    (5 -> 3 -> 2 -> 1)."""
     check(rows_with_ties_and_nans((3, 300), "float32"), device, k, largest, 64)
 
 
@@ -71,6 +72,20 @@ def test_the_bound_compacts_few_survivors_and_ties_take_the_whole_chunk(device, 
     check(nbx.asarray(a), device, 16, largest, 512)
 
 
+@pytest.mark.parametrize("largest", [True, False])
+def test_the_rows_bound_compacts_few_survivors_and_a_weak_group_takes_whole_chunks(device, largest):
+    """k = 13 in chunks of 64: 16 groups of a row's columns mod 16. iid rows leave a few survivors
+    a chunk (compacted); a row whose group 15 holds only the worst values bounds nothing (every
+    chunk's whole top-k); rows of 14 keys leave two of the 16 groups empty (no bound: all survive)."""
+    a = rng.standard_normal((3, 420)).astype(np.float32)
+    a[1, 15::16] = -1000.0 if largest else 1000.0
+    a[2, 9] = np.nan
+    plan = select_plan((3, 420), nbx.float32, 13, largest, device, chunks_setting(64))
+    assert plan.launches[1].kernel is row_bound_kernel and plan.launches[2].meta["CAP"] == 16
+    check(nbx.asarray(a), device, 13, largest, 64)
+    check(nbx.asarray(a[:, :14].copy()), device, 13, largest, 64)
+
+
 def test_a_row_of_one_chunk_is_written_by_stage_1_itself(device):
     plan = select_plan((3, 300), nbx.float32, 7, True, device, chunks_setting(512))
     assert [l.grid for l in plan.launches] == [(3, 1)] and plan.launches[0].meta["FINAL"]
@@ -80,7 +95,7 @@ def test_a_row_of_one_chunk_is_written_by_stage_1_itself(device):
 def test_a_k_of_half_the_chunk_merges_pairs_of_lists_over_three_rounds(device):
     """k = chunk / 2, the largest the chunks serve: a merge program takes two lists (6 -> 3 -> 2 -> 1)."""
     plan = select_plan((2, 350), nbx.float32, 32, False, device, chunks_setting(64))
-    assert [l.grid for l in plan.launches] == [(2, 6), (2, 3), (2, 2), (2, 1)]
+    assert [l.grid for l in plan.launches][-4:] == [(2, 6), (2, 3), (2, 2), (2, 1)]
     check(rows_with_ties_and_nans((2, 350), "float32"), device, 32, False, 64)
 
 
@@ -96,9 +111,14 @@ def test_the_chunks_plan_at_the_h200s_vocabulary_rows_and_where_the_radix_select
     assert small.launches[1].meta["LOG_RUNS"] == 6 and small.launches[0].meta["CAP"] == 512
     assert {b.name: b.shape for b in small.workspace} == {"candidates": (64 * 38 * 50,), "scratch": (64 * 38 * 512,)}
     big = select_plan(shape, nbx.float32, 1024, True, device, setting)
-    assert [l.grid for l in big.launches] == [(64, 38), (64, 10), (64, 3), (64, 1)]
-    assert {b.name: b.shape for b in big.workspace} == {"candidates": (64 * 38 * 1024,), "merged": (64 * 10 * 1024,)}
-    assert big.launches[0].meta["CAP"] == 0   # 8 runs of 1024 would be the whole chunk: no bound
+    assert [(l.kernel, l.grid) for l in big.launches][1:] == [
+        (row_bound_kernel, (64, 38)), (chunk_candidates_kernel, (64, 38)), (merge_candidates_kernel, (64, 10)),
+        (merge_candidates_kernel, (64, 3)), (merge_candidates_kernel, (64, 1))]   # after the bound's zeroing
+    assert {b.name: b.shape for b in big.workspace} == {"candidates": (64 * 38 * 1024,), "merged": (64 * 10 * 1024,),
+                                                        "scratch": (64 * 38 * 1024,), "bound": (64 * 1024,)}
+    # 8 runs of 1024 would be the whole chunk: the row's 1024 groups bound it, the survivors fit 1024
+    assert big.launches[2].meta["ROW_BOUND"] and big.launches[2].meta["CAP"] == 1024
+    assert not small.launches[0].meta["ROW_BOUND"]
     assert big.detail["candidate_words"] == 64 * (38 + 10 + 3) * 1024
     assert len(select_plan(shape, nbx.float32, 1, True, device, setting).launches) == 2
     assert len(select_plan(shape, nbx.float32, 2049, True, device, setting).launches) == 8
@@ -116,7 +136,8 @@ def test_served_chunks_run_topk_and_its_declared_cost_allocates_what_the_call_do
     got = nbx.topk(d, 20, largest=False)
     cost = price("topk", d, 20, largest=False)
     assert sum(asked) == cost.allocated and len(asked) == len(cost.buffers)
-    assert cost.launches == 4 and "chunk candidates" in cost.notes[0]   # lists 6 -> 3 -> 2 -> 1: stage 1, 3 rounds
+    # the bound's zeroing and groups, stage 1, 3 rounds (lists 6 -> 3 -> 2 -> 1)
+    assert cost.launches == 6 and "chunk candidates" in cost.notes[0]
     ref = nbx.topk(c, 20, largest=False)
     np.testing.assert_array_equal(got.indices.numpy(), ref.indices.numpy())
     np.testing.assert_array_equal(got.values.numpy(), ref.values.numpy())

@@ -154,13 +154,15 @@ def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
                     notes=sort.notes + ("then its first k copied",))
     plan = select_rows_plan(shape, x.dtype, k, largest, x.device)
     if plan.detail is not None and plan.detail["method"] == "chunks":
-        # one read of each row; each candidate word written once and read once by the next round;
-        # the outputs written and their values re-read from the row (the words a stage-1 program
-        # compacts under its bound depend on the data: counted as none, as the radix's candidates)
-        words = plan.detail["candidate_words"]
-        return Cost(buffers=plan.buffers(), bytes_moved=x.nbytes + 2 * 8 * words + out * (8 + 2 * x.dtype.itemsize),
+        # one read of each row (two with the row's bound); each candidate word written once and read
+        # once by the next round; the outputs written and their values re-read from the row (the
+        # words a stage-1 program compacts under its bound depend on the data: counted as none)
+        words, passes = plan.detail["candidate_words"], plan.detail["passes"]
+        return Cost(buffers=plan.buffers(),
+                    bytes_moved=passes * x.nbytes + 2 * 8 * words + out * (8 + 2 * x.dtype.itemsize),
                     launches=len(plan.launches),
-                    notes=(f"chunk candidates: one pass over each row, then {len(plan.launches) - 1} merge rounds",))
+                    notes=(f"chunk candidates: {passes} pass(es) over each row (the second: the row's bound "
+                           "first), then merge rounds",))
     # k = 1: one reduction pass; else two full passes (the top-digit histogram, the filter), then
     # passes over the candidates only (their count depends on the data: counted here as none)
     passes = 1 if k == 1 else 2

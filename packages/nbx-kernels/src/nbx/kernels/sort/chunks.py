@@ -49,14 +49,18 @@ def _keep(best, x_ptr, out_ptr, vals_ptr, idx_ptr, r, at, n, k, FINAL: tl.conste
 
 
 @triton.jit
-def _few_smallest_words(words, inside, scratch_ptr, at, CHUNK: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr):
-    """The K smallest of a chunk's words, through a bound: split the words into K groups; the
-    largest of the groups' smallest words B has K words at or below it (the groups' smallest), so
-    the chunk's K smallest are all <= B. Where at most CAP words are (iid keys: about
-    K * (ln K + 0.6) of them), they are compacted into this program's CAP words of scratch (at:
-    its place) and only those go through tl.topk; else (ties, a short chunk) all the words do."""
-    groups = tl.reshape(words, [K, CHUNK // K])   # K groups of consecutive words (any split bounds)
-    bound = tl.max(tl.min(groups, axis=1), axis=0)
+def _chunk_bound(words, CHUNK: tl.constexpr, K: tl.constexpr):
+    """The largest of K groups' smallest words (K groups of consecutive words of the chunk)."""
+    return tl.max(tl.min(tl.reshape(words, [K, CHUNK // K]), axis=1), axis=0)
+
+
+@triton.jit
+def _few_smallest_words(words, inside, bound, scratch_ptr, at, CHUNK: tl.constexpr, K: tl.constexpr,
+                        CAP: tl.constexpr):
+    """The K smallest of a chunk's words given a bound at or above them (the largest of K groups'
+    smallest words: K words are at or below it, the groups' smallest). Where at most CAP words
+    are <= bound, they are compacted into this program's CAP words of scratch (at: its place) and
+    only those go through tl.topk; else (ties, a short chunk) all the words do."""
     keep = inside & (words <= bound)
     count = tl.sum(keep.to(tl.int32), 0)
     if count <= CAP:
@@ -72,19 +76,40 @@ def _few_smallest_words(words, inside, scratch_ptr, at, CHUNK: tl.constexpr, K: 
 
 
 @triton.jit
-def chunk_candidates_kernel(x_ptr, out_ptr, vals_ptr, idx_ptr, scratch_ptr, n, k, LARGEST: tl.constexpr,
-                            FINAL: tl.constexpr, CHUNK: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr):
-    """out[row, c] = the k smallest words of chunk c of the row (K: k to a power of two, <= CHUNK;
-    CAP: the survivors of the bound a program compacts, 0 for no bound)."""
-    r, c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    at = r * tl.num_programs(1) + c
+def _words(x_ptr, r, c, n, LARGEST: tl.constexpr, CHUNK: tl.constexpr):
     cols = c * CHUNK + tl.arange(0, CHUNK)
     u, inside = _keys(x_ptr, r, cols, n, LARGEST)
-    words = tl.where(inside, (u.to(tl.uint64) << 32) | cols.to(tl.uint64), _last_word(CHUNK))
-    if CAP > 0:
-        best = _few_smallest_words(words, inside, scratch_ptr, at, CHUNK, K, CAP)
-    else:
+    return tl.where(inside, (u.to(tl.uint64) << 32) | cols.to(tl.uint64), _last_word(CHUNK)), inside
+
+
+@triton.jit
+def row_bound_kernel(x_ptr, bound_ptr, n, LARGEST: tl.constexpr, CHUNK: tl.constexpr, K: tl.constexpr):
+    """bound[row, g] = the complement of the smallest word of the row's group g (its columns = g
+    mod K), by an atomic max of complements (bound zeroed first; a group with no column stays 0)."""
+    r, c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    words, inside = _words(x_ptr, r, c, n, LARGEST, CHUNK)
+    flipped = tl.max(tl.reshape(tl.where(inside, ~words, 0), [CHUNK // K, K]), axis=0)
+    tl.atomic_max(bound_ptr + r * K + tl.arange(0, K), flipped, sem="relaxed")
+
+
+@triton.jit
+def chunk_candidates_kernel(x_ptr, out_ptr, vals_ptr, idx_ptr, scratch_ptr, bound_ptr, n, k, LARGEST: tl.constexpr,
+                            FINAL: tl.constexpr, CHUNK: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr,
+                            ROW_BOUND: tl.constexpr):
+    """out[row, c] = the k smallest words of chunk c of the row (K: k to a power of two, <= CHUNK;
+    CAP: the survivors of the bound a program compacts, 0 for no bound; ROW_BOUND: the bound is
+    the row's, from row_bound_kernel's groups, else the chunk's own)."""
+    r, c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    at = r * tl.num_programs(1) + c
+    words, inside = _words(x_ptr, r, c, n, LARGEST, CHUNK)
+    if CAP == 0:
         best = _smallest_words(words, K)
+    else:
+        if ROW_BOUND:
+            bound = ~tl.min(tl.load(bound_ptr + r * K + tl.arange(0, K)), 0)
+        else:
+            bound = _chunk_bound(words, CHUNK, K)
+        best = _few_smallest_words(words, inside, bound, scratch_ptr, at, CHUNK, K, CAP)
     _keep(best, x_ptr, out_ptr, vals_ptr, idx_ptr, r, at, n, k, FINAL, K)
 
 

@@ -24,7 +24,7 @@ from nbx.core import dtypes
 from .. import launch, plans
 from ..plans import Launch, LaunchPlan, Slot
 from ..rows import pow2_at_least
-from .chunks import chunk_candidates_kernel, merge_candidates_kernel
+from .chunks import chunk_candidates_kernel, merge_candidates_kernel, row_bound_kernel
 from .select import (best_word_kernel, candidate_histogram_kernel, select_compact_kernel, select_counts_kernel,
                      select_filter_kernel, select_histogram_kernel, sort_words_kernel, zero_kernel)
 
@@ -113,9 +113,10 @@ def log2(power: int) -> int:
 
 
 def survivors_cap(chunk: int, K: int) -> int:
-    """The words a stage-1 program compacts under its bound (chunks._few_smallest_words): 8 K
-    holds iid keys' K (ln K + 0.6) survivors with room (k = 50: 512 for ~300), worth it where that
-    is at most a quarter of the chunk; 0: no bound."""
+    """The words a stage-1 program compacts under its chunk's own bound (chunks._few_smallest_words):
+    8 K holds iid keys' K (ln K + 0.6) survivors with room (k = 50: 512 for ~300), worth it where
+    that is at most a quarter of the chunk; 0: the row's bound instead (row_bound_kernel: K groups
+    of n / K keys leave ~K (ln K + 0.6) survivors a row, a few hundred a chunk, compacted into K)."""
     return 8 * K if 8 * K <= chunk // 4 else 0
 
 
@@ -128,9 +129,18 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
     lists = triton.cdiv(n, chunk)
     x, values, indices = Slot("x"), Slot("values"), Slot("indices")
     cap = survivors_cap(chunk, K)
-    launches = [Launch(chunk_candidates_kernel, (rows, lists),
-                       (x, Slot("candidates"), values, indices, Slot("scratch" if cap else "candidates"), n, k),
-                       dict(LARGEST=largest, FINAL=lists == 1, CHUNK=chunk, K=K, CAP=cap, num_warps=warps))]
+    row_bound = cap == 0   # too few groups a chunk for its own bound: the row's groups bound it
+    launches = []
+    if row_bound:
+        cap, bound = K, Slot("bound")
+        launches += [Launch(zero_kernel, (triton.cdiv(rows * K, 1024),), (bound, rows * K), dict(BLOCK=1024, num_warps=4)),
+                     Launch(row_bound_kernel, (rows, lists), (x, bound, n),
+                            dict(LARGEST=largest, CHUNK=chunk, K=K, num_warps=warps))]
+    launches.append(Launch(chunk_candidates_kernel, (rows, lists),
+                           (x, Slot("candidates"), values, indices, Slot("scratch"),
+                            Slot("bound" if row_bound else "scratch"), n, k),
+                           dict(LARGEST=largest, FINAL=lists == 1, CHUNK=chunk, K=K, CAP=cap, ROW_BOUND=row_bound,
+                                num_warps=warps)))
     group = max(2, chunk // K)
     written, source, target = rows * lists * k, "candidates", "merged"
     merged = triton.cdiv(lists, group)
@@ -146,10 +156,11 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
     workspace = [plans.workspace("candidates", (rows * triton.cdiv(n, chunk) * k,), dtypes.uint64)]
     if merged > 1:
         workspace.append(plans.workspace("merged", (rows * merged * k,), dtypes.uint64))
-    if cap:
-        workspace.append(plans.workspace("scratch", (rows * triton.cdiv(n, chunk) * cap,), dtypes.uint64))
+    workspace.append(plans.workspace("scratch", (rows * triton.cdiv(n, chunk) * cap,), dtypes.uint64))
+    if row_bound:
+        workspace.append(plans.workspace("bound", (rows * K,), dtypes.uint64))
     return LaunchPlan(device, tuple(launches), outputs, workspace=tuple(workspace),
-                      detail={"method": "chunks", "candidate_words": written})
+                      detail={"method": "chunks", "candidate_words": written, "passes": 2 if row_bound else 1})
 
 
 def select_rows_plan(shape, dtype, k: int, largest: bool, device, setting=None) -> LaunchPlan:
