@@ -30,12 +30,12 @@ def rows_with_ties_and_nans(shape, dtype):
     return nbx.asarray(a).to(dtype=getattr(nbx, dtype))
 
 
-def chunks_setting(chunk: int) -> dict:
-    return {"method": "chunks", "chunk": chunk}
+def chunks_setting(chunk: int, bound: str = "chunk") -> dict:
+    return {"method": "chunks", "chunk": chunk, "bound": bound}
 
 
-def check(c, device, k, largest, chunk):
-    values, indices = select_rows(c.to(device), k, largest, setting=chunks_setting(chunk))
+def check(c, device, k, largest, chunk, bound="chunk"):
+    values, indices = select_rows(c.to(device), k, largest, setting=chunks_setting(chunk, bound))
     ref = nbx.topk(c, k, largest=largest)
     assert values.dtype is c.dtype and values.shape == ref.values.shape and indices.dtype is ref.indices.dtype
     np.testing.assert_array_equal(indices.numpy(), ref.indices.numpy())
@@ -56,10 +56,10 @@ def test_chunk_candidates_of_half_precision_and_integer_rows_keep_the_references
     check(rows_with_ties_and_nans((2, 300), dtype), device, 9, largest, 64)
 
 
-@pytest.mark.parametrize("largest", [True, False])
-def test_the_bound_compacts_few_survivors_and_ties_take_the_whole_chunk(device, largest):
-    """Chunks of 512 for k = 16 (16 groups, 128 words of scratch): iid keys leave ~50 words under
-    the bound (compacted), a constant row all 512 (the whole chunk's top-k), small integers a
+@pytest.mark.parametrize("largest, bound", [(True, "chunk"), (False, "chunk"), (True, "row")])
+def test_the_bound_compacts_few_survivors_and_ties_take_the_whole_chunk(device, largest, bound):
+    """Chunks of 512 for k = 16 (16 groups, 128 words of scratch), the chunk's bound or the row's:
+    iid keys leave ~50 words under the chunk's bound (compacted), a constant row all 512 (the whole chunk's top-k), small integers a
     tie class of ~85 (compacted, the ties in index order); a NaN in the constant row; one winner
     in each group of 32 of the first chunk, so the bound is itself the 16th winner."""
     a = rng.standard_normal((4, 1500)).astype(np.float32)
@@ -67,9 +67,9 @@ def test_the_bound_compacts_few_survivors_and_ties_take_the_whole_chunk(device, 
     a[1, 700] = np.nan
     a[2] = rng.integers(-3, 3, 1500)
     a[3, 5:512:32] = (100.0 + rng.permutation(16)) * (1 if largest else -1)
-    plan = select_plan((4, 1500), nbx.float32, 16, largest, device, chunks_setting(512))
-    assert plan.launches[0].meta["CAP"] == 128 and [l.grid for l in plan.launches] == [(4, 3), (4, 1)]
-    check(nbx.asarray(a), device, 16, largest, 512)
+    plan = select_plan((4, 1500), nbx.float32, 16, largest, device, chunks_setting(512, bound))
+    assert plan.launches[-2].meta["CAP"] == 128 and [l.grid for l in plan.launches][-2:] == [(4, 3), (4, 1)]
+    check(nbx.asarray(a), device, 16, largest, 512, bound)
 
 
 @pytest.mark.parametrize("largest", [True, False])
@@ -119,6 +119,9 @@ def test_the_chunks_plan_at_the_h200s_vocabulary_rows_and_where_the_radix_select
     # 8 runs of 1024 would be the whole chunk: the row's 1024 groups bound it, the survivors fit 1024
     assert big.launches[2].meta["ROW_BOUND"] and big.launches[2].meta["CAP"] == 1024
     assert not small.launches[0].meta["ROW_BOUND"]
+    by_row = select_plan(shape, nbx.float32, 50, True, device, {**setting, "bound": "row"})
+    assert [l.kernel for l in by_row.launches][1:] == [row_bound_kernel, chunk_candidates_kernel, merge_candidates_kernel]
+    assert by_row.launches[2].meta["CAP"] == 256   # ~8 survivors a chunk of the row's ~300
     assert big.detail["candidate_words"] == 64 * (38 + 10 + 3) * 1024
     assert len(select_plan(shape, nbx.float32, 1, True, device, setting).launches) == 2
     assert len(select_plan(shape, nbx.float32, 2049, True, device, setting).launches) == 8
@@ -151,12 +154,12 @@ def test_the_select_candidates_are_the_radix_settings_and_the_chunks_of_each_siz
     facts = device_files.for_arch("sm_90")
     kept, pruned = SELECT.candidates(facts)
     default = facts.value("tiles.select")
-    assert default in kept and len(kept) == 18 + 6
-    assert {(s["chunk"], s["num_warps"]) for s in kept if s["method"] == "chunks"} == {
-        (c, w) for c in (2048, 4096, 8192) for w in (4, 8)}
+    assert default in kept and len(kept) == 18 + 12
+    assert {(s["chunk"], s["bound"], s["num_warps"]) for s in kept if s["method"] == "chunks"} == {
+        (c, b, w) for c in (2048, 4096, 8192) for b in ("chunk", "row") for w in (4, 8)}
     assert all(s["block"] == default["block"] and s["programs"] == default["programs"]
                for s in kept if s["method"] == "chunks")
-    assert {s["chunk"] for s in kept if s["method"] == "radix"} == {default["chunk"]}
+    assert {(s["chunk"], s["bound"]) for s in kept if s["method"] == "radix"} == {(default["chunk"], default["bound"])}
     assert SELECT.implied["method"] == "radix"
 
 

@@ -1,4 +1,4 @@
-"""top-k's two methods (the radix select, the chunk candidates of each chunk size) against
+"""top-k's two methods (the radix select, the chunk candidates of each chunk size and bound) against
 torch.topk on vocabulary rows: an A/B of the `select` tunable's method, forced by setting= as the
 certifier forces a candidate, beside what nbx.topk serves now.
 
@@ -28,17 +28,18 @@ def settings(device, shape, dtype, k):
     base = {**launch.tiles("select", device), **select_setting(device, shape[0], shape[1], dtype)}
     out = [("served", None), ("radix", {**base, "method": "radix"})]
     for chunk in CHUNKS:
-        for warps in (4, 8):
-            s = {**base, "method": "chunks", "chunk": chunk, "num_warps": warps}
-            if takes_chunks(s, k):
-                out.append((f"chunks {chunk} w{warps}", s))
+        for bound in ("chunk", "row"):
+            for warps in (4, 8):
+                s = {**base, "method": "chunks", "chunk": chunk, "bound": bound, "num_warps": warps}
+                if takes_chunks(s, k):
+                    out.append((f"chunks {chunk} {bound} w{warps}", s))
     return out
 
 
 def main() -> int:
     cycles = banner()
     gen = torch.Generator(device="cuda").manual_seed(0)
-    print(f"{'case':<30} {'nbx setting':<18} {'nbx us':>9} {'cold':>9} {'torch us':>9} {'cold':>9} {'ratio':>6}")
+    print(f"{'case':<30} {'nbx setting':<22} {'nbx us':>9} {'cold':>9} {'torch us':>9} {'cold':>9} {'ratio':>6}")
     for shape in SHAPES:
         for torch_dtype in (torch.float32, torch.bfloat16):
             logits = torch.randn(shape, device="cuda", generator=gen).to(torch_dtype)
@@ -55,10 +56,10 @@ def main() -> int:
                     # equal values may sit in another order in torch's answer: the values decide then
                     if not (np.array_equal(indices.numpy(), expected[0])
                             or np.array_equal(values.numpy().astype(np.float32), expected[1])):
-                        print(f"{case:<30} {name:<18} WRONG", flush=True)
+                        print(f"{case:<30} {name:<22} WRONG", flush=True)
                         continue
                     us, cold_us = measure(ours, 1, cycles)[0], cold(ours)
-                    print(f"{case:<30} {name:<18} {us:9.1f} {cold_us:9.1f} {theirs:9.1f} {their_cold:9.1f} "
+                    print(f"{case:<30} {name:<22} {us:9.1f} {cold_us:9.1f} {theirs:9.1f} {their_cold:9.1f} "
                           f"{theirs / us:6.2f}", flush=True)
     return 0
 

@@ -6,7 +6,9 @@ The launch setting (tiles.select of the device file, or the certified one of the
 tunable): `method`, "radix" or "chunks"; for the radix select `block`, the keys a program reads
 a step, and `programs`, the programs a launch aims for (a row gets about programs / rows of them,
 at least one block each, at most MAX_PROGRAMS); for the chunks `chunk`, the keys a program keeps
-k of (and the most candidates a merge program reads); num_warps for both. The chunks serve k up
+k of (and the most candidates a merge program reads), and `bound`, whose bound cuts a chunk's
+words first: the chunk's own groups' ("chunk", where 32 runs of k fit a chunk) or the row's
+("row": one more pass over the row, a tighter bound); num_warps for both. The chunks serve k up
 to chunk / 2 (a chunk holds two runs of k to a power of two), the radix select larger k and
 k = 1. The key: the row length to a power of two, the element count's class, the dtype (not k:
 the workload's k is 50).
@@ -116,7 +118,7 @@ def survivors_cap(chunk: int, K: int) -> int:
     """The words a stage-1 program compacts under its chunk's own bound (chunks._few_smallest_words):
     8 K holds iid keys' K (ln K + 0.6) survivors with room (k = 50: 512 for ~300), worth it where
     that is at most a quarter of the chunk; 0: the row's bound instead (row_bound_kernel: K groups
-    of n / K keys leave ~K (ln K + 0.6) survivors a row, a few hundred a chunk, compacted into K)."""
+    of n / K keys leave ~K (ln K + 0.6) survivors a row, a few hundred a chunk of 4096 for k = 1024)."""
     return 8 * K if 8 * K <= chunk // 4 else 0
 
 
@@ -129,10 +131,10 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
     lists = triton.cdiv(n, chunk)
     x, values, indices = Slot("x"), Slot("values"), Slot("indices")
     cap = survivors_cap(chunk, K)
-    row_bound = cap == 0   # too few groups a chunk for its own bound: the row's groups bound it
+    row_bound = s["bound"] == "row" or cap == 0   # cap 0: too few groups a chunk for its own bound
     launches = []
-    if row_bound:
-        cap, bound = K, Slot("bound")
+    if row_bound:   # a row's ~K (ln K + 0.6) survivors spread over its chunks: a few a chunk
+        cap, bound = max(K, min(256, chunk // 4)), Slot("bound")
         launches += [Launch(zero_kernel, (triton.cdiv(rows * K, 1024),), (bound, rows * K), dict(BLOCK=1024, num_warps=4)),
                      Launch(row_bound_kernel, (rows, lists), (x, bound, n),
                             dict(LARGEST=largest, CHUNK=chunk, K=K, num_warps=warps))]
@@ -195,12 +197,12 @@ def one_of_its_kind(setting, facts) -> bool | str:
     launch the same plan (the chunks read no block nor programs, the radix select no chunk). A
     certificate's setting made before the method existed lacks both: the radix select's."""
     default, method = facts.value("tiles.select"), setting.get("method", "radix")
-    unread = ("chunk",) if method == "radix" else ("block", "programs")
+    unread = ("chunk", "bound") if method == "radix" else ("block", "programs")
     return all(setting.get(p, default[p]) == default[p] for p in unread) or f"the {method} method reads no {unread}"
 
 
 SELECT = autotune.declare(autotune.Tunable(
-    "select", params={"method": ("radix", "chunks"), "chunk": (2048, 4096, 8192), "block": (1024, 2048, 4096),
-                      "num_warps": (4, 8), "programs": (264, 1056, 2112)},
+    "select", params={"method": ("radix", "chunks"), "chunk": (2048, 4096, 8192), "bound": ("chunk", "row"),
+                      "block": (1024, 2048, 4096), "num_warps": (4, 8), "programs": (264, 1056, 2112)},
     key=SELECT_KEY, default_from="tiles.select", workload=select_workload, constraint=one_of_its_kind,
-    implied={"method": "radix", "chunk": 4096}))
+    implied={"method": "radix", "chunk": 4096, "bound": "chunk"}))
