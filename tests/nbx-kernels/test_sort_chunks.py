@@ -59,9 +59,10 @@ def test_chunk_candidates_of_half_precision_and_integer_rows_keep_the_references
 @pytest.mark.parametrize("largest, bound", [(True, "chunk"), (False, "chunk"), (True, "row")])
 def test_the_bound_compacts_few_survivors_and_ties_take_the_whole_chunk(device, largest, bound):
     """Chunks of 512 for k = 16 (16 groups, 128 words of scratch), the chunk's bound or the row's:
-    iid keys leave ~50 words under the chunk's bound (compacted), a constant row all 512 (the whole chunk's top-k), small integers a
-    tie class of ~85 (compacted, the ties in index order); a NaN in the constant row; one winner
-    in each group of 32 of the first chunk, so the bound is itself the 16th winner."""
+    iid keys leave ~50 words under the chunk's bound (compacted), a constant row all 512 (the
+    whole chunk's top-k), small integers a tie class of ~85 (compacted, the ties in index order);
+    a NaN in the constant row; one winner in each group of 32 of the first chunk, so the chunk's
+    bound is itself the 16th winner."""
     a = rng.standard_normal((4, 1500)).astype(np.float32)
     a[1] = 1.0
     a[1, 700] = np.nan
@@ -120,7 +121,8 @@ def test_the_chunks_plan_at_the_h200s_vocabulary_rows_and_where_the_radix_select
     assert big.launches[2].meta["ROW_BOUND"] and big.launches[2].meta["CAP"] == 1024
     assert not small.launches[0].meta["ROW_BOUND"]
     by_row = select_plan(shape, nbx.float32, 50, True, device, {**setting, "bound": "row"})
-    assert [l.kernel for l in by_row.launches][1:] == [row_bound_kernel, chunk_candidates_kernel, merge_candidates_kernel]
+    assert [l.kernel for l in by_row.launches][1:] == [row_bound_kernel, chunk_candidates_kernel,
+                                                       merge_candidates_kernel]
     assert by_row.launches[2].meta["CAP"] == 256   # ~8 survivors a chunk of the row's ~300
     assert big.detail["candidate_words"] == 64 * (38 + 10 + 3) * 1024
     assert len(select_plan(shape, nbx.float32, 1, True, device, setting).launches) == 2

@@ -51,7 +51,10 @@ def main() -> int:
                 reference = torch.topk(logits, k)
                 expected = reference.indices.cpu().numpy(), reference.values.float().cpu().numpy()
                 for name, s in settings(x.device, shape, x.dtype, k):
-                    ours = (lambda i: nbx.topk(x, k)) if s is None else (lambda i, s=s: select_rows(x, k, True, setting=s))
+                    if s is None:
+                        ours = lambda i: nbx.topk(x, k)   # noqa: E731
+                    else:
+                        ours = lambda i, s=s: select_rows(x, k, True, setting=s)   # noqa: E731
                     values, indices = ours(0)
                     # equal values may sit in another order in torch's answer: the values decide then
                     if not (np.array_equal(indices.numpy(), expected[0])

@@ -8,18 +8,20 @@ column, NaN the largest value) and keeps the k smallest words of its chunk in th
 the chunk, are smaller), so the row's winners are among these candidates. Merge rounds (grid
 rows x groups): a program takes `group` consecutive sorted lists of k candidates (group * K <=
 CHUNK words, K = k to a power of two) and keeps their k smallest by the halvings of a bitonic
-top-k alone (the lists are its sorted runs already), until one list a row is left; the last round (or stage 1, for
-a row of one chunk) writes the values and the indices instead, in word order: ascending words are
-descending values for the largest, ascending for the smallest, and equal values in index order.
+top-k alone (the lists are its sorted runs already), until one list a row is left; the last
+round (or stage 1, for a row of one chunk) writes the values and the indices instead, in word
+order: ascending words are descending values for the largest, ascending for the smallest, and
+equal values in index order.
 
 A program selects with tl.topk, the bitonic top-k (Triton's standard library): it sorts runs of
-K = k to a power of two, then halves the words log2(CHUNK / K) times keeping the larger of each
-pair of runs, so it spends about log2(K)**2 / 2 compare-exchanges a word rather than a full
-sort's log2(CHUNK)**2 / 2, with no shared-memory histogram nor atomics, and every word stays in
-registers. The words are unique (their columns differ), so the result does not depend on how a
-network breaks ties. tl.topk keeps the largest: it runs on the words' complements. Where a chunk
-holds many runs of K, a bound first leaves few words to it (_few_smallest_words): ~300 of 4096
-for k = 50 of iid logits, so stage 1 costs about one read of the row and a 512-word top-k.
+K, then halves the words log2(CHUNK / K) times keeping the smaller of each pair of runs, about
+log2(K)**2 / 2 compare-exchanges a word, in registers, no atomics. The words are unique (their
+columns differ), so the result does not depend on how a network breaks ties. tl.topk keeps the
+largest: it runs on the words' complements. A bound first leaves it few words
+(_few_smallest_words): the largest of K groups' smallest words, the chunk's own groups' (~300 of
+4096 words under it for k = 50 of iid logits) or, where a chunk is too short for that (k =
+1024), the row's (row_bound_kernel, one more launch reading the row: ~200 words of a chunk of
+4096 for k = 1024), so stage 1 costs about a read of the row and a top-k of a few hundred words.
 """
 import triton
 import triton.language as tl

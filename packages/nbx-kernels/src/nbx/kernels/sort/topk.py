@@ -135,7 +135,8 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
     launches = []
     if row_bound:   # a row's ~K (ln K + 0.6) survivors spread over its chunks: a few a chunk
         cap, bound = max(K, min(256, chunk // 4)), Slot("bound")
-        launches += [Launch(zero_kernel, (triton.cdiv(rows * K, 1024),), (bound, rows * K), dict(BLOCK=1024, num_warps=4)),
+        launches += [Launch(zero_kernel, (triton.cdiv(rows * K, 1024),), (bound, rows * K),
+                            dict(BLOCK=1024, num_warps=4)),
                      Launch(row_bound_kernel, (rows, lists), (x, bound, n),
                             dict(LARGEST=largest, CHUNK=chunk, K=K, num_warps=warps))]
     launches.append(Launch(chunk_candidates_kernel, (rows, lists),
