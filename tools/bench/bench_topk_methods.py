@@ -31,7 +31,7 @@ def settings(device, shape, dtype, k):
         for bound in ("chunk", "row"):
             for warps in (4, 8):
                 s = {**base, "method": "chunks", "chunk": chunk, "bound": bound, "num_warps": warps}
-                if takes_chunks(s, k):
+                if takes_chunks(s, k) and chunk // (32 * warps) <= 32:   # the tunable's words_fit
                     out.append((f"chunks {chunk} {bound} w{warps}", s))
     return out
 

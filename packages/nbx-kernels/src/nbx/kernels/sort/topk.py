@@ -202,8 +202,18 @@ def one_of_its_kind(setting, facts) -> bool | str:
     return all(setting.get(p, default[p]) == default[p] for p in unread) or f"the {method} method reads no {unread}"
 
 
+def words_fit(setting, facts) -> bool | str:
+    """A chunk's words in registers: 64 a thread (8192 over 128 threads) took 255 registers and
+    a stack on sm_90 (Triton 3.6); 32 a thread, none."""
+    if setting.get("method", "radix") != "chunks":
+        return True
+    per_thread = setting["chunk"] // (setting["num_warps"] * facts.value("compute.warp_size"))
+    return per_thread <= 32 or f"{per_thread} 64-bit words a thread spill"
+
+
 SELECT = autotune.declare(autotune.Tunable(
     "select", params={"method": ("radix", "chunks"), "chunk": (2048, 4096, 8192), "bound": ("chunk", "row"),
                       "block": (1024, 2048, 4096), "num_warps": (4, 8), "programs": (264, 1056, 2112)},
-    key=SELECT_KEY, default_from="tiles.select", workload=select_workload, constraint=one_of_its_kind,
+    key=SELECT_KEY, default_from="tiles.select", workload=select_workload,
+    constraint=autotune.all_of(one_of_its_kind, words_fit),
     implied={"method": "radix", "chunk": 4096, "bound": "chunk"}))
