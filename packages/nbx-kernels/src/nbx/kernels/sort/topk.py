@@ -167,12 +167,13 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
 
 
 def select_rows_plan(shape, dtype, k: int, largest: bool, device, setting=None) -> LaunchPlan:
-    """The radix select's cached plan over rows of this shape (select_rows runs it, topk's cost reads it)."""
+    """The select's cached plan over rows of this shape, radix or chunks as the setting says
+    (select_rows runs it, topk's cost reads it)."""
     return served_plan("topk", shape, dtype, device, (k, largest), setting, select_setting, select_plan)
 
 
 def select_rows(rows, k: int, largest: bool, setting=None, values=None):
-    """(values, indices) of the radix select over rows [..., n] (contiguous); setting overrides the
+    """(values, indices) of the select over rows [..., n] (contiguous); setting overrides the
     served one (the certifier's), values is the output to write (its workload's)."""
     plan = select_rows_plan(rows.shape, rows.dtype, k, largest, rows.device, setting)
     done = plans.execute(plan, {"x": rows, "values": values})
