@@ -147,7 +147,8 @@ def test_the_chunk_candidates_of_top_k_lower_for_sm90_through_the_layout_passes(
               {"num_warps": 8, "through": "ttgir"})
              for x, largest, final, chunk, big, cap, row in (("*fp32", True, False, 4096, 64, 512, False),
                                                              ("*bf16", False, True, 2048, 64, 512, False),
-                                                             ("*bf16", False, True, 2048, 1024, 1024, True),
+                                                             ("*bf16", False, True, 2048, 1024, 256, True),
+                                                             ("*fp32", True, False, 4096, 1024, 512, True),
                                                              ("*fp32", True, False, 8192, 1024, 1024, True),
                                                              ("*fp32", True, False, 4096, 1024, 0, False))]
     cases += [(chunks, "row_bound_kernel", {"x_ptr": x, "bound_ptr": "*u64", "n": "i32"},

@@ -69,20 +69,27 @@ def test_the_bound_compacts_few_survivors_and_ties_take_the_whole_chunk(device, 
     a[2] = rng.integers(-3, 3, 1500)
     a[3, 5:512:32] = (100.0 + rng.permutation(16)) * (1 if largest else -1)
     plan = select_plan((4, 1500), nbx.float32, 16, largest, device, chunks_setting(512, bound))
-    assert plan.launches[-2].meta["CAP"] == 128 and [l.grid for l in plan.launches][-2:] == [(4, 3), (4, 1)]
+    cap = 128 if bound == "chunk" else 64   # the row's: an eighth of the chunk
+    assert plan.launches[-2].meta["CAP"] == cap and [l.grid for l in plan.launches][-2:] == [(4, 3), (4, 1)]
     check(nbx.asarray(a), device, 16, largest, 512, bound)
 
 
 @pytest.mark.parametrize("largest", [True, False])
 def test_the_rows_bound_compacts_few_survivors_and_a_weak_group_takes_whole_chunks(device, largest):
-    """k = 13 in chunks of 64: 16 groups of a row's columns mod 16. iid rows leave a few survivors
-    a chunk (compacted); a row whose group 15 holds only the worst values bounds nothing (every
-    chunk's whole top-k); rows of 14 keys leave two of the 16 groups empty (no bound: all survive)."""
-    a = rng.standard_normal((3, 420)).astype(np.float32)
+    """k = 13 in chunks of 64: 16 groups of a row's columns mod 16, 8 words of scratch (fewer than
+    K = 16: the sorted survivors are widened with last words). iid rows leave ~8 survivors a chunk
+    (compacted, or the whole chunk past 8); a row whose group 15 holds only the worst values bounds
+    nothing (every chunk's whole top-k); rows of 14 keys leave two of the 16 groups empty (no
+    bound: all survive, the whole chunk); a row whose bound keeps 6 winners in one chunk."""
+    a = rng.standard_normal((4, 420)).astype(np.float32)
     a[1, 15::16] = -1000.0 if largest else 1000.0
     a[2, 9] = np.nan
-    plan = select_plan((3, 420), nbx.float32, 13, largest, device, chunks_setting(64))
-    assert plan.launches[1].kernel is row_bound_kernel and plan.launches[2].meta["CAP"] == 16
+    # one top value a group, the six best in chunk 0: the bound keeps exactly these 16, 6 of them
+    # (all winners) in chunk 0's 8 words
+    tops = [0, 1, 2, 3, 4, 5, 70, 71, 72, 73, 74, 75, 140, 141, 142, 143]   # columns 0..15 mod 16
+    a[3, tops] = (115.0 - np.arange(16)) * (1 if largest else -1)
+    plan = select_plan((4, 420), nbx.float32, 13, largest, device, chunks_setting(64))
+    assert plan.launches[1].kernel is row_bound_kernel and plan.launches[2].meta["CAP"] == 8
     check(nbx.asarray(a), device, 13, largest, 64)
     check(nbx.asarray(a[:, :14].copy()), device, 13, largest, 64)
 
@@ -116,9 +123,9 @@ def test_the_chunks_plan_at_the_h200s_vocabulary_rows_and_where_the_radix_select
         (row_bound_kernel, (64, 38)), (chunk_candidates_kernel, (64, 38)), (merge_candidates_kernel, (64, 10)),
         (merge_candidates_kernel, (64, 3)), (merge_candidates_kernel, (64, 1))]   # after the bound's zeroing
     assert {b.name: b.shape for b in big.workspace} == {"candidates": (64 * 38 * 1024,), "merged": (64 * 10 * 1024,),
-                                                        "scratch": (64 * 38 * 1024,), "bound": (64 * 1024,)}
-    # 8 runs of 1024 would be the whole chunk: the row's 1024 groups bound it, the survivors fit 1024
-    assert big.launches[2].meta["ROW_BOUND"] and big.launches[2].meta["CAP"] == 1024
+                                                        "scratch": (64 * 38 * 512,), "bound": (64 * 1024,)}
+    # 8 runs of 1024 would be the whole chunk: the row's 1024 groups bound it, ~200 survivors in 512
+    assert big.launches[2].meta["ROW_BOUND"] and big.launches[2].meta["CAP"] == 512
     assert not small.launches[0].meta["ROW_BOUND"]
     by_row = select_plan(shape, nbx.float32, 50, True, device, {**setting, "bound": "row"})
     assert [l.kernel for l in by_row.launches][1:] == [row_bound_kernel, chunk_candidates_kernel,

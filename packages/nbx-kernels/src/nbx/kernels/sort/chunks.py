@@ -59,10 +59,11 @@ def _chunk_bound(words, CHUNK: tl.constexpr, K: tl.constexpr):
 @triton.jit
 def _few_smallest_words(words, inside, bound, scratch_ptr, at, CHUNK: tl.constexpr, K: tl.constexpr,
                         CAP: tl.constexpr):
-    """The K smallest of a chunk's words given a bound at or above them (the largest of K groups'
-    smallest words: K words are at or below it, the groups' smallest). Where at most CAP words
-    are <= bound, they are compacted into this program's CAP words of scratch (at: its place) and
-    only those go through tl.topk; else (ties, a short chunk) all the words do."""
+    """The K smallest of a chunk's words, or (CAP < K) its words <= bound ascending then last
+    words, given a bound above the row's winners (the largest of K groups' smallest words: K words
+    are at or below it, the groups' smallest): either holds the chunk's winners. Where at most CAP
+    words are <= bound, they are compacted into this program's CAP words of scratch (at: its
+    place) and only those are sorted; else (ties, a short chunk) all the words go through tl.topk."""
     keep = inside & (words <= bound)
     count = tl.sum(keep.to(tl.int32), 0)
     if count <= CAP:
@@ -71,7 +72,17 @@ def _few_smallest_words(words, inside, bound, scratch_ptr, at, CHUNK: tl.constex
         tl.debug_barrier()   # the program's own stores, read back by its other threads
         slots = tl.arange(0, CAP)
         few = tl.load(scratch_ptr + at * CAP + slots, mask=slots < count)
-        best = _smallest_words(tl.where(slots < count, few, _last_word(CAP)), K)
+        few = tl.where(slots < count, few, _last_word(CAP))
+        if CAP >= K:
+            best = _smallest_words(few, K)
+        else:   # sorted in CAP, widened to K through the scratch (past CAP: last words)
+            few = _smallest_words(few, CAP)
+            tl.debug_barrier()   # every thread has read the scratch before it is written again
+            tl.store(scratch_ptr + at * CAP + slots, few)
+            tl.debug_barrier()
+            wide = tl.arange(0, K)
+            best = tl.load(scratch_ptr + at * CAP + wide, mask=wide < CAP)
+            best = tl.where(wide < CAP, best, _last_word(K))
     else:
         best = _smallest_words(words, K)
     return best

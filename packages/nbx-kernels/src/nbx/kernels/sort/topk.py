@@ -122,6 +122,13 @@ def survivors_cap(chunk: int, K: int) -> int:
     return 8 * K if 8 * K <= chunk // 4 else 0
 
 
+def row_survivors_cap(chunk: int, K: int) -> int:
+    """The words a stage-1 program compacts under the row's bound: a row's ~K (ln K + 0.6)
+    survivors spread over its chunks (k = 1024: ~200 a chunk of 4096 of logits, 512 sorted; k = 50:
+    ~8, 256 sorted), an eighth of the chunk at most (the sort of those is the cost saved)."""
+    return min(max(K, 256), chunk // 8)
+
+
 def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outputs) -> LaunchPlan:
     """Stage 1 over rows x chunks, then merge rounds of `group` lists a program (runs of K words,
     group * K <= chunk) until one list a row is left (the last writes the outputs); the rounds'
@@ -133,8 +140,8 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
     cap = survivors_cap(chunk, K)
     row_bound = s["bound"] == "row" or cap == 0   # cap 0: too few groups a chunk for its own bound
     launches = []
-    if row_bound:   # a row's ~K (ln K + 0.6) survivors spread over its chunks: a few a chunk
-        cap, bound = max(K, min(256, chunk // 4)), Slot("bound")
+    if row_bound:
+        cap, bound = row_survivors_cap(chunk, K), Slot("bound")
         launches += [Launch(zero_kernel, (triton.cdiv(rows * K, 1024),), (bound, rows * K),
                             dict(BLOCK=1024, num_warps=4)),
                      Launch(row_bound_kernel, (rows, lists), (x, bound, n),
