@@ -134,6 +134,33 @@ def test_the_onesweep_sort_and_the_candidate_select_lower_for_sm90():
     assert lowering_failures(cases) == []
 
 
+def test_the_chunk_candidates_of_top_k_lower_for_sm90_through_the_layout_passes():
+    """tl.topk's hypercube of 64-bit words at the chunks and k the H200 runs (k = 50 and 1024 of
+    [64, 151936] rows), the bound's compaction (CAP) and none, the bf16 load, both final forms
+    (values written) and not."""
+    chunks = "nbx.kernels.sort.chunks"
+    outs = {"vals_ptr": "*fp32", "idx_ptr": "*i64", "n": "i32", "k": "i32"}
+    first = {"x_ptr": "*fp32", "out_ptr": "*u64", "vals_ptr": "*fp32", "idx_ptr": "*i64", "scratch_ptr": "*u64",
+             "bound_ptr": "*u64", "n": "i32", "k": "i32"}
+    cases = [(chunks, "chunk_candidates_kernel", {**first, "x_ptr": x},
+              {"LARGEST": largest, "FINAL": final, "CHUNK": chunk, "K": big, "CAP": cap, "ROW_BOUND": row},
+              {"num_warps": 8, "through": "ttgir"})
+             for x, largest, final, chunk, big, cap, row in (("*fp32", True, False, 4096, 64, 512, False),
+                                                             ("*bf16", False, True, 2048, 64, 512, False),
+                                                             ("*bf16", False, True, 2048, 1024, 256, True),
+                                                             ("*fp32", True, False, 4096, 1024, 512, True),
+                                                             ("*fp32", True, False, 8192, 1024, 1024, True),
+                                                             ("*fp32", True, False, 4096, 1024, 0, False))]
+    cases += [(chunks, "row_bound_kernel", {"x_ptr": x, "bound_ptr": "*u64", "n": "i32"},
+               {"LARGEST": largest, "CHUNK": chunk, "K": big}, {"num_warps": 8, "through": "ttgir"})
+              for x, largest, chunk, big in (("*fp32", True, 4096, 1024), ("*bf16", False, 8192, 512))]
+    cases += [(chunks, "merge_candidates_kernel", {"x_ptr": "*fp32", "in_ptr": "*u64", "out_ptr": "*u64", **outs,
+                                                   "lists": "i32", "group": "i32"},
+               {"FINAL": final, "LOG_RUNS": runs, "LOG_K": big}, {"num_warps": 8, "through": "ttgir"})
+              for final, runs, big in ((True, 6, 6), (False, 2, 10), (True, 2, 10), (True, 1, 4))]
+    assert lowering_failures(cases) == []
+
+
 def _typed(names: str, kind: str) -> dict:
     return {name: kind for name in names.split()}
 

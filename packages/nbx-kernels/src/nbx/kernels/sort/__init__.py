@@ -3,7 +3,7 @@
 A row of up to max_block_n keys is sorted by one program (sort/kernel.py). A longer row (up to
 2**31 keys) is sorted by a onesweep LSD radix sort (sort/radix.py: one histogram launch, then one
 scatter launch a pass of 4- or 8-bit digits, over rows x groups of tiles), and its top-k is a radix select
-(sort/select.py, sort/topk.py). 64-bit
+(sort/select.py, sort/topk.py) or, for many rows and a small k, chunk candidates (sort/chunks.py). 64-bit
 keys (int64, uint64, float64) are sorted as two 32-bit words by those kernels (sort/wide.py).
 """
 from __future__ import annotations
@@ -125,7 +125,8 @@ def _sort_cost(x: Tensor, axis: int = -1, descending: bool = False) -> Cost:
 @declares("topk")
 def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
     """The buffers and launches of the plan that runs: one program a row (rows up to
-    tiles.sort.max_block_n, or k = 0), the radix select (k up to max_block_n), else the full sort's
+    tiles.sort.max_block_n, or k = 0), the radix select or the chunk candidates (k up to
+    max_block_n, the served setting's method), else the full sort's
     (its outputs the call's workspace) and the copies of its first k (their sum bounds that path's
     peak: the sort's workspace is freed before the copies)."""
     dim %= max(x.ndim, 1)
@@ -152,6 +153,16 @@ def _topk_cost(x: Tensor, k: int, dim: int = -1, largest: bool = True) -> Cost:
         return Cost(full + firsts, sort.bytes_moved + 2 * written, launches=sort.launches + 2,
                     notes=sort.notes + ("then its first k copied",))
     plan = select_rows_plan(shape, x.dtype, k, largest, x.device)
+    if plan.detail is not None and plan.detail["method"] == "chunks":
+        # one read of each row (two with the row's bound); each candidate word written once and read
+        # once by the next round; the outputs written and their values re-read from the row (the
+        # words a stage-1 program compacts under its bound depend on the data: counted as none)
+        words, passes = plan.detail["candidate_words"], plan.detail["passes"]
+        return Cost(buffers=plan.buffers(),
+                    bytes_moved=passes * x.nbytes + 2 * 8 * words + out * (8 + 2 * x.dtype.itemsize),
+                    launches=len(plan.launches),
+                    notes=(f"chunk candidates: {passes} pass(es) over each row (the second: the row's bound "
+                           "first), then merge rounds",))
     # k = 1: one reduction pass; else two full passes (the top-digit histogram, the filter), then
     # passes over the candidates only (their count depends on the data: counted here as none)
     passes = 1 if k == 1 else 2
