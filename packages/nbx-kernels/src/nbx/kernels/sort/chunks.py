@@ -25,7 +25,11 @@ largest: it runs on the words' complements. A bound first leaves it few words
 """
 import triton
 import triton.language as tl
-from triton.language.standard import _bitonic_merge_hypercube   # tl.topk's merge step (both Triton 3.6 and 3.9)
+try:   # tl.topk's merge step: private in Triton (3.6 and 3.9 have it); a Triton without it serves the radix select
+    from triton.language.standard import _bitonic_merge_hypercube
+except ImportError:
+    _bitonic_merge_hypercube = None
+MERGES = _bitonic_merge_hypercube is not None
 
 from .select import _keys, _last_word
 

@@ -26,6 +26,7 @@ from nbx.core import dtypes
 from .. import launch, plans
 from ..plans import Launch, LaunchPlan, Slot
 from ..rows import pow2_at_least
+from . import chunks
 from .chunks import chunk_candidates_kernel, merge_candidates_kernel, row_bound_kernel
 from .select import (best_word_kernel, candidate_histogram_kernel, select_compact_kernel, select_counts_kernel,
                      select_filter_kernel, select_histogram_kernel, sort_words_kernel, zero_kernel)
@@ -65,8 +66,9 @@ def served_plan(op: str, shape, dtype, device, flags: tuple, setting, lookup, ma
 
 
 def takes_chunks(setting, k: int) -> bool:
-    """Whether the chunk candidates serve this k under setting (else the radix select)."""
-    return setting["method"] == "chunks" and 1 < k <= setting["chunk"] // 2
+    """Whether the chunk candidates serve this k under setting (else the radix select; also where the
+    installed Triton lacks the bitonic merge they build on)."""
+    return chunks.MERGES and setting["method"] == "chunks" and 1 < k <= setting["chunk"] // 2
 
 
 def select_plan(shape, dtype, k: int, largest: bool, device, setting) -> LaunchPlan:
