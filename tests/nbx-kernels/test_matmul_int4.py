@@ -171,29 +171,33 @@ def test_the_shipped_int4_keys_are_the_writers_each_with_a_short_sweep_of_decode
             assert {s["split_k"] for s in kept if s["kernel"] == "gemv"} >= {1, 2}, rec.key
 
 
-def test_the_int4_workload_passes_the_screen_for_a_decode_and_a_split_candidate():
+@pytest.mark.parametrize("tunable", ["linear_int4", "gated_linear_int4"])
+def test_the_int4_workload_passes_the_screen_for_a_decode_and_a_split_candidate(tunable):
     from nbx import kernels
     from nbx.autotune import screen
     from nbx.kernels import launch
     kernels.register()
     interp = nbx.as_device("interp")
     rep = {"m": 2, "n": 40, "k": 128, "dtype": nbx.bfloat16, "group": 32}
-    kept, _ = int4.LINEAR_INT4.candidates(device_files.for_arch("sm_90"), rep)
+    declared = int4.LINEAR_INT4 if tunable == "linear_int4" else int4.GATED_LINEAR_INT4
+    kept, _ = declared.candidates(device_files.for_arch("sm_90"), rep)
     chosen = kept[:1] + [s for s in kept if s["split_k"] == 2][:1]
-    result = screen.run(int4.LINEAR_INT4.workload(rep, interp), chosen, launch.facts(interp))
-    assert not result.excluded and len(result.passed) == 2
+    result = screen.run(declared.workload(rep, interp), chosen, launch.facts(interp))
+    assert len(chosen) == 2 and not result.excluded and len(result.passed) == 2
 
 
 gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)
-
-
-@gpu_only
-@pytest.mark.parametrize("kernel,rows,split_k,scheme,dtype", [
+# (kernel, rows of x, split_k, scheme, dtype) of the GPU tests at a 4096-wide layer, plain and gated
+GPU_FORMS = pytest.mark.parametrize("kernel,rows,split_k,scheme,dtype", [
     ("tiles", 1, 4, "asymmetric", "bfloat16"), ("tiles", 16, 2, "symmetric", "bfloat16"),
     ("tiles", 3, 1, "asymmetric", "float16"), ("tiles", 512, 1, "asymmetric", "bfloat16"),
     ("tiles", 200, 1, "symmetric", "float16"), ("gemv", 1, 8, "asymmetric", "bfloat16"),
     ("gemv", 16, 2, "symmetric", "bfloat16"), ("gemv", 3, 1, "asymmetric", "float16"),
     ("row", 1, 1, "asymmetric", "bfloat16"), ("row", 1, 1, "symmetric", "float16"), ("row", 1, 1, "asymmetric", "float32")])
+
+
+@gpu_only
+@GPU_FORMS
 def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, kernel, rows, split_k, scheme, dtype):
     """Decode tiles (the scales on the dot's sums) and prefill tiles (each element scaled), both
     nibble conversions of the inline PTX (bfloat16 and float16, unsigned and signed); the gemv
@@ -201,14 +205,20 @@ def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, 
     at K steps of eight groups, its paired conversion (16-bit activations) and its word one (float32)."""
     w = weight(device, 4096, 4096, 128, scheme)
     x = on(device, (rows, 4096), dtype)
+    check(int4.launch_linear_int4(x, w, setting=gpu_form_setting(kernel, rows, split_k)),
+          nbx.oracle("linear_int4", x, w), device)
+
+
+def gpu_form_setting(kernel: str, rows: int, split_k: int, weights: int = 1) -> dict:
+    """A GPU_FORMS case's setting; the gemv forms' weight rows divided by the weights a launch reads."""
     setting = {"kernel": kernel, "block_m": 16 if rows <= 16 else 128, "block_n": 128,
                "block_k": 128 if rows <= 16 else 64, "split_k": split_k, "group_m": 8,
                "num_warps": 4 if rows <= 16 else 8, "num_stages": 3}
     if kernel == "gemv":
-        setting.update(block_m=1 << (rows - 1).bit_length(), block_n=32 if rows > 4 else 128, num_stages=2)
+        setting.update(block_m=1 << (rows - 1).bit_length(), block_n=(32 if rows > 4 else 128) // weights, num_stages=2)
     if kernel == "row":
-        setting.update(kernel="gemv", block_m=1, block_n=32, block_k=1024, num_warps=4)
-    check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)
+        setting.update(kernel="gemv", block_m=1, block_n=32 // weights, block_k=1024, num_warps=4)
+    return setting
 
 
 def test_the_screen_workload_of_a_class_whose_representative_k_is_no_whole_number_of_groups_builds_and_agrees(device, check):

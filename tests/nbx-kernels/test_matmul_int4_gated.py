@@ -12,6 +12,7 @@ from nbx.core import device_files
 from nbx.core.quant import QuantizedTensor
 from nbx.kernels.cost import price
 from nbx.kernels.matmul import int4
+from test_matmul_int4 import GPU_FORMS, gpu_form_setting, gpu_only
 
 rng = np.random.default_rng(11)
 TILE = {"kernel": "tiles", "block_m": 16, "block_n": 32, "block_k": 32, "split_k": 1, "group_m": 2, "num_warps": 4,
@@ -147,39 +148,11 @@ def test_the_gated_int4_tunable_prunes_the_tiles_that_hold_two_weights_past_the_
     assert int4.GATED_LINEAR_INT4.key_fields == int4.LINEAR_INT4.key_fields
 
 
-def test_the_gated_int4_workload_passes_the_screen_for_a_decode_and_a_split_candidate():
-    from nbx import kernels
-    from nbx.autotune import screen
-    from nbx.kernels import launch
-    kernels.register()
-    device = nbx.as_device("interp")
-    rep = {"m": 2, "n": 40, "k": 128, "dtype": nbx.bfloat16, "group": 32}
-    kept, _ = int4.GATED_LINEAR_INT4.candidates(device_files.for_arch("sm_90"), rep)
-    chosen = kept[:1] + [s for s in kept if s["split_k"] == 2][:1]
-    result = screen.run(int4.GATED_LINEAR_INT4.workload(rep, device), chosen, launch.facts(device))
-    assert len(chosen) == 2 and not result.excluded and len(result.passed) == 2
-
-
-gpu_only = pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)
-
-
 @gpu_only
-@pytest.mark.parametrize("kernel,rows,split_k,scheme,dtype", [
-    ("tiles", 1, 4, "asymmetric", "bfloat16"), ("tiles", 16, 2, "symmetric", "bfloat16"),
-    ("tiles", 3, 1, "asymmetric", "float16"), ("tiles", 512, 1, "asymmetric", "bfloat16"),
-    ("tiles", 200, 1, "symmetric", "float16"), ("gemv", 1, 8, "asymmetric", "bfloat16"),
-    ("gemv", 16, 2, "symmetric", "bfloat16"), ("gemv", 3, 1, "asymmetric", "float16"),
-    ("row", 1, 1, "asymmetric", "bfloat16"), ("row", 1, 1, "symmetric", "float16"),
-    ("row", 1, 1, "asymmetric", "float32")])
+@GPU_FORMS
 def test_the_gated_int4_pair_at_a_4096_wide_layer_on_the_gpu(device, check, kernel, rows, split_k, scheme, dtype):
     """Every compiled form (the inline PTX conversions) with two weights, as the plain GPU test's settings."""
     gate, up = weight(device, 4096, 4096, 128, scheme), weight(device, 4096, 4096, 128, scheme)
     x = on(device, (rows, 4096), dtype)
-    setting = {"kernel": kernel, "block_m": 16 if rows <= 16 else 128, "block_n": 128,
-               "block_k": 128 if rows <= 16 else 64, "split_k": split_k, "group_m": 8,
-               "num_warps": 4 if rows <= 16 else 8, "num_stages": 3}
-    if kernel == "gemv":
-        setting.update(block_m=1 << (rows - 1).bit_length(), block_n=16 if rows > 4 else 64, num_stages=2)
-    if kernel == "row":
-        setting.update(kernel="gemv", block_m=1, block_n=16, block_k=1024, num_warps=4)
+    setting = gpu_form_setting(kernel, rows, split_k, weights=2)
     check(int4.launch_gated_linear_int4(x, gate, up, "silu", setting=setting), oracle(x, gate, up), device)

@@ -327,13 +327,17 @@ def plan(*args, **kwargs) -> Int4Plan:
     return launch_plan(*args, **kwargs).detail
 
 
+def _output(x: Tensor, weight: QuantizedTensor, dtype: DType | None, out: Tensor | None):
+    """(the output dtype, shape [..., out features], the output: new, or out checked to be one like it)."""
+    dtype = x.dtype if dtype is None else dtype
+    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
+    return dtype, shape, launch.output(shape, dtype, x.device, out)
+
+
 def launch_linear_int4(x: Tensor, weight: QuantizedTensor, bias=None, activation=None, residual=None,
                        alpha: float = 1.0, beta: float = 1.0, dtype: DType | None = None, out: Tensor | None = None,
                        setting=None) -> Tensor:
-    device = x.device
-    dtype = x.dtype if dtype is None else dtype
-    shape = tuple(x.shape[:-1]) + (weight.shape[0],)
-    out = launch.output(shape, dtype, device, out)
+    dtype, shape, out = _output(x, weight, dtype, out)
     if out.size == 0:
         return out
     lp = launch_plan(x, weight, bias, residual, activation, dtype, setting)
@@ -383,10 +387,7 @@ def launch_gated_linear_int4(x: Tensor, w_gate: QuantizedTensor, w_up: Quantized
                              dtype: DType | None = None, out: Tensor | None = None, setting=None) -> Tensor:
     """activation(x @ w_gate.T) * (x @ w_up.T) in one launch (split: and its epilogue's), x read once."""
     check_pair(w_gate, w_up)
-    device = x.device
-    dtype = x.dtype if dtype is None else dtype
-    shape = tuple(x.shape[:-1]) + (w_gate.shape[0],)
-    out = launch.output(shape, dtype, device, out)
+    dtype, _, out = _output(x, w_gate, dtype, out)
     if out.size == 0:
         return out
     lp = launch_plan(x, w_gate, None, None, activation, dtype, setting, gated=True)
