@@ -34,6 +34,14 @@ BENCHES=(${BENCH_FILES:-tools/bench/bench_elementwise.py tools/bench/bench_softm
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(record-bench record-tests certify bench times)
 nbx() { "$PY" -m nbx.core.cli "$@"; }
+# `nbx autotune certify` for at most $1 seconds into $CERTS, the rest its arguments; the timing process
+# runs with `import torch` blocked (its compile shards are plain processes)
+certify_for() {
+  local limit=$1; shift
+  PYTHONPATH="$PWD/tools/torch_blocker:$PYTHONPATH" timeout "$limit" "$PY" -c \
+    "import nbx_block_torch, runpy; runpy.run_module('nbx.core.cli', run_name='__main__')" \
+    autotune certify --device-class "$CLASS" --out "$CERTS" --compile-jobs "${COMPILE_JOBS:-8}" "$@" >> "$LOG" 2>&1
+}
 mkdir -p "$CERTS"
 [ -f certificates_run.tgz ] && tar xzf certificates_run.tgz -C "$CERTS"   # carried from an earlier call
 
@@ -60,11 +68,7 @@ for step in "${STEPS[@]}"; do
       [ -f "$keys" ] || continue
       left=$(( deadline - $(date +%s) ))
       [ "$left" -le 5 ] && { echo "certify $keys: no time left" | tee -a "$LOG"; continue; }
-      # the timing process runs with `import torch` blocked (its compile shards are plain processes)
-      PYTHONPATH="$PWD/tools/torch_blocker:$PYTHONPATH" timeout "$left" "$PY" -c \
-        "import nbx_block_torch, runpy; runpy.run_module('nbx.core.cli', run_name='__main__')" \
-        autotune certify --device-class "$CLASS" --keys "$keys" --out "$CERTS" \
-        ${MISSING_FLAG---missing} --compile-jobs "${COMPILE_JOBS:-8}" >> "$LOG" 2>&1
+      certify_for "$left" --keys "$keys" ${MISSING_FLAG---missing}
       echo "certify $keys: exit $? ($(grep -c '^\[' "$LOG") progress lines so far)" | tee -a "$LOG"
     done
     nbx autotune check "$CERTS" 2>&1 | tail -n 3 | tee -a "$LOG"
@@ -85,11 +89,8 @@ for step in "${STEPS[@]}"; do
       [ "$left" -le 5 ] && { echo "certify $shape: no time left" | tee -a "$LOG"; continue; }
       config="/tmp/nbx-census-$shape"; mkdir -p "$config"
       (cd tools/bench && "$PY" model_shapes.py "$shape") > "$config/config.json"
-      PYTHONPATH="$PWD/tools/torch_blocker:$PYTHONPATH" timeout "$left" "$PY" -c \
-        "import nbx_block_torch, runpy; runpy.run_module('nbx.core.cli', run_name='__main__')" \
-        autotune certify --device-class "$CLASS" --model "$config" --prompt "${PROMPTS:-512}" \
-        --new-tokens "${NEW_TOKENS:-256}" --batch "${BATCHES:-1}" --out "$CERTS" --missing \
-        --compile-jobs "${COMPILE_JOBS:-8}" >> "$LOG" 2>&1
+      certify_for "$left" --model "$config" --prompt "${PROMPTS:-512}" --new-tokens "${NEW_TOKENS:-256}" \
+        --batch "${BATCHES:-1}" --missing
       echo "certify $shape: exit $?" | tee -a "$LOG"
     done
     nbx autotune check "$CERTS" 2>&1 | tail -n 3 | tee -a "$LOG"

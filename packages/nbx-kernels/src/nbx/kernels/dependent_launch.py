@@ -34,9 +34,6 @@ def wait_for_predecessor(PDL: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
-_ALLOWED: dict = {}
-
-
 def launch_meta(kernel, device: Device, meta: dict) -> dict:
     """meta, with PDL=True and launch_pdl=True where device allows dependent launch and kernel takes a PDL
     parameter the plan left unset; meta itself otherwise."""
@@ -46,13 +43,10 @@ def launch_meta(kernel, device: Device, meta: dict) -> dict:
 
 
 def allowed(device: Device) -> bool:
-    """Whether device's file says a kernel may be launched while its predecessor runs (absent: no)."""
+    """Whether device's file says a kernel may be launched while its predecessor runs (absent: no).
+    Read once a runner (a launch's first call), from the facts device_files keeps per device."""
     in_force = device_files.in_force(device)
-    found = _ALLOWED.get(in_force)  # per facts object: device_files.forget() makes new ones
-    if found is None:
-        found = _ALLOWED[in_force] = ("compute.dependent_launch" in in_force
-                                      and bool(in_force.value("compute.dependent_launch")))
-    return found
+    return "compute.dependent_launch" in in_force and bool(in_force.value("compute.dependent_launch"))
 
 
 __all__ = ["wait_for_predecessor", "launch_meta", "allowed"]
