@@ -132,7 +132,7 @@ def test_the_launch_counts_of_top_k_and_the_radix_sort_do_not_grow_with_the_row(
 def test_the_select_and_radix_sort_workloads_launch_the_served_path_and_match_their_oracle(device):
     from nbx.kernels.sort.radix import RADIX_SORT
     from nbx.kernels.sort.topk import SELECT
-    for tunable, family, rep in ((SELECT, "select", {"width": 128, "elements": 256, "dtype": nbx.float32}),
+    for tunable, family, rep in ((SELECT, "select", {"width": 128, "k": 64, "elements": 256, "dtype": nbx.float32}),
                                  (RADIX_SORT, "radix", {"width": 128, "elements": 128, "dtype": nbx.float32})):
         workload = tunable.workload(rep, device)
         workload.launch(dict(launch.tiles(family, device)))

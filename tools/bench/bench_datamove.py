@@ -190,7 +190,7 @@ def breakdowns() -> None:
         setting = radix_setting(x.device, x.shape[0], x.shape[1], x.dtype)
         launch_breakdown(name, radix_plan(x.shape, x.dtype, False, x.device, setting), x)
     for k in (50, 1024):
-        setting = select_setting(rows.device, 64, 151936, rows.dtype)
+        setting = select_setting(rows.device, 64, 151936, rows.dtype, k)
         launch_breakdown(f"topk [64,151936] f32 k={k}", select_plan(rows.shape, rows.dtype, k, True, rows.device,
                                                                     setting), rows)
 

@@ -25,7 +25,7 @@ CHUNKS = (2048, 4096, 8192)
 
 def settings(device, shape, dtype, k):
     """(name, setting or None: served) for each method this k can take."""
-    base = {**launch.tiles("select", device), **select_setting(device, shape[0], shape[1], dtype)}
+    base = {**launch.tiles("select", device), **select_setting(device, shape[0], shape[1], dtype, k)}
     out = [("served", None), ("radix", {**base, "method": "radix"})]
     for chunk in CHUNKS:
         for bound in ("chunk", "row"):

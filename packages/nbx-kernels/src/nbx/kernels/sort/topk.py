@@ -10,8 +10,8 @@ k of (and the most candidates a merge program reads), and `bound`, whose bound c
 words first: the chunk's own groups' ("chunk", where 32 runs of k fit a chunk) or the row's
 ("row": one more pass over the row, a tighter bound); num_warps for both. The chunks serve k up
 to chunk / 2 (a chunk holds two runs of k to a power of two), the radix select larger k and
-k = 1. The key: the row length to a power of two, the element count's class, the dtype (not k:
-the workload's k is 50).
+k = 1. The key: the row length to a power of two, k to a power of two (a chunk keeps k of its
+words: the chunks' cost grows with k, the radix select's hardly), the element count's class, the dtype.
 """
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ from .select import (best_word_kernel, candidate_histogram_kernel, select_compac
                      select_filter_kernel, select_histogram_kernel, sort_words_kernel, zero_kernel)
 
 MAX_PROGRAMS = 1024   # a row's programs; the compaction sums the counts of the programs before it
-SELECT_KEY = {"width": "exact", "elements": "elements", "dtype": "dtype"}
+SELECT_KEY = {"width": "exact", "k": "pow2", "elements": "elements", "dtype": "dtype"}
 
 
-def select_setting(device, rows: int, n: int, dtype) -> dict:
-    return autotune.setting(SELECT, device, width=pow2_at_least(n), elements=rows * n, dtype=dtype)
+def select_setting(device, rows: int, n: int, dtype, k: int) -> dict:
+    return autotune.setting(SELECT, device, width=pow2_at_least(n), k=k, elements=rows * n, dtype=dtype)
 
 
 def lanes(count: int) -> int:
@@ -178,7 +178,8 @@ def chunks_plan(rows: int, n: int, k: int, largest: bool, device, s: dict, outpu
 def select_rows_plan(shape, dtype, k: int, largest: bool, device, setting=None) -> LaunchPlan:
     """The select's cached plan over rows of this shape, radix or chunks as the setting says
     (select_rows runs it, topk's cost reads it)."""
-    return served_plan("topk", shape, dtype, device, (k, largest), setting, select_setting, select_plan)
+    return served_plan("topk", shape, dtype, device, (k, largest), setting,
+                       lambda *where: select_setting(*where, k), select_plan)
 
 
 def select_rows(rows, k: int, largest: bool, setting=None, values=None):
@@ -196,7 +197,7 @@ def select_workload(rep, device):
     count = max(1, rep["elements"] // n)
     a = np.sin(0.37 * np.arange(count * n)).reshape(count, n) * 4.0
     x = asarray(a.astype(rep["dtype"].host), device=device)
-    k = 50
+    k = min(rep["k"], n)
     out = launch.output((count, k), x.dtype, device)
     reference = oracle("topk", x, k, 1, True)[0]
     return autotune.TensorWorkload(out, lambda s: select_rows(x, k, True, setting=s, values=out),
