@@ -147,16 +147,22 @@ def test_the_census_lists_exactly_the_keys_the_kernels_wrappers_form_when_its_la
 
 
 def test_coverage_of_a_model_names_each_uncertified_key_and_its_nearest_certified_neighbour(tmp_path, capsys):
+    """Llama-3-8B's census at prompt 512 is certified whole for the H200 (exit 0); at 1024 its prefill keys
+    are not, each named with its nearest certified neighbour (exit 1)."""
     from nbx.core import cli
     (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
-    assert cli.main(["autotune", "coverage", "--model", str(tmp_path), "--batch", "1", "--prompt", "512", "--arch",
-                     "sm_90", "--device-class", "nvidia-h200-140gb", "--compiler", "triton-3.6.0-cuda"]) == 1
+    where = ["--model", str(tmp_path), "--batch", "1", "--arch", "sm_90", "--device-class", "nvidia-h200-140gb",
+             "--compiler", "triton-3.6.0-cuda"]
+    assert cli.main(["autotune", "coverage", *where, "--prompt", "512"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "nbx autotune coverage: 22 of 22 key(s) certified"
+    assert cli.main(["autotune", "coverage", *where, "--prompt", "1024"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith("nbx autotune coverage: ") and lines[-1].endswith(" of 22 key(s) certified")
     assert lines[-2].startswith("note: the census lists no key of sampling")
-    assert ("missing  norm width=4096,elements=8388608,dtype=bf16,strided=0 (nvidia-h200-140gb, triton-3.6.0-cuda): "
-            "not certified; nearest certified neighbour width=4096,elements=16777216,dtype=bf16,strided=0 "
-            "(1.00 weighted octave(s) away)") in lines
+    assert ("missing  linear m=1024,n=4096,k=4096,dtype=bf16,layout=nt,form=plain,tma=1,precision=none "
+            "(nvidia-h200-140gb, triton-3.6.0-cuda): not certified; nearest certified neighbour "
+            "m=512,n=4096,k=4096,dtype=bf16,layout=nt,form=plain,tma=1,precision=none (1.00 weighted octave(s) away)"
+            ) in lines
 
 
 def test_warmup_of_a_model_splits_its_launches_over_shards_that_together_run_each_once(tmp_path, capsys):
