@@ -232,3 +232,18 @@ def test_topks_declared_cost_allocates_what_each_of_its_three_paths_allocates(de
         cost = price("topk", d, k)
         assert sum(asked) == cost.allocated and len(asked) == len(cost.buffers), (n, k)
     assert cost.launches == price("sort", d).launches + 2
+
+
+def test_the_select_key_classes_k_to_a_power_of_two_so_that_each_method_wins_its_own_keys():
+    """On the H200 the chunk candidates took 100 us for k = 50 of [64, 151936] float32 rows and the
+    radix select 241 us for k = 1024 (the chunks 255): k is in the key, classed to a power of two."""
+    from nbx.autotune import keys
+    from nbx.core import device_files
+    from nbx.kernels.sort.topk import SELECT
+    hopper = device_files.for_arch("sm_90")
+
+    def key(k):
+        return str(keys.form(SELECT.name, SELECT.key_fields, hopper, width=262144, k=k, elements=64 * 151936,
+                             dtype="float32"))
+    assert key(50) == key(64) == "width=262144,k=64,elements=16777216,dtype=f32"
+    assert key(600) == key(1024) == "width=262144,k=1024,elements=16777216,dtype=f32" != key(512)
