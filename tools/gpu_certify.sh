@@ -28,7 +28,7 @@ export PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 TRITON_INTERPRET=0
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/nbx-triton-cache}
 PY=${PYTHON:-python3}
 CLASS=${DEVICE_CLASS:-nvidia-h200-140gb}
-CERTS=${CERTS:-/tmp/nbx-certificates}   # unpacked tree; a previous certificates.tgz may seed it
+CERTS=${CERTS:-/tmp/nbx-certificates}   # unpacked tree: a carried certificates_run.tgz seeds it, else the shipped one
 LOG="$OUT/certify.log"
 BENCHES=(${BENCH_FILES:-tools/bench/bench_elementwise.py tools/bench/bench_softmax_norm.py tools/bench/bench_reduction.py tools/bench/bench_matmul.py})
 STEPS=("$@")
@@ -43,7 +43,11 @@ certify_for() {
     autotune certify --device-class "$CLASS" --out "$CERTS" --compile-jobs "${COMPILE_JOBS:-8}" "$@" >> "$LOG" 2>&1
 }
 mkdir -p "$CERTS"
-[ -f certificates_run.tgz ] && tar xzf certificates_run.tgz -C "$CERTS"   # carried from an earlier call
+if [ -f certificates_run.tgz ]; then
+  tar xzf certificates_run.tgz -C "$CERTS"   # carried from an earlier call
+else   # the shipped tree, so that --missing proves only the keys it lacks
+  cp -r certificates/nvidia "$CERTS"/
+fi
 
 for step in "${STEPS[@]}"; do
   case "$step" in
