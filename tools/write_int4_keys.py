@@ -1,5 +1,6 @@
 """Write the `linear_int4` (W4A16) keys the H200 benchmarks and models form, without a GPU:
-certificates/keys/nvidia-h200-140gb-int4.json.
+certificates/keys/nvidia-h200-140gb-int4.json, and the gated pair's (`gated_linear_int4`):
+certificates/keys/nvidia-h200-140gb-int4-gated.json.
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/write_int4_keys.py
 
@@ -10,18 +11,20 @@ the group size (nbx.kernels.matmul.int4.KEY), so it is listed from the shapes:
   nbx.models ran them with int4 weights: the fused qkv, o, gate and up apart, down; at one decode
   row and at the 512-token prompt (bench_models --prompt's default). With
   decoder.INT4_PAIR_FUSED the decoder runs an int4 gate and up as one gated_linear (Tunable
-  gated_linear_int4, the same key fields): those keys are not listed here yet. The lm_head and embeddings stay bfloat16 (bench_models quantizes the projections).
+  gated_linear_int4, the same key fields): gated_key_records lists those, at 1, 16 and 512 rows
+  of both shapes' MLP. The lm_head and embeddings stay bfloat16 (bench_models quantizes the projections).
 Every call is bfloat16 activations, group 128 (the benchmarks' quantization).
 """
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.kernels.matmul.int4 import LINEAR_INT4
+from nbx.kernels.matmul.int4 import GATED_LINEAR_INT4, LINEAR_INT4
 
 from keys_files import bench_constants, h200_facts, key_record, keys_path, save_keys
 from write_linear_keys import LLAMA_1B, LLAMA_8B, PROMPT, decoder_calls
 
 GROUP = 128
+GATED_ROWS = (1, 16, PROMPT)   # decode, a batch of 16, the prompt
 
 
 def key_records(facts) -> list[records.KeyRecord]:
@@ -32,9 +35,17 @@ def key_records(facts) -> list[records.KeyRecord]:
                           for m, n, k in calls])
 
 
+def gated_key_records(facts) -> list[records.KeyRecord]:
+    """The gated pair's keys: the gate's shape (the up's too) of each model at GATED_ROWS rows."""
+    return records.merge([key_record(facts, GATED_LINEAR_INT4, m=rows, n=shape["intermediate"], k=shape["hidden"],
+                                     dtype="bfloat16", group=GROUP)
+                          for rows in GATED_ROWS for shape in (LLAMA_8B, LLAMA_1B)])
+
+
 def main() -> int:
     facts = h200_facts()
     save_keys(keys_path("int4"), key_records(facts), facts)
+    save_keys(keys_path("int4-gated"), gated_key_records(facts), facts)
     return 0
 
 

@@ -3,10 +3,12 @@ certificates/keys/nvidia-h200-140gb-sort.json.
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 tools/write_sort_keys.py
 
-The keys of tools/bench/bench_datamove.py's sort and top-k cases (a key is the row length
-to a power of two, the element count's class and the dtype, classed by the device file's ladders):
-`select` (top-k's radix select) on [1|64, 151936] float32, `radix_sort` on 2^24 and 2^26 float32
-keys and [64, 151936] float32 rows. (The sampling step's keys: tools/write_sampling_keys.py.)
+The keys of tools/bench/bench_datamove.py's and bench_topk_methods.py's sort and top-k cases (a key
+is the row length to a power of two, the element count's class and the dtype, classed by the device
+file's ladders; top-k's also k to a power of two): `select` (top-k of long rows: the radix select or
+the chunk candidates) of k = 50 and 1024 on [1|64, 151936] float32 and of k = 50 on [64, 151936]
+bfloat16, `radix_sort` on 2^24 and 2^26 float32 keys and [64, 151936] float32 rows. (The sampling
+step's keys: tools/write_sampling_keys.py.)
 """
 from __future__ import annotations
 
@@ -17,18 +19,21 @@ from nbx.kernels.sort.topk import SELECT
 
 from keys_files import h200_facts, key_record, keys_path, save_keys
 VOCAB = 151936
-CALLS = [(SELECT, 1, VOCAB, "float32"), (SELECT, 64, VOCAB, "float32"),
-         (RADIX_SORT, 1, 1 << 24, "float32"), (RADIX_SORT, 1, 1 << 26, "float32"), (RADIX_SORT, 64, VOCAB, "float32")]
+SELECTS = [(rows, k, "float32") for rows in (64, 1) for k in (50, 1024)] + [(64, 50, "bfloat16")]
+SORTS = [(1, 1 << 24), (1, 1 << 26), (64, VOCAB)]
 
 
-def record(facts, tunable, rows: int, n: int, dtype: str) -> records.KeyRecord:
-    return key_record(facts, tunable, width=pow2_at_least(n), elements=rows * n, dtype=dtype)
+def key_records(facts) -> list[records.KeyRecord]:
+    selects = [key_record(facts, SELECT, width=pow2_at_least(VOCAB), k=k, elements=rows * VOCAB, dtype=dtype)
+               for rows, k, dtype in SELECTS]
+    sorts = [key_record(facts, RADIX_SORT, width=pow2_at_least(n), elements=rows * n, dtype="float32")
+             for rows, n in SORTS]
+    return records.merge(sorts + selects)
 
 
 def main() -> int:
     facts = h200_facts()
-    save_keys(keys_path("sort"), records.merge([record(facts, *c) for c in CALLS]),
-              facts)
+    save_keys(keys_path("sort"), key_records(facts), facts)
     return 0
 
 
