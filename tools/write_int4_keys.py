@@ -9,7 +9,7 @@ the group size (nbx.kernels.matmul.int4.KEY), so it is listed from the shapes:
 - tools/bench/bench_matmul.py's int4 rows (INT4_SHAPES);
 - the projections of tools/bench/bench_models.py's Llama-3.2-1B and Llama-3-8B shapes (SHAPES) as
   nbx.models ran them with int4 weights: the fused qkv, o, gate and up apart, down; at one decode
-  row and at the 512-token prompt (bench_models --prompt's default). With
+  row, a batch of 16 and the 512-token prompt (bench_models --prompt's default). With
   decoder.INT4_PAIR_FUSED the decoder runs an int4 gate and up as one gated_linear (Tunable
   gated_linear_int4, the same key fields): gated_key_records lists those, at 1, 16 and 512 rows
   of both shapes' MLP. The lm_head and embeddings stay bfloat16 (bench_models quantizes the projections).
@@ -25,12 +25,13 @@ from write_linear_keys import LLAMA_1B, LLAMA_8B, PROMPT, decoder_calls
 
 GROUP = 128
 GATED_ROWS = (1, 16, PROMPT)   # decode, a batch of 16, the prompt
+DECODE_ROWS = GATED_ROWS       # the projections' rows likewise
 
 
 def key_records(facts) -> list[records.KeyRecord]:
     calls = list(bench_constants("bench_matmul.py", {"INT4_SHAPES"})["INT4_SHAPES"])
     # a layer's products (the int4 gate and up are two of the gated shape) at decode and prompt rows
-    calls += [call[:3] for shape in (LLAMA_1B, LLAMA_8B) for rows in (1, PROMPT) for call in decoder_calls(rows, shape)]
+    calls += [call[:3] for shape in (LLAMA_1B, LLAMA_8B) for rows in DECODE_ROWS for call in decoder_calls(rows, shape)]
     return records.merge([key_record(facts, LINEAR_INT4, m=m, n=n, k=k, dtype="bfloat16", group=GROUP)
                           for m, n, k in calls])
 

@@ -16,9 +16,8 @@ tiles form per key. The tunable `linear_int4`: kernel (tiles | gemv), block_m (r
 (weight rows), block_k, split_k, warps and stages, keyed by M, N, K, the activations' dtype and the
 group size; its default is the device file's tiles.linear. block_k divides the group (a K step lies
 in one group; the one-row gemv may take a multiple of it): others are pruned, and a served tile whose
-block_k fits neither the group nor K runs with block_k = the group. A decode tile's K step is two
-dots of block_k / 2 (even and odd K), held to the device's matrix_unit.min_dot_k (wide tiles, one dot
-of block_k, keep the same bound). Whether a tile folds the scales is a function of its certified
+block_k fits neither the group nor K runs with block_k = the group. A tile's K step is one dot of
+block_k, held to the device's matrix_unit.min_dot_k. Whether a tile folds the scales is a function of its certified
 block_m, never of the call's M. Pruned besides (_fits): a tile twice the key's size, tiles of under
 64 rows of x from m = 128 on (each weight tile dequantized too often), prefill (m >= 1024) on tiles
 under 128 x 64, 16-bit K steps of 32 on long K, split K outside decode rows (m <= 64), splits leaving
@@ -171,7 +170,7 @@ def _fits(setting, rep, facts, gated=False):
     if found is not True or setting["kernel"] == "gemv":
         return found if found is not True else _tile_fits(setting, rep)
     itemsize = as_dtype(rep["dtype"]).itemsize
-    found = dot_k_fits(setting, itemsize, facts, per_dot=2)   # even and odd K: two dots
+    found = dot_k_fits(setting, itemsize, facts)   # a K step: one dot of block_k (both tile forms)
     if found is not True:
         return found
     need, have = setting["num_stages"] * stage_bytes(setting, itemsize, 2 if gated else 1), \
@@ -264,13 +263,13 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
     whole_groups = gemv and s["block_m"] == 1 and s["block_k"] > group and spans % group == 0
     block_k = s["block_k"] if group % s["block_k"] == 0 else spans if whole_groups else group
     if not gemv:
-        block_k = block_k_that_fits(block_k, operands.itemsize, facts, 2)
+        block_k = block_k_that_fits(block_k, operands.itemsize, facts)
     elif group % 8:
         raise NotSupportedError(f"the gemv kernel reads the packed weight in words of 8 nibbles: groups of {group} "
                                 f"are not whole words")
     if group % block_k and not whole_groups:
-        raise NotSupportedError(f"groups of {group} are under the K tile of {block_k} that two dots of "
-                                f"{operands.name} need on {device.type} (matrix_unit.min_dot_k)")
+        raise NotSupportedError(f"groups of {group} are under the K tile of {block_k} that a dot of "
+                                f"{operands.name} needs on {device.type} (matrix_unit.min_dot_k)")
     s["block_k"] = block_k
     weights = 2 if gated else 1
     stages = stages_that_fit(s, operands.itemsize, weights, facts) if COMPILED and not gemv else s["num_stages"]

@@ -6,10 +6,10 @@ step lies in one group and loads each weight row's scale (and minimum) once.
 
 int4_linear_kernel (linear): the swapped product C^T = W @ x^T, weight rows on the matrix unit's
 long side, so that decode rows (M 1-16) fill a dot of 16 and the packed weight is streamed once
-along its rows. Decode tiles multiply the low nibbles by x's even columns of K and the high ones by
-its odd columns (two dots of BLOCK_K / 2, x's K pairs split in registers); wide tiles interleave
-the dequantized nibbles back into K order (tl.join) and take x^T as it lies, straight from shared
-memory. int4_step: the K step of a (x rows, weight columns) tile (two half-K dots over x read at
+along its rows; both tile forms multiply x^T as it lies, straight from shared memory. Decode
+(FOLD) tiles read the weight in 16-bit halves and decode each into four values C + q with one lop3
+a pair (_HALVES_ASM), scaling the dot's sums once a K step; wide tiles interleave the dequantized
+nibbles back into K order (tl.join). int4_step: the K step of a (x rows, weight columns) tile (two half-K dots over x read at
 stride 2, float32 dequantization), which the MoE kernels share. Split K, the epilogue and its
 fixed-order partials are those of the float kernel (fused.py).
 
@@ -136,6 +136,53 @@ def _nibble_pairs(packed, SIGNED: tl.constexpr, DOT: tl.constexpr):
     return low, high
 
 
+# Two 16-bit halves of packed weight (one register: K 4h .. 4h + 7, nibble j of half h at K 4h + j) to
+# four 16-bit float pairs C + q, one lop3 each (magic ORed in; signed: XORed, as _PAIRS_ASM): pair j holds
+# nibble j of each half. Elementwise in the halves (output j of half h is its nibble j), so the register
+# pairs are the compiler's to reorder into K order. The magic C stays in the values (exact: a 16-bit
+# float's ulp is 1 there) and comes off once a K step through the sum of x (_fold_step).
+_HALVES_ASM = """{
+.reg .b32 t1, t2, t3, mask, magic;
+mov.b32 mask, 0x000F000F;
+mov.b32 magic, MAGIC;
+shr.u32 t1, $4, 4;
+shr.u32 t2, $4, 8;
+shr.u32 t3, $4, 12;
+lop3.b32 $0, $4, mask, magic, LUT;
+lop3.b32 $1, t1, mask, magic, LUT;
+lop3.b32 $2, t2, mask, magic, LUT;
+lop3.b32 $3, t3, mask, magic, LUT;
+}"""
+_HALVES = {(bf, signed): _HALVES_ASM.replace("MAGIC", magic).replace("LUT", "0x6A" if signed else "0xEA")
+           for bf, signed, magic in ((True, False, "0x43004300"), (True, True, "0x43084308"),
+                                     (False, False, "0x64006400"), (False, True, "0x64086408"))}
+HALVES_BF16, HALVES_BF16_SIGNED = tl.constexpr(_HALVES[True, False]), tl.constexpr(_HALVES[True, True])
+HALVES_F16, HALVES_F16_SIGNED = tl.constexpr(_HALVES[False, False]), tl.constexpr(_HALVES[False, True])
+
+
+@triton.jit
+def _halves_values(halves, SIGNED: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The (BLOCK_N, BLOCK_K) values C + q in DOT, in K order, of packed halves (BLOCK_N, BLOCK_K / 4);
+    signed q = (n ^ 8) - 8 is stored as C + 8 + q. Compiled for a 16-bit DOT: _HALVES_ASM; else the
+    same values from _nibble_values."""
+    if COMPILED and (DOT == tl.bfloat16 or DOT == tl.float16):
+        if DOT == tl.bfloat16:
+            o0, o1, o2, o3 = tl.inline_asm_elementwise(HALVES_BF16_SIGNED if SIGNED else HALVES_BF16,
+                                                       "=r,=r,=r,=r,r", [halves], dtype=(tl.bfloat16,) * 4,
+                                                       is_pure=True, pack=2)
+        else:
+            o0, o1, o2, o3 = tl.inline_asm_elementwise(HALVES_F16_SIGNED if SIGNED else HALVES_F16,
+                                                       "=r,=r,=r,=r,r", [halves], dtype=(tl.float16,) * 4,
+                                                       is_pure=True, pack=2)
+    else:
+        magic: tl.constexpr = (1024.0 if DOT == tl.float16 else 128.0) + (8.0 if SIGNED else 0.0)
+        o0 = _nibble_values(halves & 0xF, SIGNED, DOT) + magic
+        o1 = _nibble_values((halves >> 4) & 0xF, SIGNED, DOT) + magic
+        o2 = _nibble_values((halves >> 8) & 0xF, SIGNED, DOT) + magic
+        o3 = _nibble_values(halves >> 12, SIGNED, DOT) + magic
+    return tl.reshape(tl.join(tl.join(o0, o2), tl.join(o1, o3)), (BLOCK_N, BLOCK_K))
+
+
 @triton.jit
 def _scaled(q, scale, minimum, ASYMMETRIC: tl.constexpr, DOT: tl.constexpr):
     """q * scale (+ minimum) in float32, rounded to DOT as the reference rounds a cast (compiled:
@@ -181,21 +228,22 @@ def int4_linear_kernel(
     rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rh = tl.arange(0, BLOCK_K // 2)
     rk = tl.arange(0, BLOCK_K)
+    rq = tl.arange(0, BLOCK_K // 4)
     rw = tl.arange(0, BLOCK_K // 8)
     if WIDE:
         rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rh = rh.to(tl.int64)
         rk = rk.to(tl.int64)
+        rq = rq.to(tl.int64)
         rw = rw.to(tl.int64)
     in_m = rm < M
     in_n = rn < N
-    # x^T (BLOCK_K, BLOCK_M), which wide tiles multiply by the weight's nibbles interleaved back into K
-    # order; FOLD tiles read it as (BLOCK_K / 2, BLOCK_M, 2) pairs (2j, 2j + 1) split into even and odd
-    # rows in registers, to multiply the low and high nibbles as they are (for 16 rows of x the cheaper)
+    # x^T (BLOCK_K, BLOCK_M), which both tile forms multiply as it lies (straight from shared memory): wide
+    # tiles by the weight's nibbles interleaved back into K order, FOLD tiles by the values of its halves
     x_ptrs = a_ptr + rm[None, :] * sam + rk[:, None] * sak
-    pair_ptrs = a_ptr + rm[None, :, None] * sam + (2 * rh[:, None, None] + tl.arange(0, 2)[None, None, :]) * sak
     q_at = rn[:, None] * sqn + rh[None, :]                                # (BLOCK_N, BLOCK_K / 2) bytes
+    h_at = rn[:, None] * (sqn // 2) + rq[None, :]                         # (BLOCK_N, BLOCK_K / 4) halves
 
     total = K // BLOCK_K
     per = tl.cdiv(total, SPLIT_K)
@@ -212,7 +260,7 @@ def int4_linear_kernel(
                                     sak, sqn, ssn, first, steps, GROUP, SIGNED, ASYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
                                     GATED)
     else:
-        acc, acc_u = _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, rn * ssn, x_ptrs, pair_ptrs, in_m,
+        acc, acc_u = _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, h_at, rn * ssn, x_ptrs, in_m,
                                in_n, sak, first, steps, DOT, PRECISION, GROUP, SIGNED, ASYMMETRIC, FOLD, BLOCK_M,
                                BLOCK_N, BLOCK_K, GATED)
     _transposed_out(acc, acc_u, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m,
@@ -220,20 +268,22 @@ def int4_linear_kernel(
 
 
 @triton.jit
-def _fold_step(acc, q_ptrs, s_ptrs, z_ptrs, in_n, k, a_even, a_odd, x_sums, DOT: tl.constexpr,
-               PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
+def _fold_step(acc, h_ptrs, s_ptrs, z_ptrs, in_n, k, x_t, x_sums, DOT: tl.constexpr, PRECISION: tl.constexpr,
+               GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr):
-    """acc += one weight's K step k on x's even and odd columns, the scales on the dot's sums
-    (x_sums: the step's sums of x, which the minima multiply)."""
-    packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
+    """acc += one weight's K step k on x^T, one dot of the values C + q (_halves_values), the scales
+    on the dot's sums: sum(q x) s + m sum(x) = s sums + (m - C s) sum(x) (x_sums: the step's sums of x;
+    symmetric m = 0, C 8 more)."""
+    halves = tl.load(h_ptrs + k * (BLOCK_K // 4), mask=in_n[:, None], other=0)
     scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
-    low, high = _nibble_pairs(packed, SIGNED, DOT)
-    sums = tl.dot(_dot_operand(low, DOT), a_even, input_precision=PRECISION)
-    sums = tl.dot(_dot_operand(high, DOT), a_odd, sums, input_precision=PRECISION)
-    acc += sums * scale[:, None]
+    values = _dot_operand(_halves_values(halves, SIGNED, DOT, BLOCK_N, BLOCK_K), DOT)
+    sums = tl.dot(values, x_t, input_precision=PRECISION)
+    # C: the float whose ulp is 1 (float16's 1024, else 128: exact in bfloat16 and float32)
+    magic: tl.constexpr = (1024.0 if DOT == tl.float16 else 128.0) + (8.0 if SIGNED else 0.0)
+    offset = -magic * scale
     if ASYMMETRIC:
-        acc += minimum[:, None] * x_sums
-    return acc
+        offset += minimum
+    return acc + sums * scale[:, None] + offset[:, None] * x_sums
 
 
 @triton.jit
@@ -250,7 +300,7 @@ def _wide_step(acc, q_ptrs, s_ptrs, z_ptrs, in_n, k, x_t, DOT: tl.constexpr, PRE
 
 
 @triton.jit
-def _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, s_at, x_ptrs, pair_ptrs, in_m, in_n, sak, first,
+def _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, h_at, s_at, x_ptrs, in_m, in_n, sak, first,
               steps, DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr,
               ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_K: tl.constexpr, GATED: tl.constexpr):
@@ -258,20 +308,18 @@ def _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, s_at, x_ptrs, p
     matrix unit (GATED: the second weight's too, from the same x tiles)."""
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    ones = _dot_operand(tl.full((BLOCK_N, BLOCK_K // 2), 1, DOT), DOT)
+    # FOLD: the weight streams as 16-bit halves (four nibbles) at h_at, K along a row
+    h_ptr, h2_ptr = q_ptr.to(tl.pointer_type(tl.uint16)), q2_ptr.to(tl.pointer_type(tl.uint16))
     for k in range(first, first + steps):
         if FOLD:
-            x_even, x_odd = tl.split(tl.load(pair_ptrs + k * BLOCK_K * sak, mask=in_m[None, :, None], other=0))
-            a_even, a_odd = _dot_operand(x_even, DOT), _dot_operand(x_odd, DOT)
-            x_sums = acc    # unread unless ASYMMETRIC
-            if ASYMMETRIC:  # the step's sums of x, on the matrix unit (a sum across threads costs more)
-                x_sums = tl.dot(ones, a_odd, tl.dot(ones, a_even, input_precision=PRECISION),
-                                input_precision=PRECISION)
-            acc = _fold_step(acc, q_ptr + q_at, s_ptr + s_at, z_ptr + s_at, in_n, k, a_even, a_odd, x_sums, DOT,
-                             PRECISION, GROUP, SIGNED, ASYMMETRIC, BLOCK_K)
+            x = tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0)
+            x_t = _dot_operand(x, DOT)
+            x_sums = tl.sum(widen(x, tl.float32), axis=0)[None, :]
+            acc = _fold_step(acc, h_ptr + h_at, s_ptr + s_at, z_ptr + s_at, in_n, k, x_t, x_sums, DOT, PRECISION,
+                             GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
             if GATED:
-                acc_u = _fold_step(acc_u, q2_ptr + q_at, s2_ptr + s_at, z2_ptr + s_at, in_n, k, a_even, a_odd, x_sums,
-                                   DOT, PRECISION, GROUP, SIGNED, ASYMMETRIC, BLOCK_K)
+                acc_u = _fold_step(acc_u, h2_ptr + h_at, s2_ptr + s_at, z2_ptr + s_at, in_n, k, x_t, x_sums, DOT,
+                                   PRECISION, GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
         else:
             x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
             acc = _wide_step(acc, q_ptr + q_at, s_ptr + s_at, z_ptr + s_at, in_n, k, x_t, DOT, PRECISION, GROUP,
