@@ -268,14 +268,12 @@ def int4_linear_kernel(
 
 
 @triton.jit
-def _fold_step(acc, h_ptrs, s_ptrs, z_ptrs, in_n, k, x_t, x_sums, DOT: tl.constexpr, PRECISION: tl.constexpr,
-               GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr):
-    """acc += one weight's K step k on x^T, one dot of the values C + q (_halves_values), the scales
-    on the dot's sums: sum(q x) s + m sum(x) = s sums + (m - C s) sum(x) (x_sums: the step's sums of x;
-    symmetric m = 0, C 8 more)."""
+def _fold_step(acc, h_ptrs, scale, minimum, in_n, k, x_t, x_sums, DOT: tl.constexpr, PRECISION: tl.constexpr,
+               SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += one weight's K step k on x^T, one dot of the values C + q (_halves_values), the step's
+    group scale (and minimum) on the dot's sums: sum(q x) s + m sum(x) = s sums + (m - C s) sum(x)
+    (x_sums: the step's sums of x; symmetric m = 0, C 8 more)."""
     halves = tl.load(h_ptrs + k * (BLOCK_K // 4), mask=in_n[:, None], other=0)
-    scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
     values = _dot_operand(_halves_values(halves, SIGNED, DOT, BLOCK_N, BLOCK_K), DOT)
     sums = tl.dot(values, x_t, input_precision=PRECISION)
     # C: the float whose ulp is 1 (float16's 1024, else 128: exact in bfloat16 and float32)
@@ -287,12 +285,11 @@ def _fold_step(acc, h_ptrs, s_ptrs, z_ptrs, in_n, k, x_t, x_sums, DOT: tl.conste
 
 
 @triton.jit
-def _wide_step(acc, q_ptrs, s_ptrs, z_ptrs, in_n, k, x_t, DOT: tl.constexpr, PRECISION: tl.constexpr,
-               GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr):
-    """acc += one weight's K step k on x^T, each element dequantized before the dot."""
+def _wide_step(acc, q_ptrs, scale, minimum, in_n, k, x_t, DOT: tl.constexpr, PRECISION: tl.constexpr,
+               SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += one weight's K step k on x^T, each element dequantized (its group's scale and minimum)
+    before the dot."""
     packed = tl.load(q_ptrs + k * (BLOCK_K // 2), mask=in_n[:, None], other=0)
-    scale, minimum = _group_scales(s_ptrs, z_ptrs, in_n, k, GROUP, ASYMMETRIC, BLOCK_K)
     low, high = _nibble_pairs(packed, SIGNED, DOT)
     w = tl.reshape(tl.join(_scaled(low, scale, minimum, ASYMMETRIC, DOT),
                            _scaled(high, scale, minimum, ASYMMETRIC, DOT)), (BLOCK_N, BLOCK_K))
@@ -310,23 +307,39 @@ def _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, h_at, s_at, x_p
     acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     # FOLD: the weight streams as 16-bit halves (four nibbles) at h_at, K along a row
     h_ptr, h2_ptr = q_ptr.to(tl.pointer_type(tl.uint16)), q2_ptr.to(tl.pointer_type(tl.uint16))
+    # a step's group scales (and minima) are loaded a step ahead: their loads are too narrow for the
+    # pipeliner's copies, and loaded in the step they held it for a memory latency each
+    last = first + steps - 1            # at most the last K step (an empty split reads that one)
+    scale, minimum = _group_scales(s_ptr + s_at, z_ptr + s_at, in_n, tl.minimum(first, last), GROUP, ASYMMETRIC,
+                                   BLOCK_K)
+    scale_u, minimum_u = scale, minimum
+    if GATED:
+        scale_u, minimum_u = _group_scales(s2_ptr + s_at, z2_ptr + s_at, in_n, tl.minimum(first, last), GROUP,
+                                           ASYMMETRIC, BLOCK_K)
     for k in range(first, first + steps):
+        ahead = tl.minimum(k + 1, last)
+        scale_next, minimum_next = _group_scales(s_ptr + s_at, z_ptr + s_at, in_n, ahead, GROUP, ASYMMETRIC, BLOCK_K)
+        scale_u_next, minimum_u_next = scale_next, minimum_next
+        if GATED:
+            scale_u_next, minimum_u_next = _group_scales(s2_ptr + s_at, z2_ptr + s_at, in_n, ahead, GROUP, ASYMMETRIC,
+                                                         BLOCK_K)
         if FOLD:
             x = tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0)
             x_t = _dot_operand(x, DOT)
             x_sums = tl.sum(widen(x, tl.float32), axis=0)[None, :]
-            acc = _fold_step(acc, h_ptr + h_at, s_ptr + s_at, z_ptr + s_at, in_n, k, x_t, x_sums, DOT, PRECISION,
-                             GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+            acc = _fold_step(acc, h_ptr + h_at, scale, minimum, in_n, k, x_t, x_sums, DOT, PRECISION, SIGNED,
+                             ASYMMETRIC, BLOCK_N, BLOCK_K)
             if GATED:
-                acc_u = _fold_step(acc_u, h2_ptr + h_at, s2_ptr + s_at, z2_ptr + s_at, in_n, k, x_t, x_sums, DOT,
-                                   PRECISION, GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+                acc_u = _fold_step(acc_u, h2_ptr + h_at, scale_u, minimum_u, in_n, k, x_t, x_sums, DOT, PRECISION,
+                                   SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
         else:
             x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
-            acc = _wide_step(acc, q_ptr + q_at, s_ptr + s_at, z_ptr + s_at, in_n, k, x_t, DOT, PRECISION, GROUP,
-                             SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+            acc = _wide_step(acc, q_ptr + q_at, scale, minimum, in_n, k, x_t, DOT, PRECISION, SIGNED, ASYMMETRIC,
+                             BLOCK_N, BLOCK_K)
             if GATED:
-                acc_u = _wide_step(acc_u, q2_ptr + q_at, s2_ptr + s_at, z2_ptr + s_at, in_n, k, x_t, DOT, PRECISION,
-                                   GROUP, SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+                acc_u = _wide_step(acc_u, q2_ptr + q_at, scale_u, minimum_u, in_n, k, x_t, DOT, PRECISION, SIGNED,
+                                   ASYMMETRIC, BLOCK_N, BLOCK_K)
+        scale, minimum, scale_u, minimum_u = scale_next, minimum_next, scale_u_next, minimum_u_next
     return acc, acc_u
 
 
