@@ -441,9 +441,9 @@ INT4_LINEAR = ("nbx.kernels.matmul.quantized", "int4_linear_kernel", {
 
 
 def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_every_scheme():
-    """Decode tiles (16 rows of x: the scales applied to the dot's sums) and prefill tiles (each
-    weight element dequantized), asymmetric and symmetric, bfloat16 and float16 (the inline PTX's
-    two forms) and float32 activations, split and unsplit."""
+    """Decode tiles (16 rows of x: the scales applied to the dot's sums), prefill tiles (each
+    weight element dequantized) and prescaled tiles, asymmetric and symmetric, bfloat16 and float16
+    (the inline PTX's two forms) and float32 activations, split and unsplit."""
     base = dict(PRECISION=None, GROUP=128, WIDE=False, GROUP_M=8, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False,
                 GEMV=False, STAGES=3)
     cases = [(*INT4_LINEAR, {**base, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
@@ -455,6 +455,13 @@ def test_the_int4_linear_kernel_lowers_for_sm90_at_decode_and_prefill_tiles_in_e
     cases.append((*INT4_LINEAR, {**base, "DOT": "tl.bfloat16", "SIGNED": False, "ASYMMETRIC": True, "FOLD": False,
                                  "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 1, "HAS_BIAS": True,
                                  "ACTIVATION": "silu", "HAS_RES": True}))
+    # the prescaled tiles (each step's weight dequantized from its halves): decode and prefill, both schemes, the
+    # three activation dtypes (float32: the portable decode)
+    cases += [(*INT4_LINEAR, {**base, "PRESCALED": True, "DOT": dot, "PRECISION": "ieee" if dot == "tl.float32" else None,
+                              "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": False, "BLOCK_M": block_m,
+                              "BLOCK_N": 128, "BLOCK_K": 128, "SPLIT_K": split})
+              for dot, signed, block_m, split in (("tl.bfloat16", False, 16, 4), ("tl.float16", True, 16, 1),
+                                                  ("tl.bfloat16", True, 128, 1), ("tl.float32", False, 64, 1))]
     # the gemv kernel (decode rows on the CUDA cores): one row (_gemv_row_sums: the paired conversion of 16-bit
     # activations, the word one of float32, K steps in a group and of eight or four groups), 4 and 16 rows
     cases += [(*INT4_LINEAR, {**base, "GEMV": True, "DOT": dot, "SIGNED": signed, "ASYMMETRIC": not signed, "FOLD": True,
@@ -483,6 +490,11 @@ def test_the_gated_int4_linear_kernel_lowers_for_sm90_in_every_form_split_and_un
                  (True, "tl.bfloat16", False, 4, 32, 128, 2), (True, "tl.float16", True, 16, 16, 128, 1),
                  (True, "tl.bfloat16", False, 1, 32, 512, 1), (True, "tl.float16", True, 1, 16, 1024, 1),
                  (True, "tl.float32", False, 1, 16, 512, 1))]
+    cases += [(*INT4_LINEAR, {**base, "GEMV": False, "PRESCALED": True, "DOT": dot, "PRECISION": None, "SIGNED": signed,
+                              "ASYMMETRIC": not signed, "FOLD": False, "BLOCK_M": block_m, "BLOCK_N": 128, "BLOCK_K": 128,
+                              "SPLIT_K": split}, {"num_warps": 8 if block_m == 128 else 4, "num_stages": 3,
+                                                  "through": "ttgir"})
+              for dot, signed, block_m, split in (("tl.bfloat16", False, 16, 2), ("tl.float16", True, 128, 1))]
     assert lowering_failures(cases) == []
 
 

@@ -56,6 +56,20 @@ def test_wide_tiles_that_dequantize_each_weight_element_before_the_dot_match_the
     check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)
 
 
+@pytest.mark.parametrize("rows,block_m,split_k,scheme,dtype,group", [
+    (3, 16, 2, "asymmetric", "bfloat16", 64), (16, 16, 1, "symmetric", "float16", 32),
+    (37, 128, 1, "symmetric", "bfloat16", 128), (5, 32, 4, "asymmetric", "float32", 32)])
+def test_prescaled_tiles_that_dequantize_from_16_bit_halves_before_the_dot_match_the_oracle(device, check, rows, block_m,
+                                                                                            split_k, scheme, dtype, group):
+    """kernel = prescaled: each K step's weight dequantized from its 16-bit halves (q * scale +
+    minimum, one rounding to x's dtype) before a dot that accumulates across steps, at decode and
+    prefill tiles, split or not, every scheme and activation dtype."""
+    w = weight(device, 40, 256, group, scheme)
+    x = on(device, (rows, 256), dtype)
+    setting = {**TILE, "kernel": "prescaled", "block_m": block_m, "block_k": 32, "split_k": split_k}
+    check(int4.launch_linear_int4(x, w, setting=setting), nbx.oracle("linear_int4", x, w), device)
+
+
 @pytest.mark.parametrize("rows,block_m,split_k,scheme,dtype", [(1, 1, 1, "asymmetric", "bfloat16"),
                                                                 (1, 1, 2, "symmetric", "float16"),
                                                                 (3, 4, 2, "symmetric", "float16"),
@@ -137,14 +151,15 @@ def test_the_int4_tunable_prunes_block_k_that_does_not_divide_the_group():
     kept, pruned = int4.LINEAR_INT4.candidates(hopper, {"m": 2048, "n": 4096, "k": 4096, "dtype": "bfloat16",
                                                         "group": 128})
     assert kept and all(s["block_m"] >= 128 and s["block_n"] >= 64 and s["split_k"] == 1 for s in kept)
-    assert {s["kernel"] for s in kept} == {"tiles"}
+    assert {s["kernel"] for s in kept} == set(int4.TILE_FORMS)
     assert any("it serves decode rows" in why for _, why in pruned)
     assert any("prefill takes 128 x 64 or wider" in why for _, why in pruned)
 
 
 def test_the_shipped_int4_keys_are_the_writers_each_with_a_short_sweep_of_decode_or_prefill_tiles():
     """certificates/keys/nvidia-h200-140gb-int4.json is what tools/write_int4_keys.py writes; a key's
-    sweep stays short (the certification budget), decode keys sweep split K over 16-row tiles."""
+    sweep stays short (the certification budget: both tile forms of a prefill key), decode keys sweep
+    split K over 16-row tiles of both forms."""
     import json
     import sys
     from pathlib import Path
@@ -162,12 +177,13 @@ def test_the_shipped_int4_keys_are_the_writers_each_with_a_short_sweep_of_decode
     for rec in recs:
         rep = keys.representative(keys.parse("linear_int4", int4.KEY, rec.key, hopper, rec.observed), int4.KEY, hopper)
         kept, _ = int4.LINEAR_INT4.candidates(hopper, rep)
-        assert 16 <= len(kept) <= 66, (rec.key, len(kept))
+        assert 16 <= len(kept) <= 88, (rec.key, len(kept))
         if rep["m"] == 1:   # the one-row gemv alone, unsplit
             assert {(s["kernel"], s["block_m"], s["split_k"]) for s in kept} == {("gemv", 1, 1)}, rec.key
         elif rep["m"] <= 16:
-            tiles = [s for s in kept if s["kernel"] == "tiles"]
-            assert {s["block_m"] for s in tiles} == {16} and {s["split_k"] for s in tiles} >= {1, 2, 4}, rec.key
+            for form in int4.TILE_FORMS:
+                tiles = [s for s in kept if s["kernel"] == form]
+                assert {s["block_m"] for s in tiles} == {16} and {s["split_k"] for s in tiles} >= {1, 2, 4}, rec.key
             assert {s["split_k"] for s in kept if s["kernel"] == "gemv"} >= {1, 2}, rec.key
 
 
@@ -193,14 +209,17 @@ GPU_FORMS = pytest.mark.parametrize("kernel,rows,split_k,scheme,dtype", [
     ("tiles", 3, 1, "asymmetric", "float16"), ("tiles", 512, 1, "asymmetric", "bfloat16"),
     ("tiles", 200, 1, "symmetric", "float16"), ("gemv", 1, 8, "asymmetric", "bfloat16"),
     ("gemv", 16, 2, "symmetric", "bfloat16"), ("gemv", 3, 1, "asymmetric", "float16"),
-    ("row", 1, 1, "asymmetric", "bfloat16"), ("row", 1, 1, "symmetric", "float16"), ("row", 1, 1, "asymmetric", "float32")])
+    ("row", 1, 1, "asymmetric", "bfloat16"), ("row", 1, 1, "symmetric", "float16"), ("row", 1, 1, "asymmetric", "float32"),
+    ("prescaled", 16, 4, "asymmetric", "bfloat16"), ("prescaled", 3, 2, "symmetric", "float16"),
+    ("prescaled", 512, 1, "symmetric", "bfloat16"), ("prescaled", 200, 1, "asymmetric", "float16")])
 
 
 @gpu_only
 @GPU_FORMS
 def test_int4_decode_and_prefill_at_a_4096_wide_layer_on_the_gpu(device, check, kernel, rows, split_k, scheme, dtype):
     """Decode tiles (the scales on the dot's sums) and prefill tiles (each element scaled), both
-    nibble conversions of the inline PTX (bfloat16 and float16, unsigned and signed); the gemv
+    nibble conversions of the inline PTX (bfloat16 and float16, unsigned and signed); the prescaled
+    tiles' halves (the same four cases, decode and prefill); the gemv
     kernel's word conversion (unsigned and signed) at one, three and sixteen rows; the one-row gemv
     at K steps of eight groups, its paired conversion (16-bit activations) and its word one (float32)."""
     w = weight(device, 4096, 4096, 128, scheme)

@@ -46,6 +46,8 @@ def oracle(x, gate, up, activation="silu"):
     ("tiles", 40, 64, 128, 32, 4, "asymmetric", "float32", "relu"),
     ("wide", 40, 72, 128, 64, 1, "symmetric", "bfloat16", "silu"),
     ("wide", 16, 64, 256, 64, 2, "asymmetric", "float16", "silu"),
+    ("prescaled", 3, 72, 256, 64, 2, "asymmetric", "bfloat16", "silu"),
+    ("prescaled", 16, 64, 128, 32, 1, "symmetric", "float16", "gelu"),
     ("gemv", 3, 64, 256, 64, 1, "asymmetric", "bfloat16", "silu"),
     ("gemv", 16, 72, 128, 32, 2, "symmetric", "float32", "gelu"),
     ("row", 1, 96, 512, 64, 1, "asymmetric", "bfloat16", "silu"),
@@ -58,12 +60,14 @@ def test_every_form_of_the_gated_int4_pair_matches_the_float64_oracle(device, ch
     x = on(device, (rows, k), dtype)
     setting = {"tiles": {**TILE, "split_k": split_k},
                "wide": {**TILE, "block_m": 2 * int4.FOLD_ROWS, "block_k": 32, "split_k": split_k},
+               "prescaled": {**TILE, "kernel": "prescaled", "split_k": split_k},
                "gemv": {**TILE, "kernel": "gemv", "block_m": 1 << (rows - 1).bit_length(), "block_n": 32,
                         "split_k": split_k, "num_stages": 2},
                "row": {**ROW, "block_k": min(k, 256)}}[form]
     meta = dict(int4.plan(x, gate, activation=activation, setting=setting, gated=True).meta)
     assert meta["GATED"] and meta["SPLIT_K"] == split_k and meta["GEMV"] == (form in ("gemv", "row"))
-    assert meta["FOLD"] == (setting["block_m"] <= int4.FOLD_ROWS)
+    assert meta["FOLD"] == (form != "prescaled" and setting["block_m"] <= int4.FOLD_ROWS)
+    assert meta["PRESCALED"] == (form == "prescaled")
     out = int4.launch_gated_linear_int4(x, gate, up, activation, setting=setting)
     assert out.dtype is nbx.as_dtype(dtype) and out.shape == (rows, n)
     expected = oracle(x, gate, up, activation)

@@ -2,7 +2,7 @@
 its instructions per weight nibble, its registers and its commonest opcodes, at one launch setting.
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\n' ':') python3 tools/bench/sass_loop.py \
-        [--m 1] [--n 14336] [--k 4096] [--form gemv|tiles] [--block-n 32] [--block-k 512] [--warps 2] \
+        [--m 1] [--n 14336] [--k 4096] [--form gemv|tiles|prescaled] [--block-n 32] [--block-k 512] [--warps 2] \
         [--stages 3] [--split-k 1] [--gated]
 
 Run it with triton 3.6.0 installed, the H200's (Triton 3.9's bundled ptxas refuses the PTX 9.4 it writes).
@@ -62,11 +62,12 @@ def compile_sass(args) -> tuple[str, str]:
     from nbx.kernels.matmul.quantized import int4_linear_kernel
     bf16 = lambda: Pointer("torch.bfloat16")  # noqa: E731
     block_m = args.m if args.form == "gemv" else max(16, args.m)
+    prescaled = args.form == "prescaled"
     launch = [bf16(), Pointer("torch.uint8"), bf16(), bf16(), Pointer("torch.uint8"), bf16(), bf16(), bf16(),
               Pointer("torch.float32"), bf16(), bf16(), args.m, args.n, args.k, args.k, 1, args.k // 2,
               args.k // args.group, 0, 0, 0, 0, 0, 0]
     meta = dict(DOT=tl.bfloat16, PRECISION=None, GROUP=args.group, SIGNED=False, ASYMMETRIC=True,
-                FOLD=block_m <= 32, WIDE=False, BLOCK_M=block_m, BLOCK_N=args.block_n, BLOCK_K=args.block_k,
+                FOLD=block_m <= 32 and not prescaled, PRESCALED=prescaled, WIDE=False, BLOCK_M=block_m, BLOCK_N=args.block_n, BLOCK_K=args.block_k,
                 GROUP_M=8, SPLIT_K=args.split_k, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False,
                 GEMV=args.form == "gemv", STAGES=args.stages, GATED=args.gated, PDL=True,
                 num_warps=args.warps, num_stages=args.stages)
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=14336)
     parser.add_argument("--k", type=int, default=4096)
     parser.add_argument("--group", type=int, default=128)
-    parser.add_argument("--form", choices=("gemv", "tiles"), default="gemv")
+    parser.add_argument("--form", choices=("gemv", "tiles", "prescaled"), default="gemv")
     parser.add_argument("--block-n", type=int, default=32)
     parser.add_argument("--block-k", type=int, default=512)
     parser.add_argument("--warps", type=int, default=2)

@@ -9,6 +9,12 @@ A tile of at most FOLD_ROWS rows of x applies the scales to the dot's sums (fewe
 element, which decode rows, reading each weight element for one or a few rows, are bound by);
 wider ones dequantize each element before the dot (its cost shared by the tile's rows).
 
+kernel = prescaled: the same tiles, each K step's weight dequantized before the dot in one 16-bit fma
+a pair from 16-bit halves of the packed weight (nibbles._halves_dequantized), so that the dot
+accumulates across steps instead of waiting on its sums each step; any block_m, certified against
+tiles per key (the rules of tiles hold for it; its prefill tiles take K steps of PREFILL_K and
+REUSE_M rows of x or more, as every certified prefill winner of tiles did).
+
 Decode rows have a second form, kernel = gemv (the kernel's GEMV constexpr): the sums on the CUDA
 cores, any block_m from 1, no matrix unit (quantized._gemv_sums; one row of x: _gemv_row_sums, whose
 loads the pipeliner stages and whose K step may span whole groups); the certificate picks it or the
@@ -67,10 +73,11 @@ from .quantized import int4_linear_kernel
 from .tuning import _warps_for_tile, block_k_that_fits, dot_k_fits, stage_bytes, stages_that_fit
 
 ACTIVATIONS_DTYPES = ("float16", "bfloat16", "float32")
-PARAMS = {"kernel": ("tiles", "gemv"), "block_m": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+PARAMS = {"kernel": ("tiles", "gemv", "prescaled"), "block_m": (1, 2, 4, 8, 16, 32, 64, 128, 256),
           "block_n": (4, 8, 16, 32, 64, 128), "block_k": (32, 64, 128, 256, 512, 1024, 2048),
           "split_k": (1, 2, 4, 8), "group_m": (8,), "num_warps": (1, 2, 4, 8), "num_stages": (2, 3, 4)}
 KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "group": "exact"}
+TILE_FORMS = ("tiles", "prescaled")   # the kernel values on the matrix unit (the rules of tiles hold for both)
 FOLD_ROWS = 32       # tiles of at most this many rows of x scale the dot's sums, wider ones each weight element
 REUSE_M = 128        # from here on, tiles of under 64 rows of x dequantize each weight tile too often
 DOT_ROWS = 16        # the tiles kernel's least block_m: the matrix unit's least dot
@@ -82,6 +89,7 @@ WIDE_TILE = dict(block_n=32, num_warps=4)   # the least weight rows and warps of
 GEMV_TILE = 512      # rows of x times weight rows of a gemv tile of several rows of x
 DECODE_TILE_N = 128  # the tiles kernel's decode tiles (16 rows of x) take this many weight rows
 GATED_ACC_MAX = 128  # the gated tiles' two accumulators a thread: past it every tile spilled (ptxas sm_90)
+PREFILL_K = 128      # the K step of the prescaled form's prefill tiles
 
 
 def _kernel_fits(setting, rep, gated=False) -> str | bool:
@@ -99,7 +107,7 @@ def _kernel_fits(setting, rep, gated=False) -> str | bool:
         return f"block_k {setting['block_k']} is neither a part nor a multiple of the group size {rep['group']}"
     elif setting["block_k"] > rep["group"] and _whole_k(rep) % setting["block_k"]:
         return f"block_k {setting['block_k']} does not divide k={_whole_k(rep)} (its K steps would run as the group's)"
-    if setting["kernel"] == "tiles":
+    if setting["kernel"] in TILE_FORMS:
         held = 2 * setting["block_m"] * setting["block_n"] // (32 * setting["num_warps"])
         if gated and held > GATED_ACC_MAX:
             return (f"a gated {setting['block_m']} x {setting['block_n']} tile over {setting['num_warps']} warps holds "
@@ -109,6 +117,11 @@ def _kernel_fits(setting, rep, gated=False) -> str | bool:
         if rep["m"] == 1:
             return ("the tiles kernel on one row of x: the gemv won every m=1 key of the H200 (certificates of "
                     "2026-12-02), and the one-row gemv's space takes the sweep's room")
+        if setting["kernel"] == "prescaled" and setting["block_m"] > FOLD_ROWS and \
+                (setting["block_k"] != PREFILL_K or setting["block_m"] < REUSE_M):
+            return (f"a prescaled {setting['block_m']} x {setting['block_n']} x {setting['block_k']} prefill tile: "
+                    f"every certified prefill winner of the tiles form (2026-12-03) took K steps of {PREFILL_K} and "
+                    f"{REUSE_M} rows of x or more, and the sweep's room is shared by both forms")
         if rep["m"] <= GEMV_ROWS and setting["block_n"] < DECODE_TILE_N:
             return (f"block_n {setting['block_n']} on a decode tile of the tiles kernel: {DECODE_TILE_N} won on every "
                     f"decode key of the H200 (certificate of 2026-12-01); the sweep's room goes to the gemv kernel")
@@ -151,7 +164,7 @@ def _whole_k(rep) -> int:
 def _tile_fits(setting, rep) -> str | bool:
     for block, size in (("block_m", "m"), ("block_n", "n"), ("block_k", "k")):
         value = setting[block]
-        least = DOT_ROWS if block == "block_m" and setting["kernel"] == "tiles" else min(PARAMS[block])
+        least = DOT_ROWS if block == "block_m" and setting["kernel"] in TILE_FORMS else min(PARAMS[block])
         if value > least and value // 2 >= rep[size]:
             return f"{block} {value} covers {size}={rep[size]} twice over"
     if setting["block_m"] < 64 and rep["m"] >= REUSE_M:
@@ -277,7 +290,8 @@ def _decide(x_shape, x_strides, w_shape, group: int, scheme: str, bias_layout, r
                (m + s["block_m"]) * n) > INT32_MAX
     epilogue = dict(HAS_BIAS=bias_form(addends[0]), ACTIVATION=activation, HAS_RES=addends[1] is not None)
     meta = dict(DOT=tl_type(operands), PRECISION="ieee" if operands is dtypes.float32 else None, GROUP=group,
-                SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric", FOLD=s["block_m"] <= FOLD_ROWS,
+                SIGNED=scheme == "symmetric", ASYMMETRIC=scheme == "asymmetric",
+                FOLD=s["kernel"] != "prescaled" and s["block_m"] <= FOLD_ROWS, PRESCALED=s["kernel"] == "prescaled",
                 WIDE=wide, BLOCK_M=s["block_m"], BLOCK_N=s["block_n"], BLOCK_K=block_k, GROUP_M=s["group_m"],
                 SPLIT_K=s["split_k"], GEMV=gemv, STAGES=stages, GATED=gated, **epilogue,
                 num_warps=s["num_warps"], num_stages=stages)

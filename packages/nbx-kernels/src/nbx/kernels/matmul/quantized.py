@@ -6,12 +6,14 @@ step lies in one group and loads each weight row's scale (and minimum) once.
 
 int4_linear_kernel (linear): the swapped product C^T = W @ x^T, weight rows on the matrix unit's
 long side, so that decode rows (M 1-16) fill a dot of 16 and the packed weight is streamed once
-along its rows; both tile forms multiply x^T as it lies, straight from shared memory. Decode
-(FOLD) tiles read the weight in 16-bit halves and decode each into four values C + q with one lop3
-a pair (_HALVES_ASM), scaling the dot's sums once a K step; wide tiles interleave the dequantized
-nibbles back into K order (tl.join). int4_step: the K step of a (x rows, weight columns) tile (two half-K dots over x read at
-stride 2, float32 dequantization), which the MoE kernels share. Split K, the epilogue and its
-fixed-order partials are those of the float kernel (fused.py).
+along its rows; every tile form multiplies x^T as it lies, straight from shared memory. Decode
+(FOLD) tiles read the weight in 16-bit halves, decoded into values C + q (nibbles._halves_values),
+and scale the dot's sums once a K step; prescaled tiles dequantize the halves before the dot
+(nibbles._halves_dequantized); wide tiles decode bytes (nibbles._nibble_pairs), scale each element
+in float32 and interleave them back into K order (tl.join). int4_step: the K step of a (x rows,
+weight columns) tile (two half-K dots over x read at stride 2, float32 dequantization), which the
+MoE kernels share. Split K, the epilogue and its fixed-order partials are those of the float
+kernel (fused.py).
 
 GATED (SwiGLU's pair, activation(x @ Wg.T) * (x @ Wu.T)): a second packed weight of the first's
 shape, group, scheme and strides (q2, s2, z2) summed in the same K loop from the same loads of x,
@@ -26,6 +28,7 @@ from ..elementwise.casts import COMPILED, narrow, widen
 from ..rows import float_argument
 from .fused import epilogue
 from .kernel import _dot_operand, _grouped_tile
+from .nibbles import _halves_dequantized, _halves_values, _nibble_pairs, _scaled
 
 
 @triton.jit
@@ -67,137 +70,6 @@ def int4_step(acc, a_even, a_odd, q_ptrs, s_ptrs, z_ptrs, in_n, k, DOT: tl.const
                   input_precision=PRECISION)
 
 
-@triton.jit
-def _nibble_values(n, SIGNED: tl.constexpr, DOT: tl.constexpr):
-    """The nibbles n (uint8, 0..15) as the integers q they code, exactly, in DOT: the nibble ORed
-    into the low mantissa bits of a float whose ulp is 1 (bfloat16 128, float16 1024, float32 2^23),
-    less that float, in place of an integer-to-float conversion per element. (The interpreter's
-    numpy has no bfloat16: there a bfloat16 dot takes float32 operands.)"""
-    bias: tl.constexpr = 8 if SIGNED else 0
-    if SIGNED:
-        n = n ^ 8
-    if DOT == tl.bfloat16 and COMPILED:
-        q = (n.to(tl.uint16) | 0x4300).to(tl.bfloat16, bitcast=True) - (128.0 + bias)
-    elif DOT == tl.float16:
-        q = (n.to(tl.uint16) | 0x6400).to(tl.float16, bitcast=True) - (1024.0 + bias)
-    else:
-        q = (n.to(tl.uint32) | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + bias)
-    return q
-
-
-# Four packed bytes (one register) to the low and the high nibbles as 16-bit float pairs, the same
-# magic numbers on pairs: bytes 0 and 1 (2 and 3) permuted into the two halves of a word, masked and
-# ORed with the magic pair in one lop3 (signed: XORed, which flips bit 3 and sets the magic's bits
-# at once), the high nibbles likewise after a shift by 4, then one packed fma less the magic.
-_PAIRS_ASM = """{
-.reg .b32 t0, t1, mask, magic, one, less;
-mov.b32 mask, 0x000F000F;
-mov.b32 magic, MAGIC;
-mov.b32 one, ONE;
-mov.b32 less, LESS;
-prmt.b32 t0, $4, $4, 0x0100;
-prmt.b32 t1, $4, $4, 0x0302;
-lop3.b32 $0, t0, mask, magic, LUT;
-lop3.b32 $1, t1, mask, magic, LUT;
-shr.u32 t0, t0, 4;
-shr.u32 t1, t1, 4;
-lop3.b32 $2, t0, mask, magic, LUT;
-lop3.b32 $3, t1, mask, magic, LUT;
-fma.rn.TYPE $0, $0, one, less;
-fma.rn.TYPE $1, $1, one, less;
-fma.rn.TYPE $2, $2, one, less;
-fma.rn.TYPE $3, $3, one, less;
-}"""
-# (magic, one, less) of each 16-bit dot type, unsigned and signed (q ^ 8 then less 8 more)
-_PAIRS = {(bf, signed): _PAIRS_ASM.replace("MAGIC", magic).replace("ONE", one).replace("LESS", less)
-          .replace("LUT", "0x6A" if signed else "0xEA").replace("TYPE", "bf16x2" if bf else "f16x2")
-          for bf, signed, magic, one, less in ((True, False, "0x43004300", "0x3F803F80", "0xC300C300"),
-                                               (True, True, "0x43084308", "0x3F803F80", "0xC308C308"),
-                                               (False, False, "0x64006400", "0x3C003C00", "0xE400E400"),
-                                               (False, True, "0x64086408", "0x3C003C00", "0xE408E408"))}
-PAIRS_BF16, PAIRS_BF16_SIGNED = tl.constexpr(_PAIRS[True, False]), tl.constexpr(_PAIRS[True, True])
-PAIRS_F16, PAIRS_F16_SIGNED = tl.constexpr(_PAIRS[False, False]), tl.constexpr(_PAIRS[False, True])
-
-
-@triton.jit
-def _nibble_pairs(packed, SIGNED: tl.constexpr, DOT: tl.constexpr):
-    """(q of the low nibbles, q of the high nibbles) of packed bytes, exactly, in DOT: compiled for
-    a 16-bit DOT, four bytes a few instructions (_PAIRS_ASM; elementwise code of the same numbers
-    spends three byte permutes a pair); else _nibble_values."""
-    if COMPILED and (DOT == tl.bfloat16 or DOT == tl.float16):
-        if DOT == tl.bfloat16:
-            low, high = tl.inline_asm_elementwise(PAIRS_BF16_SIGNED if SIGNED else PAIRS_BF16, "=r,=r,=r,=r,r",
-                                                  [packed], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
-        else:
-            low, high = tl.inline_asm_elementwise(PAIRS_F16_SIGNED if SIGNED else PAIRS_F16, "=r,=r,=r,=r,r",
-                                                  [packed], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
-    else:
-        low, high = _nibble_values(packed & 0xF, SIGNED, DOT), _nibble_values(packed >> 4, SIGNED, DOT)
-    return low, high
-
-
-# Two 16-bit halves of packed weight (one register: K 4h .. 4h + 7, nibble j of half h at K 4h + j) to
-# four 16-bit float pairs C + q, one lop3 each (magic ORed in; signed: XORed, as _PAIRS_ASM): pair j holds
-# nibble j of each half. Elementwise in the halves (output j of half h is its nibble j), so the register
-# pairs are the compiler's to reorder into K order. The magic C stays in the values (exact: a 16-bit
-# float's ulp is 1 there) and comes off once a K step through the sum of x (_fold_step).
-_HALVES_ASM = """{
-.reg .b32 t1, t2, t3, mask, magic;
-mov.b32 mask, 0x000F000F;
-mov.b32 magic, MAGIC;
-shr.u32 t1, $4, 4;
-shr.u32 t2, $4, 8;
-shr.u32 t3, $4, 12;
-lop3.b32 $0, $4, mask, magic, LUT;
-lop3.b32 $1, t1, mask, magic, LUT;
-lop3.b32 $2, t2, mask, magic, LUT;
-lop3.b32 $3, t3, mask, magic, LUT;
-}"""
-_HALVES = {(bf, signed): _HALVES_ASM.replace("MAGIC", magic).replace("LUT", "0x6A" if signed else "0xEA")
-           for bf, signed, magic in ((True, False, "0x43004300"), (True, True, "0x43084308"),
-                                     (False, False, "0x64006400"), (False, True, "0x64086408"))}
-HALVES_BF16, HALVES_BF16_SIGNED = tl.constexpr(_HALVES[True, False]), tl.constexpr(_HALVES[True, True])
-HALVES_F16, HALVES_F16_SIGNED = tl.constexpr(_HALVES[False, False]), tl.constexpr(_HALVES[False, True])
-
-
-@triton.jit
-def _halves_values(halves, SIGNED: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The (BLOCK_N, BLOCK_K) values C + q in DOT, in K order, of packed halves (BLOCK_N, BLOCK_K / 4);
-    signed q = (n ^ 8) - 8 is stored as C + 8 + q. Compiled for a 16-bit DOT: _HALVES_ASM; else the
-    same values from _nibble_values."""
-    if COMPILED and (DOT == tl.bfloat16 or DOT == tl.float16):
-        if DOT == tl.bfloat16:
-            o0, o1, o2, o3 = tl.inline_asm_elementwise(HALVES_BF16_SIGNED if SIGNED else HALVES_BF16,
-                                                       "=r,=r,=r,=r,r", [halves], dtype=(tl.bfloat16,) * 4,
-                                                       is_pure=True, pack=2)
-        else:
-            o0, o1, o2, o3 = tl.inline_asm_elementwise(HALVES_F16_SIGNED if SIGNED else HALVES_F16,
-                                                       "=r,=r,=r,=r,r", [halves], dtype=(tl.float16,) * 4,
-                                                       is_pure=True, pack=2)
-    else:
-        magic: tl.constexpr = (1024.0 if DOT == tl.float16 else 128.0) + (8.0 if SIGNED else 0.0)
-        o0 = _nibble_values(halves & 0xF, SIGNED, DOT) + magic
-        o1 = _nibble_values((halves >> 4) & 0xF, SIGNED, DOT) + magic
-        o2 = _nibble_values((halves >> 8) & 0xF, SIGNED, DOT) + magic
-        o3 = _nibble_values(halves >> 12, SIGNED, DOT) + magic
-    return tl.reshape(tl.join(tl.join(o0, o2), tl.join(o1, o3)), (BLOCK_N, BLOCK_K))
-
-
-@triton.jit
-def _scaled(q, scale, minimum, ASYMMETRIC: tl.constexpr, DOT: tl.constexpr):
-    """q * scale (+ minimum) in float32, rounded to DOT as the reference rounds a cast (compiled:
-    the hardware's rounding; a weight is never NaN where its scale is not)."""
-    w = q.to(tl.float32) * scale[:, None]
-    if ASYMMETRIC:
-        w += minimum[:, None]
-    if DOT != tl.float32:
-        if COMPILED:
-            w = w.to(DOT, fp_downcast_rounding="rtne")
-        else:
-            w = narrow(w, DOT)
-    return _dot_operand(w, DOT)
-
-
 @triton.jit(do_not_specialize=["alpha_bits", "beta_bits"])
 def int4_linear_kernel(
     a_ptr, q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, K,
@@ -207,7 +79,7 @@ def int4_linear_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RES: tl.constexpr,
     GEMV: tl.constexpr = False, STAGES: tl.constexpr = 2, GATED: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, PRESCALED: tl.constexpr = False,
 ):
     """C^T = W @ x^T by tiles of (BLOCK_N weight rows, BLOCK_M rows of x): the dequantized weight
     is the dot's first operand, which the matrix unit takes from registers (Hopper's wgmma), and
@@ -220,7 +92,9 @@ def int4_linear_kernel(
     STAGES: the one-row gemv's pipelined depth, which Triton takes from tl.range alone in a loop with no dot).
     Grid: (tiles of M x N, SPLIT_K). sqn, ssn: the row strides of qweight (bytes) and of the
     scales and minima (groups); both are read at unit stride along K. GATED: q2, s2, z2 the up
-    weight's (the same strides), C = activation(x @ W.T) * (x @ W2.T)."""
+    weight's (the same strides), C = activation(x @ W.T) * (x @ W2.T). PRESCALED (not FOLD): each K
+    step's weight dequantized from 16-bit halves, one 16-bit fma a pair (_halves_dequantized), the dot
+    accumulating across steps."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     tile_m, tile_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -262,7 +136,7 @@ def int4_linear_kernel(
     else:
         acc, acc_u = _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, h_at, rn * ssn, x_ptrs, in_m,
                                in_n, sak, first, steps, DOT, PRECISION, GROUP, SIGNED, ASYMMETRIC, FOLD, BLOCK_M,
-                               BLOCK_N, BLOCK_K, GATED)
+                               BLOCK_N, BLOCK_K, GATED, PRESCALED)
     _transposed_out(acc, acc_u, rm, rn, in_m, in_n, split, c_ptr, part_ptr, bias_ptr, res_ptr, M, N, sbias_m,
                     sbias_n, sres_m, sres_n, alpha_bits, beta_bits, SPLIT_K, HAS_BIAS, ACTIVATION, HAS_RES, GATED)
 
@@ -285,6 +159,18 @@ def _fold_step(acc, h_ptrs, scale, minimum, in_n, k, x_t, x_sums, DOT: tl.conste
 
 
 @triton.jit
+def _prescaled_step(acc, h_ptrs, scale, minimum, in_n, k, x_t, DOT: tl.constexpr, PRECISION: tl.constexpr,
+                    SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc += one weight's K step k on x^T, the weight dequantized in the halves' registers
+    (_halves_dequantized) before the dot, so that the dot accumulates across steps (no wait on its sums)."""
+    halves = tl.load(h_ptrs + k * (BLOCK_K // 4), mask=in_n[:, None], other=0)
+    if not ASYMMETRIC:
+        minimum = 0.0 * scale
+    w = _dot_operand(_halves_dequantized(halves, scale, minimum, SIGNED, DOT, BLOCK_N, BLOCK_K), DOT)
+    return tl.dot(w, x_t, acc, input_precision=PRECISION)
+
+
+@triton.jit
 def _wide_step(acc, q_ptrs, scale, minimum, in_n, k, x_t, DOT: tl.constexpr, PRECISION: tl.constexpr,
                SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """acc += one weight's K step k on x^T, each element dequantized (its group's scale and minimum)
@@ -300,12 +186,13 @@ def _wide_step(acc, q_ptrs, scale, minimum, in_n, k, x_t, DOT: tl.constexpr, PRE
 def _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, h_at, s_at, x_ptrs, in_m, in_n, sak, first,
               steps, DOT: tl.constexpr, PRECISION: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr,
               ASYMMETRIC: tl.constexpr, FOLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_K: tl.constexpr, GATED: tl.constexpr):
+              BLOCK_K: tl.constexpr, GATED: tl.constexpr, PRESCALED: tl.constexpr):
     """The tiles form's (BLOCK_N, BLOCK_M) sums of C^T over K steps first .. first + steps, on the
-    matrix unit (GATED: the second weight's too, from the same x tiles)."""
+    matrix unit (GATED: the second weight's too, from the same x tiles): FOLD, the scales on the
+    dot's sums; PRESCALED, each step's weight dequantized from its halves; else, from its bytes."""
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    # FOLD: the weight streams as 16-bit halves (four nibbles) at h_at, K along a row
+    # FOLD and PRESCALED: the weight streams as 16-bit halves (four nibbles) at h_at, K along a row
     h_ptr, h2_ptr = q_ptr.to(tl.pointer_type(tl.uint16)), q2_ptr.to(tl.pointer_type(tl.uint16))
     # a step's group scales (and minima) are loaded a step ahead: their loads are too narrow for the
     # pipeliner's copies, and loaded in the step they held it for a memory latency each
@@ -332,6 +219,13 @@ def _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, h_at, s_at, x_p
             if GATED:
                 acc_u = _fold_step(acc_u, h2_ptr + h_at, scale_u, minimum_u, in_n, k, x_t, x_sums, DOT, PRECISION,
                                    SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
+        elif PRESCALED:
+            x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
+            acc = _prescaled_step(acc, h_ptr + h_at, scale, minimum, in_n, k, x_t, DOT, PRECISION, SIGNED, ASYMMETRIC,
+                                  BLOCK_N, BLOCK_K)
+            if GATED:
+                acc_u = _prescaled_step(acc_u, h2_ptr + h_at, scale_u, minimum_u, in_n, k, x_t, DOT, PRECISION, SIGNED,
+                                        ASYMMETRIC, BLOCK_N, BLOCK_K)
         else:
             x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
             acc = _wide_step(acc, q_ptr + q_at, scale, minimum, in_n, k, x_t, DOT, PRECISION, SIGNED, ASYMMETRIC,
