@@ -58,13 +58,21 @@ fma.rn.TYPE $1, $1, one, less;
 fma.rn.TYPE $2, $2, one, less;
 fma.rn.TYPE $3, $3, one, less;
 }"""
-# (magic, one, less) of each 16-bit dot type, unsigned and signed (q ^ 8 then less 8 more)
-_PAIRS = {(bf, signed): _PAIRS_ASM.replace("MAGIC", magic).replace("ONE", one).replace("LESS", less)
-          .replace("LUT", "0x6A" if signed else "0xEA").replace("TYPE", "bf16x2" if bf else "f16x2")
-          for bf, signed, magic, one, less in ((True, False, "0x43004300", "0x3F803F80", "0xC300C300"),
-                                               (True, True, "0x43084308", "0x3F803F80", "0xC308C308"),
-                                               (False, False, "0x64006400", "0x3C003C00", "0xE400E400"),
-                                               (False, True, "0x64086408", "0x3C003C00", "0xE408E408"))}
+# (magic, one, less) of each (bfloat16?, signed?) 16-bit dot type (signed: q ^ 8, then less 8 more)
+_CONSTANTS = {(True, False): ("0x43004300", "0x3F803F80", "0xC300C300"),
+              (True, True): ("0x43084308", "0x3F803F80", "0xC308C308"),
+              (False, False): ("0x64006400", "0x3C003C00", "0xE400E400"),
+              (False, True): ("0x64086408", "0x3C003C00", "0xE408E408")}
+
+
+def _filled(template: str) -> dict:
+    """template with MAGIC, ONE, LESS, LUT (signed: XOR) and TYPE filled in, by (bfloat16?, signed?)."""
+    return {(bf, signed): template.replace("MAGIC", magic).replace("ONE", one).replace("LESS", less)
+            .replace("LUT", "0x6A" if signed else "0xEA").replace("TYPE", "bf16x2" if bf else "f16x2")
+            for (bf, signed), (magic, one, less) in _CONSTANTS.items()}
+
+
+_PAIRS = _filled(_PAIRS_ASM)
 PAIRS_BF16, PAIRS_BF16_SIGNED = tl.constexpr(_PAIRS[True, False]), tl.constexpr(_PAIRS[True, True])
 PAIRS_F16, PAIRS_F16_SIGNED = tl.constexpr(_PAIRS[False, False]), tl.constexpr(_PAIRS[False, True])
 
@@ -103,9 +111,7 @@ lop3.b32 $1, t1, mask, magic, LUT;
 lop3.b32 $2, t2, mask, magic, LUT;
 lop3.b32 $3, t3, mask, magic, LUT;
 }"""
-_HALVES = {(bf, signed): _HALVES_ASM.replace("MAGIC", magic).replace("LUT", "0x6A" if signed else "0xEA")
-           for bf, signed, magic in ((True, False, "0x43004300"), (True, True, "0x43084308"),
-                                     (False, False, "0x64006400"), (False, True, "0x64086408"))}
+_HALVES = _filled(_HALVES_ASM)
 HALVES_BF16, HALVES_BF16_SIGNED = tl.constexpr(_HALVES[True, False]), tl.constexpr(_HALVES[True, True])
 HALVES_F16, HALVES_F16_SIGNED = tl.constexpr(_HALVES[False, False]), tl.constexpr(_HALVES[False, True])
 
@@ -138,12 +144,7 @@ def _halves_values(halves, SIGNED: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.
 _PRESCALED_ASM = _HALVES_ASM.replace("mask, magic;", "mask, magic, one, less;").replace(
     "mov.b32 magic, MAGIC;", "mov.b32 magic, MAGIC;\nmov.b32 one, ONE;\nmov.b32 less, LESS;").replace(
     "}", "".join(f"fma.rn.TYPE ${j}, ${j}, one, less;\nfma.rn.TYPE ${j}, ${j}, $5, $6;\n" for j in range(4)) + "}")
-_PRESCALED = {(bf, signed): _PRESCALED_ASM.replace("MAGIC", magic).replace("LUT", "0x6A" if signed else "0xEA")
-              .replace("ONE", one).replace("LESS", less).replace("TYPE", "bf16x2" if bf else "f16x2")
-              for bf, signed, magic, one, less in ((True, False, "0x43004300", "0x3F803F80", "0xC300C300"),
-                                                   (True, True, "0x43084308", "0x3F803F80", "0xC308C308"),
-                                                   (False, False, "0x64006400", "0x3C003C00", "0xE400E400"),
-                                                   (False, True, "0x64086408", "0x3C003C00", "0xE408E408"))}
+_PRESCALED = _filled(_PRESCALED_ASM)
 PRESCALED_BF16, PRESCALED_BF16_SIGNED = tl.constexpr(_PRESCALED[True, False]), tl.constexpr(_PRESCALED[True, True])
 PRESCALED_F16, PRESCALED_F16_SIGNED = tl.constexpr(_PRESCALED[False, False]), tl.constexpr(_PRESCALED[False, True])
 
