@@ -67,7 +67,8 @@ def compile_sass(args) -> tuple[str, str]:
               Pointer("torch.float32"), bf16(), bf16(), args.m, args.n, args.k, args.k, 1, args.k // 2,
               args.k // args.group, 0, 0, 0, 0, 0, 0]
     meta = dict(DOT=tl.bfloat16, PRECISION=None, GROUP=args.group, SIGNED=False, ASYMMETRIC=True,
-                FOLD=block_m <= 32 and not prescaled, PRESCALED=prescaled, WIDE=False, BLOCK_M=block_m, BLOCK_N=args.block_n, BLOCK_K=args.block_k,
+                FOLD=block_m <= 32 and not prescaled, PRESCALED=prescaled, WIDE=False, BLOCK_M=block_m,
+                BLOCK_N=args.block_n, BLOCK_K=args.block_k,
                 GROUP_M=8, SPLIT_K=args.split_k, HAS_BIAS=False, ACTIVATION=None, HAS_RES=False,
                 GEMV=args.form == "gemv", STAGES=args.stages, GATED=args.gated, PDL=True,
                 num_warps=args.warps, num_stages=args.stages)
