@@ -59,8 +59,8 @@ def test_wide_tiles_that_dequantize_each_weight_element_before_the_dot_match_the
 @pytest.mark.parametrize("rows,block_m,split_k,scheme,dtype,group", [
     (3, 16, 2, "asymmetric", "bfloat16", 64), (16, 16, 1, "symmetric", "float16", 32),
     (37, 128, 1, "symmetric", "bfloat16", 128), (5, 32, 4, "asymmetric", "float32", 32)])
-def test_prescaled_tiles_that_dequantize_from_16_bit_halves_before_the_dot_match_the_oracle(device, check, rows, block_m,
-                                                                                            split_k, scheme, dtype, group):
+def test_prescaled_tiles_that_dequantize_from_16_bit_halves_before_the_dot_match_the_oracle(
+        device, check, rows, block_m, split_k, scheme, dtype, group):
     """kernel = prescaled: each K step's weight dequantized from its 16-bit halves (q * scale +
     minimum, one rounding to x's dtype) before a dot that accumulates across steps, at decode and
     prefill tiles, split or not, every scheme and activation dtype."""
@@ -209,9 +209,10 @@ GPU_FORMS = pytest.mark.parametrize("kernel,rows,split_k,scheme,dtype", [
     ("tiles", 3, 1, "asymmetric", "float16"), ("tiles", 512, 1, "asymmetric", "bfloat16"),
     ("tiles", 200, 1, "symmetric", "float16"), ("gemv", 1, 8, "asymmetric", "bfloat16"),
     ("gemv", 16, 2, "symmetric", "bfloat16"), ("gemv", 3, 1, "asymmetric", "float16"),
-    ("row", 1, 1, "asymmetric", "bfloat16"), ("row", 1, 1, "symmetric", "float16"), ("row", 1, 1, "asymmetric", "float32"),
-    ("prescaled", 16, 4, "asymmetric", "bfloat16"), ("prescaled", 3, 2, "symmetric", "float16"),
-    ("prescaled", 512, 1, "symmetric", "bfloat16"), ("prescaled", 200, 1, "asymmetric", "float16")])
+    ("row", 1, 1, "asymmetric", "bfloat16"), ("row", 1, 1, "symmetric", "float16"),
+    ("row", 1, 1, "asymmetric", "float32"), ("prescaled", 16, 4, "asymmetric", "bfloat16"),
+    ("prescaled", 3, 2, "symmetric", "float16"), ("prescaled", 512, 1, "symmetric", "bfloat16"),
+    ("prescaled", 200, 1, "asymmetric", "float16")])
 
 
 @gpu_only

@@ -44,7 +44,8 @@ def main() -> int:
         copies = max(1, -(-L2_FLUSH_BYTES // (n * k // 2 + 4 * n * k // args.group)))
         weights = [host.to("cuda") for _ in range(copies)]
         dense = host.dequantize("float64").numpy()
-        peers = [torch.from_numpy(dense).to("cuda", torch.bfloat16) for _ in range(max(1, -(-L2_FLUSH_BYTES // (2 * n * k))))]
+        dense_copies = max(1, -(-L2_FLUSH_BYTES // (2 * n * k)))
+        peers = [torch.from_numpy(dense).to("cuda", torch.bfloat16) for _ in range(dense_copies)]
         rep16 = {"m": 16, "n": n, "k": k, "dtype": "bfloat16", "group": args.group}
         tiles = [s for s in int4.LINEAR_INT4.candidates(launch.facts(weights[0].device), rep16)[0]
                  if s["kernel"] == "tiles"]

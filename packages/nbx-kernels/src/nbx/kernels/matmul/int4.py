@@ -18,23 +18,23 @@ REUSE_M rows of x or more, as every certified prefill winner of tiles did).
 Decode rows have a second form, kernel = gemv (the kernel's GEMV constexpr): the sums on the CUDA
 cores, any block_m from 1, no matrix unit (quantized._gemv_sums; one row of x: _gemv_row_sums, whose
 loads the pipeliner stages and whose K step may span whole groups); the certificate picks it or the
-tiles form per key. The tunable `linear_int4`: kernel (tiles | prescaled | gemv), block_m (rows of x), block_n
-(weight rows), block_k, split_k, warps and stages, keyed by M, N, K, the activations' dtype and the
-group size; its default is the device file's tiles.linear. block_k divides the group (a K step lies
-in one group; the one-row gemv may take a multiple of it): others are pruned, and a served tile whose
-block_k fits neither the group nor K runs with block_k = the group. A tile's K step is one dot of
-block_k, held to the device's matrix_unit.min_dot_k. Whether a tile folds the scales is a function
-of its certified kernel and block_m, never of the call's M. Pruned besides (_fits): a tile twice the key's size, tiles of under
-64 rows of x from m = 128 on (each weight tile dequantized too often), prefill (m >= 1024) on tiles
-under 128 x 64, 16-bit K steps of 32 on long K, split K outside decode rows (m <= 64), splits leaving
-a program under two K steps or passing SPLIT_TILES_MAX programs, stages deeper than half a program's
-K steps, and stages whose x and weight tiles pass a block's shared memory; narrow tiles (WIDE_TILE)
-outside the one-row gemv; the tiles form under 16 rows of x, or on decode keys under block_n 128
-(every H200 decode winner); the gemv form outside decode rows (m <= 16), under the key's m, past 512
-block_m x block_n on several rows (at other than GEMV_STAGES there); the tiles form on m = 1 (the
-gemv won every such key); the one-row gemv on K steps under ROW_GEMV_K, outside ROW_GEMV_NIBBLES a
-thread a step, split or at other than ROW_GEMV_STAGES, and on steps of several groups that do not
-divide K.
+tiles form per key. The tunable `linear_int4`: kernel (tiles | prescaled | gemv), block_m (rows of
+x), block_n (weight rows), block_k, split_k, warps and stages, keyed by M, N, K, the activations'
+dtype and the group size; its default is the device file's tiles.linear. block_k divides the group
+(a K step lies in one group; the one-row gemv may take a multiple of it): others are pruned, and a
+served tile whose block_k fits neither the group nor K runs with block_k = the group. A tile's K
+step is one dot of block_k, held to the device's matrix_unit.min_dot_k. Whether a tile folds the
+scales is a function of its certified kernel and block_m, never of the call's M. Pruned besides
+(_fits): a tile twice the key's size, tiles of under 64 rows of x from m = 128 on (each weight tile
+dequantized too often), prefill (m >= 1024) on tiles under 128 x 64, 16-bit K steps of 32 on long K,
+split K outside decode rows (m <= 64), splits leaving a program under two K steps or passing
+SPLIT_TILES_MAX programs, stages deeper than half a program's K steps, and stages whose x and weight
+tiles pass a block's shared memory; narrow tiles (WIDE_TILE) outside the one-row gemv; the tiles
+form under 16 rows of x, or on decode keys under block_n 128 (every H200 decode winner); the gemv
+form outside decode rows (m <= 16), under the key's m, past 512 block_m x block_n on several rows
+(at other than GEMV_STAGES there); the tiles form on m = 1 (the gemv won every such key); the
+one-row gemv on K steps under ROW_GEMV_K, outside ROW_GEMV_NIBBLES a thread a step, split or at
+other than ROW_GEMV_STAGES, and on steps of several groups that do not divide K.
 
 The gated pair (`launch_gated_linear_int4`, gated_linear of two int4 weights of one layout:
 check_pair) is the same kernel's GATED form, Tunable `gated_linear_int4`: linear_int4's space and
