@@ -117,6 +117,13 @@ HALVES_F16, HALVES_F16_SIGNED = tl.constexpr(_HALVES[False, False]), tl.constexp
 
 
 @triton.jit
+def halves_magic(DOT: tl.constexpr, SIGNED: tl.constexpr):
+    """C of _halves_values: the float whose ulp is 1 (float16's 1024, else 128: exact in bfloat16 and
+    float32), 8 more for a signed nibble (stored as C + 8 + q)."""
+    return (1024.0 if DOT == tl.float16 else 128.0) + (8.0 if SIGNED else 0.0)
+
+
+@triton.jit
 def _halves_values(halves, SIGNED: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The (BLOCK_N, BLOCK_K) values C + q in DOT, in K order, of packed halves (BLOCK_N, BLOCK_K / 4);
     signed q = (n ^ 8) - 8 is stored as C + 8 + q. Compiled for a 16-bit DOT: _HALVES_ASM; else the
@@ -131,7 +138,7 @@ def _halves_values(halves, SIGNED: tl.constexpr, DOT: tl.constexpr, BLOCK_N: tl.
                                                        "=r,=r,=r,=r,r", [halves], dtype=(tl.float16,) * 4,
                                                        is_pure=True, pack=2)
     else:
-        magic: tl.constexpr = (1024.0 if DOT == tl.float16 else 128.0) + (8.0 if SIGNED else 0.0)
+        magic = halves_magic(DOT, SIGNED)
         o0 = _nibble_values(halves & 0xF, SIGNED, DOT) + magic
         o1 = _nibble_values((halves >> 4) & 0xF, SIGNED, DOT) + magic
         o2 = _nibble_values((halves >> 8) & 0xF, SIGNED, DOT) + magic
@@ -155,7 +162,7 @@ def _halves_dequantized(halves, scale, minimum, SIGNED: tl.constexpr, DOT: tl.co
     """The (BLOCK_N, BLOCK_K) weight q * scale + minimum in DOT, in K order, of packed halves
     (BLOCK_N, BLOCK_K / 4) and each row's group scale and minimum (float32; symmetric: minimum 0).
     Compiled for a 16-bit DOT: _PRESCALED_ASM (scale and minimum in DOT: the stored scales' own
-    16-bit values); else float32, rounded to DOT as _scaled rounds."""
+    16-bit values); else _halves_values less C, through _scaled."""
     if COMPILED and (DOT == tl.bfloat16 or DOT == tl.float16):
         s = tl.broadcast_to(scale.to(DOT)[:, None], (BLOCK_N, BLOCK_K // 4))
         z = tl.broadcast_to(minimum.to(DOT)[:, None], (BLOCK_N, BLOCK_K // 4))
@@ -167,19 +174,10 @@ def _halves_dequantized(halves, scale, minimum, SIGNED: tl.constexpr, DOT: tl.co
             o0, o1, o2, o3 = tl.inline_asm_elementwise(PRESCALED_F16_SIGNED if SIGNED else PRESCALED_F16,
                                                        "=r,=r,=r,=r,r,r,r", [halves, s, z], dtype=(tl.float16,) * 4,
                                                        is_pure=True, pack=2)
+        w = tl.reshape(tl.join(tl.join(o0, o2), tl.join(o1, o3)), (BLOCK_N, BLOCK_K))
     else:
-        o0 = _scaled_value(_nibble_values(halves & 0xF, SIGNED, DOT), scale, minimum, DOT)
-        o1 = _scaled_value(_nibble_values((halves >> 4) & 0xF, SIGNED, DOT), scale, minimum, DOT)
-        o2 = _scaled_value(_nibble_values((halves >> 8) & 0xF, SIGNED, DOT), scale, minimum, DOT)
-        o3 = _scaled_value(_nibble_values(halves >> 12, SIGNED, DOT), scale, minimum, DOT)
-    return tl.reshape(tl.join(tl.join(o0, o2), tl.join(o1, o3)), (BLOCK_N, BLOCK_K))
-
-
-@triton.jit
-def _scaled_value(q, scale, minimum, DOT: tl.constexpr):
-    w = q.to(tl.float32) * scale[:, None] + minimum[:, None]
-    if DOT != tl.float32:
-        w = narrow(w, DOT)
+        q = _halves_values(halves, SIGNED, DOT, BLOCK_N, BLOCK_K) - halves_magic(DOT, SIGNED)
+        w = _scaled(q, scale, minimum, True, DOT)
     return w
 
 

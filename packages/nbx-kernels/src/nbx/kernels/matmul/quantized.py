@@ -28,7 +28,7 @@ from ..elementwise.casts import COMPILED, narrow, widen
 from ..rows import float_argument
 from .fused import epilogue
 from .kernel import _dot_operand, _grouped_tile
-from .nibbles import _halves_dequantized, _halves_values, _nibble_pairs, _scaled
+from .nibbles import _halves_dequantized, _halves_values, _nibble_pairs, _scaled, halves_magic
 
 
 @triton.jit
@@ -150,9 +150,7 @@ def _fold_step(acc, h_ptrs, scale, minimum, in_n, k, x_t, x_sums, DOT: tl.conste
     halves = tl.load(h_ptrs + k * (BLOCK_K // 4), mask=in_n[:, None], other=0)
     values = _dot_operand(_halves_values(halves, SIGNED, DOT, BLOCK_N, BLOCK_K), DOT)
     sums = tl.dot(values, x_t, input_precision=PRECISION)
-    # C: the float whose ulp is 1 (float16's 1024, else 128: exact in bfloat16 and float32)
-    magic: tl.constexpr = (1024.0 if DOT == tl.float16 else 128.0) + (8.0 if SIGNED else 0.0)
-    offset = -magic * scale
+    offset = -halves_magic(DOT, SIGNED) * scale
     if ASYMMETRIC:
         offset += minimum
     return acc + sums * scale[:, None] + offset[:, None] * x_sums
@@ -210,9 +208,9 @@ def _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, h_at, s_at, x_p
         if GATED:
             scale_u_next, minimum_u_next = _group_scales(s2_ptr + s_at, z2_ptr + s_at, in_n, ahead, GROUP, ASYMMETRIC,
                                                          BLOCK_K)
+        x = tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0)
+        x_t = _dot_operand(x, DOT)
         if FOLD:
-            x = tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0)
-            x_t = _dot_operand(x, DOT)
             x_sums = tl.sum(widen(x, tl.float32), axis=0)[None, :]
             acc = _fold_step(acc, h_ptr + h_at, scale, minimum, in_n, k, x_t, x_sums, DOT, PRECISION, SIGNED,
                              ASYMMETRIC, BLOCK_N, BLOCK_K)
@@ -220,14 +218,12 @@ def _dot_sums(q_ptr, s_ptr, z_ptr, q2_ptr, s2_ptr, z2_ptr, q_at, h_at, s_at, x_p
                 acc_u = _fold_step(acc_u, h2_ptr + h_at, scale_u, minimum_u, in_n, k, x_t, x_sums, DOT, PRECISION,
                                    SIGNED, ASYMMETRIC, BLOCK_N, BLOCK_K)
         elif PRESCALED:
-            x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
             acc = _prescaled_step(acc, h_ptr + h_at, scale, minimum, in_n, k, x_t, DOT, PRECISION, SIGNED, ASYMMETRIC,
                                   BLOCK_N, BLOCK_K)
             if GATED:
                 acc_u = _prescaled_step(acc_u, h2_ptr + h_at, scale_u, minimum_u, in_n, k, x_t, DOT, PRECISION, SIGNED,
                                         ASYMMETRIC, BLOCK_N, BLOCK_K)
         else:
-            x_t = _dot_operand(tl.load(x_ptrs + k * BLOCK_K * sak, mask=in_m[None, :], other=0), DOT)
             acc = _wide_step(acc, q_ptr + q_at, scale, minimum, in_n, k, x_t, DOT, PRECISION, SIGNED, ASYMMETRIC,
                              BLOCK_N, BLOCK_K)
             if GATED:
