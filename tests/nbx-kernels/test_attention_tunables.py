@@ -133,3 +133,17 @@ def test_the_prefill_screen_compares_windows_of_query_rows_each_against_the_orac
     whole = np.asarray(oracle("scaled_dot_product_attention", q, k, v, None, None, options)).transpose(2, 0, 1, 3)
     for rows in (slice(0, 3), slice(q_len // 2, q_len // 2 + 4), slice(q_len - 2, q_len), slice(0, q_len)):
         np.testing.assert_allclose(work.reference_rows(rows), whole[rows], rtol=0, atol=1e-12)
+
+
+def test_a_prefill_workload_takes_enough_heads_to_fill_the_h200_as_a_model_does(interp):
+    """2 KV heads left a 1-4k key's programs under one wave of the H200's SMs, where the certifier
+    chose a tile that lost on a model's 32 heads: the workload now fills 4 waves within 32 query heads."""
+    from nbx.kernels.attention.tuning import PREFILL_WORKLOAD_WAVES, prefill_kv_heads
+    hopper = device_files.for_arch("sm_90")
+    sms = hopper.value("compute.multiprocessors")
+    for q_len, group, heads in ((1024, 1, 32), (4096, 1, 17), (16384, 1, 5), (4096, 4, 5), (16384, 4, 2)):
+        hk = prefill_kv_heads({"q_len": q_len, "group": group}, hopper)
+        assert hk == heads
+        if hk * group < 32:   # below the heads' cap the programs fill the waves
+            assert hk * group * -(-q_len // 128) >= PREFILL_WORKLOAD_WAVES * sms
+    assert prefill_kv_heads({"q_len": 64, "group": 1}, launch.facts(interp)) == 2   # no such fact: as before

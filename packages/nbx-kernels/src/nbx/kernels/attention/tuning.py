@@ -165,10 +165,29 @@ def _normal(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape)
 
 
+# the programs of the largest block_m a prefill workload gives each multiprocessor, and the most query
+# heads it takes (Llama's 32): with 2 KV heads a 1-4k key left the H200's 132 SMs under one wave, and its
+# certified 64-row tile then ran 32 heads at 0.63x torch where the 128-row tile reached 0.77x
+PREFILL_WORKLOAD_WAVES = 4
+PREFILL_WORKLOAD_HEADS = 32
+
+
+def prefill_kv_heads(rep, facts) -> int:
+    """The KV heads of a prefill key's workload: enough that its query blocks fill the device's
+    multiprocessors PREFILL_WORKLOAD_WAVES times, as a model's heads do, within PREFILL_WORKLOAD_HEADS
+    query heads; at least 2 (a device file without the fact: 2)."""
+    if "compute.multiprocessors" not in facts:
+        return 2
+    blocks = -(-rep["q_len"] // max(PREFILL_PARAMS["block_m"]))
+    wanted = -(-PREFILL_WORKLOAD_WAVES * facts.value("compute.multiprocessors") // blocks)
+    heads = min(wanted, max(PREFILL_WORKLOAD_HEADS, rep["group"]))
+    return max(2, -(-heads // rep["group"]))
+
+
 def prefill_workload(rep, device):
     from . import launch_sdpa
     from .. import launch
-    hk = 2
+    hk = prefill_kv_heads(rep, launch.facts(device))
     hq = hk * rep["group"]
     dtype = rep["dtype"]
     q = asarray(_normal((1, hq, rep["q_len"], rep["head_dim"]), 37).astype(dtype.host), device=device)
