@@ -98,9 +98,10 @@ def autotune_line() -> str:
 
 
 def print_figures(generated: Generated, device: nbx.Device, out=None) -> None:
+    """One line of the run's figures (prefill and decode tokens/s, the peak device memory), then the
+    autotune report line."""
     out = out or sys.stdout
-    print(generated.line(), file=out)
-    print(peak_memory_line(device), file=out)
+    print(f"{generated.line()}; {peak_memory_line(device)}", file=out)
     print(autotune_line(), file=out)
 
 
