@@ -9,13 +9,16 @@ nbx.autotune.keys.form): tokens, experts, top_k, the intermediate and
 hidden sizes, the dtype and the weights' form. bench_moe's layers (LAYERS: Qwen3-30B-A3B's 128
 experts top-8 2048/768 and Mixtral's 8 experts top-2 4096/14336) at its token counts (TOKENS:
 prefill 512 and 4096, decode 1, 8 and 64), bfloat16, dense weights; a count of BAND_TOKENS or fewer
-takes `moe_band`, the others `moe_experts` (launch_key says which). Routing and alignment run at their device file tiles
-(tiles.moe_route, tiles.moe_align): they have no tunable, hence no key.
+takes `moe_band`, the others `moe_experts` (launch_key says which). Above BAND_TOKENS the layer also routes
+(`moe_route`, keyed by the tokens, experts, top_k and the logits' dtype: bench_moe's router logits are
+float32) and aligns (`moe_align`, keyed by the pairs and experts; nbx.kernels.moe.routing_tuning); the band
+routes and aligns in one program that takes neither setting.
 """
 from __future__ import annotations
 
 from nbx.autotune import records
-from nbx.kernels.moe.tuning import launch_key
+from nbx.kernels.moe.routing_tuning import ALIGN, ROUTE, align_key, route_key
+from nbx.kernels.moe.tuning import BAND_TOKENS, launch_key
 
 from keys_files import bench_constants, h200_facts, key_record, keys_path, save_keys
 
@@ -27,11 +30,20 @@ def record(facts, tokens, count, k, hidden, inter, weights="dense") -> records.K
 
 
 
+def routing_records(facts, tokens, count, k) -> list[records.KeyRecord]:
+    """The routing's and alignment's keys of a layer at tokens (none in the band: one program)."""
+    if tokens <= BAND_TOKENS:
+        return []
+    return [key_record(facts, ROUTE, **route_key(tokens, count, k, "float32")),
+            key_record(facts, ALIGN, **align_key(tokens * k, count))]
+
+
 def main() -> int:
     facts = h200_facts()
     bench = bench_constants("bench_moe.py", {"LAYERS", "TOKENS"})
-    recs = records.merge([record(facts, tokens, count, k, hidden, inter)
-                          for count, k, hidden, inter in bench["LAYERS"].values() for tokens in bench["TOKENS"]])
+    layers = [(tokens, *layer) for layer in bench["LAYERS"].values() for tokens in bench["TOKENS"]]
+    recs = records.merge([record(facts, tokens, count, k, hidden, inter) for tokens, count, k, hidden, inter in layers] +
+                         [r for tokens, count, k, _, _ in layers for r in routing_records(facts, tokens, count, k)])
     save_keys(keys_path("moe"), recs, facts)
     return 0
 

@@ -32,6 +32,7 @@ from ..types import tl_type
 from .float8 import expert_float8_kernel
 from .kernel import (align_count_kernel, align_place_kernel, combine_kernel, expert_down_kernel,
                      expert_gate_up_kernel, route_align_kernel, route_kernel)
+from .routing_tuning import align_setting, route_setting
 from .tuning import experts_setting
 
 INT32 = dtypes.int32
@@ -65,14 +66,17 @@ def _route_args(shape, strides, options: RouteOptions) -> tuple:
     return (Slot("logits"), bias, Slot("weights"), Slot("experts"), tokens, count, count // options.groups, *strides)
 
 
-def _route_launch(shape, strides, options: RouteOptions, device) -> Launch:
-    """route_kernel over the logits slot into the weights and experts slots."""
+def _route_launch(shape, strides, options: RouteOptions, dtype, device, setting=None) -> Launch:
+    """route_kernel over the logits slot into the weights and experts slots, at the given setting or
+    the served one (routing_tuning.ROUTE); block_tokens is cut to the device file's max_elements
+    logits a program (the uncertified default's bound: certified settings lie within it)."""
     tokens, count = shape
-    tile = launch.tiles("moe_route", device)
-    block_t = max(1, min(tile["block_tokens"], tile["max_elements"] // pow2_at_least(count)))
+    s = setting if setting is not None else route_setting(device, tokens, count, options.top_k, dtype)
+    most = launch.tiles("moe_route", device)["max_elements"]
+    block_t = max(1, min(s["block_tokens"], most // pow2_at_least(count)))
     return Launch(route_kernel, (triton_cdiv(tokens, block_t),), (*_route_args(shape, strides, options),
                                                                    Slot("scaling_bits")),
-                  _route_meta(options, count, block_t, tile["num_warps"]))
+                  _route_meta(options, count, block_t, s["num_warps"]))
 
 
 def _route_align_launch(shape, strides, options: RouteOptions, block_m: int, device, prefix: str) -> Launch:
@@ -98,8 +102,8 @@ def _route_outputs(tokens: int, top_k: int, make) -> tuple:
     return make("weights", (tokens, top_k), dtypes.float32), make("experts", (tokens, top_k), INT32)
 
 
-def _route_plan(shape, strides, dtype, device, options: RouteOptions):
-    return LaunchPlan(device, (_route_launch(shape, strides, options, device),),
+def _route_plan(shape, strides, dtype, device, options: RouteOptions, setting=None):
+    return LaunchPlan(device, (_route_launch(shape, strides, options, dtype, device, setting),),
                       outputs=_route_outputs(shape[0], options.top_k, plans.output))
 
 
@@ -116,9 +120,19 @@ def _route_options(logits, top_k, scoring="softmax", renormalize=True, groups=1,
     return options, correction_bias, float(scaling)
 
 
-def route_plan(logits, options: RouteOptions) -> LaunchPlan:
+def route_plan(logits, options: RouteOptions, setting=None) -> LaunchPlan:
     signature = (logits.shape, logits.strides, logits.dtype, logits.device, options)
-    return plans.cached("moe_route", signature, lambda: _route_plan(*signature))
+    return plans.cached("moe_route", (*signature, plans.setting_key(setting)),
+                        lambda: _route_plan(*signature, setting))
+
+
+def route_experts(logits, top_k: int, setting=None, experts=None):
+    """The experts [T, top_k] of softmax top-k routing (renormalized) into experts (given, or new),
+    at setting (the certifier's) or the served one: routing_tuning's workload."""
+    options, _, _ = _route_options(logits, top_k)
+    found = plans.execute(route_plan(logits, options, setting), {"logits": logits, "bias": None,
+                                                                 "scaling_bits": float_bits(1.0), "experts": experts})
+    return found["experts"]
 
 
 @implements("moe_route")
@@ -144,9 +158,10 @@ def _route_cost(logits, *routing, **named) -> Cost:
 
 # ---- alignment ------------------------------------------------------------------------------------
 
-def _align_launches(pairs: int, count: int, block_m: int, device, prefix: str = "") -> tuple:
-    """The two alignment launches over the experts slot, their tables named prefix + name."""
-    tile = launch.tiles("moe_align", device)
+def _align_launches(pairs: int, count: int, block_m: int, device, prefix: str = "", setting=None) -> tuple:
+    """The two alignment launches over the experts slot, their tables named prefix + name, at the
+    given setting or the served one (routing_tuning.ALIGN)."""
+    tile = setting if setting is not None else align_setting(device, pairs, count)
     capacity = align_capacity(pairs, count, block_m)
     s = {name: Slot(prefix + name) for name in ("counts", "sorted_pairs", "block_experts", "inverse", "padded_count")}
     return (Launch(align_count_kernel, (count,), (Slot("experts"), s["counts"], pairs),
@@ -164,14 +179,14 @@ def _align_tables(pairs: int, count: int, block_m: int, make, prefix: str = "") 
             make(prefix + "inverse", (pairs,), INT32), make(prefix + "padded_count", (1,), INT32))
 
 
-def align_plan(experts: Tensor, count: int, block_m: int) -> LaunchPlan:
+def align_plan(experts: Tensor, count: int, block_m: int, setting=None) -> LaunchPlan:
     def build():
         pairs = experts.size
-        return LaunchPlan(experts.device, _align_launches(pairs, count, block_m, experts.device),
+        return LaunchPlan(experts.device, _align_launches(pairs, count, block_m, experts.device, setting=setting),
                           outputs=_align_tables(pairs, count, block_m, plans.output),
                           workspace=(plans.workspace("counts", (count,), INT32),), copies=("experts",))
-    return plans.cached("moe_align", (experts.shape, experts.strides, experts.dtype, experts.device, count, block_m),
-                        build)
+    return plans.cached("moe_align", (experts.shape, experts.strides, experts.dtype, experts.device, count, block_m,
+                                      plans.setting_key(setting)), build)
 
 
 @implements("moe_align")
@@ -291,7 +306,7 @@ def _dot_types(dtype, quantized: bool):
 
 def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=None) -> LaunchPlan:
     """The layer's plan over given weights and experts, or, with route = (logits shape, strides,
-    RouteOptions), over its own routing of the logits slot (moe_routed_experts): route_kernel then
+    RouteOptions, the logits' dtype), over its own routing of the logits slot (moe_routed_experts): route_kernel then
     the alignment's two launches, or in the band route_align_kernel alone (the same tables)."""
     (tokens, hidden), x_strides, dtype = x_layout
     count, inter, _ = w.shape
@@ -344,9 +359,10 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
     if route is None:
         first, copies = _align_launches(pairs, count, block_m, device, p), ("experts", "weights")
     else:
-        shape, strides, options = route
+        shape, strides, options, logits_dtype = route
         first = ((_route_align_launch(shape, strides, options, block_m, device, p),) if band else
-                 (_route_launch(shape, strides, options, device), *_align_launches(pairs, count, block_m, device, p)))
+                 (_route_launch(shape, strides, options, logits_dtype, device),
+                  *_align_launches(pairs, count, block_m, device, p)))
         workspace, copies = (*_route_outputs(tokens, k, plans.workspace), *workspace), ()
     return LaunchPlan(device, (*first, gate_up, down, combine), outputs=(plans.output("out", (tokens, hidden), dtype),),
                       workspace=workspace, copies=copies, detail=ExpertsPlan(s, capacity, band, tma))
@@ -405,7 +421,7 @@ def launch_experts(x, weights, experts, w_gate, w_up, w_down, out: Tensor | None
 def routed_plan(x, logits, w_gate, w_up, w_down, options: RouteOptions, setting=None) -> LaunchPlan:
     w = weight_layout(w_gate, w_up, w_down)
     x_layout = (tuple(x.shape), tuple(x.strides), x.dtype)
-    route = (tuple(logits.shape), tuple(logits.strides), options)
+    route = (tuple(logits.shape), tuple(logits.strides), options, logits.dtype)
     signature = (x_layout, w, route, logits.dtype, x.device, plans.setting_key(setting))
     return plans.cached("moe_routed_experts", signature,
                         lambda: _experts_build(x_layout, w, options.top_k, x.device, setting, route))
