@@ -27,7 +27,7 @@ def test_each_attention_tunable_takes_its_default_from_every_device_file(interp)
         assert tunable.default(hopper) in tunable.candidates(hopper, None)[0]
 
 
-def test_prefill_candidates_whose_tiles_pass_shared_memory_at_head_dim_256_are_pruned():
+def test_prefill_candidates_whose_tiles_pass_shared_memory_at_head_dim_256_are_pruned(interp):
     tunable = autotune.lookup("attention")
     rep = {"q_len": 4096, "k_len": 4096, "head_dim": 256, "v_dim": 256, "group": 4, "dtype": nbx.bfloat16,
            "causal": True, "tma": True}

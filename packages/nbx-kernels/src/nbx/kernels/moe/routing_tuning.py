@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from nbx import autotune
-from nbx.core import dtypes
 from nbx.core.dtypes import as_dtype
 from nbx.core.ops.creation import asarray
 from nbx.core.reference import oracle
@@ -105,7 +104,7 @@ ALIGN = autotune.declare(autotune.Tunable(
 
 
 def route_key(tokens: int, experts: int, top_k: int, dtype) -> dict:
-    return dict(tokens=pow2_at_least(max(1, tokens)), experts=experts, top_k=top_k, dtype=dtypes.as_dtype(dtype))
+    return dict(tokens=pow2_at_least(max(1, tokens)), experts=experts, top_k=top_k, dtype=as_dtype(dtype))
 
 
 def align_key(pairs: int, experts: int) -> dict:
