@@ -20,8 +20,9 @@ linear's:
   k in the cache write's one launch (rotary_kv_cache_write(q=): the key counts both tensors'
   elements), prefill and decode alike.
 
-Every call is bfloat16. Batch, and the paged cache's block size, are in no key (decode's split
-count follows the batch from the device file's `programs`; a block table is read per key alike).
+Every call is bfloat16. The decode keys hold the batch (sequences, to a power of two): the bench's
+batches, and the models' decode steps at bench_models' batches (MODEL_BATCHES). The paged cache's block
+size is in no key (a block table is read per key alike).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ MODELS = {"llama-3.2-1b": dict(heads=32, kv_heads=8, head_dim=64), "llama-3.1-8b
 PROMPTS = (512, 1024, 2048, 4096, 8192, 16384)
 CONTEXTS = tuple(2 ** p for p in range(10, 18))          # 1k .. 128k
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
+MODEL_BATCHES = (1, 16)   # bench_models' --batch runs: the decode keys certified for the models
 DTYPE = "bfloat16"
 
 
@@ -49,8 +51,9 @@ def prefill(facts, q_len, k_len, head_dim, group, causal, tma):
                   dtype=DTYPE, causal=causal, tma=tma)
 
 
-def decode(facts, k_len, rows, head_dim, paged):
-    return key_record(facts, ATTENTION_DECODE, k_len=k_len, rows=rows, head_dim=head_dim, dtype=DTYPE, paged=paged)
+def decode(facts, k_len, rows, head_dim, paged, batch):
+    return key_record(facts, ATTENTION_DECODE, k_len=k_len, rows=rows, head_dim=head_dim, dtype=DTYPE, paged=paged,
+                      batch=batch)
 
 
 def rope(facts, tokens, heads, head_dim):
@@ -69,15 +72,15 @@ def prefill_records(facts) -> list[records.KeyRecord]:
 def decode_rope_records(facts) -> list[records.KeyRecord]:
     hq, hk, d = DECODE_HEADS
     out = []
-    for _, ctx in DECODE:   # one query token: a KV head's group of rows a program; contiguous and paged
-        out += [decode(facts, ctx, hq // hk, d, paged) for paged in (False, True)]
+    for batch, ctx in DECODE:   # one query token: a KV head's group of rows a program; contiguous and paged
+        out += [decode(facts, ctx, hq // hk, d, paged, batch) for paged in (False, True)]
     for tokens in ROPE_TOKENS:
         out += [rope(facts, tokens, 32, 128), rope(facts, tokens, 8, 128), rope(facts, tokens, 32 + 8, 128)]
     for m in MODELS.values():
         group, d = m["heads"] // m["kv_heads"], m["head_dim"]
         for n in PROMPTS:   # a prompt's rope of q and k, fused with the cache write
             out += [rope(facts, n, m["heads"] + m["kv_heads"], d)]
-        out += [decode(facts, ctx, group, d, True) for ctx in CONTEXTS]
+        out += [decode(facts, ctx, group, d, True, batch) for ctx in CONTEXTS for batch in MODEL_BATCHES]
         for batch in BATCHES:   # a decode step's rope of q and k: one token a sequence
             out += [rope(facts, batch, m["heads"] + m["kv_heads"], d)]
     return out

@@ -58,7 +58,7 @@ def test_a_llama_8b_census_lists_its_projections_norms_attention_cache_and_argma
     # the prompt's flash prefill over the paged cache (no descriptors), the decode step's split-K over 513 keys
     # (a length bucket of 640, the layout's power of two 1024)
     assert ("attention", "q_len=512,k_len=512,head_dim=128,v_dim=128,group=4,dtype=bf16,causal=1,tma=0") in listed
-    assert ("attention_decode", "k_len=1024,rows=4,head_dim=128,dtype=bf16,paged=1") in listed
+    assert ("attention_decode", "k_len=1024,rows=4,head_dim=128,dtype=bf16,paged=1,batch=1") in listed
     assert listed[("datamove", "n=68719476736,inner=16777216,dtype=u16,mapped=0,transposed=0")] == {
         "n": 6144 * 4096, "inner": 4096 * 4096}                                          # q, k, v stacked at load
     # the cache's 33 blocks of 16 tokens zeroed (8 KV heads x 128), the step's positions + 1 and int32 lengths

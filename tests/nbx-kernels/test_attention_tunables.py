@@ -1,10 +1,11 @@
 """The attention family's tunables: declared over the device files' tiles, their candidates pruned
 by shared memory, and their workloads (the wrappers' own paths) passing the screen on interp."""
+import numpy as np
 import pytest
 
 import nbx.core as nbx
 from nbx import autotune
-from nbx.autotune import screen
+from nbx.autotune import keys, screen
 from nbx.core import device_files
 from nbx.kernels import launch
 
@@ -39,8 +40,9 @@ def test_prefill_candidates_whose_tiles_pass_shared_memory_at_head_dim_256_are_p
 WORKLOADS = [
     ("attention", {"q_len": 20, "k_len": 20, "head_dim": 16, "v_dim": 16, "group": 2, "dtype": "bfloat16",
                    "causal": True, "tma": True}),
-    ("attention_decode", {"k_len": 40, "rows": 4, "head_dim": 16, "dtype": "float32", "paged": False}),
-    ("attention_decode", {"k_len": 37, "rows": 2, "head_dim": 16, "dtype": "bfloat16", "paged": True}),
+    ("attention_decode", {"k_len": 40, "rows": 4, "head_dim": 16, "dtype": "float32", "paged": False, "batch": 1}),
+    ("attention_decode", {"k_len": 37, "rows": 2, "head_dim": 16, "dtype": "bfloat16", "paged": True, "batch": 3}),
+    ("attention_decode", {"k_len": 33, "rows": 2, "head_dim": 16, "dtype": "bfloat16", "paged": False, "batch": 2}),
     ("rope", {"elements": 8 * 16 * 5, "head_dim": 16, "dtype": "bfloat16"}),
 ]
 
@@ -63,7 +65,7 @@ def test_the_first_and_last_candidates_pass_the_screen_on_the_workload(interp, n
 LONG_NON_CAUSAL = [
     ("attention", {"q_len": 24, "k_len": 200, "head_dim": 32, "v_dim": 32, "group": 2, "dtype": "bfloat16",
                    "causal": False, "tma": True}),
-    ("attention_decode", {"k_len": 200, "rows": 4, "head_dim": 32, "dtype": "bfloat16", "paged": True}),
+    ("attention_decode", {"k_len": 200, "rows": 4, "head_dim": 32, "dtype": "bfloat16", "paged": True, "batch": 2}),
 ]
 
 
@@ -116,8 +118,6 @@ def test_the_prefill_screen_compares_windows_of_query_rows_each_against_the_orac
     """The certifier's prefill workload leads with the query rows (its one batch would be every row),
     and a window's oracle attends only its own queries (and, causal, the keys they see): equal to the
     whole call's oracle at those rows, bottom-right causal rows included."""
-    import numpy as np
-
     from nbx.core.dtypes import as_dtype
     from nbx.core.ops.attention import AttentionOptions
     from nbx.core.reference import oracle
@@ -147,3 +147,17 @@ def test_a_prefill_workload_takes_enough_heads_to_fill_the_h200_as_a_model_does(
         if hk * group < 32:   # below the heads' cap the programs fill the waves
             assert hk * group * -(-q_len // 128) >= PREFILL_WORKLOAD_WAVES * sms
     assert prefill_kv_heads({"q_len": 64, "group": 1}, launch.facts(interp)) == 2   # no such fact: as before
+
+
+def test_the_decode_key_holds_the_batch_to_a_power_of_two_and_its_workload_that_many_sequences(interp):
+    """A batch-1 decode setting (one stage, short splits) served 8 sequences of 32k at 0.71x torch on
+    the H200: the batch is in the key, and the workload runs that many sequences, each its own output."""
+    tunable = autotune.lookup("attention_decode")
+    key = keys.form("attention_decode", tunable.key, device_files.for_arch("sm_90"), k_len=32768, rows=4,
+                    head_dim=128, dtype="bfloat16", paged=True, batch=5)
+    assert str(key) == "k_len=32768,rows=4,head_dim=128,dtype=bf16,paged=1,batch=8"
+    rep = {"k_len": 20, "rows": 2, "head_dim": 16, "dtype": nbx.as_dtype("float32"), "paged": True, "batch": 3}
+    work = tunable.workload(rep, interp)
+    assert work.out_shape[0] == 3
+    first, last = work.reference_rows(slice(0, 1)), work.reference_rows(slice(2, 3))
+    assert np.abs(last - first).max() > 0.02   # sequence 2's values are the first's + 2/64: its own output

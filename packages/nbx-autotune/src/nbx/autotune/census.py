@@ -23,7 +23,7 @@ launches, per layer, in the order the reference blocks run them:
              read transposed ("nt"; Qwen2's bias inside it); Qwen3's RMS norms of q and k per head;
              the rotation of k and q (one launch, in the KV cache's write); paged_attention over the
              cache (its prefill kernel `attention` keyed by the prompt's length, or for a few query
-             tokens the split-K `attention_decode` keyed by the context); the output product (the
+             tokens the split-K `attention_decode` keyed by the context and the batch); the output product (the
              residual inside it); rms_norm; gated_linear (silu(x @ gate.T) * (x @ up.T), one launch);
              the down product (the residual inside). Then, for a batch's prefill, the last positions'
              rows joined (a concat); the final rms_norm and lm_head of those (batch, H) rows and the
@@ -261,11 +261,11 @@ def _pow4_at_least(v: int) -> int:
 def _attention_key(shapes, dtype: str) -> tuple[str, dict]:
     """paged_attention's key as its layout forms it (nbx.kernels.attention: lengths rounded up to a
     power of two; the split-K decode path for a few query tokens whose group's rows fit a program)."""
-    (_, queries, heads, dim), (_, context, kv_heads, _) = shapes
+    (batch, queries, heads, dim), (_, context, kv_heads, _) = shapes
     q_len, k_len, group = keys.pow2_at_least(queries), keys.pow2_at_least(context), heads // kv_heads
     if q_len <= DECODE_TOKENS and q_len * group <= DECODE_ROWS:
         return "attention_decode", {"k_len": k_len, "rows": q_len * group, "head_dim": dim, "dtype": dtype,
-                                    "paged": True}
+                                    "paged": True, "batch": batch}
     return "attention", {"q_len": q_len, "k_len": k_len, "head_dim": dim, "v_dim": dim, "group": group,
                          "dtype": dtype, "causal": True, "tma": False}   # a paged cache: no descriptors
 

@@ -140,7 +140,7 @@ def served(lay: Layout, options, setting=None, decode_setting=None):
     if lay.decodes:
         if decode_setting is None:
             decode_setting = tuning.decode_setting(lay.device, lay.k_len, lay.q_len * lay.group, lay.head_dim,
-                                                   lay.dtype, lay.kv_mode == PAGED)
+                                                   lay.dtype, lay.kv_mode == PAGED, lay.batch)
         return "decode", decode_setting
     if setting is None:
         setting = tuning.prefill_setting(lay.device, lay.q_len, lay.k_len, lay.head_dim, lay.v_dim, lay.group,

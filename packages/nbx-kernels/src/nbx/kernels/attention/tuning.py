@@ -10,9 +10,11 @@ heads per KV head), the dtype, whether it is causal and whether K and V can be r
 
 attention_decode: block_n keys a step, the warps and stages of the split-K decode, and programs, the
 most the keys are split into over batch x KV heads (more programs than SMs keep more K and V loads
-in flight; the split count follows from it and the context; measured at batch 1, 8 KV heads, where
-the split matters most: at 64 x 8 groups every value splits little or not at all).
-Its key: the context on the dims ladder, the query rows a program takes, the head dim, the dtype.
+in flight; the split count follows from it, the batch and the context). Its key: the context on the
+dims ladder, the query rows a program takes, the head dim, the dtype, whether the cache is paged, and
+the batch (sequences) to a power of two: the H200 showed a batch-1 setting (one stage, short splits)
+serving 8 sequences of 32k at 0.71x torch where the contiguous key's three stages reached 0.96x. Its
+workload: that many sequences of 8 KV heads.
 
 rope: tokens a program and warps (20 candidates). Its key: the element count class (of every tensor
 the launch rotates: k and, fused in the cache write, q), the head dim and the dtype.
@@ -37,7 +39,8 @@ PREFILL_KEY = {"q_len": "dims", "k_len": "dims", "head_dim": "exact", "v_dim": "
                "dtype": "dtype", "causal": "flag", "tma": "flag"}
 DECODE_PARAMS = {"block_n": (32, 64, 128), "num_warps": (2, 4, 8), "num_stages": (1, 2, 3),
                  "programs": (264, 528, 1056)}   # 2, 4, 8 an SM of the H200's 132 (the grid only: no new compile)
-DECODE_KEY = {"k_len": "dims", "rows": "exact", "head_dim": "exact", "dtype": "dtype", "paged": "flag"}
+DECODE_KEY = {"k_len": "dims", "rows": "exact", "head_dim": "exact", "dtype": "dtype", "paged": "flag",
+              "batch": "pow2"}
 # 8 warps over 4-16 tokens: the most bytes in flight an SM at few registers a thread (sm_90 ptxas: a
 # [4, 32, 128] bf16 tile at 8 warps is 61 registers, 16-byte loads, against 70 for one token at 4), where
 # a program's life is two memory latencies (the positions, then the table rows they index)
@@ -136,7 +139,8 @@ def _prefill_fits(setting, rep, facts):
     return True
 
 
-DECODE_WORKLOAD_GROUPS = 8   # batch 1 x 8 KV heads: decode_workload's launch
+DECODE_WORKLOAD_KV_HEADS = 8   # a sequence's KV heads in decode_workload's launch (Llama's)
+DECODE_WORKLOAD_STEP = 1 / 64  # sequence b's values are the first's + b times this: its output is its own
 
 
 def _decode_fits(setting, rep, facts):
@@ -144,7 +148,7 @@ def _decode_fits(setting, rep, facts):
         return f"block_n {setting['block_n']} covers a context of {rep['k_len']} twice over"
     fewest = min(DECODE_PARAMS["programs"])
     blocks = math.ceil(rep["k_len"] / setting["block_n"])
-    if setting["programs"] > fewest and math.ceil(fewest / DECODE_WORKLOAD_GROUPS) >= blocks:
+    if setting["programs"] > fewest and math.ceil(fewest / (rep["batch"] * DECODE_WORKLOAD_KV_HEADS)) >= blocks:
         return f"{fewest} programs already split the workload's {blocks} blocks one a program"
     return True
 
@@ -220,23 +224,32 @@ def prefill_workload(rep, device):
 
 
 def decode_workload(rep, device):
-    """One query token of rep["rows"] heads a KV head over a context of k_len, from a contiguous
-    cache or (paged) a cache of the device file's blocks in table order."""
+    """One query token of rep["rows"] heads a KV head, for each of rep["batch"] sequences of 8 KV
+    heads over a context of k_len, from a contiguous cache or (paged) a cache of the device file's
+    blocks, each sequence's in table order. The sequences share q and K; sequence b's V is the
+    first's plus b * DECODE_WORKLOAD_STEP (rounded to the dtype on the device), so each output is its
+    own; a window of sequences is checked against the oracle of its own V, read back."""
     from . import launch_paged, launch_sdpa
     from .. import launch
     from nbx.core.ops.attention import AttentionOptions
-    hk, dtype, d, n = DECODE_WORKLOAD_GROUPS, rep["dtype"], rep["head_dim"], rep["k_len"]
+    batch, hk, dtype, d, n = rep["batch"], DECODE_WORKLOAD_KV_HEADS, rep["dtype"], rep["head_dim"], rep["k_len"]
     hq = rep["rows"] * hk
     q = asarray(_normal((1, hq, 1, d), 37).astype(dtype.host), device=device)
     k = asarray(_normal((1, hk, n, d), 21).astype(dtype.host), device=device)
     v = asarray(_normal((1, hk, n, d), 13).astype(dtype.host), device=device)
     options = AttentionOptions(1.0 / math.sqrt(d), alignment="bottom_right")
-    expected = np.asarray(oracle("scaled_dot_product_attention", q, k, v, None, None, options))
+    host_q, host_k = asarray(q.numpy()), asarray(k.numpy())
+
+    def expected(values_of, rows: slice) -> np.ndarray:   # (sequences of rows, hq, 1, d)
+        return np.concatenate([np.asarray(oracle("scaled_dot_product_attention", host_q, host_k,
+                                                 asarray(values_of(b)), None, None, options))
+                               for b in range(*rows.indices(batch))] or [np.zeros((0, hq, 1, d))])
     if not rep["paged"]:
-        out = launch.output((1, hq, 1, d), dtype, device)
-        return autotune.TensorWorkload(out, lambda setting: launch_sdpa(q, k, v, None, None, options, out=out,
+        qs, ks, vs = _sequences(q, batch, 0.0), _sequences(k, batch, 0.0), _sequences(v, batch, DECODE_WORKLOAD_STEP)
+        out = launch.output((batch, hq, 1, d), dtype, device)
+        return autotune.TensorWorkload(out, lambda setting: launch_sdpa(qs, ks, vs, None, None, options, out=out,
                                                                         decode_setting=setting),
-                                       lambda rows: expected[rows])
+                                       lambda rows: expected(lambda b: vs[b:b + 1].numpy(), rows))
     bt = launch.tiles("kv_cache", device)["block_tokens"]
     blocks = -(-n // bt)
 
@@ -245,15 +258,26 @@ def decode_workload(rep, device):
         a[:n] = t.numpy()[0].transpose(1, 0, 2)
         return asarray(a.reshape(blocks, bt, hk, d), device=device)
 
-    kc, vc = paged(k), paged(v)
-    table = asarray(np.arange(blocks, dtype=np.int32)[None, :], device=device)
-    lens = asarray(np.array([n], dtype=np.int32), device=device)
-    qp = asarray(np.ascontiguousarray(q.numpy().transpose(0, 2, 1, 3)), device=device)  # (1, 1, hq, d)
-    out = launch.output((1, 1, hq, d), dtype, device)
-    flipped = expected.transpose(0, 2, 1, 3)
+    kc, vc = _sequences(paged(k), batch, 0.0), _sequences(paged(v), batch, DECODE_WORKLOAD_STEP)
+    table = asarray(np.arange(batch * blocks, dtype=np.int32).reshape(batch, blocks), device=device)
+    lens = asarray(np.full(batch, n, dtype=np.int32), device=device)
+    qp = _sequences(asarray(np.ascontiguousarray(q.numpy().transpose(0, 2, 1, 3)), device=device), batch, 0.0)
+
+    def values_of(b):   # sequence b's V as (1, hk, n, d), from its blocks
+        return vc[b * blocks:(b + 1) * blocks].numpy().reshape(blocks * bt, hk, d)[:n].transpose(1, 0, 2)[None]
+    out = launch.output((batch, 1, hq, d), dtype, device)
     return autotune.TensorWorkload(out, lambda setting: launch_paged(qp, kc, vc, table, lens, None, None, options,
                                                                      False, n, out=out, decode_setting=setting),
-                                   lambda rows: flipped[rows])
+                                   lambda rows: expected(values_of, rows).transpose(0, 2, 1, 3))
+
+
+def _sequences(t, batch: int, step: float):
+    """batch copies of t along its first dim, copy b plus b * step (in float32, rounded to t's dtype)."""
+    if batch == 1:
+        return t
+    from nbx.core.ops.datamove import concat
+    wide = t.to(dtype="float32")
+    return concat([(wide + b * step).to(dtype=t.dtype) if step else t for b in range(batch)], axis=0)
 
 
 def rope_workload(rep, device):
@@ -289,9 +313,9 @@ def prefill_setting(device, q_len, k_len, head_dim, v_dim, group, dtype, causal,
                             group=group, dtype=dtype, causal=causal, tma=bool(tma))
 
 
-def decode_setting(device, k_len, rows, head_dim, dtype, paged):
+def decode_setting(device, k_len, rows, head_dim, dtype, paged, batch):
     return autotune.setting(ATTENTION_DECODE, device, k_len=k_len, rows=rows, head_dim=head_dim, dtype=dtype,
-                            paged=paged)
+                            paged=paged, batch=batch)
 
 
 def rope_setting(device, elements, head_dim, dtype):
