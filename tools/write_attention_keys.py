@@ -36,12 +36,13 @@ from keys_files import ROOT, h200_facts, key_record, keys_path, save_keys
 sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from attention_shapes import DECODE, DECODE_HEADS, PREFILL, ROPE_TOKENS  # noqa: E402  (torch-free)
 
-MODELS = {"llama-3.2-1b": dict(heads=32, kv_heads=8, head_dim=64), "llama-3.1-8b": dict(heads=32, kv_heads=8,
-                                                                                         head_dim=128)}
+MODELS = {"llama-3.2-1b": dict(heads=32, kv_heads=8, head_dim=64, layers=16),
+          "llama-3.1-8b": dict(heads=32, kv_heads=8, head_dim=128, layers=32)}
 PROMPTS = (512, 1024, 2048, 4096, 8192, 16384)
 CONTEXTS = tuple(2 ** p for p in range(10, 18))          # 1k .. 128k
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 MODEL_BATCHES = (1, 16)   # bench_models' --batch runs: the decode keys certified for the models
+KV_CACHE_BUDGET = 64 << 30   # bytes of bf16 K and V a decode step's batch and context may hold on one H200
 DTYPE = "bfloat16"
 
 
@@ -80,7 +81,8 @@ def decode_rope_records(facts) -> list[records.KeyRecord]:
         group, d = m["heads"] // m["kv_heads"], m["head_dim"]
         for n in PROMPTS:   # a prompt's rope of q and k, fused with the cache write
             out += [rope(facts, n, m["heads"] + m["kv_heads"], d)]
-        out += [decode(facts, ctx, group, d, True, batch) for ctx in CONTEXTS for batch in MODEL_BATCHES]
+        out += [decode(facts, ctx, group, d, True, batch) for ctx in CONTEXTS for batch in MODEL_BATCHES
+                if batch * ctx * m["layers"] * m["kv_heads"] * d * 4 <= KV_CACHE_BUDGET]   # reachable steps only
         for batch in BATCHES:   # a decode step's rope of q and k: one token a sequence
             out += [rope(facts, batch, m["heads"] + m["kv_heads"], d)]
     return out

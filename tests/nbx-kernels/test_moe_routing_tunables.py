@@ -50,8 +50,9 @@ def test_alignment_candidates_stop_at_a_step_of_twice_the_pairs():
 
 
 @pytest.mark.parametrize("name,rep", [
-    ("moe_route", {"tokens": 8, "experts": 16, "top_k": 2, "dtype": "bfloat16"}),
-    ("moe_route", {"tokens": 4, "experts": 8, "top_k": 2, "dtype": "float32"}),
+    ("moe_route", {"tokens": 8, "experts": 16, "top_k": 2, "dtype": "bfloat16", "routing": "softmax"}),
+    ("moe_route", {"tokens": 4, "experts": 8, "top_k": 2, "dtype": "float32", "routing": "softmax"}),
+    ("moe_route", {"tokens": 8, "experts": 16, "top_k": 3, "dtype": "float32", "routing": "sigmoid-g4k2-top2-bias"}),
     ("moe_align", {"pairs": 96, "experts": 8}),
 ])
 def test_the_first_and_last_candidates_pass_the_exact_screen_on_interp(interp, name, rep):
@@ -62,6 +63,14 @@ def test_the_first_and_last_candidates_pass_the_exact_screen_on_interp(interp, n
     result = screen.run(workload, [kept[0], kept[-1]], launch.facts(interp))
     assert not result.excluded, [v.reason for v in result.excluded]
     assert len(result.passed) == 2 and result.tolerance == 0
+
+
+def test_the_routing_label_names_what_the_kernel_is_compiled_for():
+    from nbx.kernels.moe.routing_tuning import _routing_of, route_label
+    assert route_label("softmax", 1, 1, "max", False) == "softmax"
+    label = route_label("sigmoid", 8, 4, "top2", True)
+    assert label == "sigmoid-g8k4-top2-bias"
+    assert _routing_of(label) == dict(scoring="sigmoid", groups=8, kept=4, group_score="top2", bias=True)
 
 
 def test_a_setting_given_to_moe_route_and_moe_align_reaches_their_launches(interp):

@@ -140,7 +140,6 @@ def _prefill_fits(setting, rep, facts):
 
 
 DECODE_WORKLOAD_KV_HEADS = 8   # a sequence's KV heads in decode_workload's launch (Llama's)
-DECODE_WORKLOAD_STEP = 1 / 64  # sequence b's values are the first's + b times this: its output is its own
 
 
 def _decode_fits(setting, rep, facts):
@@ -226,58 +225,72 @@ def prefill_workload(rep, device):
 def decode_workload(rep, device):
     """One query token of rep["rows"] heads a KV head, for each of rep["batch"] sequences of 8 KV
     heads over a context of k_len, from a contiguous cache or (paged) a cache of the device file's
-    blocks, each sequence's in table order. The sequences share q and K; sequence b's V is the
-    first's plus b * DECODE_WORKLOAD_STEP (rounded to the dtype on the device), so each output is its
-    own; a window of sequences is checked against the oracle of its own V, read back."""
+    blocks, each sequence's in table order. Sequence b's K and V are the first's times powers of two
+    (DECODE_WORKLOAD_SCALES, exact in every float dtype): its output is its own, of the first's size
+    (no offset to swamp a window's deviation), and its oracle is a scale of one of four."""
     from . import launch_paged, launch_sdpa
     from .. import launch
     from nbx.core.ops.attention import AttentionOptions
     batch, hk, dtype, d, n = rep["batch"], DECODE_WORKLOAD_KV_HEADS, rep["dtype"], rep["head_dim"], rep["k_len"]
     hq = rep["rows"] * hk
-    q = asarray(_normal((1, hq, 1, d), 37).astype(dtype.host), device=device)
-    k = asarray(_normal((1, hk, n, d), 21).astype(dtype.host), device=device)
-    v = asarray(_normal((1, hk, n, d), 13).astype(dtype.host), device=device)
+    host = [_normal(shape, seed).astype(dtype.host) for shape, seed in (((1, hq, 1, d), 37), ((1, hk, n, d), 21),
+                                                                          ((1, hk, n, d), 13))]
     options = AttentionOptions(1.0 / math.sqrt(d), alignment="bottom_right")
-    host_q, host_k = asarray(q.numpy()), asarray(k.numpy())
+    by_k_scale: dict = {}
 
-    def expected(values_of, rows: slice) -> np.ndarray:   # (sequences of rows, hq, 1, d)
-        return np.concatenate([np.asarray(oracle("scaled_dot_product_attention", host_q, host_k,
-                                                 asarray(values_of(b)), None, None, options))
-                               for b in range(*rows.indices(batch))] or [np.zeros((0, hq, 1, d))])
+    def expected(rows: slice) -> np.ndarray:   # (sequences of rows, hq, 1, d)
+        out = []
+        for b in range(*rows.indices(batch)):
+            k_scale, v_scale = _decode_scales(b)
+            if k_scale not in by_k_scale:
+                q, k, v = host[0], host[1] * np.asarray(k_scale, dtype.host), host[2]
+                by_k_scale[k_scale] = np.asarray(oracle("scaled_dot_product_attention", asarray(q), asarray(k),
+                                                        asarray(v), None, None, options))
+            out.append(by_k_scale[k_scale] * v_scale)   # a power of two: exact
+        return np.concatenate(out) if out else np.zeros((0, hq, 1, d))
     if not rep["paged"]:
-        qs, ks, vs = _sequences(q, batch, 0.0), _sequences(k, batch, 0.0), _sequences(v, batch, DECODE_WORKLOAD_STEP)
+        q, k, v = (asarray(a, device=device) for a in host)
+        qs, ks, vs = _sequences(q, batch, None), _sequences(k, batch, 0), _sequences(v, batch, 1)
         out = launch.output((batch, hq, 1, d), dtype, device)
         return autotune.TensorWorkload(out, lambda setting: launch_sdpa(qs, ks, vs, None, None, options, out=out,
-                                                                        decode_setting=setting),
-                                       lambda rows: expected(lambda b: vs[b:b + 1].numpy(), rows))
+                                                                        decode_setting=setting), expected)
     bt = launch.tiles("kv_cache", device)["block_tokens"]
     blocks = -(-n // bt)
 
-    def paged(t):  # (1, hk, n, d) -> (blocks, bt, hk, d), the tail block zero
-        a = np.zeros((blocks * bt, hk, d), dtype.host)
-        a[:n] = t.numpy()[0].transpose(1, 0, 2)
-        return asarray(a.reshape(blocks, bt, hk, d), device=device)
+    def paged(a):  # (1, hk, n, d) -> (blocks, bt, hk, d), the tail block zero
+        cache = np.zeros((blocks * bt, hk, d), dtype.host)
+        cache[:n] = a[0].transpose(1, 0, 2)
+        return asarray(cache.reshape(blocks, bt, hk, d), device=device)
 
-    kc, vc = _sequences(paged(k), batch, 0.0), _sequences(paged(v), batch, DECODE_WORKLOAD_STEP)
+    kc, vc = _sequences(paged(host[1]), batch, 0), _sequences(paged(host[2]), batch, 1)
     table = asarray(np.arange(batch * blocks, dtype=np.int32).reshape(batch, blocks), device=device)
     lens = asarray(np.full(batch, n, dtype=np.int32), device=device)
-    qp = _sequences(asarray(np.ascontiguousarray(q.numpy().transpose(0, 2, 1, 3)), device=device), batch, 0.0)
-
-    def values_of(b):   # sequence b's V as (1, hk, n, d), from its blocks
-        return vc[b * blocks:(b + 1) * blocks].numpy().reshape(blocks * bt, hk, d)[:n].transpose(1, 0, 2)[None]
+    qp = _sequences(asarray(np.ascontiguousarray(host[0].transpose(0, 2, 1, 3)), device=device), batch, None)
     out = launch.output((batch, 1, hq, d), dtype, device)
     return autotune.TensorWorkload(out, lambda setting: launch_paged(qp, kc, vc, table, lens, None, None, options,
                                                                      False, n, out=out, decode_setting=setting),
-                                   lambda rows: expected(values_of, rows).transpose(0, 2, 1, 3))
+                                   lambda rows: expected(rows).transpose(0, 2, 1, 3))
 
 
-def _sequences(t, batch: int, step: float):
-    """batch copies of t along its first dim, copy b plus b * step (in float32, rounded to t's dtype)."""
+DECODE_WORKLOAD_SCALES = (1.0, -1.0, 2.0, -2.0)
+
+
+def _decode_scales(b: int) -> tuple[float, float]:
+    """(K's scale, V's scale) of the decode workload's sequence b: 16 distinct pairs."""
+    return DECODE_WORKLOAD_SCALES[b % 4], DECODE_WORKLOAD_SCALES[(b // 4) % 4]
+
+
+def _sequences(t, batch: int, which):
+    """batch copies of t stacked along its first dim, copy b times _decode_scales(b)[which] (None:
+    unscaled), written into one tensor (no list of copies beside it)."""
     if batch == 1:
         return t
-    from nbx.core.ops.datamove import concat
-    wide = t.to(dtype="float32")
-    return concat([(wide + b * step).to(dtype=t.dtype) if step else t for b in range(batch)], axis=0)
+    from nbx.core.tensor import empty
+    rows = t.shape[0]
+    out = empty((batch * rows, *t.shape[1:]), t.dtype, t.device)
+    for b in range(batch):
+        out[b * rows:(b + 1) * rows] = t if which is None else t * _decode_scales(b)[which]
+    return out
 
 
 def rope_workload(rep, device):

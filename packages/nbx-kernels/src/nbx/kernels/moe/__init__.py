@@ -32,7 +32,7 @@ from ..types import tl_type
 from .float8 import expert_float8_kernel
 from .kernel import (align_count_kernel, align_place_kernel, combine_kernel, expert_down_kernel,
                      expert_gate_up_kernel, route_align_kernel, route_kernel)
-from .routing_tuning import align_setting, route_setting
+from .routing_tuning import align_setting, route_label, route_setting
 from .tuning import experts_setting
 
 INT32 = dtypes.int32
@@ -71,7 +71,9 @@ def _route_launch(shape, strides, options: RouteOptions, dtype, device, setting=
     the served one (routing_tuning.ROUTE); block_tokens is cut to the device file's max_elements
     logits a program (the uncertified default's bound: certified settings lie within it)."""
     tokens, count = shape
-    s = setting if setting is not None else route_setting(device, tokens, count, options.top_k, dtype)
+    s = setting if setting is not None else route_setting(
+        device, tokens, count, options.top_k, dtype,
+        route_label(options.scoring, options.groups, options.kept, options.group_score, options.has_bias))
     most = launch.tiles("moe_route", device)["max_elements"]
     block_t = max(1, min(s["block_tokens"], most // pow2_at_least(count)))
     return Launch(route_kernel, (triton_cdiv(tokens, block_t),), (*_route_args(shape, strides, options),
@@ -126,11 +128,11 @@ def route_plan(logits, options: RouteOptions, setting=None) -> LaunchPlan:
                         lambda: _route_plan(*signature, setting))
 
 
-def route_experts(logits, top_k: int, setting=None, experts=None):
-    """The experts [T, top_k] of softmax top-k routing (renormalized) into experts (given, or new),
-    at setting (the certifier's) or the served one: routing_tuning's workload."""
-    options, _, _ = _route_options(logits, top_k)
-    found = plans.execute(route_plan(logits, options, setting), {"logits": logits, "bias": None,
+def route_experts(logits, top_k: int, routing=(), setting=None, experts=None):
+    """The experts [T, top_k] of moe_route (routing: its arguments after top_k, scaling aside) into
+    experts (given, or new), at setting (the certifier's) or the served one: routing_tuning's workload."""
+    options, bias, _ = _route_options(logits, top_k, *routing)
+    found = plans.execute(route_plan(logits, options, setting), {"logits": logits, "bias": bias,
                                                                  "scaling_bits": float_bits(1.0), "experts": experts})
     return found["experts"]
 

@@ -5,8 +5,10 @@ Two tunables, each screened on its integer table, compared exactly (the device f
 tolerance for int32 is 0): `moe_route` (block_tokens tokens a program, num_warps) on the experts
 each token chose, and `moe_align` (block pairs a step, num_warps) on the pairs sorted by expert.
 Their keys: moe_route the tokens (the power of two at or above the count, as the expert GEMMs key
-them), the experts, top_k and the logits' dtype; moe_align the pairs (tokens x top_k, to the power
-of two at or above) and the experts. The band (BAND_TOKENS tokens or fewer) routes and aligns in
+them), the experts, top_k, the logits' dtype and the routing (route_label: the scoring, the groups
+kept and how they are scored, a correction bias: each compiles another kernel); moe_align the pairs
+(tokens x top_k, to the power of two at or above) and the experts. The alignment's screen compares
+all four of its tables in one output. The band (BAND_TOKENS tokens or fewer) routes and aligns in
 one program of route_align_kernel, whose warps follow from its sizes: it takes neither setting.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from nbx.core.reference import oracle
 from ..rows import pow2_at_least
 
 ROUTE_PARAMS = {"block_tokens": (1, 2, 4, 8, 16, 32), "num_warps": (1, 2, 4, 8)}
-ROUTE_KEY = {"tokens": "exact", "experts": "exact", "top_k": "exact", "dtype": "dtype"}
+ROUTE_KEY = {"tokens": "exact", "experts": "exact", "top_k": "exact", "dtype": "dtype", "routing": "label"}
 ALIGN_PARAMS = {"block": (256, 512, 1024, 2048, 4096), "num_warps": (1, 2, 4, 8)}
 ALIGN_KEY = {"pairs": "exact", "experts": "exact"}
 # a routing program's logits a thread: 16 at most (sm_90's ptxas spilled the band's 32 a thread at 4 warps)
@@ -55,7 +57,7 @@ def _threads(setting, facts) -> int:
 def align_fits(setting, rep, facts):
     """Each thread takes 1 to ALIGN_PAIRS_A_THREAD pairs of a step, and a step does not pass the
     key's pairs twice over."""
-    if setting["block"] > min(ALIGN_PARAMS["block"]) and setting["block"] // 2 >= rep["pairs"]:
+    if setting["block"] > min(ALIGN_PARAMS["block"]) and setting["block"] // 2 > rep["pairs"]:
         return f"a step of {setting['block']} pairs covers the key's {rep['pairs']} twice over"
     threads = _threads(setting, facts)
     if threads and setting["block"] < threads:
@@ -65,34 +67,67 @@ def align_fits(setting, rep, facts):
     return True
 
 
+def route_label(scoring: str, groups: int, kept: int, group_score: str, has_bias: bool) -> str:
+    """The routing key's label: "softmax", "sigmoid", with "-g<groups>k<kept>-<group_score>" for
+    grouped top-k and "-bias" for a correction bias (DeepSeek-V3: "sigmoid-g8k4-top2-bias")."""
+    grouped = f"-g{groups}k{kept}-{group_score}" if groups > 1 else ""
+    return f"{scoring}{grouped}{'-bias' if has_bias else ''}"
+
+
+def _routing_of(label: str) -> dict:
+    """route_label's fields back: moe_route's scoring, groups, kept, group_score and whether a bias."""
+    scoring, *parts = label.split("-")
+    out = dict(scoring=scoring, groups=1, kept=1, group_score="max", bias=False)
+    for part in parts:
+        if part == "bias":
+            out["bias"] = True
+        elif part in ("max", "top2"):
+            out["group_score"] = part
+        else:
+            out["groups"], out["kept"] = map(int, part[1:].split("k"))
+    return out
+
+
 def route_workload(rep, device):
-    """Softmax top-k routing of the key's tokens over seeded normal logits (in the key's dtype),
-    screened on the chosen experts [tokens, top_k] (int32: exactly)."""
+    """The key's routing of its tokens over seeded normal logits (in the key's dtype; a seeded
+    float32 bias where the label has one), screened on the chosen experts [tokens, top_k] (int32:
+    exactly; ties go to the lower index in the kernel as in the oracle)."""
     from . import route_experts
     tokens, count, k = rep["tokens"], rep["experts"], rep["top_k"]
+    how = _routing_of(rep["routing"])
     host = np.random.default_rng(41).standard_normal((tokens, count), dtype=np.float32)
     logits = asarray(host.astype(as_dtype(rep["dtype"]).host), device=device)
+    bias = (asarray(np.random.default_rng(47).standard_normal(count).astype(np.float32) * 0.1, device=device)
+            if how["bias"] else None)
+    routing = (how["scoring"], True, how["groups"], how["kept"], how["group_score"], bias)
     out = asarray(np.zeros((tokens, k), np.int32), device=device)
-    expected = np.asarray(oracle("moe_route", logits, k, "softmax", True, 1, 1, "max", None, 1.0)[1])
-    return autotune.TensorWorkload(out, lambda setting: route_experts(logits, k, setting=setting, experts=out),
+    expected = np.asarray(oracle("moe_route", logits, k, *routing, 1.0)[1])
+    return autotune.TensorWorkload(out, lambda setting: route_experts(logits, k, routing, setting=setting,
+                                                                      experts=out),
                                    lambda rows: expected[rows])
+
+
+ALIGN_TABLES = ("sorted_pairs", "block_experts", "inverse", "padded_count")
 
 
 def align_workload(rep, device):
     """The alignment of the key's pairs to seeded expert ids (some experts left without a pair
-    where the pairs are few), screened on the sorted pairs (int32: exactly)."""
+    where the pairs are few), screened on its four tables laid end to end in one output (int32:
+    exactly): the sorted pairs, each block's expert, each pair's place and the padded count."""
     from . import align_plan
     from .. import plans
     pairs, count = rep["pairs"], rep["experts"]
     ids = np.random.default_rng(43).integers(0, count, (pairs, 1)).astype(np.int32)
     experts = asarray(ids, device=device)
-    expected = oracle("moe_align", experts, count, ALIGN_WORKLOAD_BLOCK_M)[0]
-    out = asarray(np.zeros(np.asarray(expected).shape, np.int32), device=device)
-
-    def run(setting):
-        plans.execute(align_plan(experts, count, ALIGN_WORKLOAD_BLOCK_M, setting), {"experts": experts,
-                                                                                   "sorted_pairs": out})
-    return autotune.TensorWorkload(out, run, lambda rows: np.asarray(expected)[rows])
+    reference = [np.asarray(t) for t in oracle("moe_align", experts, count, ALIGN_WORKLOAD_BLOCK_M)]
+    expected = np.concatenate(reference)
+    out = asarray(np.zeros(expected.size, np.int32), device=device)
+    starts = np.cumsum([0, *(t.size for t in reference)])
+    tables = {name: out[int(a):int(b)] for name, a, b in zip(ALIGN_TABLES, starts[:-1], starts[1:])}
+    return autotune.TensorWorkload(
+        out, lambda setting: plans.execute(align_plan(experts, count, ALIGN_WORKLOAD_BLOCK_M, setting),
+                                           {"experts": experts, **tables}),
+        lambda rows: expected[rows])
 
 
 ROUTE = autotune.declare(autotune.Tunable(
@@ -103,17 +138,18 @@ ALIGN = autotune.declare(autotune.Tunable(
     fits=align_fits))
 
 
-def route_key(tokens: int, experts: int, top_k: int, dtype) -> dict:
-    return dict(tokens=pow2_at_least(max(1, tokens)), experts=experts, top_k=top_k, dtype=as_dtype(dtype))
+def route_key(tokens: int, experts: int, top_k: int, dtype, routing: str = "softmax") -> dict:
+    return dict(tokens=pow2_at_least(max(1, tokens)), experts=experts, top_k=top_k, dtype=as_dtype(dtype),
+                routing=routing)
 
 
 def align_key(pairs: int, experts: int) -> dict:
     return dict(pairs=pow2_at_least(max(1, pairs)), experts=experts)
 
 
-def route_setting(device, tokens: int, experts: int, top_k: int, dtype) -> dict:
-    """The served setting of a routing launch."""
-    return autotune.setting(ROUTE, device, **route_key(tokens, experts, top_k, dtype))
+def route_setting(device, tokens: int, experts: int, top_k: int, dtype, routing: str) -> dict:
+    """The served setting of a routing launch (routing: route_label's)."""
+    return autotune.setting(ROUTE, device, **route_key(tokens, experts, top_k, dtype, routing))
 
 
 def align_setting(device, pairs: int, experts: int) -> dict:
@@ -121,4 +157,4 @@ def align_setting(device, pairs: int, experts: int) -> dict:
     return autotune.setting(ALIGN, device, **align_key(pairs, experts))
 
 
-__all__ = ["ROUTE", "ALIGN", "route_key", "align_key", "route_setting", "align_setting"]
+__all__ = ["ROUTE", "ALIGN", "route_label", "route_key", "align_key", "route_setting", "align_setting"]
