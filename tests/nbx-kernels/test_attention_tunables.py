@@ -41,7 +41,7 @@ WORKLOADS = [
     ("attention", {"q_len": 20, "k_len": 20, "head_dim": 16, "v_dim": 16, "group": 2, "dtype": "bfloat16",
                    "causal": True, "tma": True}),
     ("attention_decode", {"k_len": 40, "rows": 4, "head_dim": 16, "dtype": "float32", "paged": False, "batch": 1}),
-    ("attention_decode", {"k_len": 37, "rows": 2, "head_dim": 16, "dtype": "bfloat16", "paged": True, "batch": 3}),
+    ("attention_decode", {"k_len": 37, "rows": 2, "head_dim": 16, "dtype": "bfloat16", "paged": True, "batch": 5}),
     ("attention_decode", {"k_len": 33, "rows": 2, "head_dim": 16, "dtype": "bfloat16", "paged": False, "batch": 2}),
     ("rope", {"elements": 8 * 16 * 5, "head_dim": 16, "dtype": "bfloat16"}),
 ]
@@ -164,5 +164,5 @@ def test_the_decode_key_holds_the_batch_to_a_power_of_two_and_its_workload_that_
     assert np.abs(ref[1] - ref[0]).max() > 0.01            # K negated: other weights
     np.testing.assert_array_equal(ref[2], -ref[0])         # V negated
     np.testing.assert_array_equal(ref[3], -ref[1])
-    np.testing.assert_array_equal(ref[4], ref[0])          # four in turn
+    assert np.abs(ref[4] - ref[0]).max() > 0.01            # the signs of the first, over fewer tokens
     assert np.isclose(np.abs(ref[1]).max(), np.abs(ref[0]).max(), rtol=0.5)   # every sequence of one size

@@ -228,7 +228,8 @@ def decode_workload(rep, device):
     blocks, each sequence's in table order. Sequence b's K and V are the first's times +-1
     (_decode_signs, exact in every float dtype): neighbouring sequences' outputs differ, every one of
     the first's size (no offset or sharper scores to swamp a window's deviation), and its oracle is
-    one of two, negated or not."""
+    one of two, negated or not. In the paged cache every other pair of sequences is shorter
+    (_decode_length), so a kernel reading one sequence's length for all is caught too."""
     from . import launch_paged, launch_sdpa
     from .. import launch
     from nbx.core.ops.attention import AttentionOptions
@@ -239,15 +240,15 @@ def decode_workload(rep, device):
     options = AttentionOptions(1.0 / math.sqrt(d), alignment="bottom_right")
     by_k_scale: dict = {}
 
-    def expected(rows: slice) -> np.ndarray:   # (sequences of rows, hq, 1, d)
+    def expected(rows: slice, lengths=lambda b: n) -> np.ndarray:   # (sequences of rows, hq, 1, d)
         out = []
         for b in range(*rows.indices(batch)):
-            k_scale, v_scale = _decode_signs(b)
-            if k_scale not in by_k_scale:
-                q, k, v = host[0], host[1] * np.asarray(k_scale, dtype.host), host[2]
-                by_k_scale[k_scale] = np.asarray(oracle("scaled_dot_product_attention", asarray(q), asarray(k),
-                                                        asarray(v), None, None, options))
-            out.append(by_k_scale[k_scale] * v_scale)   # +-1: exact
+            (k_scale, v_scale), seen = _decode_signs(b), lengths(b)
+            if (k_scale, seen) not in by_k_scale:
+                q, k, v = host[0], host[1][:, :, :seen] * np.asarray(k_scale, dtype.host), host[2][:, :, :seen]
+                by_k_scale[k_scale, seen] = np.asarray(oracle("scaled_dot_product_attention", asarray(q),
+                                                              asarray(k), asarray(v), None, None, options))
+            out.append(by_k_scale[k_scale, seen] * v_scale)   # +-1: exact
         return np.concatenate(out) if out else np.zeros((0, hq, 1, d))
     if not rep["paged"]:
         q, k, v = (asarray(a, device=device) for a in host)
@@ -265,18 +266,24 @@ def decode_workload(rep, device):
 
     kc, vc = _sequences(paged(host[1]), batch, 0), _sequences(paged(host[2]), batch, 1)
     table = asarray(np.arange(batch * blocks, dtype=np.int32).reshape(batch, blocks), device=device)
-    lens = asarray(np.full(batch, n, dtype=np.int32), device=device)
+    lens = asarray(np.array([_decode_length(b, n) for b in range(batch)], dtype=np.int32), device=device)
     qp = _sequences(asarray(np.ascontiguousarray(host[0].transpose(0, 2, 1, 3)), device=device), batch, None)
     out = launch.output((batch, 1, hq, d), dtype, device)
     return autotune.TensorWorkload(out, lambda setting: launch_paged(qp, kc, vc, table, lens, None, None, options,
                                                                      False, n, out=out, decode_setting=setting),
-                                   lambda rows: expected(rows).transpose(0, 2, 1, 3))
+                                   lambda rows: expected(rows, lambda b: _decode_length(b, n)).transpose(0, 2, 1, 3))
 
 
 def _decode_signs(b: int) -> tuple[float, float]:
     """(K's sign, V's sign) of the decode workload's sequence b: four pairs in turn (a scale other than
     +-1 would change the scores' spread and with it the outputs' size)."""
     return (1.0, -1.0)[b % 2], (1.0, -1.0)[(b // 2) % 2]
+
+
+def _decode_length(b: int, n: int) -> int:
+    """The context of the paged decode workload's sequence b: n, or for sequences 4-7 of every 8 a
+    ninth fewer tokens (at least one)."""
+    return n if (b // 4) % 2 == 0 else max(1, n - n // 9)
 
 
 def _sequences(t, batch: int, which):
