@@ -238,17 +238,17 @@ def decode_workload(rep, device):
     host = [_normal(shape, seed).astype(dtype.host) for shape, seed in (((1, hq, 1, d), 37), ((1, hk, n, d), 21),
                                                                           ((1, hk, n, d), 13))]
     options = AttentionOptions(1.0 / math.sqrt(d), alignment="bottom_right")
-    by_k_scale: dict = {}
+    oracles: dict = {}
 
     def expected(rows: slice, lengths=lambda b: n) -> np.ndarray:   # (sequences of rows, hq, 1, d)
         out = []
         for b in range(*rows.indices(batch)):
             (k_scale, v_scale), seen = _decode_signs(b), lengths(b)
-            if (k_scale, seen) not in by_k_scale:
+            if (k_scale, seen) not in oracles:
                 q, k, v = host[0], host[1][:, :, :seen] * np.asarray(k_scale, dtype.host), host[2][:, :, :seen]
-                by_k_scale[k_scale, seen] = np.asarray(oracle("scaled_dot_product_attention", asarray(q),
+                oracles[k_scale, seen] = np.asarray(oracle("scaled_dot_product_attention", asarray(q),
                                                               asarray(k), asarray(v), None, None, options))
-            out.append(by_k_scale[k_scale, seen] * v_scale)   # +-1: exact
+            out.append(oracles[k_scale, seen] * v_scale)   # +-1: exact
         return np.concatenate(out) if out else np.zeros((0, hq, 1, d))
     if not rep["paged"]:
         q, k, v = (asarray(a, device=device) for a in host)

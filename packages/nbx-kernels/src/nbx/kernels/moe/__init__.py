@@ -128,23 +128,26 @@ def route_plan(logits, options: RouteOptions, setting=None) -> LaunchPlan:
                         lambda: _route_plan(*signature, setting))
 
 
+def _routed(logits, routing: tuple, setting=None, experts=None) -> dict:
+    """moe_route's tables (routing: its arguments after the logits) at setting or the served one,
+    the experts into the given tensor where there is one."""
+    options, bias, scaling = _route_options(logits, *routing)
+    plan = route_plan(logits, options, setting)
+    if logits.shape[0] == 0:
+        return plans.execute(LaunchPlan(plan.device, (), plan.outputs), {"experts": experts})
+    return plans.execute(plan, {"logits": logits, "bias": bias, "scaling_bits": float_bits(scaling),
+                                "experts": experts})
+
+
 def route_experts(logits, top_k: int, routing=(), setting=None, experts=None):
     """The experts [T, top_k] of moe_route (routing: its arguments after top_k, scaling aside) into
     experts (given, or new), at setting (the certifier's) or the served one: routing_tuning's workload."""
-    options, bias, _ = _route_options(logits, top_k, *routing)
-    found = plans.execute(route_plan(logits, options, setting), {"logits": logits, "bias": bias,
-                                                                 "scaling_bits": float_bits(1.0), "experts": experts})
-    return found["experts"]
+    return _routed(logits, (top_k, *routing), setting, experts)["experts"]
 
 
 @implements("moe_route")
 def _moe_route(logits, *routing):
-    options, bias, scaling = _route_options(logits, *routing)
-    plan = route_plan(logits, options)
-    if logits.shape[0] == 0:
-        found = plans.execute(LaunchPlan(plan.device, (), plan.outputs), {})
-    else:
-        found = plans.execute(plan, {"logits": logits, "bias": bias, "scaling_bits": float_bits(scaling)})
+    found = _routed(logits, routing)
     return found["weights"], found["experts"]
 
 
@@ -424,7 +427,7 @@ def routed_plan(x, logits, w_gate, w_up, w_down, options: RouteOptions, setting=
     w = weight_layout(w_gate, w_up, w_down)
     x_layout = (tuple(x.shape), tuple(x.strides), x.dtype)
     route = (tuple(logits.shape), tuple(logits.strides), options, logits.dtype)
-    signature = (x_layout, w, route, logits.dtype, x.device, plans.setting_key(setting))
+    signature = (x_layout, w, route, x.device, plans.setting_key(setting))   # route holds the logits' dtype
     return plans.cached("moe_routed_experts", signature,
                         lambda: _experts_build(x_layout, w, options.top_k, x.device, setting, route))
 
