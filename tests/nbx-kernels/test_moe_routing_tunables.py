@@ -41,6 +41,15 @@ def test_routing_candidates_hold_1_to_16_logits_a_thread_and_no_more_tokens_than
     assert all(s["block_tokens"] <= 4 for s in tunable.candidates(hopper, small)[0])
 
 
+def test_a_key_smaller_than_one_warp_keeps_its_one_warp_candidate():
+    # one token of Mixtral's 8 experts: 8 logits, fewer than a warp's 32 threads; the H200's certifier
+    # refused the key when every candidate was pruned as idle
+    from nbx.kernels.moe.routing_tuning import route_key
+    kept, pruned = autotune.lookup("moe_route").candidates(device_files.for_arch("sm_90"), route_key(1, 8, 2, "float32"))
+    assert kept == [{"block_tokens": 1, "num_warps": 1}]
+    assert any("idle threads" in reason for _, reason in pruned)
+
+
 def test_alignment_candidates_stop_at_a_step_of_twice_the_pairs():
     from nbx.kernels.moe.routing_tuning import align_key
     hopper = device_files.for_arch("sm_90")

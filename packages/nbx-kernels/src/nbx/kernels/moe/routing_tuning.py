@@ -35,14 +35,15 @@ ALIGN_WORKLOAD_BLOCK_M = 64   # the workload's row block: the alignment's tiles 
 def route_fits(setting, rep, facts):
     """Each thread holds 1 to ROUTE_ELEMENTS_A_THREAD of a program's [block_tokens, experts] logits
     (within the device file's max_elements, which the launch would otherwise cut block_tokens to),
-    and a program takes no more tokens than the key has."""
+    and a program takes no more tokens than the key has. Idle threads are refused only above the
+    fewest warps: a key smaller than one warp (one token of 8 experts) is run by one warp."""
     elements = setting["block_tokens"] * pow2_at_least(rep["experts"])
     if elements > facts.value("tiles.moe_route")["max_elements"]:
         return f"{elements} logits a program pass tiles.moe_route's max_elements"
     if setting["block_tokens"] > rep["tokens"]:
         return f"block_tokens {setting['block_tokens']} pads the key's {rep['tokens']} tokens"
     threads = _threads(setting, facts)
-    if threads and elements < threads:
+    if threads and elements < threads and setting["num_warps"] > min(ROUTE_PARAMS["num_warps"]):
         return f"{threads} threads over {elements} logits: idle threads"
     if threads and elements > ROUTE_ELEMENTS_A_THREAD * threads:
         return f"{elements // threads} logits a thread (above {ROUTE_ELEMENTS_A_THREAD}: registers spill)"
