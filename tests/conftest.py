@@ -25,6 +25,22 @@ else:
         settings.load_profile("ci")
 
 
+@pytest.fixture(scope="session")
+def interp():
+    """The interp device with every kernel family registered. A GPU run (TRITON_INTERPRET=0) skips
+    the tests that take it; with the interpreter on, a missing interp device is a broken plugin."""
+    from nbx import kernels
+    from nbx.core import as_device
+    from nbx.core.device import backends, plugin_errors
+    kernels.register()
+    if "interp" not in backends():
+        reason = plugin_errors().get("interp", "the interp device is not registered")
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            pytest.fail(f"the interp device failed to register: {reason}")
+        pytest.skip(f"interp unavailable (a GPU run: TRITON_INTERPRET is not 1): {reason}")
+    return as_device("interp")
+
+
 def gpu_unavailable_reason() -> str | None:
     """Why tests marked `gpu` cannot run here, or None when a CUDA device is present."""
     from nbx.core.device import backends, plugin_errors

@@ -12,13 +12,6 @@ from nbx.kernels import launch
 TUNABLES = ("attention", "attention_decode", "rope")
 
 
-@pytest.fixture(scope="module")
-def interp():
-    from nbx import kernels
-    kernels.register()
-    return nbx.as_device("interp")
-
-
 def test_each_attention_tunable_takes_its_default_from_every_device_file(interp):
     for name in TUNABLES:
         tunable = autotune.lookup(name)

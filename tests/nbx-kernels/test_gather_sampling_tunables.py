@@ -21,13 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def interp():
-    from nbx import kernels
-    kernels.register()
-    return nbx.as_device("interp")
-
-
-@pytest.fixture(scope="module")
 def hopper():
     return device_files.for_arch("sm_90")
 

@@ -18,13 +18,6 @@ from nbx.kernels import launch
 FAMILIES = ("elementwise", "elementwise_heavy", "softmax", "norm", "reduction")
 
 
-@pytest.fixture(scope="module")
-def interp():
-    from nbx import kernels
-    kernels.register()  # imports every family (declaring its tunable) and registers interp
-    return nbx.as_device("interp")
-
-
 def _hopper():
     return device_files.for_arch("sm_90")
 

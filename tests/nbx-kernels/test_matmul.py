@@ -150,13 +150,6 @@ def _hopper():
     return device_files.for_arch("sm_90")
 
 
-@pytest.fixture(scope="module")
-def interp():
-    from nbx import kernels
-    kernels.register()  # imports every family (declaring its tunable) and registers interp
-    return nbx.as_device("interp")
-
-
 def test_matmul_declares_a_tunable_whose_parameters_both_tiles_hold(interp):
     assert autotune.lookup("matmul") is MATMUL
     for facts in (_hopper(), launch.facts(interp)):

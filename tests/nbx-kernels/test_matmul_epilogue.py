@@ -218,13 +218,6 @@ def test_linear_keys_add_the_form_to_matmuls_key():
     assert str(key) == "m=3,n=4096,k=4096,dtype=bf16,layout=nt,form=gated,tma=1,precision=none"
 
 
-@pytest.fixture(scope="module")
-def interp():
-    from nbx import kernels
-    kernels.register()
-    return nbx.as_device("interp")
-
-
 @pytest.mark.parametrize("rep", [
     {"m": 3, "n": 40, "k": 96, "dtype": "bfloat16", "layout": "nt", "form": "plain", "tma": True, "precision": "none"},
     {"m": 20, "n": 24, "k": 40, "dtype": "float32", "layout": "nn", "form": "gated", "tma": False, "precision": "ieee"},

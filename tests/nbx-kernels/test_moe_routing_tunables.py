@@ -12,13 +12,6 @@ from nbx.core import device_files
 from nbx.kernels import launch
 
 
-@pytest.fixture(scope="module")
-def interp():
-    from nbx import kernels
-    kernels.register()
-    return nbx.as_device("interp")
-
-
 def test_each_routing_tunable_takes_its_default_from_every_device_file(interp):
     for name in ("moe_route", "moe_align"):
         tunable = autotune.lookup(name)

@@ -3,23 +3,12 @@ the cache write; the norms keep their launches while decoder.NORM_FUSED_ROWS is 
 calls say so; with the norms fused (NORM_FUSED_ROWS raised) it is six."""
 from __future__ import annotations
 
-import pytest
-
-import nbx.core as nbx
 from nbx import models
 from nbx.models.writer import small_config
 
 LAYER = ("rms_norm", "linear", "rotary_kv_cache_write", "paged_attention", "linear", "rms_norm", "gated_linear",
          "linear")
 FUSED_LAYER = ("linear", "rotary_kv_cache_write", "paged_attention", "linear", "gated_linear", "linear")
-
-
-@pytest.fixture
-def interp():
-    from nbx.core.device import backends
-    if "interp" not in backends():
-        pytest.skip("the interp device is not registered (a GPU run: TRITON_INTERPRET is not 1)")
-    return nbx.as_device("interp")
 
 
 def _decode_calls(tmp_path, device):

@@ -58,14 +58,6 @@ class HostWork:
         return out + [current]   # the last: what follows the generation's last token
 
 
-@pytest.fixture
-def interp():
-    from nbx.core.device import backends
-    if "interp" not in backends():
-        pytest.skip("the interp device is not registered (a GPU run: TRITON_INTERPRET is not 1)")
-    return nbx.as_device("interp")
-
-
 @pytest.fixture(params=["interp", pytest.param("cuda", marks=pytest.mark.gpu)])
 def stepping(request):
     """The devices whose decode steps are nbx.graph steps: interp (run eagerly) and cuda (graphs)."""
