@@ -160,3 +160,14 @@ def test_the_planner_sends_a_column_block_through_one_2d_copy(monkeypatch):
     assert counter.calls == ["cudaMemcpy2DAsync"]
     assert out.numpy().tobytes() == np.ascontiguousarray(t.numpy()[:, 8:24]).tobytes()
     assert copies.plan_2d((64, 16), (16, 1), (64, 1), 4) == (64, 64, 64, 256)
+
+
+@pytest.mark.parametrize("nbytes", [(8 << 20) - 1, 8 << 20, (100 << 20) + 13])
+def test_a_large_pageable_upload_through_the_staging_buffers_is_byte_exact(nbytes, monkeypatch):
+    # staged from 8 MiB up (as memory.staged_upload_from_bytes would say): four 32 MiB chunks and a
+    # tail at 100 MiB, so each of the two pinned buffers is refilled after its event
+    from nbx.devices.nvidia import staging
+    monkeypatch.setitem(staging.FROM_BYTES, 0, 8 << 20)
+    src = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    on_device = nbx.from_numpy(src, "cuda:0")
+    np.testing.assert_array_equal(on_device.numpy(), src)

@@ -14,7 +14,7 @@ from nbx.core.errors import DLPackError
 from nbx.core.storage import Storage
 from nbx.memory import allocator as _allocators  # imported once: an import per allocation costs host time
 
-from . import runtime
+from . import runtime, staging
 from . import streams as _streams
 from .errors import CopyOutOfBoundsError
 from .streams import LEGACY_DEFAULT, Event, Stream, current_handle, current_stream
@@ -162,6 +162,10 @@ class CudaBackend:
         index = storage.device.index
         with runtime.device_guard(index):
             stream = current_stream(index)
+            staged_from = staging.staged_from(index)
+            if staged_from is not None and flat.nbytes >= staged_from and not runtime.is_pinned(flat):
+                staging.STAGER.upload(storage.data_ptr() + byte_offset, index, flat, stream)   # a checkpoint's load
+                return
             runtime.memcpy_async(storage.data_ptr() + byte_offset, flat.ctypes.data, flat.nbytes,
                                  runtime.HOST_TO_DEVICE, stream.handle)
             stream.synchronize()
