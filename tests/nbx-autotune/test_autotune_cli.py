@@ -155,13 +155,34 @@ def test_compile_ahead_launches_each_key_to_prove_in_exactly_one_shard_and_times
     assert not (tmp_path / "out").exists()
 
 
+def _loads(owned):
+    return [sum(part.stop - part.start for _, part in parts) for parts in owned]
+
+
+def _covered(owned, counts):
+    """Every candidate of every key in exactly one shard's part."""
+    seen = sorted((i, c) for parts in owned for i, part in parts for c in range(part.start, part.stop))
+    return seen == [(i, c) for i, n in enumerate(counts) for c in range(n)]
+
+
 def test_compile_shards_take_whole_keys_balanced_by_their_candidate_counts():
     counts = [29, 5, 29, 15, 15, 10, 10, 33, 8]   # attention, copies and a radix sort key, as on the H200
-    owners = certify.shard_owners(counts, 4)
-    loads = [sum(c for c, o in zip(counts, owners, strict=True) if o == b) for b in range(4)]
-    assert sorted(loads) == [38, 38, 39, 39]   # largest first: 33, 29, 29, 15 alone, then the rest fill the lightest
-    assert owners == certify.shard_owners(counts, 4)   # every shard's process computes the same split
-    assert certify.shard_owners([3, 3], 4) == [0, 1]
+    owned = certify.shard_parts(counts, 4)
+    assert _covered(owned, counts)
+    assert all(part == slice(0, counts[i]) for parts in owned for i, part in parts)   # none above the share of 39
+    assert sorted(_loads(owned)) == [38, 38, 39, 39]   # largest first: 33, 29, 29, 15 alone, then the lightest
+    assert owned == certify.shard_parts(counts, 4)   # every shard's process computes the same split
+    assert _loads(certify.shard_parts([3, 3], 4)) == [2, 2, 1, 1]   # two keys on four shards: each cut in two
+
+
+def test_a_key_above_a_shards_share_is_split_over_the_idle_shards():
+    # the H200's three radix sort keys on 16 compile jobs: 3 shards compiled for minutes, 13 idled
+    counts = [33, 33, 30]
+    owned = certify.shard_parts(counts, 16)
+    assert _covered(owned, counts)
+    assert max(_loads(owned)) == 7 and min(_loads(owned)) == 5   # 16 parts of 5 to 7 (33 in 6, 33 in 5, 30 in 5)
+    assert all(len(parts) == 1 for parts in owned)   # a shard builds one workload
+    assert certify.shard_parts([0, 5], 2) == [[(1, slice(2, 5))], [(1, slice(0, 2))]]   # a key of none: no part; larger first
 
 
 def test_compile_jobs_start_one_certify_process_per_shard_with_the_same_keys_and_wait_for_all(monkeypatch, capsys):

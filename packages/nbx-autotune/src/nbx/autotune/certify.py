@@ -91,21 +91,22 @@ def compile_ahead(key_records, *, tunables: dict, facts, identity, device, out, 
                   missing_only: bool = False) -> int:
     """Launch once each candidate of this shard's keys among those certify() would prove, so that
     Triton compiles it into its cache; nothing is timed, screened or written (certify() screens
-    every candidate itself). Keys go to shards whole (a key's workload and its oracle are made once,
-    in one process: an attention key's float64 oracle takes GBs and seconds), balanced by their
-    candidate counts (largest first onto the least loaded shard: counts differ, a radix sort key
-    keeps 33 and a copy key 8, and a shard dealt keys in turn waited on its largest). The number of
-    candidates launched; one whose key cannot be formed or whose launch raises is left for
-    certify() to refuse or exclude with its reason."""
+    every candidate itself). Shards take whole keys where they can (a key's workload and its oracle
+    are made once per shard that holds part of it: an attention key's float64 oracle takes GBs and
+    seconds), and a key holding more candidates than a shard's share is split (shard_parts: three
+    radix sort keys of 33 candidates, about 10 s of compiling each, kept 3 of 16 shards busy for
+    minutes). The number of candidates launched; one whose key cannot be formed or whose launch
+    raises is left for certify() to refuse or exclude with its reason."""
     todo = _to_prove(key_records, tunables, facts, identity, out, missing_only, Outcome())
     formed = [_candidates_of(rec, tunables.get(rec.kernel), facts) for rec in todo]
-    owners = shard_owners([len(kept) for _, kept in formed], shards)
+    mine: dict[int, list[slice]] = {}
+    for i, part in shard_parts([len(kept) for _, kept in formed], shards)[shard]:
+        mine.setdefault(i, []).append(part)
     launched = 0
-    for i, (rep, kept) in enumerate(formed):
-        if owners[i] != shard or not kept:
-            continue
+    for i, parts in mine.items():
+        rep, kept = formed[i]
         work = tunables[todo[i].kernel].workload(rep, device)
-        for setting in kept:
+        for setting in (s for part in parts for s in kept[part]):
             try:
                 work.launch(setting)
             except Exception:  # noqa: BLE001 (certify() runs it again and excludes it with why)
@@ -114,14 +115,30 @@ def compile_ahead(key_records, *, tunables: dict, facts, identity, device, out, 
     return launched
 
 
-def shard_owners(counts: list[int], shards: int) -> list[int]:
-    """The shard of each key, given its candidate count: largest first onto the least loaded shard
-    (the lowest-numbered of equals), the same answer in every shard's process."""
-    loads, owners = [0] * shards, [0] * len(counts)
-    for i in sorted(range(len(counts)), key=lambda i: (-counts[i], i)):
-        owners[i] = min(range(shards), key=lambda b: (loads[b], b))
-        loads[owners[i]] += counts[i]
-    return owners
+def shard_parts(counts: list[int], shards: int) -> list[list[tuple[int, slice]]]:
+    """Each shard's (key, slice of its candidates), given each key's candidate count. A key is cut
+    into as many even parts as whole shares (the total over the shards, rounded up) it holds, at
+    least one; while there are fewer parts than shards, the key whose parts are largest takes one
+    more. So keys stay whole where there are as many as shards, and a few large keys spread over the
+    idle shards. The parts go largest first onto the least loaded shard (the lowest-numbered of
+    equals). The same answer in every shard's process."""
+    share = max(1, -(-sum(counts) // max(1, shards)))
+    pieces = [max(1, count // share) if count else 0 for count in counts]
+    while sum(pieces) < shards:
+        j = max(range(len(counts)), key=lambda j: (counts[j] / pieces[j] if pieces[j] else 0, -j), default=None)
+        if j is None or counts[j] <= pieces[j]:
+            break
+        pieces[j] += 1
+    parts = []
+    for i, (count, n) in enumerate(zip(counts, pieces)):
+        bounds = [count * j // n for j in range(n + 1)] if n else []
+        parts += [(i, slice(a, b)) for a, b in zip(bounds, bounds[1:])]
+    loads, owned = [0] * shards, [[] for _ in range(shards)]
+    for i, part in sorted(parts, key=lambda p: (p[1].start - p[1].stop, p[0], p[1].start)):
+        b = min(range(shards), key=lambda b: (loads[b], b))
+        owned[b].append((i, part))
+        loads[b] += part.stop - part.start
+    return owned
 
 
 def _candidates_of(rec, tunable, facts) -> tuple:
