@@ -384,3 +384,53 @@ def test_a_float8_key_names_its_weights_and_its_sweep_keeps_k_steps_inside_a_sca
                "loads": "pointers"}
     assert "does not divide" in _fits(setting, rep, facts)
     assert _fits({**setting, "block_k": 64}, rep, facts) is True
+
+
+GEMV = {"kernel": "gemv", "block_m": 16, "block_n": 32, "block_k": 32, "group_m": 8, "num_warps": 4,
+        "num_stages": 3, "loads": "pointers"}
+
+
+@pytest.mark.parametrize("tokens, hidden, inter, dtype", [
+    (1, 32, 40, "bfloat16"),    # one decode token; I = 40 leaves a column tile half past the expert's rows
+    (5, 48, 32, "float32"),     # K = 48: the last K step of gate/up half masked
+])
+def test_the_bands_gemv_form_matches_the_float64_oracle_and_repeats_its_bits(device, check, tokens, hidden, inter,
+                                                                             dtype):
+    from nbx.kernels.moe import launch_experts
+    x, w_gate, w_up, w_down = _layer(tokens, 6, hidden, inter, dtype, device, seed=tokens)
+    ids = np.stack([RNG.permutation(5)[:3] for _ in range(tokens)])   # expert 5 receives no pair
+    weights, experts = _route(ids, device)
+    plan = experts_plan(x, weights, experts, w_gate, w_up, w_down, GEMV)
+    assert plan.detail.gemv and plan.detail.band and not plan.detail.tma
+    first = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=GEMV)
+    again = launch_experts(x, weights, experts, w_gate, w_up, w_down, setting=GEMV)
+    check(first, oracle("moe_experts", x, weights, experts, w_gate, w_up, w_down), device)
+    np.testing.assert_array_equal(first.numpy(), again.numpy())
+    declared = cost.price("moe_experts", x, weights, experts, w_gate, w_up, w_down)
+    assert declared.launches == len(plan.launches)
+
+
+def test_the_gemv_form_refuses_int4_expert_weights_by_name(device):
+    from nbx.core.errors import NotSupportedError
+    from nbx.core.quant import QuantizedTensor
+    from nbx.kernels.moe import launch_experts
+    x, w_gate, w_up, w_down = _layer(2, 4, 128, 128, "bfloat16", device)
+    q = [QuantizedTensor.quantize(w.to("cpu"), 128, "symmetric", "bfloat16").to(device) for w in (w_gate, w_up, w_down)]
+    weights, experts = _route([[0, 1], [2, 3]], device)
+    with pytest.raises(NotSupportedError, match="gemv form sums float expert weights"):
+        launch_experts(x, weights, experts, *q, setting=GEMV)
+
+
+def test_the_bands_gemv_candidates_are_one_a_tile_and_dense_only():
+    from nbx.core import device_files
+    from nbx.kernels.moe import tuning
+    hopper = device_files.for_arch("sm_90")
+    rep = dict(tokens=1, experts=128, top_k=8, inter=768, hidden=2048, dtype="bfloat16", weights="dense")
+    kept, pruned = tuning.BAND.candidates(hopper, rep)
+    gemv = [s for s in kept if s["kernel"] == "gemv"]
+    assert gemv and all({p: s[p] for p in tuning.GEMV_CANONICAL} == tuning.GEMV_CANONICAL for s in gemv)
+    assert len(gemv) == len({(s["block_n"], s["block_k"], s["num_warps"]) for s in gemv})
+    assert any(s["kernel"] == "tiles" for s in kept)
+    int4 = tuning.BAND.candidates(hopper, {**rep, "weights": "int4-symmetric-g128"})[0]
+    assert int4 and all(s["kernel"] == "tiles" for s in int4)
+    assert "kernel" not in tuning.EXPERTS.params

@@ -31,7 +31,8 @@ from ..matmul.tuning import stages_that_fit
 from ..types import tl_type
 from .float8 import expert_float8_kernel
 from .kernel import (align_count_kernel, align_place_kernel, combine_kernel, expert_down_kernel,
-                     expert_gate_up_kernel, route_align_kernel, route_kernel)
+                     expert_gate_up_kernel, expert_gemv_down_kernel, expert_gemv_gate_up_kernel, route_align_kernel,
+                     route_kernel)
 from .routing_tuning import align_setting, route_label, route_setting
 from .tuning import experts_setting
 
@@ -215,6 +216,7 @@ class ExpertsPlan:
     capacity: int     # rows of the sorted pairs (a multiple of block_m)
     band: bool        # the one-token band's setting
     tma: bool = False # the expert GEMMs read their weights (and down its intermediate) through descriptors
+    gemv: bool = False # the band's GEMV form: a pair a program row, the intermediate of pairs rows
 
 
 @dataclass(frozen=True)
@@ -330,13 +332,19 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
         stages = stages_that_fit({**s, "block_k": block_k}, dtype.itemsize, 2 * dtype.itemsize, launch.facts(device))
     # the descriptor loads where the setting asks for them and the weights and device allow (else
     # the pointer kernel at the same tile: the same products)
-    tma = s.get("loads") == "tma" and w.descriptors and bool(launch.facts(device).value("matrix_unit.tma"))
+    gemv = tokens <= BAND_TOKENS and s.get("kernel") == "gemv"
+    if gemv and (int4 or float8):
+        raise NotSupportedError(f"the band's gemv form sums float expert weights; {w.label} weights take kernel = tiles")
+    tma = (s.get("loads") == "tma" and w.descriptors and bool(launch.facts(device).value("matrix_unit.tma"))
+           and not gemv)
     gemm = dict(DOT=dot, ACC=acc, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=s["block_n"], BLOCK_K=block_k,
                 GROUP_M=s["group_m"], INT4=int4, GROUP=max(w.group, 1), SIGNED=w.scheme == "symmetric",
                 ASYMMETRIC=w.scheme == "asymmetric", TMA=tma, num_warps=s["num_warps"], num_stages=stages)
     blocks = capacity // block_m
     p = "align_"
-    if float8:
+    if gemv:
+        gate_up, down = _gemv_launches(w, x_strides, pairs, k, inter, hidden, acc, s, block_k)
+    elif float8:
         gate_up, down = _float8_launches(w, x_strides, pairs, k, capacity, dict(
             DOT=dot, ACC=acc, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=s["block_n"], BLOCK_K=block_k,
             GROUP_M=s["group_m"], SCALE_N=w.scale_block[0], SCALE_K=w.scale_block[1], num_warps=s["num_warps"],
@@ -370,7 +378,21 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
                   *_align_launches(pairs, count, block_m, device, p)))
         workspace, copies = (*_route_outputs(tokens, k, plans.workspace), *workspace), ()
     return LaunchPlan(device, (*first, gate_up, down, combine), outputs=(plans.output("out", (tokens, hidden), dtype),),
-                      workspace=workspace, copies=copies, detail=ExpertsPlan(s, capacity, band, tma))
+                      workspace=workspace, copies=copies, detail=ExpertsPlan(s, capacity, band, tma, gemv))
+
+
+def _gemv_launches(w: WeightLayout, x_strides, pairs: int, k: int, inter: int, hidden: int, acc, s, block_k: int
+                   ) -> tuple:
+    """The band's GEMV form of the two products (kernel = gemv): a pair a program row, over the
+    routing's own experts and weights (the alignment's tables unread)."""
+    meta = dict(ACC=acc, BLOCK_N=s["block_n"], BLOCK_K=block_k, num_warps=s["num_warps"])
+    gate_up = Launch(expert_gemv_gate_up_kernel, (pairs * triton_cdiv(inter, s["block_n"]),),
+                     (Slot("x"), Slot("w_gate"), Slot("w_up"), Slot("h"), Slot("experts"), inter, hidden, k,
+                      *x_strides, *w.gate), dict(EVEN_K=hidden % block_k == 0, **meta))
+    down = Launch(expert_gemv_down_kernel, (pairs * triton_cdiv(hidden, s["block_n"]),),
+                  (Slot("h"), Slot("w_down"), Slot("pair_rows"), Slot("weights"), Slot("experts"), hidden, inter,
+                   *w.down), dict(EVEN_K=inter % block_k == 0, **meta))
+    return gate_up, down
 
 
 def _float8_block_k(block_k: int, scale_block: tuple) -> int:
@@ -531,11 +553,14 @@ def _layer_bytes(x, k, w_gate, w_up, w_down, plan) -> int:
     pairs, item = tokens * k, x.dtype.itemsize
     hit = min(count, pairs)
     expert_bytes = sum(w.nbytes for w in (w_gate, w_up, w_down)) // count   # int4: bytes, scales and minima
-    return (pairs * hidden * item + hit * expert_bytes + 2 * plan.detail.capacity * inter * item
+    rows = pairs if plan.detail.gemv else plan.detail.capacity   # the intermediate's rows
+    return (pairs * hidden * item + hit * expert_bytes + 2 * rows * inter * item
             + 3 * pairs * hidden * item + tokens * hidden * item)
 
 
 def _layer_notes(plan) -> tuple:
+    if plan.detail.gemv:
+        return ("gemv (band)",)
     return (f"block_m {plan.detail.setting['block_m']}" + (" (band)" if plan.detail.band else ""),)
 
 

@@ -18,14 +18,16 @@ matmul's k_steps. The gate/up kernel computes silu(x W_g^T) * (x W_u^T) in one p
 tiles per A tile) into the intermediate, in sorted order; the down kernel multiplies it by W_d,
 scales each row by its pair's routed weight in the epilogue and stores the row at its pair's id.
 The combine sums each token's k rows in slot order in float32 and rounds once. Int4 expert
-weights (W4A16) take matmul's int4 K step (quantized.int4_step) in the same two kernels.
+weights (W4A16) take matmul's int4 K step (quantized.int4_step) in the same two kernels. The band
+has a GEMV form of both products too (expert_gemv_*: a pair a program row, the sums on the CUDA
+cores, no row padded), the setting's kernel = gemv.
 """
 import triton
 import triton.language as tl
 
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
-from ..matmul.kernel import _dot_operand, _grouped_tile, _tf32_operand, k_steps, load_operand
+from ..matmul.kernel import _dot_operand, _grouped_tile, _tf32_operand, gemv_k_steps, k_steps, load_operand
 from ..matmul.quantized import int4_step
 from ..rows import float_argument
 
@@ -372,6 +374,45 @@ def expert_down_kernel(h_ptr, wd_ptr, sd_ptr, zd_ptr, out_ptr, weights_ptr, sort
     routed = widen(tl.load(weights_ptr + pairs, mask=valid, other=0), ACC)
     y = acc * routed[:, None]
     tl.store(out_ptr + pairs[:, None] * N + rn[None, :], narrow(y, out_ptr.dtype.element_ty), mask=in_m & in_n)
+
+
+@triton.jit
+def expert_gemv_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, experts_ptr, N, K, TOP_K, sx_t, sx_k, sw_e, sw_n, sw_k,
+                               ACC: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
+                               BLOCK_K: tl.constexpr):
+    """The band's GEMV form. Grid: (P * cdiv(N, BLOCK_N),): program (pair, tile) writes h[pair] =
+    silu(x[t] W_g[e]^T) * (x[t] W_u[e]^T) over BLOCK_N of the N = I columns, t = pair // TOP_K and
+    e = experts[pair]; no row is padded (one pair a program) and the sums run on the CUDA cores
+    (matmul's gemv_k_steps: the weights' rows read [BLOCK_N, BLOCK_K], K fastest), so a token's few
+    pairs spread over P times the column tiles' programs. h is contiguous [>= P, N]."""
+    tiles = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    pair = (pid // tiles).to(tl.int64)
+    rn = (pid % tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+    w = tl.load(experts_ptr + pair).to(tl.int64) * sw_e
+    token = pair // TOP_K + tl.arange(0, 1)   # a tensor of one row: gemv_k_steps' other form indexes it
+    up, gate, _ = gemv_k_steps(x_ptr, wu_ptr + w, wg_ptr + w, x_ptr, token, rn, tl.arange(0, BLOCK_K), 1, N, K, 0,
+                               tl.cdiv(K, BLOCK_K), sx_t, sx_k, sw_k, sw_n, ACC, EVEN_K, True, False, 1, BLOCK_N,
+                               BLOCK_K)
+    y = act.silu(gate) * up
+    tl.store(h_ptr + pair * N + rn[None, :], narrow(y, h_ptr.dtype.element_ty), mask=(rn < N)[None, :])
+
+
+@triton.jit
+def expert_gemv_down_kernel(h_ptr, wd_ptr, out_ptr, weights_ptr, experts_ptr, N, K, sw_e, sw_n, sw_k,
+                            ACC: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The band's GEMV form of the down product. Grid: (P * cdiv(N, BLOCK_N),): out[pair] =
+    weight[pair] * (h[pair] W_d[e]^T) over BLOCK_N of the N = H columns; h contiguous [>= P, K = I],
+    out contiguous [P, N], weights contiguous [P]."""
+    tiles = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    pair = (pid // tiles).to(tl.int64)
+    rn = (pid % tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+    w = wd_ptr + tl.load(experts_ptr + pair).to(tl.int64) * sw_e
+    acc, _, _ = gemv_k_steps(h_ptr, w, w, h_ptr, pair + tl.arange(0, 1), rn, tl.arange(0, BLOCK_K), 1, N, K, 0,
+                             tl.cdiv(K, BLOCK_K), K, 1, sw_k, sw_n, ACC, EVEN_K, False, False, 1, BLOCK_N, BLOCK_K)
+    y = acc * widen(tl.load(weights_ptr + pair), ACC)
+    tl.store(out_ptr + pair * N + rn[None, :], narrow(y, out_ptr.dtype.element_ty), mask=(rn < N)[None, :])
 
 
 @triton.jit

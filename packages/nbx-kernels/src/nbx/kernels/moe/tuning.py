@@ -39,7 +39,13 @@ PARAMS = {"block_m": (16, 32, 64, 128), "block_n": (64, 128, 256), "block_k": (6
           "num_warps": (4, 8), "num_stages": (3, 4), "loads": ("pointers", "tma")}
 # the band adds 32-column tiles: one Qwen3-30B-A3B token's gate/up launch is 8 row blocks x 768 / 64
 # = 96 programs at block_n 64, under the H200's 132 SMs, so its weights stream through part of them
-BAND_PARAMS = {**PARAMS, "block_m": (16, 32), "block_n": (32, 64, 128, 256)}
+BAND_PARAMS = {**PARAMS, "block_m": (16, 32), "block_n": (32, 64, 128, 256), "kernel": ("tiles", "gemv")}
+# kernel: the band's tiled products, or their GEMV form (kernel.expert_gemv_*: a pair a program row,
+# sums on the CUDA cores: one Qwen3-30B-A3B token's 8 pairs take 8 x 768 / 32 = 192 programs at
+# block_n 32, none of them padded rows), which reads only block_n, block_k and num_warps: its other
+# parameters stay at GEMV_CANONICAL so that it is swept once a tile. Certificates made before it ran
+# the tiles (implied).
+GEMV_CANONICAL = {"block_m": 16, "group_m": 8, "num_stages": 3, "loads": "pointers"}
 # tokens: the power of two at or above the count (rows.pow2_at_least, as the row kernels key their
 # width): a tile's fit follows an expert's rows, tokens * top_k / experts, on an octave scale, and a
 # model's prefill lengths then take 10 classes up to 8192 and the band 5, each screened or certified
@@ -56,7 +62,15 @@ def _gated_stage_bytes(setting, itemsize: int) -> int:
 def _fits(setting, rep, facts):
     """Rows per expert twice under block_m or four times over a block_m under 64 (a short sweep:
     a small row block pays only for a few rows an expert), tiles twice the key's sizes, and stages
-    of the gated product that shared memory cannot hold."""
+    of the gated product that shared memory cannot hold; the GEMV form on dense weights only."""
+    if setting.get("kernel") == "gemv":
+        if rep["weights"] != "dense":
+            return f"the gemv form sums float weights, not {rep['weights']}"
+        small = min(rep["inter"], rep["hidden"])
+        for block in ("block_n", "block_k"):
+            if setting[block] > min(BAND_PARAMS[block]) and setting[block] // 2 >= small:
+                return f"{block} {setting[block]} covers {small} twice over"
+        return True
     if setting.get("loads") == "tma":
         itemsize = as_dtype(rep["dtype"]).itemsize
         if not facts.value("matrix_unit.tma"):
@@ -94,6 +108,9 @@ def _k_group(label: str) -> int:
 
 
 def _warps(setting, facts):
+    if setting.get("kernel") == "gemv":
+        off = {p: setting[p] for p, v in GEMV_CANONICAL.items() if setting[p] != v}
+        return f"the gemv form reads none of {sorted(off)}: kept at {GEMV_CANONICAL}" if off else True
     if setting["num_warps"] > 4 and setting["block_m"] * setting["block_n"] < 64 * 128:
         return f"{setting['num_warps']} warps over a {setting['block_m']} x {setting['block_n']} tile"
     return True
@@ -159,15 +176,15 @@ def experts_workload(rep, device):
         lambda rows: np.asarray(oracle("moe_experts", *(a[rows] for a in operands[:3]), *operands[3:])))
 
 
-def _declare(name: str, params: dict, default: str):
+def _declare(name: str, params: dict, default: str, implied=None):
     return autotune.declare(autotune.Tunable(
         name, params=params, key=KEY, default_from=default, workload=experts_workload,
         constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps),
-        fits=_fits))
+        fits=_fits, implied=implied))
 
 
 EXPERTS = _declare("moe_experts", PARAMS, "tiles.moe_experts")
-BAND = _declare("moe_band", BAND_PARAMS, "tiles.moe_band")
+BAND = _declare("moe_band", BAND_PARAMS, "tiles.moe_band", implied={"kernel": "tiles"})
 
 
 def launch_key(tokens: int, experts: int, top_k: int, inter: int, hidden: int, dtype, weights: str = "dense"
