@@ -434,3 +434,16 @@ def test_the_bands_gemv_candidates_are_one_a_tile_and_dense_only():
     int4 = tuning.BAND.candidates(hopper, {**rep, "weights": "int4-symmetric-g128"})[0]
     assert int4 and all(s["kernel"] == "tiles" for s in int4)
     assert "kernel" not in tuning.EXPERTS.params
+
+
+def test_the_routed_bands_gemv_form_reads_the_routings_own_tables(device, check):
+    """In the routed band the experts and weights the gemv launches read are route_align_kernel's
+    workspace (no table passed in)."""
+    from nbx.kernels.moe import RouteOptions, _routed_values
+    x, w_gate, w_up, w_down = _layer(3, 8, 32, 32, "bfloat16", device, seed=9)
+    logits = asarray(RNG.standard_normal((3, 8)).astype(np.float32), device=device)
+    plan = routed_plan(x, logits, w_gate, w_up, w_down, RouteOptions(2, "softmax", True, 1, 1, "max", False), GEMV)
+    assert plan.detail.gemv and len(plan.launches) == 4
+    out = plans.execute(plan, _routed_values(x, logits, w_gate, w_up, w_down, None, 1.0))["out"]
+    check(out, oracle("moe_routed_experts", x, logits, w_gate, w_up, w_down, 2, "softmax", True, 1, 1, "max", None,
+                      1.0), device)
