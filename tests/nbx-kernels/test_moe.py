@@ -430,6 +430,8 @@ def test_the_bands_gemv_candidates_are_one_a_tile_and_dense_only():
     gemv = [s for s in kept if s["kernel"] == "gemv"]
     assert gemv and all({p: s[p] for p in tuning.GEMV_CANONICAL} == tuning.GEMV_CANONICAL for s in gemv)
     assert len(gemv) == len({(s["block_n"], s["block_k"], s["num_warps"]) for s in gemv})
+    assert all(2 * s["block_n"] * s["block_k"] <= tuning.GEMV_PRODUCTS_A_THREAD * 32 * s["num_warps"] for s in gemv)
+    assert any("gemv products a thread" in reason for _, reason in pruned)
     assert any(s["kernel"] == "tiles" for s in kept)
     int4 = tuning.BAND.candidates(hopper, {**rep, "weights": "int4-symmetric-g128"})[0]
     assert int4 and all(s["kernel"] == "tiles" for s in int4)

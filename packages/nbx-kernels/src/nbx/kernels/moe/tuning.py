@@ -46,6 +46,10 @@ BAND_PARAMS = {**PARAMS, "block_m": (16, 32), "block_n": (32, 64, 128, 256), "ke
 # parameters stay at GEMV_CANONICAL so that it is swept once a tile. Certificates made before it ran
 # the tiles (implied).
 GEMV_CANONICAL = {"block_m": 16, "group_m": 8, "num_stages": 3, "loads": "pointers"}
+# the gemv form keeps its products [block_n, block_k] per weight in registers, gate's and up's: 128 a
+# thread compiled for sm_90 (Triton 3.9) in 235-245 registers without a spill (64 x 128 at 4 warps,
+# 128 x 128 at 8); twice that cannot fit a thread's 255
+GEMV_PRODUCTS_A_THREAD = 128
 # tokens: the power of two at or above the count (rows.pow2_at_least, as the row kernels key their
 # width): a tile's fit follows an expert's rows, tokens * top_k / experts, on an octave scale, and a
 # model's prefill lengths then take 10 classes up to 8192 and the band 5, each screened or certified
@@ -107,11 +111,24 @@ def _k_group(label: str) -> int:
     return int(label.rsplit("-g", 1)[1])
 
 
+def _gemv_rules(setting, facts):
+    """The GEMV form reads none of GEMV_CANONICAL's parameters (one candidate a tile, not one a
+    value), and holds at most GEMV_PRODUCTS_A_THREAD products a thread."""
+    if setting.get("kernel") != "gemv":
+        return True
+    off = sorted(p for p, v in GEMV_CANONICAL.items() if setting[p] != v)
+    if off:
+        return f"the gemv form reads none of {off}: they stay at {GEMV_CANONICAL}"
+    if "compute.warp_size" in facts:   # the interpreter states no warps
+        products = 2 * setting["block_n"] * setting["block_k"] // (setting["num_warps"] * facts.value("compute.warp_size"))
+        if products > GEMV_PRODUCTS_A_THREAD:
+            return f"{products} gemv products a thread (above {GEMV_PRODUCTS_A_THREAD}: registers spill)"
+    return True
+
+
 def _warps(setting, facts):
-    if setting.get("kernel") == "gemv":
-        off = {p: setting[p] for p, v in GEMV_CANONICAL.items() if setting[p] != v}
-        return f"the gemv form reads none of {sorted(off)}: kept at {GEMV_CANONICAL}" if off else True
-    if setting["num_warps"] > 4 and setting["block_m"] * setting["block_n"] < 64 * 128:
+    """No more than 4 warps over a matrix-unit tile under 64 x 128 (the gemv form's warps split K)."""
+    if setting.get("kernel") != "gemv" and setting["num_warps"] > 4 and setting["block_m"] * setting["block_n"] < 64 * 128:
         return f"{setting['num_warps']} warps over a {setting['block_m']} x {setting['block_n']} tile"
     return True
 
@@ -179,7 +196,8 @@ def experts_workload(rep, device):
 def _declare(name: str, params: dict, default: str, implied=None):
     return autotune.declare(autotune.Tunable(
         name, params=params, key=KEY, default_from=default, workload=experts_workload,
-        constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps),
+        constraint=autotune.all_of(autotune.shared_memory(lambda s: s["num_stages"] * stage_bytes(s)), _warps,
+                                   _gemv_rules),
         fits=_fits, implied=implied))
 
 
