@@ -84,6 +84,18 @@ def test_a_row_kernels_key_space_holds_every_width_class_dtype_and_flag_that_can
     assert listed["width=1024,elements=65536,dtype=bf16,strided=1"] == {}
 
 
+def test_a_key_space_takes_the_dtypes_a_family_keys_by(hopper):
+    """The copies key the word they move (bfloat16 and float16 are u16): their space holds the words of
+    the stated dtypes, once each, so the shipped u16 certificates lie inside it (they all lay outside,
+    0 of 12720 keys certified, while a key_space of float dtypes was counted)."""
+    from nbx.core import dtypes
+    words = Tunable("copy_fake", params={"block": (1024,)}, key={"n": "elements", "dtype": "dtype"},
+                    key_dtype=lambda dt: dtypes.TABLE[f"uint{8 * dt.itemsize}"])
+    assert dict(space.key_space(words, hopper).values)["dtype"] == ("u32", "u16")   # float32, bfloat16, float16
+    plain = Tunable("plain_fake", params={"block": (1024,)}, key={"n": "elements", "dtype": "dtype"})
+    assert dict(space.key_space(plain, hopper).values)["dtype"] == ("f32", "bf16", "f16")
+
+
 def test_a_matmul_key_space_is_counted_without_listing_its_millions_of_keys(hopper):
     mm = Tunable("mm_fake", params={"block_m": (64,)},
                  key={"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label"})

@@ -56,6 +56,9 @@ class Tunable:
     default_from: str | None = None
     weights: Mapping[str, float] | None = None
     implied: Mapping[str, object] | None = None
+    # how a launch's dtype becomes its key's dtype field, where it is not the dtype itself (the copies
+    # key the word they move: bfloat16 and float16 are u16): the key space maps the stated dtypes so
+    key_dtype: Callable | None = None
     # the classed key field counting the elements a launch reads: a neighbour's screen then runs on the
     # launch's own sizes while they stay within autotune.neighbour_screen_max_bytes, so that the screen
     # compiles the very specialization the launch then loads (neighbours.Screener); None: keys.smallest

@@ -155,7 +155,8 @@ def key_space(tunable, facts) -> Space:
         elif kind in keys.OCTAVE_SIZES:
             found = tuple(1 << i for i in range(stated["exact_up_to"].bit_length()))
         elif kind == "dtype":
-            found = tuple(dtypes.as_dtype(d).key for d in stated["dtypes"])
+            as_key = tunable.key_dtype or dtypes.as_dtype
+            found = tuple(dict.fromkeys(as_key(dtypes.as_dtype(d)).key for d in stated["dtypes"]))
         elif kind == "flag":
             found = (False, True)
         elif name in labels:

@@ -17,6 +17,8 @@ from nbx import autotune
 from nbx.core.ops.creation import asarray
 from nbx.core.tensor import empty
 
+from ..gather import word_of
+
 
 def _fits_threads(setting, facts):
     threads = setting["num_warps"] * facts.value("compute.warp_size")
@@ -77,11 +79,11 @@ PARAMS = {"block": (1024, 2048, 4096, 8192), "block_c": (64, 128, 256, 512, 1024
 KEY = {"n": "elements", "inner": "dims", "dtype": "dtype", "mapped": "flag", "transposed": "flag"}
 DATAMOVE = autotune.declare(autotune.Tunable(
     "datamove", params=PARAMS, key=KEY, default_from="tiles.datamove", constraint=_fits_threads, fits=_fits_rows,
-    workload=workload))
+    workload=workload, key_dtype=word_of))
 # a transpose's tile is square-ish (rows read contiguous, columns written so): its own default, keyed alike
 DATAMOVE_TRANSPOSE = autotune.declare(autotune.Tunable(
     "datamove_transpose", params=PARAMS, key=KEY, default_from="tiles.datamove_transpose", constraint=_fits_threads,
-    fits=_fits_rows, workload=workload))
+    fits=_fits_rows, workload=workload, key_dtype=word_of))
 
 
 def setting(device, n: int, inner: int, dtype, mapped: bool, transposed: bool):

@@ -35,12 +35,18 @@ _BITS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 TAGS = {op: code << TAG_SHIFT for op, code in OP_CODES.items()}  # what each op's kernel writes in the record
 
 
+def word_of(dtype) -> DType:
+    """The unsigned word a copy moves for elements of dtype: of its itemsize (complex128: uint64, two
+    an element). The copies' launch keys hold it as their dtype."""
+    return _BITS[min(dtype.itemsize, 8)]
+
+
 def as_bits(x: Tensor) -> tuple[Tensor, int]:
     """x (any layout) viewed as unsigned words of its itemsize (complex128: two uint64 words an
     element, a trailing dim of 2), and how many words an element takes (x's layout is valid
     already: no new validation)."""
     words = 2 if x.dtype.itemsize == 16 else 1
-    word = _BITS[x.dtype.itemsize // words]
+    word = word_of(x.dtype)
     if words == 1:
         return Tensor._of(x.storage, word, x.shape, x.strides, x.storage_offset), 1
     return Tensor._of(x.storage, word, x.shape + (2,), tuple(2 * s for s in x.strides) + (1,),
