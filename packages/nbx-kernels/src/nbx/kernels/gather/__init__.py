@@ -46,7 +46,7 @@ def as_bits(x: Tensor) -> tuple[Tensor, int]:
     element, a trailing dim of 2), and how many words an element takes (x's layout is valid
     already: no new validation)."""
     words = 2 if x.dtype.itemsize == 16 else 1
-    word = word_of(x.dtype)
+    word = _BITS[x.dtype.itemsize // words]   # word_of(x.dtype), inline: a call more on every take (test_launch_direct)
     if words == 1:
         return Tensor._of(x.storage, word, x.shape, x.strides, x.storage_offset), 1
     return Tensor._of(x.storage, word, x.shape + (2,), tuple(2 * s for s in x.strides) + (1,),
