@@ -332,7 +332,8 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
         stages = stages_that_fit({**s, "block_k": block_k}, dtype.itemsize, 2 * dtype.itemsize, launch.facts(device))
     # the descriptor loads where the setting asks for them and the weights and device allow (else
     # the pointer kernel at the same tile: the same products)
-    gemv = tokens <= BAND_TOKENS and s.get("kernel") == "gemv"
+    band = tokens <= BAND_TOKENS
+    gemv = band and s.get("kernel") == "gemv"
     if gemv and (int4 or float8):
         raise NotSupportedError(f"the band's gemv form sums float expert weights; {w.label} weights take kernel = tiles")
     tma = (s.get("loads") == "tma" and w.descriptors and bool(launch.facts(device).value("matrix_unit.tma"))
@@ -365,7 +366,6 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
                       dict(EVEN_K=inter % block_k == 0, **gemm), descriptors=described)
     combine = Launch(combine_kernel, (tokens, triton_cdiv(hidden, COMBINE_BLOCK)),
                      (Slot("pair_rows"), Slot("out"), hidden), dict(TOP_K=k, ACC=acc, BLOCK=COMBINE_BLOCK))
-    band = tokens <= BAND_TOKENS
     counts = () if route is not None and band else (plans.workspace(p + "counts", (count,), INT32),)
     workspace = (*counts, *_align_tables(pairs, count, block_m, plans.workspace, p),
                  plans.workspace("h", (capacity, inter), dtype), plans.workspace("pair_rows", (pairs, hidden), dtype))
