@@ -67,7 +67,7 @@ def jobs(identity, facts, families, per_family: int, rungs: int, max_elements: i
             for index, (name, kind) in enumerate(tunable.key_fields):
                 if kind not in keys.LADDERS and kind not in keys.OCTAVE_SIZES:
                     continue
-                ladder = facts.value(keys.LADDERS[kind]) if kind in keys.LADDERS else None
+                ladder = keys.ladder(kind, facts) if kind in keys.LADDERS else None
                 for d in range(1, rungs + 1):
                     for signed in (-d, d):
                         moved = space.neighbour_value(kind, ladder, key.fields[index][1], signed)
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
         kind = dict(tunable.key_fields)[name]
         value = dict(other.fields)[name]
         row = "pow2" if kind in keys.OCTAVE_SIZES else "up_to {up_to} step {step}".format(
-            **space.row_of(facts.value(keys.LADDERS[kind]), value))
+            **space.row_of(keys.ladder(kind, facts), value))
         group = (family, name, row, abs(signed))
         if tunable.refusal(setting, facts, rep) is not None or not times:
             pruned[group] += 1

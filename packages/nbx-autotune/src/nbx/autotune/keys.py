@@ -4,6 +4,9 @@ A kernel declares its key's fields in order, each with a kind:
 
     elements   an element count, classed on the device file's `autotune.buckets.elements` ladder
     dims       a dimension (rows, columns, a length), classed on `autotune.buckets.dims`
+    matmul_dims  a matrix product's m, n or k, classed on the family's own `autotune.buckets.matmul_dims`
+               (coarser where the H200's bucket losses allow it), or on `dims` where a device file
+               states no such ladder (FALLBACK)
     exact      an integer kept as it is (a head dim, a group count)
     pow2       a size classed to the power of two at or above it (a row's width: its tile is chosen
                for the power of two, the launch keeps its own width)
@@ -34,8 +37,10 @@ from dataclasses import dataclass, field
 from nbx.core import device_files, dtypes
 from nbx.core.errors import LaunchKeyError, MissingFactError, NbxError
 
-KINDS = ("elements", "dims", "exact", "pow2", "dtype", "flag", "label")
-LADDERS = {"elements": "autotune.buckets.elements", "dims": "autotune.buckets.dims"}
+KINDS = ("elements", "dims", "matmul_dims", "exact", "pow2", "dtype", "flag", "label")
+LADDERS = {"elements": "autotune.buckets.elements", "dims": "autotune.buckets.dims",
+           "matmul_dims": "autotune.buckets.matmul_dims"}
+FALLBACK = {"matmul_dims": "dims"}   # a family's own ladder, where a device file states none: the shared one
 POW2 = "pow2"
 CLASSED = (*LADDERS, POW2)        # a launch's size classed into the key: observed keeps the size itself
 OCTAVE_SIZES = ("exact", POW2)    # sizes the key holds as such: their neighbours lie octaves apart
@@ -88,9 +93,22 @@ def spell(value) -> str:
     return str(value)
 
 
+def ladder_fact(kind: str, facts) -> str:
+    """The fact a laddered kind classes on in facts: its own, else its FALLBACK's where facts state none."""
+    fact = LADDERS[kind]
+    if kind in FALLBACK and fact not in facts:
+        return LADDERS[FALLBACK[kind]]
+    return fact
+
+
+def ladder(kind: str, facts):
+    """The ladder a laddered kind classes on in facts (MissingFactError where they state none)."""
+    return facts.value(ladder_fact(kind, facts))
+
+
 def _ladder(kernel: str, name: str, kind: str, facts):
     try:
-        return facts.value(LADDERS[kind])
+        return ladder(kind, facts)
     except MissingFactError as exc:
         raise LaunchKeyError(f"kernel {kernel!r}: key field {name!r} is classed on {LADDERS[kind]!r}, which the "
                              f"device file does not state: {exc}") from exc
@@ -186,7 +204,7 @@ def _parse_value(kernel, name, kind, raw, text, facts):
             raise LaunchKeyError(f"{where} is a power of two, got {value}")
         if kind in LADDERS and device_files.bucket(_ladder(kernel, name, kind, facts), value) != value:
             file = getattr(facts, "name", "the device file")
-            raise LaunchKeyError(f"{where}: {value} is not a class of {LADDERS[kind]!r} in {file}; the key was "
+            raise LaunchKeyError(f"{where}: {value} is not a class of {ladder_fact(kind, facts)!r} in {file}; the key was "
                                  f"formed on another ladder: form it again")
         return value
     if kind == "dtype":
@@ -222,7 +240,7 @@ def representative(key: LaunchKey, spec, facts) -> dict:
                 if name not in key.observed:
                     raise LaunchKeyError(
                         f"kernel {key.kernel!r}: key {key}: {name}={value} lies in the unbounded last row of "
-                        f"{LADDERS[kind]!r}, which has no top value, and no observed size was recorded for it; "
+                        f"{ladder_fact(kind, facts)!r}, which has no top value, and no observed size was recorded for it; "
                         f"record the launch (nbx autotune record) so the keys file carries the size")
                 value = key.observed[name]
         elif kind == "dtype":

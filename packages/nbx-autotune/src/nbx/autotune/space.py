@@ -147,8 +147,8 @@ def key_space(tunable, facts) -> Space:
     values, stand_ins = [], {}
     for name, kind in tunable.key_fields:
         if kind in keys.LADDERS:
-            ladder = facts.value(keys.LADDERS[kind])
-            bound = stated[f"{kind}_up_to"]
+            ladder = keys.ladder(kind, facts)
+            bound = stated[f"{keys.FALLBACK.get(kind, kind)}_up_to"]
             found = tuple(classes(ladder, bound))
             if keys.unbounded(ladder, found[-1]):
                 stand_ins[name] = (found[-1], bound)

@@ -29,7 +29,7 @@ from nbx.core.reference import oracle
 
 PARAMS = {"block_m": (64, 128), "block_n": (64, 128), "block_k": (32, 64), "group_m": (8,),
           "num_warps": (4, 8), "num_stages": (3, 4)}
-KEY = {"m": "dims", "n": "dims", "k": "dims", "dtype": "dtype", "layout": "label"}
+KEY = {"m": "matmul_dims", "n": "matmul_dims", "k": "matmul_dims", "dtype": "dtype", "layout": "label"}
 HALF_BYTES = 2        # the candidates' shared memory is counted for 16-bit operands
 LARGE_TILE = 128 * 128
 
