@@ -214,10 +214,10 @@ def test_a_residual_epilogue_is_served_the_stages_its_staged_tiles_leave_room_fo
 @pytest.mark.parametrize("m,n,k,dtype,a_strides,b_strides,text", [
     (4096, 11008, 4096, "bfloat16", (4096, 1), (11008, 1), "m=4096,n=11264,k=4096,dtype=bf16,layout=nn"),
     (32, 4096, 4096, "float16", (4096, 1), (1, 4096), "m=32,n=4096,k=4096,dtype=f16,layout=nt"),
-    (100, 1, 70, "float32", (1, 100), (5, 3), "m=112,n=1,k=80,dtype=f32,layout=tn"),
+    (100, 1, 70, "float32", (1, 100), (5, 3), "m=128,n=2,k=96,dtype=f32,layout=tn"),   # steps 32 to 256, 2 to 64
 ])
-def test_matmul_keys_class_m_n_k_on_the_h200_dims_ladder_with_the_operands_layout(m, n, k, dtype, a_strides,
-                                                                                  b_strides, text):
+def test_matmul_keys_class_m_n_k_on_the_h200_matmul_dims_ladder_with_the_operands_layout(m, n, k, dtype, a_strides,
+                                                                                         b_strides, text):
     key = keys.form("matmul", MATMUL.key, _hopper(), **launch_key(m, n, k, dtype, a_strides, b_strides))
     assert str(key) == text
 
