@@ -27,6 +27,7 @@ Triton's on-disk cache; the timing then runs alone in this process. Wall time pe
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import subprocess
 import sys
@@ -35,15 +36,20 @@ from collections import defaultdict
 
 from nbx.autotune import candidates, device_class, keys, screen, space, store, timing
 from nbx.autotune.neighbours import MAX_BYTES_FACT
+from nbx.core import dtypes
 from nbx.core.device import as_device
 
 MEDIAN_GOAL, WORST_GOAL = 0.03, 0.10
 
 
 def _size(rep: dict) -> int:
+    """A representative's element count: a product's three operands, a stated count, else the product of
+    its sizes (attention's rows x k_len x head_dim, sampling's rows x vocab)."""
     if "m" in rep:
         return rep["m"] * rep["k"] + rep["k"] * rep["n"] + rep["m"] * rep["n"]
-    return rep.get("elements", rep.get("n", 0))
+    if "elements" in rep or "n" in rep:
+        return rep.get("elements", rep.get("n", 0))
+    return math.prod(v for v in rep.values() if isinstance(v, int) and not isinstance(v, bool))
 
 
 def jobs(identity, facts, families, per_family: int, rungs: int, max_elements: int, min_elements: int = 1 << 16
@@ -52,10 +58,12 @@ def jobs(identity, facts, families, per_family: int, rungs: int, max_elements: i
     keys of the dtypes models run (autotune.key_space) whose representatives hold min_elements to
     max_elements, spread from the smallest to the largest."""
     declared = candidates.declared()
-    shipped = set(facts.value("autotune.key_space")["dtypes"])
+    stated = facts.value("autotune.key_space")["dtypes"]
     out = []
     for family in families:
         tunable = declared[family]
+        as_key = tunable.key_dtype or dtypes.as_dtype  # the copies key the word they move (u16)
+        shipped = {as_key(dtypes.as_dtype(d)).name for d in stated}
         entries = store.CertificateStore().entries(identity, tunable, facts)
         usable = sorted(((_size(e.proof["representative"]), text, e) for text, e in entries.items()
                          if e.proof["dtype"] in shipped
@@ -117,8 +125,9 @@ def main(argv=None) -> int:
     parser.add_argument("--propose", action="store_true", help="print the coarser ladder steps the figures allow")
     parser.add_argument("--screen-shard", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from nbx.kernels import elementwise, matmul, norm, reduction, softmax  # noqa: F401  (declare the tunables)
+    from nbx.autotune.cli import _load_kernels
     from nbx.kernels.launch import facts as facts_of
+    _load_kernels()  # every installed family declares its tunable
     device = as_device("cuda:0")
     facts = facts_of(device)
     if args.screen_shard is not None:
