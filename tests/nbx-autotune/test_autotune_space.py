@@ -127,6 +127,41 @@ def test_coverage_of_a_key_space_counts_the_certified_keys_inside_it(tmp_path, c
             "certificate") in lines[-1]
 
 
+def test_space_uncovered_writes_one_key_per_combination_no_certificate_shares_and_certified_they_leave_none_bare(
+        tmp_path, capsys):
+    from nbx.autotune import records
+    from nbx.core import cli
+    doc = json.loads((SHIPPED / "elementwise.json").read_text())
+    kept = ["n=65536,dtype=f32,strided=0", "n=1048576,dtype=f32,strided=0", "n=16777216,dtype=f32,strided=0",
+            "n=68719476736,dtype=bf16,strided=0"]
+    doc["entries"] = {k: doc["entries"][k] for k in kept}
+    folder = tmp_path / "tree/nvidia/nvidia-h200-140gb/triton-3.6.0-cuda"
+    folder.mkdir(parents=True)
+    (folder / "elementwise.json").write_text(json.dumps(doc))
+    where = ["--arch", "sm_90", "--device-class", "nvidia-h200-140gb", "--compiler", "triton-3.6.0-cuda",
+             "--certificates", str(tmp_path / "tree")]
+    out = tmp_path / "uncovered.json"
+    assert cli.main(["autotune", "space", "--kernel", "elementwise", "--uncovered", "--out", str(out), *where]) == 0
+    picked = {r.key: r.observed for r in records.load(out)}
+    # f32 strided=1 shares its dtype with three f32 keys: their median size (1 Mi); bf16 strided=1 takes bf16's
+    # unbounded class with the size its certificate was timed at; f16 strided=0 shares strided=0 with all four
+    # and f16 strided=1 nothing with any: the median of four (the upper one), 16 Mi
+    assert picked == {"n=1048576,dtype=f32,strided=1": {"n": 1048576},
+                      "n=68719476736,dtype=bf16,strided=1": {"n": 134217728},
+                      "n=16777216,dtype=f16,strided=0": {"n": 16777216},
+                      "n=16777216,dtype=f16,strided=1": {"n": 16777216}}
+    for text in picked:   # certified as the certifier would: each key's own entry
+        doc["entries"][text] = doc["entries"][kept[1]]
+    (folder / "elementwise.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    cli.main(["autotune", "coverage", "--space", "--kernel", "elementwise", *where])
+    assert ", 0 with none;" in capsys.readouterr().out.splitlines()[0]
+    doc["entries"] = {}
+    (folder / "elementwise.json").write_text(json.dumps(doc))
+    assert cli.main(["autotune", "space", "--kernel", "elementwise", "--uncovered", "--out", str(out), *where]) != 0
+    assert "has no certified key in its key space to take sizes from" in capsys.readouterr().err
+
+
 def test_coverage_of_the_key_spaces_names_a_kernel_whose_space_the_device_file_cannot_state_and_counts_the_rest(
         tmp_path, capsys, monkeypatch):
     from nbx.autotune import Tunable, cli as autotune_cli

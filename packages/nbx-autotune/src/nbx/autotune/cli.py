@@ -269,14 +269,22 @@ def _space_coverage(args, tunables, certificates) -> int:
 
 
 def _space(args) -> int:
-    """Write a kernel's whole key space as a keys file (what `certify --keys` proves)."""
-    from . import records, space
+    """Write a kernel's whole key space as a keys file (what `certify --keys` proves); with --uncovered, one
+    key for each dtype, flag and label combination no certified key shares (space.uncovered_keys)."""
+    from . import records, space, store
     tunables, facts = _load_kernels(), _arch_facts(args)
     out = []
     for name in args.kernel:
         if name not in tunables:
             from nbx.core.errors import ArgumentError
             raise ArgumentError(f"no installed kernel declares {name!r} (declared: {sorted(tunables)})")
+        if args.uncovered:
+            certified = store.CertificateStore(trees=args.certificates or None, packaged=not args.certificates)
+            picked = space.uncovered_keys(tunables[name], facts,
+                                          certified.entries(_identity_from_args(args), tunables[name], facts))
+            out += [records.KeyRecord(name, text, facts.name, args.device_class, args.compiler, observed)
+                    for text, observed in picked]
+            continue
         found = space.key_space(tunables[name], facts)
         if found.size() > args.max_keys:
             print(f"nbx autotune space: {name} has {found.size()} keys, above --max-keys {args.max_keys}: too many to "
@@ -414,6 +422,12 @@ def add_cli_commands(subparsers) -> None:
     space.add_argument("--arch", required=True, help="the device file's target, e.g. sm_90")
     space.add_argument("--out", required=True)
     space.add_argument("--max-keys", type=int, default=5000, help="refuse a space larger than this")
+    space.add_argument("--uncovered", action="store_true", help="only one key for each dtype, flag and label "
+                       "combination that no certified key shares (so every key of the space gets a neighbour)")
+    space.add_argument("--device-class", help="with --uncovered: the certificates' device class")
+    space.add_argument("--compiler", help="with --uncovered: the certificates' compiler")
+    space.add_argument("--certificates", action="append", help="with --uncovered: a tree to read "
+                                                               "(default: those nbx serves)")
     space.set_defaults(func=_guarded(_space))
 
     warm = subparsers.add_parser("warmup", help="compile the kernels of a model's census (or a keys file) ahead, "

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from nbx.core import device_files, dtypes
@@ -224,6 +224,36 @@ def _with_a_neighbour(space: Space, signatures: set) -> int:
         if tuple(fields[n] for n, _ in fixed) in signatures and space._holds_a_row(fields):
             count += 1
     return count
+
+
+def uncovered_keys(tunable, facts, certified: Mapping) -> list[tuple[str, dict]]:
+    """One key for each dtype, flag and label combination of the kernel's key space that no certified key
+    shares: certified, they give every key of the space a neighbour to be served from (neighbours.py).
+    Its sizes are those of the certified key nearest it (the most such fields in common, then the median
+    size among those), observed as that certificate's representative; certified: key text -> Entry."""
+    space, kinds = key_space(tunable, facts), dict(tunable.key_fields)
+    known = [(keys.parse(tunable.name, tunable.key, text, facts).values(), entry)
+             for text, entry in sorted(certified.items())]
+    known = [(fields, entry) for fields, entry in known if space.contains(fields)]
+    if not known:
+        raise MissingFactError(f"kernel {tunable.name!r} has no certified key in its key space to take sizes "
+                               f"from: certify one of its keys files first")
+    fixed = [n for n, _ in space.values if not _size_field(kinds[n])]
+    held = {tuple(f[n] for n in fixed) for f, _ in known}
+    out = []
+    for combo in itertools.product(*(v for n, v in space.values if n in fixed)):
+        if combo in held:
+            continue
+        wanted = dict(zip(fixed, combo, strict=True))
+        shared = [sum(f[n] == v for n, v in wanted.items()) for f, _ in known]
+        nearest = sorted((math.prod(f[n] for n in f if _size_field(kinds[n])), i)
+                         for i, (f, _) in enumerate(known) if shared[i] == max(shared))
+        fields, entry = known[nearest[len(nearest) // 2][1]]
+        fields = {**fields, **wanted}
+        shown = entry.proof.get("representative", {})
+        observed = {n: shown[n] for n in fields if kinds[n] in keys.CLASSED and n in shown}
+        out.append((",".join(f"{n}={keys.spell(v)}" for n, v in fields.items()), observed))
+    return out
 
 
 def row_of(ladder, value: int) -> dict:
