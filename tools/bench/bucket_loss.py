@@ -63,10 +63,11 @@ def jobs(identity, facts, families, per_family: int, rungs: int, max_elements: i
     for family in families:
         tunable = declared[family]
         as_key = tunable.key_dtype or dtypes.as_dtype  # the copies key the word they move (u16)
-        shipped = {as_key(dtypes.as_dtype(d)).name for d in stated}
+        shipped = {as_key(dtypes.as_dtype(d)).key for d in stated}
+        typed = [n for n, kind in tunable.key_fields if kind == "dtype"]   # a proof's dtype may be its output's
         entries = store.CertificateStore().entries(identity, tunable, facts)
         usable = sorted(((_size(e.proof["representative"]), text, e) for text, e in entries.items()
-                         if e.proof["dtype"] in shipped
+                         if all(keys.parse(family, tunable.key, text, facts).values()[n] in shipped for n in typed)
                          and min_elements <= _size(e.proof["representative"]) <= max_elements), key=lambda t: t[:2])
         usable = [(text, e) for _, text, e in usable]
         step = max(1, len(usable) // max(per_family, 1))
