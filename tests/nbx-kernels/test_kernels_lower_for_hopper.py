@@ -36,6 +36,8 @@ for module, name, signature, constexprs, *more in json.loads(sys.argv[1]):
     # "dependent": True, the PTX must wait (griddepcontrol.wait) before its first global memory access;
     # False, it must hold no griddepcontrol at all (a plain launch's kernel)
     dependent = extra.pop("dependent", None)
+    # "divisible": the integer and pointer arguments the JIT would mark as multiples of 16 (a launch's lengths)
+    divisible = extra.pop("divisible", ())
     kernel = getattr(importlib.import_module(module), name)
     # a constexpr spelled "tl.<name>" is Triton's dtype of that name
     constexprs = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
@@ -47,7 +49,9 @@ for module, name, signature, constexprs, *more in json.loads(sys.argv[1]):
     ir.load_dialects(context)
     backend.load_dialects(context)
     options = backend.parse_options(extra)
-    source = ASTSource(kernel, {**signature, **{c: "constexpr" for c in constexprs}}, constexprs=constexprs)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, arg in enumerate(kernel.arg_names) if arg in divisible}
+    source = ASTSource(kernel, {**signature, **{c: "constexpr" for c in constexprs}}, constexprs=constexprs,
+                       attrs=attrs)
     try:
         module_ir = source.make_ir(target, options, backend.get_codegen_implementation(options),
                                    backend.get_module_map(), context)
@@ -106,6 +110,21 @@ def test_the_fft_row_tiles_lower_for_sm90_at_every_load_mode_width_and_precision
                              "PRECISION": precision})
               for m, r, block in ((512, 16, 16), (2048, 32, 128)) for load in (0, 1, 4) for sign in (-1, 1)
               for precision in ("ieee", "tf32x3")]
+    assert lowering_failures(cases) == []
+
+
+def test_the_split_softmax_write_lowers_through_the_layout_passes_at_a_64_row_tile_with_lengths_of_16s():
+    """Triton 3.6's OptimizeThreadLocality pass failed on the partials' reduced loop result used three times
+    (64 rows x 128 columns, 8 warps, every length a multiple of 16): the certifier's compile shards died on it."""
+    pointers = {"x_ptr": "*bf16", "out_ptr": "*bf16", "mask_ptr": "*bf16", "part_ptr": "*fp32"}
+    from nbx.kernels.softmax.kernel import chunk_write_kernel
+    ints = [a for a in chunk_write_kernel.arg_names if a.islower() and a not in pointers and a != "scale_bits"]
+    signature = {**pointers, **dict.fromkeys(ints, "i32"), "scale_bits": "i64"}
+    cases = [("nbx.kernels.softmax.kernel", "chunk_write_kernel", signature,
+              {"LOG": log, "SCALED": False, "MASK_KIND": 0, "COMPUTE": "tl.float32", "BLOCK_ROWS": rows,
+               "BLOCK_N": 128, "PART_BLOCK": 32, "WIDE": False},
+              {"num_warps": warps, "through": "ttgir", "divisible": [*pointers, *ints]})
+             for rows in (1, 64) for warps in (8, 32) for log in (False, True)]
     assert lowering_failures(cases) == []
 
 

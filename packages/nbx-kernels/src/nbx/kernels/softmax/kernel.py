@@ -138,7 +138,9 @@ def _combined(part_ptr, row, rows, chunks, BLOCK_ROWS: tl.constexpr, PART_BLOCK:
         ok = (row < rows)[:, None] & (piece < chunks)[None, :]
         maxes = tl.load(part_ptr + row[:, None] * chunks + piece[None, :], mask=ok, other=float("-inf"))
         row_max = tl.maximum(row_max, tl.max(maxes, 1))
-    shift = _shift(row_max)
+    # the loop's result taken once: Triton 3.6's OptimizeThreadLocality pass (sm_90) fails on a reduced loop
+    # result with several uses, as _shift's three would be (a 64-row tile, its lengths multiples of 16)
+    shift = _shift(tl.maximum(row_max, float("-inf")))
     total = tl.zeros([BLOCK_ROWS], COMPUTE)
     for start in range(0, chunks, PART_BLOCK):
         piece = start + tl.arange(0, PART_BLOCK)
