@@ -45,12 +45,25 @@ def groups(cache: Path) -> list[tuple[float, Path, bytes | None, list[Path]]]:
 
 
 def pack(cache: Path, out: Path, max_bytes: int) -> tuple[int, int]:
-    """Write out (a gzipped tar of paths relative to cache) with the newest groups that fit; (packed, left)."""
+    """Write out (a gzipped tar of paths relative to cache) with the newest groups that fit; (packed, left).
+    The size of an archive is known only once it is closed (gzip holds back what it has not yet flushed),
+    so an archive over the bound is made again with one group fewer until it fits."""
+    data, packed, left = _archive(cache, max_bytes)
+    while len(data) > max_bytes and packed:
+        data, packed, left = _archive(cache, max_bytes, most=packed - 1)
+    if len(data) > max_bytes:
+        raise SystemExit(f"triton_cache_pack: an empty archive came to {len(data)} bytes, over {max_bytes}")
+    out.write_bytes(data)
+    return packed, left
+
+
+def _archive(cache: Path, max_bytes: int, most: int | None = None) -> tuple[bytes, int, int]:
     buffer = io.BytesIO()
     packed = left = 0
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
         for _, head, text, files in groups(cache):
-            if buffer.tell() + sum(f.stat().st_size for f in [head, *files]) // 2 > max_bytes:   # cubins compress ~2x
+            if packed == most or buffer.tell() + sum(f.stat().st_size for f in [head, *files]) // 2 > max_bytes:
+                # (cubins compress about 2x)
                 left += 1
                 continue
             if text is None:
@@ -62,11 +75,7 @@ def pack(cache: Path, out: Path, max_bytes: int) -> tuple[int, int]:
             for f in files:
                 tar.add(f, arcname=str(f.relative_to(cache)))
             packed += 1
-    if buffer.tell() > max_bytes:
-        raise SystemExit(f"triton_cache_pack: the archive came to {buffer.tell()} bytes, over {max_bytes}; "
-                         f"ask for less (--max-mib)")
-    out.write_bytes(buffer.getvalue())
-    return packed, left
+    return buffer.getvalue(), packed, left
 
 
 def main() -> None:
