@@ -150,6 +150,9 @@ def test_the_decode_key_holds_the_batch_to_a_power_of_two_and_its_workload_that_
     key = keys.form("attention_decode", tunable.key, device_files.for_arch("sm_90"), k_len=32768, rows=4,
                     head_dim=128, dtype="bfloat16", paged=True, batch=5)
     assert str(key) == "k_len=32768,rows=4,head_dim=128,dtype=bf16,paged=1,batch=8"
+    coarse = keys.form("attention_decode", tunable.key, device_files.for_arch("sm_90"), k_len=270, rows=4,
+                       head_dim=128, dtype="bfloat16", paged=True, batch=1)
+    assert str(coarse).startswith("k_len=320,")   # coarse_dims' step of 64 (dims': 288)
     rep = {"k_len": 20, "rows": 2, "head_dim": 16, "dtype": nbx.as_dtype("float32"), "paged": True, "batch": 5}
     work = tunable.workload(rep, interp)
     assert work.out_shape[0] == 5

@@ -216,7 +216,7 @@ def test_a_residual_epilogue_is_served_the_stages_its_staged_tiles_leave_room_fo
     (32, 4096, 4096, "float16", (4096, 1), (1, 4096), "m=32,n=4096,k=4096,dtype=f16,layout=nt"),
     (100, 1, 70, "float32", (1, 100), (5, 3), "m=128,n=2,k=96,dtype=f32,layout=tn"),   # steps 32 to 256, 2 to 64
 ])
-def test_matmul_keys_class_m_n_k_on_the_h200_matmul_dims_ladder_with_the_operands_layout(m, n, k, dtype, a_strides,
+def test_matmul_keys_class_m_n_k_on_the_h200_coarse_dims_ladder_with_the_operands_layout(m, n, k, dtype, a_strides,
                                                                                          b_strides, text):
     key = keys.form("matmul", MATMUL.key, _hopper(), **launch_key(m, n, k, dtype, a_strides, b_strides))
     assert str(key) == text

@@ -4,9 +4,10 @@ A kernel declares its key's fields in order, each with a kind:
 
     elements   an element count, classed on the device file's `autotune.buckets.elements` ladder
     dims       a dimension (rows, columns, a length), classed on `autotune.buckets.dims`
-    matmul_dims  a matrix product's m, n or k, classed on the family's own `autotune.buckets.matmul_dims`
-               (coarser where the H200's bucket losses allow it), or on `dims` where a device file
-               states no such ladder (FALLBACK)
+    coarse_dims  a dimension whose class may be coarser than `dims` (matmul's m, n, k; linear's n, k;
+               attention_decode's k_len: where the H200's bucket losses allow it), classed on
+               `autotune.buckets.coarse_dims`, or on `dims` where a device file states no such ladder
+               (FALLBACK)
     exact      an integer kept as it is (a head dim, a group count)
     pow2       a size classed to the power of two at or above it (a row's width: its tile is chosen
                for the power of two, the launch keeps its own width)
@@ -37,10 +38,10 @@ from dataclasses import dataclass, field
 from nbx.core import device_files, dtypes
 from nbx.core.errors import LaunchKeyError, MissingFactError, NbxError
 
-KINDS = ("elements", "dims", "matmul_dims", "exact", "pow2", "dtype", "flag", "label")
+KINDS = ("elements", "dims", "coarse_dims", "exact", "pow2", "dtype", "flag", "label")
 LADDERS = {"elements": "autotune.buckets.elements", "dims": "autotune.buckets.dims",
-           "matmul_dims": "autotune.buckets.matmul_dims"}
-FALLBACK = {"matmul_dims": "dims"}   # a family's own ladder, where a device file states none: the shared one
+           "coarse_dims": "autotune.buckets.coarse_dims"}
+FALLBACK = {"coarse_dims": "dims"}   # the coarser ladder, where a device file states none: the shared one
 POW2 = "pow2"
 CLASSED = (*LADDERS, POW2)        # a launch's size classed into the key: observed keeps the size itself
 OCTAVE_SIZES = ("exact", POW2)    # sizes the key holds as such: their neighbours lie octaves apart

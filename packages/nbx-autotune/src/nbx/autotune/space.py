@@ -12,9 +12,9 @@ differ in a dtype, flag or label field are no neighbours at all (another layout,
 another kernel as far as a setting is concerned).
 
 The key space of a kernel is what the device file's `autotune.key_space` says models launch:
-classed sizes up to `elements_up_to` / `dims_up_to` (from the first class above 0), exact sizes
-the powers of two up to `exact_up_to`, the dtypes listed, both flag values, and the label values
-listed per field. An element count and an exact size in one key are a row's elements and its
+classed sizes up to `elements_up_to` / `dims_up_to` (a coarse_dims field's bound too: keys.FALLBACK)
+from the first class above 0, exact sizes the powers of two up to `exact_up_to`, the dtypes listed,
+both flag values, and the label values listed per field. An element count and an exact size in one key are a row's elements and its
 width: a class whose top holds no full row is no launch and is left out.
 """
 from __future__ import annotations

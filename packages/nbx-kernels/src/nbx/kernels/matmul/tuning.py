@@ -11,7 +11,7 @@ tiles twice as large as a dimension they cover (a 128-row tile on 40 rows only p
 served without that pruning (the device file's tile) is held to the limit at launch, which lowers
 its stages (`stages_that_fit`).
 
-The launch key: M, N and K classed on the device file's `autotune.buckets.dims`, the output dtype,
+The launch key: M, N and K classed on the device file's `autotune.buckets.coarse_dims`, the output dtype,
 and the operands' layout, "nn", "nt", "tn" or "tt" ("t": the operand's last dim, K of A or N of B,
 is not read at unit stride, as in a transposed view). The representative launch is a 2-D product
 of the key's sizes, its operands laid out as the key says.
@@ -29,7 +29,7 @@ from nbx.core.reference import oracle
 
 PARAMS = {"block_m": (64, 128), "block_n": (64, 128), "block_k": (32, 64), "group_m": (8,),
           "num_warps": (4, 8), "num_stages": (3, 4)}
-KEY = {"m": "matmul_dims", "n": "matmul_dims", "k": "matmul_dims", "dtype": "dtype", "layout": "label"}
+KEY = {"m": "coarse_dims", "n": "coarse_dims", "k": "coarse_dims", "dtype": "dtype", "layout": "label"}
 HALF_BYTES = 2        # the candidates' shared memory is counted for 16-bit operands
 LARGE_TILE = 128 * 128
 
