@@ -4,10 +4,15 @@
 #   record-bench  the launch keys of the benchmarks (each case once, NBX_BENCH_ONCE=1) -> keys_bench.json
 #   record-tests  the launch keys of the gpu-marked kernel tests (torch blocked)       -> keys_tests.json
 #   certify  the keys files there are (the benchmarks' first; KEYS="f1 f2" names others, such as
-#            certificates/keys/nvidia-h200-140gb.json) until CERTIFY_DEADLINE (epoch seconds) or for
-#            CERTIFY_LIMIT_S; the candidates are compiled first in COMPILE_JOBS processes (default 8);
-#            what was proven stays (--missing resumes; MISSING_FLAG= certifies again); then check and coverage
+#            certificates/keys/nvidia-h200-140gb.json; "f1:240" gives that file at most 240 s of its own)
+#            until CERTIFY_DEADLINE (epoch seconds) or for CERTIFY_LIMIT_S; the candidates are compiled
+#            first in COMPILE_JOBS processes (default 8), which takes 150-220 s for about 700 candidates
+#            with 16 jobs and times nothing until done: give a file a limit it can finish in; what was
+#            proven stays (--missing resumes; MISSING_FLAG= certifies again); then check and coverage
 #                                                                     -> certify.log, certificates.tgz
+#   loss     tools/bench/bucket_loss.py over LOSS_FAMILIES (default elementwise,softmax,norm,reduction),
+#            LOSS_KEYS keys a family (default 1), for at most LOSS_LIMIT_S (default 200): its lines
+#            print as they are timed, so a cut run keeps what it measured      -> bucket_loss.txt
 #   models   the launch keys of the model shapes' censuses (MODELS, default "1b 8b qwen7b": tools/bench/
 #            model_shapes.py; PROMPTS, default 512; NEW_TOKENS, default 256; BATCHES, default 1), the keys
 #            not certified yet, until CERTIFY_LIMIT_S; then check and each census's coverage -> certificates.tgz
@@ -16,9 +21,14 @@
 #                                                                      -> bench_*.txt
 #   times    every certified key timed again (the certifier's method, other flushes, back to back)
 #            against its best_ms (tools/bench/certified_times.py)       -> certified_times.txt
-# Usage: tools/gpu_certify.sh [record-bench] [record-tests] [certify] [models] [bench] [times]  (no argument: all, in order)
+# Usage: tools/gpu_certify.sh [record-bench] [record-tests] [certify] [models] [loss] [bench] [times]
+#        (no argument: all but loss, in order)
+# A carried tc.tgz (tools/triton_cache_pack.py's, from an earlier call's $OUT) is unpacked into the
+# Triton cache first, and the cache is packed into $OUT/tc.tgz at the end: each call starts a fresh
+# machine, and compiling is most of a certifying call's time.
 # At most 8 files come back from the GPU machine and none deeper than two folders: the certificate
-# tree travels as certificates.tgz (unpack it into certificates/ of the repository). Changes no GPU setting.
+# tree travels as certificates.tgz (unpack it into certificates/ of the repository); the steps of one
+# call must write no more (bench writes one a benchmark: BENCH_FILES, or a call of its own). Changes no GPU setting.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/nbx-certify}
@@ -42,7 +52,8 @@ certify_for() {
     "import nbx_block_torch, runpy; runpy.run_module('nbx.core.cli', run_name='__main__')" \
     autotune certify --device-class "$CLASS" --out "$CERTS" --compile-jobs "${COMPILE_JOBS:-8}" "$@" >> "$LOG" 2>&1
 }
-mkdir -p "$CERTS"
+mkdir -p "$CERTS" "$TRITON_CACHE_DIR"
+[ -f tc.tgz ] && tar xzf tc.tgz -C "$TRITON_CACHE_DIR"
 if [ -f certificates_run.tgz ]; then
   tar xzf certificates_run.tgz -C "$CERTS"   # carried from an earlier call
 else   # the shipped tree, so that --missing proves only the keys it lacks
@@ -68,15 +79,18 @@ for step in "${STEPS[@]}"; do
   certify)
     echo "== certify $(date -u +%T)" | tee -a "$LOG"
     deadline=${CERTIFY_DEADLINE:-$(( $(date +%s) + ${CERTIFY_LIMIT_S:-300} ))}  # epoch seconds, or a limit
-    for keys in ${KEYS:-"$OUT/keys_bench.json" "$OUT/keys_tests.json"}; do
+    for item in ${KEYS:-"$OUT/keys_bench.json" "$OUT/keys_tests.json"}; do
+      keys=${item%%:*}; own=${item#"$keys"}; own=${own#:}
       [ -f "$keys" ] || continue
       left=$(( deadline - $(date +%s) ))
+      [ -n "$own" ] && [ "$own" -lt "$left" ] && left=$own
       [ "$left" -le 5 ] && { echo "certify $keys: no time left" | tee -a "$LOG"; continue; }
       certify_for "$left" --keys "$keys" ${MISSING_FLAG---missing}
       echo "certify $keys: exit $? ($(grep -c '^\[' "$LOG") progress lines so far)" | tee -a "$LOG"
     done
     nbx autotune check "$CERTS" 2>&1 | tail -n 3 | tee -a "$LOG"
-    for keys in ${KEYS:-"$OUT/keys_bench.json" "$OUT/keys_tests.json"}; do
+    for item in ${KEYS:-"$OUT/keys_bench.json" "$OUT/keys_tests.json"}; do
+      keys=${item%%:*}
       [ -f "$keys" ] || continue
       nbx autotune coverage --keys "$keys" --certificates "$CERTS" > "$OUT/coverage.tmp" 2>&1
       echo "coverage $keys: exit $?; $(grep -c '^missing' "$OUT/coverage.tmp") missing; $(tail -n 1 "$OUT/coverage.tmp")" \
@@ -115,11 +129,20 @@ for step in "${STEPS[@]}"; do
       echo "$bench: exit $?; $(grep '^\[autotune\] certified' "$OUT/$name.txt")" | tee -a "$LOG"
     done
     ;;
+  loss)
+    echo "== bucket losses $(date -u +%T)" | tee -a "$LOG"
+    timeout "${LOSS_LIMIT_S:-200}" "$PY" tools/bench/bucket_loss.py --compile-jobs "${COMPILE_JOBS:-8}" \
+      --families "${LOSS_FAMILIES:-elementwise,softmax,norm,reduction}" --keys-per-family "${LOSS_KEYS:-1}" \
+      > "$OUT/bucket_loss.txt" 2>&1
+    echo "bucket_loss: exit $?; $(grep -c '%$' "$OUT/bucket_loss.txt") line(s)" | tee -a "$LOG"
+    ;;
   times)
     echo "== certified times $(date -u +%T)" | tee -a "$LOG"
     NBX_AUTOTUNE_CERTIFICATES="$CERTS" "$PY" tools/bench/certified_times.py > "$OUT/certified_times.txt" 2>&1
     echo "certified_times: exit $?; $(grep '^#' "$OUT/certified_times.txt")" | tee -a "$LOG"
     ;;
-  *) echo "unknown step $step (record-bench, record-tests, certify, models, bench, times)"; exit 2;;
+  *) echo "unknown step $step (record-bench, record-tests, certify, models, loss, bench, times)"; exit 2;;
   esac
 done
+"$PY" tools/triton_cache_pack.py --cache "$TRITON_CACHE_DIR" --out "$OUT/tc.tgz" --max-mib "${CACHE_MIB:-11.5}" \
+  | tail -n 1 | tee -a "$LOG"
