@@ -115,7 +115,7 @@ def test_the_fft_row_tiles_lower_for_sm90_at_every_load_mode_width_and_precision
 
 def test_the_split_softmax_write_lowers_through_the_layout_passes_at_a_64_row_tile_with_lengths_of_16s():
     """Triton 3.6's OptimizeThreadLocality pass failed on the partials' reduced loop result used three times
-    (64 rows x 128 columns, 8 warps, every length a multiple of 16): the certifier's compile shards died on it."""
+    (64 rows x 128 columns, 8 warps, every length a multiple of 16): the certifier's compile shards failed on it."""
     pointers = {"x_ptr": "*bf16", "out_ptr": "*bf16", "mask_ptr": "*bf16", "part_ptr": "*fp32"}
     from nbx.kernels.softmax.kernel import chunk_write_kernel
     ints = [a for a in chunk_write_kernel.arg_names if a.islower() and a not in pointers and a != "scale_bits"]

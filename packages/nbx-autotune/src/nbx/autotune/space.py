@@ -6,16 +6,19 @@ smallest member (smallest_in_class). Two keys of one kernel are as far apart as 
 between their classes' values (|log2 a - log2 b|), summed over their size fields (classed and
 exact), each field's octaves times its weight (the Tunable's `weights`: how much the kernel's
 setting depends on that field; a row kernel's tile follows the row's width, its row count hardly
-does, so a width octave away costs more than an element-count octave): the octave, not the rung, because the dims ladder's rungs are one apart below 64 and 128
-apart at 4096, and a tile's fit follows the ratio of the sizes, not their count of rungs. Keys that
+does, so a width octave away costs more than an element-count octave): the octave, not the rung,
+because the dims ladder's rungs are one apart below 64 and 128 apart at 4096, and a tile's fit
+follows the ratio of the sizes, not their count of rungs. Keys that
 differ in a dtype, flag or label field are no neighbours at all (another layout, another dtype:
 another kernel as far as a setting is concerned).
 
 The key space of a kernel is what the device file's `autotune.key_space` says models launch:
 classed sizes up to `elements_up_to` / `dims_up_to` (a coarse_dims field's bound too: keys.FALLBACK)
 from the first class above 0, exact sizes the powers of two up to `exact_up_to`, the dtypes listed,
-both flag values, and the label values listed per field. An element count and an exact size in one key are a row's elements and its
-width: a class whose top holds no full row is no launch and is left out.
+both flag values, and the label values listed per field. An element count and an exact size in one
+key are a row's elements and its width: a class whose top holds no full row is no launch and is
+left out. uncovered_keys picks one key for each dtype, flag and label combination no certified key
+shares: what certifying takes for every key of a space to have a neighbour.
 """
 from __future__ import annotations
 
