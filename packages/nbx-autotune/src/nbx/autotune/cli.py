@@ -271,20 +271,16 @@ def _space_coverage(args, tunables, certificates) -> int:
 def _space(args) -> int:
     """Write a kernel's whole key space as a keys file (what `certify --keys` proves); with --uncovered, one
     key for each dtype, flag and label combination no certified key shares (space.uncovered_keys)."""
-    from . import records, space, store
+    from . import records, space
     tunables, facts = _load_kernels(), _arch_facts(args)
-    out = []
     for name in args.kernel:
         if name not in tunables:
             from nbx.core.errors import ArgumentError
             raise ArgumentError(f"no installed kernel declares {name!r} (declared: {sorted(tunables)})")
-        if args.uncovered:
-            certified = store.CertificateStore(trees=args.certificates or None, packaged=not args.certificates)
-            picked = space.uncovered_keys(tunables[name], facts,
-                                          certified.entries(_identity_from_args(args), tunables[name], facts))
-            out += [records.KeyRecord(name, text, facts.name, args.device_class, args.compiler, observed)
-                    for text, observed in picked]
-            continue
+    if args.uncovered:
+        return _uncovered(args, tunables, facts)
+    out = []
+    for name in args.kernel:
         found = space.key_space(tunables[name], facts)
         if found.size() > args.max_keys:
             print(f"nbx autotune space: {name} has {found.size()} keys, above --max-keys {args.max_keys}: too many to "
@@ -295,6 +291,30 @@ def _space(args) -> int:
     records.save(Path(args.out), out)
     print(f"nbx autotune space: {len(out)} key(s) of {', '.join(args.kernel)} in {args.out}")
     return 0
+
+
+def _uncovered(args, tunables, facts) -> int:
+    """space --uncovered: the keys of every named kernel; a kernel with no certified key to take sizes
+    from is named and left out (exit 1), the others' keys written."""
+    from nbx.core.errors import MissingFactError
+
+    from . import records, space, store
+    certified = store.CertificateStore(trees=args.certificates or None, packaged=not args.certificates)
+    identity, out, left = _identity_from_args(args), [], []
+    for name in args.kernel:
+        try:
+            picked = space.uncovered_keys(tunables[name], facts, certified.entries(identity, tunables[name], facts))
+        except MissingFactError as exc:
+            print(f"nbx autotune space: {exc}", file=sys.stderr)
+            left.append(name)
+            continue
+        out += [records.KeyRecord(name, text, facts.name, args.device_class, args.compiler, observed)
+                for text, observed in picked]
+    records.save(Path(args.out), out)
+    print(f"nbx autotune space: {len(out)} key(s) of {len(args.kernel) - len(left)} kernel(s) in {args.out}, one for "
+          f"each dtype, flag and label combination no certified key shares"
+          + (f"; left out (no certified key): {', '.join(left)}" if left else ""))
+    return 1 if left else 0
 
 
 def _sweep(args) -> int:
