@@ -23,7 +23,8 @@
 #            against its best_ms (tools/bench/certified_times.py)       -> certified_times.txt
 # Usage: tools/gpu_certify.sh [record-bench] [record-tests] [certify] [models] [loss] [bench] [times]
 #        (no argument: all but loss, in order)
-# A carried tc.tgz (tools/triton_cache_pack.py's, from an earlier call's $OUT) is unpacked into the
+# A carried tc.tgz (tools/triton_cache_pack.py's, from an earlier call's $OUT; ignored by git: name it in the
+# device call's carry) is unpacked into the
 # Triton cache first, and the cache is packed into $OUT/tc.tgz at the end: each call starts a fresh
 # machine, and compiling is most of a certifying call's time.
 # At most 8 files come back from the GPU machine and none deeper than two folders: the certificate
