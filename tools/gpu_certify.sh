@@ -23,10 +23,9 @@
 #            against its best_ms (tools/bench/certified_times.py)       -> certified_times.txt
 # Usage: tools/gpu_certify.sh [record-bench] [record-tests] [certify] [models] [loss] [bench] [times]
 #        (no argument: all but loss, in order)
-# A carried tc.tgz (tools/triton_cache_pack.py's, from an earlier call's $OUT; ignored by git: name it in the
-# device call's carry) is unpacked into the
-# Triton cache first, and the cache is packed into $OUT/tc.tgz at the end: each call starts a fresh
-# machine, and compiling is most of a certifying call's time.
+# A carried tc.tgz (tools/triton_cache_pack.py's, from an earlier call's $OUT; ignored by git: name it
+# in the device call's carry) is unpacked into the Triton cache first, and the cache is packed into
+# $OUT/tc.tgz at the end: each call starts a fresh machine, and compiling is most of a certifying call's time.
 # At most 8 files come back from the GPU machine and none deeper than two folders: the certificate
 # tree travels as certificates.tgz (unpack it into certificates/ of the repository); the steps of one
 # call must write no more (bench writes one a benchmark: BENCH_FILES, or a call of its own). Changes no GPU setting.
