@@ -30,20 +30,40 @@ def reference(x, temperature, k, p, floor, u, monkeypatch):
     return sample_reference(x.to("cpu"), temperature, k, p, floor, 0, 0)
 
 
+def reference_cuts(x, temperature, p):
+    """Each row's top-p threshold as sample_reference finds it: the least weight kept."""
+    from nbx.core.ops.sampling import weight
+    l = x.to("cpu").numpy().astype(np.float32) * np.float32(1.0 / temperature)
+    cuts = []
+    for row in l:
+        ordered = np.sort(weight(row - row.max()))[::-1]
+        mass = np.cumsum(ordered).astype(np.float64)
+        cuts.append(ordered[min(int(np.searchsorted(mass, np.float64(np.float32(p)) * mass[-1])), len(row) - 1)])
+    return np.array(cuts)
+
+
 def test_every_top_p_path_draws_the_references_tokens_across_chunks(device, monkeypatch):
+    from nbx.kernels.sampling.kernel import BAND
     tiles = launch.tiles("sampling", device)
     vocab = 2 * tiles["block"] + 11
     peaked = rng.standard_normal(vocab) * 3
     flat = rng.standard_normal(vocab) * 0.04   # a band of most of the row: more than a block, within the cap
-    equal = np.zeros(vocab)                    # one weight everywhere: more than the cap
-    x = nbx.asarray(np.stack([peaked, flat, equal]).astype(np.float32)).to(device)
-    u = rng.random(3).astype(np.float32)
-    done = run(x, 1.0, vocab, 0.6, 0.0, u)
-    counts = done["count"].numpy()  # the band's weights: the short sort's, the whole copy's, the row's
-    small = min(lanes(tiles["block"]), 256, lanes(tiles["candidates"]))
-    assert counts[0] <= small < counts[1] <= lanes(tiles["candidates"]) < counts[2], counts
-    assert done["maxes"].shape[0] > 3  # rows split over chunks
-    np.testing.assert_array_equal(done["tokens"].numpy(), reference(x, 1.0, vocab, 0.6, 0.0, u, monkeypatch))
+    flatter = rng.standard_normal(vocab) * 0.002  # a band of all the row, its weights distinct: its fine steps
+    equal = np.zeros(vocab)                    # one weight everywhere: more than the cap, even in one fine step
+    x = nbx.asarray(np.stack([peaked, flat, flatter, equal]).astype(np.float32)).to(device)
+    u = rng.random(4).astype(np.float32)
+    for p in (0.6, 0.97):
+        done = run(x, 1.0, vocab, p, 0.0, u)
+        counts = done["count"].numpy()  # the band's weights: the short sort's, the whole copy's, the rest
+        fine = done["band"].numpy().reshape(4, BAND.value)[:, 4]   # the fine steps' copies, -1 where not taken
+        cap = lanes(tiles["candidates"])
+        small = min(lanes(tiles["block"]), 256, cap)
+        if p == 0.6:   # (at 0.97 the flat row's band narrows too)
+            assert counts[0] <= small < counts[1] <= cap < counts[2] and cap < counts[3], counts
+        assert fine[0] == fine[1] == fine[3] == -1 and 0 < fine[2] <= cap // 2, fine   # equal: the row bisection
+        assert done["maxes"].shape[0] > 4  # rows split over chunks
+        np.testing.assert_array_equal(done["cut"].numpy(), reference_cuts(x, 1.0, p))
+        np.testing.assert_array_equal(done["tokens"].numpy(), reference(x, 1.0, vocab, p, 0.0, u, monkeypatch))
 
 
 def test_top_k_top_p_and_min_p_together_and_masked_logits_draw_the_references_tokens(device, monkeypatch):
@@ -63,7 +83,7 @@ def _case(name: str, constexprs: dict):
     import inspect
     from nbx.kernels.sampling import kernel as module
     pointers = {"x_ptr": "*bf16", "max_ptr": "*fp32", "u_ptr": "*fp32", "sel_ptr": "*i32", "hist_ptr": "*i32",
-                "count_ptr": "*i32"}  # the others hold int64
+                "count_ptr": "*i32", "fine_ptr": "*i32"}  # the others hold int64
     scalars = {"inv_t": "fp32", "P": "fp32", "FLOOR": "i64"}
     names = inspect.signature(getattr(module, name).fn).parameters
     signature = {n: pointers.get(n, "*i64") if n.endswith("_ptr") else scalars.get(n, "i32")
@@ -81,6 +101,9 @@ def test_the_split_sampling_kernels_lower_for_sm90_with_every_filter():
         cases += [_case("mass_kernel", dict(tiles, TOP_K=on)), _case("compact_kernel", dict(tiles, TOP_K=on)),
                   _case("resolve_kernel", dict(tiles, TOP_K=on, SMALL=256, CAP=4096)), _case("kept_kernel", flags),
                   _case("draw_kernel", flags)]
+    # through the layout passes too, as the GPU compiles them: the band's kernels and the fine steps' sweep
+    cases += [(*_case(name, dict(tiles, TOP_K=False, **extra)), {"num_warps": 8, "through": "ttgir"})
+              for name, extra in (("compact_kernel", {}), ("resolve_kernel", dict(SMALL=256, CAP=4096)))]
     assert lowering_failures(cases) == []
 
 

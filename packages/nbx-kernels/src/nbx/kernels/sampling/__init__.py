@@ -22,8 +22,8 @@ from ..plans import Launch, LaunchPlan, Slot
 from ..registry import implements
 from ..sort.select import zero_kernel
 from ..sort.topk import lanes, split
-from .kernel import (BINS, band_kernel, chunk_max_kernel, compact_kernel, draw_kernel, kept_kernel, mass_kernel,
-                     resolve_kernel, top_k_digits_kernel)
+from .kernel import (BAND, BINS, FINE, band_kernel, chunk_max_kernel, compact_kernel, draw_kernel, kept_kernel,
+                     mass_kernel, resolve_kernel, top_k_digits_kernel)
 from .tuning import SAMPLING, sampling_setting
 
 
@@ -88,10 +88,11 @@ def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: b
     if top_p:
         workspace += [plans.workspace("totals", (rows * C,), dtypes.int64),
                       plans.workspace("hist", (rows * C * BINS.value,), dtypes.int32),
-                      plans.workspace("band", (rows * 4,), dtypes.int64),
+                      plans.workspace("band", (rows * BAND.value,), dtypes.int64),
                       plans.workspace("count", (rows,), dtypes.int32),
                       plans.workspace("above", (rows * C,), dtypes.int64),
                       plans.workspace("candidates", (rows * cap,), dtypes.int64),
+                      plans.workspace("fine", (rows * C * FINE.value,), dtypes.int32),
                       plans.workspace("cut", (rows,), dtypes.int64)]
         launches += [
             Launch(mass_kernel, grid, (x, Slot("maxes"), sel, Slot("totals"), Slot("hist"), vocab, inv_t, Slot("k"),
@@ -99,11 +100,12 @@ def sample_plan(rows: int, vocab: int, dtype, top_k: bool, top_p: bool, min_p: b
             Launch(band_kernel, (rows,), (Slot("totals"), Slot("hist"), Slot("band"), Slot("count"), Slot("p"), C),
                    dict(CB=lanes(chunks), num_warps=4)),
             Launch(compact_kernel, grid, (x, Slot("maxes"), sel, Slot("band"), Slot("count"), Slot("above"),
-                                          Slot("candidates"), vocab, inv_t, Slot("k"), chunk, cap),
+                                          Slot("candidates"), Slot("fine"), vocab, inv_t, Slot("k"), chunk, cap),
                    dict(wide, TOP_K=top_k)),
             Launch(resolve_kernel, (rows,), (x, Slot("maxes"), sel, Slot("totals"), Slot("band"), Slot("count"),
-                                             Slot("above"), Slot("candidates"), Slot("cut"), vocab, inv_t, Slot("k"),
-                                             Slot("p"), C), dict(wide, TOP_K=top_k, SMALL=small, CAP=cap))]
+                                             Slot("above"), Slot("candidates"), Slot("fine"), Slot("cut"), vocab,
+                                             inv_t, Slot("k"), Slot("p"), C),
+                   dict(wide, TOP_K=top_k, SMALL=small, CAP=cap))]
     launches += [
         Launch(kept_kernel, grid, (x, Slot("maxes"), sel, cut, Slot("kept"), Slot("last"), vocab, inv_t, Slot("k"),
                                    Slot("floor"), chunk), dict(wide, **flags)),
@@ -125,7 +127,8 @@ def _sample_cost(logits: Tensor, temperature=1.0, k=None, p=1.0, floor=0.0, seed
     return Cost(buffers=plan.buffers() + (Buffer("uniforms", rows * 4, LAUNCH),),
                 bytes_moved=passes * logits.nbytes + rows * 12, launches=len(plan.launches) + 1,
                 notes=(f"{passes} passes over each row, split over programs (the later ones L2-resident); "
-                       "the top-p bisection runs over the band of weights that holds its threshold",))
+                       "top-p's threshold is found among the copied weights of the band that holds it (a band "
+                       "past the cap: one more sweep of the row, by one program, copies its fine steps that hold it)",))
 
 
 __all__ = ["SAMPLING", "sample", "launch_sample", "sample_plan"]

@@ -15,10 +15,12 @@ are the numpy reference's. The launches, in order (sampling/__init__.py builds t
   band           (top-p, one program a row) the total, the goal p * total, and from the counts
                  (each bin's weights lie within a factor 9/8) the digits [d_min, d_max] that must
                  hold the threshold t; the band's weights bracket t: lo <= t < hi
-  compact        (top-p) the exact mass above the band per chunk, the band's weights copied out
-  resolve        (top-p, one program a row) t by bisection over the copied weights (held in
-                 registers when they fit a block); a band larger than `cap` is bisected over the
-                 whole row instead (slow, exact: a row of nearly equal weights)
+  compact        (top-p) the exact mass above the band per chunk, the band's weights copied out,
+                 and the counts of the band's weights in FINE equal steps of [lo, hi)
+  resolve        (top-p, one program a row) t among the copied weights, sorted (held in registers
+                 when they fit a block); a band larger than `cap` narrows to the fine steps that
+                 must hold t (count bounds, as band's), whose weights one sweep of the row copies;
+                 only where those too pass the cap (nearly equal weights) t is bisected over the row
   kept           each chunk's kept mass and last kept index (top-k, w >= t, min-p)
   draw           (one program a row) the chunk where the running kept mass passes u * kept, then
                  the token inside that one chunk
@@ -54,8 +56,14 @@ def top_k_digits_kernel(x_ptr, hist_ptr, n, k, chunk, PASS: tl.constexpr, BLOCK:
 # the bounds' margins (float32-exact: a float constant enters a kernel as float32)
 MORE, LESS = tl.constexpr(1.0 + 2.0 ** -20), tl.constexpr(1.0 - 2.0 ** -20)
 TINY = tl.constexpr(2.0 ** -40)
-BAND = tl.constexpr(4)            # a row's band record: lo, hi, d_min, d_max
+BAND = tl.constexpr(5)            # a row's band record: lo, hi, d_min, d_max, the fine steps' copies (-1: none)
 PIVOTS = tl.constexpr(8)          # the masses one sweep of the row bisection weighs
+# A band past the cap is cut into FINE equal steps of [lo, hi): a step of a band holds about 1/FINE
+# of it (a band's digits span a factor 9/8, whose weights are rarely spread evenly, but 5,200 of a
+# 163840-token row of smooth logits fall to a few tens a step); one sweep of the row then copies
+# the steps that hold t, where a row bisection swept it once for each PIVOTS-way split (on the H200
+# 1.59 ms for one such 163840-token row, 0.12 ms for 131072 tokens whose band fit the cap).
+FINE = tl.constexpr(256)
 
 
 @triton.jit
@@ -229,33 +237,57 @@ def band_kernel(total_ptr, hist_ptr, band_ptr, count_ptr, P, C, CB: tl.constexpr
     tl.store(band_ptr + r * BAND + 1, hi.to(tl.int64))
     tl.store(band_ptr + r * BAND + 2, d_min.to(tl.int64))
     tl.store(band_ptr + r * BAND + 3, d_max.to(tl.int64))
+    tl.store(band_ptr + r * BAND + 4, -1)
     tl.store(count_ptr + r, 0)
 
 
 @triton.jit
-def compact_kernel(x_ptr, max_ptr, sel_ptr, band_ptr, count_ptr, above_ptr, cand_ptr, V, inv_t, K, chunk, CAP,
-                   TOP_K: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr):
+def _fine_step(w, lo, width):
+    """The step of [lo, lo + width) among FINE equal ones that holds w (clamped to the steps)."""
+    return tl.minimum(tl.maximum((w - lo) * FINE // width, 0), FINE - 1).to(tl.int32)
+
+
+@triton.jit
+def _fine_start(lo, width, step):
+    """The least weight of fine step `step` (the first w with (w - lo) * FINE // width >= step)."""
+    return lo + (step.to(tl.int64) * width + FINE - 1) // FINE
+
+
+@triton.jit
+def _band_of(w, digit, d_min, d_max):
+    return (w > 0) & (digit >= d_min) & (digit <= d_max)
+
+
+@triton.jit
+def compact_kernel(x_ptr, max_ptr, sel_ptr, band_ptr, count_ptr, above_ptr, cand_ptr, fine_ptr, V, inv_t, K,
+                   chunk, CAP, TOP_K: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr):
     """above[r, c]: chunk c's mass above the band; the band's weights appended to cand[r, :CAP]
-    (the count goes on past CAP: resolve then bisects over the row)."""
+    (the count goes on past CAP: resolve then narrows the band); fine[r, c, :]: the counts of
+    chunk c's band weights in each fine step of [lo, hi)."""
     r, c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     C = tl.num_programs(1)
     m = _row_max(max_ptr, r, C, CB)
     kth = _kth_key(sel_ptr, r, K, inv_t, TOP_K)
+    lo = tl.load(band_ptr + r * BAND)
+    width = tl.maximum(tl.load(band_ptr + r * BAND + 1) - lo, 1)
     d_min = tl.load(band_ptr + r * BAND + 2)
     d_max = tl.load(band_ptr + r * BAND + 3)
     above = tl.zeros((), tl.int64)
+    fine = tl.zeros((FINE,), tl.int32)
     for start in range(c * chunk, c * chunk + chunk, BLOCK):
         l, inside = _scaled(x_ptr, r, start + tl.arange(0, BLOCK), V, inv_t)
         w = _weights(l, inside, m, kth, 0, 0, False)
         digit = weight_digit(w).to(tl.int64)
         above += tl.sum(tl.where(digit > d_max, w, 0), axis=0)
-        chosen = (w > 0) & (digit >= d_min) & (digit <= d_max)
+        chosen = _band_of(w, digit, d_min, d_max)
+        fine += tl.histogram(_fine_step(w, lo, width), FINE, mask=chosen)
         n = tl.sum(chosen.to(tl.int32), axis=0)
         if n > 0:
             base = tl.atomic_add(count_ptr + r, n, sem="relaxed")
             at = base + tl.cumsum(chosen.to(tl.int32), axis=0) - 1
             tl.store(cand_ptr + r * CAP + at, w, mask=chosen & (at < CAP))
     tl.store(above_ptr + r * C + c, above)
+    tl.store(fine_ptr + (r * C + c) * FINE + tl.arange(0, FINE), fine)
 
 
 @triton.jit
@@ -270,12 +302,12 @@ def _sorted_threshold(cand_ptr, r, CAP, count, above, goal, WIDTH: tl.constexpr)
 
 
 @triton.jit
-def resolve_kernel(x_ptr, max_ptr, sel_ptr, total_ptr, band_ptr, count_ptr, above_ptr, cand_ptr, cut_ptr,
+def resolve_kernel(x_ptr, max_ptr, sel_ptr, total_ptr, band_ptr, count_ptr, above_ptr, cand_ptr, fine_ptr, cut_ptr,
                    V, inv_t, K, P, C, TOP_K: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
                    SMALL: tl.constexpr, CAP: tl.constexpr):
     """cut[r] = the largest t whose {w >= t} holds float64 mass >= goal: t is one of the band's
     weights, found among their copies when they all fit (CAP; a short sort for SMALL or fewer),
-    else by bisection in [lo, hi) over the row (PIVOTS masses a sweep)."""
+    else among the copies of the fine steps that must hold it (_fine_threshold)."""
     r = tl.program_id(0).to(tl.int64)
     goal = _row_sum(total_ptr, r, C, CB).to(tl.float64) * P
     count = tl.load(count_ptr + r).to(tl.int64)
@@ -285,14 +317,65 @@ def resolve_kernel(x_ptr, max_ptr, sel_ptr, total_ptr, band_ptr, count_ptr, abov
             lo = _sorted_threshold(cand_ptr, r, CAP, count, _row_sum(above_ptr, r, C, CB), goal, SMALL)
     elif count <= CAP:
         lo = _sorted_threshold(cand_ptr, r, CAP, count, _row_sum(above_ptr, r, C, CB), goal, CAP)
-    else:                                 # a band too wide to copy: the row itself
-        hi = tl.load(band_ptr + r * BAND + 1)
-        m = _row_max(max_ptr, r, C, CB)
-        kth = _kth_key(sel_ptr, r, K, inv_t, TOP_K)
+    else:                                 # a band too wide to copy
+        lo = _fine_threshold(x_ptr, max_ptr, sel_ptr, band_ptr, above_ptr, cand_ptr, fine_ptr, r, lo, goal, V, inv_t,
+                             K, C, TOP_K, CB, BLOCK, CAP)
+    tl.store(cut_ptr + r, lo)
+
+
+@triton.jit
+def _fine_threshold(x_ptr, max_ptr, sel_ptr, band_ptr, above_ptr, cand_ptr, fine_ptr, r, lo, goal, V, inv_t, K, C,
+                    TOP_K: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr, CAP: tl.constexpr):
+    """t of a band past the cap. From the fine steps' counts, bounds on the mass at and above each
+    step (as band_kernel's on digits) give the steps [s_min, s_max] that must hold t; one sweep of
+    the row copies their weights and sums the band's above them, and t is found among the copies.
+    Steps holding more than CAP (nearly equal weights) leave t to a bisection over the row within
+    those steps' weights."""
+    hi = tl.load(band_ptr + r * BAND + 1)
+    d_min = tl.load(band_ptr + r * BAND + 2)
+    d_max = tl.load(band_ptr + r * BAND + 3)
+    width = tl.maximum(hi - lo, 1)
+    above = _row_sum(above_ptr, r, C, CB)
+    step = tl.arange(0, FINE)
+    n = tl.zeros((FINE,), tl.int32)
+    for c in range(0, C):
+        n += tl.load(fine_ptr + (r * C + c) * FINE + step)
+    first = _fine_start(lo, width, step)
+    bound = tl.where(step == FINE - 1, hi, _fine_start(lo, width, step + 1))   # past the step's weights
+    held = n.to(tl.int64)
+    # the least and the most mass of the weights at or above each step (exact int64, then float64 with
+    # the bounds' margins); t's step s* has mass(>= s*) >= goal and mass(> s*) < goal
+    least = (above + tl.cumsum(held * first, 0, reverse=True)).to(tl.float64) * LESS
+    most = (above + tl.cumsum(held * (bound - 1), 0, reverse=True)).to(tl.float64) * MORE
+    s_max = tl.max(tl.where(most >= goal, step, -1), axis=0)
+    s_min = tl.max(tl.where(least >= goal, step, 0), axis=0)
+    copies = tl.sum(tl.where((step >= s_min) & (step <= s_max), held, 0), axis=0)
+    m = _row_max(max_ptr, r, C, CB)
+    kth = _kth_key(sel_ptr, r, K, inv_t, TOP_K)
+    if (s_max >= s_min) & (copies <= CAP):
+        higher = tl.zeros((), tl.int64)   # the band's mass above the steps
+        taken = tl.zeros((), tl.int32)
+        for start in range(0, V, BLOCK):
+            l, inside = _scaled(x_ptr, r, start + tl.arange(0, BLOCK), V, inv_t)
+            w = _weights(l, inside, m, kth, 0, 0, False)
+            chosen = _band_of(w, weight_digit(w).to(tl.int64), d_min, d_max)
+            at_step = _fine_step(w, lo, width)
+            higher += tl.sum(tl.where(chosen & (at_step > s_max), w, 0), axis=0)
+            keep = chosen & (at_step >= s_min) & (at_step <= s_max)
+            at = taken + tl.cumsum(keep.to(tl.int32), axis=0) - 1
+            tl.store(cand_ptr + r * CAP + at, w, mask=keep)
+            taken += tl.sum(keep.to(tl.int32), axis=0)
+        tl.debug_barrier()                # the copies, stored by every thread, read back by all
+        tl.store(band_ptr + r * BAND + 4, copies)
+        lo = _sorted_threshold(cand_ptr, r, CAP, copies, above + higher, goal, CAP)
+    else:                                 # the steps' weights too many to copy: the row itself
+        if s_max >= s_min:
+            hi = tl.where(s_max == FINE - 1, hi, _fine_start(lo, width, s_max + 1))
+            lo = _fine_start(lo, width, s_min)
         j = tl.arange(0, PIVOTS)
         while hi - lo > 1:
-            step = tl.maximum((hi - lo) // (PIVOTS + 1), 1)
-            pivots = tl.minimum(lo + step * (j + 1), hi - 1)
+            pace = tl.maximum((hi - lo) // (PIVOTS + 1), 1)
+            pivots = tl.minimum(lo + pace * (j + 1), hi - 1)
             mass = tl.zeros((PIVOTS,), tl.int64)
             for start in range(0, V, BLOCK):
                 l, inside = _scaled(x_ptr, r, start + tl.arange(0, BLOCK), V, inv_t)
@@ -302,7 +385,7 @@ def resolve_kernel(x_ptr, max_ptr, sel_ptr, total_ptr, band_ptr, count_ptr, abov
             below = tl.max(tl.where(ok, pivots, lo), axis=0)
             hi = tl.min(tl.where(ok, hi, pivots), axis=0)
             lo = below
-    tl.store(cut_ptr + r, lo)
+    return lo
 
 
 @triton.jit
