@@ -366,11 +366,15 @@ def _experts_build(x_layout, w: WeightLayout, k: int, device, setting, route=Non
                       dict(EVEN_K=inter % block_k == 0, **gemm), descriptors=described)
     combine = Launch(combine_kernel, (tokens, triton_cdiv(hidden, COMBINE_BLOCK)),
                      (Slot("pair_rows"), Slot("out"), hidden), dict(TOP_K=k, ACC=acc, BLOCK=COMBINE_BLOCK))
-    counts = () if route is not None and band else (plans.workspace(p + "counts", (count,), INT32),)
-    workspace = (*counts, *_align_tables(pairs, count, block_m, plans.workspace, p),
-                 plans.workspace("h", (capacity, inter), dtype), plans.workspace("pair_rows", (pairs, hidden), dtype))
+    # given experts in the gemv form: no alignment (its launches read the experts slot itself); a
+    # routed band's route_align_kernel writes the tables with the routing either way
+    aligned = route is not None or not gemv
+    counts = () if (route is not None and band) or not aligned else (plans.workspace(p + "counts", (count,), INT32),)
+    tables = _align_tables(pairs, count, block_m, plans.workspace, p) if aligned else ()
+    workspace = (*counts, *tables, plans.workspace("h", (pairs if gemv else capacity, inter), dtype),
+                 plans.workspace("pair_rows", (pairs, hidden), dtype))
     if route is None:
-        first, copies = _align_launches(pairs, count, block_m, device, p), ("experts", "weights")
+        first, copies = _align_launches(pairs, count, block_m, device, p) if aligned else (), ("experts", "weights")
     else:
         shape, strides, options, logits_dtype = route
         first = ((_route_align_launch(shape, strides, options, block_m, device, p),) if band else
@@ -540,7 +544,8 @@ def experts_cost(x, weights, experts, w_gate, w_up, w_down) -> Cost:
     if tokens == 0:
         return Cost((plans.output("out", x.shape, x.dtype).buffer(),), 0, 0, 0)
     plan = experts_plan(x, weights, experts, w_gate, w_up, w_down)
-    alignment_reads = 2 * count * experts.size * experts.dtype.itemsize   # each expert's programs read every id
+    # each expert's alignment programs read every id (the gemv form aligns nothing)
+    alignment_reads = 0 if plan.detail.gemv else 2 * count * experts.size * experts.dtype.itemsize
     return Cost(plan.buffers(), _layer_bytes(x, experts.shape[1], w_gate, w_up, w_down, plan) + alignment_reads,
                 6 * experts.size * hidden * inter, len(plan.launches), notes=_layer_notes(plan))
 
