@@ -6,7 +6,9 @@
 Timing as bench_datamove.py (peer_timing.measure: GPU us a call back to back behind a spin, host
 us a call). ratio = torch us / nbx us (above 1: nbx faster). torch's step: softmax of logits / T,
 then per filter torch.topk (top-k), torch.sort + torch.cumsum (top-p), the min-p mask, and
-torch.multinomial. The logits: randn * 3 in bfloat16 (torch's generator, seed 0). The breakdown
+torch.multinomial. The logits: randn * 3 in bfloat16 (torch's generator, seed 0); then flat ones,
+randn * 0.3 at T=1 p=0.9, whose top-p band of near-equal weights passes the copies' cap (the fine
+steps' path of sampling/kernel.py's resolve). The breakdown
 lists each launch of the [64, 151936] top-p plan alone (the median of single calls between two
 events, so a launch's fixed cost shows), the uniforms' draw excluded.
 """
@@ -14,10 +16,9 @@ from __future__ import annotations
 
 import sys
 
+import nbx.core as nbx
 import numpy as np
 import torch
-
-import nbx.core as nbx
 from peer_timing import banner, call_ms, measure
 
 VOCAB = 151936
@@ -78,6 +79,12 @@ def main() -> int:
             peer = measure(lambda i: torch_step(logits, **options), 1, cycles)
             print(f"{name:<20} {str([rows, VOCAB]):<16} {ours[0]:9.1f} {peer[0]:9.1f} {peer[0] / ours[0]:6.2f} "
                   f"{ours[1]:8.1f}/{peer[1]:<8.1f}", flush=True)
+        flat = torch.randn((rows, VOCAB), device="cuda", dtype=torch.bfloat16, generator=gen) * 0.3
+        options = dict(temperature=1.0, top_p=0.9)
+        ours = measure(lambda i: nbx.sample(nbx.from_dlpack(flat), generator=g, **options), 1, cycles)
+        peer = measure(lambda i: torch_step(flat, **options), 1, cycles)
+        print(f"{'flat T=1 p=0.9':<20} {str([rows, VOCAB]):<16} {ours[0]:9.1f} {peer[0]:9.1f} {peer[0] / ours[0]:6.2f} "
+              f"{ours[1]:8.1f}/{peer[1]:<8.1f}", flush=True)
         if rows == 64:
             print(f"# launches of the {[rows, VOCAB]} bf16 T=0.7 p=0.9 plan:", flush=True)
             breakdown(view, CASES[0][1])
