@@ -66,6 +66,27 @@ def test_every_top_p_path_draws_the_references_tokens_across_chunks(device, monk
         np.testing.assert_array_equal(done["tokens"].numpy(), reference(x, 1.0, vocab, p, 0.0, u, monkeypatch))
 
 
+def test_flat_rows_past_the_cap_find_the_references_threshold_at_any_p_and_temperature(device, monkeypatch):
+    """Rows whose band passes the copies' cap, at random p and temperatures: the fine steps' threshold is
+    the reference's (near-equal weights with a few ties, a row of nearly one weight, one far above)."""
+    from nbx.kernels.sampling.kernel import BAND
+    vocab = 2 * launch.tiles("sampling", device)["block"] + 11
+    draw = np.random.default_rng(7)
+    rows = np.stack([draw.standard_normal(vocab) * spread for spread in (0.0005, 0.001, 0.003, 0.008)])
+    rows[1, ::5] = rows[1, 0]                  # ties inside the band
+    rows[2, 3] = 4.0                           # one weight far above the band
+    x = nbx.asarray(rows.astype(np.float32)).to(device)
+    u = draw.random(4).astype(np.float32)
+    fine_taken = 0
+    for p, temperature in ((0.05, 1.0), (0.5, 0.7), (0.9, 1.3), (0.99, 1.0)):
+        done = run(x, temperature, vocab, p, 0.0, u)
+        fine_taken += int((done["band"].numpy().reshape(4, BAND.value)[:, 4] >= 0).sum())
+        np.testing.assert_array_equal(done["cut"].numpy(), reference_cuts(x, temperature, p))
+        np.testing.assert_array_equal(done["tokens"].numpy(),
+                                      reference(x, temperature, vocab, p, 0.0, u, monkeypatch))
+    assert fine_taken >= 8, fine_taken   # most rows at most p took the fine steps
+
+
 def test_top_k_top_p_and_min_p_together_and_masked_logits_draw_the_references_tokens(device, monkeypatch):
     vocab = launch.tiles("sampling", device)["block"] + 11  # two chunks a row
     a = rng.standard_normal((2, vocab)) * 2
