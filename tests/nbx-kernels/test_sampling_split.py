@@ -55,7 +55,9 @@ def test_every_top_p_path_draws_the_references_tokens_across_chunks(device, monk
     for p in (0.6, 0.97):
         done = run(x, 1.0, vocab, p, 0.0, u)
         counts = done["count"].numpy()  # the band's weights: the short sort's, the whole copy's, the rest
-        fine = done["band"].numpy().reshape(4, BAND.value)[:, 4]   # the fine steps' copies, -1 where not taken
+        band = done["band"].numpy().reshape(4, BAND.value)
+        fine = band[:, 5]   # the fine steps' copies, -1 where not taken
+        np.testing.assert_array_equal(band[:, 4], counts)   # the band's count, known before its copy
         cap = lanes(tiles["candidates"])
         small = min(lanes(tiles["block"]), 256, cap)
         if p == 0.6:   # (at 0.97 the flat row's band narrows too)
@@ -80,7 +82,7 @@ def test_flat_rows_past_the_cap_find_the_references_threshold_at_any_p_and_tempe
     fine_taken = 0
     for p, temperature in ((0.05, 1.0), (0.5, 0.7), (0.9, 1.3), (0.99, 1.0)):
         done = run(x, temperature, vocab, p, 0.0, u)
-        fine_taken += int((done["band"].numpy().reshape(4, BAND.value)[:, 4] >= 0).sum())
+        fine_taken += int((done["band"].numpy().reshape(4, BAND.value)[:, 5] >= 0).sum())
         np.testing.assert_array_equal(done["cut"].numpy(), reference_cuts(x, temperature, p))
         np.testing.assert_array_equal(done["tokens"].numpy(),
                                       reference(x, temperature, vocab, p, 0.0, u, monkeypatch))

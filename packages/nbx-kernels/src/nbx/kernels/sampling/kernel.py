@@ -56,7 +56,8 @@ def top_k_digits_kernel(x_ptr, hist_ptr, n, k, chunk, PASS: tl.constexpr, BLOCK:
 # the bounds' margins (float32-exact: a float constant enters a kernel as float32)
 MORE, LESS = tl.constexpr(1.0 + 2.0 ** -20), tl.constexpr(1.0 - 2.0 ** -20)
 TINY = tl.constexpr(2.0 ** -40)
-BAND = tl.constexpr(5)            # a row's band record: lo, hi, d_min, d_max, the fine steps' copies (-1: none)
+BAND = tl.constexpr(6)            # a row's band record: lo, hi, d_min, d_max, its weights' count, the fine
+                                  # steps' copies (-1: none taken)
 PIVOTS = tl.constexpr(8)          # the masses one sweep of the row bisection weighs
 # A band past the cap is cut into FINE equal steps of [lo, hi): a step of a band holds about 1/FINE
 # of it (a band's digits span a factor 9/8, whose weights are rarely spread evenly, but 5,200 of a
@@ -237,7 +238,12 @@ def band_kernel(total_ptr, hist_ptr, band_ptr, count_ptr, P, C, CB: tl.constexpr
     tl.store(band_ptr + r * BAND + 1, hi.to(tl.int64))
     tl.store(band_ptr + r * BAND + 2, d_min.to(tl.int64))
     tl.store(band_ptr + r * BAND + 3, d_max.to(tl.int64))
-    tl.store(band_ptr + r * BAND + 4, -1)
+    # the band's weights, counted exactly from the digits' histograms: compact counts fine steps past the cap only
+    held = tl.zeros((BINS,), tl.int32)
+    for c in range(0, C):
+        held += tl.load(hist_ptr + (r * C + c) * BINS + i)
+    tl.store(band_ptr + r * BAND + 4, tl.sum(tl.where((i >= d_min) & (i <= d_max), held, 0).to(tl.int64), axis=0))
+    tl.store(band_ptr + r * BAND + 5, -1)
     tl.store(count_ptr + r, 0)
 
 
@@ -262,8 +268,8 @@ def _band_of(w, digit, d_min, d_max):
 def compact_kernel(x_ptr, max_ptr, sel_ptr, band_ptr, count_ptr, above_ptr, cand_ptr, fine_ptr, V, inv_t, K,
                    chunk, CAP, TOP_K: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr):
     """above[r, c]: chunk c's mass above the band; the band's weights appended to cand[r, :CAP]
-    (the count goes on past CAP: resolve then narrows the band); fine[r, c, :]: the counts of
-    chunk c's band weights in each fine step of [lo, hi)."""
+    (the count goes on past CAP: resolve then narrows the band); fine[r, c, :]: for a band of more
+    than CAP weights, the counts of chunk c's in each fine step of [lo, hi)."""
     r, c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     C = tl.num_programs(1)
     m = _row_max(max_ptr, r, C, CB)
@@ -272,6 +278,7 @@ def compact_kernel(x_ptr, max_ptr, sel_ptr, band_ptr, count_ptr, above_ptr, cand
     width = tl.maximum(tl.load(band_ptr + r * BAND + 1) - lo, 1)
     d_min = tl.load(band_ptr + r * BAND + 2)
     d_max = tl.load(band_ptr + r * BAND + 3)
+    wide = tl.load(band_ptr + r * BAND + 4) > CAP   # resolve reads the fine steps of such a band alone
     above = tl.zeros((), tl.int64)
     fine = tl.zeros((FINE,), tl.int32)
     for start in range(c * chunk, c * chunk + chunk, BLOCK):
@@ -280,14 +287,16 @@ def compact_kernel(x_ptr, max_ptr, sel_ptr, band_ptr, count_ptr, above_ptr, cand
         digit = weight_digit(w).to(tl.int64)
         above += tl.sum(tl.where(digit > d_max, w, 0), axis=0)
         chosen = _band_of(w, digit, d_min, d_max)
-        fine += tl.histogram(_fine_step(w, lo, width), FINE, mask=chosen)
+        if wide:
+            fine += tl.histogram(_fine_step(w, lo, width), FINE, mask=chosen)
         n = tl.sum(chosen.to(tl.int32), axis=0)
         if n > 0:
             base = tl.atomic_add(count_ptr + r, n, sem="relaxed")
             at = base + tl.cumsum(chosen.to(tl.int32), axis=0) - 1
             tl.store(cand_ptr + r * CAP + at, w, mask=chosen & (at < CAP))
     tl.store(above_ptr + r * C + c, above)
-    tl.store(fine_ptr + (r * C + c) * FINE + tl.arange(0, FINE), fine)
+    if wide:
+        tl.store(fine_ptr + (r * C + c) * FINE + tl.arange(0, FINE), fine)
 
 
 @triton.jit
@@ -366,7 +375,7 @@ def _fine_threshold(x_ptr, max_ptr, sel_ptr, band_ptr, above_ptr, cand_ptr, fine
             tl.store(cand_ptr + r * CAP + at, w, mask=keep)
             taken += tl.sum(keep.to(tl.int32), axis=0)
         tl.debug_barrier()                # the copies, stored by every thread, read back by all
-        tl.store(band_ptr + r * BAND + 4, copies)
+        tl.store(band_ptr + r * BAND + 5, copies)
         lo = _sorted_threshold(cand_ptr, r, CAP, copies, above + higher, goal, CAP)
     else:                                 # the steps' weights too many to copy: the row itself
         if s_max >= s_min:
