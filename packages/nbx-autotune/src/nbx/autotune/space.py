@@ -193,6 +193,11 @@ def _size_field(kind: str) -> bool:
     return kind in keys.LADDERS or kind in keys.OCTAVE_SIZES
 
 
+def _signature(fields: dict, kinds: dict) -> tuple:
+    """A key's dtype, flag and label values, in field order: keys that differ in them are no neighbours."""
+    return tuple(v for n, v in fields.items() if not _size_field(kinds[n]))
+
+
 def space_coverage(tunable, facts, certified_keys) -> SpaceCoverage:
     """How many keys of the kernel's key space have a certified setting (certified_keys: key texts), and how
     many more a certified neighbour would serve (one with the same dtype, flag and label fields: a run
@@ -202,7 +207,7 @@ def space_coverage(tunable, facts, certified_keys) -> SpaceCoverage:
     signatures = set()   # the dtype, flag and label values of the certified keys: who has a neighbour
     for text in sorted(set(certified_keys)):
         fields = keys.parse(tunable.name, tunable.key, text, facts).values()
-        signatures.add(tuple(v for n, v in fields.items() if not _size_field(kinds[n])))
+        signatures.add(_signature(fields, kinds))
         if space.contains(fields):
             inside += 1
         else:
@@ -242,7 +247,7 @@ def uncovered_keys(tunable, facts, certified: Mapping) -> list[tuple[str, dict]]
         raise MissingFactError(f"kernel {tunable.name!r} has no certified key in its key space to take sizes "
                                f"from: certify one of its keys files first")
     fixed = [n for n, _ in space.values if not _size_field(kinds[n])]
-    held = {tuple(f[n] for n in fixed) for f, _ in known}
+    held = {_signature(f, kinds) for f, _ in known}
     out = []
     for combo in itertools.product(*(v for n, v in space.values if n in fixed)):
         if combo in held:

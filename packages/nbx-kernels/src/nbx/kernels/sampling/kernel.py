@@ -239,10 +239,11 @@ def band_kernel(total_ptr, hist_ptr, band_ptr, count_ptr, P, C, CB: tl.constexpr
     tl.store(band_ptr + r * BAND + 2, d_min.to(tl.int64))
     tl.store(band_ptr + r * BAND + 3, d_max.to(tl.int64))
     # the band's weights, counted exactly from the digits' histograms: compact counts fine steps past the cap only
+    inside = (i >= d_min) & (i <= d_max)   # only the band's few digits are read from each chunk's histogram
     held = tl.zeros((BINS,), tl.int32)
     for c in range(0, C):
-        held += tl.load(hist_ptr + (r * C + c) * BINS + i)
-    tl.store(band_ptr + r * BAND + 4, tl.sum(tl.where((i >= d_min) & (i <= d_max), held, 0).to(tl.int64), axis=0))
+        held += tl.load(hist_ptr + (r * C + c) * BINS + i, mask=inside, other=0)
+    tl.store(band_ptr + r * BAND + 4, tl.sum(held.to(tl.int64), axis=0))
     tl.store(band_ptr + r * BAND + 5, -1)
     tl.store(count_ptr + r, 0)
 
