@@ -32,7 +32,10 @@ from .select import (best_word_kernel, candidate_histogram_kernel, select_compac
                      select_filter_kernel, select_histogram_kernel, sort_words_kernel, zero_kernel)
 
 MAX_PROGRAMS = 1024   # a row's programs; the compaction sums the counts of the programs before it
-SELECT_KEY = {"width": "exact", "k": "pow2", "elements": "elements", "dtype": "dtype"}
+# elements by octaves, not the elements ladder: a setting splits each row over programs by the rows
+# there are, and served from the class up to 1 Mi to the next (up to 8 Mi) it lost 68 % on the H200
+# (tools/bench/bucket_loss.py, 2026-12-04); with the width exact an octave of elements is one of rows
+SELECT_KEY = {"width": "exact", "k": "pow2", "elements": "pow2", "dtype": "dtype"}
 
 
 def select_setting(device, rows: int, n: int, dtype, k: int) -> dict:
