@@ -22,7 +22,11 @@ layer in one plan, from the router's logits) against torch's softmax, top-k and 
 then the loop: kernel us of both, ratio, % of HBM over the selected experts' weights in its time
 (the decode goal), its launches (4 in the band of 16 tokens or fewer, where one launch routes and
 aligns; 6 past it) and its routing + alignment launches rerun alone (nbx.kernels.moe.
-routed_staged_runs) as a share of it; the larger deviation from torch's result of the two layers.
+routed_staged_runs) as a share of it; the larger deviation from torch's result of the two layers;
+in the band (16 tokens or fewer) the vendor's ceiling for the same bytes: the selected experts'
+weights laid out as two dense matrices ([hit * 2I, H] and [H, hit * I]) and read by two cuBLAS
+products of the tokens' rows, their kernel us and % of HBM (what two launches streaming exactly
+those bytes reach on this GPU).
 Run after certifying the keys (tools/gpu_certify.sh with certificates/keys/nvidia-h200-140gb-moe.json),
 or with NBX_AUTOTUNE_NO_SWEEP=1 for the device file's tiles; it takes about a minute.
 """
@@ -79,7 +83,18 @@ def layer(count, k, hidden, inter, tokens):
 
 HEADER = (f"{'layer':<14} {'tokens':>6} {'nbx us':>9} {'torch us':>9} {'ratio':>6} {'wall us nbx/torch':>18} "
           f"{'gemm us':>9} {'TF/s':>6} {'%peak':>6} {'GB/s':>6} {'%HBM':>5} {'routed nbx/torch us':>20} {'ratio':>6} "
-          f"{'%HBM':>5} {'launches':>8} {'route+align':>11} {'deviation':>9}")
+          f"{'%HBM':>5} {'launches':>8} {'route+align':>11} {'deviation':>9} {'cuBLAS same bytes us':>20} {'%HBM':>5}")
+
+
+def dense_ceiling(x, experts, wg, wu, wd, cycles):
+    """Kernel us of two cuBLAS products reading exactly the selected experts' weights (gate and up
+    stacked, then down), from the tokens' rows: the bandwidth a vendor GEMV reaches on those bytes."""
+    hit = torch.unique(experts)
+    stacked = torch.cat([wg[hit], wu[hit]], dim=1).reshape(-1, wg.shape[2]).contiguous()
+    down = wd[hit].permute(1, 0, 2).reshape(wd.shape[1], -1).contiguous()
+    h = torch.randn((x.shape[0], down.shape[1]), device="cuda", dtype=x.dtype) / down.shape[1] ** 0.5
+    run = lambda i: (x @ stacked.T, h @ down.T)   # noqa: E731
+    return measure(run, 1, cycles)[0]
 
 
 def case(name, count, k, hidden, inter, tokens, cycles):
@@ -105,6 +120,7 @@ def case(name, count, k, hidden, inter, tokens, cycles):
     except Exception as exc:  # report and go on: one failing case must not hide the rest
         print(f"{name:<14} {tokens:>6} FAILED: {type(exc).__name__}: {exc}", flush=True)
         return
+    ceiling = (dense_ceiling(torch_args[0], torch_args[2], *torch_args[3:], cycles) if tokens <= 16 else None)
     pairs = tokens * k
     hit = int(torch.unique(torch_args[2]).numel())
     flops = 6 * pairs * hidden * inter
@@ -116,7 +132,9 @@ def case(name, count, k, hidden, inter, tokens, cycles):
           f"{wall[0]:8.1f}/{wall[1]:<9.1f} {gemm_us:9.1f} {tflops:6.1f} {100 * tflops / PEAK_TFLOPS:5.1f}% "
           f"{gbs:6.0f} {100 * gbs / PEAK_GBS:4.0f}% {routed.gpu_us:9.1f}/{routed_peer.gpu_us:<10.1f} "
           f"{routed_peer.gpu_us / routed.gpu_us:6.2f} {100 * routed_gbs / PEAK_GBS:4.0f}% {launches:>8} "
-          f"{share:10.1f}% {dev:9.2e}{' (host-bound)' if mine.host_bound or routed.host_bound else ''}", flush=True)
+          f"{share:10.1f}% {dev:9.2e} "
+          + (f"{ceiling:20.1f} {100 * weight_bytes / ceiling / 1e3 / PEAK_GBS:4.0f}%" if ceiling else f"{'-':>20} {'-':>5}")
+          + f"{' (host-bound)' if mine.host_bound or routed.host_bound else ''}", flush=True)
 
 
 def _int4(w):
