@@ -611,3 +611,26 @@ def test_the_decode_steps_kernels_wait_for_their_predecessor_before_touching_mem
     cases = [(module, name, signature, {**constexprs, "PDL": pdl}, {"dependent": pdl})
              for module, name, signature, constexprs in kernels for pdl in (True, False)]
     assert lowering_failures(cases) == []
+
+
+GEMV_GATE_UP = ("nbx.kernels.moe.kernel", "expert_gemv_gate_up_kernel", {
+    **_typed("x_ptr wg_ptr wu_ptr h_ptr", "*bf16"), "experts_ptr": "*i32",
+    **_typed("N K TOP_K sx_t sx_k sw_e sw_n sw_k", "i32")})
+GEMV_DOWN = ("nbx.kernels.moe.kernel", "expert_gemv_down_kernel", {
+    **_typed("h_ptr wd_ptr out_ptr", "*bf16"), "weights_ptr": "*fp32", "experts_ptr": "*i32",
+    **_typed("N K sw_e sw_n sw_k", "i32")})
+COMBINE = ("nbx.kernels.moe.kernel", "combine_kernel", {"pairs_ptr": "*bf16", "out_ptr": "*bf16", "N": "i32"})
+
+
+def test_the_moe_band_kernels_wait_for_their_predecessor_before_touching_memory_when_launched_dependent():
+    """A decode token's MoE launches (routing, the GEMV form's gate/up and down, the combine) and the
+    tiled expert GEMMs, with PDL: each PTX waits before its first global access; without, none waits."""
+    route = dict(TOP_K=8, SIGMOID=False, RENORM=True, HAS_BIAS=False, GROUPS=1, KEPT=1, TOP2=False, BLOCK_E=128,
+                 BLOCK_G=1, BLOCK_K=8, BLOCK_T=1)
+    gemv = dict(ACC="tl.float32", EVEN_K=True, BLOCK_N=16, BLOCK_K=256)
+    kernels = [("nbx.kernels.moe.kernel", "route_kernel", _ROUTE_ARGS, route), (*GEMV_GATE_UP, gemv),
+               (*GEMV_DOWN, gemv), (*COMBINE, dict(TOP_K=8, ACC="tl.float32", BLOCK=1024)),
+               (*GATE_UP, {**_GEMM, "TMA": False}), (*DOWN, {**_GEMM, "TMA": False})]
+    cases = [(module, name, signature, {**constexprs, "PDL": pdl}, {"dependent": pdl})
+             for module, name, signature, constexprs in kernels for pdl in (True, False)]
+    assert lowering_failures(cases) == []

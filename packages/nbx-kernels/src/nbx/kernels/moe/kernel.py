@@ -25,6 +25,7 @@ cores, no row padded), the setting's kernel = gemv.
 import triton
 import triton.language as tl
 
+from ..dependent_launch import wait_for_predecessor
 from ..elementwise import activations as act
 from ..elementwise.casts import narrow, widen
 from ..matmul.kernel import _dot_operand, _grouped_tile, _tf32_operand, gemv_k_steps, k_steps, load_operand
@@ -123,8 +124,9 @@ def _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e, scaling,
 def route_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, T, E, GROUP_SIZE, s_t, s_e, scaling_bits,
                  TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
                  GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
-                 BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr):
+                 BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """Grid: (cdiv(T, BLOCK_T),). weights (float32) and experts (int32) are contiguous [T, TOP_K]."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     rt = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     weights, ids, _ = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
                                   float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS,
@@ -142,7 +144,7 @@ def route_align_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, sorted_pt
                        TOP_K: tl.constexpr, SIGMOID: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
                        GROUPS: tl.constexpr, KEPT: tl.constexpr, TOP2: tl.constexpr, BLOCK_T: tl.constexpr,
                        BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_M: tl.constexpr,
-                       BLOCKS_PER_EXPERT: tl.constexpr, BLOCK: tl.constexpr):
+                       BLOCKS_PER_EXPERT: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """Grid: (1,), T <= BLOCK_T: the routing of route_kernel and the alignment of align_count_kernel
     and align_place_kernel (the same tables) in one program, for the one-token band, where those
     three launches cost more than their work. A token's experts are distinct, so the pairs are the
@@ -151,6 +153,7 @@ def route_align_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, sorted_pt
     counts are the matrix's column sums, each run starts at the prefix sum of the padded counts, and
     a pair's rank in its run is the running count down its column. The pairs, each run's padding and
     the tail are disjoint positions: no store overwrites another."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     rt = tl.arange(0, BLOCK_T)
     weights, ids, slot = _route_rows(logits_ptr, bias_ptr, rt, T, E, GROUP_SIZE, s_t, s_e,
                                      float_argument(scaling_bits).to(tl.float32), TOP_K, SIGMOID, RENORM, HAS_BIAS,
@@ -187,8 +190,9 @@ def route_align_kernel(logits_ptr, bias_ptr, weights_ptr, experts_ptr, sorted_pt
 
 
 @triton.jit
-def align_count_kernel(experts_ptr, counts_ptr, P, BLOCK: tl.constexpr):
+def align_count_kernel(experts_ptr, counts_ptr, P, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """Grid: (E,): counts[e] = how many of the P pairs go to expert e."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     e = tl.program_id(0)
     total = tl.zeros((BLOCK,), tl.int32)
     for start in range(0, P, BLOCK):
@@ -200,9 +204,11 @@ def align_count_kernel(experts_ptr, counts_ptr, P, BLOCK: tl.constexpr):
 
 @triton.jit
 def align_place_kernel(experts_ptr, counts_ptr, sorted_ptr, block_experts_ptr, inverse_ptr, padded_ptr, P, E,
-                       CAPACITY, BLOCK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_M: tl.constexpr):
+                       CAPACITY, BLOCK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_M: tl.constexpr,
+                       PDL: tl.constexpr = False):
     """Grid: (E + 1,): program e < E places expert e's pairs, its padding and its blocks' expert;
     program E writes the used length, pads the tail with P and marks the unused blocks -1."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     e = tl.program_id(0)
     re = tl.arange(0, BLOCK_E)
     counts = tl.load(counts_ptr + re, mask=re < E, other=0)
@@ -288,12 +294,13 @@ def expert_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, sg_ptr, zg_ptr, su_ptr, zu_ptr,
                           DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                           INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
-                          TMA: tl.constexpr):
+                          TMA: tl.constexpr, PDL: tl.constexpr = False):
     """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). h[row] = silu(x[t] W_g[e]^T) * (x[t] W_u[e]^T) over
     N = I columns for the pair of each sorted row (t = pair // TOP_K); h is contiguous [rows, N].
     INT4: the weights are packed int4 (W4A16, matmul/quantized.py's step; sw_* index their bytes,
     ss_* their scales and minima); else float, read through sw_* (element strides), or (TMA) through
     descriptors over the contiguous weights as [W_ROWS = E * N, K] (x's rows, gathered, by pointers)."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     expert, rows, pairs, valid, rn, _, tile_n = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M,
                                                             BLOCK_N, GROUP_M)
     if expert < 0:
@@ -339,11 +346,12 @@ def expert_down_kernel(h_ptr, wd_ptr, sd_ptr, zd_ptr, out_ptr, weights_ptr, sort
                        DOT: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                        INT4: tl.constexpr, GROUP: tl.constexpr, SIGNED: tl.constexpr, ASYMMETRIC: tl.constexpr,
-                       TMA: tl.constexpr):
+                       TMA: tl.constexpr, PDL: tl.constexpr = False):
     """Grid: (ROWS / BLOCK_M * cdiv(N, BLOCK_N),). out[pair] = weight[pair] * (h[row] W_d[e]^T) over
     N = H columns; h is contiguous [rows, K = I], out contiguous [P, N], weights contiguous [P];
     INT4 and TMA as the gate/up kernel's (TMA: h's rows, in sorted order, through a descriptor too;
     a padding row's product is never stored)."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     expert, rows, pairs, valid, rn, block, tile_n = _block_tile(sorted_ptr, block_experts_ptr, P, ROWS, N, BLOCK_M,
                                                                 BLOCK_N, GROUP_M)
     if expert < 0:
@@ -379,12 +387,13 @@ def expert_down_kernel(h_ptr, wd_ptr, sd_ptr, zd_ptr, out_ptr, weights_ptr, sort
 @triton.jit
 def expert_gemv_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, experts_ptr, N, K, TOP_K, sx_t, sx_k, sw_e, sw_n, sw_k,
                                ACC: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
-                               BLOCK_K: tl.constexpr):
+                               BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """The band's GEMV form. Grid: (P * cdiv(N, BLOCK_N),): program (pair, tile) writes h[pair] =
     silu(x[t] W_g[e]^T) * (x[t] W_u[e]^T) over BLOCK_N of the N = I columns, t = pair // TOP_K and
     e = experts[pair]; no row is padded (one pair a program) and the sums run on the CUDA cores
     (matmul's gemv_k_steps: the weights' rows read [BLOCK_N, BLOCK_K], K fastest), so a token's few
     pairs spread over P times the column tiles' programs. h is contiguous [>= P, N]."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     tiles = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     pair = (pid // tiles).to(tl.int64)
@@ -400,10 +409,12 @@ def expert_gemv_gate_up_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, experts_ptr, N, K, 
 
 @triton.jit
 def expert_gemv_down_kernel(h_ptr, wd_ptr, out_ptr, weights_ptr, experts_ptr, N, K, sw_e, sw_n, sw_k,
-                            ACC: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                            ACC: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            PDL: tl.constexpr = False):
     """The band's GEMV form of the down product. Grid: (P * cdiv(N, BLOCK_N),): out[pair] =
     weight[pair] * (h[pair] W_d[e]^T) over BLOCK_N of the N = H columns; h contiguous [>= P, K = I],
     out contiguous [P, N], weights contiguous [P]."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     tiles = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     pair = (pid // tiles).to(tl.int64)
@@ -416,8 +427,10 @@ def expert_gemv_down_kernel(h_ptr, wd_ptr, out_ptr, weights_ptr, experts_ptr, N,
 
 
 @triton.jit
-def combine_kernel(pairs_ptr, out_ptr, N, TOP_K: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+def combine_kernel(pairs_ptr, out_ptr, N, TOP_K: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+                   PDL: tl.constexpr = False):
     """Grid: (T, cdiv(N, BLOCK)): out[t] = sum over j = 0, 1, ... of pairs[t * TOP_K + j], in that order."""
+    wait_for_predecessor(PDL)  # no memory touched before: nbx.kernels.dependent_launch
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
