@@ -12,7 +12,8 @@
 #                                                                     -> certify.log, certificates.tgz
 #   loss     tools/bench/bucket_loss.py over LOSS_FAMILIES (default elementwise,softmax,norm,reduction),
 #            LOSS_KEYS keys a family (default 1), representatives of at most LOSS_MAX_ELEMENTS (default
-#            2^26; MoE layers need 2^36), for at most LOSS_LIMIT_S (default 200): its lines
+#            2^26; MoE layers need 2^36), moving only LOSS_FIELDS (names, default every size field:
+#            a MoE key's tokens alone keep its neighbours few), for at most LOSS_LIMIT_S (default 200): its lines
 #            print as they are timed, so a cut run keeps what it measured      -> bucket_loss.txt
 #   models   the launch keys of the model shapes' censuses (MODELS, default "1b 8b qwen7b": tools/bench/
 #            model_shapes.py; PROMPTS, default 512; NEW_TOKENS, default 256; BATCHES, default 1), the keys
@@ -134,7 +135,7 @@ for step in "${STEPS[@]}"; do
     echo "== bucket losses $(date -u +%T)" | tee -a "$LOG"
     timeout "${LOSS_LIMIT_S:-200}" "$PY" tools/bench/bucket_loss.py --compile-jobs "${COMPILE_JOBS:-8}" \
       --families "${LOSS_FAMILIES:-elementwise,softmax,norm,reduction}" --keys-per-family "${LOSS_KEYS:-1}" \
-      --max-elements "${LOSS_MAX_ELEMENTS:-67108864}" \
+      --max-elements "${LOSS_MAX_ELEMENTS:-67108864}" ${LOSS_FIELDS:+--fields "$LOSS_FIELDS"} \
       > "$OUT/bucket_loss.txt" 2>&1
     echo "bucket_loss: exit $?; $(grep -c '%$' "$OUT/bucket_loss.txt") line(s)" | tee -a "$LOG"
     ;;

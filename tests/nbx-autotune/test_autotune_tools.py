@@ -38,6 +38,9 @@ def test_bucket_loss_pairs_each_certified_key_with_the_classes_one_rung_either_s
                 ladder, dict(certified.fields)[name]) == signed
         assert setting and set(setting) == set(tunable.params)
     assert len({p[1] for p in pairs if p[0] == "matmul"}) == 3
+    only_m = bucket_loss.jobs(identity, hopper, ["matmul"], 3, 1, 1 << 26, moved_fields={"m"})
+    assert only_m and {p[3] for p in only_m} == {"m"}
+    assert sorted(map(str, only_m)) == sorted(str(p) for p in pairs if p[0] == "matmul" and p[3] == "m")
 
 
 def test_first_run_lists_issue_16s_seven_shapes_in_two_dtypes():

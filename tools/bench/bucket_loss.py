@@ -2,7 +2,7 @@
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') TRITON_INTERPRET=0 python3 tools/bench/bucket_loss.py \\
         --compile-jobs 8 [--families elementwise,softmax,norm,reduction,matmul] [--keys-per-family 6] \\
-        [--rungs 1] [--propose]
+        [--rungs 1] [--fields tokens,m] [--propose]
 
 For each family, up to --keys-per-family of its shipped certified keys (spread over the file;
 representatives of at most --max-elements elements), and for each size field of the key and each
@@ -52,11 +52,12 @@ def _size(rep: dict) -> int:
     return math.prod(v for v in rep.values() if isinstance(v, int) and not isinstance(v, bool))
 
 
-def jobs(identity, facts, families, per_family: int, rungs: int, max_elements: int, min_elements: int = 1 << 16
-         ) -> list:
+def jobs(identity, facts, families, per_family: int, rungs: int, max_elements: int, min_elements: int = 1 << 16,
+         moved_fields=None) -> list:
     """(family, K text, K setting, field, d, N key) for every pair measured, in a fixed order: the certified
     keys of the dtypes models run (autotune.key_space) whose representatives hold min_elements to
-    max_elements, spread from the smallest to the largest."""
+    max_elements, spread from the smallest to the largest; moved_fields (names), when given, the only size
+    fields moved (a MoE key's six each make a gigabyte-sized layer a neighbour)."""
     declared = candidates.declared()
     stated = facts.value("autotune.key_space")["dtypes"]
     out = []
@@ -74,7 +75,7 @@ def jobs(identity, facts, families, per_family: int, rungs: int, max_elements: i
         for text, entry in usable[::step][:per_family]:
             key = keys.parse(family, tunable.key, text, facts)
             for index, (name, kind) in enumerate(tunable.key_fields):
-                if kind not in keys.LADDERS and kind not in keys.OCTAVE_SIZES:
+                if kind not in keys.LADDERS and kind not in keys.OCTAVE_SIZES or moved_fields and name not in moved_fields:
                     continue
                 ladder = keys.ladder(kind, facts) if kind in keys.LADDERS else None
                 for d in range(1, rungs + 1):
@@ -107,12 +108,17 @@ def screen_shard(args, device, facts) -> int:
     """Compile ahead: screen this shard's neighbours (each candidate compiled and run once)."""
     declared = candidates.declared()
     seen = set()
-    for family, _, _, _, _, other in jobs(device_class.identify(device), facts, args.families.split(","), args.keys_per_family, args.rungs,
-                                          args.max_elements)[args.screen_shard::args.compile_jobs]:
+    for family, _, _, _, _, other in jobs(device_class.identify(device), facts, args.families.split(","),
+                                          args.keys_per_family, args.rungs, args.max_elements,
+                                          moved_fields=_fields(args))[args.screen_shard::args.compile_jobs]:
         if (family, str(other)) not in seen:
             seen.add((family, str(other)))
             _screened(declared[family], other, facts, device)
     return 0
+
+
+def _fields(args) -> set | None:
+    return set(args.fields.split(",")) if args.fields else None
 
 
 def main(argv=None) -> int:
@@ -123,6 +129,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-elements", type=int, default=1 << 26, help="skip larger representatives (a "
                                                                            "matmul's: its three operands)")
     parser.add_argument("--compile-jobs", type=int, default=1)
+    parser.add_argument("--fields", help="move only these key fields (comma-separated names; default every size field)")
     parser.add_argument("--propose", action="store_true", help="print the coarser ladder steps the figures allow")
     parser.add_argument("--screen-shard", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -134,7 +141,8 @@ def main(argv=None) -> int:
     if args.screen_shard is not None:
         return screen_shard(args, device, facts)
     began = time.monotonic()
-    pairs = jobs(device_class.identify(device), facts, args.families.split(","), args.keys_per_family, args.rungs, args.max_elements)
+    pairs = jobs(device_class.identify(device), facts, args.families.split(","), args.keys_per_family, args.rungs,
+                 args.max_elements, moved_fields=_fields(args))
     if args.compile_jobs > 1:
         command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
         procs = [subprocess.Popen(command + ["--screen-shard", str(i)]) for i in range(args.compile_jobs)]
